@@ -1,0 +1,196 @@
+//! Deterministic key hashes.
+//!
+//! Every function here gives the same answer in every process, on every platform and in every release: two
+//! clients that agree on the hash agree on where a key lives. Nothing is randomly seeded.
+//!
+//! The ring is a 32-bit circle, so every hash yields a `u32` through [`KeyHash::hash32`]. Hashes whose
+//! native width is 64 bits are truncated to their low 32 bits there (as the C programs this library is
+//! compatible with do when they store them in a `uint32_t`), and give their full value through
+//! [`KeyHash::hash64`].
+//!
+//! | name | function | native width |
+//! |---|---|---|
+//! | `xxh3` | XXH3-64, seed 0 (the default) | 64 |
+//! | `crc32` | CRC-32/ISO-HDLC (IEEE 802.3, zlib's `crc32`) | 32 |
+//! | `fnv1-32`, `fnv1a-32` | FNV-1 and FNV-1a, 32-bit | 32 |
+//! | `fnv1-64`, `fnv1a-64` | FNV-1 and FNV-1a, 64-bit | 64 |
+//! | `murmur3` | MurmurHash3 x86_32, seed 0 | 32 |
+//! | `md5` | MD5; the first four digest bytes read little-endian (ketama's convention) | 32 |
+
+mod crc;
+mod fnv;
+mod md5;
+mod murmur;
+mod xxh;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use self::crc::crc32;
+pub use self::fnv::{fnv1_32, fnv1_64, fnv1a_32, fnv1a_64};
+pub use self::md5::{md5_digest, md5_u32};
+pub use self::murmur::murmur3_32;
+pub use self::xxh::xxh3_64;
+
+use crate::Error;
+
+/// A deterministic hash of a byte key onto the ring's 32-bit circle.
+///
+/// Implement it to bring your own hash; the built-in ones are the variants of [`HashFunction`].
+pub trait KeyHash {
+    /// The key's position on the 32-bit circle.
+    fn hash32(&self, key: &[u8]) -> u32;
+
+    /// A 64-bit hash of the key, for placements that want more bits (jump, rendezvous).
+    ///
+    /// By default this is [`hash32`](KeyHash::hash32) widened; 64-bit hashes override it with their full
+    /// value.
+    fn hash64(&self, key: &[u8]) -> u64 {
+        u64::from(self.hash32(key))
+    }
+}
+
+/// The built-in hash functions, selectable by name at run time.
+///
+/// `HashFunction::from_str` accepts the names of the table in the [module docs](self) (case-insensitive,
+/// `_` and `-` alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum HashFunction {
+    /// XXH3-64 with seed 0: fast and well mixed. The default.
+    #[default]
+    Xxh3,
+    /// CRC-32 (IEEE).
+    Crc32,
+    /// FNV-1, 32-bit.
+    Fnv1_32,
+    /// FNV-1a, 32-bit.
+    Fnv1a32,
+    /// FNV-1, 64-bit.
+    Fnv1_64,
+    /// FNV-1a, 64-bit.
+    Fnv1a64,
+    /// MurmurHash3 x86_32 with seed 0.
+    Murmur3,
+    /// MD5, first four digest bytes little-endian.
+    Md5,
+}
+
+impl HashFunction {
+    /// Every built-in hash, in the order of the module docs' table.
+    pub const ALL: &'static [HashFunction] = &[
+        HashFunction::Xxh3,
+        HashFunction::Crc32,
+        HashFunction::Fnv1_32,
+        HashFunction::Fnv1a32,
+        HashFunction::Fnv1_64,
+        HashFunction::Fnv1a64,
+        HashFunction::Murmur3,
+        HashFunction::Md5,
+    ];
+
+    /// The hash's name, as accepted by `from_str`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            HashFunction::Xxh3 => "xxh3",
+            HashFunction::Crc32 => "crc32",
+            HashFunction::Fnv1_32 => "fnv1-32",
+            HashFunction::Fnv1a32 => "fnv1a-32",
+            HashFunction::Fnv1_64 => "fnv1-64",
+            HashFunction::Fnv1a64 => "fnv1a-64",
+            HashFunction::Murmur3 => "murmur3",
+            HashFunction::Md5 => "md5",
+        }
+    }
+
+    fn known_names() -> String {
+        HashFunction::ALL
+            .iter()
+            .map(|h| h.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl KeyHash for HashFunction {
+    #[inline]
+    fn hash32(&self, key: &[u8]) -> u32 {
+        match self {
+            HashFunction::Xxh3 => xxh3_64(key) as u32,
+            HashFunction::Crc32 => crc32(key),
+            HashFunction::Fnv1_32 => fnv1_32(key),
+            HashFunction::Fnv1a32 => fnv1a_32(key),
+            HashFunction::Fnv1_64 => fnv1_64(key) as u32,
+            HashFunction::Fnv1a64 => fnv1a_64(key) as u32,
+            HashFunction::Murmur3 => murmur3_32(key, 0),
+            HashFunction::Md5 => md5_u32(key),
+        }
+    }
+
+    #[inline]
+    fn hash64(&self, key: &[u8]) -> u64 {
+        match self {
+            HashFunction::Xxh3 => xxh3_64(key),
+            HashFunction::Fnv1_64 => fnv1_64(key),
+            HashFunction::Fnv1a64 => fnv1a_64(key),
+            other => u64::from(other.hash32(key)),
+        }
+    }
+}
+
+impl fmt::Display for HashFunction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for HashFunction {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let wanted = s.trim().to_ascii_lowercase().replace('_', "-");
+        let found = HashFunction::ALL.iter().copied().find(|h| {
+            h.name() == wanted
+                // Also accept the names without the dash before the width ("fnv1a32").
+                || h.name().replace('-', "") == wanted.replace('-', "")
+        });
+        found.ok_or_else(|| Error::UnknownHash {
+            name: s.to_string(),
+            known: HashFunction::known_names(),
+        })
+    }
+}
+
+impl<H: KeyHash + ?Sized> KeyHash for &H {
+    fn hash32(&self, key: &[u8]) -> u32 {
+        (**self).hash32(key)
+    }
+    fn hash64(&self, key: &[u8]) -> u64 {
+        (**self).hash64(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for &h in HashFunction::ALL {
+            assert_eq!(h.name().parse::<HashFunction>().unwrap(), h);
+            assert_eq!(h.to_string().parse::<HashFunction>().unwrap(), h);
+        }
+        assert_eq!("FNV1A_64".parse::<HashFunction>().unwrap(), HashFunction::Fnv1a64);
+        assert_eq!("fnv1a32".parse::<HashFunction>().unwrap(), HashFunction::Fnv1a32);
+        let err = "sha1".parse::<HashFunction>().unwrap_err();
+        assert!(err.to_string().contains("xxh3"), "{err}");
+    }
+
+    #[test]
+    fn sixty_four_bit_hashes_truncate_to_low_bits() {
+        let key = b"truncate me";
+        assert_eq!(HashFunction::Xxh3.hash32(key), xxh3_64(key) as u32);
+        assert_eq!(HashFunction::Fnv1a64.hash64(key), fnv1a_64(key));
+        assert_eq!(HashFunction::Crc32.hash64(key), u64::from(crc32(key)));
+    }
+}

@@ -1,0 +1,50 @@
+//! # shardring
+//!
+//! Consistent hashing for spreading keys over the servers of a cache cluster: every client agrees where a
+//! key lives, load is even, and when a server joins or leaves only the keys that must move do move.
+//!
+//! - [`Ring`]: the consistent-hash ring with virtual nodes and weights. Nodes own points on a 32-bit circle;
+//!   a key belongs to the node of the first point at or after its hash. Add, remove and re-weight nodes
+//!   without touching the others' points; look keys up without allocating; walk distinct replicas.
+//! - [`hash`]: deterministic key hashes (xxh3, CRC32, FNV, Murmur3, MD5), selectable by name.
+//! - [`Placement`]: the trait every placement algorithm implements.
+//! - [`analysis`]: spread and key-movement measurements over any placement.
+//!
+//! ## Example
+//!
+//! ```
+//! use shardring::Ring;
+//!
+//! let ring = Ring::builder()
+//!     .node("10.0.0.1:11211", 1.0)
+//!     .node("10.0.0.2:11211", 1.0)
+//!     .node("10.0.0.3:11211", 2.0) // twice the memory, twice the keys
+//!     .build()?;
+//!
+//! let server = ring.lookup("session:8f3a").expect("the ring has nodes");
+//! println!("session:8f3a lives on {server}");
+//! # Ok::<(), shardring::Error>(())
+//! ```
+//!
+//! ## Why use this
+//! - Placement never depends on insertion order, also when points collide (ties go to the smaller name).
+//! - Errors, never panics: weight 0, duplicate node, empty name and too many points are [`Error`]s, and a
+//!   lookup on an empty ring is `None`.
+//! - Lookups are allocation-free and, with the top-bits index, a few nanoseconds past the key hash.
+//!
+//! ## Cargo features
+//! None yet: the library depends only on hash crates and `thiserror`.
+
+pub mod algo;
+pub mod analysis;
+mod error;
+pub mod hash;
+mod node;
+mod placement;
+pub mod ring;
+
+pub use crate::error::Error;
+pub use crate::hash::{HashFunction, KeyHash};
+pub use crate::node::Node;
+pub use crate::placement::Placement;
+pub use crate::ring::{Ring, RingBuilder};

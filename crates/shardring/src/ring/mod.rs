@@ -1,0 +1,418 @@
+//! The consistent-hash ring: nodes own points on a 32-bit circle, a key belongs to the node of the first
+//! point at or after the key's hash, wrapping past the top to the start.
+//!
+//! # Layout
+//! All points live in one flat array sorted by position, 8 bytes each (position and node index), with an
+//! optional [index over the top bits](TopBitsIndex) of the position that turns the search into one
+//! indexed load and a look at one or two points.
+//!
+//! # Ties
+//! Two points may land on the same position. They are ordered by node name (byte-wise), so the point of the
+//! smaller name is found first. Placement therefore never depends on the order in which nodes were added.
+
+mod builder;
+mod index;
+mod migration;
+mod replicas;
+mod scheme;
+
+use std::cmp::Ordering;
+
+pub use self::builder::{RingBuilder, DEFAULT_MAX_POINTS, DEFAULT_VNODES};
+pub use self::migration::Migration;
+pub use self::replicas::Replicas;
+pub use self::scheme::PointScheme;
+
+use self::index::TopBitsIndex;
+use self::scheme::SchemeInput;
+use crate::hash::{HashFunction, KeyHash};
+use crate::{Error, Node};
+
+/// One point of the circle: a position and the index of the node that owns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Point {
+    /// The position on the 32-bit circle.
+    pub(crate) position: u32,
+    /// Index into [`Ring::nodes`].
+    pub(crate) node: u32,
+}
+
+/// A consistent-hash ring with virtual nodes and weights.
+///
+/// Build one with [`Ring::builder`]; change membership with [`add`](Ring::add),
+/// [`remove`](Ring::remove) and [`set_weight`](Ring::set_weight); find a key's node with
+/// [`lookup`](Ring::lookup) and its distinct replicas with [`replicas`](Ring::replicas).
+///
+/// ```
+/// use shardring::Ring;
+///
+/// let mut ring = Ring::builder()
+///     .node("cache-a", 1.0)
+///     .node("cache-b", 1.0)
+///     .node("cache-c", 2.0)
+///     .build()?;
+/// let owner = ring.lookup("user:42").unwrap().name().to_string();
+///
+/// // Adding a node only moves keys to it.
+/// ring.add("cache-d", 1.0)?;
+/// let now = ring.lookup("user:42").unwrap().name();
+/// assert!(now == owner || now == "cache-d");
+///
+/// // Replicas are distinct nodes, the first is the owner.
+/// let replicas: Vec<_> = ring.replicas("user:42").take(3).map(|n| n.name()).collect();
+/// assert_eq!(replicas[0], now);
+/// assert_eq!(replicas.len(), 3);
+/// # Ok::<(), shardring::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Ring {
+    /// The members, in no meaningful order (removal swaps the last member into the hole).
+    nodes: Vec<Node>,
+    /// Every point, sorted by (position, owner's name).
+    points: Vec<Point>,
+    /// Narrows lookups to a bucket of `points`; rebuilt after every change.
+    index: TopBitsIndex,
+    /// Whether to keep `index` (it costs up to 4 bytes a point).
+    use_index: bool,
+    /// Hashes keys, and (under [`PointScheme::Plain`]) node point names.
+    hash: HashFunction,
+    /// How nodes become points.
+    scheme: PointScheme,
+    /// Points per node of weight 1.
+    vnodes: u32,
+    /// The most points the ring may hold, a guard against memory growing with weight × vnodes.
+    max_points: u64,
+}
+
+impl Default for Ring {
+    fn default() -> Ring {
+        RingBuilder::new()
+            .build()
+            .expect("an empty default ring is always valid")
+    }
+}
+
+impl Ring {
+    /// A builder with the documented defaults (160 points per node of weight 1, xxh3, index on).
+    pub fn builder() -> RingBuilder {
+        RingBuilder::new()
+    }
+
+    /// An empty ring with the default settings.
+    pub fn new() -> Ring {
+        Ring::default()
+    }
+
+    fn scheme_input(&self) -> SchemeInput {
+        SchemeInput {
+            vnodes: self.vnodes,
+            hash: self.hash,
+        }
+    }
+
+    /// The node that owns `key`, or `None` when the ring is empty. Never allocates.
+    #[inline]
+    pub fn lookup(&self, key: impl AsRef<[u8]>) -> Option<&Node> {
+        self.lookup_hash(self.hash.hash32(key.as_ref()))
+    }
+
+    /// The node that owns ring position `hash` (a key already hashed with [`Ring::hash_function`]).
+    #[inline]
+    pub fn lookup_hash(&self, hash: u32) -> Option<&Node> {
+        let i = self.point_at(hash)?;
+        Some(&self.nodes[self.points[i].node as usize])
+    }
+
+    /// The index into `points` of the first point at or after `hash`, wrapping; `None` if empty.
+    #[inline]
+    fn point_at(&self, hash: u32) -> Option<usize> {
+        if self.points.is_empty() {
+            return None;
+        }
+        let i = self.index.search(&self.points, hash);
+        Some(if i == self.points.len() { 0 } else { i })
+    }
+
+    /// The index into [`nodes`](Ring::nodes) of `key`'s owner, for callers that keep per-node arrays.
+    #[inline]
+    pub fn lookup_index(&self, key: impl AsRef<[u8]>) -> Option<usize> {
+        let i = self.point_at(self.hash.hash32(key.as_ref()))?;
+        Some(self.points[i].node as usize)
+    }
+
+    /// Distinct nodes clockwise from `key`'s position; the first is [`lookup`](Ring::lookup)'s answer.
+    ///
+    /// The iterator ends after every node has been yielded once. Use `.take(n)` for `n` replicas.
+    pub fn replicas(&self, key: impl AsRef<[u8]>) -> Replicas<'_> {
+        let start = self.point_at(self.hash.hash32(key.as_ref()));
+        Replicas::new(self, start)
+    }
+
+    /// Adds a node of `weight` named `name`; only keys that now belong to it move.
+    ///
+    /// # Errors
+    /// [`Error::EmptyName`], [`Error::InvalidWeight`], [`Error::DuplicateNode`], and
+    /// [`Error::TooManyPoints`] when the ring would exceed its point limit. On error the ring is unchanged.
+    pub fn add(&mut self, name: impl Into<String>, weight: f64) -> Result<(), Error> {
+        self.add_node(Node::weighted(name, weight)?)
+    }
+
+    /// Adds `node`; see [`add`](Ring::add).
+    ///
+    /// # Errors
+    /// As for [`add`](Ring::add).
+    pub fn add_node(&mut self, node: Node) -> Result<(), Error> {
+        if self.position_of(node.name()).is_some() {
+            return Err(Error::DuplicateNode {
+                node: node.name().to_string(),
+            });
+        }
+        if self.nodes.len() >= u32::MAX as usize {
+            return Err(Error::TooManyPoints {
+                requested: self.nodes.len() as u64 + 1,
+                limit: u32::MAX as u64,
+            });
+        }
+        let input = self.scheme_input();
+        let count = self.scheme.point_count(&node, input);
+        self.check_limit(self.points.len() as u64, count)?;
+
+        let mut positions = Vec::with_capacity(count as usize);
+        self.scheme.positions(&node, count, input, &mut positions);
+        let index = self.nodes.len() as u32;
+        self.nodes.push(node);
+        self.merge_points(index, positions);
+        self.reindex();
+        Ok(())
+    }
+
+    /// Removes the node named `name` and returns it; only its keys move, each to its next owner clockwise.
+    ///
+    /// # Errors
+    /// [`Error::UnknownNode`] if there is no such node.
+    pub fn remove(&mut self, name: &str) -> Result<Node, Error> {
+        let index = self.position_of(name).ok_or_else(|| Error::UnknownNode {
+            node: name.to_string(),
+        })?;
+        let removed = index as u32;
+        let last = (self.nodes.len() - 1) as u32;
+        self.points.retain(|p| p.node != removed);
+        // The last node takes the removed one's slot: renumber its points.
+        if removed != last {
+            for p in &mut self.points {
+                if p.node == last {
+                    p.node = removed;
+                }
+            }
+        }
+        let node = self.nodes.swap_remove(index);
+        self.reindex();
+        Ok(node)
+    }
+
+    /// Changes the weight of the node named `name`.
+    ///
+    /// Under [`PointScheme::Plain`] the node keeps the points it shares with its new count, so raising the
+    /// weight only moves keys to the node and lowering it only moves keys away from it.
+    ///
+    /// # Errors
+    /// [`Error::UnknownNode`], [`Error::InvalidWeight`], [`Error::TooManyPoints`]; the ring is unchanged
+    /// on error.
+    pub fn set_weight(&mut self, name: &str, weight: f64) -> Result<(), Error> {
+        let index = self.position_of(name).ok_or_else(|| Error::UnknownNode {
+            node: name.to_string(),
+        })?;
+        let node = Node::weighted(name, weight)?;
+        let input = self.scheme_input();
+        let count = self.scheme.point_count(&node, input);
+        let others = self
+            .points
+            .iter()
+            .filter(|p| p.node != index as u32)
+            .count();
+        self.check_limit(others as u64, count)?;
+
+        self.points.retain(|p| p.node != index as u32);
+        let mut positions = Vec::with_capacity(count as usize);
+        self.scheme.positions(&node, count, input, &mut positions);
+        self.nodes[index] = node;
+        self.merge_points(index as u32, positions);
+        self.reindex();
+        Ok(())
+    }
+
+    fn check_limit(&self, existing: u64, added: u64) -> Result<(), Error> {
+        let requested = existing.saturating_add(added);
+        if requested > self.max_points {
+            return Err(Error::TooManyPoints {
+                requested,
+                limit: self.max_points,
+            });
+        }
+        Ok(())
+    }
+
+    fn position_of(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name() == name)
+    }
+
+    /// The total order of points: by position, then by owner's name.
+    fn point_order(nodes: &[Node], a: &Point, b: &Point) -> Ordering {
+        a.position.cmp(&b.position).then_with(|| {
+            nodes[a.node as usize]
+                .name()
+                .cmp(nodes[b.node as usize].name())
+        })
+    }
+
+    /// Merges one node's new positions into the sorted point array.
+    fn merge_points(&mut self, node: u32, mut positions: Vec<u32>) {
+        positions.sort_unstable();
+        let mut merged = Vec::with_capacity(self.points.len() + positions.len());
+        let mut old = self.points.iter().copied().peekable();
+        for position in positions {
+            let new = Point { position, node };
+            while let Some(p) = old.next_if(|p| Ring::point_order(&self.nodes, p, &new).is_lt()) {
+                merged.push(p);
+            }
+            merged.push(new);
+        }
+        merged.extend(old);
+        self.points = merged;
+    }
+
+    /// Rebuilds everything from `nodes` (used by builders).
+    pub(crate) fn rebuild(&mut self) -> Result<(), Error> {
+        let input = self.scheme_input();
+        let counts: Vec<u64> = self
+            .nodes
+            .iter()
+            .map(|n| self.scheme.point_count(n, input))
+            .collect();
+        let total = counts.iter().fold(0u64, |a, &c| a.saturating_add(c));
+        self.check_limit(0, total)?;
+        let mut points = Vec::with_capacity(total as usize);
+        let mut positions = Vec::new();
+        for (i, (node, &count)) in self.nodes.iter().zip(&counts).enumerate() {
+            positions.clear();
+            self.scheme.positions(node, count, input, &mut positions);
+            points.extend(positions.iter().map(|&position| Point {
+                position,
+                node: i as u32,
+            }));
+        }
+        let nodes = &self.nodes;
+        points.sort_unstable_by(|a, b| Ring::point_order(nodes, a, b));
+        self.points = points;
+        self.reindex();
+        Ok(())
+    }
+
+    fn reindex(&mut self) {
+        self.index = if self.use_index {
+            TopBitsIndex::build(&self.points)
+        } else {
+            TopBitsIndex::default()
+        };
+    }
+
+    /// The members, in unspecified order; [`lookup_index`](Ring::lookup_index) indexes this slice.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The member named `name`.
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.name() == name)
+    }
+
+    /// How many nodes are members.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the ring has no nodes (every lookup returns `None`).
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// How many points are on the circle.
+    pub fn point_count(&self) -> usize {
+        self.points.len()
+    }
+
+    /// Every point in ring order: `(position, owner)`.
+    pub fn points(&self) -> impl ExactSizeIterator<Item = (u32, &Node)> + '_ {
+        self.points
+            .iter()
+            .map(|p| (p.position, &self.nodes[p.node as usize]))
+    }
+
+    /// The positions of the node named `name`, in ring order (empty if there is no such node).
+    pub fn node_points<'a>(&'a self, name: &'a str) -> impl Iterator<Item = u32> + 'a {
+        let index = self.position_of(name).map(|i| i as u32);
+        self.points
+            .iter()
+            .filter(move |p| Some(p.node) == index)
+            .map(|p| p.position)
+    }
+
+    /// Each node's share of the circle (the fraction of all hash values it owns), in
+    /// [`nodes`](Ring::nodes) order. The shares sum to 1 on a non-empty ring.
+    pub fn shares(&self) -> Vec<(&Node, f64)> {
+        let mut owned = vec![0u64; self.nodes.len()];
+        for (i, p) in self.points.iter().enumerate() {
+            // A point owns the arc from its predecessor (exclusive) up to itself (inclusive).
+            let prev = if i == 0 {
+                self.points[self.points.len() - 1].position
+            } else {
+                self.points[i - 1].position
+            };
+            let arc = if self.points.len() == 1 {
+                1u64 << 32
+            } else {
+                u64::from(p.position.wrapping_sub(prev))
+            };
+            owned[p.node as usize] += arc;
+        }
+        self.nodes
+            .iter()
+            .zip(owned)
+            .map(|(n, arc)| (n, arc as f64 / (1u64 << 32) as f64))
+            .collect()
+    }
+
+    /// The key hash.
+    pub fn hash_function(&self) -> HashFunction {
+        self.hash
+    }
+
+    /// The point scheme.
+    pub fn point_scheme(&self) -> PointScheme {
+        self.scheme
+    }
+
+    /// Points per node of weight 1.
+    pub fn vnodes(&self) -> u32 {
+        self.vnodes
+    }
+
+    /// Heap bytes held by the point array and the index (node names not counted).
+    pub fn memory_bytes(&self) -> usize {
+        self.points.capacity() * std::mem::size_of::<Point>() + self.index.memory_bytes()
+    }
+
+    /// Whether lookups use the top-bits index.
+    pub fn has_lookup_index(&self) -> bool {
+        self.index.is_built()
+    }
+
+    /// The hash ranges whose owner differs between `self` and `to`: the migration plan from this ring to
+    /// that one. Both rings should hash keys alike; the plan compares positions only.
+    pub fn migration_to(&self, to: &Ring) -> Vec<Migration> {
+        migration::plan(self, to)
+    }
+}
+
+#[cfg(test)]
+mod tests;
