@@ -212,3 +212,62 @@ proptest! {
         }
     }
 }
+
+/// A long deterministic history of additions and removals on every algorithm that promises exact
+/// movement (anchor, memento, rendezvous, multi-probe): after each change, check that only the removed
+/// node's keys moved, or only keys to the added node. Long histories reach states (deep removal
+/// chains, re-added buckets) that short property-test histories rarely do.
+#[test]
+fn long_histories_move_exactly_the_changed_nodes_keys() {
+    let keys: Vec<u64> = (0..1000u64).map(|i| fmix64(i + 1)).collect();
+    let start = named(&(0..40).map(|i| format!("s{i}")).collect::<Vec<_>>());
+    let options = AlgorithmOptions {
+        anchor_capacity: Some(90),
+        ..AlgorithmOptions::default()
+    };
+    for algorithm in [
+        Algorithm::Anchor,
+        Algorithm::Memento,
+        Algorithm::Rendezvous,
+        Algorithm::MultiProbe,
+    ] {
+        let mut p = build(algorithm, &start, &options).unwrap();
+        let mut rng = 0x1234_5678_u64;
+        let mut fresh = 0;
+        for _ in 0..250 {
+            rng = rng
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let before: Vec<String> = keys
+                .iter()
+                .map(|k| p.lookup(&k.to_le_bytes()).unwrap().name().to_string())
+                .collect();
+            let n = p.nodes().len();
+            let remove = n > 1 && (n >= 80 || (rng >> 40) % 2 == 0);
+            let changed = if remove {
+                let name = p.nodes()[(rng >> 20) as usize % n].name().to_string();
+                p.remove(&name).unwrap();
+                name
+            } else {
+                fresh += 1;
+                let name = format!("f{fresh}");
+                p.add(Node::new(name.clone()).unwrap()).unwrap();
+                name
+            };
+            for (k, old) in keys.iter().zip(&before) {
+                let new = p.lookup(&k.to_le_bytes()).unwrap().name();
+                if remove {
+                    assert!(
+                        old == new || *old == changed,
+                        "{algorithm}: {old} -> {new} removing {changed}"
+                    );
+                } else {
+                    assert!(
+                        old == new || new == changed,
+                        "{algorithm}: {old} -> {new} adding {changed}"
+                    );
+                }
+            }
+        }
+    }
+}
