@@ -37,7 +37,11 @@ fn names_round_trip_and_match_the_placements() {
     );
     let err = "consistent".parse::<Algorithm>().unwrap_err();
     assert!(err.to_string().contains("memento"), "{err}");
-    assert_eq!(Algorithm::ALL.len(), 7);
+    assert_eq!(Algorithm::ALL.len(), 8);
+    assert_eq!(
+        "jump-back".parse::<Algorithm>().unwrap(),
+        Algorithm::JumpBack
+    );
 }
 
 #[test]
@@ -270,4 +274,36 @@ fn long_histories_move_exactly_the_changed_nodes_keys() {
             }
         }
     }
+}
+
+/// Placement is part of the contract between processes and releases: pin a digest of where 2,000
+/// keys go on 10 nodes, per algorithm. A change here means every deployed client would disagree with
+/// the new version; change the constants only on purpose, with a changelog entry.
+#[test]
+fn placements_are_pinned() {
+    let nodes = named(&(0..10).map(|i| format!("node-{i}")).collect::<Vec<_>>());
+    let keys = KeySet::synthetic(2000);
+    let mut digests = Vec::new();
+    // The ring pins its own placement in ring/tests.rs.
+    for &a in Algorithm::ALL.iter().filter(|&&a| a != Algorithm::Ring) {
+        let p = build(a, &nodes, &AlgorithmOptions::default()).unwrap();
+        let mut digest = 0xcbf2_9ce4_8422_2325u64;
+        for key in keys.iter() {
+            for &b in p.lookup(key).unwrap().name().as_bytes() {
+                digest = (digest ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        digests.push((a.name(), digest));
+    }
+    let pinned: &[(&str, u64)] = &[
+        ("jump", 0x0ce1_5759_97d0_6f2a),
+        ("jumpback", 0x1bc0_8127_c624_1e8b),
+        ("rendezvous", 0x29f2_0e2a_e879_b390),
+        ("maglev", 0x87cf_a6bb_23dd_86c8),
+        ("multiprobe", 0x2936_5bed_ad7d_b067),
+        ("anchor", 0x6a9c_80be_aae3_59b1),
+        // Without removals memento is jump.
+        ("memento", 0x0ce1_5759_97d0_6f2a),
+    ];
+    assert_eq!(digests, pinned);
 }
