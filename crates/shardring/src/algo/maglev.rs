@@ -16,7 +16,20 @@
 //! Maglev trades exact consistency for balance: when a node leaves, its slots go to the others, *and*
 //! because the turn order shifts, a few slots change hands between surviving nodes too. The paper
 //! measures this as a small extra disruption; `shardring analyze` reports the moved fraction against
-//! the ideal 1/N rather than hiding it. Adding a node likewise moves slightly more than 1/(N+1).
+//! the ideal 1/N rather than hiding it. Adding a node likewise moves more than 1/(N+1). The extra
+//! shrinks as the table grows relative to the node count; measured on 1,000,000 synthetic keys,
+//! removing one node moved:
+//!
+//! | nodes | table | moved | ideal 1/N | ratio |
+//! |---:|---:|---:|---:|---:|
+//! | 100 | 10,007 (100 per node) | 2.66 % | 1 % | 2.7× |
+//! | 100 | 65,537 (the default) | 1.53 % | 1 % | 1.5× |
+//! | 100 | 100,003 (1,000 per node) | 1.44 % | 1 % | 1.4× |
+//! | 1000 | 100,003 (the default) | 0.65 % | 0.1 % | 6.5× |
+//! | 1000 | 1,000,003 (1,000 per node) | 0.29 % | 0.1 % | 2.9× |
+//!
+//! Pass a larger [`maglev_table_size`](super::AlgorithmOptions::maglev_table_size) when movement
+//! matters more than 4 bytes a slot.
 //!
 //! # Weights
 //! Weighted the way Envoy does it: in every round, a node of weight `w` claims a slot only when its
