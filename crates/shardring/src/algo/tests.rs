@@ -189,6 +189,39 @@ proptest! {
         }
     }
 
+    /// For the algorithms whose single-node placement is exact (only the removed node's keys move),
+    /// replica lists are stable too: removing a node that is not among a key's replicas leaves that
+    /// key's replica list as it was. For the ring and rendezvous, removing one that is among them only
+    /// drops it and appends one node (for multi-probe, anchor and memento the new owner may start a
+    /// different list).
+    #[test]
+    fn replica_lists_survive_removals_of_other_nodes(names in names_strategy(), count in 1usize..6,
+                                                     pick in any::<prop::sample::Index>(),
+                                                     keys in proptest::collection::vec(any::<Vec<u8>>(), 1..30)) {
+        prop_assume!(names.len() > count + 1);
+        let nodes = named(&names);
+        let gone = names[pick.index(names.len())].clone();
+        for algorithm in [Algorithm::Ring, Algorithm::Rendezvous, Algorithm::MultiProbe, Algorithm::Anchor, Algorithm::Memento] {
+            let before = build(algorithm, &nodes, &AlgorithmOptions::default()).unwrap();
+            let mut after = before.clone();
+            after.remove(&gone).unwrap();
+            let (mut b, mut a) = (Vec::new(), Vec::new());
+            for key in &keys {
+                before.replicas_into(key, count, &mut b);
+                after.replicas_into(key, count, &mut a);
+                let b: Vec<&str> = b.iter().map(|&i| before.nodes()[i].name()).collect();
+                let a: Vec<&str> = a.iter().map(|&i| after.nodes()[i].name()).collect();
+                if !b.contains(&gone.as_str()) {
+                    prop_assert_eq!(&a, &b, "{}", algorithm);
+                } else if matches!(algorithm, Algorithm::Ring | Algorithm::Rendezvous) {
+                    // Walk order and score order survive: the others keep their ranks.
+                    let kept: Vec<&str> = b.iter().copied().filter(|n| *n != gone).collect();
+                    prop_assert_eq!(&a[..kept.len()], &kept[..], "{}: {:?} -> {:?}", algorithm, b, a);
+                }
+            }
+        }
+    }
+
     #[test]
     fn membership_changes_never_panic_and_stay_consistent(names in names_strategy(),
                                                            ops in proptest::collection::vec((any::<bool>(), "[a-z]{1,3}"), 0..40)) {
