@@ -32,12 +32,16 @@
 //! matters more than 4 bytes a slot.
 //!
 //! # Weights
-//! Weighted the way Envoy does it: in every round, a node of weight `w` claims a slot only when its
-//! accumulated credit `Σ w / w_max` reaches the next whole slot, so the heaviest node claims one slot
-//! per round and a node of half the weight one every other round. With equal weights this is exactly
-//! the paper's algorithm.
+//! Weighted the way Envoy does it: the heaviest node claims one slot per round and a node of weight
+//! `w` claims its `k`-th slot in round `⌈k × w_max / w⌉`, so a node of half the weight claims one every
+//! other round and each node's share of slots follows its weight. Turns come from a heap, so even very
+//! skewed weights cost O(M log N). With equal weights every node claims one slot per round, in turn:
+//! exactly the paper's algorithm.
 //!
 //! Nodes take their turns in name order, so placement never depends on the order nodes were given.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use crate::algo::{check_count, check_unique, name_hash, position};
 use crate::hash::{HashFunction, KeyHash};
@@ -174,7 +178,7 @@ impl Maglev {
         counts
     }
 
-    /// Fills the table from scratch: the paper's population loop, with Envoy-style weight credits.
+    /// Fills the table from scratch: the paper's population loop, with Envoy-style weighted turns.
     fn populate(&mut self) {
         self.table.clear();
         let n = self.nodes.len();
@@ -199,38 +203,41 @@ impl Maglev {
                 }
             })
             .collect();
+        // A node of weight w takes its k-th slot in round ceil(k × w_max / w): every round for the
+        // heaviest, every other round at half its weight. Turns are scheduled with a heap so that
+        // skewed weights cost O(M log N) rather than a pass over all N nodes per round.
         let max_weight = self.nodes.iter().map(Node::weight).fold(0.0, f64::max);
-        let shares: Vec<f64> = order
+        let ratios: Vec<f64> = order
             .iter()
-            .map(|&i| self.nodes[i].weight() / max_weight)
+            .map(|&i| max_weight / self.nodes[i].weight())
             .collect();
-        let mut credit = vec![0.0f64; n];
+        // `as` saturates: a weight so small its round overflows simply never gets a turn.
+        let round_of = |t: usize, k: u64| (k as f64 * ratios[t]).ceil() as u64;
+        let mut turns: BinaryHeap<Reverse<(u64, usize)>> =
+            (0..n).map(|t| Reverse((round_of(t, 1), t))).collect();
+        let mut placed = vec![0u64; n];
         // The next permutation index each node will try.
         let mut next = vec![0u64; n];
         const EMPTY: u32 = u32::MAX;
         let mut table = vec![EMPTY; m as usize];
         let mut filled = 0u64;
-        'rounds: loop {
-            for t in 0..n {
-                credit[t] += shares[t];
-                if credit[t] < 1.0 {
-                    continue;
-                }
-                credit[t] -= 1.0;
-                // Walk this node's permutation to its next free slot; a full cycle visits every slot,
-                // and the table is not full, so this ends within M steps.
-                let mut slot = (offsets[t] + (next[t] % m) * skips[t]) % m;
-                while table[slot as usize] != EMPTY {
-                    next[t] += 1;
-                    slot = (offsets[t] + (next[t] % m) * skips[t]) % m;
-                }
-                table[slot as usize] = order[t] as u32;
+        while filled < m {
+            // The heap always holds one turn per node; an empty heap cannot happen with n > 0.
+            let Some(Reverse((_, t))) = turns.pop() else {
+                break;
+            };
+            // Walk this node's permutation to its next free slot; a full cycle visits every slot,
+            // and the table is not full, so this ends within M steps.
+            let mut slot = (offsets[t] + (next[t] % m) * skips[t]) % m;
+            while table[slot as usize] != EMPTY {
                 next[t] += 1;
-                filled += 1;
-                if filled == m {
-                    break 'rounds;
-                }
+                slot = (offsets[t] + (next[t] % m) * skips[t]) % m;
             }
+            table[slot as usize] = order[t] as u32;
+            next[t] += 1;
+            filled += 1;
+            placed[t] += 1;
+            turns.push(Reverse((round_of(t, placed[t] + 1), t)));
         }
         self.table = table;
     }
@@ -403,6 +410,23 @@ mod tests {
             assert!((c[i] as f64 - want).abs() <= 2.0, "{c:?}");
         }
         assert!(spread(&m, &KeySet::synthetic(60_000)).peak_to_mean < 1.05);
+    }
+
+    #[test]
+    fn skewed_weights_build_quickly_and_do_not_panic() {
+        let mut list: Vec<Node> = (0..2000)
+            .map(|i| Node::weighted(format!("light-{i}"), 1e-9).unwrap())
+            .collect();
+        list.push(Node::weighted("heavy", 1e9).unwrap());
+        list.push(Node::weighted("subnormal", f64::MIN_POSITIVE / 8.0).unwrap());
+        let start = std::time::Instant::now();
+        let m = Maglev::new(&list, HashFunction::Xxh3, None).unwrap();
+        assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
+        let counts = m.slot_counts();
+        assert_eq!(counts[2000], m.table_size());
+        let mut out = Vec::new();
+        m.replicas_into(b"k", 3, &mut out);
+        assert_eq!(out.len(), 3);
     }
 
     #[test]
