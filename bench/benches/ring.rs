@@ -3,11 +3,18 @@
 //! Keys are made before the timed loop; each iteration looks up one key of a fixed pool of random
 //! 16-byte keys, so the measurement is hash + search.
 
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates undocumented public functions"
+)]
+
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use shardring::Ring;
 
 fn node_names(count: usize) -> Vec<String> {
-    (0..count).map(|i| format!("10.0.{}.{}:11211", i / 256, i % 256)).collect()
+    (0..count)
+        .map(|i| format!("10.0.{}.{}:11211", i / 256, i % 256))
+        .collect()
 }
 
 /// A fixed pool of pseudo-random keys (SplitMix64 over a fixed seed), made outside any timed loop.
@@ -48,7 +55,12 @@ fn build(c: &mut Criterion) {
     for nodes in [10usize, 100, 1000] {
         let names = node_names(nodes);
         group.bench_with_input(BenchmarkId::from_parameter(nodes), &names, |b, names| {
-            b.iter(|| Ring::builder().nodes(names.iter().cloned()).build().unwrap())
+            b.iter(|| {
+                Ring::builder()
+                    .nodes(names.iter().cloned())
+                    .build()
+                    .unwrap()
+            })
         });
     }
     group.finish();

@@ -56,7 +56,10 @@ fn lookups_do_not_allocate() {
             }
             let after = ALLOCATIONS.load(Ordering::Relaxed);
             assert_eq!(found, 20 * 1000 * 5);
-            assert_eq!(after, before, "{hash} (index {index}) allocated during lookups");
+            assert_eq!(
+                after, before,
+                "{hash} (index {index}) allocated during lookups"
+            );
         }
     }
 }

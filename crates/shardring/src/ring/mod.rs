@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //! All points live in one flat array sorted by position, 8 bytes each (position and node index), with an
-//! optional [index over the top bits](TopBitsIndex) of the position that turns the search into one
+//! optional index over the top bits of the position that turns the search into one
 //! indexed load and a look at one or two points.
 //!
 //! # Ties

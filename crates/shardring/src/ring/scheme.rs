@@ -6,7 +6,7 @@ use crate::Node;
 /// The rule that turns a node into its positions on the 32-bit circle.
 ///
 /// Compatibility modes (ketama and friends) add their own variants; every variant is deterministic and
-/// depends only on what [`SchemeInput`] gives it.
+/// depends only on the node, the ring's key hash and its points per node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PointScheme {

@@ -137,12 +137,24 @@ fn empty_ring_answers_none() {
 fn bad_input_is_an_error_and_leaves_the_ring_unchanged() {
     let mut ring = Ring::builder().nodes(["a", "b"]).build().unwrap();
     let points = ring.point_count();
-    assert!(matches!(ring.add("a", 1.0), Err(Error::DuplicateNode { .. })));
-    assert!(matches!(ring.add("c", 0.0), Err(Error::InvalidWeight { .. })));
-    assert!(matches!(ring.add("c", -2.0), Err(Error::InvalidWeight { .. })));
+    assert!(matches!(
+        ring.add("a", 1.0),
+        Err(Error::DuplicateNode { .. })
+    ));
+    assert!(matches!(
+        ring.add("c", 0.0),
+        Err(Error::InvalidWeight { .. })
+    ));
+    assert!(matches!(
+        ring.add("c", -2.0),
+        Err(Error::InvalidWeight { .. })
+    ));
     assert!(matches!(ring.add("", 1.0), Err(Error::EmptyName)));
     assert!(matches!(ring.remove("zz"), Err(Error::UnknownNode { .. })));
-    assert!(matches!(ring.set_weight("a", f64::NAN), Err(Error::InvalidWeight { .. })));
+    assert!(matches!(
+        ring.set_weight("a", f64::NAN),
+        Err(Error::InvalidWeight { .. })
+    ));
     assert_eq!(ring.point_count(), points);
     assert!(matches!(
         Ring::builder().nodes(["x", "x"]).build(),
@@ -156,17 +168,31 @@ fn bad_input_is_an_error_and_leaves_the_ring_unchanged() {
 
 #[test]
 fn too_many_points_is_an_error_not_an_allocation() {
-    let mut ring = Ring::builder().max_points(1000).node("a", 1.0).build().unwrap();
+    let mut ring = Ring::builder()
+        .max_points(1000)
+        .node("a", 1.0)
+        .build()
+        .unwrap();
     let err = ring.add("huge", 1e12).unwrap_err();
-    assert!(matches!(err, Error::TooManyPoints { limit: 1000, .. }), "{err}");
-    assert!(matches!(ring.set_weight("a", 100.0), Err(Error::TooManyPoints { .. })));
+    assert!(
+        matches!(err, Error::TooManyPoints { limit: 1000, .. }),
+        "{err}"
+    );
+    assert!(matches!(
+        ring.set_weight("a", 100.0),
+        Err(Error::TooManyPoints { .. })
+    ));
     assert_eq!(ring.point_count(), 160);
     assert!(Ring::builder().node("a", f64::MAX).build().is_err());
 }
 
 #[test]
 fn tiny_weights_still_get_a_point() {
-    let ring = Ring::builder().node("a", 1e-9).node("b", 1.0).build().unwrap();
+    let ring = Ring::builder()
+        .node("a", 1e-9)
+        .node("b", 1.0)
+        .build()
+        .unwrap();
     assert_eq!(ring.node_points("a").count(), 1);
     assert_eq!(ring.node_points("b").count(), 160);
 }
@@ -180,7 +206,16 @@ fn colliding_points_go_to_the_smaller_name_whatever_the_order() {
     a.add("b", 1.0).unwrap();
     a.add("a", 1.0).unwrap();
     // Force a collision: give both nodes the same point by building points by hand.
-    a.points = vec![Point { position: 7, node: 0 }, Point { position: 7, node: 1 }];
+    a.points = vec![
+        Point {
+            position: 7,
+            node: 0,
+        },
+        Point {
+            position: 7,
+            node: 1,
+        },
+    ];
     let nodes = a.nodes.clone();
     a.points.sort_by(|x, y| Ring::point_order(&nodes, x, y));
     a.reindex();
@@ -189,7 +224,10 @@ fn colliding_points_go_to_the_smaller_name_whatever_the_order() {
     // And the merge path agrees with the sort path.
     let mut merged = Ring::builder().vnodes(1).build().unwrap();
     merged.nodes = vec![Node::new("b").unwrap(), Node::new("a").unwrap()];
-    merged.points = vec![Point { position: 7, node: 0 }];
+    merged.points = vec![Point {
+        position: 7,
+        node: 0,
+    }];
     merged.merge_points(1, vec![7]);
     merged.reindex();
     assert_eq!(merged.lookup_hash(7).unwrap().name(), "a");
@@ -197,7 +235,12 @@ fn colliding_points_go_to_the_smaller_name_whatever_the_order() {
 
 #[test]
 fn shares_sum_to_one_and_follow_weight() {
-    let ring = Ring::builder().node("a", 1.0).node("b", 1.0).node("c", 2.0).build().unwrap();
+    let ring = Ring::builder()
+        .node("a", 1.0)
+        .node("b", 1.0)
+        .node("c", 2.0)
+        .build()
+        .unwrap();
     let shares = ring.shares();
     let total: f64 = shares.iter().map(|s| s.1).sum();
     assert!((total - 1.0).abs() < 1e-9);
@@ -209,7 +252,11 @@ fn shares_sum_to_one_and_follow_weight() {
 
 #[test]
 fn node_points_follow_the_documented_scheme() {
-    let ring = Ring::builder().vnodes(3).node("cache-1", 1.0).build().unwrap();
+    let ring = Ring::builder()
+        .vnodes(3)
+        .node("cache-1", 1.0)
+        .build()
+        .unwrap();
     let mut expected: Vec<u32> = (0..3)
         .map(|i| HashFunction::Xxh3.hash32(format!("cache-1-{i}").as_bytes()))
         .collect();
@@ -219,7 +266,11 @@ fn node_points_follow_the_documented_scheme() {
 
 #[test]
 fn migration_plan_covers_exactly_the_moved_hashes() {
-    let before = Ring::builder().vnodes(4).nodes(["a", "b", "c"]).build().unwrap();
+    let before = Ring::builder()
+        .vnodes(4)
+        .nodes(["a", "b", "c"])
+        .build()
+        .unwrap();
     let mut after = before.clone();
     after.add("d", 1.0).unwrap();
     after.remove("b").unwrap();
@@ -247,7 +298,11 @@ fn migration_plan_covers_exactly_the_moved_hashes() {
     for boundary in [0, u32::MAX] {
         let moved = before.lookup_hash(boundary).map(|n| n.name().to_string())
             != after.lookup_hash(boundary).map(|n| n.name().to_string());
-        assert_eq!(moved, plan.iter().any(|m| m.first <= boundary && boundary <= m.last));
+        assert_eq!(
+            moved,
+            plan.iter()
+                .any(|m| m.first <= boundary && boundary <= m.last)
+        );
     }
 }
 
@@ -264,7 +319,10 @@ fn acceptance_spread_and_movement_at_ten_nodes() {
     grown.add("node-10", 1.0).unwrap();
     let add = analysis::movement(&ring, &grown, &keys);
     let ideal = 1.0 / 11.0;
-    assert!(add.fraction() >= 0.8 * ideal && add.fraction() <= 1.25 * ideal, "{add:?}");
+    assert!(
+        add.fraction() >= 0.8 * ideal && add.fraction() <= 1.25 * ideal,
+        "{add:?}"
+    );
     assert_eq!(add.moved_to.keys().collect::<Vec<_>>(), vec!["node-10"]);
 
     let mut shrunk = ring.clone();
