@@ -37,6 +37,7 @@
 
 pub mod algo;
 pub mod analysis;
+mod decimal;
 mod error;
 pub mod hash;
 mod node;
