@@ -52,4 +52,3 @@ fn placements_match_nutcracker() {
     }
     assert!(files >= 20 && total > 15_000, "{files} files, {total} keys");
 }
-

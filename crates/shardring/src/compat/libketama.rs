@@ -11,9 +11,10 @@
 //! | two servers on one point | the server listed first (stable sort) | the server added last (a dict entry overwritten) |
 //! | keys | C strings: bytes up to the first NUL | Python `str(key)` encoded as UTF-8 (a `bytes` key is hashed as its `repr`) |
 //!
-//! The digest counts agree whenever `m/M × 40 × n` is not within float rounding of an integer from below;
-//! equal weights give the same counts for every server count we tried (1 to 100). libketama also limits
-//! a server address to 21 characters. No package ships libketama, so this mode is proven against
+//! The digest counts agree unless single precision lands `m/M × 40 × n` just below a whole number: for
+//! equal weights that happens at 61 servers (libketama gives each 39 digests, uhashring 40) and at no
+//! other count from 1 to 100 (a test checks this). libketama also limits a server address to 21
+//! characters. No package ships libketama, so this mode is proven against
 //! uhashring on the inputs where the two agree (integer weights, keys that are valid UTF-8 without NUL,
 //! no key hash equal to a point), and its differences are tested against a model of the C code.
 
