@@ -48,7 +48,7 @@ mod node;
 mod placement;
 pub mod ring;
 
-pub use crate::error::Error;
+pub use crate::error::{ConfigProblem, Error};
 pub use crate::hash::{HashFunction, KeyHash};
 pub use crate::node::Node;
 pub use crate::placement::Placement;

@@ -52,3 +52,17 @@ fn placements_match_nutcracker() {
     }
     assert!(files >= 20 && total > 15_000, "{files} files, {total} keys");
 }
+#[cfg(feature = "twemproxy-config")]
+#[test]
+fn placements_from_the_config_reader_match_nutcracker() {
+    use shardring::compat::twemproxy_config::Config;
+    let mut total = 0;
+    for path in common::files("twemproxy") {
+        let g = common::read(&path);
+        let yml = std::fs::read_to_string(path.with_extension("yml")).unwrap();
+        let config = Config::parse(&yml).unwrap();
+        let p = config.pools[0].placement().unwrap();
+        total += common::check(&g, |k| p.lookup(k).unwrap().name().to_string());
+    }
+    assert!(total > 15_000);
+}
