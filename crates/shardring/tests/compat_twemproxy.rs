@@ -66,3 +66,31 @@ fn placements_from_the_config_reader_match_nutcracker() {
     }
     assert!(total > 15_000);
 }
+
+/// testdata/twemproxy-config: the reader accepts exactly the files `nutcracker --test-conf` accepts
+/// (scripts/regen-golden/twemproxy_config.py), and every refusal names at least one line.
+#[cfg(feature = "twemproxy-config")]
+#[test]
+fn config_reader_agrees_with_nutcracker_test_conf() {
+    use shardring::compat::twemproxy_config::Config;
+    let dir = common::testdata("twemproxy-config");
+    let verdicts = std::fs::read_to_string(dir.join("verdicts.tsv")).unwrap();
+    let mut cases = 0;
+    for line in verdicts.lines().filter(|l| !l.starts_with('#')) {
+        let (case, verdict) = line.split_once('\t').unwrap();
+        let text = std::fs::read_to_string(dir.join(format!("{case}.yml"))).unwrap();
+        let ours = Config::parse(&text);
+        match (verdict, &ours) {
+            ("ok", Ok(_)) => {}
+            ("invalid", Err(shardring::Error::InvalidConfig { problems })) => {
+                assert!(!problems.is_empty(), "{case}");
+                if !text.is_empty() {
+                    assert!(problems.iter().any(|p| p.line > 0), "{case}: {problems:?}");
+                }
+            }
+            _ => panic!("{case}: nutcracker says {verdict}, the reader says {ours:?}"),
+        }
+        cases += 1;
+    }
+    assert!(cases >= 40, "{cases}");
+}
