@@ -59,3 +59,8 @@ pub use crate::ring::{Ring, RingBuilder};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The "switching from twemproxy / libmemcached" text (to be merged into the README), doctested.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/switching.md")]
+pub struct SwitchingDoctests;

@@ -178,7 +178,9 @@ impl LibmemcachedBuilder {
 
     /// Builds the ring. Nodes are named `host:port`.
     ///
-    /// Weight 0 is refused here; libmemcached would accept it and give the server no points.
+    /// Weight 0 is refused here; libmemcached would accept it and give the server no points. The
+    /// continuum kind (weighted or not) is fixed here from the weights; membership changes on the built
+    /// ring keep it, so after adding a server of weight > 1 to an unweighted ring, build anew.
     ///
     /// # Errors
     /// [`Error::InvalidWeight`] for weight 0, [`Error::DuplicateNode`] for a repeated `host:port`,

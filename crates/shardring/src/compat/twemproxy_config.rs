@@ -211,10 +211,19 @@ impl Reader<'_> {
         }
     }
 
-    /// Reads one node whose first event is `first`.
-    fn node(&mut self, first: (Event, Marker)) -> Result<Yaml, ConfigProblem> {
+    /// Reads one node whose first event is `first`, nested `depth` deep.
+    fn node(&mut self, first: (Event, Marker), depth: usize) -> Result<Yaml, ConfigProblem> {
         let (event, mark) = first;
         let line = mark.line();
+        // nutcracker allows two levels (pool, key) plus the servers list; stop long before the stack
+        // could be at risk from a hostile file.
+        if depth > MAX_DEPTH {
+            return Err(ConfigProblem {
+                line,
+                key: String::new(),
+                message: format!("nested deeper than {MAX_DEPTH} levels"),
+            });
+        }
         match event {
             Event::Scalar(value, _, anchor, tag) => {
                 self.check_anchor_tag(line, anchor, tag.is_some());
@@ -232,7 +241,7 @@ impl Reader<'_> {
                     if next.0 == Event::SequenceEnd {
                         return Ok(Yaml::Seq(items, line));
                     }
-                    items.push(self.node(next)?);
+                    items.push(self.node(next, depth + 1)?);
                 }
             }
             Event::MappingStart(anchor, tag) => {
@@ -243,9 +252,9 @@ impl Reader<'_> {
                     if next.0 == Event::MappingEnd {
                         return Ok(Yaml::Map(entries, line));
                     }
-                    let key = self.node(next)?;
+                    let key = self.node(next, depth + 1)?;
                     let next = self.next()?;
-                    let value = self.node(next)?;
+                    let value = self.node(next, depth + 1)?;
                     entries.push((key, value));
                 }
             }
@@ -273,7 +282,7 @@ impl Reader<'_> {
                     }
                 }
                 other => {
-                    let node = self.node((other, mark))?;
+                    let node = self.node((other, mark), 0)?;
                     if root.is_none() {
                         root = Some(node);
                     }
@@ -283,6 +292,9 @@ impl Reader<'_> {
         Ok(root)
     }
 }
+
+/// How deep the reader follows nested collections before giving up on the file.
+const MAX_DEPTH: usize = 16;
 
 /// The keys nutcracker 0.5.0 knows, in its order.
 const KEYS: &[&str] = &[
@@ -768,6 +780,8 @@ beta:
             "",
             "p:\n  listen: 127.0.0.1:1\n  servers:\n   - a:1:1\nq:\n  listen: 127.0.0.1:1\n  servers:\n   - a:1:1\n",
             "p: [\n",
+            &"[".repeat(100_000),
+            &format!("p:\n  listen: {}", "{a: ".repeat(50_000)),
         ] {
             assert!(Config::parse(text).is_err(), "{text}");
         }
