@@ -42,7 +42,7 @@ def main():
     subprocess.run(["gcc", "-O2", "-Wall", "-o", exe, os.path.join(HERE, "libmemcached", "ketama_dump.c"),
                     "-lmemcached"], check=True)
     try:
-        keyhex = "".join(k.hex() + "\n" for k in keys())
+        keyhex = "".join(k.hex() + "\n" for k in keys(include_empty=True))
         res = subprocess.run([exe, "hashes", "-"], input=keyhex, capture_output=True, text=True, check=True)
         with open(os.path.join(OUT, "hashes.tsv"), "w") as f:
             f.write("# libhashkit hash of each key: memcached_generate_hash_value(key, len, MEMCACHED_HASH_*)\n")

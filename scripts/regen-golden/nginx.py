@@ -81,6 +81,7 @@ def main():
     try:
         for p in list(fronts.values()) + backends:
             wait_listening(p, proc)
+        # No empty key: nginx sends it to round robin, not to the ring (not reproducible).
         ks = keys()
         for name, servers in CONFIGS:
             rows, dropped = [], 0

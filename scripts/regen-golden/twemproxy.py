@@ -47,6 +47,9 @@ POOLS += [
     ("ketama-hashtag-braces-fnv1a_64", dict(hash="fnv1a_64", hash_tag='"{}"'), UNEQUAL),
     ("ketama-hashtag-dollars-md5", dict(hash="md5", hash_tag='"$$"'), EQUAL3),
     ("ketama-one-server", dict(hash="md5"), [srv(31001)]),
+    # Names past nutcracker's 272-byte point-name limit: every point name is cut to the same 272 bytes.
+    ("ketama-longnames-md5", dict(hash="md5"),
+     [srv(31001, 1, "a" * 300), srv(31002, 1, "b" * 268), srv(31003, 2, "c" * 271), srv(31004, 1, "short")]),
     ("modula-unequal-fnv1a_64", dict(hash="fnv1a_64", distribution="modula"), UNEQUAL),
     ("modula-named-crc32", dict(hash="crc32", distribution="modula"), NAMED),
     ("modula-many40-md5", dict(hash="md5", distribution="modula"), MANY40),

@@ -44,7 +44,7 @@ CONFIGS = [
 def main():
     os.makedirs(OUT, exist_ok=True)
     ks = []
-    for k in keys():
+    for k in keys(include_empty=True):
         try:
             ks.append((k, k.decode("utf-8")))
         except UnicodeDecodeError:

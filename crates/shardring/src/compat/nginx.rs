@@ -7,7 +7,9 @@
 //! are kept once (the first server in the block keeps them; here the smaller name does, see
 //! [`PointScheme::Nginx`]).
 //!
-//! Not modelled: servers marked `down` or failing (nginx walks on to the next point), and a `server`
+//! Not reproducible: an empty key, which nginx does not hash at all but hands to round robin (so it
+//! goes to a different server from one request to the next); the ring here places it at CRC-32 of
+//! nothing, 0. Not modelled: servers marked `down` or failing (nginx walks on to the next point), and a `server`
 //! whose host name resolves to several addresses (nginx makes one peer per address, all with the same
 //! name, and picks among them by weighted round robin). The node names are the addresses as written.
 //!
