@@ -22,12 +22,12 @@
 //! Every algorithm is deterministic: the same nodes (in the same order, for the numbered-bucket
 //! algorithms jump, anchor and memento) give the same placement in every process.
 
-mod anchor;
-mod jump;
-mod maglev;
-mod memento;
-mod multiprobe;
-mod rendezvous;
+pub mod anchor;
+pub mod jump;
+pub mod maglev;
+pub mod memento;
+pub mod multiprobe;
+pub mod rendezvous;
 
 #[cfg(test)]
 mod tests;
