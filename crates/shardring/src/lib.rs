@@ -9,6 +9,9 @@
 //! - [`hash`]: deterministic key hashes (xxh3, CRC32, FNV, Murmur3, MD5), selectable by name.
 //! - [`Placement`]: the trait every placement algorithm implements.
 //! - [`analysis`]: spread and key-movement measurements over any placement.
+//! - [`shared`]: [`SharedRing`](shared::SharedRing), a placement shared by many threads with lock-free
+//!   reads and copy-on-write changes.
+//! - [`load`]: striped per-node request counters and load statistics.
 //!
 //! ## Example
 //!
@@ -39,9 +42,11 @@ pub mod algo;
 pub mod analysis;
 mod error;
 pub mod hash;
+pub mod load;
 mod node;
 mod placement;
 pub mod ring;
+pub mod shared;
 
 pub use crate::error::Error;
 pub use crate::hash::{HashFunction, KeyHash};
