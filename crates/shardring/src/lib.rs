@@ -11,6 +11,7 @@
 //! - [`analysis`]: spread and key-movement measurements over any placement.
 //! - [`shared`]: [`SharedRing`](shared::SharedRing), a placement shared by many threads with lock-free
 //!   reads and copy-on-write changes.
+//! - [`bounded`]: bounded-load lookups that cap every node's requests in flight at c × the average.
 //! - [`load`]: striped per-node request counters and load statistics.
 //!
 //! ## Example
@@ -40,6 +41,7 @@
 
 pub mod algo;
 pub mod analysis;
+pub mod bounded;
 mod error;
 pub mod hash;
 pub mod load;
