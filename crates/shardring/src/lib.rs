@@ -13,6 +13,7 @@
 //!   reads and copy-on-write changes.
 //! - [`bounded`]: bounded-load lookups that cap every node's requests in flight at c × the average.
 //! - [`load`]: striped per-node request counters and load statistics.
+//! - [`rebalance`]: the adaptive virtual-node rebalancer, which scales each node's points by its load.
 //!
 //! ## Example
 //!
@@ -47,6 +48,7 @@ pub mod hash;
 pub mod load;
 mod node;
 mod placement;
+pub mod rebalance;
 pub mod ring;
 pub mod shared;
 
