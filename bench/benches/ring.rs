@@ -7,7 +7,9 @@ use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criteri
 use shardring::Ring;
 
 fn node_names(count: usize) -> Vec<String> {
-    (0..count).map(|i| format!("10.0.{}.{}:11211", i / 256, i % 256)).collect()
+    (0..count)
+        .map(|i| format!("10.0.{}.{}:11211", i / 256, i % 256))
+        .collect()
 }
 
 /// A fixed pool of pseudo-random keys (SplitMix64 over a fixed seed), made outside any timed loop.
@@ -48,7 +50,12 @@ fn build(c: &mut Criterion) {
     for nodes in [10usize, 100, 1000] {
         let names = node_names(nodes);
         group.bench_with_input(BenchmarkId::from_parameter(nodes), &names, |b, names| {
-            b.iter(|| Ring::builder().nodes(names.iter().cloned()).build().unwrap())
+            b.iter(|| {
+                Ring::builder()
+                    .nodes(names.iter().cloned())
+                    .build()
+                    .unwrap()
+            })
         });
     }
     group.finish();

@@ -143,7 +143,11 @@ pub fn spread(placement: &dyn Placement, keys: &KeySet) -> Spread {
         })
         .fold(0.0, f64::max);
     Spread {
-        mean: if nodes.is_empty() { 0.0 } else { total_keys / n },
+        mean: if nodes.is_empty() {
+            0.0
+        } else {
+            total_keys / n
+        },
         stddev: variance.sqrt(),
         min: counts.iter().copied().min().unwrap_or(0),
         max: counts.iter().copied().max().unwrap_or(0),

@@ -153,14 +153,12 @@ impl BoundedLoads {
         let mut walk = self.ring.replicas(key.as_ref());
         while let Some(index) = walk.next_index() {
             let cap = self.cap(index, m);
-            let admitted = self.loads[index].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
-                (l < cap).then_some(l + 1)
-            });
-            if admitted.is_ok() {
-                return Some(LoadGuard {
-                    owner: self,
-                    index,
+            let admitted =
+                self.loads[index].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+                    (l < cap).then_some(l + 1)
                 });
+            if admitted.is_ok() {
+                return Some(LoadGuard { owner: self, index });
             }
         }
         // Every node was at its cap: only possible when concurrent releases lowered `m` below what the
@@ -169,10 +167,7 @@ impl BoundedLoads {
             .min_by_key(|&i| self.load(i))
             .unwrap_or(0);
         self.loads[index].fetch_add(1, Ordering::Relaxed);
-        Some(LoadGuard {
-            owner: self,
-            index,
-        })
+        Some(LoadGuard { owner: self, index })
     }
 }
 

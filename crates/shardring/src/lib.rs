@@ -13,6 +13,8 @@
 //!   reads and copy-on-write changes.
 //! - [`bounded`]: bounded-load lookups that cap every node's requests in flight at c × the average.
 //! - [`load`]: striped per-node request counters and load statistics.
+//! - [`simulate`]: replays synthetic uniform or Zipf traffic round by round, with the rebalancer and/or
+//!   bounded loads (the engine of `shardring simulate`).
 //! - [`rebalance`]: the adaptive virtual-node rebalancer, which scales each node's points by its load.
 //!
 //! ## Example
@@ -51,6 +53,7 @@ mod placement;
 pub mod rebalance;
 pub mod ring;
 pub mod shared;
+pub mod simulate;
 
 pub use crate::error::Error;
 pub use crate::hash::{HashFunction, KeyHash};

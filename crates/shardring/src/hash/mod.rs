@@ -180,8 +180,14 @@ mod tests {
             assert_eq!(h.name().parse::<HashFunction>().unwrap(), h);
             assert_eq!(h.to_string().parse::<HashFunction>().unwrap(), h);
         }
-        assert_eq!("FNV1A_64".parse::<HashFunction>().unwrap(), HashFunction::Fnv1a64);
-        assert_eq!("fnv1a32".parse::<HashFunction>().unwrap(), HashFunction::Fnv1a32);
+        assert_eq!(
+            "FNV1A_64".parse::<HashFunction>().unwrap(),
+            HashFunction::Fnv1a64
+        );
+        assert_eq!(
+            "fnv1a32".parse::<HashFunction>().unwrap(),
+            HashFunction::Fnv1a32
+        );
         let err = "sha1".parse::<HashFunction>().unwrap_err();
         assert!(err.to_string().contains("xxh3"), "{err}");
     }

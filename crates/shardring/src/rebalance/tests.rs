@@ -23,12 +23,15 @@ fn builder_defaults_are_relative_to_vnodes_and_validated() {
     assert_eq!(r.threshold(), DEFAULT_THRESHOLD);
     assert_eq!(r.min_samples(), DEFAULT_MIN_SAMPLES);
     assert_eq!(r.interval(), DEFAULT_INTERVAL);
+    assert_eq!(r.damping(), DEFAULT_DAMPING);
     let bad = [
         Rebalancer::builder().min_points(0),
         Rebalancer::builder().min_points(5).max_points(4),
         Rebalancer::builder().threshold(-0.1),
         Rebalancer::builder().threshold(f64::NAN),
         Rebalancer::builder().interval(Duration::ZERO),
+        Rebalancer::builder().damping(0.0),
+        Rebalancer::builder().damping(1.5),
     ];
     for b in bad {
         assert!(matches!(
@@ -44,6 +47,7 @@ fn waits_for_samples_then_rebalances_by_load_ratio() {
     let r = Rebalancer::builder()
         .min_points(5)
         .max_points(200)
+        .damping(1.0)
         .build(Arc::clone(&s))
         .unwrap();
     s.load().load().add(0, 500);
@@ -65,7 +69,11 @@ fn waits_for_samples_then_rebalances_by_load_ratio() {
         RebalanceOutcome::Rebalanced { generation: 1, .. }
     ));
     assert_eq!(s.load().point_counts(), vec![25, 100, 40, 40]);
-    assert_eq!(s.load_stats().total, 0.0, "a new ring starts with new counters");
+    assert_eq!(
+        s.load_stats().total,
+        0.0,
+        "a new ring starts with new counters"
+    );
     // The node that lost points kept its first 20.
     let before: Vec<u32> = shared(4, 40).load().node_points("node-0").collect();
     let after: Vec<u32> = s.load().node_points("node-0").collect();
@@ -156,6 +164,7 @@ proptest! {
         extra in 0usize..60,
         loads in prop::collection::vec(0u64..5000, 1..8),
         threshold in 0.0f64..1.0,
+        damping in 0.1f64..=1.0,
     ) {
         let max = min + extra;
         let s = shared(loads.len(), vnodes);
@@ -163,6 +172,7 @@ proptest! {
             .min_points(min)
             .max_points(max)
             .threshold(threshold)
+            .damping(damping)
             .min_samples(1)
             .build(Arc::clone(&s))
             .unwrap();
@@ -185,14 +195,15 @@ proptest! {
         pairs in prop::collection::vec((1usize..500, 0u64..10_000), 1..20),
         min in 1usize..50,
         extra in 0usize..500,
+        damping in 0.01f64..=1.0,
     ) {
         let (points, loads): (Vec<usize>, Vec<u64>) = pairs.into_iter().unzip();
-        let planned = scale_points(&points, &loads, min, min + extra);
+        let planned = scale_points(&points, &loads, damping, min, min + extra);
         let mean = loads.iter().sum::<u64>() as f64 / loads.len() as f64;
         for ((&p, &l), &n) in points.iter().zip(&loads).zip(&planned) {
             prop_assert!(n >= min && n <= min + extra);
             if l > 0 {
-                let naive = ((p as f64 * mean / l as f64).round() as usize).clamp(min, min + extra);
+                let naive = ((p as f64 * (mean / l as f64).powf(damping)).round() as usize).clamp(min, min + extra);
                 prop_assert_eq!(n, naive);
             }
         }

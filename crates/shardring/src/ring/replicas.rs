@@ -31,7 +31,11 @@ impl<'a> Replicas<'a> {
         Replicas {
             ring,
             next: start.unwrap_or(0),
-            remaining: if start.is_some() { ring.points.len() } else { 0 },
+            remaining: if start.is_some() {
+                ring.points.len()
+            } else {
+                0
+            },
             inline: [0; INLINE],
             yielded: 0,
             seen: Vec::new(),

@@ -35,7 +35,10 @@ fn changes_publish_new_generations() {
     ));
     assert_eq!(shared.generation(), 3);
     assert_eq!(shared.replace(ring(&["x"])), 4);
-    assert_eq!(shared.lookup_with("k", |n| n.name().to_string()).unwrap(), "x");
+    assert_eq!(
+        shared.lookup_with("k", |n| n.name().to_string()).unwrap(),
+        "x"
+    );
 }
 
 #[test]
@@ -72,10 +75,7 @@ fn stress_readers_never_see_a_foreign_node_and_no_update_is_lost() {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let shared = SharedRing::new(ring(&["base-0", "base-1"]));
     let published: Mutex<HashMap<u64, BTreeSet<String>>> = Mutex::new(HashMap::new());
-    published
-        .lock()
-        .unwrap()
-        .insert(0, names(&shared.load()));
+    published.lock().unwrap().insert(0, names(&shared.load()));
     let writers_done = AtomicBool::new(false);
     let start = Barrier::new(cores + 2);
 
@@ -131,7 +131,10 @@ fn stress_readers_never_see_a_foreign_node_and_no_update_is_lost() {
         let finals: Vec<BTreeSet<String>> =
             writers.into_iter().map(|w| w.join().unwrap()).collect();
         writers_done.store(true, Ordering::Relaxed);
-        let answers: Vec<_> = readers.into_iter().flat_map(|r| r.join().unwrap()).collect();
+        let answers: Vec<_> = readers
+            .into_iter()
+            .flat_map(|r| r.join().unwrap())
+            .collect();
         (answers, finals)
     });
 
