@@ -368,24 +368,21 @@ impl Rebalancer {
         let report = Arc::clone(&status);
         let thread = std::thread::Builder::new()
             .name("shardring-rebalancer".into())
-            .spawn(move || loop {
+            .spawn(move || {
                 // The handle never sends; dropping it disconnects the channel, which ends the wait early.
-                match stopped.recv_timeout(self.interval) {
-                    Err(RecvTimeoutError::Timeout) => {
-                        let outcome = self.rebalance_once();
-                        let mut status = report.lock().unwrap_or_else(|e| e.into_inner());
-                        status.runs += 1;
-                        match outcome {
-                            Ok(o) => {
-                                if matches!(o, RebalanceOutcome::Rebalanced { .. }) {
-                                    status.rebalances += 1;
-                                }
-                                status.last_outcome = Some(o);
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(self.interval) {
+                    let outcome = self.rebalance_once();
+                    let mut status = report.lock().unwrap_or_else(|e| e.into_inner());
+                    status.runs += 1;
+                    match outcome {
+                        Ok(o) => {
+                            if matches!(o, RebalanceOutcome::Rebalanced { .. }) {
+                                status.rebalances += 1;
                             }
-                            Err(e) => status.last_error = Some(e),
+                            status.last_outcome = Some(o);
                         }
+                        Err(e) => status.last_error = Some(e),
                     }
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
                 }
             })
             .map_err(|e| Error::Spawn {
