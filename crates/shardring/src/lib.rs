@@ -40,7 +40,15 @@
 //! - Lookups are allocation-free and, with the top-bits index, a few nanoseconds past the key hash.
 //!
 //! ## Cargo features
-//! None yet: the library depends only on hash crates and `thiserror`.
+//! None yet: the library depends only on hash crates, `thiserror`, and `arc-swap` (for
+//! [`SharedRing`](shared::SharedRing)'s lock-free snapshots).
+//!
+//! ## Concurrency
+//! [`SharedRing`](shared::SharedRing) serves lookups from any number of threads while membership changes:
+//! readers load the current snapshot without locking, writers publish a new one. The
+//! [rebalancer](rebalance) and [bounded loads](bounded) build on it. The library writes no synchronisation
+//! of its own beyond `arc-swap`, a `Mutex` for writers, and relaxed atomic counters, each use commented
+//! where it is.
 
 pub mod algo;
 pub mod analysis;
