@@ -53,6 +53,7 @@
 pub mod algo;
 pub mod analysis;
 pub mod bounded;
+mod decimal;
 mod error;
 pub mod hash;
 pub mod load;
@@ -68,3 +69,8 @@ pub use crate::hash::{HashFunction, KeyHash};
 pub use crate::node::Node;
 pub use crate::placement::Placement;
 pub use crate::ring::{Ring, RingBuilder};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

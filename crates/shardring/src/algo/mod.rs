@@ -62,6 +62,7 @@ impl FromStr for Algorithm {
 
 /// Settings shared by the algorithms; each uses the ones that apply to it.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AlgorithmOptions {
     /// The key hash. By default, this is [`HashFunction::Xxh3`].
     pub hash: HashFunction,

@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //! All points live in one flat array sorted by position, 8 bytes each (position and node index), with an
-//! optional [index over the top bits](TopBitsIndex) of the position that turns the search into one
+//! optional index over the top bits of the position that turns the search into one
 //! indexed load and a look at one or two points.
 //!
 //! # Ties
@@ -291,18 +291,37 @@ impl Ring {
             .collect();
         let total = counts.iter().fold(0u64, |a, &c| a.saturating_add(c));
         self.check_limit(0, total)?;
-        let mut points = Vec::with_capacity(total as usize);
+        // Sort (position, rank of the owner's name) packed in a u64: the same order as `point_order`, at
+        // the speed of sorting integers.
+        let mut by_name: Vec<u32> = (0..self.nodes.len() as u32).collect();
+        by_name.sort_unstable_by(|&a, &b| {
+            self.nodes[a as usize]
+                .name()
+                .cmp(self.nodes[b as usize].name())
+        });
+        let mut rank = vec![0u32; self.nodes.len()];
+        for (r, &node) in by_name.iter().enumerate() {
+            rank[node as usize] = r as u32;
+        }
+        let mut packed: Vec<u64> = Vec::with_capacity(total as usize);
         let mut positions = Vec::new();
         for (i, (node, &count)) in self.nodes.iter().zip(&counts).enumerate() {
             positions.clear();
             self.scheme.positions(node, count, input, &mut positions);
-            points.extend(positions.iter().map(|&position| Point {
-                position,
-                node: i as u32,
-            }));
+            packed.extend(
+                positions
+                    .iter()
+                    .map(|&p| (u64::from(p) << 32) | u64::from(rank[i])),
+            );
         }
-        let nodes = &self.nodes;
-        points.sort_unstable_by(|a, b| Ring::point_order(nodes, a, b));
+        packed.sort_unstable();
+        let points = packed
+            .into_iter()
+            .map(|k| Point {
+                position: (k >> 32) as u32,
+                node: by_name[(k as u32) as usize],
+            })
+            .collect();
         self.points = points;
         self.reindex();
         Ok(())

@@ -6,7 +6,7 @@ use crate::Node;
 /// The rule that turns a node into its positions on the 32-bit circle.
 ///
 /// Compatibility modes (ketama and friends) add their own variants; every variant is deterministic and
-/// depends only on what [`SchemeInput`] gives it.
+/// depends only on the node, the ring's key hash and its points per node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PointScheme {
@@ -45,11 +45,13 @@ impl PointScheme {
         match self {
             PointScheme::Plain => {
                 let mut key = Vec::with_capacity(node.name().len() + 21);
+                key.extend_from_slice(node.name().as_bytes());
+                key.push(b'-');
+                let prefix = key.len();
+                let mut digits = [0u8; 20];
                 for i in 0..count {
-                    key.clear();
-                    key.extend_from_slice(node.name().as_bytes());
-                    key.push(b'-');
-                    key.extend_from_slice(i.to_string().as_bytes());
+                    key.truncate(prefix);
+                    key.extend_from_slice(crate::decimal::format_u64(&mut digits, i));
                     out.push(input.hash.hash32(&key));
                 }
             }

@@ -1,0 +1,5 @@
+//! One file per subcommand, each with its `Args` and a `run(args)`.
+
+pub mod analyze;
+pub mod lookup;
+pub mod ring;
