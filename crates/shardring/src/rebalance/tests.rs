@@ -209,3 +209,63 @@ proptest! {
         }
     }
 }
+
+/// Readers on every core route skewed traffic while the background rebalancer runs every millisecond and
+/// a writer adds and removes a node: nothing panics, readers always get an answer, and every run leaves
+/// point counts within bounds. Bounded by iteration counts.
+#[test]
+fn background_rebalancing_under_concurrent_readers_and_membership_changes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let s = shared(6, 40);
+    let handle = Rebalancer::builder()
+        .min_points(10)
+        .max_points(160)
+        .min_samples(500)
+        .interval(Duration::from_millis(1))
+        .build(Arc::clone(&s))
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for r in 0..cores {
+            let (s, done) = (&s, &done);
+            scope.spawn(move || {
+                for i in 0..200_000u64 {
+                    // Relaxed: the flag carries no data; it only ends the loop early.
+                    if done.load(Ordering::Relaxed) && i > 1000 {
+                        break;
+                    }
+                    // Skewed: a quarter of requests for one key.
+                    let key = if i % 4 == 0 { 0 } else { i * 31 + r as u64 };
+                    assert!(s.load().lookup_counted(key.to_le_bytes()).is_some());
+                }
+            });
+        }
+        for op in 0..100 {
+            if op % 2 == 0 {
+                s.add(crate::Node::new("extra").unwrap()).unwrap();
+            } else {
+                s.remove("extra").unwrap();
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        // Bounded wait for the rebalancer to have judged a few windows alongside the readers.
+        for _ in 0..400 {
+            if handle.status().runs >= 3 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        done.store(true, Ordering::Relaxed);
+    });
+    let status = handle.stop();
+    assert!(status.last_error.is_none(), "{status:?}");
+    assert!(status.runs >= 3, "{status:?}");
+    let ring = s.load();
+    assert_eq!(ring.len(), 6);
+    assert!(ring.point_counts().iter().all(|p| (10..=160).contains(p)));
+    assert!(s.generation() >= 100);
+}
