@@ -21,6 +21,12 @@
 //! check and the increment are one atomic compare-and-swap on the node's counter, so two threads can never
 //! both take a node's last slot. Only when releases race with admissions so that every node is at its cap
 //! (impossible single-threaded) does a request go to the least-loaded node instead of failing.
+//!
+//! # Membership changes
+//! A [`BoundedLoads`] tracks one state of one ring (node indices are only meaningful there). When the
+//! membership of a [`SharedRing`](crate::shared::SharedRing) changes, build a new one over the new
+//! snapshot; requests still in flight on the old one release into the old one, so the new caps start from
+//! the requests admitted under them. Their sum is then briefly below the true load in flight.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
