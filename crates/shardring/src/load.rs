@@ -14,6 +14,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 /// Counters per cache-line pair (2 × 64 bytes): stripes start this many counters apart at least, and one
 /// pair of lines of padding separates the end of one stripe from the start of the next, so that neither
@@ -33,10 +34,14 @@ thread_local! {
 }
 
 /// The default stripe count: twice the available parallelism, rounded up to a power of two (so a thread's
-/// stripe is a mask of its ticket), at most 64.
+/// stripe is a mask of its ticket), at most 64. Computed once per process: asking the OS reads cgroup
+/// files, too slow to repeat for every published ring.
 pub fn default_stripes() -> usize {
-    let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-    (cores * 2).next_power_of_two().min(MAX_STRIPES)
+    static STRIPES: OnceLock<usize> = OnceLock::new();
+    *STRIPES.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+        (cores * 2).next_power_of_two().min(MAX_STRIPES)
+    })
 }
 
 /// Request counters for the nodes of one placement, indexed like its [`nodes`](crate::Placement::nodes).
