@@ -1,5 +1,5 @@
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 
 use super::*;
@@ -71,26 +71,32 @@ fn empty_shared_ring_answers_none() {
 #[test]
 fn stress_readers_never_see_a_foreign_node_and_no_update_is_lost() {
     const WRITER_OPS: usize = 300;
-    const READER_MAX_LOOKUPS: usize = 400_000;
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let shared = SharedRing::new(ring(&["base-0", "base-1"]));
     let published: Mutex<HashMap<u64, BTreeSet<String>>> = Mutex::new(HashMap::new());
     published.lock().unwrap().insert(0, names(&shared.load()));
     let writers_done = AtomicBool::new(false);
+    // Lookups done so far; the writers' first changes wait for readers to make progress between them, so
+    // the readers provably overlap changes however the scheduler interleaves the threads.
+    let reads = AtomicUsize::new(0);
     let start = Barrier::new(cores + 2);
 
     let (answers, finals) = std::thread::scope(|s| {
         let readers: Vec<_> = (0..cores)
             .map(|r| {
-                let (shared, done, start) = (&shared, &writers_done, &start);
+                let (shared, done, start, reads) = (&shared, &writers_done, &start, &reads);
                 s.spawn(move || {
                     let mut seen = Vec::new();
                     start.wait();
-                    for i in 0..READER_MAX_LOOKUPS {
-                        // Relaxed: the flag only ends the loop early; nothing is read through it.
+                    // Readers run until the writers are done (a bounded amount of work), so they overlap
+                    // the changes however the scheduler interleaves the threads.
+                    for i in 0usize.. {
+                        // Relaxed: the flag only ends the loop; nothing is read through it.
                         if done.load(Ordering::Relaxed) && i > 1000 {
                             break;
                         }
+                        // Relaxed: a progress count for the writers to wait on; it orders nothing.
+                        reads.fetch_add(1, Ordering::Relaxed);
                         let snap = shared.load();
                         let key = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ r as u64;
                         let node = snap.lookup_counted(key.to_le_bytes()).expect("never empty");
@@ -105,11 +111,17 @@ fn stress_readers_never_see_a_foreign_node_and_no_update_is_lost() {
         let writers: Vec<_> = ["a", "b"]
             .into_iter()
             .map(|prefix| {
-                let (shared, published, start) = (&shared, &published, &start);
+                let (shared, published, start, reads) = (&shared, &published, &start, &reads);
                 s.spawn(move || {
                     let mut present = BTreeSet::new();
                     start.wait();
                     for op in 0..WRITER_OPS {
+                        if op < 20 {
+                            let before = reads.load(Ordering::Relaxed);
+                            while reads.load(Ordering::Relaxed) < before + 100 {
+                                std::thread::yield_now();
+                            }
+                        }
                         let name = format!("{prefix}-{}", op % 5);
                         let writer = shared.writer();
                         let mut next = writer.current().placement().clone();
