@@ -3,6 +3,11 @@
 //! Keys are made before the timed loop; each iteration looks up one key of a fixed pool of random
 //! 16-byte keys, so the measurement is hash + search.
 
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates undocumented public functions"
+)]
+
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use shardring::Ring;
 

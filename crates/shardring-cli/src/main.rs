@@ -1,1 +1,62 @@
-fn main() {}
+//! `shardring`: analyse, look up, draw, diff and simulate consistent-hash placements.
+//!
+//! Exit status: 0 on success; 2 on a usage, input or configuration error, with the reason on stderr and
+//! nothing on stdout.
+
+mod cmd;
+mod compat;
+mod nodes;
+mod plot;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Consistent hashing for cache clusters: measure spread and key movement, look keys up, inspect rings.
+#[derive(Debug, Parser)]
+#[command(name = "shardring", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure every algorithm's spread, key movement, build time and lookup speed on synthetic keys.
+    Analyze(cmd::analyze::Args),
+    /// Print the node(s) of each key: KEY<TAB>NODE[<TAB>NODE...].
+    Lookup(cmd::lookup::Args),
+    /// Print a ring's continuum, its nodes' shares, or the migration plan to another node list.
+    Ring(cmd::ring::Args),
+    /// Replay synthetic traffic round by round, with the adaptive rebalancer and/or bounded loads (JSON).
+    Simulate(cmd::simulate::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Analyze(args) => cmd::analyze::run(args),
+        Command::Lookup(args) => cmd::lookup::run(args),
+        Command::Ring(args) => cmd::ring::run(args),
+        Command::Simulate(args) => cmd::simulate::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`shardring ring ... | head`) is the reader's choice, not our failure.
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            let _ = io::stdout().flush();
+            eprintln!("shardring: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::decimal::format_u64;
 use crate::Placement;
 
 /// A set of keys stored back to back in one buffer, so a million keys are two allocations, not a million.
@@ -23,7 +24,7 @@ impl KeySet {
             bytes: Vec::with_capacity(count * 11),
             ends: Vec::with_capacity(count),
         };
-        let mut buf = itoa_buffer();
+        let mut buf = [0u8; 20];
         for i in 0..count {
             set.bytes.extend_from_slice(b"key:");
             set.bytes.extend_from_slice(format_u64(&mut buf, i as u64));
@@ -64,23 +65,6 @@ impl<K: AsRef<[u8]>> FromIterator<K> for KeySet {
             set.push(key.as_ref());
         }
         set
-    }
-}
-
-fn itoa_buffer() -> [u8; 20] {
-    [0; 20]
-}
-
-/// Writes `n` in decimal into the end of `buf` and returns the digits, without allocating.
-fn format_u64(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
     }
 }
 
@@ -281,4 +265,98 @@ mod tests {
         let same = movement(&before, &before, &KeySet::synthetic(1000));
         assert_eq!(same.moved, 0);
     }
+}
+
+/// One algorithm measured on one key set: the row of `shardring analyze`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// The algorithm's name.
+    pub algorithm: &'static str,
+    /// How many nodes the placement had.
+    pub nodes: usize,
+    /// How many keys were placed.
+    pub keys: usize,
+    /// The spread of the keys over the nodes.
+    pub spread: Spread,
+    /// Fraction of keys moved when one node was added.
+    pub moved_on_add: f64,
+    /// The least possible fraction for an add: 1/(N+1).
+    pub ideal_on_add: f64,
+    /// Whether every key that moved on add moved to the new node.
+    pub add_moved_only_to_new: bool,
+    /// Fraction of keys moved when one node (from the middle of the list) was removed.
+    pub moved_on_remove: f64,
+    /// The least possible fraction for a remove: 1/N.
+    pub ideal_on_remove: f64,
+    /// Whether every key that moved on remove had been on the removed node.
+    pub remove_moved_only_its_keys: bool,
+    /// Time to build the placement from the node list.
+    pub build_time: std::time::Duration,
+    /// Mean time of one lookup (hash + search) over the key set, in nanoseconds.
+    pub lookup_ns: f64,
+    /// Heap bytes of the lookup structures.
+    pub memory_bytes: usize,
+}
+
+/// Builds a placement with `build`, measures its spread over `keys`, times its build and lookups, and
+/// measures movement when the node `added` joins and when the middle node of the list leaves.
+///
+/// # Errors
+/// Whatever `build` or the membership changes return.
+pub fn report<F>(
+    build: F,
+    nodes: &[crate::Node],
+    added: crate::Node,
+    keys: &KeySet,
+) -> Result<Report, crate::Error>
+where
+    F: Fn(&[crate::Node]) -> Result<Box<dyn Placement>, crate::Error>,
+{
+    use std::time::Instant;
+
+    let started = Instant::now();
+    let placement = build(nodes)?;
+    let build_time = started.elapsed();
+
+    let started = Instant::now();
+    let mut found = 0usize;
+    for key in keys.iter() {
+        found = found.wrapping_add(placement.locate(std::hint::black_box(key)).unwrap_or(0));
+    }
+    std::hint::black_box(found);
+    let lookup_ns = started.elapsed().as_nanos() as f64 / keys.len().max(1) as f64;
+
+    let spread = spread(placement.as_ref(), keys);
+
+    let mut grown = placement.clone_box();
+    let added_name = added.name().to_string();
+    grown.add(added)?;
+    let add = movement(placement.as_ref(), grown.as_ref(), keys);
+
+    let (moved_on_remove, remove_moved_only_its_keys) = match nodes.get(nodes.len() / 2) {
+        Some(victim) if nodes.len() > 1 => {
+            let mut shrunk = placement.clone_box();
+            shrunk.remove(victim.name())?;
+            let remove = movement(placement.as_ref(), shrunk.as_ref(), keys);
+            let only = remove.moved_from.keys().all(|n| n == victim.name());
+            (remove.fraction(), only)
+        }
+        _ => (0.0, true),
+    };
+    let n = nodes.len().max(1) as f64;
+    Ok(Report {
+        algorithm: placement.algorithm(),
+        nodes: nodes.len(),
+        keys: keys.len(),
+        spread,
+        moved_on_add: add.fraction(),
+        ideal_on_add: 1.0 / (n + 1.0),
+        add_moved_only_to_new: add.moved_to.keys().all(|n| *n == added_name),
+        moved_on_remove,
+        ideal_on_remove: 1.0 / n,
+        remove_moved_only_its_keys,
+        build_time,
+        lookup_ns,
+        memory_bytes: placement.memory_bytes(),
+    })
 }

@@ -139,19 +139,22 @@ impl FromStr for Algorithm {
 
 /// Settings shared by the algorithms; each uses the ones that apply to it.
 ///
-/// Build it from the default and change what you need:
+/// Start from the default and change what you need (the struct is `non_exhaustive`, so new settings
+/// can be added without breaking callers):
 ///
 /// ```
 /// use shardring::algo::{build, Algorithm, AlgorithmOptions};
 /// use shardring::Node;
 ///
-/// let options = AlgorithmOptions { probes: 31, ..AlgorithmOptions::default() };
+/// let mut options = AlgorithmOptions::default();
+/// options.probes = 31;
 /// let nodes = vec![Node::new("a")?, Node::new("b")?];
 /// let placement = build(Algorithm::MultiProbe, &nodes, &options)?;
 /// assert!(placement.lookup(b"user:1").is_some());
 /// # Ok::<(), shardring::Error>(())
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AlgorithmOptions {
     /// The key hash. By default, this is [`HashFunction::Xxh3`].
     pub hash: HashFunction,

@@ -1,0 +1,6 @@
+//! One file per subcommand, each with its `Args` and a `run(args)`.
+
+pub mod analyze;
+pub mod lookup;
+pub mod ring;
+pub mod simulate;
