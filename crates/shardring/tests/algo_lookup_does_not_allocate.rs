@@ -41,10 +41,8 @@ fn algorithm_lookups_do_not_allocate() {
         .map(|i| Node::new(format!("10.0.0.{i}:11211")).unwrap())
         .collect();
     for &hash in HashFunction::ALL {
-        let options = AlgorithmOptions {
-            hash,
-            ..AlgorithmOptions::default()
-        };
+        let mut options = AlgorithmOptions::default();
+        options.hash = hash;
         for &algorithm in Algorithm::ALL {
             let mut placement = build(algorithm, &nodes, &options).unwrap();
             for round in 0..2 {

@@ -8,7 +8,7 @@
 //!
 //! # Table size
 //! `M` is fixed when the placement is built (by default the next prime at or above
-//! `max(100 × N, 65,537)`) and kept across membership changes, as in the paper: resizing would remap
+//! `max(100 × N, 65,537)`, capped at 2^26) and kept across membership changes, as in the paper: resizing would remap
 //! almost every key. The table is refilled from scratch on every change. A node count above `M` is
 //! refused with [`Error::TooManyPoints`], since some nodes would then own nothing.
 //!
@@ -116,7 +116,8 @@ impl Maglev {
     ///
     /// # Errors
     /// [`Error::DuplicateNode`]; [`Error::InvalidSetting`] for a table size of 0;
-    /// [`Error::TooManyPoints`] when the table would exceed 2^26 slots or hold fewer slots than nodes.
+    /// [`Error::TooManyPoints`] when a requested size exceeds 2^26 slots or the table would hold fewer
+    /// slots than nodes.
     pub fn new(
         nodes: &[Node],
         hash: HashFunction,
@@ -132,9 +133,10 @@ impl Maglev {
                 })
             }
             Some(s) => s,
+            // Capped at the limit: past 671,088 nodes the default gives fewer than 100 slots each.
             None => (nodes.len() as u64)
                 .saturating_mul(DEFAULT_SLOTS_PER_NODE)
-                .max(MIN_DEFAULT_TABLE_SIZE),
+                .clamp(MIN_DEFAULT_TABLE_SIZE, DEFAULT_MAX_POINTS),
         };
         if wanted > DEFAULT_MAX_POINTS {
             return Err(Error::TooManyPoints {

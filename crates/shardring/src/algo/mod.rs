@@ -165,7 +165,7 @@ pub struct AlgorithmOptions {
     ///
     /// By default, this is `None`: the next prime at or above the larger of 100 × the initial node
     /// count and 65,537 (the paper's small table), so that nodes added later still get about 100
-    /// entries each up to 655 nodes.
+    /// entries each up to 655 nodes; capped at 2^26 slots (256 MiB).
     pub maglev_table_size: Option<u64>,
     /// Multi-probe's probes per key: more probes, better balance, slower lookups.
     ///
