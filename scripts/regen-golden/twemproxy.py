@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Regenerates testdata/twemproxy/: where nutcracker 0.5.0 (Debian's package) puts each key.
 
-Starts memcached servers on 127.0.0.1 (ports 31001-31040, and 11211 for the port-11211 pool) and, per
+Starts memcached servers on 127.0.0.1 (ports 31001-31040, and 11211 for the port-11211 pool; redis
+servers on 32001-32004 for the `redis: true` pools) and, per
 pool, a nutcracker in front of them; sets every key through nutcracker, then asks every backend directly
 which keys it holds. Writes <pool>.yml (the configuration nutcracker ran) and <pool>.tsv
 (HEXKEY<TAB>server, the server as shardring names it: its name, else host:port).
 
-Needs: apt-get install -y nutcracker memcached. Usage: scripts/regen-golden/twemproxy.py (repo root).
+Needs: apt-get install -y nutcracker memcached redis-server (the redis pools). Usage: scripts/regen-golden/twemproxy.py (repo root).
 """
 import os
 import sys
@@ -54,7 +55,16 @@ POOLS += [
     ("modula-named-crc32", dict(hash="crc32", distribution="modula"), NAMED),
     ("modula-many40-md5", dict(hash="md5", distribution="modula"), MANY40),
     ("modula-hashtag-jenkins", dict(hash="jenkins", distribution="modula", hash_tag='"{}"'), EQUAL3),
+    # redis: true, in front of redis servers: binary-safe keys, so also the empty key and keys with
+    # spaces, control bytes and NUL that the memcached protocol cannot carry.
+    ("redis-ketama-unequal-fnv1a_64", dict(hash="fnv1a_64", redis="true"), UNEQUAL),
+    ("redis-ketama-named-crc16-hashtag", dict(hash="crc16", redis="true", hash_tag='"{}"'), NAMED),
+    ("redis-modula-unequal-murmur", dict(hash="murmur", redis="true", distribution="modula"), UNEQUAL),
 ]
+
+# Keys only a binary-safe protocol carries.
+REDIS_EXTRA = [b"", b"a b", b" ", b"\x00", b"a\x00b", b"\r\n", b"tab\there", b"{a b}c", b"\x01\x02\x7f",
+               b"{}", b"{\x00}x", b"x" * 1000]
 
 
 def display(server):
@@ -78,17 +88,23 @@ def main():
     h = Harness()
     try:
         for name, opts, servers in POOLS:
+            redis = opts.get("redis") == "true"
+            pool_keys = list(dict.fromkeys([b""] + ks + REDIS_EXTRA[1:])) if redis else ks
+            # Redis pools use the same ports plus 1000.
+            if redis:
+                servers = [(p + 1000, w, nm) for p, w, nm in servers]
             for port, _, _ in servers:
-                h.start_memcached(port)
+                (h.start_redis if redis else h.start_memcached)(port)
             listen = free_port()
             text = pool_yaml(name, listen, opts, servers)
-            where, refused = h.run_pool(text, listen, ks, [s[0] for s in servers])
+            where, refused = h.run_pool(text, listen, pool_keys, [s[0] for s in servers], redis=redis)
+            ks_written = pool_keys
             by_port = {s[0]: display(s) for s in servers}
             with open(os.path.join(OUT, name + ".yml"), "w") as f:
                 f.write(text.replace(f"127.0.0.1:{listen}", "127.0.0.1:22121"))
             with open(os.path.join(OUT, name + ".tsv"), "w") as f:
                 f.write(f"# pool: {name}.yml\n# refused: {len(refused)}\n")
-                for k in ks:
+                for k in ks_written:
                     if k in where:
                         f.write(f"{k.hex()}\t{by_port[where[k]]}\n")
             print(f"{name}: {len(where)} keys, {len(refused)} refused"

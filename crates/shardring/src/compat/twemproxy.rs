@@ -10,7 +10,8 @@
 //! - **Keys.** Hashed with the pool's `hash` (default `fnv1a_64`, twemproxy's version: see
 //!   [`crate::hash::twemproxy`]), after the `hash_tag` is applied (the bytes between the first opening
 //!   character and the next closing one, when there is at least one; otherwise the whole key). An empty
-//!   key hashes to 0. A pool of one server sends every key to it.
+//!   key hashes to 0 (confirmed through nutcracker's redis protocol, which can carry one). A pool of one
+//!   server sends every key to it.
 //! - **Server order.** nutcracker sorts a pool's servers by identity (shorter first, then byte-wise)
 //!   while validating the configuration. That order breaks ties between equal points and is the order of
 //!   the modula table.
