@@ -25,6 +25,9 @@
 //! - Debian's libhashkit is built without `hsieh` (it hashes every key to the same value), so that hash is
 //!   not offered here.
 //! - With one server every key goes to it without hashing (as any ring of one node does here).
+//! - The SPY modes are libmemcached's idea of Java's spymemcached: points of `/host:port-i`, where
+//!   spymemcached writes `hostname/ip:port-i` (`/ip:port-i` only for a server without a host name). They
+//!   are proven against libmemcached; no spymemcached golden exists here.
 //!
 //! Proven on `testdata/libmemcached/` (made by `scripts/regen-golden/libmemcached.py` with a small C
 //! program calling `memcached_generate_hash`).
@@ -45,7 +48,8 @@ pub enum LibmemcachedMode {
     KetamaWeighted,
     /// `MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA_SPY`, unweighted.
     Spy,
-    /// `MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA_SPY` after `KETAMA_WEIGHTED`: spymemcached's ketama.
+    /// `MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA_SPY` after `KETAMA_WEIGHTED`: libmemcached's rendering
+    /// of spymemcached's ketama.
     SpyWeighted,
 }
 
