@@ -25,9 +25,11 @@
 //! - Debian's libhashkit is built without `hsieh` (it hashes every key to the same value), so that hash is
 //!   not offered here.
 //! - With one server every key goes to it without hashing (as any ring of one node does here).
-//! - The SPY modes are libmemcached's idea of Java's spymemcached: points of `/host:port-i`, where
-//!   spymemcached writes `hostname/ip:port-i` (`/ip:port-i` only for a server without a host name). They
-//!   are proven against libmemcached; no spymemcached golden exists here.
+//! - The SPY modes are libmemcached's idea of Java's spymemcached: points of `/host:port-i`, with the
+//!   host as given to libmemcached. libmemcached's own comment says spymemcached writes
+//!   `hostname/ip:port-index` (or `/ip:port-index` without a host name), so the two can agree only for
+//!   some ways of naming servers. These modes are proven against libmemcached; spymemcached itself was
+//!   not checked.
 //!
 //! Proven on `testdata/libmemcached/` (made by `scripts/regen-golden/libmemcached.py` with a small C
 //! program calling `memcached_generate_hash`).

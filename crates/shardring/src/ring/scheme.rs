@@ -52,8 +52,9 @@ pub enum PointScheme {
     LibmemcachedSpy,
     /// `MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA_SPY` after `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED`: as
     /// [`LibmemcachedWeighted`](PointScheme::LibmemcachedWeighted) with the identity `"/{host}:{port}"`.
-    /// libmemcached means this to match Java's spymemcached, which writes `hostname/ip:port` (only
-    /// `/ip:port` when it has no host name); proven here against libmemcached, not spymemcached.
+    /// libmemcached means this to match Java's spymemcached (its source comment gives spymemcached's
+    /// format as `hostname/ip:port-index`, or `/ip:port-index` without a host name); proven here against
+    /// libmemcached, not against spymemcached.
     LibmemcachedSpyWeighted,
     /// The original last.fm libketama: a server with `m` of the total memory `M` over `n` servers gets
     /// `floorf(m/M × 40 × n)` MD5 digests of `"{identity}-{k}"`, four points each. Keys are C strings:
