@@ -25,6 +25,8 @@
 //! - Debian's libhashkit is built without `hsieh` (it hashes every key to the same value), so that hash is
 //!   not offered here.
 //! - With one server every key goes to it without hashing (as any ring of one node does here).
+//! - When points of two servers collide (common with the 15-bit `crc` hash), the server added first
+//!   owns the point; the ring follows the order of [`LibmemcachedBuilder::server`] calls.
 //! - The SPY modes are libmemcached's idea of Java's spymemcached: points of `/host:port-i`, with the
 //!   host as given to libmemcached. libmemcached's own comment says spymemcached writes
 //!   `hostname/ip:port-index` (or `/ip:port-index` without a host name), so the two can agree only for

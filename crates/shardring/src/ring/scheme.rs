@@ -241,7 +241,17 @@ impl PointScheme {
                 .len()
                 .cmp(&b.identity().len())
                 .then_with(|| a.identity().cmp(b.identity())),
-            _ => a.name().cmp(b.name()),
+            // libmemcached, libketama and nginx sort their points with glibc's stable qsort (nginx then
+            // keeps the first of equal points): the server configured first wins.
+            PointScheme::Libmemcached
+            | PointScheme::LibmemcachedWeighted
+            | PointScheme::LibmemcachedSpy
+            | PointScheme::LibmemcachedSpyWeighted
+            | PointScheme::Libketama
+            | PointScheme::Nginx => a.rank().cmp(&b.rank()).then_with(|| a.name().cmp(b.name())),
+            // uhashring maps each point to a node in a dict, so the node added last overwrites the others.
+            PointScheme::Uhashring => b.rank().cmp(&a.rank()).then_with(|| a.name().cmp(b.name())),
+            PointScheme::Plain => a.name().cmp(b.name()),
         }
     }
 }
