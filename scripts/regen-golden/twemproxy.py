@@ -9,7 +9,10 @@ which keys it holds. Writes <pool>.yml (the configuration nutcracker ran) and <p
 
 Needs: apt-get install -y nutcracker memcached redis-server (the redis pools). Usage: scripts/regen-golden/twemproxy.py (repo root).
 """
+import hashlib
+import math
 import os
+import struct
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -67,6 +70,50 @@ REDIS_EXTRA = [b"", b"a b", b" ", b"\x00", b"a\x00b", b"\r\n", b"tab\there", b"{
                b"{}", b"{\x00}x", b"x" * 1000]
 
 
+def f32(x):
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def ketama_points(name, n):
+    """nutcracker's points of a server of weight 1 among n equal ones (single-precision count)."""
+    pct = f32(f32(1.0) / f32(n))
+    t = f32(f32(f32(pct * f32(160.0)) / f32(4.0)) * f32(n))
+    count = math.floor(f32(t + 1e-10)) * 4
+    out = []
+    for i in range(count // 4):
+        d = hashlib.md5(f"{name}-{i}".encode()).digest()
+        out += [struct.unpack("<I", d[4 * k:4 * k + 4])[0] for k in range(4)]
+    return out
+
+
+def ties_pool():
+    """A pool where two servers' points collide, with keys that land on the collision.
+
+    400 named servers t5-0..t5-399 (hash md5): t5-96 and t5-267 share a point. nutcracker sorts its
+    servers by name length, then bytes, so t5-96 (shorter) should own it, although t5-267 sorts first
+    byte-wise and comes first in the file here. t5-96 is on port 31001, t5-267 on 31002, the other 398
+    on 31003 (nutcracker only forbids duplicate names). Returns (servers, keys, {port: name})."""
+    n = 400
+    names = [f"t5-{i}" for i in range(n)]
+    owners = {}
+    for nm in names:
+        for p in ketama_points(nm, n):
+            owners.setdefault(p, set()).add(nm)
+    tie = next(p for p, o in owners.items() if o == {"t5-96", "t5-267"})
+    prev = max(p for p in owners if p < tie)
+    keys, j = [], 0
+    while len(keys) < 8:
+        k = f"tie-key-{j}".encode()
+        h = struct.unpack("<I", hashlib.md5(k).digest()[:4])[0]
+        if prev < h <= tie:
+            keys.append(k)
+        j += 1
+    order = ["t5-267", "t5-96"] + [nm for nm in names if nm not in ("t5-96", "t5-267")]
+    port = {"t5-96": 31001, "t5-267": 31002}
+    servers = [srv(port.get(nm, 31003), 1, nm) for nm in order]
+    return servers, keys + [f"plain-{i}".encode() for i in range(400)], {31001: "t5-96", 31002: "t5-267"}
+
+
 def display(server):
     port, _, name = server
     return name or f"127.0.0.1:{port}"
@@ -109,6 +156,25 @@ def main():
                         f.write(f"{k.hex()}\t{by_port[where[k]]}\n")
             print(f"{name}: {len(where)} keys, {len(refused)} refused"
                   + (f" e.g. {refused[0]!r}" if refused else ""))
+        # The tie pool: only the keys that landed on the two colliding servers are recorded (the other
+        # 398 servers share one memcached, so a key there cannot be told apart).
+        servers, tie_keys, names = ties_pool()
+        for port in (31001, 31002, 31003):
+            h.start_memcached(port)
+        listen = free_port()
+        name = "ketama-ties-md5"
+        text = pool_yaml(name, listen, dict(hash="md5"), servers)
+        where, refused = h.run_pool(text, listen, tie_keys, [31001, 31002, 31003])
+        with open(os.path.join(OUT, name + ".yml"), "w") as f:
+            f.write(text.replace(f"127.0.0.1:{listen}", "127.0.0.1:22121"))
+        kept = [k for k in tie_keys if where.get(k) in names]
+        with open(os.path.join(OUT, name + ".tsv"), "w") as f:
+            f.write(f"# pool: {name}.yml\n# refused: {len(refused)}\n")
+            f.write("# only keys on the two colliding servers (t5-96, t5-267); the first 8 hit the shared point\n")
+            for k in kept:
+                f.write(f"{k.hex()}\t{names[where[k]]}\n")
+        print(f"{name}: {len(kept)} keys recorded, tie keys on "
+              f"{sorted({names.get(where.get(k), '?') for k in tie_keys[:8]})}")
     finally:
         h.close()
 
