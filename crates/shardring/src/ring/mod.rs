@@ -417,6 +417,15 @@ impl Ring {
             .map(|p| p.position)
     }
 
+    /// How many points each node has, in [`nodes`](Ring::nodes) order.
+    pub fn point_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0usize; self.nodes.len()];
+        for p in &self.points {
+            counts[p.node as usize] += 1;
+        }
+        counts
+    }
+
     /// Each node's share of the circle (the fraction of all hash values it owns), in
     /// [`nodes`](Ring::nodes) order. The shares sum to 1 on a non-empty ring.
     pub fn shares(&self) -> Vec<(&Node, f64)> {
