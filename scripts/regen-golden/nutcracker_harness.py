@@ -158,10 +158,16 @@ class Harness:
             assert c.command(b"FLUSHALL") == b"+OK"
             c.close()
 
-    def run_pool(self, yaml_text, listen_port, keys, backends, redis=False):
+    def stop_memcached(self, port):
+        p = self.memcached.pop(port)
+        p.kill()
+        p.wait()
+
+    def run_pool(self, yaml_text, listen_port, keys, backends, redis=False, before=None):
         """Starts nutcracker with `yaml_text`, sets every key through it, and returns
         ({key: backend port}, [keys nutcracker refused]). `backends` are the ports of the pool; with
-        `redis`, the pool speaks RESP to redis servers."""
+        `redis`, the pool speaks RESP to redis servers. `before(listen_port)` runs once nutcracker
+        listens, before any key is stored."""
         self.flush_all()
         conf = os.path.join(self.tmp, f"pool-{listen_port}.yml")
         with open(conf, "w") as f:
@@ -173,6 +179,8 @@ class Harness:
         self.procs.append(p)
         try:
             wait_listening(listen_port, p)
+            if before is not None:
+                before(listen_port)
             refused = []
             make = RedisConn if redis else Conn
             c = make(listen_port)

@@ -20,7 +20,7 @@ HERE = os.path.join(ROOT, "scripts", "regen-golden")
 OUT = os.path.join(ROOT, "testdata", "twemproxy")
 sys.path.insert(0, HERE)
 from keys import keys  # noqa: E402
-from nutcracker_harness import Harness, free_port  # noqa: E402
+from nutcracker_harness import Conn, Harness, free_port  # noqa: E402
 
 HASHES = ["one_at_a_time", "md5", "crc16", "crc32", "crc32a", "fnv1_64", "fnv1a_64", "fnv1_32", "fnv1a_32",
           "hsieh", "murmur", "jenkins"]
@@ -156,6 +156,44 @@ def main():
                         f.write(f"{k.hex()}\t{by_port[where[k]]}\n")
             print(f"{name}: {len(where)} keys, {len(refused)} refused"
                   + (f" e.g. {refused[0]!r}" if refused else ""))
+        # Ejection: auto_eject_hosts with server_failure_limit 1 and a long retry timeout; the memcached of
+        # one server is killed and requests are sent until nutcracker ejects it, then every key is stored.
+        # nutcracker rebuilds its continuum from the live servers only, which the ring reproduces by
+        # removing the ejected server.
+        name = "ketama-ejected-fnv1a_64"
+        servers = UNEQUAL
+        for port, _, _ in servers:
+            h.start_memcached(port)
+        ejected = 31002
+
+        def eject(listen_port):
+            # Store probe keys until one fails on the dead server (a set reports the failure; the first
+            # one ejects the server, since server_failure_limit is 1).
+            h.stop_memcached(ejected)
+            c = Conn(listen_port)
+            for i in range(1000):
+                if c.cmd(b"set eject-probe-%d 0 0 1\r\nx\r\n" % i).startswith(b"SERVER_ERROR"):
+                    break
+            else:
+                raise RuntimeError("nutcracker never reported the dead server")
+            c.close()
+
+        listen = free_port()
+        opts = dict(hash="fnv1a_64", auto_eject_hosts="true", server_failure_limit=1,
+                    server_retry_timeout=600000)
+        text = pool_yaml(name, listen, opts, servers)
+        where, refused = h.run_pool(text, listen, ks, [p for p, _, _ in servers if p != ejected],
+                                    before=eject)
+        by_port = {s[0]: display(s) for s in servers}
+        with open(os.path.join(OUT, name + ".yml"), "w") as f:
+            f.write(text.replace(f"127.0.0.1:{listen}", "127.0.0.1:22121"))
+        with open(os.path.join(OUT, name + ".tsv"), "w") as f:
+            f.write(f"# pool: {name}.yml\n# refused: {len(refused)}\n# ejected: 127.0.0.1:{ejected}\n")
+            for k in ks:
+                if k in where:
+                    f.write(f"{k.hex()}\t{by_port[where[k]]}\n")
+        print(f"{name}: {len(where)} keys, {len(refused)} refused, 127.0.0.1:{ejected} ejected")
+
         # The tie pool: only the keys that landed on the two colliding servers are recorded (the other
         # 398 servers share one memcached, so a key there cannot be told apart).
         servers, tie_keys, names = ties_pool()

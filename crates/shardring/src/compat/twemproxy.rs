@@ -19,7 +19,11 @@
 //!   `hash % total_weight` ([`Modula`]).
 //! - **`random`** picks a server with `random()` for every request: no placement can reproduce it, and
 //!   [`placement`] refuses it with [`Error::Unsupported`].
-//! - `auto_eject_hosts` removes failing servers at run time; a placement built here has every server live.
+//! - `auto_eject_hosts` takes failing servers out at run time and rebuilds the continuum from the live
+//!   ones (their count and total weight change the others' points too). A placement built here has
+//!   every server live; removing an ejected server ([`Placement::remove`] / [`Ring::remove`]) gives
+//!   exactly nutcracker's continuum while it is out (checked on `testdata/twemproxy/ketama-ejected-*`),
+//!   and adding it back gives the original.
 
 use std::fmt;
 use std::str::FromStr;
