@@ -58,16 +58,18 @@ pub enum PointScheme {
     LibmemcachedSpyWeighted,
     /// The original last.fm libketama: a server with `m` of the total memory `M` over `n` servers gets
     /// `floorf(m/M × 40 × n)` MD5 digests of `"{identity}-{k}"`, four points each. Keys are C strings:
-    /// hashing stops at the first NUL byte.
+    /// hashing stops at the first NUL byte. Of equal points, the server listed first wins.
     Libketama,
     /// uhashring's ketama mode (`HashRing(hash_fn="ketama")`): `(vnodes × n × w) // W` digests per node in
     /// integer arithmetic (vnodes 40 by default), four points each, as libketama; but a key goes to the
-    /// first point strictly *after* its MD5 (Python's `bisect_right`), not at or after it.
+    /// first point strictly *after* its MD5 (Python's `bisect_right`), not at or after it. Of equal
+    /// points, the node added last wins (a dict entry overwritten).
     Uhashring,
     /// nginx's `hash KEY consistent`: a server of weight `w` gets `160 × w` points; the identity (the
     /// server as written in the upstream block) is split into host and port at the last `:` followed only
     /// by digits; point `j` is CRC-32 of `host NUL port` followed by point `j-1` as four little-endian
-    /// bytes (0 for the first). Keys are hashed with CRC-32.
+    /// bytes (0 for the first). Keys are hashed with CRC-32. Of equal points, the server configured first
+    /// keeps the point.
     Nginx,
 }
 
