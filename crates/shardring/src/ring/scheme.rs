@@ -41,7 +41,8 @@ pub enum PointScheme {
     },
     /// libmemcached 1.1 `MEMCACHED_BEHAVIOR_KETAMA` (distribution `CONSISTENT_KETAMA`, not weighted):
     /// 100 points per server whatever its weight; point `i` is the ring's key hash of `"{identity}-{i}"`
-    /// (libmemcached hashes points with its key hash, `one_at_a_time` unless told otherwise).
+    /// (libmemcached hashes points with its key hash, `one_at_a_time` unless told otherwise). In all four
+    /// libmemcached schemes, of equal points the server added first wins.
     Libmemcached,
     /// libmemcached 1.1 `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED`: the point count of
     /// [`Twemproxy`](PointScheme::Twemproxy) (single-precision, 160 per server of average weight) and
