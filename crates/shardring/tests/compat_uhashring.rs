@@ -97,7 +97,7 @@ fn libketama_mode_matches_uhashring_where_they_agree() {
     assert!(configs >= 7 && compared > 4000, "{configs} {compared}");
 }
 
-/// The search of libketama's `ketama_get_server`, transcribed: it must give the first point at or
+/// A model of the search in libketama's `ketama_get_server` (same steps): it must give the first point at or
 /// after the hash, wrapping — which is what the library's ring does.
 fn ketama_get_server(points: &[u32], h: u32) -> usize {
     let n = points.len() as i64;
