@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use shardring::compat::twemproxy_config::Config;
 use shardring::compat::CompatMode;
-use shardring::{Node, Placement};
+use shardring::{Node, Placement, Ring};
 
 /// The placement of one pool of a twemproxy configuration file.
 ///
@@ -25,10 +25,13 @@ pub fn from_config(path: &Path, pool: Option<&str>) -> Result<Box<dyn Placement>
 /// The ring of `nodes` as the program named by `mode` builds it, with its key hash `hash` (the
 /// program's name for it) or its default.
 pub fn from_nodes(mode: &str, nodes: &[Node], hash: Option<&str>) -> Result<Box<dyn Placement>> {
+    Ok(Box::new(ring_from_nodes(mode, nodes, hash)?))
+}
+
+/// As [`from_nodes`], as the ring itself (for `shardring ring`).
+pub fn ring_from_nodes(mode: &str, nodes: &[Node], hash: Option<&str>) -> Result<Ring> {
     let mode: CompatMode = mode.parse()?;
     let list: Vec<(&str, f64)> = nodes.iter().map(|n| (n.name(), n.weight())).collect();
-    let ring = mode
-        .build(&list, hash)
-        .with_context(|| format!("--compat {mode}"))?;
-    Ok(Box::new(ring))
+    mode.build(&list, hash)
+        .with_context(|| format!("--compat {mode}"))
 }

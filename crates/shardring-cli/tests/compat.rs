@@ -296,3 +296,59 @@ fn tempfile_dir() -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn ring_prints_a_compat_continuum_and_its_migration_plan() {
+    // The continuum is the library's, point for point.
+    let out = shardring()
+        .args([
+            "ring",
+            "--compat",
+            "libmemcached-weighted",
+            "--nodes",
+            "10.0.0.1:11211,10.0.0.2:11211=2",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let ring = shardring::compat::libmemcached::LibmemcachedBuilder::new(
+        shardring::compat::libmemcached::LibmemcachedMode::KetamaWeighted,
+    )
+    .server("10.0.0.1", 11211, 1)
+    .server("10.0.0.2", 11211, 2)
+    .build()
+    .unwrap();
+    let want: String = ring
+        .points()
+        .map(|(p, n)| format!("{p}\t{}\n", n.name()))
+        .collect();
+    assert_eq!(String::from_utf8(out).unwrap(), want);
+
+    // Under twemproxy, weights are shares of the total: adding a server moves ranges between the
+    // servers that stayed, and the plan shows it.
+    let plan = shardring()
+        .args([
+            "ring",
+            "--compat",
+            "twemproxy",
+            "--nodes",
+            "10.0.0.1:11211=1,10.0.0.2:11211=3",
+            "--diff",
+            "--to-nodes",
+            "10.0.0.1:11211=1,10.0.0.2:11211=3,10.0.0.3:11211=1",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let plan = String::from_utf8(plan).unwrap();
+    assert!(plan.lines().any(|l| l.ends_with("\t10.0.0.3:11211")));
+    assert!(
+        plan.lines()
+            .any(|l| !l.ends_with("\t10.0.0.3:11211") && l.split('\t').nth(2) != Some("-")),
+        "{plan}"
+    );
+}
