@@ -312,6 +312,17 @@ fn long_histories_move_exactly_the_changed_nodes_keys() {
     }
 }
 
+/// FNV-1a over the owner names of `keys`, in order.
+fn digest(p: &dyn Placement, keys: &KeySet) -> u64 {
+    let mut digest = 0xcbf2_9ce4_8422_2325u64;
+    for key in keys.iter() {
+        for &b in p.lookup(key).unwrap().name().as_bytes() {
+            digest = (digest ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    digest
+}
+
 /// Placement is part of the contract between processes and releases: pin a digest of where 2,000
 /// keys go on 10 nodes, per algorithm. A change here means every deployed client would disagree with
 /// the new version; change the constants only on purpose, with a changelog entry.
@@ -323,13 +334,7 @@ fn placements_are_pinned() {
     // The ring pins its own placement in ring/tests.rs.
     for &a in Algorithm::ALL.iter().filter(|&&a| a != Algorithm::Ring) {
         let p = build(a, &nodes, &AlgorithmOptions::default()).unwrap();
-        let mut digest = 0xcbf2_9ce4_8422_2325u64;
-        for key in keys.iter() {
-            for &b in p.lookup(key).unwrap().name().as_bytes() {
-                digest = (digest ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        }
-        digests.push((a.name(), digest));
+        digests.push((a.name(), digest(p.as_ref(), &keys)));
     }
     let pinned: &[(&str, u64)] = &[
         ("jump", 0x0ce1_5759_97d0_6f2a),
@@ -340,6 +345,21 @@ fn placements_are_pinned() {
         ("anchor", 0x6a9c_80be_aae3_59b1),
         // Without removals memento is jump.
         ("memento", 0x0ce1_5759_97d0_6f2a),
+    ];
+    assert_eq!(digests, pinned);
+
+    // Weighted placements take other code paths (logarithms, weighted turns): pin them too.
+    let weighted: Vec<Node> = (0..10)
+        .map(|i| Node::weighted(format!("node-{i}"), 0.5 + f64::from(i % 4)).unwrap())
+        .collect();
+    let mut digests = Vec::new();
+    for a in [Algorithm::Rendezvous, Algorithm::Maglev] {
+        let p = build(a, &weighted, &AlgorithmOptions::default()).unwrap();
+        digests.push((a.name(), digest(p.as_ref(), &keys)));
+    }
+    let pinned: &[(&str, u64)] = &[
+        ("rendezvous", 0x3074_54bf_a5ac_3ab7),
+        ("maglev", 0x1e67_a3ca_8e28_3b5d),
     ];
     assert_eq!(digests, pinned);
 }
