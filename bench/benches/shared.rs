@@ -93,15 +93,9 @@ impl Drop for Writer {
     }
 }
 
-/// This thread's time on a CPU so far, from the kernel's scheduler statistics (nanoseconds, Linux).
+/// This thread's time on a CPU so far (`CLOCK_THREAD_CPUTIME_ID`, nanosecond resolution).
 fn thread_cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    let nanos = stat
-        .split_whitespace()
-        .next()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0);
-    Duration::from_nanos(nanos)
+    cpu_time::ThreadTime::now().as_duration()
 }
 
 /// Which clock a multi-threaded case reports.
