@@ -4,6 +4,7 @@
 //! nothing on stdout.
 
 mod cmd;
+mod compat;
 mod nodes;
 mod plot;
 

@@ -9,6 +9,8 @@
 //! - [`hash`]: deterministic key hashes (xxh3, CRC32, FNV, Murmur3, MD5), selectable by name.
 //! - [`Placement`]: the trait every placement algorithm implements.
 //! - [`analysis`]: spread and key-movement measurements over any placement.
+//! - [`compat`]: byte-exact rings of twemproxy, libmemcached, libketama, uhashring and nginx, and a
+//!   twemproxy configuration reader.
 //! - [`shared`]: [`SharedRing`](shared::SharedRing), a placement shared by many threads with lock-free
 //!   reads and copy-on-write changes.
 //! - [`bounded`]: bounded-load lookups that cap every node's requests in flight at c × the average.
@@ -40,8 +42,9 @@
 //! - Lookups are allocation-free and, with the top-bits index, a few nanoseconds past the key hash.
 //!
 //! ## Cargo features
-//! None yet: the library depends only on hash crates, `thiserror`, and `arc-swap` (for
-//! [`SharedRing`](shared::SharedRing)'s lock-free snapshots).
+//! - `twemproxy-config` (default): [`compat::twemproxy_config`], the twemproxy YAML reader. It adds a
+//!   YAML parser to the dependencies; without it the library depends only on hash crates, `thiserror`
+//!   and `arc-swap` (for [`SharedRing`](shared::SharedRing)'s lock-free snapshots).
 //!
 //! ## Concurrency
 //! [`SharedRing`](shared::SharedRing) serves lookups from any number of threads while membership changes:
@@ -53,6 +56,7 @@
 pub mod algo;
 pub mod analysis;
 pub mod bounded;
+pub mod compat;
 mod decimal;
 mod error;
 pub mod hash;
@@ -64,7 +68,7 @@ pub mod ring;
 pub mod shared;
 pub mod simulate;
 
-pub use crate::error::Error;
+pub use crate::error::{ConfigProblem, Error};
 pub use crate::hash::{HashFunction, KeyHash};
 pub use crate::node::Node;
 pub use crate::placement::Placement;
@@ -74,3 +78,8 @@ pub use crate::ring::{Ring, RingBuilder};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The "switching from twemproxy / libmemcached" text (to be merged into the README), doctested.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/switching.md")]
+pub struct SwitchingDoctests;
