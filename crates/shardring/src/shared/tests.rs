@@ -187,3 +187,21 @@ fn stress_readers_never_see_a_foreign_node_and_no_update_is_lost() {
         );
     }
 }
+
+#[test]
+fn any_cloneable_placement_can_be_shared() {
+    use crate::algo::{Jump, Maglev};
+    use crate::HashFunction;
+
+    let nodes = ["a", "b", "c"].map(|n| Node::new(n).unwrap());
+    let jump = SharedRing::new(Jump::new(&nodes, HashFunction::Xxh3).unwrap());
+    jump.add(Node::new("d").unwrap()).unwrap();
+    assert_eq!(jump.load().nodes().len(), 4);
+    assert!(jump.load().lookup_counted(b"k").is_some());
+    assert_eq!(jump.load_stats().total, 1.0);
+
+    let maglev = SharedRing::new(Maglev::new(&nodes, HashFunction::Xxh3, None).unwrap());
+    maglev.remove("b").unwrap();
+    assert_eq!(maglev.generation(), 1);
+    assert!(maglev.lookup_with(b"k", |n| n.name() != "b").unwrap());
+}
