@@ -93,15 +93,9 @@ impl Drop for Writer {
     }
 }
 
-/// This thread's time on a CPU so far, from the kernel's scheduler statistics (nanoseconds, Linux).
+/// This thread's time on a CPU so far (`CLOCK_THREAD_CPUTIME_ID`, nanosecond resolution).
 fn thread_cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    let nanos = stat
-        .split_whitespace()
-        .next()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0);
-    Duration::from_nanos(nanos)
+    cpu_time::ThreadTime::now().as_duration()
 }
 
 /// Which clock a multi-threaded case reports.
@@ -114,11 +108,6 @@ enum Clock {
     /// slow *each other* down, which wall time cannot. It is optimistic about contention: readers that
     /// were not scheduled at the same moment did not contend.
     Cpu,
-}
-
-/// Times `iters` calls of `lookup` split over `threads` threads started together.
-fn run_threads(threads: usize, iters: u64, lookup: &(impl Fn(usize) + Sync)) -> Duration {
-    run_threads_on(Clock::Wall, threads, iters, lookup)
 }
 
 /// Times `iters` calls of `lookup` split over `threads` threads started together, on `clock`.
@@ -223,44 +212,46 @@ fn load_counters(c: &mut Criterion) {
     let shared = SharedRing::new(ring());
     let one_stripe = LoadCounters::with_stripes(NODES, 1);
 
-    for threads in [1usize, 2] {
-        group.bench_with_input(
-            BenchmarkId::new("uncounted", threads),
-            &threads,
-            |b, &threads| {
-                b.iter_custom(|iters| {
-                    run_threads(threads, iters, &|i| {
-                        black_box(shared.load().lookup(black_box(&pool[i])));
+    for (clock, suffix) in [(Clock::Wall, ""), (Clock::Cpu, "-cpu")] {
+        for threads in [1usize, 2] {
+            group.bench_with_input(
+                BenchmarkId::new(format!("uncounted{suffix}"), threads),
+                &threads,
+                |b, &threads| {
+                    b.iter_custom(|iters| {
+                        run_threads_on(clock, threads, iters, &|i| {
+                            black_box(shared.load().lookup(black_box(&pool[i])));
+                        })
                     })
-                })
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("striped", threads),
-            &threads,
-            |b, &threads| {
-                b.iter_custom(|iters| {
-                    run_threads(threads, iters, &|i| {
-                        black_box(shared.load().lookup_counted(black_box(&pool[i])));
+                },
+            );
+            group.bench_with_input(
+                BenchmarkId::new(format!("striped{suffix}"), threads),
+                &threads,
+                |b, &threads| {
+                    b.iter_custom(|iters| {
+                        run_threads_on(clock, threads, iters, &|i| {
+                            black_box(shared.load().lookup_counted(black_box(&pool[i])));
+                        })
                     })
-                })
-            },
-        );
-        // The naive alternative: one shared row of counters that every thread writes.
-        group.bench_with_input(
-            BenchmarkId::new("one-stripe", threads),
-            &threads,
-            |b, &threads| {
-                b.iter_custom(|iters| {
-                    run_threads(threads, iters, &|i| {
-                        let snapshot = shared.load();
-                        if let Some(n) = snapshot.lookup_index(black_box(&pool[i])) {
-                            one_stripe.record(n);
-                        }
+                },
+            );
+            // The naive alternative: one shared row of counters that every thread writes.
+            group.bench_with_input(
+                BenchmarkId::new(format!("one-stripe{suffix}"), threads),
+                &threads,
+                |b, &threads| {
+                    b.iter_custom(|iters| {
+                        run_threads_on(clock, threads, iters, &|i| {
+                            let snapshot = shared.load();
+                            if let Some(n) = snapshot.lookup_index(black_box(&pool[i])) {
+                                one_stripe.record(n);
+                            }
+                        })
                     })
-                })
-            },
-        );
+                },
+            );
+        }
     }
     group.finish();
 }

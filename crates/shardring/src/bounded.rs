@@ -148,6 +148,22 @@ impl BoundedLoads {
     ///
     /// Allocates only when the walk passes more than 8 full nodes (see [`Ring::replicas`]).
     pub fn take(&self, key: impl AsRef<[u8]>) -> Option<LoadGuard<'_>> {
+        let index = self.admit(key.as_ref())?;
+        Some(LoadGuard { owner: self, index })
+    }
+
+    /// Like [`take`](BoundedLoads::take), but the guard owns a reference to `self`, so it can move to
+    /// another thread or task and outlive the borrow (e.g. across an `await` in a proxy).
+    pub fn take_owned(self: &Arc<Self>, key: impl AsRef<[u8]>) -> Option<OwnedLoadGuard> {
+        let index = self.admit(key.as_ref())?;
+        Some(OwnedLoadGuard {
+            owner: Arc::clone(self),
+            index,
+        })
+    }
+
+    /// Picks the node for `key` and counts the request on it.
+    fn admit(&self, key: &[u8]) -> Option<usize> {
         if self.ring.is_empty() {
             return None;
         }
@@ -156,7 +172,7 @@ impl BoundedLoads {
         // node are one compare-and-swap (`fetch_update`), which is what makes the cap hold under races.
         // `m` is this thread's own increment of `in_flight`, so it counts this request.
         let m = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut walk = self.ring.replicas(key.as_ref());
+        let mut walk = self.ring.replicas(key);
         while let Some(index) = walk.next_index() {
             let cap = self.cap(index, m);
             let admitted =
@@ -164,7 +180,7 @@ impl BoundedLoads {
                     (l < cap).then_some(l + 1)
                 });
             if admitted.is_ok() {
-                return Some(LoadGuard { owner: self, index });
+                return Some(index);
             }
         }
         // Every node was at its cap: only possible when concurrent releases lowered `m` below what the
@@ -173,7 +189,14 @@ impl BoundedLoads {
             .min_by_key(|&i| self.load(i))
             .unwrap_or(0);
         self.loads[index].fetch_add(1, Ordering::Relaxed);
-        Some(LoadGuard { owner: self, index })
+        Some(index)
+    }
+
+    /// Releases one request on node `index`.
+    fn release(&self, index: usize) {
+        // Relaxed, as in `admit`: both are plain counters changed only by atomic read-modify-writes.
+        self.loads[index].fetch_sub(1, Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -201,9 +224,36 @@ impl<'a> LoadGuard<'a> {
 
 impl Drop for LoadGuard<'_> {
     fn drop(&mut self) {
-        // Relaxed, as in `take`: both are plain counters changed only by atomic read-modify-writes.
-        self.owner.loads[self.index].fetch_sub(1, Ordering::Relaxed);
-        self.owner.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.owner.release(self.index);
+    }
+}
+
+/// One request in flight on a node, owning a reference to its [`BoundedLoads`]; from
+/// [`BoundedLoads::take_owned`]. Dropping it releases the load.
+#[derive(Debug)]
+#[must_use = "the load is released as soon as the guard is dropped"]
+pub struct OwnedLoadGuard {
+    /// Whose counters to release on drop; kept alive by the guard.
+    owner: Arc<BoundedLoads>,
+    /// The node the request went to.
+    index: usize,
+}
+
+impl OwnedLoadGuard {
+    /// The node the request went to.
+    pub fn node(&self) -> &Node {
+        &self.owner.ring.nodes()[self.index]
+    }
+
+    /// The node's index in the ring's [`nodes`](Ring::nodes).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+}
+
+impl Drop for OwnedLoadGuard {
+    fn drop(&mut self) {
+        self.owner.release(self.index);
     }
 }
 
@@ -316,6 +366,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn owned_guards_move_across_threads_and_release() {
+        let b = Arc::new(BoundedLoads::new(ring(&[1.0; 3]), 1.5).unwrap());
+        let guards: Vec<OwnedLoadGuard> = (0..30)
+            .map(|i| b.take_owned(format!("k{i}")).unwrap())
+            .collect();
+        assert_eq!(b.in_flight(), 30);
+        let node = guards[0].node().name().to_string();
+        std::thread::spawn(move || drop(guards)).join().unwrap();
+        assert_eq!(b.in_flight(), 0);
+        assert!(node.starts_with("node-"));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 
 use super::*;
@@ -65,45 +65,57 @@ fn empty_shared_ring_answers_none() {
     assert!(shared.load().lookup_counted("k").is_none());
 }
 
+/// Every node name the stress test uses, so readers can record an answer as a byte.
+const NAMES: [&str; 12] = [
+    "base-0", "base-1", "a-0", "a-1", "a-2", "a-3", "a-4", "b-0", "b-1", "b-2", "b-3", "b-4",
+];
+
+fn node_id(name: &str) -> u8 {
+    NAMES.iter().position(|n| *n == name).expect("a known name") as u8
+}
+
 /// Readers on every core while two writers add and remove nodes in a loop. Every answer must be a node of
 /// the snapshot generation it came from (as the writer that published it recorded it), and no writer's
 /// change may be lost. Bounded by iteration counts, not by time.
 #[test]
 fn stress_readers_never_see_a_foreign_node_and_no_update_is_lost() {
-    const WRITER_OPS: usize = 300;
+    const WRITER_OPS: usize = 150;
+    /// A safety cap only: readers stop soon after the writers finish.
+    const READER_MAX_LOOKUPS: usize = 20_000_000;
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let shared = SharedRing::new(ring(&["base-0", "base-1"]));
     let published: Mutex<HashMap<u64, BTreeSet<String>>> = Mutex::new(HashMap::new());
     published.lock().unwrap().insert(0, names(&shared.load()));
     let writers_done = AtomicBool::new(false);
-    // Lookups done so far; the writers' first changes wait for readers to make progress between them, so
-    // the readers provably overlap changes however the scheduler interleaves the threads.
-    let reads = AtomicUsize::new(0);
+    // Readers bump this as they go; writers wait for it to move after each publish, so that readers and
+    // writers overlap however the machine schedules them.
+    let progress = AtomicU64::new(0);
+    let readers_left = AtomicUsize::new(cores);
     let start = Barrier::new(cores + 2);
 
     let (answers, finals) = std::thread::scope(|s| {
         let readers: Vec<_> = (0..cores)
             .map(|r| {
-                let (shared, done, start, reads) = (&shared, &writers_done, &start, &reads);
+                let (shared, done, start, progress, left) =
+                    (&shared, &writers_done, &start, &progress, &readers_left);
                 s.spawn(move || {
                     let mut seen = Vec::new();
                     start.wait();
-                    // Readers run until the writers are done (a bounded amount of work), so they overlap
-                    // the changes however the scheduler interleaves the threads.
-                    for i in 0usize.. {
-                        // Relaxed: the flag only ends the loop; nothing is read through it.
+                    for i in 0..READER_MAX_LOOKUPS {
+                        // Relaxed: the flag only ends the loop early; nothing is read through it.
                         if done.load(Ordering::Relaxed) && i > 1000 {
                             break;
                         }
-                        // Relaxed: a progress count for the writers to wait on; it orders nothing.
-                        reads.fetch_add(1, Ordering::Relaxed);
                         let snap = shared.load();
                         let key = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ r as u64;
                         let node = snap.lookup_counted(key.to_le_bytes()).expect("never empty");
                         if i % 7 == 0 {
-                            seen.push((snap.generation(), node.name().to_string()));
+                            seen.push((snap.generation(), node_id(node.name())));
+                            // Relaxed: a progress hint for the writers, no data is read through it.
+                            progress.fetch_add(1, Ordering::Relaxed);
                         }
                     }
+                    left.fetch_sub(1, Ordering::Relaxed);
                     seen
                 })
             })
@@ -111,17 +123,12 @@ fn stress_readers_never_see_a_foreign_node_and_no_update_is_lost() {
         let writers: Vec<_> = ["a", "b"]
             .into_iter()
             .map(|prefix| {
-                let (shared, published, start, reads) = (&shared, &published, &start, &reads);
+                let (shared, published, start, progress, readers_left) =
+                    (&shared, &published, &start, &progress, &readers_left);
                 s.spawn(move || {
                     let mut present = BTreeSet::new();
                     start.wait();
                     for op in 0..WRITER_OPS {
-                        if op < 20 {
-                            let before = reads.load(Ordering::Relaxed);
-                            while reads.load(Ordering::Relaxed) < before + 100 {
-                                std::thread::yield_now();
-                            }
-                        }
                         let name = format!("{prefix}-{}", op % 5);
                         let writer = shared.writer();
                         let mut next = writer.current().placement().clone();
@@ -133,8 +140,19 @@ fn stress_readers_never_see_a_foreign_node_and_no_update_is_lost() {
                             present.insert(name);
                         }
                         let set = names(&next);
+                        let before = progress.load(Ordering::Relaxed);
                         let generation = writer.publish(next);
                         published.lock().unwrap().insert(generation, set);
+                        // Every 10th publish, a bounded wait for readers to sample an answer after it.
+                        let waits = if op % 10 == 0 { 100_000 } else { 0 };
+                        for _ in 0..waits {
+                            if progress.load(Ordering::Relaxed) > before
+                                || readers_left.load(Ordering::Relaxed) == 0
+                            {
+                                break;
+                            }
+                            std::thread::yield_now();
+                        }
                     }
                     present
                 })
@@ -156,15 +174,34 @@ fn stress_readers_never_see_a_foreign_node_and_no_update_is_lost() {
     let mut expected: BTreeSet<String> = ["base-0", "base-1"].map(String::from).into();
     expected.extend(finals.into_iter().flatten());
     assert_eq!(names(&shared.load()), expected, "an update was lost");
-    let generations_seen: BTreeSet<u64> = answers.iter().map(|(g, _)| *g).collect();
+    let generations_seen: BTreeSet<u64> = answers.iter().map(|&(g, _)| g).collect();
     assert!(
         generations_seen.len() > 1,
         "readers overlapped no change; the test proved nothing"
     );
-    for (generation, node) in &answers {
+    for &(generation, node) in &answers {
+        let node = NAMES[node as usize];
         assert!(
-            published[generation].contains(node),
+            published[&generation].contains(node),
             "generation {generation} answered {node}, not one of its nodes"
         );
     }
+}
+
+#[test]
+fn any_cloneable_placement_can_be_shared() {
+    use crate::algo::{Jump, Maglev};
+    use crate::HashFunction;
+
+    let nodes = ["a", "b", "c"].map(|n| Node::new(n).unwrap());
+    let jump = SharedRing::new(Jump::new(&nodes, HashFunction::Xxh3).unwrap());
+    jump.add(Node::new("d").unwrap()).unwrap();
+    assert_eq!(jump.load().nodes().len(), 4);
+    assert!(jump.load().lookup_counted(b"k").is_some());
+    assert_eq!(jump.load_stats().total, 1.0);
+
+    let maglev = SharedRing::new(Maglev::new(&nodes, HashFunction::Xxh3, None).unwrap());
+    maglev.remove("b").unwrap();
+    assert_eq!(maglev.generation(), 1);
+    assert!(maglev.lookup_with(b"k", |n| n.name() != "b").unwrap());
 }
