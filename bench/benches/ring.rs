@@ -28,7 +28,9 @@ use criterion::{
 };
 use shardring::{HashFunction, Ring};
 use shardring_bench::peers::{self, peer};
-use shardring_bench::{key_pool, node_name, node_names, ours, KeyPool, Subject, KEY_BYTES, NODE_COUNTS};
+use shardring_bench::{
+    key_pool, node_name, node_names, ours, KeyPool, Subject, KEY_BYTES, NODE_COUNTS,
+};
 
 /// Whether `SHARDRING_BENCH=quick` asks for short measurements.
 fn quick() -> bool {
@@ -48,11 +50,31 @@ fn config() -> Criterion {
     }
 }
 
+/// The node counts to measure: `NODE_COUNTS`, or those listed in `SHARDRING_BENCH_NODES`
+/// (comma-separated), to measure one size while working on it.
+fn sizes() -> Vec<usize> {
+    match std::env::var("SHARDRING_BENCH_NODES") {
+        Ok(list) => list
+            .split(',')
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .expect("SHARDRING_BENCH_NODES: node counts")
+            })
+            .collect(),
+        Err(_) => NODE_COUNTS.to_vec(),
+    }
+}
+
 /// The node counts a peer is measured at.
 fn peer_sizes(name: &str, build: bool) -> impl Iterator<Item = usize> {
     let p = peer(name);
-    let max = if build { p.max_build_nodes } else { p.max_nodes };
-    NODE_COUNTS.into_iter().filter(move |&n| n <= max)
+    let max = if build {
+        p.max_build_nodes
+    } else {
+        p.max_nodes
+    };
+    sizes().into_iter().filter(move |&n| n <= max)
 }
 
 /// Folds a node id (an index, or pingora's packed address) into a small step for the chain.
@@ -155,7 +177,7 @@ fn hash(c: &mut Criterion) {
 
 /// Lookups and replicas at every size, one subject built at a time.
 fn lookup(c: &mut Criterion) {
-    for nodes in NODE_COUNTS {
+    for nodes in sizes() {
         let names = node_names(nodes);
 
         let ring = ours::ring(names, HashFunction::Xxh3, true);
@@ -189,7 +211,12 @@ fn lookup(c: &mut Criterion) {
             all(c, "maglev", nodes, &peers::MaglevPeer::build(names, table));
         }
         all(c, "anchorhash", nodes, &peers::AnchorPeer::build(nodes));
-        all(c, "rendezvous_hash", nodes, &peers::RendezvousPeer::build(names));
+        all(
+            c,
+            "rendezvous_hash",
+            nodes,
+            &peers::RendezvousPeer::build(names),
+        );
     }
 }
 
@@ -197,7 +224,7 @@ fn lookup(c: &mut Criterion) {
 fn build(c: &mut Criterion) {
     let mut group = c.benchmark_group("build.full");
     group.sampling_mode(SamplingMode::Flat).sample_size(10);
-    for nodes in NODE_COUNTS {
+    for nodes in sizes() {
         let names = node_names(nodes);
         for (label, hash, index) in [
             ("shardring-ring", HashFunction::Xxh3, true),
@@ -210,17 +237,16 @@ fn build(c: &mut Criterion) {
         }
         let members = ours::nodes(names);
         for algorithm in ours::algorithms() {
-            group.bench_function(
-                BenchmarkId::new(ours::impl_name(algorithm), nodes),
-                |b| b.iter(|| ours::build(algorithm, black_box(&members))),
-            );
+            group.bench_function(BenchmarkId::new(ours::impl_name(algorithm), nodes), |b| {
+                b.iter(|| ours::build(algorithm, black_box(&members)))
+            });
         }
     }
-    let buckets: Vec<_> = NODE_COUNTS
-        .iter()
-        .map(|&n| peers::Pingora::buckets(node_names(n)))
+    let buckets: Vec<_> = sizes()
+        .into_iter()
+        .map(|n| (n, peers::Pingora::buckets(node_names(n))))
         .collect();
-    for (nodes, buckets) in NODE_COUNTS.into_iter().zip(&buckets) {
+    for (nodes, buckets) in &buckets {
         group.bench_function(BenchmarkId::new("pingora-ketama", nodes), |b| {
             b.iter(|| peers::Pingora::build(black_box(buckets)))
         });
@@ -229,18 +255,22 @@ fn build(c: &mut Criterion) {
         ($name:literal, |$names:ident, $nodes:ident| $build:expr) => {
             for $nodes in peer_sizes($name, true) {
                 let $names = node_names($nodes);
-                group.bench_function(BenchmarkId::new($name, $nodes), |b| {
-                    b.iter(|| $build)
-                });
+                group.bench_function(BenchmarkId::new($name, $nodes), |b| b.iter(|| $build));
             }
         };
     }
-    peer_build!("hashring", |names, nodes| peers::HashRing::build(black_box(names)));
-    peer_build!("conhash", |names, nodes| peers::ConHash::build(black_box(names)));
+    peer_build!("hashring", |names, nodes| peers::HashRing::build(
+        black_box(names)
+    ));
+    peer_build!("conhash", |names, nodes| peers::ConHash::build(black_box(
+        names
+    )));
     peer_build!("consistent_hash_ring", |names, nodes| {
         peers::ConsistentHashRing::build(black_box(names))
     });
-    peer_build!("mpchash", |names, nodes| peers::MpcHash::build(black_box(names)));
+    peer_build!("mpchash", |names, nodes| peers::MpcHash::build(black_box(
+        names
+    )));
     peer_build!("jumphash", |names, nodes| {
         let _ = names;
         peers::JumpHash::build(black_box(nodes))
@@ -259,8 +289,10 @@ fn build(c: &mut Criterion) {
 
     // Adding one node (160 points) to a built ring; the ring is cloned outside the timed part.
     let mut group = c.benchmark_group("build.add-one");
-    group.sampling_mode(SamplingMode::Flat).sample_size(if quick() { 20 } else { 50 });
-    for nodes in NODE_COUNTS {
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(if quick() { 20 } else { 50 });
+    for nodes in sizes() {
         let names = node_names(nodes);
         let extra = node_name(nodes);
         for (label, index) in [("shardring-ring", true), ("shardring-ring-bsearch", false)] {

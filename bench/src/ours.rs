@@ -58,7 +58,10 @@ pub fn options() -> AlgorithmOptions {
 
 /// `Node`s of weight 1 for `names`.
 pub fn nodes(names: &[&str]) -> Vec<Node> {
-    names.iter().map(|n| Node::new(*n).expect("valid name")).collect()
+    names
+        .iter()
+        .map(|n| Node::new(*n).expect("valid name"))
+        .collect()
 }
 
 /// Every algorithm but the ring (which is measured as the concrete [`Ring`]).
