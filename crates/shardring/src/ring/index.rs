@@ -12,6 +12,9 @@
 
 use super::Point;
 
+/// The most points in any bucket for lookups to scan buckets linearly.
+const SCAN: usize = 16;
+
 /// The largest index built: 2^22 buckets (16 MiB).
 const MAX_BITS: u32 = 22;
 
@@ -21,6 +24,9 @@ pub(crate) struct TopBitsIndex {
     shift: u32,
     /// `2^bits + 1` bucket starts; empty when the index is switched off or the ring is empty.
     starts: Vec<u32>,
+    /// Whether some bucket holds more than [`SCAN`] points, so lookups binary-search buckets instead
+    /// of scanning them (never seen with a shipped hash: buckets hold one or two points on average).
+    crowded: bool,
 }
 
 /// How many top bits index `len` points: the largest power of two not above the count, so one or two
@@ -41,7 +47,12 @@ impl TopBitsIndex {
             starts[(p.position >> shift) as usize + 1] += 1;
         }
         prefix_sum(&mut starts);
-        TopBitsIndex { shift, starts }
+        let crowded = starts.windows(2).any(|w| (w[1] - w[0]) as usize > SCAN);
+        TopBitsIndex {
+            shift,
+            starts,
+            crowded,
+        }
     }
 
     /// Whether the index is present.
@@ -70,6 +81,10 @@ impl TopBitsIndex {
         for s in &mut self.starts[from..] {
             *s += add;
         }
+        for &position in positions {
+            let bucket = (position >> self.shift) as usize;
+            self.crowded |= (self.starts[bucket + 1] - self.starts[bucket]) as usize > SCAN;
+        }
         true
     }
 
@@ -80,9 +95,18 @@ impl TopBitsIndex {
             return points.partition_point(|p| p.position < hash);
         }
         let bucket = (hash >> self.shift) as usize;
-        let lo = self.starts[bucket] as usize;
-        let hi = self.starts[bucket + 1] as usize;
-        lo + points[lo..hi].partition_point(|p| p.position < hash)
+        let mut i = self.starts[bucket] as usize;
+        if self.crowded {
+            let hi = self.starts[bucket + 1] as usize;
+            return i + points[i..hi].partition_point(|p| p.position < hash);
+        }
+        // Every point of an earlier bucket is below `hash`, so the answer is the first point from the
+        // bucket's start on that is not: a step or two (at most `SCAN + 1`), without loading the
+        // bucket's end.
+        while i < points.len() && points[i].position < hash {
+            i += 1;
+        }
+        i
     }
 
     /// The bucket starts, for tests that compare indexes.
@@ -182,7 +206,7 @@ impl BucketSort {
             if group.len() < 16 {
                 continue; // The insertion pass below handles small groups well.
             }
-            let bits = (usize::BITS - group.len().leading_zeros()).min(32 - TOP_BITS);
+            let bits = (usize::BITS - group.len().leading_zeros() + 1).min(32 - TOP_BITS);
             let shift = 32 - TOP_BITS - bits;
             let mask = (1u32 << bits) - 1;
             sub_counts.clear();
@@ -272,6 +296,7 @@ mod tests {
         expected.sort_by_key(|p| p.position);
         assert_eq!(sorted, expected);
         assert_eq!(index.starts, TopBitsIndex::build(&sorted).starts);
+        assert!(TopBitsIndex::build(&sorted).crowded);
     }
 
     #[test]

@@ -102,20 +102,45 @@ fn plain(name: &str, count: u64, hash: impl Fn(&[u8]) -> u32, mut f: impl FnMut(
     }
 }
 
-/// Writes `n` in decimal at the start of `out` (at least 20 bytes) and returns its length.
+/// "00", "01", … "99": two digits per lookup.
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Writes `n` in decimal at the start of `out` (at least 20 bytes) and returns its length. Point
+/// numbers are almost always below 1000, which take one branch and at most two stores.
 #[inline]
-fn write_decimal(out: &mut [u8], mut n: u64) -> usize {
-    let mut len = 1;
-    let mut rest = n / 10;
-    while rest > 0 {
-        len += 1;
-        rest /= 10;
+fn write_decimal(out: &mut [u8], n: u64) -> usize {
+    let pair = |k: u64| {
+        let k = 2 * k as usize;
+        [PAIRS[k], PAIRS[k + 1]]
+    };
+    if n < 10 {
+        out[0] = b'0' + n as u8;
+        1
+    } else if n < 100 {
+        out[..2].copy_from_slice(&pair(n));
+        2
+    } else if n < 1000 {
+        out[0] = b'0' + (n / 100) as u8;
+        out[1..3].copy_from_slice(&pair(n % 100));
+        3
+    } else {
+        let mut len = 1;
+        let mut rest = n / 10;
+        while rest > 0 {
+            len += 1;
+            rest /= 10;
+        }
+        let mut n = n;
+        for d in out[..len].iter_mut().rev() {
+            *d = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        len
     }
-    for d in out[..len].iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    len
 }
 
 #[cfg(test)]
