@@ -3,3 +3,4 @@
 pub mod analyze;
 pub mod lookup;
 pub mod ring;
+pub mod simulate;

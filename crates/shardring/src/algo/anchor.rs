@@ -17,6 +17,7 @@
 
 use crate::algo::{check_unique, mix2, position, replicas_by_rehash, require_unit_weight};
 use crate::hash::{HashFunction, KeyHash};
+use crate::ring::DEFAULT_MAX_POINTS;
 use crate::{Error, Node, Placement};
 
 /// The smallest default capacity.
@@ -69,7 +70,8 @@ impl Anchor {
     ///
     /// # Errors
     /// [`Error::DuplicateNode`]; [`Error::Unsupported`] for weights; [`Error::InvalidSetting`] for a
-    /// capacity of 0; [`Error::TooManyPoints`] when there are more nodes than the capacity.
+    /// capacity of 0; [`Error::TooManyPoints`] when there are more nodes than the capacity, or the
+    /// capacity exceeds 2^26 (the ring's point limit; the state is 24 bytes per bucket).
     pub fn new(nodes: &[Node], hash: HashFunction, capacity: Option<u32>) -> Result<Anchor, Error> {
         check_unique(nodes)?;
         for node in nodes {
@@ -87,10 +89,17 @@ impl Anchor {
                 .unwrap_or(u32::MAX - 1)
                 .max(MIN_DEFAULT_CAPACITY),
         };
-        if capacity == u32::MAX || nodes.len() > capacity as usize {
+        if u64::from(capacity) > DEFAULT_MAX_POINTS {
+            // Six arrays of `capacity` entries: refuse sizes that would exhaust memory.
             return Err(Error::TooManyPoints {
-                requested: nodes.len().max(capacity as usize) as u64,
-                limit: (capacity.min(u32::MAX - 1)) as u64,
+                requested: u64::from(capacity),
+                limit: DEFAULT_MAX_POINTS,
+            });
+        }
+        if nodes.len() > capacity as usize {
+            return Err(Error::TooManyPoints {
+                requested: nodes.len() as u64,
+                limit: u64::from(capacity),
             });
         }
         let a = capacity as usize;
@@ -272,6 +281,12 @@ mod tests {
             Anchor::new(&nodes(3), HashFunction::Xxh3, Some(2)),
             Err(Error::TooManyPoints { .. })
         ));
+        for huge in [u32::MAX, 1 << 27] {
+            assert!(matches!(
+                Anchor::new(&nodes(3), HashFunction::Xxh3, Some(huge)),
+                Err(Error::TooManyPoints { .. })
+            ));
+        }
         let mut full = Anchor::new(&nodes(2), HashFunction::Xxh3, Some(2)).unwrap();
         assert!(matches!(
             full.add(Node::new("x").unwrap()),

@@ -8,7 +8,7 @@
 //!
 //! # Table size
 //! `M` is fixed when the placement is built (by default the next prime at or above
-//! `max(100 × N, 65,537)`) and kept across membership changes, as in the paper: resizing would remap
+//! `max(100 × N, 65,537)`, capped at 2^26) and kept across membership changes, as in the paper: resizing would remap
 //! almost every key. The table is refilled from scratch on every change. A node count above `M` is
 //! refused with [`Error::TooManyPoints`], since some nodes would then own nothing.
 //!
@@ -16,15 +16,32 @@
 //! Maglev trades exact consistency for balance: when a node leaves, its slots go to the others, *and*
 //! because the turn order shifts, a few slots change hands between surviving nodes too. The paper
 //! measures this as a small extra disruption; `shardring analyze` reports the moved fraction against
-//! the ideal 1/N rather than hiding it. Adding a node likewise moves slightly more than 1/(N+1).
+//! the ideal 1/N rather than hiding it. Adding a node likewise moves more than 1/(N+1). The extra
+//! shrinks as the table grows relative to the node count; measured on 1,000,000 synthetic keys,
+//! removing one node moved:
+//!
+//! | nodes | table | moved | ideal 1/N | ratio |
+//! |---:|---:|---:|---:|---:|
+//! | 100 | 10,007 (100 per node) | 2.66 % | 1 % | 2.7× |
+//! | 100 | 65,537 (the default) | 1.53 % | 1 % | 1.5× |
+//! | 100 | 100,003 (1,000 per node) | 1.44 % | 1 % | 1.4× |
+//! | 1000 | 100,003 (the default) | 0.65 % | 0.1 % | 6.5× |
+//! | 1000 | 1,000,003 (1,000 per node) | 0.29 % | 0.1 % | 2.9× |
+//!
+//! Pass a larger [`maglev_table_size`](super::AlgorithmOptions::maglev_table_size) when movement
+//! matters more than 4 bytes a slot.
 //!
 //! # Weights
-//! Weighted the way Envoy does it: in every round, a node of weight `w` claims a slot only when its
-//! accumulated credit `Σ w / w_max` reaches the next whole slot, so the heaviest node claims one slot
-//! per round and a node of half the weight one every other round. With equal weights this is exactly
-//! the paper's algorithm.
+//! Weighted the way Envoy does it: the heaviest node claims one slot per round and a node of weight
+//! `w` claims its `k`-th slot in round `⌈k × w_max / w⌉`, so a node of half the weight claims one every
+//! other round and each node's share of slots follows its weight. Turns come from a heap, so even very
+//! skewed weights cost O(M log N). With equal weights every node claims one slot per round, in turn:
+//! exactly the paper's algorithm.
 //!
 //! Nodes take their turns in name order, so placement never depends on the order nodes were given.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use crate::algo::{check_count, check_unique, name_hash, position};
 use crate::hash::{HashFunction, KeyHash};
@@ -99,7 +116,8 @@ impl Maglev {
     ///
     /// # Errors
     /// [`Error::DuplicateNode`]; [`Error::InvalidSetting`] for a table size of 0;
-    /// [`Error::TooManyPoints`] when the table would exceed 2^26 slots or hold fewer slots than nodes.
+    /// [`Error::TooManyPoints`] when a requested size exceeds 2^26 slots or the table would hold fewer
+    /// slots than nodes.
     pub fn new(
         nodes: &[Node],
         hash: HashFunction,
@@ -115,9 +133,10 @@ impl Maglev {
                 })
             }
             Some(s) => s,
+            // Capped at the limit: past 671,088 nodes the default gives fewer than 100 slots each.
             None => (nodes.len() as u64)
                 .saturating_mul(DEFAULT_SLOTS_PER_NODE)
-                .max(MIN_DEFAULT_TABLE_SIZE),
+                .clamp(MIN_DEFAULT_TABLE_SIZE, DEFAULT_MAX_POINTS),
         };
         if wanted > DEFAULT_MAX_POINTS {
             return Err(Error::TooManyPoints {
@@ -161,7 +180,7 @@ impl Maglev {
         counts
     }
 
-    /// Fills the table from scratch: the paper's population loop, with Envoy-style weight credits.
+    /// Fills the table from scratch: the paper's population loop, with Envoy-style weighted turns.
     fn populate(&mut self) {
         self.table.clear();
         let n = self.nodes.len();
@@ -186,38 +205,41 @@ impl Maglev {
                 }
             })
             .collect();
+        // A node of weight w takes its k-th slot in round ceil(k × w_max / w): every round for the
+        // heaviest, every other round at half its weight. Turns are scheduled with a heap so that
+        // skewed weights cost O(M log N) rather than a pass over all N nodes per round.
         let max_weight = self.nodes.iter().map(Node::weight).fold(0.0, f64::max);
-        let shares: Vec<f64> = order
+        let ratios: Vec<f64> = order
             .iter()
-            .map(|&i| self.nodes[i].weight() / max_weight)
+            .map(|&i| max_weight / self.nodes[i].weight())
             .collect();
-        let mut credit = vec![0.0f64; n];
+        // `as` saturates: a weight so small its round overflows simply never gets a turn.
+        let round_of = |t: usize, k: u64| (k as f64 * ratios[t]).ceil() as u64;
+        let mut turns: BinaryHeap<Reverse<(u64, usize)>> =
+            (0..n).map(|t| Reverse((round_of(t, 1), t))).collect();
+        let mut placed = vec![0u64; n];
         // The next permutation index each node will try.
         let mut next = vec![0u64; n];
         const EMPTY: u32 = u32::MAX;
         let mut table = vec![EMPTY; m as usize];
         let mut filled = 0u64;
-        'rounds: loop {
-            for t in 0..n {
-                credit[t] += shares[t];
-                if credit[t] < 1.0 {
-                    continue;
-                }
-                credit[t] -= 1.0;
-                // Walk this node's permutation to its next free slot; a full cycle visits every slot,
-                // and the table is not full, so this ends within M steps.
-                let mut slot = (offsets[t] + (next[t] % m) * skips[t]) % m;
-                while table[slot as usize] != EMPTY {
-                    next[t] += 1;
-                    slot = (offsets[t] + (next[t] % m) * skips[t]) % m;
-                }
-                table[slot as usize] = order[t] as u32;
+        while filled < m {
+            // The heap always holds one turn per node; an empty heap cannot happen with n > 0.
+            let Some(Reverse((_, t))) = turns.pop() else {
+                break;
+            };
+            // Walk this node's permutation to its next free slot; a full cycle visits every slot,
+            // and the table is not full, so this ends within M steps.
+            let mut slot = (offsets[t] + (next[t] % m) * skips[t]) % m;
+            while table[slot as usize] != EMPTY {
                 next[t] += 1;
-                filled += 1;
-                if filled == m {
-                    break 'rounds;
-                }
+                slot = (offsets[t] + (next[t] % m) * skips[t]) % m;
             }
+            table[slot as usize] = order[t] as u32;
+            next[t] += 1;
+            filled += 1;
+            placed[t] += 1;
+            turns.push(Reverse((round_of(t, placed[t] + 1), t)));
         }
         self.table = table;
     }
@@ -390,6 +412,23 @@ mod tests {
             assert!((c[i] as f64 - want).abs() <= 2.0, "{c:?}");
         }
         assert!(spread(&m, &KeySet::synthetic(60_000)).peak_to_mean < 1.05);
+    }
+
+    #[test]
+    fn skewed_weights_build_quickly_and_do_not_panic() {
+        let mut list: Vec<Node> = (0..2000)
+            .map(|i| Node::weighted(format!("light-{i}"), 1e-9).unwrap())
+            .collect();
+        list.push(Node::weighted("heavy", 1e9).unwrap());
+        list.push(Node::weighted("subnormal", f64::MIN_POSITIVE / 8.0).unwrap());
+        let start = std::time::Instant::now();
+        let m = Maglev::new(&list, HashFunction::Xxh3, None).unwrap();
+        assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
+        let counts = m.slot_counts();
+        assert_eq!(counts[2000], m.table_size());
+        let mut out = Vec::new();
+        m.replicas_into(b"k", 3, &mut out);
+        assert_eq!(out.len(), 3);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! |---|---|---|---|---|---|
 //! | `ring` | [`Ring`]: consistent hashing with virtual nodes | yes | yes | its keys only | O(log points) |
 //! | `jump` | [`Jump`]: jump consistent hash (Lamping & Veach 2014) | no | yes, see below | about 2/N | O(log N) |
+//! | `jumpback` | [`Jump::jump_back`]: JumpBackHash (Ertl 2024), jump's guarantees in O(1) | no | yes, see below | about 2/N | O(1) |
 //! | `rendezvous` | [`Rendezvous`]: highest random weight, logarithmic weights | yes | yes | its keys only | O(N) |
 //! | `maglev` | [`Maglev`]: Google's lookup table (Eisenbud et al. 2016) | yes | yes | its keys and a few more | O(1) |
 //! | `multiprobe` | [`MultiProbe`]: multi-probe consistent hashing (Appleton & O'Reilly 2015) | no | yes | its keys only | O(probes × log N) |
@@ -13,7 +14,7 @@
 //! "Weights: no" means [`build`] and [`Placement::add`] refuse a node whose weight is not 1 with
 //! [`Error::Unsupported`], instead of silently ignoring the weight.
 //!
-//! Jump numbers its buckets `0..N` in the order nodes are given; removing a node from the middle moves
+//! Jump (and jumpback) numbers its buckets `0..N` in the order nodes are given; removing a node from the middle moves
 //! the last node into the hole, which moves the removed node's keys *and* the last node's keys (about
 //! 2/N in all). Memento is the answer when any node must be removable at the cost of exactly its keys.
 //! Maglev rebuilds its table on every change, and a rebuilt table also shuffles a few entries between
@@ -22,12 +23,12 @@
 //! Every algorithm is deterministic: the same nodes (in the same order, for the numbered-bucket
 //! algorithms jump, anchor and memento) give the same placement in every process.
 
-mod anchor;
-mod jump;
-mod maglev;
-mod memento;
-mod multiprobe;
-mod rendezvous;
+pub mod anchor;
+pub mod jump;
+pub mod maglev;
+pub mod memento;
+pub mod multiprobe;
+pub mod rendezvous;
 
 #[cfg(test)]
 mod tests;
@@ -36,7 +37,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use self::anchor::Anchor;
-pub use self::jump::{jump_hash, Jump};
+pub use self::jump::{jump_back_hash, jump_hash, Jump};
 pub use self::maglev::Maglev;
 pub use self::memento::Memento;
 pub use self::multiprobe::MultiProbe;
@@ -54,6 +55,8 @@ pub enum Algorithm {
     Ring,
     /// Jump consistent hash over numbered buckets: no memory, even spread, equal weights only.
     Jump,
+    /// JumpBackHash: jump's guarantees (and limits) with expected constant-time lookups.
+    JumpBack,
     /// Rendezvous (highest random weight) hashing with logarithmic weights: exact movement, O(N) lookups.
     Rendezvous,
     /// Maglev's prime-sized lookup table: O(1) lookups, near-perfect balance, a little extra movement.
@@ -71,6 +74,7 @@ impl Algorithm {
     pub const ALL: &'static [Algorithm] = &[
         Algorithm::Ring,
         Algorithm::Jump,
+        Algorithm::JumpBack,
         Algorithm::Rendezvous,
         Algorithm::Maglev,
         Algorithm::MultiProbe,
@@ -83,6 +87,7 @@ impl Algorithm {
         match self {
             Algorithm::Ring => "ring",
             Algorithm::Jump => "jump",
+            Algorithm::JumpBack => "jumpback",
             Algorithm::Rendezvous => "rendezvous",
             Algorithm::Maglev => "maglev",
             Algorithm::MultiProbe => "multiprobe",
@@ -134,13 +139,15 @@ impl FromStr for Algorithm {
 
 /// Settings shared by the algorithms; each uses the ones that apply to it.
 ///
-/// Build it from the default and change what you need:
+/// Start from the default and change what you need (the struct is `non_exhaustive`, so new settings
+/// can be added without breaking callers):
 ///
 /// ```
 /// use shardring::algo::{build, Algorithm, AlgorithmOptions};
 /// use shardring::Node;
 ///
-/// let options = AlgorithmOptions { probes: 31, ..AlgorithmOptions::default() };
+/// let mut options = AlgorithmOptions::default();
+/// options.probes = 31;
 /// let nodes = vec![Node::new("a")?, Node::new("b")?];
 /// let placement = build(Algorithm::MultiProbe, &nodes, &options)?;
 /// assert!(placement.lookup(b"user:1").is_some());
@@ -158,7 +165,7 @@ pub struct AlgorithmOptions {
     ///
     /// By default, this is `None`: the next prime at or above the larger of 100 × the initial node
     /// count and 65,537 (the paper's small table), so that nodes added later still get about 100
-    /// entries each up to 655 nodes.
+    /// entries each up to 655 nodes; capped at 2^26 slots (256 MiB).
     pub maglev_table_size: Option<u64>,
     /// Multi-probe's probes per key: more probes, better balance, slower lookups.
     ///
@@ -204,6 +211,7 @@ pub fn build(
             Box::new(ring)
         }
         Algorithm::Jump => Box::new(Jump::new(nodes, options.hash)?),
+        Algorithm::JumpBack => Box::new(Jump::jump_back(nodes, options.hash)?),
         Algorithm::Rendezvous => Box::new(Rendezvous::new(nodes, options.hash)?),
         Algorithm::Maglev => Box::new(Maglev::new(nodes, options.hash, options.maglev_table_size)?),
         Algorithm::MultiProbe => Box::new(MultiProbe::new(nodes, options.hash, options.probes)?),

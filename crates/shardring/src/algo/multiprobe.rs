@@ -8,8 +8,16 @@
 //!
 //! # Independent probes
 //! Probe `i` is XXH3 of the key's 64-bit hash with seed `i`: a fresh, independent-looking value per
-//! probe. An arithmetic sequence `h1 + i × h2` would be cheaper, but its probes are correlated and
-//! measurably worsen balance.
+//! probe. An arithmetic sequence `h1 + i × h2` would be cheaper, but its probes are correlated: on the
+//! 300,000 synthetic keys with 21 probes it gave a peak-to-mean of 1.17, 1.13 and 1.25 at 10, 100 and
+//! 1000 nodes, against 1.11, 1.11 and 1.22 with independent probes (measured once, while choosing).
+//!
+//! # What balance to expect
+//! The probes cap the *peak*: no node gets much more than its share. They do not lift the *floor*: a
+//! node whose point sits just after another node's point owns a tiny arc and gets few keys whatever the
+//! probes do. So the peak-to-mean ratio is good (about 1.05 plus sampling noise with 21 probes) while
+//! the standard deviation stays high (17–22 % of the mean measured at 10 to 1000 nodes). Choose
+//! maglev, jump or anchor when the least-loaded node matters too.
 //!
 //! Adding a node moves only keys to it, and removing one moves only its keys: a node's point never
 //! depends on the others. Points that collide are ordered by name, and equal distances from different

@@ -93,11 +93,12 @@ impl Rendezvous {
         fmix64(key_hash ^ self.seeds[i])
     }
 
-    /// `-ln(u) / w` for a raw hash: smaller wins. `u` is in (0, 1): the top 53 bits plus one half, over
-    /// 2^53, so the logarithm is finite and negative.
+    /// `-ln(u) / w` for a raw hash: smaller wins. `u` is strictly inside (0, 1): the top 52 bits plus
+    /// one half, over 2^52 (exact in an `f64`, whose spacing below 2^52 is at most 0.5), so the
+    /// logarithm is finite and negative and `u` never rounds to 1.
     #[inline]
     fn cost(&self, raw: u64, i: usize) -> f64 {
-        let u = ((raw >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64);
+        let u = ((raw >> 12) as f64 + 0.5) * (1.0 / (1u64 << 52) as f64);
         -u.ln() * self.inv_weights[i]
     }
 
@@ -262,6 +263,15 @@ mod tests {
         slow.uniform = false;
         for key in KeySet::synthetic(20_000).iter() {
             assert_eq!(fast.locate(key), slow.locate(key));
+        }
+    }
+
+    #[test]
+    fn u_stays_strictly_inside_the_unit_interval() {
+        let hrw = Rendezvous::new(&[Node::new("a").unwrap()], HashFunction::Xxh3).unwrap();
+        for raw in [0, 1, u64::MAX, u64::MAX - (1 << 12), 1 << 63] {
+            let cost = hrw.cost(raw, 0);
+            assert!(cost.is_finite() && cost > 0.0, "{raw:#x}: {cost}");
         }
     }
 

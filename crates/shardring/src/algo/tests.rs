@@ -37,7 +37,11 @@ fn names_round_trip_and_match_the_placements() {
     );
     let err = "consistent".parse::<Algorithm>().unwrap_err();
     assert!(err.to_string().contains("memento"), "{err}");
-    assert_eq!(Algorithm::ALL.len(), 7);
+    assert_eq!(Algorithm::ALL.len(), 8);
+    assert_eq!(
+        "jump-back".parse::<Algorithm>().unwrap(),
+        Algorithm::JumpBack
+    );
 }
 
 #[test]
@@ -185,10 +189,46 @@ proptest! {
         }
     }
 
+    /// For the algorithms whose single-node placement is exact (only the removed node's keys move),
+    /// replica lists are stable too: removing a node that is not among a key's replicas leaves that
+    /// key's replica list as it was. For the ring and rendezvous, removing one that is among them only
+    /// drops it and appends one node (for multi-probe, anchor and memento the new owner may start a
+    /// different list).
+    #[test]
+    fn replica_lists_survive_removals_of_other_nodes(names in names_strategy(), count in 1usize..6,
+                                                     pick in any::<prop::sample::Index>(),
+                                                     keys in proptest::collection::vec(any::<Vec<u8>>(), 1..30)) {
+        prop_assume!(names.len() > count + 1);
+        let nodes = named(&names);
+        let gone = names[pick.index(names.len())].clone();
+        for algorithm in [Algorithm::Ring, Algorithm::Rendezvous, Algorithm::MultiProbe, Algorithm::Anchor, Algorithm::Memento] {
+            let before = build(algorithm, &nodes, &AlgorithmOptions::default()).unwrap();
+            let mut after = before.clone();
+            after.remove(&gone).unwrap();
+            let (mut b, mut a) = (Vec::new(), Vec::new());
+            for key in &keys {
+                before.replicas_into(key, count, &mut b);
+                after.replicas_into(key, count, &mut a);
+                let b: Vec<&str> = b.iter().map(|&i| before.nodes()[i].name()).collect();
+                let a: Vec<&str> = a.iter().map(|&i| after.nodes()[i].name()).collect();
+                if !b.contains(&gone.as_str()) {
+                    prop_assert_eq!(&a, &b, "{}", algorithm);
+                } else if matches!(algorithm, Algorithm::Ring | Algorithm::Rendezvous) {
+                    // Walk order and score order survive: the others keep their ranks.
+                    let kept: Vec<&str> = b.iter().copied().filter(|n| *n != gone).collect();
+                    prop_assert_eq!(&a[..kept.len()], &kept[..], "{}: {:?} -> {:?}", algorithm, b, a);
+                }
+            }
+        }
+    }
+
     #[test]
     fn membership_changes_never_panic_and_stay_consistent(names in names_strategy(),
                                                            ops in proptest::collection::vec((any::<bool>(), "[a-z]{1,3}"), 0..40)) {
-        for mut p in build_all(&named(&names)) {
+        // A small maglev table: every change refills it, and the default 65,537 slots make this slow.
+        let options = AlgorithmOptions { maglev_table_size: Some(1009), ..AlgorithmOptions::default() };
+        for &a in Algorithm::ALL {
+            let mut p = build(a, &named(&names), &options).unwrap();
             for (add, name) in &ops {
                 let had = p.nodes().iter().any(|n| n.name() == name.as_str());
                 let result = if *add {
@@ -211,4 +251,115 @@ proptest! {
             }
         }
     }
+}
+
+/// A long deterministic history of additions and removals on every algorithm that promises exact
+/// movement (anchor, memento, rendezvous, multi-probe): after each change, check that only the removed
+/// node's keys moved, or only keys to the added node. Long histories reach states (deep removal
+/// chains, re-added buckets) that short property-test histories rarely do.
+#[test]
+fn long_histories_move_exactly_the_changed_nodes_keys() {
+    let keys: Vec<u64> = (0..1000u64).map(|i| fmix64(i + 1)).collect();
+    let start = named(&(0..40).map(|i| format!("s{i}")).collect::<Vec<_>>());
+    let options = AlgorithmOptions {
+        anchor_capacity: Some(90),
+        ..AlgorithmOptions::default()
+    };
+    for algorithm in [
+        Algorithm::Anchor,
+        Algorithm::Memento,
+        Algorithm::Rendezvous,
+        Algorithm::MultiProbe,
+    ] {
+        let mut p = build(algorithm, &start, &options).unwrap();
+        let mut rng = 0x1234_5678_u64;
+        let mut fresh = 0;
+        for _ in 0..250 {
+            rng = rng
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let before: Vec<String> = keys
+                .iter()
+                .map(|k| p.lookup(&k.to_le_bytes()).unwrap().name().to_string())
+                .collect();
+            let n = p.nodes().len();
+            let remove = n > 1 && (n >= 80 || (rng >> 40) % 2 == 0);
+            let changed = if remove {
+                let name = p.nodes()[(rng >> 20) as usize % n].name().to_string();
+                p.remove(&name).unwrap();
+                name
+            } else {
+                fresh += 1;
+                let name = format!("f{fresh}");
+                p.add(Node::new(name.clone()).unwrap()).unwrap();
+                name
+            };
+            for (k, old) in keys.iter().zip(&before) {
+                let new = p.lookup(&k.to_le_bytes()).unwrap().name();
+                if remove {
+                    assert!(
+                        old == new || *old == changed,
+                        "{algorithm}: {old} -> {new} removing {changed}"
+                    );
+                } else {
+                    assert!(
+                        old == new || new == changed,
+                        "{algorithm}: {old} -> {new} adding {changed}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// FNV-1a over the owner names of `keys`, in order.
+fn digest(p: &dyn Placement, keys: &KeySet) -> u64 {
+    let mut digest = 0xcbf2_9ce4_8422_2325u64;
+    for key in keys.iter() {
+        for &b in p.lookup(key).unwrap().name().as_bytes() {
+            digest = (digest ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    digest
+}
+
+/// Placement is part of the contract between processes and releases: pin a digest of where 2,000
+/// keys go on 10 nodes, per algorithm. A change here means every deployed client would disagree with
+/// the new version; change the constants only on purpose, with a changelog entry.
+#[test]
+fn placements_are_pinned() {
+    let nodes = named(&(0..10).map(|i| format!("node-{i}")).collect::<Vec<_>>());
+    let keys = KeySet::synthetic(2000);
+    let mut digests = Vec::new();
+    // The ring pins its own placement in ring/tests.rs.
+    for &a in Algorithm::ALL.iter().filter(|&&a| a != Algorithm::Ring) {
+        let p = build(a, &nodes, &AlgorithmOptions::default()).unwrap();
+        digests.push((a.name(), digest(p.as_ref(), &keys)));
+    }
+    let pinned: &[(&str, u64)] = &[
+        ("jump", 0x0ce1_5759_97d0_6f2a),
+        ("jumpback", 0x1bc0_8127_c624_1e8b),
+        ("rendezvous", 0x29f2_0e2a_e879_b390),
+        ("maglev", 0x87cf_a6bb_23dd_86c8),
+        ("multiprobe", 0x2936_5bed_ad7d_b067),
+        ("anchor", 0x6a9c_80be_aae3_59b1),
+        // Without removals memento is jump.
+        ("memento", 0x0ce1_5759_97d0_6f2a),
+    ];
+    assert_eq!(digests, pinned);
+
+    // Weighted placements take other code paths (logarithms, weighted turns): pin them too.
+    let weighted: Vec<Node> = (0..10)
+        .map(|i| Node::weighted(format!("node-{i}"), 0.5 + f64::from(i % 4)).unwrap())
+        .collect();
+    let mut digests = Vec::new();
+    for a in [Algorithm::Rendezvous, Algorithm::Maglev] {
+        let p = build(a, &weighted, &AlgorithmOptions::default()).unwrap();
+        digests.push((a.name(), digest(p.as_ref(), &keys)));
+    }
+    let pinned: &[(&str, u64)] = &[
+        ("rendezvous", 0x3074_54bf_a5ac_3ab7),
+        ("maglev", 0x1e67_a3ca_8e28_3b5d),
+    ];
+    assert_eq!(digests, pinned);
 }

@@ -9,6 +9,8 @@
 //! # Ties
 //! Two points may land on the same position. They are ordered by node name (byte-wise), so the point of the
 //! smaller name is found first. Placement therefore never depends on the order in which nodes were added.
+//! (The twemproxy scheme orders ties as nutcracker does, by identity length then bytes; see
+//! [`PointScheme`].)
 
 mod builder;
 mod index;
@@ -23,7 +25,7 @@ pub use self::scheme::PointScheme;
 
 use self::index::{BucketSort, TopBitsIndex};
 use self::scheme::SchemeInput;
-use crate::hash::{HashFunction, KeyHash};
+use crate::hash::HashFunction;
 use crate::{Error, Node};
 
 /// One point of the circle: a position and the index of the node that owns it.
@@ -105,16 +107,25 @@ impl Ring {
         SchemeInput {
             vnodes: self.vnodes,
             hash: self.hash,
+            node_count: self.nodes.len(),
+            total_weight: self.nodes.iter().map(Node::weight).sum(),
         }
+    }
+
+    /// The ring position of `key`: its hash, after whatever the point scheme does to keys (a hash tag,
+    /// for example).
+    #[inline]
+    pub fn key_position(&self, key: impl AsRef<[u8]>) -> u32 {
+        self.scheme.key_position(self.hash, key.as_ref())
     }
 
     /// The node that owns `key`, or `None` when the ring is empty. Never allocates.
     #[inline]
     pub fn lookup(&self, key: impl AsRef<[u8]>) -> Option<&Node> {
-        self.lookup_hash(self.hash.hash32(key.as_ref()))
+        self.lookup_hash(self.key_position(key))
     }
 
-    /// The node that owns ring position `hash` (a key already hashed with [`Ring::hash_function`]).
+    /// The node that owns ring position `hash` (a key already placed with [`Ring::key_position`]).
     #[inline]
     pub fn lookup_hash(&self, hash: u32) -> Option<&Node> {
         let i = self.point_at(hash)?;
@@ -134,7 +145,7 @@ impl Ring {
     /// The index into [`nodes`](Ring::nodes) of `key`'s owner, for callers that keep per-node arrays.
     #[inline]
     pub fn lookup_index(&self, key: impl AsRef<[u8]>) -> Option<usize> {
-        let i = self.point_at(self.hash.hash32(key.as_ref()))?;
+        let i = self.point_at(self.key_position(key))?;
         Some(self.points[i].node as usize)
     }
 
@@ -142,7 +153,7 @@ impl Ring {
     ///
     /// The iterator ends after every node has been yielded once. Use `.take(n)` for `n` replicas.
     pub fn replicas(&self, key: impl AsRef<[u8]>) -> Replicas<'_> {
-        let start = self.point_at(self.hash.hash32(key.as_ref()));
+        let start = self.point_at(self.key_position(key));
         Replicas::new(self, start)
     }
 
@@ -171,6 +182,12 @@ impl Ring {
                 limit: u32::MAX as u64,
             });
         }
+        if self.scheme.is_global() {
+            self.nodes.push(node);
+            return self.rebuild().inspect_err(|_| {
+                self.nodes.pop();
+            });
+        }
         let input = self.scheme_input();
         let count = self.scheme.point_count(&node, input);
         self.check_limit(self.points.len() as u64, count)?;
@@ -194,6 +211,17 @@ impl Ring {
         let index = self.position_of(name).ok_or_else(|| Error::UnknownNode {
             node: name.to_string(),
         })?;
+        if self.scheme.is_global() {
+            let node = self.nodes.swap_remove(index);
+            // Fewer points than before: the limit cannot be exceeded, so this cannot fail.
+            if let Err(e) = self.rebuild() {
+                self.nodes.push(node);
+                let last = self.nodes.len() - 1;
+                self.nodes.swap(index, last);
+                return Err(e);
+            }
+            return Ok(node);
+        }
         let removed = index as u32;
         let last = (self.nodes.len() - 1) as u32;
         self.points.retain(|p| p.node != removed);
@@ -213,7 +241,8 @@ impl Ring {
     /// Changes the weight of the node named `name`.
     ///
     /// Under [`PointScheme::Plain`] the node keeps the points it shares with its new count, so raising the
-    /// weight only moves keys to the node and lowering it only moves keys away from it.
+    /// weight only moves keys to the node and lowering it only moves keys away from it. Under the
+    /// weighted compatibility schemes every node's points are recomputed, as the emulated program does.
     ///
     /// # Errors
     /// [`Error::UnknownNode`], [`Error::InvalidWeight`], [`Error::TooManyPoints`]; the ring is unchanged
@@ -222,7 +251,13 @@ impl Ring {
         let index = self.position_of(name).ok_or_else(|| Error::UnknownNode {
             node: name.to_string(),
         })?;
-        let node = Node::weighted(name, weight)?;
+        let node = self.nodes[index].reweighted(weight)?;
+        if self.scheme.is_global() {
+            let old = std::mem::replace(&mut self.nodes[index], node);
+            return self.rebuild().inspect_err(|_| {
+                self.nodes[index] = old;
+            });
+        }
         let input = self.scheme_input();
         let count = self.scheme.point_count(&node, input);
         let others = self
@@ -256,30 +291,33 @@ impl Ring {
         self.nodes.iter().position(|n| n.name() == name)
     }
 
-    /// The total order of points: by position, then by owner's name.
-    #[cfg(test)]
-    fn point_order(nodes: &[Node], a: &Point, b: &Point) -> std::cmp::Ordering {
-        a.position.cmp(&b.position).then_with(|| {
-            nodes[a.node as usize]
-                .name()
-                .cmp(nodes[b.node as usize].name())
-        })
+    /// The total order of points: by position, then by the scheme's tie order of the owners (by name
+    /// for the plain scheme).
+    fn point_order(
+        scheme: PointScheme,
+        nodes: &[Node],
+        a: &Point,
+        b: &Point,
+    ) -> std::cmp::Ordering {
+        a.position
+            .cmp(&b.position)
+            .then_with(|| scheme.tie_order(&nodes[a.node as usize], &nodes[b.node as usize]))
     }
 
     /// Inserts one node's new positions into the sorted point array, in place: each old point moves
     /// once, by one `copy_within` per gap between new points. Returns the positions, sorted.
     fn merge_points(&mut self, node: u32, mut positions: Vec<u32>) -> Vec<u32> {
         positions.sort_unstable();
-        let name = self.nodes[node as usize].name();
         // Where each new point goes among the old ones: after every old point that orders before it
-        // (smaller position, or the same position and a smaller name). Non-decreasing, as positions are.
+        // (smaller position, or the same position and an owner first in the tie order).
+        // Non-decreasing, as positions are.
         let at: Vec<usize> = positions
             .iter()
             .map(|&position| {
+                let new = Point { position, node };
                 let mut i = self.points.partition_point(|p| p.position < position);
                 while i < self.points.len()
-                    && self.points[i].position == position
-                    && self.nodes[self.points[i].node as usize].name() < name
+                    && Ring::point_order(self.scheme, &self.nodes, &self.points[i], &new).is_lt()
                 {
                     i += 1;
                 }
@@ -304,7 +342,8 @@ impl Ring {
         positions
     }
 
-    /// Rebuilds everything from `nodes` (used by builders).
+    /// Rebuilds every point from `nodes` (builders, and membership changes under schemes whose points
+    /// depend on all nodes). On error the points are unchanged.
     pub(crate) fn rebuild(&mut self) -> Result<(), Error> {
         let input = self.scheme_input();
         let counts: Vec<u64> = self
@@ -314,13 +353,12 @@ impl Ring {
             .collect();
         let total = counts.iter().fold(0u64, |a, &c| a.saturating_add(c));
         self.check_limit(0, total)?;
-        // Points are generated node by node in name order, and the sort is stable: points at the same
-        // position end up in name order, as `point_order` wants, without comparing a single name.
+        // Points are generated node by node in the scheme's tie order, and the sort is stable: points
+        // at the same position end up in that order, as `point_order` wants, without comparing nodes.
         let mut by_name: Vec<u32> = (0..self.nodes.len() as u32).collect();
         by_name.sort_unstable_by(|&a, &b| {
-            self.nodes[a as usize]
-                .name()
-                .cmp(self.nodes[b as usize].name())
+            self.scheme
+                .tie_order(&self.nodes[a as usize], &self.nodes[b as usize])
         });
         let mut sort = BucketSort::new(total as usize);
         for &node in &by_name {
@@ -384,6 +422,15 @@ impl Ring {
             .iter()
             .filter(move |p| Some(p.node) == index)
             .map(|p| p.position)
+    }
+
+    /// How many points each node has, in [`nodes`](Ring::nodes) order.
+    pub fn point_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0usize; self.nodes.len()];
+        for p in &self.points {
+            counts[p.node as usize] += 1;
+        }
+        counts
     }
 
     /// Each node's share of the circle (the fraction of all hash values it owns), in
