@@ -183,7 +183,11 @@ fn hash(c: &mut Criterion) {
 /// Lookups and replicas at every size, one subject built at a time.
 fn lookup(c: &mut Criterion) {
     let sizes = sizes();
-    let floor_at = if sizes.contains(&1000) { 1000 } else { sizes[0] };
+    let floor_at = if sizes.contains(&1000) {
+        1000
+    } else {
+        sizes[0]
+    };
     for nodes in sizes {
         let names = node_names(nodes);
         if nodes == floor_at {

@@ -85,7 +85,8 @@ pub const NOTES: &[Peer] = &[
         max_build_nodes: usize::MAX,
         note: "Multi-probe: one point per node and 23 probes per key (fixed; ours uses 21), \
                positions from xxh3 seeded through `std::hash` (not pluggable), points in a \
-               crossbeam skip list.",
+               crossbeam skip list. Its replicas walk clockwise from the key's first probe, so the \
+               first is not always its lookup's answer.",
     },
     Peer {
         name: "jumphash",

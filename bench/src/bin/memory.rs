@@ -178,8 +178,7 @@ fn main() {
         let (heap, ring) = held(|| peers::MpcHash::build(names));
         drop(ring);
         emit("mpchash", true, nodes, heap, None, Some(nodes));
-        let (heap, jump) = held(|| peers::JumpHash::build(nodes));
-        drop(jump);
+        let (heap, _jump) = held(|| peers::JumpHash::build(nodes));
         emit("jumphash", true, nodes, heap, None, None);
         if nodes <= peers::peer("maglev").max_nodes {
             let table = peers::MaglevPeer::table_size(nodes);
