@@ -1,0 +1,343 @@
+//! The proxy's settings: one [`PoolConfig`] per twemproxy pool, field for field twemproxy's YAML keys with
+//! twemproxy's defaults, plus a few settings twemproxy has no key for (each marked *proxy-only*).
+//!
+//! This crate does not read YAML: the library's twemproxy config reader does, and the CLI maps its pools
+//! onto these structs. Tests build them directly.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::protocol::memcache::Limits;
+
+/// Where a pool accepts clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// `host:port`.
+    Tcp(String),
+    /// `/path/to/socket [mode]`: a unix socket, created with the octal permissions `mode` when given.
+    Unix {
+        /// The socket's path.
+        path: String,
+        /// Its permissions, e.g. `0o666`.
+        mode: Option<u32>,
+    },
+}
+
+impl fmt::Display for Listen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Listen::Tcp(addr) => f.write_str(addr),
+            Listen::Unix { path, mode: None } => f.write_str(path),
+            Listen::Unix {
+                path,
+                mode: Some(m),
+            } => write!(f, "{path} {m:o}"),
+        }
+    }
+}
+
+/// How keys are spread over servers (twemproxy's `distribution`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Distribution {
+    /// Consistent hashing (the default).
+    #[default]
+    Ketama,
+    /// `hash % servers`.
+    Modula,
+    /// A random server per request.
+    Random,
+}
+
+/// One backend: twemproxy's `host:port:weight [name]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// `host:port` to connect to.
+    pub addr: String,
+    /// The server's relative share of keys.
+    pub weight: u32,
+    /// The name placement uses instead of `host:port` when given (so a server can move without moving
+    /// keys).
+    pub name: Option<String>,
+}
+
+impl ServerConfig {
+    /// The name placement and stats use: the configured name, else `host:port`.
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.addr)
+    }
+}
+
+/// One pool: a listen address, servers, and how keys are placed on them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    /// The pool's name (the YAML mapping key); stats are keyed by it.
+    pub name: String,
+    /// `listen`.
+    pub listen: Listen,
+    /// `hash`: the key hash's name. By default, this is `fnv1a_64`.
+    pub hash: String,
+    /// `hash_tag`: two bytes; when both occur in a key, only the part between them is hashed.
+    pub hash_tag: Option<[u8; 2]>,
+    /// `distribution`. By default, this is ketama.
+    pub distribution: Distribution,
+    /// `timeout`: connect and response timeout. By default, none (twemproxy waits forever).
+    pub timeout: Option<Duration>,
+    /// `backlog`: the listen queue. By default, this is 512.
+    pub backlog: u32,
+    /// `preconnect`: connect to every server at start. By default, false.
+    pub preconnect: bool,
+    /// `redis`: refused, this proxy speaks memcached only.
+    pub redis: bool,
+    /// `server_connections`: connections per server. By default, this is 1.
+    pub server_connections: u32,
+    /// `auto_eject_hosts`: take failing servers out of the placement. By default, false.
+    pub auto_eject_hosts: bool,
+    /// `server_retry_timeout`: how long an ejected server stays out before it is probed again. By
+    /// default, this is 30 s.
+    pub server_retry_timeout: Duration,
+    /// `server_failure_limit`: consecutive failures that eject a server. By default, this is 2.
+    pub server_failure_limit: u32,
+    /// `servers`.
+    pub servers: Vec<ServerConfig>,
+    /// `client_connections`: the most clients at once; 0 means [`DEFAULT_CLIENT_CONNECTIONS`] (twemproxy
+    /// ignores this key, so 0 there means unlimited).
+    pub client_connections: u32,
+    /// *proxy-only*: how often every server is probed with `version`. By default, this is 1 s.
+    pub health_check_interval: Duration,
+    /// *proxy-only*: a multi-get fails whole when one server fails (twemproxy's behaviour). By default,
+    /// false: the keys that could be fetched are returned.
+    pub multiget_all_or_nothing: bool,
+    /// *proxy-only*: key, value and line limits.
+    pub limits: Limits,
+}
+
+/// The client cap when `client_connections` is 0.
+pub const DEFAULT_CLIENT_CONNECTIONS: u32 = 16_384;
+
+impl PoolConfig {
+    /// A pool with twemproxy's defaults listening on `listen`, serving `servers` (`host:port:weight
+    /// [name]` strings).
+    ///
+    /// # Errors
+    /// The servers that do not parse.
+    pub fn new(name: &str, listen: &str, servers: &[&str]) -> Result<PoolConfig, ConfigErrors> {
+        let mut errors = ConfigErrors::default();
+        let mut parsed = Vec::new();
+        for s in servers {
+            match parse_server(s) {
+                Ok(sc) => parsed.push(sc),
+                Err(e) => errors.push(name, e),
+            }
+        }
+        errors.into_result()?;
+        Ok(PoolConfig {
+            name: name.to_owned(),
+            listen: parse_listen(listen),
+            hash: "fnv1a_64".to_owned(),
+            hash_tag: None,
+            distribution: Distribution::Ketama,
+            timeout: None,
+            backlog: 512,
+            preconnect: false,
+            redis: false,
+            server_connections: 1,
+            auto_eject_hosts: false,
+            server_retry_timeout: Duration::from_secs(30),
+            server_failure_limit: 2,
+            servers: parsed,
+            client_connections: 0,
+            health_check_interval: Duration::from_secs(1),
+            multiget_all_or_nothing: false,
+            limits: Limits::default(),
+        })
+    }
+
+    /// Every problem with this pool, all at once.
+    pub fn validate(&self, errors: &mut ConfigErrors) {
+        let n = &self.name;
+        if self.redis {
+            errors.push(
+                n,
+                "redis: true is not supported: shardring proxy speaks the memcached protocol only"
+                    .into(),
+            );
+        }
+        if self.servers.is_empty() {
+            errors.push(n, "servers: at least one server is needed".into());
+        }
+        if self.server_connections == 0 {
+            errors.push(n, "server_connections must be at least 1".into());
+        }
+        if self.auto_eject_hosts && self.server_failure_limit == 0 {
+            errors.push(n, "server_failure_limit must be at least 1".into());
+        }
+        if self.limits.max_key_len == 0 || self.limits.max_key_len > 250 {
+            errors.push(n, "the key limit must be between 1 and 250".into());
+        }
+        if self.health_check_interval.is_zero() {
+            errors.push(n, "the health check interval must be greater than 0".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for s in &self.servers {
+            if s.weight == 0 {
+                errors.push(n, format!("server {}: weight must be at least 1", s.addr));
+            }
+            if !seen.insert(s.label()) {
+                errors.push(
+                    n,
+                    format!("server {}: duplicate server name or address", s.label()),
+                );
+            }
+        }
+        if let Err(e) = crate::router::build_placement(self, &vec![true; self.servers.len()]) {
+            errors.push(n, e.to_string());
+        }
+    }
+}
+
+/// Parses twemproxy's `listen` value: `host:port`, or a path (`/…`) with an optional octal mode.
+pub fn parse_listen(s: &str) -> Listen {
+    let s = s.trim();
+    if s.starts_with('/') {
+        let mut parts = s.split_whitespace();
+        let path = parts.next().unwrap_or_default().to_owned();
+        let mode = parts.next().and_then(|m| u32::from_str_radix(m, 8).ok());
+        Listen::Unix { path, mode }
+    } else {
+        Listen::Tcp(s.to_owned())
+    }
+}
+
+/// Parses `host:port:weight [name]`.
+///
+/// # Errors
+/// A message naming the bad part.
+pub fn parse_server(s: &str) -> Result<ServerConfig, String> {
+    let s = s.trim();
+    let (spec, name) = match s.split_once(char::is_whitespace) {
+        Some((spec, name)) => (spec, Some(name.trim().to_owned())),
+        None => (s, None),
+    };
+    let mut it = spec.rsplitn(2, ':');
+    let (Some(weight), Some(addr)) = (it.next(), it.next()) else {
+        return Err(format!("server {s:?}: expected host:port:weight [name]"));
+    };
+    let weight: u32 = weight
+        .parse()
+        .map_err(|_| format!("server {s:?}: weight {weight:?} is not a number"))?;
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err(format!("server {s:?}: expected host:port:weight [name]"));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("server {s:?}: bad host or port"));
+    }
+    Ok(ServerConfig {
+        addr: addr.to_owned(),
+        weight,
+        name: name.filter(|n| !n.is_empty()),
+    })
+}
+
+/// The whole proxy: its pools.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProxyConfig {
+    /// The pools, in the file's order.
+    pub pools: Vec<PoolConfig>,
+}
+
+impl ProxyConfig {
+    /// Every problem with every pool.
+    ///
+    /// # Errors
+    /// All of them, so a user fixes a config in one go.
+    pub fn validate(&self) -> Result<(), ConfigErrors> {
+        let mut errors = ConfigErrors::default();
+        if self.pools.is_empty() {
+            errors.push("", "no pools".into());
+        }
+        let mut names = std::collections::HashSet::new();
+        let mut listens = std::collections::HashSet::new();
+        for p in &self.pools {
+            if !names.insert(&p.name) {
+                errors.push(&p.name, "duplicate pool name".into());
+            }
+            if !listens.insert(p.listen.to_string()) {
+                errors.push(
+                    &p.name,
+                    format!("listen {} is used by another pool", p.listen),
+                );
+            }
+            p.validate(&mut errors);
+        }
+        errors.into_result()
+    }
+}
+
+/// One or more configuration problems.
+#[derive(Debug, Clone, Default, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.problems.join("; "))]
+pub struct ConfigErrors {
+    /// Each problem, prefixed with its pool's name.
+    pub problems: Vec<String>,
+}
+
+impl ConfigErrors {
+    /// Records a problem of pool `pool`.
+    pub fn push(&mut self, pool: &str, problem: String) {
+        if pool.is_empty() {
+            self.problems.push(problem);
+        } else {
+            self.problems.push(format!("pool {pool}: {problem}"));
+        }
+    }
+
+    /// `Ok` when there are no problems.
+    ///
+    /// # Errors
+    /// `self` when there are.
+    pub fn into_result(self) -> Result<(), ConfigErrors> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(self)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_parse_like_twemproxy() {
+        let s = parse_server("127.0.0.1:11211:2 cache-a").unwrap();
+        assert_eq!(s.addr, "127.0.0.1:11211");
+        assert_eq!(s.weight, 2);
+        assert_eq!(s.label(), "cache-a");
+        let s = parse_server("localhost:11212:1").unwrap();
+        assert_eq!(s.label(), "localhost:11212");
+        assert!(parse_server("localhost:11212").is_err());
+        assert!(parse_server("localhost:x:1").is_err());
+    }
+
+    #[test]
+    fn redis_pools_are_refused_with_every_other_problem() {
+        let mut p = PoolConfig::new("alpha", "127.0.0.1:0", &["127.0.0.1:1:1"]).unwrap();
+        p.redis = true;
+        p.server_connections = 0;
+        let errs = ProxyConfig { pools: vec![p] }.validate().unwrap_err();
+        assert_eq!(errs.problems.len(), 2, "{errs}");
+        assert!(errs.problems[0].contains("redis"));
+    }
+
+    #[test]
+    fn listen_takes_unix_sockets() {
+        assert_eq!(
+            parse_listen("/tmp/x.sock 0666"),
+            Listen::Unix {
+                path: "/tmp/x.sock".into(),
+                mode: Some(0o666)
+            }
+        );
+    }
+}
