@@ -123,6 +123,10 @@ fn bad_input_exits_2_with_a_reason_and_no_stdout() {
         &["lookup", "--nodes", "a", "--vnodes", "0", "k"],
         &["lookup", "--nodes", "a", "--replicas", "0", "k"],
         &["lookup", "k"],
+        &["lookup", "--nodes", "a", "--file", "/nonexistent/keys.txt"],
+        &["lookup", "--nodes", "a", "--vnodes", "4000000000", "k"],
+        &["analyze", "--nodes", "99999999999"],
+        &["analyze", "--keys", "99999999999999"],
         &["ring", "--nodes", "a=nan"],
         &["ring", "--nodes", "a", "--diff"],
         &["analyze", "--nodes", "0"],
@@ -136,6 +140,34 @@ fn bad_input_exits_2_with_a_reason_and_no_stdout() {
         assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
         assert!(!out.stderr.is_empty(), "{args:?} gave no reason");
     }
+}
+
+#[test]
+fn lookup_reads_keys_from_a_file_and_handles_huge_replica_counts() {
+    let path = std::env::temp_dir().join(format!("shardring-keys-{}", std::process::id()));
+    std::fs::write(&path, "a-key\nb-key\n").unwrap();
+    let out = shardring()
+        .args([
+            "lookup",
+            "--nodes",
+            "x,y",
+            "--replicas",
+            "1000000000000",
+            "--file",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].starts_with("a-key\t") && lines[0].split('\t').count() == 3);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::decimal::format_u64;
 use crate::Placement;
 
 /// A set of keys stored back to back in one buffer, so a million keys are two allocations, not a million.
@@ -23,7 +24,7 @@ impl KeySet {
             bytes: Vec::with_capacity(count * 11),
             ends: Vec::with_capacity(count),
         };
-        let mut buf = itoa_buffer();
+        let mut buf = [0u8; 20];
         for i in 0..count {
             set.bytes.extend_from_slice(b"key:");
             set.bytes.extend_from_slice(format_u64(&mut buf, i as u64));
@@ -64,23 +65,6 @@ impl<K: AsRef<[u8]>> FromIterator<K> for KeySet {
             set.push(key.as_ref());
         }
         set
-    }
-}
-
-fn itoa_buffer() -> [u8; 20] {
-    [0; 20]
-}
-
-/// Writes `n` in decimal into the end of `buf` and returns the digits, without allocating.
-fn format_u64(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
     }
 }
 

@@ -9,6 +9,8 @@
 //! - [`hash`]: deterministic key hashes (xxh3, CRC32, FNV, Murmur3, MD5), selectable by name.
 //! - [`Placement`]: the trait every placement algorithm implements.
 //! - [`analysis`]: spread and key-movement measurements over any placement.
+//! - [`compat`]: byte-exact rings of twemproxy, libmemcached, libketama, uhashring and nginx, and a
+//!   twemproxy configuration reader.
 //!
 //! ## Example
 //!
@@ -33,17 +35,21 @@
 //! - Lookups are allocation-free and, with the top-bits index, a few nanoseconds past the key hash.
 //!
 //! ## Cargo features
-//! None yet: the library depends only on hash crates and `thiserror`.
+//! - `twemproxy-config` (default): [`compat::twemproxy_config`], the twemproxy YAML reader. It adds a
+//!   YAML parser to the dependencies; without it the library depends only on hash crates and
+//!   `thiserror`.
 
 pub mod algo;
 pub mod analysis;
+pub mod compat;
+mod decimal;
 mod error;
 pub mod hash;
 mod node;
 mod placement;
 pub mod ring;
 
-pub use crate::error::Error;
+pub use crate::error::{ConfigProblem, Error};
 pub use crate::hash::{HashFunction, KeyHash};
 pub use crate::node::Node;
 pub use crate::placement::Placement;

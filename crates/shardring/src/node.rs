@@ -6,12 +6,19 @@ use crate::Error;
 
 /// A server (or any bucket) that keys are placed on.
 ///
-/// The name is the node's identity: placements derive the node's points from it, compare nodes by it, and
-/// report it back from lookups. The weight scales the node's share of keys relative to a weight of 1.
+/// The name is how placements compare nodes and what lookups report. The weight scales the node's share of
+/// keys relative to a weight of 1.
+///
+/// Points are derived from the node's [identity](Node::identity), which is its name unless set apart with
+/// [`Node::with_identity`]. Compatibility modes need the two apart: twemproxy reports a server as
+/// `10.0.0.1:11211` but hashes it as `10.0.0.1` (it drops port 11211), and libmemcached's SPY mode hashes
+/// `/10.0.0.1:11211`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
-    /// The identity: unique within a placement, never empty.
+    /// The name: unique within a placement, never empty, what lookups report.
     name: Box<str>,
+    /// The string the node's points are derived from, when it is not the name.
+    identity: Option<Box<str>>,
     /// The relative share of keys; finite and greater than zero.
     weight: f64,
 }
@@ -40,7 +47,51 @@ impl Node {
         }
         Ok(Node {
             name: name.into_boxed_str(),
+            identity: None,
             weight,
+        })
+    }
+
+    /// A node whose points are derived from `identity` rather than from its name.
+    ///
+    /// # Errors
+    /// As for [`Node::weighted`]; [`Error::EmptyName`] also when `identity` is empty.
+    pub fn with_identity(
+        name: impl Into<String>,
+        identity: impl Into<String>,
+        weight: f64,
+    ) -> Result<Node, Error> {
+        let mut node = Node::weighted(name, weight)?;
+        let identity = identity.into();
+        if identity.is_empty() {
+            return Err(Error::EmptyName);
+        }
+        if identity.as_str() != node.name() {
+            node.identity = Some(identity.into_boxed_str());
+        }
+        Ok(node)
+    }
+
+    /// The string the node's points are derived from: the identity given to
+    /// [`with_identity`](Node::with_identity), else the name.
+    pub fn identity(&self) -> &str {
+        self.identity.as_deref().unwrap_or(&self.name)
+    }
+
+    /// The same node with another weight (identity kept).
+    ///
+    /// # Errors
+    /// [`Error::InvalidWeight`] when `weight` is zero, negative, infinite or NaN.
+    pub fn reweighted(&self, weight: f64) -> Result<Node, Error> {
+        if !(weight.is_finite() && weight > 0.0) {
+            return Err(Error::InvalidWeight {
+                node: self.name.to_string(),
+                weight,
+            });
+        }
+        Ok(Node {
+            weight,
+            ..self.clone()
         })
     }
 
@@ -76,5 +127,10 @@ mod tests {
         }
         let n = Node::weighted("10.0.0.1:11211", 2.5).unwrap();
         assert_eq!((n.name(), n.weight()), ("10.0.0.1:11211", 2.5));
+        assert_eq!(n.identity(), "10.0.0.1:11211");
+        let n = Node::with_identity("10.0.0.1:11211", "10.0.0.1", 1.0).unwrap();
+        assert_eq!((n.name(), n.identity()), ("10.0.0.1:11211", "10.0.0.1"));
+        assert_eq!(n.reweighted(3.0).unwrap().identity(), "10.0.0.1");
+        assert_eq!(Node::with_identity("a", "", 1.0), Err(Error::EmptyName));
     }
 }

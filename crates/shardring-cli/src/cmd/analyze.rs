@@ -45,6 +45,11 @@ enum Format {
     Json,
 }
 
+/// The most nodes `analyze` builds: past the ring's default point limit at 160 points each anyway.
+const MAX_NODES: usize = 1_000_000;
+/// The most keys `analyze` places: about 1.5 GiB of key bytes.
+const MAX_KEYS: usize = 100_000_000;
+
 /// One row of the JSON output (DESIGN §3.1).
 #[derive(Debug, Serialize)]
 struct Row {
@@ -71,11 +76,11 @@ struct Row {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    if args.nodes == 0 {
-        bail!("--nodes must be at least 1");
+    if !(1..=MAX_NODES).contains(&args.nodes) {
+        bail!("--nodes must be between 1 and {MAX_NODES}");
     }
-    if args.keys == 0 {
-        bail!("--keys must be at least 1");
+    if !(1..=MAX_KEYS).contains(&args.keys) {
+        bail!("--keys must be between 1 and {MAX_KEYS}");
     }
     let algorithms: Vec<Algorithm> = if args.algo.eq_ignore_ascii_case("all") {
         Algorithm::ALL.to_vec()

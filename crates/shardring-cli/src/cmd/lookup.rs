@@ -1,7 +1,9 @@
 //! `shardring lookup`: where do these keys live?
 
 use std::ffi::OsString;
-use std::io::{self, BufRead, BufWriter, Write};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use shardring::algo::{self, Algorithm, AlgorithmOptions};
@@ -13,8 +15,12 @@ use crate::nodes::parse_node_list;
 /// `KEY<TAB>NODE[<TAB>NODE...]` per key in input order.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Keys to look up (raw bytes). Without any, keys are read from stdin, one per line.
+    /// Keys to look up (raw bytes). Without any (and without --file), keys are read from stdin, one per
+    /// line.
     keys: Vec<OsString>,
+    /// Read keys from this file, one per line, instead of stdin.
+    #[arg(long, value_name = "PATH", conflicts_with = "keys")]
+    file: Option<PathBuf>,
     /// The nodes: NAME or NAME=WEIGHT, comma-separated (e.g. `10.0.0.1:11211=2,10.0.0.2:11211`).
     #[arg(long)]
     nodes: String,
@@ -37,9 +43,17 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--replicas must be at least 1");
     }
     let placement = build(&args)?;
+    // Open the input before printing anything, so an unreadable file leaves stdout empty.
+    let input: Option<Box<dyn BufRead>> = match (&args.file, args.keys.is_empty()) {
+        (Some(path), _) => Some(Box::new(BufReader::new(
+            File::open(path).with_context(|| format!("opening {}", path.display()))?,
+        ))),
+        (None, true) => Some(Box::new(io::stdin().lock())),
+        (None, false) => None,
+    };
     let stdout = io::stdout().lock();
     let mut out = BufWriter::new(stdout);
-    let mut replicas = Vec::with_capacity(args.replicas);
+    let mut replicas = Vec::with_capacity(args.replicas.min(placement.nodes().len()));
     let mut print = |key: &[u8]| -> io::Result<()> {
         placement.replicas_into(key, args.replicas, &mut replicas);
         out.write_all(key)?;
@@ -49,10 +63,13 @@ pub fn run(args: Args) -> Result<()> {
         }
         out.write_all(b"\n")
     };
-    if args.keys.is_empty() {
-        let stdin = io::stdin().lock();
-        for line in stdin.split(b'\n') {
-            let mut key = line.context("reading keys from stdin")?;
+    if let Some(input) = input {
+        let source = match &args.file {
+            Some(path) => path.display().to_string(),
+            None => "stdin".to_string(),
+        };
+        for line in input.split(b'\n') {
+            let mut key = line.with_context(|| format!("reading keys from {source}"))?;
             if key.last() == Some(&b'\r') {
                 key.pop();
             }

@@ -16,11 +16,14 @@
 //! | `fnv1-64`, `fnv1a-64` | FNV-1 and FNV-1a, 64-bit | 64 |
 //! | `murmur3` | MurmurHash3 x86_32, seed 0 | 32 |
 //! | `md5` | MD5; the first four digest bytes read little-endian (ketama's convention) | 32 |
+//! | `twemproxy:NAME` | twemproxy's twelve hashes, byte-exact ([`twemproxy`]; NAME as in its config) | 32 |
+//! | `hashkit-murmur3` | libmemcached's `murmur3` ([`twemproxy::hashkit_murmur3`]) | 32 |
 
 mod crc;
 mod fnv;
 mod md5;
 mod murmur;
+pub mod twemproxy;
 mod xxh;
 
 use std::fmt;
@@ -30,6 +33,7 @@ pub use self::crc::crc32;
 pub use self::fnv::{fnv1_32, fnv1_64, fnv1a_32, fnv1a_64};
 pub use self::md5::{md5_digest, md5_u32};
 pub use self::murmur::murmur3_32;
+pub use self::twemproxy::TwemproxyHash;
 pub use self::xxh::xxh3_64;
 
 use crate::Error;
@@ -74,6 +78,11 @@ pub enum HashFunction {
     Murmur3,
     /// MD5, first four digest bytes little-endian.
     Md5,
+    /// One of twemproxy's twelve hashes, byte-exact with nutcracker (and with libmemcached's hashes of the
+    /// same names). Named `twemproxy:NAME`.
+    Twemproxy(TwemproxyHash),
+    /// libmemcached's `murmur3`: MurmurHash3 x86_32 seeded with `0xdeadbeef × length`.
+    HashkitMurmur3,
 }
 
 impl HashFunction {
@@ -100,15 +109,16 @@ impl HashFunction {
             HashFunction::Fnv1a64 => "fnv1a-64",
             HashFunction::Murmur3 => "murmur3",
             HashFunction::Md5 => "md5",
+            HashFunction::Twemproxy(h) => h.qualified_name(),
+            HashFunction::HashkitMurmur3 => "hashkit-murmur3",
         }
     }
 
     fn known_names() -> String {
-        HashFunction::ALL
-            .iter()
-            .map(|h| h.name())
-            .collect::<Vec<_>>()
-            .join(", ")
+        let mut names: Vec<&str> = HashFunction::ALL.iter().map(|h| h.name()).collect();
+        names.extend(TwemproxyHash::ALL.iter().map(|h| h.qualified_name()));
+        names.push(HashFunction::HashkitMurmur3.name());
+        names.join(", ")
     }
 }
 
@@ -124,6 +134,8 @@ impl KeyHash for HashFunction {
             HashFunction::Fnv1a64 => fnv1a_64(key) as u32,
             HashFunction::Murmur3 => murmur3_32(key, 0),
             HashFunction::Md5 => md5_u32(key),
+            HashFunction::Twemproxy(h) => h.hash32(key),
+            HashFunction::HashkitMurmur3 => twemproxy::hashkit_murmur3(key),
         }
     }
 
@@ -148,6 +160,18 @@ impl FromStr for HashFunction {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Error> {
+        if let Some(bare) = s.trim().strip_prefix("twemproxy:") {
+            return bare
+                .parse::<TwemproxyHash>()
+                .map(HashFunction::Twemproxy)
+                .map_err(|_| Error::UnknownHash {
+                    name: s.to_string(),
+                    known: HashFunction::known_names(),
+                });
+        }
+        if s.trim().eq_ignore_ascii_case("hashkit-murmur3") {
+            return Ok(HashFunction::HashkitMurmur3);
+        }
         let wanted = s.trim().to_ascii_lowercase().replace('_', "-");
         let found = HashFunction::ALL.iter().copied().find(|h| {
             h.name() == wanted
@@ -187,6 +211,14 @@ mod tests {
         assert_eq!(
             "fnv1a32".parse::<HashFunction>().unwrap(),
             HashFunction::Fnv1a32
+        );
+        for &t in TwemproxyHash::ALL {
+            let h = HashFunction::Twemproxy(t);
+            assert_eq!(h.name().parse::<HashFunction>().unwrap(), h);
+        }
+        assert_eq!(
+            "hashkit-murmur3".parse::<HashFunction>().unwrap(),
+            HashFunction::HashkitMurmur3
         );
         let err = "sha1".parse::<HashFunction>().unwrap_err();
         assert!(err.to_string().contains("xxh3"), "{err}");

@@ -36,8 +36,8 @@ pub struct RingBuilder {
     max_points: u64,
     /// Whether to build the lookup index.
     lookup_index: bool,
-    /// The members to start with, validated at `build`.
-    nodes: Vec<(String, f64)>,
+    /// The members to start with (name, weight, identity when apart from the name), validated at `build`.
+    nodes: Vec<(String, f64, Option<String>)>,
 }
 
 impl Default for RingBuilder {
@@ -103,7 +103,19 @@ impl RingBuilder {
 
     /// Adds a member.
     pub fn node(mut self, name: impl Into<String>, weight: f64) -> RingBuilder {
-        self.nodes.push((name.into(), weight));
+        self.nodes.push((name.into(), weight, None));
+        self
+    }
+
+    /// Adds a member whose points derive from `identity` rather than its name (see [`Node::identity`]).
+    pub fn node_with_identity(
+        mut self,
+        name: impl Into<String>,
+        identity: impl Into<String>,
+        weight: f64,
+    ) -> RingBuilder {
+        self.nodes
+            .push((name.into(), weight, Some(identity.into())));
         self
     }
 
@@ -114,7 +126,7 @@ impl RingBuilder {
         S: Into<String>,
     {
         self.nodes
-            .extend(names.into_iter().map(|name| (name.into(), 1.0)));
+            .extend(names.into_iter().map(|name| (name.into(), 1.0, None)));
         self
     }
 
@@ -132,8 +144,11 @@ impl RingBuilder {
         }
         let mut nodes: Vec<Node> = Vec::with_capacity(self.nodes.len());
         let mut seen = std::collections::HashSet::with_capacity(self.nodes.len());
-        for (name, weight) in self.nodes {
-            let node = Node::weighted(name, weight)?;
+        for (name, weight, identity) in self.nodes {
+            let node = match identity {
+                Some(identity) => Node::with_identity(name, identity, weight)?,
+                None => Node::weighted(name, weight)?,
+            };
             if !seen.insert(node.name().to_string()) {
                 return Err(Error::DuplicateNode {
                     node: node.name().to_string(),

@@ -9,6 +9,8 @@
 //! # Ties
 //! Two points may land on the same position. They are ordered by node name (byte-wise), so the point of the
 //! smaller name is found first. Placement therefore never depends on the order in which nodes were added.
+//! (The twemproxy scheme orders ties as nutcracker does, by identity length then bytes; see
+//! [`PointScheme`].)
 
 mod builder;
 mod index;
@@ -25,7 +27,7 @@ pub use self::scheme::PointScheme;
 
 use self::index::TopBitsIndex;
 use self::scheme::SchemeInput;
-use crate::hash::{HashFunction, KeyHash};
+use crate::hash::HashFunction;
 use crate::{Error, Node};
 
 /// One point of the circle: a position and the index of the node that owns it.
@@ -107,16 +109,25 @@ impl Ring {
         SchemeInput {
             vnodes: self.vnodes,
             hash: self.hash,
+            node_count: self.nodes.len(),
+            total_weight: self.nodes.iter().map(Node::weight).sum(),
         }
+    }
+
+    /// The ring position of `key`: its hash, after whatever the point scheme does to keys (a hash tag,
+    /// for example).
+    #[inline]
+    pub fn key_position(&self, key: impl AsRef<[u8]>) -> u32 {
+        self.scheme.key_position(self.hash, key.as_ref())
     }
 
     /// The node that owns `key`, or `None` when the ring is empty. Never allocates.
     #[inline]
     pub fn lookup(&self, key: impl AsRef<[u8]>) -> Option<&Node> {
-        self.lookup_hash(self.hash.hash32(key.as_ref()))
+        self.lookup_hash(self.key_position(key))
     }
 
-    /// The node that owns ring position `hash` (a key already hashed with [`Ring::hash_function`]).
+    /// The node that owns ring position `hash` (a key already placed with [`Ring::key_position`]).
     #[inline]
     pub fn lookup_hash(&self, hash: u32) -> Option<&Node> {
         let i = self.point_at(hash)?;
@@ -136,7 +147,7 @@ impl Ring {
     /// The index into [`nodes`](Ring::nodes) of `key`'s owner, for callers that keep per-node arrays.
     #[inline]
     pub fn lookup_index(&self, key: impl AsRef<[u8]>) -> Option<usize> {
-        let i = self.point_at(self.hash.hash32(key.as_ref()))?;
+        let i = self.point_at(self.key_position(key))?;
         Some(self.points[i].node as usize)
     }
 
@@ -144,7 +155,7 @@ impl Ring {
     ///
     /// The iterator ends after every node has been yielded once. Use `.take(n)` for `n` replicas.
     pub fn replicas(&self, key: impl AsRef<[u8]>) -> Replicas<'_> {
-        let start = self.point_at(self.hash.hash32(key.as_ref()));
+        let start = self.point_at(self.key_position(key));
         Replicas::new(self, start)
     }
 
@@ -173,6 +184,12 @@ impl Ring {
                 limit: u32::MAX as u64,
             });
         }
+        if self.scheme.is_global() {
+            self.nodes.push(node);
+            return self.rebuild().inspect_err(|_| {
+                self.nodes.pop();
+            });
+        }
         let input = self.scheme_input();
         let count = self.scheme.point_count(&node, input);
         self.check_limit(self.points.len() as u64, count)?;
@@ -194,6 +211,17 @@ impl Ring {
         let index = self.position_of(name).ok_or_else(|| Error::UnknownNode {
             node: name.to_string(),
         })?;
+        if self.scheme.is_global() {
+            let node = self.nodes.swap_remove(index);
+            // Fewer points than before: the limit cannot be exceeded, so this cannot fail.
+            if let Err(e) = self.rebuild() {
+                self.nodes.push(node);
+                let last = self.nodes.len() - 1;
+                self.nodes.swap(index, last);
+                return Err(e);
+            }
+            return Ok(node);
+        }
         let removed = index as u32;
         let last = (self.nodes.len() - 1) as u32;
         self.points.retain(|p| p.node != removed);
@@ -213,7 +241,8 @@ impl Ring {
     /// Changes the weight of the node named `name`.
     ///
     /// Under [`PointScheme::Plain`] the node keeps the points it shares with its new count, so raising the
-    /// weight only moves keys to the node and lowering it only moves keys away from it.
+    /// weight only moves keys to the node and lowering it only moves keys away from it. Under the
+    /// weighted compatibility schemes every node's points are recomputed, as the emulated program does.
     ///
     /// # Errors
     /// [`Error::UnknownNode`], [`Error::InvalidWeight`], [`Error::TooManyPoints`]; the ring is unchanged
@@ -222,7 +251,13 @@ impl Ring {
         let index = self.position_of(name).ok_or_else(|| Error::UnknownNode {
             node: name.to_string(),
         })?;
-        let node = Node::weighted(name, weight)?;
+        let node = self.nodes[index].reweighted(weight)?;
+        if self.scheme.is_global() {
+            let old = std::mem::replace(&mut self.nodes[index], node);
+            return self.rebuild().inspect_err(|_| {
+                self.nodes[index] = old;
+            });
+        }
         let input = self.scheme_input();
         let count = self.scheme.point_count(&node, input);
         let others = self
@@ -256,13 +291,12 @@ impl Ring {
         self.nodes.iter().position(|n| n.name() == name)
     }
 
-    /// The total order of points: by position, then by owner's name.
-    fn point_order(nodes: &[Node], a: &Point, b: &Point) -> Ordering {
-        a.position.cmp(&b.position).then_with(|| {
-            nodes[a.node as usize]
-                .name()
-                .cmp(nodes[b.node as usize].name())
-        })
+    /// The total order of points: by position, then by the scheme's tie order of the owners (by name
+    /// for the plain scheme).
+    fn point_order(scheme: PointScheme, nodes: &[Node], a: &Point, b: &Point) -> Ordering {
+        a.position
+            .cmp(&b.position)
+            .then_with(|| scheme.tie_order(&nodes[a.node as usize], &nodes[b.node as usize]))
     }
 
     /// Merges one node's new positions into the sorted point array.
@@ -272,7 +306,9 @@ impl Ring {
         let mut old = self.points.iter().copied().peekable();
         for position in positions {
             let new = Point { position, node };
-            while let Some(p) = old.next_if(|p| Ring::point_order(&self.nodes, p, &new).is_lt()) {
+            while let Some(p) =
+                old.next_if(|p| Ring::point_order(self.scheme, &self.nodes, p, &new).is_lt())
+            {
                 merged.push(p);
             }
             merged.push(new);
@@ -281,7 +317,8 @@ impl Ring {
         self.points = merged;
     }
 
-    /// Rebuilds everything from `nodes` (used by builders).
+    /// Rebuilds every point from `nodes` (builders, and membership changes under schemes whose points
+    /// depend on all nodes). On error the points are unchanged.
     pub(crate) fn rebuild(&mut self) -> Result<(), Error> {
         let input = self.scheme_input();
         let counts: Vec<u64> = self
@@ -291,18 +328,36 @@ impl Ring {
             .collect();
         let total = counts.iter().fold(0u64, |a, &c| a.saturating_add(c));
         self.check_limit(0, total)?;
-        let mut points = Vec::with_capacity(total as usize);
+        // Sort (position, rank of the owner in the scheme's tie order) packed in a u64: the same order as
+        // `point_order`, at the speed of sorting integers.
+        let mut by_name: Vec<u32> = (0..self.nodes.len() as u32).collect();
+        by_name.sort_unstable_by(|&a, &b| {
+            self.scheme
+                .tie_order(&self.nodes[a as usize], &self.nodes[b as usize])
+        });
+        let mut rank = vec![0u32; self.nodes.len()];
+        for (r, &node) in by_name.iter().enumerate() {
+            rank[node as usize] = r as u32;
+        }
+        let mut packed: Vec<u64> = Vec::with_capacity(total as usize);
         let mut positions = Vec::new();
         for (i, (node, &count)) in self.nodes.iter().zip(&counts).enumerate() {
             positions.clear();
             self.scheme.positions(node, count, input, &mut positions);
-            points.extend(positions.iter().map(|&position| Point {
-                position,
-                node: i as u32,
-            }));
+            packed.extend(
+                positions
+                    .iter()
+                    .map(|&p| (u64::from(p) << 32) | u64::from(rank[i])),
+            );
         }
-        let nodes = &self.nodes;
-        points.sort_unstable_by(|a, b| Ring::point_order(nodes, a, b));
+        packed.sort_unstable();
+        let points = packed
+            .into_iter()
+            .map(|k| Point {
+                position: (k >> 32) as u32,
+                node: by_name[(k as u32) as usize],
+            })
+            .collect();
         self.points = points;
         self.reindex();
         Ok(())

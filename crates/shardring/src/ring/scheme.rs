@@ -1,12 +1,20 @@
-//! How a node's name becomes its points on the circle.
+//! How a node becomes points on the circle, and (for the compatibility schemes) how a key becomes a
+//! position.
 
-use crate::hash::{HashFunction, KeyHash};
+use std::cmp::Ordering;
+
+use crate::hash::{md5_digest, HashFunction, KeyHash};
 use crate::Node;
 
 /// The rule that turns a node into its positions on the 32-bit circle.
 ///
-/// Compatibility modes (ketama and friends) add their own variants; every variant is deterministic and
-/// depends only on the node, the ring's key hash and its points per node.
+/// [`Plain`](PointScheme::Plain) is the library's own. The others reproduce, byte for byte, the continuum
+/// of a named program; build rings with them through [`crate::compat`], which also sets the node
+/// identities, key hash and settings the program uses. Every variant is deterministic.
+///
+/// Under the compatibility schemes a node's number of points depends on the total weight and the number of
+/// nodes (that is how those programs work), so adding, removing or re-weighting a node recomputes every
+/// node's points, and keys may move between nodes that did not change — exactly as they do in the program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PointScheme {
@@ -17,6 +25,48 @@ pub enum PointScheme {
     /// one node never moves another node's points; and since point `i` does not depend on the count,
     /// raising a node's weight keeps its old points and adds new ones (keys only move *to* it).
     Plain,
+    /// twemproxy's (nutcracker 0.5.0) `distribution: ketama`.
+    ///
+    /// A server of weight `w` out of a total `W` over `n` servers gets
+    /// `floor(w/W × 160/4 × n) × 4` points, computed in single-precision floats as nutcracker does (so
+    /// equal weights can give 156 points rather than 160); for `i` from 0, the MD5 digest of
+    /// `"{identity}-{i}"` (cut to 272 bytes) gives four points, its four little-endian words. A key is
+    /// hashed with the ring's hash after the `hash_tag` is applied: when the key holds the tag's first
+    /// character, then the second later on, with at least one byte between them, only those bytes are
+    /// hashed. An empty key is position 0. Ties between equal points go to the server whose identity is
+    /// shorter, then byte-wise smaller (nutcracker sorts its servers that way).
+    Twemproxy {
+        /// The two characters of the pool's `hash_tag`, if it has one.
+        hash_tag: Option<[u8; 2]>,
+    },
+    /// libmemcached 1.1 `MEMCACHED_BEHAVIOR_KETAMA` (distribution `CONSISTENT_KETAMA`, not weighted):
+    /// 100 points per server whatever its weight; point `i` is the ring's key hash of `"{identity}-{i}"`
+    /// (libmemcached hashes points with its key hash, `one_at_a_time` unless told otherwise).
+    Libmemcached,
+    /// libmemcached 1.1 `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED`: the point count of
+    /// [`Twemproxy`](PointScheme::Twemproxy) (single-precision, 160 per server of average weight) and
+    /// four MD5 words of `"{identity}-{i}"` per count of four.
+    LibmemcachedWeighted,
+    /// libmemcached 1.1 `MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA_SPY` without weighting: as
+    /// [`Libmemcached`](PointScheme::Libmemcached), with the identity `"/{host}:{port}"`.
+    LibmemcachedSpy,
+    /// `MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA_SPY` after `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED`: as
+    /// [`LibmemcachedWeighted`](PointScheme::LibmemcachedWeighted) with the identity `"/{host}:{port}"`,
+    /// which is spymemcached's ketama.
+    LibmemcachedSpyWeighted,
+    /// The original last.fm libketama: a server with `m` of the total memory `M` over `n` servers gets
+    /// `floorf(m/M × 40 × n)` MD5 digests of `"{identity}-{k}"`, four points each. Keys are C strings:
+    /// hashing stops at the first NUL byte.
+    Libketama,
+    /// uhashring's ketama mode (`HashRing(hash_fn="ketama")`): `(vnodes × n × w) // W` digests per node in
+    /// integer arithmetic (vnodes 40 by default), four points each, as libketama; but a key goes to the
+    /// first point strictly *after* its MD5 (Python's `bisect_right`), not at or after it.
+    Uhashring,
+    /// nginx's `hash KEY consistent`: a server of weight `w` gets `160 × w` points; the identity (the
+    /// server as written in the upstream block) is split into host and port at the last `:` followed only
+    /// by digits; point `j` is CRC-32 of `host NUL port` followed by point `j-1` as four little-endian
+    /// bytes (0 for the first). Keys are hashed with CRC-32.
+    Nginx,
 }
 
 /// What a scheme may look at when it places a node's points.
@@ -26,17 +76,111 @@ pub(crate) struct SchemeInput {
     pub vnodes: u32,
     /// The ring's key hash.
     pub hash: HashFunction,
+    /// How many nodes the ring has (compatibility schemes scale by it).
+    pub node_count: usize,
+    /// The sum of all weights (compatibility schemes divide by it).
+    pub total_weight: f64,
 }
 
+/// twemproxy cuts a point name to this many bytes (`KETAMA_MAX_HOSTLEN - 1`).
+const TWEMPROXY_MAX_POINT_NAME: usize = 272;
+
 impl PointScheme {
+    /// Whether a node's points depend on the other nodes, so that membership changes rebuild the ring.
+    pub(crate) fn is_global(self) -> bool {
+        !matches!(
+            self,
+            PointScheme::Plain
+                | PointScheme::Libmemcached
+                | PointScheme::LibmemcachedSpy
+                | PointScheme::Nginx
+        )
+    }
+
+    /// A short name for the scheme, as the CLI's `--compat` spells it (`plain` for the library's own).
+    pub fn name(self) -> &'static str {
+        match self {
+            PointScheme::Plain => "plain",
+            PointScheme::Twemproxy { .. } => "twemproxy",
+            PointScheme::Libmemcached => "libmemcached",
+            PointScheme::LibmemcachedWeighted => "libmemcached-weighted",
+            PointScheme::LibmemcachedSpy => "libmemcached-spy",
+            PointScheme::LibmemcachedSpyWeighted => "libmemcached-spy-weighted",
+            PointScheme::Libketama => "libketama",
+            PointScheme::Uhashring => "uhashring",
+            PointScheme::Nginx => "nginx",
+        }
+    }
+
+    /// The ring position of `key` under this scheme with key hash `hash`.
+    #[inline]
+    pub(crate) fn key_position(self, hash: HashFunction, key: &[u8]) -> u32 {
+        match self {
+            PointScheme::Twemproxy { hash_tag } => {
+                let key = match hash_tag {
+                    Some(tag) => twemproxy_hash_tag(key, tag),
+                    None => key,
+                };
+                if key.is_empty() {
+                    0
+                } else {
+                    hash.hash32(key)
+                }
+            }
+            PointScheme::Libketama => {
+                let end = key.iter().position(|&b| b == 0).unwrap_or(key.len());
+                hash.hash32(&key[..end])
+            }
+            // bisect_right finds the first point > h, which is the first point >= h + 1; h = u32::MAX
+            // wraps to 0 and so to the first point, where bisect_right's wrap also lands.
+            PointScheme::Uhashring => hash.hash32(key).wrapping_add(1),
+            _ => hash.hash32(key),
+        }
+    }
+
     /// How many points `node` gets.
     pub(crate) fn point_count(self, node: &Node, input: SchemeInput) -> u64 {
+        let n = input.node_count.max(1);
         match self {
             PointScheme::Plain => {
                 let wanted = (f64::from(input.vnodes) * node.weight()).round();
                 // `as` saturates for floats beyond u64's range; the caller checks the limit.
                 (wanted as u64).max(1)
             }
+            PointScheme::Twemproxy { .. } => {
+                // float pct = (float)weight / (float)total_weight;
+                // floorf((float)(pct * 160 / 4 * (float)n + 0.0000000001)) * 4   (the + is in double)
+                let pct = node.weight() as f32 / input.total_weight as f32;
+                let t = pct * 160.0f32 / 4.0f32 * (n as f32);
+                let v = ((f64::from(t) + 0.000_000_000_1) as f32).floor();
+                (v as u64) * 4
+            }
+            PointScheme::LibmemcachedWeighted | PointScheme::LibmemcachedSpyWeighted => {
+                // floor((float)(pct * 160 / 4 * (float)live + 0.0000000001F)) * 4   (all in float)
+                let pct = node.weight() as f32 / input.total_weight as f32;
+                let t = pct * 160.0f32 / 4.0f32 * (n as f32) + 0.000_000_000_1f32;
+                (f64::from(t).floor() as u64) * 4
+            }
+            PointScheme::Libmemcached | PointScheme::LibmemcachedSpy => 100,
+            PointScheme::Libketama => {
+                // float pct = (float)memory / (float)total; floorf(pct * 40.0 * (float)n)  (the * in double)
+                let pct = node.weight() as f32 / input.total_weight as f32;
+                let v = (f64::from(pct) * 40.0 * f64::from(n as f32)) as f32;
+                (v.floor() as u64) * 4
+            }
+            PointScheme::Uhashring => {
+                let (w, total) = (node.weight(), input.total_weight);
+                let product = f64::from(input.vnodes) * n as f64 * w;
+                let digests = if w.fract() == 0.0 && total.fract() == 0.0 && product < 2f64.powi(53)
+                {
+                    // Python ints: exact floor division.
+                    (product as u64) / (total as u64).max(1)
+                } else {
+                    (product / total).floor() as u64
+                };
+                digests * 4
+            }
+            PointScheme::Nginx => (node.weight() * 160.0) as u64,
         }
     }
 
@@ -45,14 +189,137 @@ impl PointScheme {
         match self {
             PointScheme::Plain => {
                 let mut key = Vec::with_capacity(node.name().len() + 21);
+                key.extend_from_slice(node.name().as_bytes());
+                key.push(b'-');
+                let prefix = key.len();
+                let mut digits = [0u8; 20];
                 for i in 0..count {
-                    key.clear();
-                    key.extend_from_slice(node.name().as_bytes());
-                    key.push(b'-');
-                    key.extend_from_slice(i.to_string().as_bytes());
+                    key.truncate(prefix);
+                    key.extend_from_slice(crate::decimal::format_u64(&mut digits, i));
                     out.push(input.hash.hash32(&key));
                 }
             }
+            PointScheme::Twemproxy { .. } => {
+                md5_quads(node.identity(), count, Some(TWEMPROXY_MAX_POINT_NAME), out)
+            }
+            PointScheme::LibmemcachedWeighted
+            | PointScheme::LibmemcachedSpyWeighted
+            | PointScheme::Libketama
+            | PointScheme::Uhashring => md5_quads(node.identity(), count, None, out),
+            PointScheme::Libmemcached | PointScheme::LibmemcachedSpy => {
+                for i in 0..count {
+                    let name = format!("{}-{i}", node.identity());
+                    out.push(input.hash.hash32(name.as_bytes()));
+                }
+            }
+            PointScheme::Nginx => {
+                let (host, port) = nginx_host_port(node.identity().as_bytes());
+                let mut base = crc32fast::Hasher::new();
+                base.update(host);
+                base.update(&[0]);
+                base.update(port);
+                let mut prev = 0u32;
+                for _ in 0..count {
+                    let mut h = base.clone();
+                    h.update(&prev.to_le_bytes());
+                    prev = h.finalize();
+                    out.push(prev);
+                }
+            }
         }
+    }
+
+    /// The order of two nodes whose points sit at the same position: the first one wins the tie.
+    pub(crate) fn tie_order(self, a: &Node, b: &Node) -> Ordering {
+        match self {
+            // nutcracker sorts its servers by (length, bytes) of their identity and builds the continuum
+            // in that order; glibc's qsort is a stable merge sort, so that order survives among equals.
+            PointScheme::Twemproxy { .. } => a
+                .identity()
+                .len()
+                .cmp(&b.identity().len())
+                .then_with(|| a.identity().cmp(b.identity())),
+            _ => a.name().cmp(b.name()),
+        }
+    }
+}
+
+/// `count` points from MD5 digests of `"{identity}-{i}"`, four little-endian words a digest.
+fn md5_quads(identity: &str, count: u64, max_len: Option<usize>, out: &mut Vec<u32>) {
+    for i in 0..count.div_ceil(4) {
+        let name = format!("{identity}-{i}");
+        let bytes = name.as_bytes();
+        let bytes = match max_len {
+            Some(max) if bytes.len() > max => &bytes[..max],
+            _ => bytes,
+        };
+        let d = md5_digest(bytes);
+        let left = (count - i * 4).min(4) as usize;
+        for w in d.chunks_exact(4).take(left) {
+            out.push(u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+        }
+    }
+}
+
+/// twemproxy's hash tag rule: the bytes strictly between the first `tag[0]` and the next `tag[1]` after
+/// it, when there is at least one; else the whole key.
+pub(crate) fn twemproxy_hash_tag(key: &[u8], tag: [u8; 2]) -> &[u8] {
+    if let Some(start) = key.iter().position(|&b| b == tag[0]) {
+        if let Some(len) = key[start + 1..].iter().position(|&b| b == tag[1]) {
+            if len > 0 {
+                return &key[start + 1..start + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+/// nginx's split of an upstream server name into host and port: `unix:PATH` has no port; otherwise the
+/// port is the digits after the last `:` when only digits follow it.
+fn nginx_host_port(server: &[u8]) -> (&[u8], &[u8]) {
+    if server.len() >= 5 && server[..5].eq_ignore_ascii_case(b"unix:") {
+        return (&server[5..], &[]);
+    }
+    for (j, &c) in server.iter().rev().enumerate() {
+        if c == b':' {
+            let colon = server.len() - j - 1;
+            return (&server[..colon], &server[colon + 1..]);
+        }
+        if !c.is_ascii_digit() {
+            break;
+        }
+    }
+    (server, &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_tag_shapes() {
+        let t = [b'{', b'}'];
+        assert_eq!(twemproxy_hash_tag(b"{a}b", t), b"a");
+        assert_eq!(twemproxy_hash_tag(b"a{}b", t), b"a{}b");
+        assert_eq!(twemproxy_hash_tag(b"}a{", t), b"}a{");
+        assert_eq!(twemproxy_hash_tag(b"x{ab}{cd}", t), b"ab");
+        assert_eq!(twemproxy_hash_tag(b"{{a}", t), b"{a");
+        assert_eq!(twemproxy_hash_tag(b"", t), b"");
+        // A tag whose two characters are the same.
+        assert_eq!(twemproxy_hash_tag(b"a$bc$d", [b'$', b'$']), b"bc");
+    }
+
+    #[test]
+    fn nginx_split() {
+        assert_eq!(
+            nginx_host_port(b"127.0.0.1:8080"),
+            (&b"127.0.0.1"[..], &b"8080"[..])
+        );
+        assert_eq!(
+            nginx_host_port(b"example.com"),
+            (&b"example.com"[..], &b""[..])
+        );
+        assert_eq!(nginx_host_port(b"[::1]:80"), (&b"[::1]"[..], &b"80"[..]));
+        assert_eq!(nginx_host_port(b"unix:/tmp/s"), (&b"/tmp/s"[..], &b""[..]));
     }
 }

@@ -4,6 +4,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::analysis::{self, KeySet};
+use crate::hash::KeyHash;
 
 /// The oracle: the owner of the first point at or after `hash` by a linear scan over the points in
 /// (position, name) order, wrapping.
@@ -199,13 +200,11 @@ fn tiny_weights_still_get_a_point() {
 
 #[test]
 fn colliding_points_go_to_the_smaller_name_whatever_the_order() {
-    // Two nodes whose names hash their points identically cannot be made with a real hash, so collide
-    // them through a single-point ring over a hash with few values: CRC32 of the point names differs,
-    // so instead check the tie-break directly on the merged order.
+    // Real collisions are too rare to find on demand, so place the colliding points by hand, once
+    // through the full sort (`point_order`) and once through the incremental merge.
     let mut a = Ring::builder().vnodes(1).build().unwrap();
     a.add("b", 1.0).unwrap();
     a.add("a", 1.0).unwrap();
-    // Force a collision: give both nodes the same point by building points by hand.
     a.points = vec![
         Point {
             position: 7,
@@ -217,11 +216,10 @@ fn colliding_points_go_to_the_smaller_name_whatever_the_order() {
         },
     ];
     let nodes = a.nodes.clone();
-    a.points.sort_by(|x, y| Ring::point_order(&nodes, x, y));
+    a.points.sort_by(|x, y| Ring::point_order(a.scheme, &nodes, x, y));
     a.reindex();
     assert_eq!(a.lookup_hash(3).unwrap().name(), "a");
     assert_eq!(a.lookup_hash(8).unwrap().name(), "a");
-    // And the merge path agrees with the sort path.
     let mut merged = Ring::builder().vnodes(1).build().unwrap();
     merged.nodes = vec![Node::new("b").unwrap(), Node::new("a").unwrap()];
     merged.points = vec![Point {
@@ -331,4 +329,51 @@ fn acceptance_spread_and_movement_at_ten_nodes() {
     assert_eq!(remove.moved_from.keys().collect::<Vec<_>>(), vec!["node-4"]);
     let owned = spread.counts.iter().find(|c| c.0 == "node-4").unwrap().1;
     assert_eq!(remove.moved, owned);
+}
+
+#[test]
+fn real_collisions_are_ordered_by_name_on_every_path() {
+    // 1000 nodes × 160 points is 160,000 points on a 2^32 circle: about three colliding pairs are
+    // expected (birthday bound), and with these names there are some.
+    let names: Vec<String> = (0..1000)
+        .map(|i| format!("10.1.{}.{}:11211", i / 256, i % 256))
+        .collect();
+    let forward = ring_of(&names, 160);
+    let collisions: Vec<(u32, &str, &str)> = forward
+        .points()
+        .zip(forward.points().skip(1))
+        .filter(|((p, _), (q, _))| p == q)
+        .map(|((p, a), (_, b))| (p, a.name(), b.name()))
+        .filter(|(_, a, b)| a != b)
+        .collect();
+    assert!(!collisions.is_empty(), "no collision to test with");
+    for &(_, a, b) in &collisions {
+        assert!(a < b, "tie not broken by name: {a} before {b}");
+    }
+
+    let reversed: Vec<String> = names.iter().rev().cloned().collect();
+    let backward = ring_of(&reversed, 160);
+    let mut incremental = {
+        let (_, x, y) = collisions[0];
+        let rest: Vec<String> = names
+            .iter()
+            .filter(|n| *n != x && *n != y)
+            .cloned()
+            .collect();
+        let mut ring = ring_of(&rest, 160);
+        ring.add(y, 1.0).unwrap();
+        ring.add(x, 1.0).unwrap();
+        ring
+    };
+    let points = |r: &Ring| {
+        r.points()
+            .map(|(p, n)| (p, n.name().to_string()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(points(&forward), points(&backward));
+    assert_eq!(points(&forward), points(&incremental));
+    let (position, winner, _) = collisions[0];
+    assert_eq!(incremental.lookup_hash(position).unwrap().name(), winner);
+    incremental.remove(winner).unwrap();
+    assert_ne!(incremental.lookup_hash(position).unwrap().name(), winner);
 }

@@ -1,0 +1,96 @@
+//! nutcracker 0.5.0 goldens (testdata/twemproxy, made by scripts/regen-golden/twemproxy.py): every key of
+//! every pool must land on the server where nutcracker put it.
+
+mod common;
+
+use shardring::compat::twemproxy::{placement, Distribution, TwemproxyServer};
+use shardring::hash::TwemproxyHash;
+
+/// The pool settings from one of the golden `.yml` files, read line by line (the files are simple, and
+/// this keeps the check independent of the configuration reader, which has its own test below).
+struct Pool {
+    hash: TwemproxyHash,
+    distribution: Distribution,
+    hash_tag: Option<[u8; 2]>,
+    servers: Vec<TwemproxyServer>,
+}
+
+fn read_pool(text: &str) -> Pool {
+    let mut pool = Pool {
+        hash: TwemproxyHash::default(),
+        distribution: Distribution::Ketama,
+        hash_tag: None,
+        servers: Vec::new(),
+    };
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(server) = line.strip_prefix("- ") {
+            pool.servers.push(server.parse().unwrap());
+        } else if let Some(h) = line.strip_prefix("hash: ") {
+            pool.hash = h.parse().unwrap();
+        } else if let Some(d) = line.strip_prefix("distribution: ") {
+            pool.distribution = d.parse().unwrap();
+        } else if let Some(t) = line.strip_prefix("hash_tag: ") {
+            let t = t.trim_matches('"').as_bytes();
+            pool.hash_tag = Some([t[0], t[1]]);
+        }
+    }
+    pool
+}
+
+#[test]
+fn placements_match_nutcracker() {
+    let mut total = 0;
+    let mut files = 0;
+    for path in common::files("twemproxy") {
+        let g = common::read(&path);
+        let yml = std::fs::read_to_string(path.with_extension("yml")).unwrap();
+        let pool = read_pool(&yml);
+        let p = placement(&pool.servers, pool.hash, pool.hash_tag, pool.distribution).unwrap();
+        total += common::check(&g, |k| p.lookup(k).unwrap().name().to_string());
+        files += 1;
+    }
+    assert!(files >= 20 && total > 15_000, "{files} files, {total} keys");
+}
+#[cfg(feature = "twemproxy-config")]
+#[test]
+fn placements_from_the_config_reader_match_nutcracker() {
+    use shardring::compat::twemproxy_config::Config;
+    let mut total = 0;
+    for path in common::files("twemproxy") {
+        let g = common::read(&path);
+        let yml = std::fs::read_to_string(path.with_extension("yml")).unwrap();
+        let config = Config::parse(&yml).unwrap();
+        let p = config.pools[0].placement().unwrap();
+        total += common::check(&g, |k| p.lookup(k).unwrap().name().to_string());
+    }
+    assert!(total > 15_000);
+}
+
+/// testdata/twemproxy-config: the reader accepts exactly the files `nutcracker --test-conf` accepts
+/// (scripts/regen-golden/twemproxy_config.py), and every refusal names at least one line.
+#[cfg(feature = "twemproxy-config")]
+#[test]
+fn config_reader_agrees_with_nutcracker_test_conf() {
+    use shardring::compat::twemproxy_config::Config;
+    let dir = common::testdata("twemproxy-config");
+    let verdicts = std::fs::read_to_string(dir.join("verdicts.tsv")).unwrap();
+    let mut cases = 0;
+    for line in verdicts.lines().filter(|l| !l.starts_with('#')) {
+        let (case, verdict) = line.split_once('\t').unwrap();
+        let text = std::fs::read_to_string(dir.join(format!("{case}.yml"))).unwrap();
+        let ours = Config::parse(&text);
+        match (verdict, &ours) {
+            ("ok", Ok(_)) => {}
+            ("invalid", Err(shardring::Error::InvalidConfig { problems })) => {
+                assert!(!problems.is_empty(), "{case}");
+                if !text.is_empty() {
+                    assert!(problems.iter().any(|p| p.line > 0), "{case}: {problems:?}");
+                }
+            }
+            _ => panic!("{case}: nutcracker says {verdict}, the reader says {ours:?}"),
+        }
+        cases += 1;
+    }
+    assert!(cases >= 40, "{cases}");
+}
