@@ -54,7 +54,11 @@ impl Cluster {
             .iter()
             .map(|s| {
                 let settings = BackendSettings {
-                    addr: s.addr.clone(),
+                    addr: if s.host.contains(':') {
+                        format!("[{}]:{}", s.host, s.port)
+                    } else {
+                        format!("{}:{}", s.host, s.port)
+                    },
                     timeout: config.timeout,
                     connections: config.server_connections,
                     max_value_len: config.limits.max_value_len,
@@ -62,14 +66,14 @@ impl Cluster {
                 let reuse = previous.and_then(|p| {
                     p.backends.iter().find(|b| {
                         b.settings() == &settings
-                            && b.stats.name == s.label()
+                            && b.stats.name == s.display_name()
                             && b.health.policy() == policy
                     })
                 });
                 match reuse {
                     Some(b) => Arc::clone(b),
                     None => {
-                        let stats = Arc::new(ServerStats::new(s.label()));
+                        let stats = Arc::new(ServerStats::new(&s.display_name()));
                         let health = Arc::new(ServerHealth::new(
                             policy,
                             Arc::clone(&shared.changed),

@@ -1,11 +1,17 @@
 //! The proxy's settings: one [`PoolConfig`] per twemproxy pool, field for field twemproxy's YAML keys with
 //! twemproxy's defaults, plus a few settings twemproxy has no key for (each marked *proxy-only*).
 //!
-//! This crate does not read YAML: the library's twemproxy config reader does, and the CLI maps its pools
-//! onto these structs. Tests build them directly.
+//! This crate does not parse YAML itself: [`ProxyConfig::from_yaml`] runs the library's twemproxy reader
+//! ([`shardring::compat::twemproxy_config`], which reports every problem with its line) and maps its pools
+//! onto these structs. Tests build them directly with [`PoolConfig::new`].
 
 use std::fmt;
 use std::time::Duration;
+
+pub use shardring::compat::twemproxy::Distribution;
+use shardring::compat::twemproxy::TwemproxyServer;
+use shardring::compat::twemproxy_config::{self, Config};
+pub use shardring::hash::TwemproxyHash;
 
 use crate::protocol::memcache::Limits;
 
@@ -36,37 +42,6 @@ impl fmt::Display for Listen {
     }
 }
 
-/// How keys are spread over servers (twemproxy's `distribution`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Distribution {
-    /// Consistent hashing (the default).
-    #[default]
-    Ketama,
-    /// `hash % servers`.
-    Modula,
-    /// A random server per request.
-    Random,
-}
-
-/// One backend: twemproxy's `host:port:weight [name]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerConfig {
-    /// `host:port` to connect to.
-    pub addr: String,
-    /// The server's relative share of keys.
-    pub weight: u32,
-    /// The name placement uses instead of `host:port` when given (so a server can move without moving
-    /// keys).
-    pub name: Option<String>,
-}
-
-impl ServerConfig {
-    /// The name placement and stats use: the configured name, else `host:port`.
-    pub fn label(&self) -> &str {
-        self.name.as_deref().unwrap_or(&self.addr)
-    }
-}
-
 /// One pool: a listen address, servers, and how keys are placed on them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolConfig {
@@ -74,8 +49,8 @@ pub struct PoolConfig {
     pub name: String,
     /// `listen`.
     pub listen: Listen,
-    /// `hash`: the key hash's name. By default, this is `fnv1a_64`.
-    pub hash: String,
+    /// `hash`: the key hash. By default, this is `fnv1a_64`.
+    pub hash: TwemproxyHash,
     /// `hash_tag`: two bytes; when both occur in a key, only the part between them is hashed.
     pub hash_tag: Option<[u8; 2]>,
     /// `distribution`. By default, this is ketama.
@@ -97,10 +72,10 @@ pub struct PoolConfig {
     pub server_retry_timeout: Duration,
     /// `server_failure_limit`: consecutive failures that eject a server. By default, this is 2.
     pub server_failure_limit: u32,
-    /// `servers`.
-    pub servers: Vec<ServerConfig>,
-    /// `client_connections`: the most clients at once; 0 means [`DEFAULT_CLIENT_CONNECTIONS`] (twemproxy
-    /// ignores this key, so 0 there means unlimited).
+    /// `servers`: `host:port:weight [name]`.
+    pub servers: Vec<TwemproxyServer>,
+    /// `client_connections`: the most clients at once; 0 means [`DEFAULT_CLIENT_CONNECTIONS`].
+    /// nutcracker 0.5.0 reads this key and then ignores it; this proxy enforces it.
     pub client_connections: u32,
     /// *proxy-only*: how often every server is probed with `version`. By default, this is 1 s.
     pub health_check_interval: Duration,
@@ -124,16 +99,16 @@ impl PoolConfig {
         let mut errors = ConfigErrors::default();
         let mut parsed = Vec::new();
         for s in servers {
-            match parse_server(s) {
+            match s.parse::<TwemproxyServer>() {
                 Ok(sc) => parsed.push(sc),
-                Err(e) => errors.push(name, e),
+                Err(e) => errors.push(name, format!("server {s:?}: {e}")),
             }
         }
         errors.into_result()?;
         Ok(PoolConfig {
             name: name.to_owned(),
             listen: parse_listen(listen),
-            hash: "fnv1a_64".to_owned(),
+            hash: TwemproxyHash::Fnv1a64,
             hash_tag: None,
             distribution: Distribution::Ketama,
             timeout: None,
@@ -155,6 +130,7 @@ impl PoolConfig {
     /// Every problem with this pool, all at once.
     pub fn validate(&self, errors: &mut ConfigErrors) {
         let n = &self.name;
+        let before = errors.problems.len();
         if self.redis {
             errors.push(
                 n,
@@ -180,17 +156,60 @@ impl PoolConfig {
         let mut seen = std::collections::HashSet::new();
         for s in &self.servers {
             if s.weight == 0 {
-                errors.push(n, format!("server {}: weight must be at least 1", s.addr));
+                errors.push(n, format!("server {s}: weight must be at least 1"));
             }
-            if !seen.insert(s.label()) {
+            if s.host.starts_with('/') {
                 errors.push(
                     n,
-                    format!("server {}: duplicate server name or address", s.label()),
+                    format!("server {s}: unix-socket servers are not supported yet; use host:port"),
                 );
             }
+            if !seen.insert(s.display_name()) {
+                errors.push(n, format!("server {s}: duplicate server name or address"));
+            }
         }
-        if let Err(e) = crate::router::build_placement(self, &vec![true; self.servers.len()]) {
-            errors.push(n, e.to_string());
+        // The placement is only worth building when the servers themselves are fine.
+        if errors.problems.len() == before {
+            if let Err(e) = crate::router::build_placement(self, &vec![true; self.servers.len()]) {
+                errors.push(n, e.to_string());
+            }
+        }
+    }
+}
+
+impl PoolConfig {
+    /// Maps a pool read by the library's twemproxy reader, taking this proxy's defaults for the settings
+    /// twemproxy has no key for. `redis_auth`, `redis_db` (redis only) and `tcpkeepalive` have no effect.
+    pub fn from_twemproxy(p: &twemproxy_config::Pool) -> PoolConfig {
+        let listen = match &p.listen {
+            twemproxy_config::Listen::Tcp { host, port } if host.contains(':') => {
+                Listen::Tcp(format!("[{host}]:{port}"))
+            }
+            twemproxy_config::Listen::Tcp { host, port } => Listen::Tcp(format!("{host}:{port}")),
+            twemproxy_config::Listen::Unix { path, permissions } => Listen::Unix {
+                path: path.clone(),
+                mode: (*permissions != 0).then_some(*permissions),
+            },
+        };
+        PoolConfig {
+            name: p.name.clone(),
+            listen,
+            hash: p.hash,
+            hash_tag: p.hash_tag,
+            distribution: p.distribution,
+            timeout: p.timeout.map(|ms| Duration::from_millis(u64::from(ms))),
+            backlog: p.backlog,
+            preconnect: p.preconnect,
+            redis: p.redis,
+            server_connections: p.server_connections,
+            auto_eject_hosts: p.auto_eject_hosts,
+            server_retry_timeout: Duration::from_millis(u64::from(p.server_retry_timeout)),
+            server_failure_limit: p.server_failure_limit,
+            servers: p.servers.clone(),
+            client_connections: p.client_connections,
+            health_check_interval: Duration::from_secs(1),
+            multiget_all_or_nothing: false,
+            limits: Limits::default(),
         }
     }
 }
@@ -208,36 +227,6 @@ pub fn parse_listen(s: &str) -> Listen {
     }
 }
 
-/// Parses `host:port:weight [name]`.
-///
-/// # Errors
-/// A message naming the bad part.
-pub fn parse_server(s: &str) -> Result<ServerConfig, String> {
-    let s = s.trim();
-    let (spec, name) = match s.split_once(char::is_whitespace) {
-        Some((spec, name)) => (spec, Some(name.trim().to_owned())),
-        None => (s, None),
-    };
-    let mut it = spec.rsplitn(2, ':');
-    let (Some(weight), Some(addr)) = (it.next(), it.next()) else {
-        return Err(format!("server {s:?}: expected host:port:weight [name]"));
-    };
-    let weight: u32 = weight
-        .parse()
-        .map_err(|_| format!("server {s:?}: weight {weight:?} is not a number"))?;
-    let Some((host, port)) = addr.rsplit_once(':') else {
-        return Err(format!("server {s:?}: expected host:port:weight [name]"));
-    };
-    if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(format!("server {s:?}: bad host or port"));
-    }
-    Ok(ServerConfig {
-        addr: addr.to_owned(),
-        weight,
-        name: name.filter(|n| !n.is_empty()),
-    })
-}
-
 /// The whole proxy: its pools.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ProxyConfig {
@@ -246,6 +235,37 @@ pub struct ProxyConfig {
 }
 
 impl ProxyConfig {
+    /// Reads a twemproxy YAML configuration with the library's reader and maps every pool; then checks
+    /// what this proxy adds (see [`ProxyConfig::validate`]).
+    ///
+    /// # Errors
+    /// Every problem: the reader's (with their lines) or, when it has none, the proxy's.
+    pub fn from_yaml(text: &str) -> Result<ProxyConfig, ConfigErrors> {
+        let config = Config::parse(text).map_err(|e| ConfigErrors {
+            problems: match e {
+                shardring::Error::InvalidConfig { problems } => problems
+                    .iter()
+                    .map(|p| match (p.line, p.key.is_empty()) {
+                        (0, true) => p.message.clone(),
+                        (0, false) => format!("{}: {}", p.key, p.message),
+                        (l, true) => format!("line {l}: {}", p.message),
+                        (l, false) => format!("line {l}: {}: {}", p.key, p.message),
+                    })
+                    .collect(),
+                other => vec![other.to_string()],
+            },
+        })?;
+        let proxy = ProxyConfig {
+            pools: config
+                .pools
+                .iter()
+                .map(PoolConfig::from_twemproxy)
+                .collect(),
+        };
+        proxy.validate()?;
+        Ok(proxy)
+    }
+
     /// Every problem with every pool.
     ///
     /// # Errors
@@ -309,15 +329,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn servers_parse_like_twemproxy() {
-        let s = parse_server("127.0.0.1:11211:2 cache-a").unwrap();
-        assert_eq!(s.addr, "127.0.0.1:11211");
-        assert_eq!(s.weight, 2);
-        assert_eq!(s.label(), "cache-a");
-        let s = parse_server("localhost:11212:1").unwrap();
-        assert_eq!(s.label(), "localhost:11212");
-        assert!(parse_server("localhost:11212").is_err());
-        assert!(parse_server("localhost:x:1").is_err());
+    fn yaml_pools_map_onto_the_proxy_config() {
+        let c = ProxyConfig::from_yaml(
+            "alpha:\n  listen: 127.0.0.1:22121\n  hash: md5\n  hash_tag: \"{}\"\n  timeout: 400\n  auto_eject_hosts: true\n  servers:\n   - 127.0.0.1:11211:2 cache-a\n   - 127.0.0.1:11212:1\n",
+        )
+        .unwrap();
+        let p = &c.pools[0];
+        assert_eq!(p.listen, Listen::Tcp("127.0.0.1:22121".into()));
+        assert_eq!(p.hash, TwemproxyHash::Md5);
+        assert_eq!(p.hash_tag, Some(*b"{}"));
+        assert_eq!(p.timeout, Some(Duration::from_millis(400)));
+        assert!(p.auto_eject_hosts);
+        assert_eq!(p.servers[0].display_name(), "cache-a");
+        assert_eq!(p.server_retry_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn yaml_problems_come_with_their_lines() {
+        let err = ProxyConfig::from_yaml("alpha:\n  listen: 127.0.0.1:22121\n  colour: blue\n")
+            .unwrap_err();
+        assert!(err.problems.iter().any(|p| p.contains("line 3")), "{err}");
+        let err = ProxyConfig::from_yaml(
+            "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("redis"), "{err}");
     }
 
     #[test]

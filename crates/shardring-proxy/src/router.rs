@@ -1,8 +1,11 @@
 //! Key → server: a pool's [`Placement`] over its live servers, published with arc-swap so lookups never
 //! lock and ejection, rejoin and reload swap it whole.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use arc_swap::ArcSwap;
-use shardring::{HashFunction, Node, Placement, Ring};
+use shardring::compat::twemproxy::{self, TwemproxyServer};
+use shardring::Placement;
 
 use crate::config::{Distribution, PoolConfig};
 use crate::error::ProxyError;
@@ -10,19 +13,32 @@ use crate::error::ProxyError;
 /// One state of a pool's placement.
 #[derive(Debug)]
 pub struct Routing {
-    /// The placement over the live servers only.
-    placement: Box<dyn Placement>,
-    /// For each placement node index, the server's index in the pool's server list.
+    /// How keys find servers.
+    how: How,
+    /// For each placement node index (or random pick), the server's index in the pool's server list.
     servers: Vec<usize>,
-    /// The hash tag, applied before the placement sees a key.
-    hash_tag: Option<[u8; 2]>,
+}
+
+/// The placement kinds.
+#[derive(Debug)]
+enum How {
+    /// A reproducible placement (ketama, modula); its hash tag is applied inside it.
+    Placement(Box<dyn Placement>),
+    /// twemproxy's `random`: any live server, per request.
+    Random,
 }
 
 impl Routing {
     /// The index (in the pool's server list) of the server that owns `key`; `None` when no server is live.
     pub fn server_for(&self, key: &[u8]) -> Option<usize> {
-        let key = hash_tagged(key, self.hash_tag);
-        self.placement.locate(key).map(|i| self.servers[i])
+        match &self.how {
+            How::Placement(p) => p.locate(key).map(|i| self.servers[i]),
+            How::Random if self.servers.is_empty() => None,
+            How::Random => {
+                let r = random_u64() % self.servers.len() as u64;
+                Some(self.servers[r as usize])
+            }
+        }
     }
 
     /// How many servers the placement holds.
@@ -31,97 +47,62 @@ impl Routing {
     }
 }
 
-/// twemproxy's hash tag: with tag `{}`, `user:{42}:name` hashes as `42`. A key without both tag bytes (or
-/// with nothing between them) hashes whole.
-pub fn hash_tagged(key: &[u8], tag: Option<[u8; 2]>) -> &[u8] {
-    let Some([open, close]) = tag else {
-        return key;
-    };
-    let Some(start) = memchr::memchr(open, key) else {
-        return key;
-    };
-    let rest = &key[start + 1..];
-    match memchr::memchr(close, rest) {
-        Some(end) if end > 0 => &rest[..end],
-        _ => key,
-    }
+/// A cheap, well-mixed per-call number for `distribution: random` (splitmix64 over a counter); nothing
+/// here needs unpredictability.
+fn random_u64() -> u64 {
+    static STATE: AtomicU64 = AtomicU64::new(0x853c_49e6_748f_ea9b);
+    // Relaxed: each caller only needs a distinct counter value, nothing is published through it.
+    let mut z = STATE
+        .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+        .wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
-/// The `hash` values twemproxy accepts.
-pub const TWEMPROXY_HASHES: &[&str] = &[
-    "one_at_a_time",
-    "md5",
-    "crc16",
-    "crc32",
-    "crc32a",
-    "fnv1_64",
-    "fnv1a_64",
-    "fnv1_32",
-    "fnv1a_32",
-    "hsieh",
-    "murmur",
-    "jenkins",
-];
-
-/// Builds the placement of `pool` over the servers whose `live` flag is set.
-///
-/// Until the library's twemproxy-exact ketama lands, `ketama` is shardring's [`Ring`] (xxh3, 160 points
-/// per unit of weight) over the servers' names and weights: consistent hashing with the same names and
-/// weights, but not yet nutcracker's exact continuum, so switching from nutcracker still moves keys. The
-/// pool's `hash` is checked against twemproxy's list. (The library's ring hashes its point names with the
-/// key hash, and FNV-1a's low bits spread similar names like `10.0.0.1:11211-7` poorly, so the interim
-/// ring does not use the configured hash.)
+/// Builds the placement of `pool` over the servers whose `live` flag is set: nutcracker's own placement
+/// (the library's byte-exact `ketama` and `modula`), so with every server live a key goes where
+/// nutcracker sends it, and with some ejected it goes where nutcracker sends it after ejecting the same
+/// servers (nutcracker too rebuilds its continuum over the live servers only).
 ///
 /// # Errors
-/// [`ProxyError::Placement`] for a hash or distribution that is not supported, or bad weights.
+/// [`ProxyError::Placement`] for servers the library refuses (duplicate names, weight 0).
 pub fn build_placement(pool: &PoolConfig, live: &[bool]) -> Result<Routing, ProxyError> {
-    if !TWEMPROXY_HASHES.contains(&pool.hash.as_str()) {
-        return Err(ProxyError::Placement {
-            pool: pool.name.clone(),
-            reason: format!(
-                "unknown hash {:?}; twemproxy's hashes are {}",
-                pool.hash,
-                TWEMPROXY_HASHES.join(", ")
-            ),
+    let picked: Vec<usize> = (0..pool.servers.len())
+        .filter(|&i| live.get(i).copied().unwrap_or(false))
+        .collect();
+    if pool.distribution == Distribution::Random {
+        return Ok(Routing {
+            how: How::Random,
+            servers: picked,
         });
     }
-    let hash = HashFunction::Xxh3;
-    if pool.distribution != Distribution::Ketama {
-        return Err(ProxyError::Placement {
-            pool: pool.name.clone(),
-            reason: format!(
-                "distribution {:?} is not supported yet; use ketama",
-                pool.distribution
-            ),
-        });
-    }
-    let mut builder = Ring::builder().hash(hash);
-    let mut servers = Vec::new();
-    for (i, s) in pool.servers.iter().enumerate() {
-        if live.get(i).copied().unwrap_or(false) {
-            builder = builder.node(s.label(), f64::from(s.weight));
-            servers.push(i);
-        }
-    }
-    let ring = builder.build().map_err(|e| ProxyError::Placement {
-        pool: pool.name.clone(),
-        reason: e.to_string(),
-    })?;
-    // The ring orders its nodes by its own rules: map them back to server indices by name.
-    let by_name: Vec<usize> = Placement::nodes(&ring)
+    let live_servers: Vec<TwemproxyServer> =
+        picked.iter().map(|&i| pool.servers[i].clone()).collect();
+    let placement =
+        twemproxy::placement(&live_servers, pool.hash, pool.hash_tag, pool.distribution).map_err(
+            |e| ProxyError::Placement {
+                pool: pool.name.clone(),
+                reason: e.to_string(),
+            },
+        )?;
+    // The placement orders its nodes by its own rules: map them back to server indices by name.
+    let servers = placement
+        .nodes()
         .iter()
-        .map(|n: &Node| {
+        .map(|n| {
             pool.servers
                 .iter()
-                .position(|s| s.label() == n.name())
-                .unwrap_or(0)
+                .position(|s| s.display_name() == n.name())
+                .ok_or_else(|| ProxyError::Placement {
+                    pool: pool.name.clone(),
+                    reason: format!("placement node {} is not a configured server", n.name()),
+                })
         })
-        .collect();
-    debug_assert_eq!(by_name.len(), servers.len());
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Routing {
-        placement: Box::new(ring),
-        servers: by_name,
-        hash_tag: pool.hash_tag,
+        how: How::Placement(placement),
+        servers,
     })
 }
 
@@ -156,13 +137,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hash_tags_cut_the_key_like_twemproxy() {
-        let t = Some(*b"{}");
-        assert_eq!(hash_tagged(b"user:{42}:name", t), b"42");
-        assert_eq!(hash_tagged(b"user:{}:name", t), b"user:{}:name");
-        assert_eq!(hash_tagged(b"user:{42", t), b"user:{42");
-        assert_eq!(hash_tagged(b"plain", t), b"plain");
-        assert_eq!(hash_tagged(b"a{b}", None), b"a{b}");
+    fn placement_is_nutcrackers() {
+        let mut pool = PoolConfig::new(
+            "p",
+            "127.0.0.1:0",
+            &["127.0.0.1:11211:1", "127.0.0.1:11212:1 b"],
+        )
+        .unwrap();
+        pool.hash_tag = Some(*b"{}");
+        let r = build_placement(&pool, &[true, true]).unwrap();
+        let lib = twemproxy::placement(&pool.servers, pool.hash, pool.hash_tag, pool.distribution)
+            .unwrap();
+        for i in 0..500 {
+            let key = format!("k{{{i}}}x");
+            let want = lib.lookup(key.as_bytes()).unwrap().name().to_owned();
+            let got = r.server_for(key.as_bytes()).unwrap();
+            assert_eq!(pool.servers[got].display_name(), want);
+            assert_eq!(
+                r.server_for(format!("other{{{i}}}").as_bytes()),
+                Some(got),
+                "hash tag"
+            );
+        }
+    }
+
+    #[test]
+    fn random_picks_only_live_servers() {
+        let mut pool =
+            PoolConfig::new("p", "127.0.0.1:0", &["127.0.0.1:1:1", "127.0.0.1:2:1"]).unwrap();
+        pool.distribution = Distribution::Random;
+        let r = build_placement(&pool, &[false, true]).unwrap();
+        assert!((0..100).all(|i| r.server_for(format!("{i}").as_bytes()) == Some(1)));
     }
 
     #[test]
