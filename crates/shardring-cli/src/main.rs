@@ -28,6 +28,8 @@ enum Command {
     Lookup(cmd::lookup::Args),
     /// Print a ring's continuum, its nodes' shares, or the migration plan to another node list.
     Ring(cmd::ring::Args),
+    /// Run the pools of a twemproxy (nutcracker) YAML file as a memcached sharding proxy.
+    Proxy(cmd::proxy::Args),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => cmd::analyze::run(args),
         Command::Lookup(args) => cmd::lookup::run(args),
         Command::Ring(args) => cmd::ring::run(args),
+        Command::Proxy(args) => cmd::proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,4 +2,5 @@
 
 pub mod analyze;
 pub mod lookup;
+pub mod proxy;
 pub mod ring;
