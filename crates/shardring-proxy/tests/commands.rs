@@ -325,3 +325,28 @@ async fn malformed_input_gets_errors_and_the_connection_goes_on() {
     c3.check(b"get x\r\n", b"END\r\n").await;
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_can_listen_on_a_unix_socket() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let servers = memcacheds(1);
+    let path =
+        std::env::temp_dir().join(format!("shardring-proxy-test-{}.sock", std::process::id()));
+    let mut config = pool_config(&servers);
+    config.listen = shardring_proxy::config::parse_listen(&format!("{} 0600", path.display()));
+    let proxy = RunningProxy::start(config).await;
+    let mode = std::fs::metadata(&path).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+    let mut s = tokio::net::UnixStream::connect(&path).await.unwrap();
+    s.write_all(b"set u 0 0 1\r\n1\r\nget u\r\n").await.unwrap();
+    let expect = b"STORED\r\nVALUE u 0 1\r\n1\r\nEND\r\n";
+    let mut got = vec![0u8; expect.len()];
+    tokio::time::timeout(common::IO_TIMEOUT, s.read_exact(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&got[..], expect);
+    proxy.stop().await;
+    let _ = std::fs::remove_file(&path);
+}
