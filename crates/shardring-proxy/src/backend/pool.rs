@@ -301,6 +301,9 @@ impl Connection {
                     match job {
                         Some(job) => {
                             self.enqueue(job);
+                            // Let the other ready tasks (clients woken in the same poll) queue their
+                            // requests first, so one write carries many: an event loop's batching.
+                            tokio::task::yield_now().await;
                             while self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER {
                                 match rx.try_recv() {
                                     Ok(job) => self.enqueue(job),
