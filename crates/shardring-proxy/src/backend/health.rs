@@ -74,8 +74,11 @@ impl ServerHealth {
 
     /// A request (or probe) succeeded.
     pub fn record_success(&self) {
-        // Relaxed: the count is this value alone; nothing else is published through it.
-        self.failures.store(0, Ordering::Relaxed);
+        // Relaxed: the count is this value alone; nothing else is published through it. Read first so
+        // the common case (no failures) does not write a cache line shared with other threads.
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
     }
 
     /// A request, connection or probe failed: ejects the server when the policy says so.
