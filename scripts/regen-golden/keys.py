@@ -12,7 +12,8 @@ import random
 import sys
 
 
-def keys(count=400):
+def keys(count=400, include_empty=False):
+    """The key set; with `include_empty`, the empty key first (for programs that can carry it)."""
     rnd = random.Random(20261130)
     out = []
     # short ASCII and common shapes
@@ -52,7 +53,7 @@ def keys(count=400):
     for _ in range(count):
         n = rnd.randrange(1, 60)
         out.append("".join(rnd.choice(printable) for _ in range(n)).encode())
-    seen, uniq = set(), []
+    seen, uniq = set(), ([b""] if include_empty else [])
     for k in out:
         if k not in seen and 0 < len(k) <= 250:
             seen.add(k)

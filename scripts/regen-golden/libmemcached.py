@@ -22,6 +22,9 @@ UNEQUAL = ["127.0.0.1:21001:1", "127.0.0.1:21002:2", "127.0.0.1:21003:3", "127.0
 PORT11211 = ["10.0.0.1:11211:1", "10.0.0.2:11211:1", "10.0.0.3:11212:2", "cache-d.example.com:11211:1"]
 MANY40 = [f"10.1.{i // 10}.{i % 10 + 1}:{11211 + i % 3}:{1 + i % 4}" for i in range(40)]
 REMOVED = [s for i, s in enumerate(MANY40) if i != 17]
+# crc is a 15-bit hash: 40 servers x 100 points collide often, so these (same servers, opposite
+# orders) show that libmemcached gives a tie to the server added first.
+CRC40 = [f"10.0.{i // 10}.{i % 10 + 1}:11212:1" for i in range(40)]
 
 CONFIGS = []
 for mode in ["ketama", "ketama-weighted", "spy", "spy-weighted"]:
@@ -34,6 +37,11 @@ for mode in ["ketama", "ketama-weighted", "spy", "spy-weighted"]:
     ]
     for h in HASHES:
         CONFIGS.append((f"{mode}-hash-{h}", mode, h, UNEQUAL))
+CONFIGS += [
+    ("ketama-ties-crc40", "ketama", "crc", CRC40),
+    ("ketama-ties-crc40-reversed", "ketama", "crc", CRC40[::-1]),
+    ("spy-ties-crc40-reversed", "spy", "crc", CRC40[::-1]),
+]
 
 
 def main():
@@ -42,7 +50,7 @@ def main():
     subprocess.run(["gcc", "-O2", "-Wall", "-o", exe, os.path.join(HERE, "libmemcached", "ketama_dump.c"),
                     "-lmemcached"], check=True)
     try:
-        keyhex = "".join(k.hex() + "\n" for k in keys())
+        keyhex = "".join(k.hex() + "\n" for k in keys(include_empty=True))
         res = subprocess.run([exe, "hashes", "-"], input=keyhex, capture_output=True, text=True, check=True)
         with open(os.path.join(OUT, "hashes.tsv"), "w") as f:
             f.write("# libhashkit hash of each key: memcached_generate_hash_value(key, len, MEMCACHED_HASH_*)\n")

@@ -15,9 +15,11 @@ Needs: apt-get install -y nginx. Usage: scripts/regen-golden/nginx.py   (from th
 """
 import os
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "regen-golden"))
@@ -33,6 +35,32 @@ REMOVED = [s for i, s in enumerate(MANY40) if i != 17]
 EQUAL40 = [(32001 + i, 1) for i in range(40)]
 CONFIGS = [("equal3", EQUAL3), ("unequal", UNEQUAL), ("many40", MANY40), ("many40-removed17", REMOVED),
            ("equal40", EQUAL40), ("one-server", [(32001, 1)])]
+
+# Ties: among 127.0.0.1:20801..21200 (weight 1), 127.0.0.1:20893 and 127.0.0.1:20954 share a point.
+# nginx sorts points with a stable qsort and keeps the first of equal ones, so the server listed first
+# owns it; 20954 is listed first here (byte order would pick 20893).
+TIE_PORTS = [20954] + [p for p in range(20801, 21201) if p != 20954]
+CONFIGS.append(("ties400", [(p, 1) for p in TIE_PORTS]))
+
+
+def tie_keys():
+    """Keys whose CRC-32 lands on the arc that ends at the shared point of 20893 and 20954."""
+    points = {}
+    for port in TIE_PORTS:
+        base = b"127.0.0.1\0" + str(port).encode()
+        prev = 0
+        for _ in range(160):
+            prev = zlib.crc32(base + struct.pack("<I", prev)) & 0xFFFFFFFF
+            points.setdefault(prev, set()).add(port)
+    tie = next(p for p, owners in points.items() if owners == {20893, 20954})
+    low = max(p for p in points if p < tie)
+    keys, j = [], 0
+    while len(keys) < 8:
+        k = f"tie-key-{j}".encode()
+        if low < (zlib.crc32(k) & 0xFFFFFFFF) <= tie:
+            keys.append(k)
+        j += 1
+    return keys
 
 
 def request(port, key):
@@ -60,7 +88,7 @@ def main():
             raise SystemExit(f"port {p} is taken")
     fronts = {name: free_port() for name, _ in CONFIGS}
     conf = [f"pid {tmp}/nginx.pid;", f"error_log {tmp}/error.log;", "worker_processes 1;",
-            "events { worker_connections 256; }", "http {", f"  access_log off;",
+            "events { worker_connections 4096; }", "http {", f"  access_log off;",
             f"  client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;",
             f"  fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;"]
     for p in backends:
@@ -81,10 +109,11 @@ def main():
     try:
         for p in list(fronts.values()) + backends:
             wait_listening(p, proc)
+        # No empty key: nginx sends it to round robin, not to the ring (not reproducible).
         ks = keys()
         for name, servers in CONFIGS:
             rows, dropped = [], 0
-            for k in ks:
+            for k in (tie_keys() + ks if name == "ties400" else ks):
                 port, seen = request(fronts[name], k)
                 if port is None or seen != k:
                     dropped += 1

@@ -86,10 +86,32 @@ class Conn:
             self.exact(int(parts[3]) + 2)
 
 
+def resp(*parts):
+    """One RESP (redis) command."""
+    out = b"*%d\r\n" % len(parts)
+    for p in parts:
+        out += b"$%d\r\n%s\r\n" % (len(p), p)
+    return out
+
+
+class RedisConn(Conn):
+    """A blocking RESP connection; replies are read as single lines (enough for OK, integers, errors)."""
+
+    def command(self, *parts):
+        self.sock.sendall(resp(*parts))
+        return self.line()
+
+    def exists_many(self, keys):
+        """The subset of `keys` this server holds (one pipelined EXISTS per key)."""
+        self.sock.sendall(b"".join(resp(b"EXISTS", k) for k in keys))
+        return {k for k in keys if self.line() == b":1"}
+
+
 class Harness:
     def __init__(self):
         self.procs = []
         self.memcached = {}  # port -> Popen
+        self.redis = {}  # port -> Popen
         self.tmp = tempfile.mkdtemp(prefix="shardring-nc-")
 
     def close(self):
@@ -114,15 +136,38 @@ class Harness:
         wait_listening(port, p)
         self.memcached[port] = p
 
+    def start_redis(self, port):
+        if port in self.redis:
+            return
+        if not port_is_free(port):
+            raise RuntimeError(f"port {port} is taken")
+        p = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                              "--appendonly", "no", "--daemonize", "no", "--dir", self.tmp],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        wait_listening(port, p)
+        self.redis[port] = p
+
     def flush_all(self):
         for port in self.memcached:
             c = Conn(port)
             assert c.cmd(b"flush_all\r\n") == b"OK"
             c.close()
+        for port in self.redis:
+            c = RedisConn(port)
+            assert c.command(b"FLUSHALL") == b"+OK"
+            c.close()
 
-    def run_pool(self, yaml_text, listen_port, keys, backends):
+    def stop_memcached(self, port):
+        p = self.memcached.pop(port)
+        p.kill()
+        p.wait()
+
+    def run_pool(self, yaml_text, listen_port, keys, backends, redis=False, before=None):
         """Starts nutcracker with `yaml_text`, sets every key through it, and returns
-        ({key: backend port}, [keys nutcracker refused]). `backends` are the ports of the pool."""
+        ({key: backend port}, [keys nutcracker refused]). `backends` are the ports of the pool; with
+        `redis`, the pool speaks RESP to redis servers. `before(listen_port)` runs once nutcracker
+        listens, before any key is stored."""
         self.flush_all()
         conf = os.path.join(self.tmp, f"pool-{listen_port}.yml")
         with open(conf, "w") as f:
@@ -134,24 +179,31 @@ class Harness:
         self.procs.append(p)
         try:
             wait_listening(listen_port, p)
+            if before is not None:
+                before(listen_port)
             refused = []
-            c = Conn(listen_port)
+            make = RedisConn if redis else Conn
+            c = make(listen_port)
             for k in keys:
                 try:
-                    reply = c.cmd(b"set " + k + b" 0 0 1\r\nx\r\n")
+                    if redis:
+                        reply = c.command(b"SET", k, b"x")
+                    else:
+                        reply = c.cmd(b"set " + k + b" 0 0 1\r\nx\r\n")
                 except (ConnectionError, socket.timeout):
                     reply = b"<closed>"
-                if reply != b"STORED":
+                if reply not in (b"STORED", b"+OK"):
                     refused.append(k)
                     c.close()
-                    c = Conn(listen_port)
+                    c = make(listen_port)
             c.close()
             where = {}
             wanted = [k for k in keys if k not in set(refused)]
             for port in backends:
-                b = Conn(port)
+                b = make(port)
                 for i in range(0, len(wanted), 20):
-                    for k in b.get_many(wanted[i:i + 20]):
+                    batch = wanted[i:i + 20]
+                    for k in (b.exists_many(batch) if redis else b.get_many(batch)):
                         if k in where:
                             raise RuntimeError(f"key {k!r} on two servers")
                         where[k] = port

@@ -8,7 +8,9 @@ in insertion order, `# removed:` when a node was removed after building), then H
 
 Usage: scripts/regen-golden/uhashring_golden.py   (from the repository root)
 """
+import hashlib
 import os
+import struct
 import sys
 
 from importlib.metadata import version
@@ -38,13 +40,39 @@ CONFIGS = [
     ("equal40", EQUAL40, 40, None),
     ("equal3-vnodes160", EQUAL3, 160, None),
     ("one-node", [("solo", 1)], 40, None),
+    # Ties: among u0-0..u0-399, u0-85 and u0-286 share a point. uhashring maps points to nodes in a
+    # dict, so the node added last wins; u0-85 is added last here (byte order would favour u0-286).
+    ("ties400", [(f"u0-{i}", 1) for i in range(400) if i != 85] + [("u0-85", 1)], 40, None),
 ]
+
+
+def md5_u32(data):
+    return struct.unpack("<I", hashlib.md5(data).digest()[:4])[0]
+
+
+def tie_keys(nodes):
+    """Keys whose MD5 falls where uhashring's bisect_right picks the point u0-85 and u0-286 share."""
+    points = {}
+    for name, _ in nodes:
+        for w in range(40):
+            d = hashlib.md5(f"{name}-{w}".encode()).digest()
+            for k in range(4):
+                points.setdefault(struct.unpack("<I", d[4 * k:4 * k + 4])[0], set()).add(name)
+    tie = next(p for p, owners in points.items() if owners == {"u0-85", "u0-286"})
+    low = max(p for p in points if p < tie)
+    keys, j = [], 0
+    while len(keys) < 8:
+        k = f"tie-key-{j}"
+        if low <= md5_u32(k.encode()) < tie:
+            keys.append((k.encode(), k))
+        j += 1
+    return keys
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
     ks = []
-    for k in keys():
+    for k in keys(include_empty=True):
         try:
             ks.append((k, k.decode("utf-8")))
         except UnicodeDecodeError:
@@ -59,7 +87,7 @@ def main():
             f.write("# nodes: " + " ".join(f"{n}={w}" for n, w in nodes if n != removed) + "\n")
             if removed:
                 f.write(f"# removed: {removed}\n")
-            for raw, s in ks:
+            for raw, s in (tie_keys(nodes) + ks if name == "ties400" else ks):
                 f.write(f"{raw.hex()}\t{ring.get_node(s)}\n")
         print(f"{name}: {len(ks)} keys")
 

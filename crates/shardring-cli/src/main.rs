@@ -1,9 +1,10 @@
-//! `shardring`: analyse, look up, draw and diff consistent-hash placements.
+//! `shardring`: analyse, look up, draw, diff and simulate consistent-hash placements.
 //!
 //! Exit status: 0 on success; 2 on a usage, input or configuration error, with the reason on stderr and
 //! nothing on stdout.
 
 mod cmd;
+mod compat;
 mod nodes;
 mod plot;
 
@@ -28,6 +29,8 @@ enum Command {
     Lookup(cmd::lookup::Args),
     /// Print a ring's continuum, its nodes' shares, or the migration plan to another node list.
     Ring(cmd::ring::Args),
+    /// Replay synthetic traffic round by round, with the adaptive rebalancer and/or bounded loads (JSON).
+    Simulate(cmd::simulate::Args),
     /// Run the pools of a twemproxy (nutcracker) YAML file as a memcached sharding proxy.
     Proxy(cmd::proxy::Args),
 }
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => cmd::analyze::run(args),
         Command::Lookup(args) => cmd::lookup::run(args),
         Command::Ring(args) => cmd::ring::run(args),
+        Command::Simulate(args) => cmd::simulate::run(args),
         Command::Proxy(args) => cmd::proxy::run(args),
     };
     match result {

@@ -68,6 +68,12 @@ pub enum Error {
         /// What was asked of it.
         what: &'static str,
     },
+    /// A background thread (e.g. the rebalancer's) could not be started.
+    #[error("could not start a background thread: {reason}")]
+    Spawn {
+        /// What the operating system said.
+        reason: String,
+    },
 }
 
 /// One problem of a configuration file: where it is and what is wrong.

@@ -11,6 +11,13 @@
 //! - [`analysis`]: spread and key-movement measurements over any placement.
 //! - [`compat`]: byte-exact rings of twemproxy, libmemcached, libketama, uhashring and nginx, and a
 //!   twemproxy configuration reader.
+//! - [`shared`]: [`SharedRing`](shared::SharedRing), a placement shared by many threads with lock-free
+//!   reads and copy-on-write changes.
+//! - [`bounded`]: bounded-load lookups that cap every node's requests in flight at c × the average.
+//! - [`load`]: striped per-node request counters and load statistics.
+//! - [`simulate`]: replays synthetic uniform or Zipf traffic round by round, with the rebalancer and/or
+//!   bounded loads (the engine of `shardring simulate`).
+//! - [`rebalance`]: the adaptive virtual-node rebalancer, which scales each node's points by its load.
 //!
 //! ## Example
 //!
@@ -36,18 +43,30 @@
 //!
 //! ## Cargo features
 //! - `twemproxy-config` (default): [`compat::twemproxy_config`], the twemproxy YAML reader. It adds a
-//!   YAML parser to the dependencies; without it the library depends only on hash crates and
-//!   `thiserror`.
+//!   YAML parser to the dependencies; without it the library depends only on hash crates, `thiserror`
+//!   and `arc-swap` (for [`SharedRing`](shared::SharedRing)'s lock-free snapshots).
+//!
+//! ## Concurrency
+//! [`SharedRing`](shared::SharedRing) serves lookups from any number of threads while membership changes:
+//! readers load the current snapshot without locking, writers publish a new one. The
+//! [rebalancer](rebalance) and [bounded loads](bounded) build on it. The library writes no synchronisation
+//! of its own beyond `arc-swap`, a `Mutex` for writers, and relaxed atomic counters, each use commented
+//! where it is.
 
 pub mod algo;
 pub mod analysis;
+pub mod bounded;
 pub mod compat;
 mod decimal;
 mod error;
 pub mod hash;
+pub mod load;
 mod node;
 mod placement;
+pub mod rebalance;
 pub mod ring;
+pub mod shared;
+pub mod simulate;
 
 pub use crate::error::{ConfigProblem, Error};
 pub use crate::hash::{HashFunction, KeyHash};
@@ -59,3 +78,8 @@ pub use crate::ring::{Ring, RingBuilder};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The "switching from twemproxy / libmemcached" text (to be merged into the README), doctested.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/switching.md")]
+pub struct SwitchingDoctests;

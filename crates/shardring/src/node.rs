@@ -13,7 +13,7 @@ use crate::Error;
 /// [`Node::with_identity`]. Compatibility modes need the two apart: twemproxy reports a server as
 /// `10.0.0.1:11211` but hashes it as `10.0.0.1` (it drops port 11211), and libmemcached's SPY mode hashes
 /// `/10.0.0.1:11211`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Node {
     /// The name: unique within a placement, never empty, what lookups report.
     name: Box<str>,
@@ -21,6 +21,18 @@ pub struct Node {
     identity: Option<Box<str>>,
     /// The relative share of keys; finite and greater than zero.
     weight: f64,
+    /// The node's place in its placement's configuration order, set by the ring (builder position, then
+    /// one past the last for each `add`). Only the compatibility schemes look at it: the programs they
+    /// reproduce break ties between equal points by configuration order.
+    rank: u32,
+}
+
+impl PartialEq for Node {
+    /// Nodes are equal when their name, identity and weight are: the configuration rank is the ring's
+    /// bookkeeping, not part of what the node is.
+    fn eq(&self, other: &Node) -> bool {
+        self.name == other.name && self.identity == other.identity && self.weight == other.weight
+    }
 }
 
 impl Node {
@@ -49,6 +61,7 @@ impl Node {
             name: name.into_boxed_str(),
             identity: None,
             weight,
+            rank: 0,
         })
     }
 
@@ -76,6 +89,16 @@ impl Node {
     /// [`with_identity`](Node::with_identity), else the name.
     pub fn identity(&self) -> &str {
         self.identity.as_deref().unwrap_or(&self.name)
+    }
+
+    /// The node's place in configuration order (see [`Ring`](crate::Ring)'s compatibility schemes).
+    pub(crate) fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Sets the node's place in configuration order.
+    pub(crate) fn set_rank(&mut self, rank: u32) {
+        self.rank = rank;
     }
 
     /// The same node with another weight (identity kept).

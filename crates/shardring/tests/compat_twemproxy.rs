@@ -46,7 +46,11 @@ fn placements_match_nutcracker() {
         let g = common::read(&path);
         let yml = std::fs::read_to_string(path.with_extension("yml")).unwrap();
         let pool = read_pool(&yml);
-        let p = placement(&pool.servers, pool.hash, pool.hash_tag, pool.distribution).unwrap();
+        let mut p = placement(&pool.servers, pool.hash, pool.hash_tag, pool.distribution).unwrap();
+        // An ejected server (auto_eject_hosts) is out of nutcracker's continuum until it is retried.
+        if let Some(ejected) = g.header.get("ejected") {
+            p.remove(ejected).unwrap();
+        }
         total += common::check(&g, |k| p.lookup(k).unwrap().name().to_string());
         files += 1;
     }
@@ -61,7 +65,10 @@ fn placements_from_the_config_reader_match_nutcracker() {
         let g = common::read(&path);
         let yml = std::fs::read_to_string(path.with_extension("yml")).unwrap();
         let config = Config::parse(&yml).unwrap();
-        let p = config.pools[0].placement().unwrap();
+        let mut p = config.pools[0].placement().unwrap();
+        if let Some(ejected) = g.header.get("ejected") {
+            p.remove(ejected).unwrap();
+        }
         total += common::check(&g, |k| p.lookup(k).unwrap().name().to_string());
     }
     assert!(total > 15_000);

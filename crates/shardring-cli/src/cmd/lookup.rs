@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use shardring::algo::{self, Algorithm, AlgorithmOptions};
 use shardring::{HashFunction, Placement};
 
+use crate::compat;
 use crate::nodes::parse_node_list;
 
 /// Keys come from the arguments, or one per line on stdin (a trailing `\r` is dropped); output is
@@ -21,18 +22,35 @@ pub struct Args {
     /// Read keys from this file, one per line, instead of stdin.
     #[arg(long, value_name = "PATH", conflicts_with = "keys")]
     file: Option<PathBuf>,
-    /// The nodes: NAME or NAME=WEIGHT, comma-separated (e.g. `10.0.0.1:11211=2,10.0.0.2:11211`).
-    #[arg(long)]
-    nodes: String,
+    /// The nodes: NAME or NAME=WEIGHT, comma-separated (e.g. `10.0.0.1:11211=2,10.0.0.2:11211`). With
+    /// --compat twemproxy or libmemcached*, each NAME is HOST:PORT and weights are whole numbers.
+    #[arg(long, required_unless_present = "config")]
+    nodes: Option<String>,
+    /// Place keys exactly as this twemproxy (nutcracker 0.5.0) configuration file does: its hash,
+    /// distribution, hash_tag, weights and server names. Prints the server's name, else host:port.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["nodes", "compat", "algo", "hash", "vnodes"])]
+    config: Option<PathBuf>,
+    /// The pool of --config to use (needed when the file has several).
+    #[arg(long, value_name = "NAME", requires = "config")]
+    pool: Option<String>,
+    /// Reproduce another program's ring byte for byte: twemproxy, libmemcached,
+    /// libmemcached-weighted, libmemcached-spy, libmemcached-spy-weighted, libketama, uhashring, nginx.
+    /// --hash then takes that program's hash names (twemproxy: one_at_a_time, md5, crc16, crc32,
+    /// crc32a, fnv1_64, fnv1a_64, fnv1_32, fnv1a_32, hsieh, murmur, jenkins; libmemcached: default,
+    /// md5, crc, fnv1_64, fnv1a_64, fnv1_32, fnv1a_32, murmur, jenkins, murmur3) and defaults to the
+    /// program's own.
+    #[arg(long, value_name = "MODE", conflicts_with_all = ["algo", "vnodes"])]
+    compat: Option<String>,
     /// Print this many distinct nodes per key, the owner first.
     #[arg(long, default_value_t = 1)]
     replicas: usize,
     /// The placement algorithm.
     #[arg(long, default_value = "ring")]
     algo: String,
-    /// The key hash (xxh3, crc32, fnv1-32, fnv1a-32, fnv1-64, fnv1a-64, murmur3, md5).
-    #[arg(long, default_value = "xxh3")]
-    hash: String,
+    /// The key hash (xxh3, crc32, fnv1-32, fnv1a-32, fnv1-64, fnv1a-64, murmur3, md5, or
+    /// twemproxy:NAME); xxh3 by default. With --compat, the program's hash names (see there).
+    #[arg(long)]
+    hash: Option<String>,
     /// Ring points per node of weight 1.
     #[arg(long, default_value_t = 160)]
     vnodes: u32,
@@ -85,10 +103,23 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 fn build(args: &Args) -> Result<Box<dyn Placement>> {
-    let nodes = parse_node_list(&args.nodes)?;
+    if let Some(path) = &args.config {
+        return compat::from_config(path, args.pool.as_deref());
+    }
+    if args.pool.is_some() {
+        bail!("--pool selects a pool of --config; there is no --config");
+    }
+    let nodes = parse_node_list(args.nodes.as_deref().unwrap_or_default())?;
+    if let Some(mode) = &args.compat {
+        return compat::from_nodes(mode, &nodes, args.hash.as_deref());
+    }
     let algorithm: Algorithm = args.algo.parse()?;
     let mut options = AlgorithmOptions::default();
-    options.hash = args.hash.parse::<HashFunction>()?;
+    options.hash = args
+        .hash
+        .as_deref()
+        .unwrap_or("xxh3")
+        .parse::<HashFunction>()?;
     options.vnodes = args.vnodes;
     Ok(algo::build(algorithm, &nodes, &options)?)
 }

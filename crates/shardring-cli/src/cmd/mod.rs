@@ -4,3 +4,4 @@ pub mod analyze;
 pub mod lookup;
 pub mod proxy;
 pub mod ring;
+pub mod simulate;

@@ -5,6 +5,7 @@ use std::io::{self, BufWriter, Write};
 use anyhow::{bail, Result};
 use shardring::{HashFunction, Node, Ring};
 
+use crate::compat;
 use crate::nodes::parse_node_list;
 
 /// Prints `POINT<TAB>NODE` for every point in ring order; with `--shares`, `NODE<TAB>SHARE` (the fraction
@@ -24,19 +25,33 @@ pub struct Args {
     /// The node list after the change (with --diff).
     #[arg(long, requires = "diff")]
     to_nodes: Option<String>,
-    /// The key and point hash.
-    #[arg(long, default_value = "xxh3")]
-    hash: String,
+    /// The key and point hash (xxh3 by default; with --compat, the program's hash names and default).
+    #[arg(long)]
+    hash: Option<String>,
+    /// Build the continuum as this program does (twemproxy, libmemcached, libmemcached-weighted,
+    /// libmemcached-spy, libmemcached-spy-weighted, libketama, uhashring, nginx); with --diff, the plan
+    /// shows every range that moves under that program's rules, between unchanged servers too.
+    #[arg(long, value_name = "MODE", conflicts_with = "vnodes")]
+    compat: Option<String>,
     /// Ring points per node of weight 1.
     #[arg(long, default_value_t = 160)]
     vnodes: u32,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let hash: HashFunction = args.hash.parse()?;
-    let ring = build(&parse_node_list(&args.nodes)?, hash, args.vnodes)?;
+    let build = |list: &str| -> Result<Ring> {
+        let nodes = parse_node_list(list)?;
+        match &args.compat {
+            Some(mode) => compat::ring_from_nodes(mode, &nodes, args.hash.as_deref()),
+            None => {
+                let hash: HashFunction = args.hash.as_deref().unwrap_or("xxh3").parse()?;
+                build(&nodes, hash, args.vnodes)
+            }
+        }
+    };
+    let ring = build(&args.nodes)?;
     let to = match (&args.to_nodes, args.diff) {
-        (Some(list), true) => Some(build(&parse_node_list(list)?, hash, args.vnodes)?),
+        (Some(list), true) => Some(build(list)?),
         (None, true) => bail!("--diff needs --to-nodes"),
         _ => None,
     };

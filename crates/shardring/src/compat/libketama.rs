@@ -42,6 +42,9 @@ pub const UHASHRING_VNODES: u32 = 40;
 /// The ring of `uhashring.HashRing(nodes, hash_fn="ketama", vnodes=vnodes)` where `nodes` maps each name
 /// to its weight (`{"name": {"weight": w}}`), in that insertion order.
 ///
+/// Not modelled: a per-node `vnodes` in a node's configuration (uhashring allows one; here all nodes
+/// share `vnodes`), a `weight_fn`, and the `replicas` argument of its ketama mode (4 here, its default).
+///
 /// ```
 /// use shardring::compat::libketama::{uhashring_ring, UHASHRING_VNODES};
 /// let ring = uhashring_ring(&[("node1", 1), ("node2", 1)], UHASHRING_VNODES)?;

@@ -25,6 +25,13 @@
 //! - Debian's libhashkit is built without `hsieh` (it hashes every key to the same value), so that hash is
 //!   not offered here.
 //! - With one server every key goes to it without hashing (as any ring of one node does here).
+//! - When points of two servers collide (common with the 15-bit `crc` hash), the server added first
+//!   owns the point; the ring follows the order of [`LibmemcachedBuilder::server`] calls.
+//! - The SPY modes are libmemcached's idea of Java's spymemcached: points of `/host:port-i`, with the
+//!   host as given to libmemcached. libmemcached's own comment says spymemcached writes
+//!   `hostname/ip:port-index` (or `/ip:port-index` without a host name), so the two can agree only for
+//!   some ways of naming servers. These modes are proven against libmemcached; spymemcached itself was
+//!   not checked.
 //!
 //! Proven on `testdata/libmemcached/` (made by `scripts/regen-golden/libmemcached.py` with a small C
 //! program calling `memcached_generate_hash`).
@@ -45,7 +52,8 @@ pub enum LibmemcachedMode {
     KetamaWeighted,
     /// `MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA_SPY`, unweighted.
     Spy,
-    /// `MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA_SPY` after `KETAMA_WEIGHTED`: spymemcached's ketama.
+    /// `MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA_SPY` after `KETAMA_WEIGHTED`: libmemcached's rendering
+    /// of spymemcached's ketama.
     SpyWeighted,
 }
 
@@ -178,7 +186,9 @@ impl LibmemcachedBuilder {
 
     /// Builds the ring. Nodes are named `host:port`.
     ///
-    /// Weight 0 is refused here; libmemcached would accept it and give the server no points.
+    /// Weight 0 is refused here; libmemcached would accept it and give the server no points. The
+    /// continuum kind (weighted or not) is fixed here from the weights; membership changes on the built
+    /// ring keep it, so after adding a server of weight > 1 to an unweighted ring, build anew.
     ///
     /// # Errors
     /// [`Error::InvalidWeight`] for weight 0, [`Error::DuplicateNode`] for a repeated `host:port`,

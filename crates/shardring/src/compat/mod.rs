@@ -82,15 +82,25 @@ impl CompatMode {
     ///
     /// # Errors
     /// [`Error::UnknownHash`], [`Error::InvalidSetting`] (an address without a port where one is needed,
-    /// or a hash given to a mode without a choice), [`Error::InvalidWeight`] (weights must be whole
-    /// numbers of at least 1), [`Error::DuplicateNode`].
+    /// a hash given to a mode without a choice, or a weight that is not a whole number: the programs
+    /// take integers), [`Error::InvalidWeight`], [`Error::DuplicateNode`].
     pub fn build(self, nodes: &[(&str, f64)], hash: Option<&str>) -> Result<Ring, Error> {
         let mut weights = Vec::with_capacity(nodes.len());
         for &(name, w) in nodes {
-            if !(w.is_finite() && w >= 1.0 && w.fract() == 0.0 && w <= f64::from(u32::MAX)) {
+            if !(w.is_finite() && w > 0.0) {
                 return Err(Error::InvalidWeight {
                     node: name.to_string(),
                     weight: w,
+                });
+            }
+            if !(w >= 1.0 && w.fract() == 0.0 && w <= f64::from(u32::MAX)) {
+                return Err(Error::InvalidSetting {
+                    setting: "weight",
+                    reason: format!(
+                        "node {name:?} has weight {w}: {} takes whole-number weights from 1 to {}",
+                        self.name(),
+                        u32::MAX
+                    ),
                 });
             }
             weights.push((name, w as u32));

@@ -4,10 +4,12 @@
 //! written into host and port (at the last `:` followed only by digits; `unix:PATH` has no port), and
 //! point `j` is CRC-32 of `host`, a NUL byte, `port`, then point `j-1` as four little-endian bytes (0 for
 //! the first) — the scheme of Perl's Cache::Memcached::Fast. Keys are hashed with CRC-32. Equal points
-//! are kept once (the first server in the block keeps them; here the smaller name does, see
-//! [`PointScheme::Nginx`]).
+//! are kept once, by the server listed first in the block, and so here: the ring follows the order of
+//! `servers` for ties (checked on `testdata/nginx/ties400.tsv`, a real collision).
 //!
-//! Not modelled: servers marked `down` or failing (nginx walks on to the next point), and a `server`
+//! Not reproducible: an empty key, which nginx does not hash at all but hands to round robin (so it
+//! goes to a different server from one request to the next); the ring here places it at CRC-32 of
+//! nothing, 0. Not modelled: servers marked `down` or failing (nginx walks on to the next point), and a `server`
 //! whose host name resolves to several addresses (nginx makes one peer per address, all with the same
 //! name, and picks among them by weighted round robin). The node names are the addresses as written.
 //!

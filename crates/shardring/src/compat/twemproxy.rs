@@ -10,7 +10,8 @@
 //! - **Keys.** Hashed with the pool's `hash` (default `fnv1a_64`, twemproxy's version: see
 //!   [`crate::hash::twemproxy`]), after the `hash_tag` is applied (the bytes between the first opening
 //!   character and the next closing one, when there is at least one; otherwise the whole key). An empty
-//!   key hashes to 0. A pool of one server sends every key to it.
+//!   key hashes to 0 (confirmed through nutcracker's redis protocol, which can carry one). A pool of one
+//!   server sends every key to it.
 //! - **Server order.** nutcracker sorts a pool's servers by identity (shorter first, then byte-wise)
 //!   while validating the configuration. That order breaks ties between equal points and is the order of
 //!   the modula table.
@@ -18,7 +19,11 @@
 //!   `hash % total_weight` ([`Modula`]).
 //! - **`random`** picks a server with `random()` for every request: no placement can reproduce it, and
 //!   [`placement`] refuses it with [`Error::Unsupported`].
-//! - `auto_eject_hosts` removes failing servers at run time; a placement built here has every server live.
+//! - `auto_eject_hosts` takes failing servers out at run time and rebuilds the continuum from the live
+//!   ones (their count and total weight change the others' points too). A placement built here has
+//!   every server live; removing an ejected server ([`Placement::remove`] / [`Ring::remove`]) gives
+//!   exactly nutcracker's continuum while it is out (checked on `testdata/twemproxy/ketama-ejected-*`),
+//!   and adding it back gives the original.
 
 use std::fmt;
 use std::str::FromStr;

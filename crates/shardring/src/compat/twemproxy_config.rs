@@ -90,6 +90,9 @@ pub struct Pool {
     pub line: usize,
     /// `listen`.
     pub listen: Listen,
+    /// `listen` as the file writes it: nutcracker compares these strings to find two pools on one
+    /// address (so `127.0.0.1:022121` and `127.0.0.1:22121` are different to it).
+    pub listen_as_written: String,
     /// `hash` (default `fnv1a_64`).
     pub hash: TwemproxyHash,
     /// `hash_tag` (default none).
@@ -211,10 +214,19 @@ impl Reader<'_> {
         }
     }
 
-    /// Reads one node whose first event is `first`.
-    fn node(&mut self, first: (Event, Marker)) -> Result<Yaml, ConfigProblem> {
+    /// Reads one node whose first event is `first`, nested `depth` deep.
+    fn node(&mut self, first: (Event, Marker), depth: usize) -> Result<Yaml, ConfigProblem> {
         let (event, mark) = first;
         let line = mark.line();
+        // nutcracker allows two levels (pool, key) plus the servers list; stop long before the stack
+        // could be at risk from a hostile file.
+        if depth > MAX_DEPTH {
+            return Err(ConfigProblem {
+                line,
+                key: String::new(),
+                message: format!("nested deeper than {MAX_DEPTH} levels"),
+            });
+        }
         match event {
             Event::Scalar(value, _, anchor, tag) => {
                 self.check_anchor_tag(line, anchor, tag.is_some());
@@ -232,7 +244,7 @@ impl Reader<'_> {
                     if next.0 == Event::SequenceEnd {
                         return Ok(Yaml::Seq(items, line));
                     }
-                    items.push(self.node(next)?);
+                    items.push(self.node(next, depth + 1)?);
                 }
             }
             Event::MappingStart(anchor, tag) => {
@@ -243,9 +255,9 @@ impl Reader<'_> {
                     if next.0 == Event::MappingEnd {
                         return Ok(Yaml::Map(entries, line));
                     }
-                    let key = self.node(next)?;
+                    let key = self.node(next, depth + 1)?;
                     let next = self.next()?;
-                    let value = self.node(next)?;
+                    let value = self.node(next, depth + 1)?;
                     entries.push((key, value));
                 }
             }
@@ -273,7 +285,7 @@ impl Reader<'_> {
                     }
                 }
                 other => {
-                    let node = self.node((other, mark))?;
+                    let node = self.node((other, mark), 0)?;
                     if root.is_none() {
                         root = Some(node);
                     }
@@ -283,6 +295,9 @@ impl Reader<'_> {
         Ok(root)
     }
 }
+
+/// How deep the reader follows nested collections before giving up on the file.
+const MAX_DEPTH: usize = 16;
 
 /// The keys nutcracker 0.5.0 knows, in its order.
 const KEYS: &[&str] = &[
@@ -370,7 +385,7 @@ impl Config {
                         message: format!("has the same name as the pool on line {}", earlier.line),
                     });
                 }
-                if earlier.listen == pool.listen {
+                if earlier.listen_as_written == pool.listen_as_written {
                     reader.problems.push(ConfigProblem {
                         line: pool.line,
                         key: format!("{}.listen", pool.name),
@@ -428,7 +443,7 @@ impl Config {
 /// The values of a pool as read, before defaults.
 #[derive(Default)]
 struct Seen {
-    listen: Option<Listen>,
+    listen: Option<(Listen, String)>,
     hash: Option<TwemproxyHash>,
     hash_tag: Option<[u8; 2]>,
     distribution: Option<Distribution>,
@@ -535,7 +550,7 @@ fn read_pool(reader: &mut Reader<'_>, name: String, line: usize, value: Yaml) ->
         };
         match known {
             "listen" => match parse_listen(&value) {
-                Ok(l) => seen.listen = Some(l),
+                Ok(l) => seen.listen = Some((l, value.clone())),
                 Err(m) => bad(reader, format!("{value:?} {m}")),
             },
             "hash" => match value.parse::<TwemproxyHash>() {
@@ -634,7 +649,7 @@ fn read_pool(reader: &mut Reader<'_>, name: String, line: usize, value: Yaml) ->
             }
         }
     }
-    let listen = seen.listen.clone()?;
+    let (listen, listen_as_written) = seen.listen.clone()?;
     if reader.problems.len() != ok_before {
         return None;
     }
@@ -644,6 +659,7 @@ fn read_pool(reader: &mut Reader<'_>, name: String, line: usize, value: Yaml) ->
         name,
         line,
         listen,
+        listen_as_written,
         hash: seen.hash.unwrap_or_default(),
         hash_tag: seen.hash_tag,
         distribution: seen.distribution.unwrap_or_default(),
@@ -671,10 +687,10 @@ fn parse_listen(value: &str) -> Result<Listen, &'static str> {
                 path: value.to_string(),
                 permissions: 0,
             }),
-            Some((path, perm)) => match u32::from_str_radix(perm, 8) {
-                Ok(p) if p <= 0o777 => Ok(Listen::Unix {
+            Some((path, perm)) => match strtol_octal(perm) {
+                Some(p) if (0..=0o777).contains(&p) => Ok(Listen::Unix {
                     path: path.to_string(),
-                    permissions: p,
+                    permissions: p as u32,
                 }),
                 _ => Err(
                     "has an invalid file permission in \"socket_path permission\" format string",
@@ -692,6 +708,22 @@ fn parse_listen(value: &str) -> Result<Listen, &'static str> {
         }),
         _ => Err("has an invalid port in \"hostname:port\" format string"),
     }
+}
+
+/// C's `strtol(s, NULL, 8)` as nutcracker uses it for socket permissions: leading spaces, a sign, then
+/// the octal digits there are (none gives 0, so `abc` is permissions 0); `None` on overflow.
+fn strtol_octal(s: &str) -> Option<i64> {
+    let s = s.trim_start();
+    let (negative, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let mut value: i64 = 0;
+    for b in digits.bytes().take_while(|b| (b'0'..=b'7').contains(b)) {
+        value = value.checked_mul(8)?.checked_add(i64::from(b - b'0'))?;
+    }
+    Some(if negative { -value } else { value })
 }
 
 #[cfg(test)]
@@ -765,9 +797,13 @@ beta:
             "p:\n  listen: 127.0.0.1:1\n  redis_auth: pw\n  servers:\n   - a:1:1\n",
             "p:\n  listen: 127.0.0.1:1\n  servers:\n   - a:1:1 x\n   - b:2:1 x\n",
             "p:\n  listen: 127.0.0.1:1\n",
+            "p:\n  listen: /tmp/s 1000\n  servers:\n   - a:1:1\n",
+            "p:\n  listen: /tmp/s -1\n  servers:\n   - a:1:1\n",
             "",
             "p:\n  listen: 127.0.0.1:1\n  servers:\n   - a:1:1\nq:\n  listen: 127.0.0.1:1\n  servers:\n   - a:1:1\n",
             "p: [\n",
+            &"[".repeat(100_000),
+            &format!("p:\n  listen: {}", "{a: ".repeat(50_000)),
         ] {
             assert!(Config::parse(text).is_err(), "{text}");
         }

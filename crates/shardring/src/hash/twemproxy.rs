@@ -278,7 +278,7 @@ pub fn hashkit_murmur3(key: &[u8]) -> u32 {
 pub enum TwemproxyHash {
     /// `one_at_a_time`: [`one_at_a_time`].
     OneAtATime,
-    /// `md5`: [`md5`].
+    /// `md5`: [`md5()`].
     Md5,
     /// `crc16`: [`crc16`].
     Crc16,

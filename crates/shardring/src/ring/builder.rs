@@ -144,11 +144,13 @@ impl RingBuilder {
         }
         let mut nodes: Vec<Node> = Vec::with_capacity(self.nodes.len());
         let mut seen = std::collections::HashSet::with_capacity(self.nodes.len());
-        for (name, weight, identity) in self.nodes {
-            let node = match identity {
+        for (rank, (name, weight, identity)) in self.nodes.into_iter().enumerate() {
+            let mut node = match identity {
                 Some(identity) => Node::with_identity(name, identity, weight)?,
                 None => Node::weighted(name, weight)?,
             };
+            // Configuration order: the compatibility schemes break ties by it.
+            node.set_rank(u32::try_from(rank).unwrap_or(u32::MAX));
             if !seen.insert(node.name().to_string()) {
                 return Err(Error::DuplicateNode {
                     node: node.name().to_string(),

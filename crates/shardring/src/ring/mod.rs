@@ -9,8 +9,10 @@
 //! # Ties
 //! Two points may land on the same position. They are ordered by node name (byte-wise), so the point of the
 //! smaller name is found first. Placement therefore never depends on the order in which nodes were added.
-//! (The twemproxy scheme orders ties as nutcracker does, by identity length then bytes; see
-//! [`PointScheme`].)
+//! The compatibility schemes order ties as their programs do instead (see [`PointScheme`]): twemproxy by
+//! identity length then bytes; libmemcached, libketama and nginx by configuration order (the first
+//! configured wins); uhashring by configuration order reversed (the last added wins). Configuration
+//! order is the builder's order, then each [`add`](Ring::add) comes last.
 
 mod builder;
 mod index;
@@ -172,7 +174,10 @@ impl Ring {
     ///
     /// # Errors
     /// As for [`add`](Ring::add).
-    pub fn add_node(&mut self, node: Node) -> Result<(), Error> {
+    pub fn add_node(&mut self, mut node: Node) -> Result<(), Error> {
+        // The new node comes last in configuration order (what the compatibility schemes break ties by).
+        let last = self.nodes.iter().map(Node::rank).max();
+        node.set_rank(last.map_or(0, |r| r.saturating_add(1)));
         if self.position_of(node.name()).is_some() {
             return Err(Error::DuplicateNode {
                 node: node.name().to_string(),
@@ -410,6 +415,15 @@ impl Ring {
             .iter()
             .filter(move |p| Some(p.node) == index)
             .map(|p| p.position)
+    }
+
+    /// How many points each node has, in [`nodes`](Ring::nodes) order.
+    pub fn point_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0usize; self.nodes.len()];
+        for p in &self.points {
+            counts[p.node as usize] += 1;
+        }
+        counts
     }
 
     /// Each node's share of the circle (the fraction of all hash values it owns), in

@@ -41,7 +41,8 @@ pub enum PointScheme {
     },
     /// libmemcached 1.1 `MEMCACHED_BEHAVIOR_KETAMA` (distribution `CONSISTENT_KETAMA`, not weighted):
     /// 100 points per server whatever its weight; point `i` is the ring's key hash of `"{identity}-{i}"`
-    /// (libmemcached hashes points with its key hash, `one_at_a_time` unless told otherwise).
+    /// (libmemcached hashes points with its key hash, `one_at_a_time` unless told otherwise). In all four
+    /// libmemcached schemes, of equal points the server added first wins.
     Libmemcached,
     /// libmemcached 1.1 `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED`: the point count of
     /// [`Twemproxy`](PointScheme::Twemproxy) (single-precision, 160 per server of average weight) and
@@ -51,21 +52,25 @@ pub enum PointScheme {
     /// [`Libmemcached`](PointScheme::Libmemcached), with the identity `"/{host}:{port}"`.
     LibmemcachedSpy,
     /// `MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA_SPY` after `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED`: as
-    /// [`LibmemcachedWeighted`](PointScheme::LibmemcachedWeighted) with the identity `"/{host}:{port}"`,
-    /// which is spymemcached's ketama.
+    /// [`LibmemcachedWeighted`](PointScheme::LibmemcachedWeighted) with the identity `"/{host}:{port}"`.
+    /// libmemcached means this to match Java's spymemcached (its source comment gives spymemcached's
+    /// format as `hostname/ip:port-index`, or `/ip:port-index` without a host name); proven here against
+    /// libmemcached, not against spymemcached.
     LibmemcachedSpyWeighted,
     /// The original last.fm libketama: a server with `m` of the total memory `M` over `n` servers gets
     /// `floorf(m/M × 40 × n)` MD5 digests of `"{identity}-{k}"`, four points each. Keys are C strings:
-    /// hashing stops at the first NUL byte.
+    /// hashing stops at the first NUL byte. Of equal points, the server listed first wins.
     Libketama,
     /// uhashring's ketama mode (`HashRing(hash_fn="ketama")`): `(vnodes × n × w) // W` digests per node in
     /// integer arithmetic (vnodes 40 by default), four points each, as libketama; but a key goes to the
-    /// first point strictly *after* its MD5 (Python's `bisect_right`), not at or after it.
+    /// first point strictly *after* its MD5 (Python's `bisect_right`), not at or after it. Of equal
+    /// points, the node added last wins (a dict entry overwritten).
     Uhashring,
     /// nginx's `hash KEY consistent`: a server of weight `w` gets `160 × w` points; the identity (the
     /// server as written in the upstream block) is split into host and port at the last `:` followed only
     /// by digits; point `j` is CRC-32 of `host NUL port` followed by point `j-1` as four little-endian
-    /// bytes (0 for the first). Keys are hashed with CRC-32.
+    /// bytes (0 for the first). Keys are hashed with CRC-32. Of equal points, the server configured first
+    /// keeps the point.
     Nginx,
 }
 
@@ -239,7 +244,17 @@ impl PointScheme {
                 .len()
                 .cmp(&b.identity().len())
                 .then_with(|| a.identity().cmp(b.identity())),
-            _ => a.name().cmp(b.name()),
+            // libmemcached, libketama and nginx sort their points with glibc's stable qsort (nginx then
+            // keeps the first of equal points): the server configured first wins.
+            PointScheme::Libmemcached
+            | PointScheme::LibmemcachedWeighted
+            | PointScheme::LibmemcachedSpy
+            | PointScheme::LibmemcachedSpyWeighted
+            | PointScheme::Libketama
+            | PointScheme::Nginx => a.rank().cmp(&b.rank()).then_with(|| a.name().cmp(b.name())),
+            // uhashring maps each point to a node in a dict, so the node added last overwrites the others.
+            PointScheme::Uhashring => b.rank().cmp(&a.rank()).then_with(|| a.name().cmp(b.name())),
+            PointScheme::Plain => a.name().cmp(b.name()),
         }
     }
 }

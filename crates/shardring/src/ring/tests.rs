@@ -216,7 +216,8 @@ fn colliding_points_go_to_the_smaller_name_whatever_the_order() {
         },
     ];
     let nodes = a.nodes.clone();
-    a.points.sort_by(|x, y| Ring::point_order(a.scheme, &nodes, x, y));
+    a.points
+        .sort_by(|x, y| Ring::point_order(a.scheme, &nodes, x, y));
     a.reindex();
     assert_eq!(a.lookup_hash(3).unwrap().name(), "a");
     assert_eq!(a.lookup_hash(8).unwrap().name(), "a");
