@@ -350,3 +350,71 @@ async fn a_pool_can_listen_on_a_unix_socket() {
     proxy.stop().await;
     let _ = std::fs::remove_file(&path);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_connections_per_server_keep_each_clients_order() {
+    let servers = memcacheds(2);
+    let mut config = pool_config(&servers);
+    config.server_connections = 4;
+    config.preconnect = true;
+    let proxy = RunningProxy::start(config).await;
+    let mut clients = Vec::new();
+    for c in 0..6 {
+        let mut client = proxy.client().await;
+        clients.push(tokio::spawn(async move {
+            // set then get of the same key, pipelined: the get must see the set.
+            let mut req = Vec::new();
+            let mut expect = Vec::new();
+            for i in 0..200 {
+                let v = format!("{c}-{i}");
+                req.extend_from_slice(
+                    format!("set sc{c} 0 0 {}\r\n{v}\r\nget sc{c}\r\n", v.len()).as_bytes(),
+                );
+                expect.extend_from_slice(
+                    format!("STORED\r\nVALUE sc{c} 0 {}\r\n{v}\r\nEND\r\n", v.len()).as_bytes(),
+                );
+            }
+            client.check(&req, &expect).await;
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    let conns: u64 = proxy.proxy.views()[0]
+        .servers
+        .iter()
+        .map(|s| s.server_connections.get())
+        .sum();
+    assert_eq!(conns, 8, "preconnect opens every connection");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_connections_caps_clients() {
+    let servers = memcacheds(1);
+    let mut config = pool_config(&servers);
+    config.client_connections = 2;
+    let proxy = RunningProxy::start(config).await;
+    let mut a = proxy.client().await;
+    let mut b = proxy.client().await;
+    a.check(b"version\r\n", b"VERSION shardring-proxy-").await;
+    let _ = a.read_line().await;
+    b.check(b"mn\r\n", b"MN\r\n").await;
+    // The third is not served while two are open...
+    let mut c = proxy.client().await;
+    c.send(b"mn\r\n").await;
+    let mut buf = [0u8; 4];
+    let early = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        tokio::io::AsyncReadExt::read(&mut c.stream, &mut buf),
+    )
+    .await;
+    assert!(
+        early.is_err(),
+        "a third client was served past client_connections: 2"
+    );
+    // ...and is once one of them leaves.
+    drop(a);
+    assert_eq!(c.read_n(4).await, b"MN\r\n");
+    proxy.stop().await;
+}

@@ -107,24 +107,24 @@ async fn drop_in(extra: &str) {
     let mut via_nc = Client::connect(&nc.addr).await;
     let mut via_us = proxy.client().await;
     for i in 0..300 {
-        let k = format!("nc:{i}:{}", i * 7919);
+        let k = format!("nc:{{{i}}}:{}", i * 7919);
         via_nc
             .check(format!("set {k} 0 0 1\r\nn\r\n").as_bytes(), b"STORED\r\n")
             .await;
-        let k = format!("us:{i}:{}", i * 7919);
+        let k = format!("us:{{{i}}}:{}", i * 7919);
         via_us
             .check(format!("set {k} 0 0 1\r\nu\r\n").as_bytes(), b"STORED\r\n")
             .await;
     }
     for i in 0..300 {
-        let k = format!("nc:{i}:{}", i * 7919);
+        let k = format!("nc:{{{i}}}:{}", i * 7919);
         via_us
             .check(
                 format!("get {k}\r\n").as_bytes(),
                 format!("VALUE {k} 0 1\r\nn\r\nEND\r\n").as_bytes(),
             )
             .await;
-        let k = format!("us:{i}:{}", i * 7919);
+        let k = format!("us:{{{i}}}:{}", i * 7919);
         via_nc
             .check(
                 format!("get {k}\r\n").as_bytes(),
