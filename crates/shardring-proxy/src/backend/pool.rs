@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::health::ServerHealth;
 use crate::error::BackendError;
 use crate::metrics::ServerStats;
-use crate::protocol::memcache::{parse_response, ResponseKind};
+use crate::protocol::memcache::{parse_response_from, ResponseKind};
 
 /// The most requests one server connection has in flight; more wait in its queue.
 const MAX_IN_FLIGHT: usize = 1024;
@@ -84,6 +84,7 @@ impl Backend {
                     in_flight: VecDeque::new(),
                     rbuf: BytesMut::with_capacity(16 << 10),
                     wbuf: BytesMut::with_capacity(16 << 10),
+                    resume: 0,
                 };
                 tokio::spawn(conn.run(rx, preconnect));
                 tx
@@ -153,6 +154,8 @@ struct Connection {
     rbuf: BytesMut,
     /// Request bytes not yet written.
     wbuf: BytesMut,
+    /// How much of the oldest request's values reply has been checked already.
+    resume: usize,
 }
 
 /// Why a connection ended.
@@ -198,6 +201,7 @@ impl Connection {
             self.stats.server_connections.dec();
             self.rbuf.clear();
             self.wbuf.clear();
+            self.resume = 0;
             match end {
                 End::Done => return,
                 End::Failed(err) => {
@@ -325,9 +329,15 @@ impl Connection {
     /// Frames every complete reply in the read buffer and hands each to its request.
     fn deliver(&mut self) -> Result<(), BackendError> {
         while let Some(front) = self.in_flight.front() {
-            match parse_response(&self.rbuf, front.kind, self.settings.max_value_len) {
+            match parse_response_from(
+                &self.rbuf,
+                front.kind,
+                self.settings.max_value_len,
+                &mut self.resume,
+            ) {
                 Ok(None) => break,
                 Ok(Some(len)) => {
+                    self.resume = 0;
                     let reply = self.rbuf.split_to(len).freeze();
                     let Some(f) = self.in_flight.pop_front() else {
                         break;

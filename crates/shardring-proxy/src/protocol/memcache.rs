@@ -808,8 +808,32 @@ pub fn parse_response(
     kind: ResponseKind,
     max_value_len: usize,
 ) -> Result<Option<usize>, ResponseError> {
+    parse_response_from(buf, kind, max_value_len, &mut 0)
+}
+
+/// The largest whole reply accepted (a multi-get's `VALUE` blocks together): a bound on what one request
+/// can make the proxy buffer.
+pub const MAX_REPLY_LEN: usize = 256 << 20;
+
+/// [`parse_response`] that resumes a values reply where the last call left off: `resume` holds the length
+/// of the complete `VALUE` blocks already checked (0 to start), so a large multi-get reply arriving in
+/// many reads is scanned once, not once per read. Reset it to 0 after each complete reply.
+///
+/// # Errors
+/// A [`ResponseError`] when the bytes are not a reply of that kind, or the reply exceeds
+/// [`MAX_REPLY_LEN`].
+pub fn parse_response_from(
+    buf: &[u8],
+    kind: ResponseKind,
+    max_value_len: usize,
+    resume: &mut usize,
+) -> Result<Option<usize>, ResponseError> {
     const MAX_RESPONSE_LINE: usize = 8 << 10;
-    let mut at = 0;
+    let mut at = if kind == ResponseKind::Values {
+        (*resume).min(buf.len())
+    } else {
+        0
+    };
     loop {
         let rest = &buf[at..];
         let Some(nl) = memchr::memchr(b'\n', rest) else {
@@ -880,6 +904,11 @@ pub fn parse_response(
                     });
                 }
                 let total = line_len + header.len as usize + 2;
+                if at + total > MAX_REPLY_LEN {
+                    return Err(ResponseError {
+                        reason: "reply too large",
+                    });
+                }
                 if rest.len() < total {
                     return Ok(None);
                 }
@@ -889,6 +918,7 @@ pub fn parse_response(
                     });
                 }
                 at += total;
+                *resume = at;
             }
         }
     }

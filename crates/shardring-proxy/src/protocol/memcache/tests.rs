@@ -193,6 +193,28 @@ fn responses_are_framed_by_kind() {
     assert!(parse_response(b"garbage\r\n", ResponseKind::Values, 4).is_err());
 }
 
+#[test]
+fn resumed_value_scans_agree_with_whole_scans() {
+    let mut reply = Vec::new();
+    for i in 0..50 {
+        reply.extend_from_slice(format!("VALUE k{i} 0 {}\r\n", i % 7).as_bytes());
+        reply.extend_from_slice(&vec![b'\n'; i % 7]);
+        reply.extend_from_slice(b"\r\n");
+    }
+    reply.extend_from_slice(b"END\r\n");
+    let mut resume = 0;
+    for cut in 0..=reply.len() {
+        let whole = parse_response(&reply[..cut], ResponseKind::Values, 64);
+        let resumed = parse_response_from(&reply[..cut], ResponseKind::Values, 64, &mut resume);
+        assert_eq!(whole, resumed, "cut {cut}");
+        assert!(resume <= cut);
+    }
+    assert_eq!(
+        parse_response(&reply, ResponseKind::Values, 64),
+        Ok(Some(reply.len()))
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
