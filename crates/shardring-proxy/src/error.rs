@@ -57,6 +57,14 @@ pub enum BackendError {
         /// The cause.
         reason: String,
     },
+    /// The server answered a split multi-get or a broadcast `flush_all` with an error line.
+    #[error("{addr} answered {reply}")]
+    Refused {
+        /// The server.
+        addr: String,
+        /// Its reply line.
+        reply: String,
+    },
     /// No server is live for the key (all ejected).
     #[error("no server available")]
     NoServer,

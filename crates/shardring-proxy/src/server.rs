@@ -24,7 +24,7 @@ use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::Reply;
+use crate::backend::{Backend, Reply};
 use crate::cluster::{Cluster, Pool};
 use crate::config::{Listen, DEFAULT_CLIENT_CONNECTIONS};
 use crate::error::{BackendError, ProxyError};
@@ -184,6 +184,14 @@ async fn serve_client(stream: Box<dyn Stream>, pool: Arc<Pool>, stop: Cancellati
         }
     }
     stats.client_connections.dec();
+}
+
+/// A server's error reply to a request the proxy split or broadcast, as a [`BackendError`].
+fn refused(server: &Backend, reply: &[u8]) -> BackendError {
+    BackendError::Refused {
+        addr: server.settings().addr.clone(),
+        reply: String::from_utf8_lossy(reply.strip_suffix(b"\r\n").unwrap_or(reply)).into_owned(),
+    }
 }
 
 /// A reply for the client, once known.
@@ -452,27 +460,22 @@ impl Handler {
         let all_or_nothing = cluster.config.multiget_all_or_nothing;
         let any_unrouted = group_of.contains(&usize::MAX);
         self.pool.shared.stats.fragments.add(groups.len() as u64);
-        let receivers: Vec<_> = groups
+        let (servers, receivers): (Vec<_>, Vec<_>) = groups
             .into_iter()
             .map(|(server, mut line)| {
                 line.extend_from_slice(b"\r\n");
-                cluster.backends[server].send(
-                    self.client_id,
-                    line.freeze(),
-                    req.command.response_kind(),
-                )
+                let backend = &cluster.backends[server];
+                let rx = backend.send(self.client_id, line.freeze(), req.command.response_kind());
+                (Arc::clone(backend), rx)
             })
-            .collect();
+            .unzip();
         Pending::Boxed(Box::pin(async move {
             let replies: Vec<Reply> = futures_util::future::join_all(receivers)
                 .await
                 .into_iter()
-                .map(|r| match r {
-                    Ok(Ok(b)) if is_error_reply(&b) => Err(BackendError::Lost {
-                        addr: "server".into(),
-                        reason: String::from_utf8_lossy(b.strip_suffix(b"\r\n").unwrap_or(&b))
-                            .into_owned(),
-                    }),
+                .zip(&servers)
+                .map(|(r, server)| match r {
+                    Ok(Ok(b)) if is_error_reply(&b) => Err(refused(server, &b)),
                     Ok(r) => r,
                     Err(_) => Err(BackendError::Removed),
                 })
@@ -520,25 +523,22 @@ impl Handler {
 
     fn flush_all(&self, cluster: &Cluster, req: &Request, noreply: bool) -> Pending {
         let frame = req.to_forward();
-        let receivers: Vec<_> = cluster
+        let (servers, receivers): (Vec<_>, Vec<_>) = cluster
             .backends
             .iter()
             .filter(|b| !b.health.is_ejected())
-            .map(|b| b.send(self.client_id, frame.clone(), req.command.response_kind()))
-            .collect();
+            .map(|b| {
+                let rx = b.send(self.client_id, frame.clone(), req.command.response_kind());
+                (Arc::clone(b), rx)
+            })
+            .unzip();
         Pending::Boxed(Box::pin(async move {
             let replies = futures_util::future::join_all(receivers).await;
             let mut failure = None;
-            for r in replies {
+            for (r, server) in replies.into_iter().zip(&servers) {
                 match r {
                     Ok(Ok(b)) if &b[..] == b"OK\r\n" => {}
-                    Ok(Ok(b)) => {
-                        failure = Some(BackendError::Lost {
-                            addr: "server".into(),
-                            reason: String::from_utf8_lossy(b.strip_suffix(b"\r\n").unwrap_or(&b))
-                                .into_owned(),
-                        });
-                    }
+                    Ok(Ok(b)) => failure = Some(refused(server, &b)),
                     Ok(Err(e)) => failure = Some(e),
                     Err(_) => failure = Some(BackendError::Removed),
                 }
