@@ -300,6 +300,10 @@ impl Handler {
                         self.pending
                             .push_back(Pending::Ready(Some(Answer::Static(err.kind.reply()))));
                         if err.close {
+                            tracing::info!(
+                                reason = %err.kind,
+                                "closing a client connection: its input cannot be resynchronised"
+                            );
                             closing = true;
                         }
                     }
