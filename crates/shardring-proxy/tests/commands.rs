@@ -418,3 +418,48 @@ async fn client_connections_caps_clients() {
     assert_eq!(c.read_n(4).await, b"MN\r\n");
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gets_gat_and_gats_split_across_servers_too() {
+    let servers = memcacheds(3);
+    let mut config = pool_config(&servers);
+    config.hash = shardring_proxy::config::TwemproxyHash::Md5;
+    let proxy = RunningProxy::start(config).await;
+    let mut c = proxy.client().await;
+    let keys: Vec<String> = (0..12).map(|i| format!("sp{i}")).collect();
+    for k in &keys {
+        c.check(
+            format!(
+                "set {k} 3 0 2\r\n{}\r\n",
+                &k[2..].to_string().repeat(2)[..2]
+            )
+            .as_bytes(),
+            b"STORED\r\n",
+        )
+        .await;
+    }
+    for cmd in ["gets", "gat 100", "gats 100"] {
+        c.send(format!("{cmd} {} missing\r\n", keys.join(" ")).as_bytes())
+            .await;
+        for k in &keys {
+            let line = c.read_line().await;
+            let prefix = format!("VALUE {k} 3 2");
+            assert!(line.starts_with(&prefix), "{cmd}: {line:?}");
+            let with_cas = cmd != "gat 100";
+            assert_eq!(
+                line.trim_end().split(' ').count(),
+                if with_cas { 5 } else { 4 },
+                "{cmd}: {line:?}"
+            );
+            let _ = c.read_line().await;
+        }
+        assert_eq!(c.read_line().await, "END\r\n");
+    }
+    let used = proxy.proxy.views()[0]
+        .servers
+        .iter()
+        .filter(|s| s.requests.get() > 0)
+        .count();
+    assert_eq!(used, 3);
+    proxy.stop().await;
+}
