@@ -426,7 +426,7 @@ async fn gets_gat_and_gats_split_across_servers_too() {
     config.hash = shardring_proxy::config::TwemproxyHash::Md5;
     let proxy = RunningProxy::start(config).await;
     let mut c = proxy.client().await;
-    let keys: Vec<String> = (0..12).map(|i| format!("sp{i}")).collect();
+    let keys: Vec<String> = (0..40).map(|i| format!("sp{i}")).collect();
     for k in &keys {
         c.check(
             format!(

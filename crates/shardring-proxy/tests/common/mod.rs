@@ -36,12 +36,24 @@ pub struct Memcached {
 }
 
 impl Memcached {
+    /// A memcached on a free port; tries another port if another process took the first meanwhile.
     pub fn start() -> Memcached {
-        Memcached::start_on(free_port())
+        for _ in 0..5 {
+            if let Some(m) = Memcached::try_start_on(free_port()) {
+                return m;
+            }
+        }
+        panic!("memcached did not start on any of 5 free ports");
     }
 
+    /// A memcached on `port` (a restart on the port a killed one had).
     pub fn start_on(port: u16) -> Memcached {
-        let child = Command::new("memcached")
+        Memcached::try_start_on(port)
+            .unwrap_or_else(|| panic!("memcached did not start on port {port}"))
+    }
+
+    fn try_start_on(port: u16) -> Option<Memcached> {
+        let mut child = Command::new("memcached")
             .args([
                 "-l",
                 "127.0.0.1",
@@ -63,17 +75,19 @@ impl Memcached {
         let addr = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(10);
         while StdStream::connect(&addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "memcached did not start on {addr}"
-            );
+            // Exited (port taken), or never came up: give up on this port.
+            if child.try_wait().ok().flatten().is_some() || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Memcached {
+        Some(Memcached {
             addr,
             port,
             child: Some(child),
-        }
+        })
     }
 
     /// Kills the server (the port is kept for a restart).
