@@ -36,8 +36,6 @@ struct Job {
     kind: ResponseKind,
     /// Where the reply goes.
     reply: oneshot::Sender<Reply>,
-    /// When it was queued, for the latency histogram and the timeout.
-    queued: Instant,
 }
 
 /// How a server's connections behave; from the pool's config.
@@ -118,7 +116,6 @@ impl Backend {
             frame,
             kind,
             reply: tx,
-            queued: Instant::now(),
         };
         if let Err(mpsc::error::SendError(job)) = self.queues[i].send(job) {
             self.stats.in_queue.dec();
@@ -135,7 +132,8 @@ struct InFlight {
     kind: ResponseKind,
     /// Where it goes.
     reply: oneshot::Sender<Reply>,
-    /// When it was queued.
+    /// When the connection task took it (one clock read per batch, not per request): the start of its
+    /// latency and of its timeout.
     queued: Instant,
 }
 
@@ -195,7 +193,7 @@ impl Connection {
             };
             self.stats.server_connections.inc();
             if let Some(job) = first.take() {
-                self.enqueue(job);
+                self.enqueue(job, Instant::now());
             }
             let end = self.serve(stream, &mut rx).await;
             self.stats.server_connections.dec();
@@ -250,14 +248,14 @@ impl Connection {
         let _ = job.reply.send(Err(err.clone()));
     }
 
-    fn enqueue(&mut self, job: Job) {
+    fn enqueue(&mut self, job: Job, now: Instant) {
         self.stats.requests.inc();
         self.stats.request_bytes.add(job.frame.len() as u64);
         self.wbuf.extend_from_slice(&job.frame);
         self.in_flight.push_back(InFlight {
             kind: job.kind,
             reply: job.reply,
-            queued: job.queued,
+            queued: now,
         });
     }
 
@@ -304,13 +302,14 @@ impl Connection {
                 job = rx.recv(), if queues_open && room => {
                     match job {
                         Some(job) => {
-                            self.enqueue(job);
+                            let now = Instant::now();
+                            self.enqueue(job, now);
                             // Let the other ready tasks (clients woken in the same poll) queue their
                             // requests first, so one write carries many: an event loop's batching.
                             tokio::task::yield_now().await;
                             while self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER {
                                 match rx.try_recv() {
-                                    Ok(job) => self.enqueue(job),
+                                    Ok(job) => self.enqueue(job, now),
                                     Err(_) => break,
                                 }
                             }
@@ -328,6 +327,7 @@ impl Connection {
 
     /// Frames every complete reply in the read buffer and hands each to its request.
     fn deliver(&mut self) -> Result<(), BackendError> {
+        let mut now = None;
         while let Some(front) = self.in_flight.front() {
             match parse_response_from(
                 &self.rbuf,
@@ -344,7 +344,10 @@ impl Connection {
                     };
                     self.stats.in_queue.dec();
                     self.stats.responses.inc();
-                    self.stats.latency.observe(f.queued.elapsed());
+                    let now = *now.get_or_insert_with(Instant::now);
+                    self.stats
+                        .latency
+                        .observe(now.saturating_duration_since(f.queued));
                     self.health.record_success();
                     let _ = f.reply.send(Ok(reply));
                 }
