@@ -282,6 +282,10 @@ struct Handler {
 impl Handler {
     async fn run(&mut self, stop: CancellationToken) -> io::Result<()> {
         let mut closing = false;
+        // One registration for the connection's life, not one per loop turn: the token's waiter list is
+        // shared by every client.
+        let stopped = stop.cancelled();
+        tokio::pin!(stopped);
         loop {
             while !closing && self.pending.len() < MAX_PIPELINE {
                 match self.codec.decode(&mut self.rbuf)? {
@@ -347,7 +351,7 @@ impl Handler {
                         closing = true;
                     }
                 }
-                () = stop.cancelled(), if !closing => closing = true,
+                () = &mut stopped, if !closing => closing = true,
             }
         }
     }
