@@ -77,7 +77,9 @@ pub struct PoolConfig {
     /// `client_connections`: the most clients at once; 0 means [`DEFAULT_CLIENT_CONNECTIONS`].
     /// nutcracker 0.5.0 reads this key and then ignores it; this proxy enforces it.
     pub client_connections: u32,
-    /// *proxy-only*: how often every server is probed with `version`. By default, this is 1 s.
+    /// *proxy-only*: how often every server is probed with `version` (on a fresh connection, answered
+    /// within the pool's `timeout`, or 1 s when it has none). By default, this is 1 s. twemproxy's YAML
+    /// has no key for it, so pools read from a file use the default.
     pub health_check_interval: Duration,
     /// *proxy-only*: a multi-get fails whole when one server fails (twemproxy's behaviour). By default,
     /// false: the keys that could be fetched are returned.
