@@ -1,14 +1,18 @@
 //! A counting global allocator shared by the no-allocation tests: it wraps the system allocator and
-//! counts every allocation, so a test can assert the count does not move across lookups.
+//! counts every allocation of the calling thread, so a test can assert the count does not move across
+//! its lookups. Per thread, because the test harness allocates on its own threads meanwhile.
 //!
 //! Each test binary that declares `mod support;` installs it as that binary's global allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// This thread's allocations. `const`-initialised with no destructor, so reaching it never allocates.
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
 
 #[allow(
     unsafe_code,
@@ -17,7 +21,8 @@ static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 // SAFETY: every method forwards its arguments unchanged to `System`, which upholds GlobalAlloc's contract.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // A thread being torn down has no counter any more; its allocations are not the test's.
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
         // SAFETY: the layout our caller gave, forwarded to the system allocator.
         unsafe { System.alloc(layout) }
     }
@@ -30,8 +35,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// How many allocations the process has made so far. Relaxed: tests read it on the thread that did the
-/// lookups, so no other ordering is needed.
+/// How many allocations the calling thread has made so far.
 pub fn allocations() -> usize {
-    ALLOCATIONS.load(Ordering::Relaxed)
+    ALLOCATIONS.with(Cell::get)
 }
