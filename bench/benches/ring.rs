@@ -1,70 +1,331 @@
-//! Ring lookups and builds at 10, 100 and 1000 nodes × 160 points.
+//! Build, lookup and replica benchmarks of our ring, every algorithm of `Algorithm::ALL`, and the peer
+//! crates, at 10, 100, 1000 and 10,000 nodes (160 points per node for rings), with the bare xxh3-64 of
+//! the same keys as the floor.
 //!
-//! Keys are made before the timed loop; each iteration looks up one key of a fixed pool of random
-//! 16-byte keys, so the measurement is hash + search.
+//! Keys come from fixed pools made before any timed loop (`shardring_bench::key_pool`); an iteration
+//! takes the next key of the pool. Two lookup modes:
+//! - `independent`: the next key does not depend on the answer, so the CPU may overlap lookups
+//!   (throughput);
+//! - `chain`: the next key's index depends on the previous answer, so each lookup waits for the last
+//!   (latency).
+//!
+//! Criterion ids are `<group>.<mode>.k<key bytes>/<impl>/<nodes>`; `scripts/bench-report` reads them
+//! back from `target/criterion/**/new/benchmark.json`. `SHARDRING_BENCH=quick` shortens every
+//! measurement (the report's `--quick`).
 
 #![allow(
     missing_docs,
     reason = "criterion_group! generates undocumented public functions"
 )]
 
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use shardring::Ring;
+use std::hint::black_box;
+use std::time::Duration;
 
-fn node_names(count: usize) -> Vec<String> {
-    (0..count)
-        .map(|i| format!("10.0.{}.{}:11211", i / 256, i % 256))
-        .collect()
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BatchSize, BenchmarkGroup, BenchmarkId, Criterion,
+    SamplingMode,
+};
+use shardring::{HashFunction, Ring};
+use shardring_bench::peers::{self, peer};
+use shardring_bench::{
+    key_pool, node_name, node_names, ours, KeyPool, Subject, KEY_BYTES, NODE_COUNTS,
+};
+
+/// Whether `SHARDRING_BENCH=quick` asks for short measurements.
+fn quick() -> bool {
+    std::env::var("SHARDRING_BENCH").is_ok_and(|v| v == "quick")
 }
 
-/// A fixed pool of pseudo-random keys (SplitMix64 over a fixed seed), made outside any timed loop.
-fn keys(count: usize, len: usize) -> Vec<Vec<u8>> {
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+fn config() -> Criterion {
+    let c = Criterion::default().without_plots();
+    if quick() {
+        c.warm_up_time(Duration::from_millis(200))
+            .measurement_time(Duration::from_millis(500))
+            .sample_size(20)
+    } else {
+        c.warm_up_time(Duration::from_millis(1000))
+            .measurement_time(Duration::from_millis(2000))
+            .sample_size(50)
+    }
+}
+
+/// The node counts to measure: `NODE_COUNTS`, or those listed in `SHARDRING_BENCH_NODES`
+/// (comma-separated), to measure one size while working on it. Under `cargo test` (criterion runs
+/// each benchmark once, without `--bench`) only the two small sizes, so tests stay quick.
+fn sizes() -> Vec<usize> {
+    if !std::env::args().any(|a| a == "--bench") {
+        return vec![10, 100];
+    }
+    match std::env::var("SHARDRING_BENCH_NODES") {
+        Ok(list) => list
+            .split(',')
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .expect("SHARDRING_BENCH_NODES: node counts")
+            })
+            .collect(),
+        Err(_) => NODE_COUNTS.to_vec(),
+    }
+}
+
+/// The node counts a peer is measured at.
+fn peer_sizes(name: &str, build: bool) -> impl Iterator<Item = usize> {
+    let p = peer(name);
+    let max = if build {
+        p.max_build_nodes
+    } else {
+        p.max_nodes
     };
-    (0..count)
-        .map(|_| (0..len).map(|_| next() as u8).collect())
-        .collect()
+    sizes().into_iter().filter(move |&n| n <= max)
 }
 
-fn lookup(c: &mut Criterion) {
-    let pool = keys(4096, 16);
-    let mut group = c.benchmark_group("ring/lookup");
-    group.throughput(Throughput::Elements(1));
-    for nodes in [10usize, 100, 1000] {
-        let ring = Ring::builder().nodes(node_names(nodes)).build().unwrap();
+/// Folds a node id (an index, or pingora's packed address) into a small step for the chain.
+#[inline(always)]
+fn step(r: usize) -> usize {
+    1 + ((r ^ (r >> 16) ^ (r >> 32)) & 0xff)
+}
+
+/// Runs the four lookup benchmarks (16/64-byte keys × independent/chain) of one built subject.
+fn lookups<S: Subject>(c: &mut Criterion, name: &str, nodes: usize, subject: &S) {
+    for bytes in KEY_BYTES {
+        let pool: &'static KeyPool = key_pool(bytes);
+        for chain in [false, true] {
+            let mode = if chain { "chain" } else { "independent" };
+            let mut group = c.benchmark_group(format!("lookup.{mode}.k{bytes}"));
+            bench_lookup(&mut group, name, nodes, subject, pool, chain);
+            group.finish();
+        }
+    }
+}
+
+fn bench_lookup<S: Subject>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    nodes: usize,
+    subject: &S,
+    pool: &'static KeyPool,
+    chain: bool,
+) {
+    group.bench_function(BenchmarkId::new(name, nodes), |b| {
         let mut i = 0usize;
-        group.bench_with_input(BenchmarkId::from_parameter(nodes), &ring, |b, ring| {
+        if chain {
+            let mut r = 0usize;
             b.iter(|| {
-                i = (i + 1) & 4095;
-                black_box(ring.lookup(black_box(&pool[i])))
+                i = i.wrapping_add(step(r));
+                r = subject.locate(pool.key(i));
+                r
             })
-        });
+        } else {
+            b.iter(|| {
+                i = i.wrapping_add(1);
+                subject.locate(black_box(pool.key(i)))
+            })
+        }
+    });
+}
+
+/// Three distinct replicas per key, 16-byte keys, independent.
+fn replicas<S: Subject>(c: &mut Criterion, name: &str, nodes: usize, subject: &S) {
+    let pool = key_pool(16);
+    let mut out = Vec::with_capacity(8);
+    if !subject.replicas(pool.key(0), 3, &mut out) {
+        return;
     }
+    let mut group = c.benchmark_group("replicas.independent.k16");
+    group.bench_function(BenchmarkId::new(name, nodes), |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            subject.replicas(black_box(pool.key(i)), 3, &mut out);
+            out.len()
+        })
+    });
     group.finish();
 }
 
-fn build(c: &mut Criterion) {
-    let mut group = c.benchmark_group("ring/build");
-    group.sample_size(10);
-    for nodes in [10usize, 100, 1000] {
+/// Lookups and replicas of one subject.
+fn all<S: Subject>(c: &mut Criterion, name: &str, nodes: usize, subject: &S) {
+    lookups(c, name, nodes, subject);
+    replicas(c, name, nodes, subject);
+}
+
+/// The floor: xxh3-64 of the same keys, both modes. Measured right before the 1000-node lookups (the
+/// size the targets are set at), so floor and ring see the same machine load.
+fn hash(c: &mut Criterion) {
+    for bytes in KEY_BYTES {
+        let pool = key_pool(bytes);
+        for chain in [false, true] {
+            let mode = if chain { "chain" } else { "independent" };
+            let mut group = c.benchmark_group(format!("hash.{mode}.k{bytes}"));
+            group.bench_function(BenchmarkId::new("xxh3", "-"), |b| {
+                let mut i = 0usize;
+                if chain {
+                    let mut r = 0usize;
+                    b.iter(|| {
+                        i = i.wrapping_add(step(r));
+                        r = xxhash_rust::xxh3::xxh3_64(pool.key(i)) as usize;
+                        r
+                    })
+                } else {
+                    b.iter(|| {
+                        i = i.wrapping_add(1);
+                        xxhash_rust::xxh3::xxh3_64(black_box(pool.key(i)))
+                    })
+                }
+            });
+            group.finish();
+        }
+    }
+}
+
+/// Lookups and replicas at every size, one subject built at a time.
+fn lookup(c: &mut Criterion) {
+    let sizes = sizes();
+    let floor_at = if sizes.contains(&1000) {
+        1000
+    } else {
+        sizes[0]
+    };
+    for nodes in sizes {
         let names = node_names(nodes);
-        group.bench_with_input(BenchmarkId::from_parameter(nodes), &names, |b, names| {
-            b.iter(|| {
-                Ring::builder()
-                    .nodes(names.iter().cloned())
-                    .build()
-                    .unwrap()
-            })
+        if nodes == floor_at {
+            hash(c);
+        }
+
+        let ring = ours::ring(names, HashFunction::Xxh3, true);
+        all(c, "shardring-ring", nodes, &ring);
+        drop(ring);
+        let ring = ours::ring(names, HashFunction::Xxh3, false);
+        all(c, "shardring-ring-bsearch", nodes, &ring);
+        drop(ring);
+        let ring = ours::ring(names, HashFunction::Crc32, true);
+        all(c, "shardring-ring-crc32", nodes, &ring);
+        drop(ring);
+
+        let members = ours::nodes(names);
+        for algorithm in ours::algorithms() {
+            let placement = ours::build(algorithm, &members);
+            all(c, &ours::impl_name(algorithm), nodes, &placement);
+        }
+
+        let buckets = peers::Pingora::buckets(names);
+        all(c, "pingora-ketama", nodes, &peers::Pingora::build(&buckets));
+        all(c, "hashring", nodes, &peers::HashRing::build(names));
+        all(c, "conhash", nodes, &peers::ConHash::build(names));
+        if nodes <= peer("consistent_hash_ring").max_nodes {
+            let ring = peers::ConsistentHashRing::build(names);
+            all(c, "consistent_hash_ring", nodes, &ring);
+        }
+        all(c, "mpchash", nodes, &peers::MpcHash::build(names));
+        all(c, "jumphash", nodes, &peers::JumpHash::build(nodes));
+        if nodes <= peer("maglev").max_nodes {
+            let table = peers::MaglevPeer::table_size(nodes);
+            all(c, "maglev", nodes, &peers::MaglevPeer::build(names, table));
+        }
+        all(c, "anchorhash", nodes, &peers::AnchorPeer::build(nodes));
+        all(
+            c,
+            "rendezvous_hash",
+            nodes,
+            &peers::RendezvousPeer::build(names),
+        );
+    }
+}
+
+/// Full builds, and adding one node to a built ring.
+fn build(c: &mut Criterion) {
+    let mut group = c.benchmark_group("build.full");
+    group.sampling_mode(SamplingMode::Flat).sample_size(10);
+    for nodes in sizes() {
+        let names = node_names(nodes);
+        for (label, hash, index) in [
+            ("shardring-ring", HashFunction::Xxh3, true),
+            ("shardring-ring-bsearch", HashFunction::Xxh3, false),
+            ("shardring-ring-crc32", HashFunction::Crc32, true),
+        ] {
+            group.bench_function(BenchmarkId::new(label, nodes), |b| {
+                b.iter(|| ours::ring(black_box(names), hash, index))
+            });
+        }
+        let members = ours::nodes(names);
+        for algorithm in ours::algorithms() {
+            group.bench_function(BenchmarkId::new(ours::impl_name(algorithm), nodes), |b| {
+                b.iter(|| ours::build(algorithm, black_box(&members)))
+            });
+        }
+    }
+    let buckets: Vec<_> = sizes()
+        .into_iter()
+        .map(|n| (n, peers::Pingora::buckets(node_names(n))))
+        .collect();
+    for (nodes, buckets) in &buckets {
+        group.bench_function(BenchmarkId::new("pingora-ketama", nodes), |b| {
+            b.iter(|| peers::Pingora::build(black_box(buckets)))
         });
+    }
+    macro_rules! peer_build {
+        ($name:literal, |$names:ident, $nodes:ident| $build:expr) => {
+            for $nodes in peer_sizes($name, true) {
+                let $names = node_names($nodes);
+                group.bench_function(BenchmarkId::new($name, $nodes), |b| b.iter(|| $build));
+            }
+        };
+    }
+    peer_build!("hashring", |names, nodes| peers::HashRing::build(
+        black_box(names)
+    ));
+    peer_build!("conhash", |names, nodes| peers::ConHash::build(black_box(
+        names
+    )));
+    peer_build!("consistent_hash_ring", |names, nodes| {
+        peers::ConsistentHashRing::build(black_box(names))
+    });
+    peer_build!("mpchash", |names, nodes| peers::MpcHash::build(black_box(
+        names
+    )));
+    peer_build!("jumphash", |names, nodes| {
+        let _ = names;
+        peers::JumpHash::build(black_box(nodes))
+    });
+    peer_build!("maglev", |names, nodes| {
+        peers::MaglevPeer::build(black_box(names), peers::MaglevPeer::table_size(nodes))
+    });
+    peer_build!("anchorhash", |names, nodes| {
+        let _ = names;
+        peers::AnchorPeer::build(black_box(nodes))
+    });
+    peer_build!("rendezvous_hash", |names, nodes| {
+        peers::RendezvousPeer::build(black_box(names))
+    });
+    group.finish();
+
+    // Adding one node (160 points) to a built ring; the ring is cloned outside the timed part.
+    let mut group = c.benchmark_group("build.add-one");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(if quick() { 20 } else { 50 });
+    for nodes in sizes() {
+        let names = node_names(nodes);
+        let extra = node_name(nodes);
+        for (label, index) in [("shardring-ring", true), ("shardring-ring-bsearch", false)] {
+            let base: Ring = ours::ring(names, HashFunction::Xxh3, index);
+            group.bench_function(BenchmarkId::new(label, nodes), |b| {
+                b.iter_batched_ref(
+                    || base.clone(),
+                    |ring| ring.add(extra.as_str(), 1.0).expect("new node"),
+                    BatchSize::LargeInput,
+                )
+            });
+        }
     }
     group.finish();
 }
 
-criterion_group!(benches, lookup, build);
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = build, lookup
+}
 criterion_main!(benches);

@@ -31,6 +31,8 @@ enum Command {
     Ring(cmd::ring::Args),
     /// Replay synthetic traffic round by round, with the adaptive rebalancer and/or bounded loads (JSON).
     Simulate(cmd::simulate::Args),
+    /// Run the pools of a twemproxy (nutcracker) YAML file as a memcached sharding proxy.
+    Proxy(cmd::proxy::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
         Command::Lookup(args) => cmd::lookup::run(args),
         Command::Ring(args) => cmd::ring::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
+        Command::Proxy(args) => cmd::proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,46 +1,23 @@
 //! The compatibility rings keep the library's promise that a lookup never allocates: hash tags, the
 //! twemproxy and libhashkit hashes, uhashring's shifted position and libketama's NUL cut all work on
-//! borrowed slices. Same counting allocator as `lookup_does_not_allocate.rs`.
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+//! borrowed slices.
 
 use shardring::compat::twemproxy::{placement, Distribution, TwemproxyServer};
 use shardring::compat::CompatMode;
 use shardring::hash::TwemproxyHash;
 use shardring::Placement;
 
-struct Counting;
+mod support;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-#[allow(
-    unsafe_code,
-    reason = "a GlobalAlloc impl is unsafe by definition; it only forwards to System"
-)]
-// SAFETY: every method forwards its arguments unchanged to `System`, which upholds GlobalAlloc's contract.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the layout our caller gave, forwarded to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout (through `alloc` above).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+use support::allocations;
 
 fn assert_no_allocation(what: &str, p: &dyn Placement, keys: &[Vec<u8>]) {
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     let mut found = 0usize;
     for key in keys {
         found += usize::from(p.lookup(key).is_some());
     }
-    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    let after = allocations();
     assert_eq!(found, keys.len(), "{what}");
     assert_eq!(after, before, "{what} allocated during lookups");
 }

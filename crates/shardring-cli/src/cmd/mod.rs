@@ -2,5 +2,6 @@
 
 pub mod analyze;
 pub mod lookup;
+pub mod proxy;
 pub mod ring;
 pub mod simulate;

@@ -20,14 +20,12 @@ mod migration;
 mod replicas;
 mod scheme;
 
-use std::cmp::Ordering;
-
 pub use self::builder::{RingBuilder, DEFAULT_MAX_POINTS, DEFAULT_VNODES};
 pub use self::migration::Migration;
 pub use self::replicas::Replicas;
 pub use self::scheme::PointScheme;
 
-use self::index::TopBitsIndex;
+use self::index::{BucketSort, TopBitsIndex};
 use self::scheme::SchemeInput;
 use crate::hash::HashFunction;
 use crate::{Error, Node};
@@ -203,8 +201,10 @@ impl Ring {
         self.scheme.positions(&node, count, input, &mut positions);
         let index = self.nodes.len() as u32;
         self.nodes.push(node);
-        self.merge_points(index, positions);
-        self.reindex();
+        let positions = self.merge_points(index, positions);
+        if !self.index.inserted(&positions, self.points.len()) {
+            self.reindex();
+        }
         Ok(())
     }
 
@@ -298,28 +298,53 @@ impl Ring {
 
     /// The total order of points: by position, then by the scheme's tie order of the owners (by name
     /// for the plain scheme).
-    fn point_order(scheme: PointScheme, nodes: &[Node], a: &Point, b: &Point) -> Ordering {
+    fn point_order(
+        scheme: PointScheme,
+        nodes: &[Node],
+        a: &Point,
+        b: &Point,
+    ) -> std::cmp::Ordering {
         a.position
             .cmp(&b.position)
             .then_with(|| scheme.tie_order(&nodes[a.node as usize], &nodes[b.node as usize]))
     }
 
-    /// Merges one node's new positions into the sorted point array.
-    fn merge_points(&mut self, node: u32, mut positions: Vec<u32>) {
+    /// Inserts one node's new positions into the sorted point array, in place: each old point moves
+    /// once, by one `copy_within` per gap between new points. Returns the positions, sorted.
+    fn merge_points(&mut self, node: u32, mut positions: Vec<u32>) -> Vec<u32> {
         positions.sort_unstable();
-        let mut merged = Vec::with_capacity(self.points.len() + positions.len());
-        let mut old = self.points.iter().copied().peekable();
-        for position in positions {
-            let new = Point { position, node };
-            while let Some(p) =
-                old.next_if(|p| Ring::point_order(self.scheme, &self.nodes, p, &new).is_lt())
-            {
-                merged.push(p);
-            }
-            merged.push(new);
+        // Where each new point goes among the old ones: after every old point that orders before it
+        // (smaller position, or the same position and an owner first in the tie order).
+        // Non-decreasing, as positions are.
+        let at: Vec<usize> = positions
+            .iter()
+            .map(|&position| {
+                let new = Point { position, node };
+                let mut i = self.points.partition_point(|p| p.position < position);
+                while i < self.points.len()
+                    && Ring::point_order(self.scheme, &self.nodes, &self.points[i], &new).is_lt()
+                {
+                    i += 1;
+                }
+                i
+            })
+            .collect();
+        let old_len = self.points.len();
+        self.points.resize(
+            old_len + positions.len(),
+            Point {
+                position: 0,
+                node: 0,
+            },
+        );
+        // From the back: the old points from `at[j]` to the previous gap move up by `j + 1`.
+        let mut end = old_len;
+        for (j, (&i, &position)) in at.iter().zip(&positions).enumerate().rev() {
+            self.points.copy_within(i..end, i + j + 1);
+            self.points[i + j] = Point { position, node };
+            end = i;
         }
-        merged.extend(old);
-        self.points = merged;
+        positions
     }
 
     /// Rebuilds every point from `nodes` (builders, and membership changes under schemes whose points
@@ -333,37 +358,24 @@ impl Ring {
             .collect();
         let total = counts.iter().fold(0u64, |a, &c| a.saturating_add(c));
         self.check_limit(0, total)?;
-        // Sort (position, rank of the owner in the scheme's tie order) packed in a u64: the same order as
-        // `point_order`, at the speed of sorting integers.
+        // Points are generated node by node in the scheme's tie order, and the sort is stable: points
+        // at the same position end up in that order, as `point_order` wants, without comparing nodes.
         let mut by_name: Vec<u32> = (0..self.nodes.len() as u32).collect();
         by_name.sort_unstable_by(|&a, &b| {
             self.scheme
                 .tie_order(&self.nodes[a as usize], &self.nodes[b as usize])
         });
-        let mut rank = vec![0u32; self.nodes.len()];
-        for (r, &node) in by_name.iter().enumerate() {
-            rank[node as usize] = r as u32;
-        }
-        let mut packed: Vec<u64> = Vec::with_capacity(total as usize);
-        let mut positions = Vec::new();
-        for (i, (node, &count)) in self.nodes.iter().zip(&counts).enumerate() {
-            positions.clear();
-            self.scheme.positions(node, count, input, &mut positions);
-            packed.extend(
-                positions
-                    .iter()
-                    .map(|&p| (u64::from(p) << 32) | u64::from(rank[i])),
+        let mut sort = BucketSort::new(total as usize);
+        for &node in &by_name {
+            sort.begin_node(node);
+            self.scheme.for_each_position(
+                &self.nodes[node as usize],
+                counts[node as usize],
+                input,
+                |position| sort.push(position),
             );
         }
-        packed.sort_unstable();
-        let points = packed
-            .into_iter()
-            .map(|k| Point {
-                position: (k >> 32) as u32,
-                node: by_name[(k as u32) as usize],
-            })
-            .collect();
-        self.points = points;
+        self.points = sort.finish();
         self.reindex();
         Ok(())
     }

@@ -332,6 +332,54 @@ fn acceptance_spread_and_movement_at_ten_nodes() {
     assert_eq!(remove.moved, owned);
 }
 
+proptest! {
+    /// Issue 6: the in-place merge and the incremental index update give exactly the ring a full
+    /// build gives, with few vnodes (so positions collide) and across index sizes.
+    #[test]
+    fn adding_nodes_one_by_one_equals_a_full_build(names in names_strategy(), vnodes in 1u32..40,
+                                                   index in any::<bool>(), colliding in any::<bool>()) {
+        let hash = if colliding { HashFunction::Crc32 } else { HashFunction::Xxh3 };
+        let full = Ring::builder().vnodes(vnodes).hash(hash).lookup_index(index)
+            .nodes(names.iter().cloned()).build().unwrap();
+        let mut grown = Ring::builder().vnodes(vnodes).hash(hash).lookup_index(index).build().unwrap();
+        for name in names.iter().rev() {
+            grown.add(name.clone(), 1.0).unwrap();
+        }
+        let points = |r: &Ring| r.points().map(|(p, n)| (p, n.name().to_string())).collect::<Vec<_>>();
+        prop_assert_eq!(points(&grown), points(&full));
+        prop_assert_eq!(&grown.index.starts_for_tests(), &full.index.starts_for_tests());
+    }
+}
+
+#[test]
+fn adding_to_a_large_ring_equals_a_full_build() {
+    let names: Vec<String> = (0..300)
+        .map(|i| format!("10.0.{}.{}:11211", i / 256, i % 256))
+        .collect();
+    for index in [true, false] {
+        let full = Ring::builder()
+            .lookup_index(index)
+            .nodes(names.iter().cloned())
+            .build()
+            .unwrap();
+        let mut grown = Ring::builder()
+            .lookup_index(index)
+            .nodes(names[1..].iter().cloned())
+            .build()
+            .unwrap();
+        grown.add(names[0].clone(), 1.0).unwrap();
+        // Node indices differ (the added node is last), names must not.
+        assert!(grown
+            .points()
+            .map(|(p, n)| (p, n.name()))
+            .eq(full.points().map(|(p, n)| (p, n.name()))));
+        assert_eq!(
+            grown.index.starts_for_tests(),
+            full.index.starts_for_tests()
+        );
+    }
+}
+
 #[test]
 fn real_collisions_are_ordered_by_name_on_every_path() {
     // 1000 nodes × 160 points is 160,000 points on a 2^32 circle: about three colliding pairs are

@@ -1,0 +1,151 @@
+//! `shardring proxy`: run the pools of a twemproxy (nutcracker) YAML file as a memcached sharding proxy.
+//!
+//! Signals: SIGINT/SIGTERM stop accepting, let in-flight requests finish (at most 30 s) and exit 0; a
+//! second one exits at once. SIGHUP re-reads the file and swaps every pool's servers and placement; a bad
+//! file is refused with every problem logged and the running config kept.
+//!
+//! Logs go to stderr; `RUST_LOG` (e.g. `RUST_LOG=shardring_proxy=debug`) picks what is logged, `info` by
+//! default.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use shardring_proxy::{metrics, shutdown, ConfigErrors, Proxy, ProxyConfig};
+use tokio_util::sync::CancellationToken;
+
+/// How long in-flight requests get to finish after SIGINT/SIGTERM.
+const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
+/// Flags named like nutcracker's where it has them (`-c`, `-t`, `-s`, `-a`).
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The twemproxy YAML configuration file.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: PathBuf,
+    /// Check the configuration and exit (0 when it is valid), like `nutcracker -t`.
+    #[arg(long, short = 't')]
+    test_conf: bool,
+    /// The port of twemproxy's stats JSON.
+    #[arg(long, short = 's', default_value_t = 22222)]
+    stats_port: u16,
+    /// The address the stats port binds (loopback by default: stats are not for the world).
+    #[arg(long, short = 'a', default_value = "127.0.0.1")]
+    stats_addr: String,
+    /// Serve Prometheus text at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
+}
+
+fn load(path: &Path) -> Result<ProxyConfig, ConfigErrors> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        problems: vec![format!("cannot read {}: {e}", path.display())],
+    })?;
+    ProxyConfig::from_yaml(&text)
+}
+
+fn config_error(path: &Path, e: &ConfigErrors) -> anyhow::Error {
+    anyhow!(
+        "configuration file {} has {} problem{}:\n  {}",
+        path.display(),
+        e.problems.len(),
+        if e.problems.len() == 1 { "" } else { "s" },
+        e.problems.join("\n  ")
+    )
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let config = load(&args.config).map_err(|e| config_error(&args.config, &e))?;
+    if args.test_conf {
+        println!(
+            "shardring: configuration file '{}' syntax is ok",
+            args.config.display()
+        );
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(serve(args, config))
+}
+
+async fn serve(args: Args, config: ProxyConfig) -> Result<()> {
+    let proxy = Arc::new(Proxy::new(config)?);
+    let listeners = proxy.bind().await?;
+    let stop = CancellationToken::new();
+
+    let stats_addr = format!("{}:{}", args.stats_addr, args.stats_port);
+    let stats = tokio::net::TcpListener::bind(&stats_addr)
+        .await
+        .with_context(|| format!("cannot listen on the stats address {stats_addr}"))?;
+    let metrics_listener = match &args.metrics_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on the metrics address {addr}"))?,
+        ),
+        None => None,
+    };
+    for (pool, l) in proxy.pools().iter().zip(&listeners) {
+        tracing::info!(pool = %pool.current.load().config.name, listen = %l.local_addr().unwrap_or_default(), "serving");
+    }
+    tracing::info!(stats = %stats_addr, metrics = ?args.metrics_addr, "stats");
+
+    let p = Arc::clone(&proxy);
+    tokio::spawn(metrics::serve_json(
+        stats,
+        proxy.started(),
+        move || p.views(),
+        stop.clone(),
+    ));
+    if let Some(l) = metrics_listener {
+        let p = Arc::clone(&proxy);
+        tokio::spawn(metrics::serve_prometheus(
+            l,
+            proxy.started(),
+            move || p.views(),
+            stop.clone(),
+        ));
+    }
+    let p = Arc::clone(&proxy);
+    let path = args.config.clone();
+    let reload_stop = stop.clone();
+    tokio::spawn(async move {
+        let reload = p.reload_on_sighup(|| load(&path), reload_stop.cancelled_owned());
+        if let Err(e) = reload.await {
+            tracing::error!(error = %e, "cannot handle SIGHUP; reload disabled");
+        }
+    });
+
+    let (drain, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = proxy.serve(listeners, async {
+        let _ = drain_rx.await;
+    });
+    tokio::pin!(serving);
+    tokio::select! {
+        () = &mut serving => {}
+        signal = shutdown::signal_received() => {
+            let signal = signal?;
+            tracing::info!(signal, "shutting down: draining in-flight requests");
+        }
+    }
+    let _ = drain.send(());
+    tokio::select! {
+        () = serving => {}
+        () = tokio::time::sleep(DRAIN_LIMIT) => tracing::warn!("drain limit reached; exiting"),
+        second = shutdown::signal_received() => {
+            tracing::warn!(signal = ?second.ok(), "second signal; exiting now");
+        }
+    }
+    stop.cancel();
+    Ok(())
+}

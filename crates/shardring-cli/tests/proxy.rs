@@ -1,0 +1,223 @@
+//! `shardring proxy`: config errors and --test-conf, then the real binary over a real memcached: serving,
+//! stats JSON, /metrics, SIGHUP with a bad file (refused, old kept), SIGTERM (drain, exit 0).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn shardring() -> Command {
+    Command::cargo_bin("shardring").unwrap()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed on drop.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "shardring-cli-proxy-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn wait_for(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "nothing listening on {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_bad_config_lists_every_problem_and_exits_2() {
+    let path = temp_file(
+        "bad.yml",
+        "alpha:\n  listen: 127.0.0.1:22121\n  hash: sha1\n  colour: blue\n",
+    );
+    shardring()
+        .args(["proxy", "--config"])
+        .arg(&path)
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicate::str::contains("line 3").and(predicate::str::contains("line 4")));
+}
+
+#[test]
+fn redis_pools_are_refused() {
+    let path = temp_file(
+        "redis.yml",
+        "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n",
+    );
+    shardring()
+        .args(["proxy", "--test-conf", "--config"])
+        .arg(&path)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("redis: true is not supported"));
+}
+
+#[test]
+fn test_conf_accepts_a_good_file() {
+    let path = temp_file(
+        "good.yml",
+        "alpha:\n  listen: 127.0.0.1:22121\n  servers:\n   - 127.0.0.1:11211:1\n",
+    );
+    shardring()
+        .args(["proxy", "-t", "-c"])
+        .arg(&path)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("syntax is ok"));
+}
+
+fn roundtrip(stream: &mut TcpStream, req: &[u8], expect: &[u8]) {
+    stream.write_all(req).unwrap();
+    let mut got = vec![0u8; expect.len()];
+    stream.read_exact(&mut got).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(expect)
+    );
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn the_binary_serves_reports_reloads_and_drains() {
+    let mc_port = free_port();
+    let _memcached = Kill(
+        StdCommand::new("memcached")
+            .args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &mc_port.to_string(),
+                "-U",
+                "0",
+                "-u",
+                "root",
+                "-t",
+                "1",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("memcached is installed"),
+    );
+    wait_for(&format!("127.0.0.1:{mc_port}"));
+    let (listen, stats, metrics) = (free_port(), free_port(), free_port());
+    let good = format!(
+        "alpha:\n  listen: 127.0.0.1:{listen}\n  servers:\n   - 127.0.0.1:{mc_port}:1 one\n"
+    );
+    let path = temp_file("proxy.yml", &good);
+    let bin = assert_cmd::cargo::cargo_bin("shardring");
+    let mut proxy = Kill(
+        StdCommand::new(bin)
+            .args([
+                "proxy",
+                "--stats-port",
+                &stats.to_string(),
+                "--metrics-addr",
+            ])
+            .arg(format!("127.0.0.1:{metrics}"))
+            .arg("--config")
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let addr = format!("127.0.0.1:{listen}");
+    wait_for(&addr);
+    wait_for(&format!("127.0.0.1:{stats}"));
+    let mut c = TcpStream::connect(&addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    roundtrip(&mut c, b"set k 0 0 2\r\nhi\r\n", b"STORED\r\n");
+    roundtrip(&mut c, b"get k\r\n", b"VALUE k 0 2\r\nhi\r\nEND\r\n");
+
+    // twemproxy's stats JSON.
+    let mut s = TcpStream::connect(format!("127.0.0.1:{stats}")).unwrap();
+    let mut json = String::new();
+    s.read_to_string(&mut json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["alpha"]["one"]["requests"], 2, "{json}");
+    assert_eq!(v["alpha"]["client_connections"], 1);
+
+    // Prometheus.
+    let text = http_get(&format!("127.0.0.1:{metrics}"), "/metrics");
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text
+        .contains("shardring_proxy_server_latency_seconds_count{pool=\"alpha\",server=\"one\"} 2"));
+    assert!(http_get(&format!("127.0.0.1:{metrics}"), "/").starts_with("HTTP/1.1 404"));
+
+    // SIGHUP with a broken file: refused, the proxy keeps serving.
+    std::fs::write(&path, "alpha:\n  listen: 127.0.0.1:1\n  bogus: 1\n").unwrap();
+    let pid = proxy.0.id().to_string();
+    assert!(StdCommand::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    std::thread::sleep(Duration::from_millis(300));
+    roundtrip(&mut c, b"get k\r\n", b"VALUE k 0 2\r\nhi\r\nEND\r\n");
+
+    // SIGTERM: the open client is answered, then closed; exit 0.
+    assert!(StdCommand::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(st) = proxy.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the proxy did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let mut log = String::new();
+    proxy
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(log.contains("reload refused"), "{log}");
+    assert!(log.contains("shutting down"), "{log}");
+}

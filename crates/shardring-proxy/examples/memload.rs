@@ -1,0 +1,166 @@
+//! A small memcached load generator with latency percentiles, for `scripts/bench-proxy`.
+//!
+//! `memload ADDR CONNS SECONDS OP [KEYS] [VALUE_BYTES]` where OP is `get`, `set`, `mget10` or `load`
+//! (`load` stores every key once and exits). Each connection sends one request, reads the whole reply,
+//! and records the round trip; keys are made before the timed loop. Prints one JSON line:
+//! `{"op":…,"conns":…,"seconds":…,"requests":…,"errors":…,"rps":…,"p50_us":…,"p99_us":…,"p999_us":…}`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Reads one whole reply: a line, or VALUE blocks up to END.
+async fn read_reply(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+    buf.clear();
+    let mut chunk = [0u8; 16 << 10];
+    loop {
+        if complete(buf) {
+            return Ok(!buf.starts_with(b"SERVER_ERROR") && !buf.starts_with(b"CLIENT_ERROR"));
+        }
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn complete(buf: &[u8]) -> bool {
+    let mut at = 0;
+    loop {
+        let Some(nl) = buf[at..].windows(2).position(|w| w == b"\r\n") else {
+            return false;
+        };
+        let line = &buf[at..at + nl];
+        if let Some(rest) = line.strip_prefix(b"VALUE ") {
+            let len: usize = std::str::from_utf8(rest)
+                .ok()
+                .and_then(|r| r.split(' ').nth(2))
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(0);
+            at += nl + 2 + len + 2;
+            if at > buf.len() {
+                return false;
+            }
+        } else {
+            return at + nl + 2 == buf.len();
+        }
+    }
+}
+
+fn percentile(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 5 {
+        eprintln!("usage: memload ADDR CONNS SECONDS get|set|mget10|load [KEYS] [VALUE_BYTES]");
+        std::process::exit(2);
+    }
+    let addr = args[1].clone();
+    let conns: usize = args[2].parse().expect("CONNS");
+    let seconds: f64 = args[3].parse().expect("SECONDS");
+    let op = args[4].clone();
+    let nkeys: usize = args.get(5).map_or(10_000, |k| k.parse().expect("KEYS"));
+    let vlen: usize = args.get(6).map_or(100, |v| v.parse().expect("VALUE_BYTES"));
+    let keys: Arc<Vec<String>> = Arc::new((0..nkeys).map(|i| format!("memload:{i:08}")).collect());
+    let value = vec![b'v'; vlen];
+
+    if op == "load" {
+        let mut s = TcpStream::connect(&addr).await.expect("connect");
+        let mut buf = Vec::new();
+        for k in keys.iter() {
+            let mut req = format!("set {k} 0 0 {vlen}\r\n").into_bytes();
+            req.extend_from_slice(&value);
+            req.extend_from_slice(b"\r\n");
+            s.write_all(&req).await.expect("write");
+            assert!(
+                read_reply(&mut s, &mut buf).await.expect("read"),
+                "set failed"
+            );
+        }
+        return;
+    }
+
+    // Requests are made before the clock starts: the loop only cycles through them.
+    let requests: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..nkeys)
+            .map(|i| match op.as_str() {
+                "get" => format!("get {}\r\n", keys[i]).into_bytes(),
+                "set" => {
+                    let mut r = format!("set {} 0 0 {vlen}\r\n", keys[i]).into_bytes();
+                    r.extend_from_slice(&value);
+                    r.extend_from_slice(b"\r\n");
+                    r
+                }
+                "mget10" => {
+                    let mut r = String::from("get");
+                    for j in 0..10 {
+                        r.push(' ');
+                        r.push_str(&keys[(i * 7 + j * 997) % nkeys]);
+                    }
+                    r.push_str("\r\n");
+                    r.into_bytes()
+                }
+                other => panic!("unknown op {other}"),
+            })
+            .collect(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..conns {
+        let addr = addr.clone();
+        let requests = Arc::clone(&requests);
+        let stop = Arc::clone(&stop);
+        tasks.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(&addr).await.expect("connect");
+            s.set_nodelay(true).expect("nodelay");
+            let mut buf = Vec::with_capacity(4096);
+            let mut lat = Vec::with_capacity(1 << 16);
+            let mut errors = 0u64;
+            let mut i = c * 7919;
+            while !stop.load(Ordering::Relaxed) {
+                let req = &requests[i % requests.len()];
+                i += 1;
+                let t = Instant::now();
+                s.write_all(req).await.expect("write");
+                match read_reply(&mut s, &mut buf).await {
+                    Ok(true) => {}
+                    Ok(false) => errors += 1,
+                    Err(e) => panic!("connection failed: {e}"),
+                }
+                lat.push(u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX));
+            }
+            (lat, errors)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (lat, e) = t.await.expect("task");
+        all.extend(lat);
+        errors += e;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort_unstable();
+    println!(
+        "{{\"op\":\"{op}\",\"conns\":{conns},\"seconds\":{elapsed:.3},\"requests\":{},\"errors\":{errors},\"rps\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{}}}",
+        all.len(),
+        all.len() as f64 / elapsed,
+        percentile(&all, 0.50),
+        percentile(&all, 0.99),
+        percentile(&all, 0.999),
+    );
+}

@@ -1,0 +1,152 @@
+//! Server health: consecutive-failure counting with twemproxy's `auto_eject_hosts`,
+//! `server_failure_limit` and `server_retry_timeout`, plus an active `version` probe.
+//!
+//! twemproxy ejects a server after `server_failure_limit` failed requests and puts it back blindly once
+//! `server_retry_timeout` has passed, so a still-dead server keeps failing requests every retry period and
+//! a dead server with no traffic is never noticed. Here the probe runs every `health_check_interval`
+//! whether or not clients send anything: probe failures count like request failures, and an ejected server
+//! rejoins only when, after `server_retry_timeout`, it answers a probe.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+use crate::metrics::{unix_time, PoolStats, ServerStats};
+
+/// When to eject a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EjectPolicy {
+    /// `auto_eject_hosts`.
+    pub auto_eject: bool,
+    /// `server_failure_limit`.
+    pub failure_limit: u32,
+    /// `server_retry_timeout`.
+    pub retry_timeout: Duration,
+}
+
+/// One server's failure count and ejection state.
+#[derive(Debug)]
+pub struct ServerHealth {
+    /// Failures since the last success.
+    failures: AtomicU32,
+    /// The pool's policy.
+    policy: EjectPolicy,
+    /// When the server was (last) ejected or last failed a rejoin probe; `None` while it is in.
+    ejected_since: Mutex<Option<Instant>>,
+    /// Woken when the server is ejected, so the pool rebuilds its placement without waiting for a tick.
+    changed: Arc<Notify>,
+    /// The pool's tallies (`server_ejects`).
+    pool_stats: Arc<PoolStats>,
+}
+
+impl ServerHealth {
+    /// A healthy server under `policy`.
+    pub fn new(
+        policy: EjectPolicy,
+        changed: Arc<Notify>,
+        pool_stats: Arc<PoolStats>,
+    ) -> ServerHealth {
+        ServerHealth {
+            failures: AtomicU32::new(0),
+            policy,
+            ejected_since: Mutex::new(None),
+            changed,
+            pool_stats,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> EjectPolicy {
+        self.policy
+    }
+
+    /// Whether the server is ejected now.
+    pub fn is_ejected(&self) -> bool {
+        self.ejected_since
+            .lock()
+            .map(|g| g.is_some())
+            .unwrap_or(false)
+    }
+
+    /// A request (or probe) succeeded.
+    pub fn record_success(&self) {
+        // Relaxed: the count is this value alone; nothing else is published through it. Read first so
+        // the common case (no failures) does not write a cache line shared with other threads.
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A request, connection or probe failed: ejects the server when the policy says so.
+    pub fn record_failure(&self, stats: &ServerStats) {
+        let n = self
+            .failures
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if !self.policy.auto_eject || n < self.policy.failure_limit {
+            return;
+        }
+        let Ok(mut since) = self.ejected_since.lock() else {
+            return;
+        };
+        if since.is_none() {
+            *since = Some(Instant::now());
+            stats.ejected.store(true, Ordering::Relaxed);
+            stats.ejections.inc();
+            stats.server_ejected_at.set(unix_time());
+            self.pool_stats.server_ejects.inc();
+            tracing::warn!(server = %stats.name, failures = n, "server ejected");
+            self.changed.notify_one();
+        }
+    }
+
+    /// Whether an ejected server is due a rejoin probe.
+    pub fn retry_due(&self) -> bool {
+        self.ejected_since
+            .lock()
+            .map(|g| g.is_some_and(|t| t.elapsed() >= self.policy.retry_timeout))
+            .unwrap_or(false)
+    }
+
+    /// The rejoin probe's result: back in when it answered, else out for another retry period.
+    pub fn rejoin_result(&self, answered: bool, stats: &ServerStats) {
+        let Ok(mut since) = self.ejected_since.lock() else {
+            return;
+        };
+        if answered {
+            *since = None;
+            self.failures.store(0, Ordering::Relaxed);
+            stats.ejected.store(false, Ordering::Relaxed);
+            tracing::info!(server = %stats.name, "server answered its probe and rejoins");
+            self.changed.notify_one();
+        } else {
+            *since = Some(Instant::now());
+        }
+    }
+}
+
+/// Sends `version` on a fresh connection and waits for `VERSION …`, all within `timeout`.
+pub async fn probe(addr: &str, timeout: Duration) -> bool {
+    let attempt = async {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(b"version\r\n").await?;
+        let mut buf = [0u8; 128];
+        let mut len = 0;
+        while len < buf.len() {
+            let n = s.read(&mut buf[len..]).await?;
+            if n == 0 {
+                break;
+            }
+            len += n;
+            if buf[..len].ends_with(b"\r\n") {
+                break;
+            }
+        }
+        Ok::<bool, std::io::Error>(buf[..len].starts_with(b"VERSION "))
+    };
+    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(true)))
+}

@@ -1,0 +1,377 @@
+//! One server's connection pool: `server_connections` pipelined connections, each owned by a task that
+//! writes queued requests, frames the replies in order, and enforces the pool's `timeout`.
+//!
+//! A client's requests to one server always take the same connection (chosen by the client's id), so a
+//! `set` followed by a `get` on one client connection reach the server in that order.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::health::ServerHealth;
+use crate::error::BackendError;
+use crate::metrics::ServerStats;
+use crate::protocol::memcache::{parse_response_from, ResponseKind};
+
+/// The most requests one server connection has in flight; more wait in its queue.
+const MAX_IN_FLIGHT: usize = 1024;
+/// The most request bytes buffered for writing on one server connection.
+const MAX_WRITE_BUFFER: usize = 4 << 20;
+
+/// A server's reply, or why there is none.
+pub type Reply = Result<Bytes, BackendError>;
+
+/// A request for a server connection task.
+#[derive(Debug)]
+struct Job {
+    /// The bytes to send.
+    frame: Bytes,
+    /// How to frame the reply.
+    kind: ResponseKind,
+    /// Where the reply goes.
+    reply: oneshot::Sender<Reply>,
+}
+
+/// How a server's connections behave; from the pool's config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendSettings {
+    /// `host:port`.
+    pub addr: String,
+    /// Connect and reply timeout; `None` waits forever (twemproxy's default).
+    pub timeout: Option<Duration>,
+    /// Connections to open (`server_connections`).
+    pub connections: u32,
+    /// The largest value accepted in a reply.
+    pub max_value_len: usize,
+}
+
+/// A server: its connection tasks, tallies and health.
+#[derive(Debug)]
+pub struct Backend {
+    /// What the connections were made with (a reload keeps the backend when these are unchanged).
+    settings: BackendSettings,
+    /// One queue per connection task; dropping them ends the tasks once their replies are in.
+    queues: Vec<mpsc::UnboundedSender<Job>>,
+    /// Tallies, shared with the stats renderers.
+    pub stats: Arc<ServerStats>,
+    /// Failure counting and ejection state.
+    pub health: Arc<ServerHealth>,
+}
+
+impl Backend {
+    /// Starts the connection tasks (they connect on first use, or now when `preconnect`).
+    pub fn spawn(
+        settings: BackendSettings,
+        stats: Arc<ServerStats>,
+        health: Arc<ServerHealth>,
+        preconnect: bool,
+    ) -> Backend {
+        let queues = (0..settings.connections.max(1))
+            .map(|_| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let conn = Connection {
+                    settings: settings.clone(),
+                    stats: Arc::clone(&stats),
+                    health: Arc::clone(&health),
+                    in_flight: VecDeque::new(),
+                    rbuf: BytesMut::with_capacity(16 << 10),
+                    wbuf: BytesMut::with_capacity(16 << 10),
+                    resume: 0,
+                };
+                tokio::spawn(conn.run(rx, preconnect));
+                tx
+            })
+            .collect();
+        Backend {
+            settings,
+            queues,
+            stats,
+            health,
+        }
+    }
+
+    /// The settings the backend runs with.
+    pub fn settings(&self) -> &BackendSettings {
+        &self.settings
+    }
+
+    /// Queues `frame` on the connection for client `client_id` and returns where its reply will arrive.
+    /// Never waits: requests from one client reach the server in the order they were sent.
+    pub fn send(
+        &self,
+        client_id: u64,
+        frame: Bytes,
+        kind: ResponseKind,
+    ) -> oneshot::Receiver<Reply> {
+        let (tx, rx) = oneshot::channel();
+        let i = (client_id % self.queues.len() as u64) as usize;
+        self.stats.in_queue.inc();
+        let job = Job {
+            frame,
+            kind,
+            reply: tx,
+        };
+        if let Err(mpsc::error::SendError(job)) = self.queues[i].send(job) {
+            self.stats.in_queue.dec();
+            let _ = job.reply.send(Err(BackendError::Removed));
+        }
+        rx
+    }
+}
+
+/// A request written and awaiting its reply.
+#[derive(Debug)]
+struct InFlight {
+    /// How to frame the reply.
+    kind: ResponseKind,
+    /// Where it goes.
+    reply: oneshot::Sender<Reply>,
+    /// When the connection task took it (one clock read per batch, not per request): the start of its
+    /// latency and of its timeout.
+    queued: Instant,
+}
+
+/// One server connection's state, owned by its task.
+#[derive(Debug)]
+struct Connection {
+    /// Where and how.
+    settings: BackendSettings,
+    /// Tallies.
+    stats: Arc<ServerStats>,
+    /// Failure counting.
+    health: Arc<ServerHealth>,
+    /// Requests written (or buffered for writing), oldest first: replies come back in this order.
+    in_flight: VecDeque<InFlight>,
+    /// Reply bytes read and not yet framed.
+    rbuf: BytesMut,
+    /// Request bytes not yet written.
+    wbuf: BytesMut,
+    /// How much of the oldest request's values reply has been checked already.
+    resume: usize,
+}
+
+/// Why a connection ended.
+enum End {
+    /// All queues were dropped and every reply is in.
+    Done,
+    /// It failed; requests in flight get this error.
+    Failed(BackendError),
+}
+
+impl Connection {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>, preconnect: bool) {
+        let mut first = None;
+        let mut try_now = preconnect;
+        loop {
+            if !try_now {
+                match rx.recv().await {
+                    Some(job) => first = Some(job),
+                    None => return,
+                }
+            }
+            try_now = false;
+            let stream = match self.connect().await {
+                Ok(s) => s,
+                Err(err) => {
+                    // Everything queued now fails with this error: a burst toward a dead server is
+                    // answered at once instead of one connect attempt per request.
+                    if let Some(job) = first.take() {
+                        self.fail_job(job, &err);
+                    }
+                    while let Ok(job) = rx.try_recv() {
+                        self.fail_job(job, &err);
+                    }
+                    self.health.record_failure(&self.stats);
+                    continue;
+                }
+            };
+            self.stats.server_connections.inc();
+            if let Some(job) = first.take() {
+                self.enqueue(job, Instant::now());
+            }
+            let end = self.serve(stream, &mut rx).await;
+            self.stats.server_connections.dec();
+            self.rbuf.clear();
+            self.wbuf.clear();
+            self.resume = 0;
+            match end {
+                End::Done => return,
+                End::Failed(err) => {
+                    tracing::warn!(server = %self.settings.addr, error = %err, "server connection failed");
+                    for f in self.in_flight.drain(..) {
+                        self.stats.in_queue.dec();
+                        let _ = f.reply.send(Err(err.clone()));
+                    }
+                    self.health.record_failure(&self.stats);
+                }
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<TcpStream, BackendError> {
+        let addr = &self.settings.addr;
+        let attempt = TcpStream::connect(addr.as_str());
+        let result = match self.settings.timeout {
+            Some(t) => match tokio::time::timeout(t, attempt).await {
+                Ok(r) => r,
+                Err(_) => {
+                    self.stats.server_timedout.inc();
+                    return Err(BackendError::Connect {
+                        addr: addr.clone(),
+                        reason: "timed out".into(),
+                    });
+                }
+            },
+            None => attempt.await,
+        };
+        result
+            .inspect(|s| {
+                let _ = s.set_nodelay(true);
+            })
+            .map_err(|e| {
+                self.stats.server_err.inc();
+                BackendError::Connect {
+                    addr: addr.clone(),
+                    reason: e.to_string(),
+                }
+            })
+    }
+
+    fn fail_job(&self, job: Job, err: &BackendError) {
+        self.stats.in_queue.dec();
+        let _ = job.reply.send(Err(err.clone()));
+    }
+
+    fn enqueue(&mut self, job: Job, now: Instant) {
+        self.stats.requests.inc();
+        self.stats.request_bytes.add(job.frame.len() as u64);
+        self.wbuf.extend_from_slice(&job.frame);
+        self.in_flight.push_back(InFlight {
+            kind: job.kind,
+            reply: job.reply,
+            queued: now,
+        });
+    }
+
+    async fn serve(&mut self, mut stream: TcpStream, rx: &mut mpsc::UnboundedReceiver<Job>) -> End {
+        let addr = self.settings.addr.clone();
+        let (mut rd, mut wr) = stream.split();
+        let mut queues_open = true;
+        loop {
+            if !queues_open && self.in_flight.is_empty() {
+                return End::Done;
+            }
+            let deadline = match (self.settings.timeout, self.in_flight.front()) {
+                (Some(t), Some(f)) => Some(f.queued + t),
+                _ => None,
+            };
+            let room = self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER;
+            tokio::select! {
+                biased;
+                read = rd.read_buf(&mut self.rbuf) => {
+                    match read {
+                        Ok(0) => {
+                            self.stats.server_eof.inc();
+                            return End::Failed(BackendError::Lost { addr, reason: "closed by server".into() });
+                        }
+                        Ok(n) => {
+                            self.stats.response_bytes.add(n as u64);
+                            if let Err(err) = self.deliver() {
+                                self.stats.server_err.inc();
+                                return End::Failed(err);
+                            }
+                        }
+                        Err(e) => {
+                            self.stats.server_err.inc();
+                            return End::Failed(BackendError::Lost { addr, reason: e.to_string() });
+                        }
+                    }
+                }
+                written = wr.write_buf(&mut self.wbuf), if !self.wbuf.is_empty() => {
+                    if let Err(e) = written {
+                        self.stats.server_err.inc();
+                        return End::Failed(BackendError::Lost { addr, reason: e.to_string() });
+                    }
+                }
+                job = rx.recv(), if queues_open && room => {
+                    match job {
+                        Some(job) => {
+                            let now = Instant::now();
+                            self.enqueue(job, now);
+                            // Let the other ready tasks (clients woken in the same poll) queue their
+                            // requests first, so one write carries many: an event loop's batching.
+                            tokio::task::yield_now().await;
+                            while self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER {
+                                match rx.try_recv() {
+                                    Ok(job) => self.enqueue(job, now),
+                                    Err(_) => break,
+                                }
+                            }
+                        }
+                        None => queues_open = false,
+                    }
+                }
+                () = sleep_until(deadline), if deadline.is_some() => {
+                    self.stats.server_timedout.inc();
+                    return End::Failed(BackendError::Timeout { addr });
+                }
+            }
+        }
+    }
+
+    /// Frames every complete reply in the read buffer and hands each to its request.
+    fn deliver(&mut self) -> Result<(), BackendError> {
+        let mut now = None;
+        while let Some(front) = self.in_flight.front() {
+            match parse_response_from(
+                &self.rbuf,
+                front.kind,
+                self.settings.max_value_len,
+                &mut self.resume,
+            ) {
+                Ok(None) => break,
+                Ok(Some(len)) => {
+                    self.resume = 0;
+                    let reply = self.rbuf.split_to(len).freeze();
+                    let Some(f) = self.in_flight.pop_front() else {
+                        break;
+                    };
+                    self.stats.in_queue.dec();
+                    self.stats.responses.inc();
+                    let now = *now.get_or_insert_with(Instant::now);
+                    self.stats
+                        .latency
+                        .observe(now.saturating_duration_since(f.queued));
+                    self.health.record_success();
+                    let _ = f.reply.send(Ok(reply));
+                }
+                Err(e) => {
+                    return Err(BackendError::Lost {
+                        addr: self.settings.addr.clone(),
+                        reason: e.to_string(),
+                    })
+                }
+            }
+        }
+        if self.in_flight.is_empty() && !self.rbuf.is_empty() {
+            return Err(BackendError::Lost {
+                addr: self.settings.addr.clone(),
+                reason: "unexpected bytes from server".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

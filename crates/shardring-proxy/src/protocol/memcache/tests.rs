@@ -1,0 +1,263 @@
+use super::*;
+use proptest::prelude::*;
+
+fn parse(input: &[u8]) -> Result<Option<Parsed>, RequestError> {
+    parse_request(input, &Limits::default())
+}
+
+fn decode_all(codec: &mut RequestCodec, buf: &mut BytesMut) -> Vec<Decoded> {
+    let mut out = Vec::new();
+    while let Some(d) = codec.decode(buf).unwrap() {
+        out.push(d);
+    }
+    out
+}
+
+const VALID: &[&[u8]] = &[
+    b"get a\r\n",
+    b"get a b c\r\n",
+    b"gets a b\r\n",
+    b"gat 10 a b\r\n",
+    b"gats -1 a\r\n",
+    b"set k 1 2 3\r\nabc\r\n",
+    b"set k 1 2 3 noreply\r\nabc\r\n",
+    b"cas k 0 0 1 99\r\nx\r\n",
+    b"append k 0 0 0\r\n\r\n",
+    b"delete k\r\n",
+    b"delete k 0 noreply\r\n",
+    b"incr k 1\r\n",
+    b"decr k 18446744073709551615 noreply\r\n",
+    b"touch k 5\r\n",
+    b"mg k v f t\r\n",
+    b"ms k 2 T0 q\r\nhi\r\n",
+    b"md k q\r\n",
+    b"ma k MD D3\r\n",
+    b"mn\r\n",
+    b"version\r\n",
+    b"quit\r\n",
+    b"verbosity 1\r\n",
+    b"flush_all\r\n",
+    b"flush_all 10 noreply\r\n",
+    b"stats\r\n",
+    b"stats slabs\r\n",
+    b"get a\n",
+];
+
+#[test]
+fn every_valid_request_parses_whole_and_every_prefix_is_incomplete() {
+    for req in VALID {
+        let p = parse(req)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{req:?} incomplete"));
+        assert_eq!(p.len, req.len(), "{:?}", String::from_utf8_lossy(req));
+        for cut in 0..req.len() {
+            assert_eq!(
+                parse(&req[..cut]),
+                Ok(None),
+                "{:?} cut at {cut}",
+                String::from_utf8_lossy(req)
+            );
+        }
+    }
+}
+
+#[test]
+fn keys_flags_and_stripped_tokens() {
+    let input = b"get a bb ccc\r\n";
+    let p = parse(input).unwrap().unwrap();
+    let Command::Get { keys, kind, .. } = &p.command else {
+        panic!()
+    };
+    assert_eq!(*kind, GetKind::Get);
+    let keys: Vec<&[u8]> = keys.iter().map(|r| &input[r.clone()]).collect();
+    assert_eq!(keys, [&b"a"[..], b"bb", b"ccc"]);
+
+    let input = b"set k 1 2 3 noreply\r\nabc\r\n";
+    let p = parse(input).unwrap().unwrap();
+    let req = Request {
+        frame: Bytes::from_static(input),
+        command: p.command,
+        strip: p.strip,
+    };
+    assert_eq!(&req.to_forward()[..], b"set k 1 2 3\r\nabc\r\n");
+    assert!(matches!(req.command, Command::Keyed { noreply: true, .. }));
+
+    let input = b"mg k v q Oxy\r\n";
+    let p = parse(input).unwrap().unwrap();
+    let req = Request {
+        frame: Bytes::from_static(input),
+        command: p.command,
+        strip: p.strip,
+    };
+    assert_eq!(&req.to_forward()[..], b"mg k v Oxy\r\n");
+    assert!(matches!(
+        req.command,
+        Command::Meta {
+            quiet: true,
+            kind: MetaKind::Get,
+            ..
+        }
+    ));
+
+    // A value holding \r\n and END is data, not protocol.
+    let input = b"set k 0 0 7\r\nEND\r\n\r\n\r\n";
+    assert_eq!(parse(input).unwrap().unwrap().len, input.len());
+}
+
+#[test]
+fn refusals_say_how_to_resync() {
+    use RequestErrorKind as E;
+    let e = parse(b"nope\r\nget a\r\n").unwrap_err();
+    assert_eq!(
+        (e.kind, e.consumed, e.skip, e.close),
+        (E::UnknownCommand, 6, 0, false)
+    );
+    let long = format!("set {} 0 0 3\r\nabc\r\n", "k".repeat(251));
+    let e = parse(long.as_bytes()).unwrap_err();
+    assert_eq!((e.kind, e.skip, e.close), (E::KeyTooLong, 5, false));
+    let e = parse(b"set k 0 0 2000000\r\n").unwrap_err();
+    assert_eq!((e.kind, e.skip), (E::ValueTooLarge, 2_000_002));
+    let e = parse(b"set k 0 0 1\r\nab\r\n").unwrap_err();
+    assert_eq!((e.kind, e.close), (E::BadDataChunk, true));
+    let e = parse(b"incr k -1\r\n").unwrap_err();
+    assert_eq!(e.kind, E::BadNumber);
+    let e = parse(b"incr k 18446744073709551616\r\n").unwrap_err();
+    assert_eq!(e.kind, E::BadNumber);
+    let e = parse(&[b'x'; 70_000]).unwrap_err();
+    assert_eq!((e.kind, e.close), (E::LineTooLong, true));
+    assert_eq!(parse(b"   \r\n").unwrap_err().kind, E::BadFormat);
+    assert_eq!(parse(b"delete k 5\r\n").unwrap_err().kind, E::BadFormat);
+}
+
+#[test]
+fn the_codec_skips_a_refused_value_as_it_arrives() {
+    let limits = Limits {
+        max_value_len: 4,
+        ..Limits::default()
+    };
+    let mut codec = RequestCodec::new(limits);
+    let mut buf = BytesMut::from(&b"set k 0 0 10\r\n0123"[..]);
+    let out = decode_all(&mut codec, &mut buf);
+    assert!(matches!(
+        &out[..],
+        [Decoded::Refused(RequestError {
+            kind: RequestErrorKind::ValueTooLarge,
+            ..
+        })]
+    ));
+    assert!(buf.is_empty());
+    buf.extend_from_slice(b"456789\r\nget a\r\n");
+    let out = decode_all(&mut codec, &mut buf);
+    assert!(
+        matches!(
+            &out[..],
+            [Decoded::Request(Request {
+                command: Command::Get { .. },
+                ..
+            })]
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn responses_are_framed_by_kind() {
+    let v = b"VALUE a 0 5\r\nEND\r\n\r\nVALUE b 1 1 77\r\nx\r\nEND\r\nSTORED\r\n";
+    let len = parse_response(v, ResponseKind::Values, 1 << 20)
+        .unwrap()
+        .unwrap();
+    assert_eq!(&v[len..], b"STORED\r\n");
+    let blocks: Vec<_> = ValueBlocks::new(&v[..len])
+        .map(|(k, _)| k.to_vec())
+        .collect();
+    assert_eq!(blocks, [b"a".to_vec(), b"b".to_vec()]);
+    for cut in 0..len {
+        assert_eq!(
+            parse_response(&v[..cut], ResponseKind::Values, 1 << 20),
+            Ok(None)
+        );
+    }
+    assert_eq!(
+        parse_response(b"SERVER_ERROR oom\r\n", ResponseKind::Values, 10),
+        Ok(Some(18))
+    );
+    assert_eq!(
+        parse_response(b"VA 2 f1\r\nhi\r\nHD\r\n", ResponseKind::Meta, 10),
+        Ok(Some(13))
+    );
+    assert_eq!(
+        parse_response(b"HD\r\n", ResponseKind::Meta, 10),
+        Ok(Some(4))
+    );
+    assert!(parse_response(b"VALUE a 0 5\r\n", ResponseKind::Values, 4).is_err());
+    assert!(parse_response(b"garbage\r\n", ResponseKind::Values, 4).is_err());
+}
+
+#[test]
+fn resumed_value_scans_agree_with_whole_scans() {
+    let mut reply = Vec::new();
+    for i in 0..50 {
+        reply.extend_from_slice(format!("VALUE k{i} 0 {}\r\n", i % 7).as_bytes());
+        reply.extend_from_slice(&vec![b'\n'; i % 7]);
+        reply.extend_from_slice(b"\r\n");
+    }
+    reply.extend_from_slice(b"END\r\n");
+    let mut resume = 0;
+    for cut in 0..=reply.len() {
+        let whole = parse_response(&reply[..cut], ResponseKind::Values, 64);
+        let resumed = parse_response_from(&reply[..cut], ResponseKind::Values, 64, &mut resume);
+        assert_eq!(whole, resumed, "cut {cut}");
+        assert!(resume <= cut);
+    }
+    assert_eq!(
+        parse_response(&reply, ResponseKind::Values, 64),
+        Ok(Some(reply.len()))
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// Any input, cut anywhere: no panic, and the same requests as when it arrives at once.
+    #[test]
+    fn any_input_decodes_the_same_however_it_is_split(
+        pieces in proptest::collection::vec(
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..40),
+                proptest::sample::select(VALID.to_vec()).prop_map(<[u8]>::to_vec),
+                Just(b"set k 0 0 3\r\n".to_vec()),
+                Just(b" noreply\r\n".to_vec()),
+            ],
+            0..12,
+        ),
+        cut in any::<usize>(),
+    ) {
+        let input: Vec<u8> = pieces.concat();
+        let limits = Limits { max_line_len: 64, max_value_len: 16, ..Limits::default() };
+        let mut whole = RequestCodec::new(limits);
+        let mut buf = BytesMut::from(&input[..]);
+        let expect = decode_all(&mut whole, &mut buf);
+
+        let cut = if input.is_empty() { 0 } else { cut % input.len() };
+        let mut split = RequestCodec::new(limits);
+        let mut buf = BytesMut::from(&input[..cut]);
+        let mut got = decode_all(&mut split, &mut buf);
+        buf.extend_from_slice(&input[cut..]);
+        got.extend(decode_all(&mut split, &mut buf));
+        // A line-too-long refusal depends on how much was buffered when it was noticed; everything
+        // before it must agree.
+        let upto = |v: &[Decoded]| v.iter().position(|d| matches!(d, Decoded::Refused(RequestError { kind: RequestErrorKind::LineTooLong, .. }))).unwrap_or(v.len());
+        let (e, g) = (upto(&expect), upto(&got));
+        prop_assert_eq!(&expect[..e.min(g)], &got[..e.min(g)]);
+    }
+
+    #[test]
+    fn the_response_framer_never_panics(input in proptest::collection::vec(any::<u8>(), 0..200)) {
+        for kind in [ResponseKind::Line, ResponseKind::Values, ResponseKind::Meta] {
+            if let Ok(Some(len)) = parse_response(&input, kind, 64) {
+                prop_assert!(len <= input.len());
+                let _ = ValueBlocks::new(&input[..len]).count();
+            }
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Wire protocols. Pure parsers only: no I/O here.
+
+pub mod memcache;

@@ -1,0 +1,195 @@
+//! Key → server: a pool's [`Placement`] over its live servers, published with arc-swap so lookups never
+//! lock and ejection, rejoin and reload swap it whole.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+use shardring::compat::twemproxy::{self, TwemproxyServer};
+use shardring::Placement;
+
+use crate::config::{Distribution, PoolConfig};
+use crate::error::ProxyError;
+
+/// One state of a pool's placement.
+#[derive(Debug)]
+pub struct Routing {
+    /// How keys find servers.
+    how: How,
+    /// For each placement node index (or random pick), the server's index in the pool's server list.
+    servers: Vec<usize>,
+}
+
+/// The placement kinds.
+#[derive(Debug)]
+enum How {
+    /// A reproducible placement (ketama, modula); its hash tag is applied inside it.
+    Placement(Box<dyn Placement>),
+    /// twemproxy's `random`: any live server, per request.
+    Random,
+}
+
+impl Routing {
+    /// The index (in the pool's server list) of the server that owns `key`; `None` when no server is live.
+    pub fn server_for(&self, key: &[u8]) -> Option<usize> {
+        match &self.how {
+            How::Placement(p) => p.locate(key).map(|i| self.servers[i]),
+            How::Random if self.servers.is_empty() => None,
+            How::Random => {
+                let r = random_u64() % self.servers.len() as u64;
+                Some(self.servers[r as usize])
+            }
+        }
+    }
+
+    /// How many servers the placement holds.
+    pub fn live_servers(&self) -> usize {
+        self.servers.len()
+    }
+}
+
+/// A cheap, well-mixed per-call number for `distribution: random` (splitmix64 over a counter); nothing
+/// here needs unpredictability.
+fn random_u64() -> u64 {
+    static STATE: AtomicU64 = AtomicU64::new(0x853c_49e6_748f_ea9b);
+    // Relaxed: each caller only needs a distinct counter value, nothing is published through it.
+    let mut z = STATE
+        .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+        .wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Builds the placement of `pool` over the servers whose `live` flag is set: nutcracker's own placement
+/// (the library's byte-exact `ketama` and `modula`), so with every server live a key goes where
+/// nutcracker sends it, and with some ejected it goes where nutcracker sends it after ejecting the same
+/// servers (nutcracker too rebuilds its continuum over the live servers only).
+///
+/// # Errors
+/// [`ProxyError::Placement`] for servers the library refuses (duplicate names, weight 0).
+pub fn build_placement(pool: &PoolConfig, live: &[bool]) -> Result<Routing, ProxyError> {
+    let picked: Vec<usize> = (0..pool.servers.len())
+        .filter(|&i| live.get(i).copied().unwrap_or(false))
+        .collect();
+    if pool.distribution == Distribution::Random {
+        return Ok(Routing {
+            how: How::Random,
+            servers: picked,
+        });
+    }
+    let live_servers: Vec<TwemproxyServer> =
+        picked.iter().map(|&i| pool.servers[i].clone()).collect();
+    let placement =
+        twemproxy::placement(&live_servers, pool.hash, pool.hash_tag, pool.distribution).map_err(
+            |e| ProxyError::Placement {
+                pool: pool.name.clone(),
+                reason: e.to_string(),
+            },
+        )?;
+    // The placement orders its nodes by its own rules: map them back to server indices by name.
+    let servers = placement
+        .nodes()
+        .iter()
+        .map(|n| {
+            pool.servers
+                .iter()
+                .position(|s| s.display_name() == n.name())
+                .ok_or_else(|| ProxyError::Placement {
+                    pool: pool.name.clone(),
+                    reason: format!("placement node {} is not a configured server", n.name()),
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Routing {
+        how: How::Placement(placement),
+        servers,
+    })
+}
+
+/// A pool's current routing, swapped atomically.
+#[derive(Debug)]
+pub struct Router {
+    /// The published state.
+    current: ArcSwap<Routing>,
+}
+
+impl Router {
+    /// A router starting at `routing`.
+    pub fn new(routing: Routing) -> Router {
+        Router {
+            current: ArcSwap::from_pointee(routing),
+        }
+    }
+
+    /// The current routing (a cheap snapshot; hold it for one request).
+    pub fn load(&self) -> arc_swap::Guard<std::sync::Arc<Routing>> {
+        self.current.load()
+    }
+
+    /// Publishes a new routing; requests already routed keep their servers.
+    pub fn store(&self, routing: Routing) {
+        self.current.store(std::sync::Arc::new(routing));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_is_nutcrackers() {
+        let mut pool = PoolConfig::new(
+            "p",
+            "127.0.0.1:0",
+            &["127.0.0.1:11211:1", "127.0.0.1:11212:1 b"],
+        )
+        .unwrap();
+        pool.hash_tag = Some(*b"{}");
+        let r = build_placement(&pool, &[true, true]).unwrap();
+        let lib = twemproxy::placement(&pool.servers, pool.hash, pool.hash_tag, pool.distribution)
+            .unwrap();
+        for i in 0..500 {
+            let key = format!("k{{{i}}}x");
+            let want = lib.lookup(key.as_bytes()).unwrap().name().to_owned();
+            let got = r.server_for(key.as_bytes()).unwrap();
+            assert_eq!(pool.servers[got].display_name(), want);
+            assert_eq!(
+                r.server_for(format!("other{{{i}}}").as_bytes()),
+                Some(got),
+                "hash tag"
+            );
+        }
+    }
+
+    #[test]
+    fn random_picks_only_live_servers() {
+        let mut pool =
+            PoolConfig::new("p", "127.0.0.1:0", &["127.0.0.1:1:1", "127.0.0.1:2:1"]).unwrap();
+        pool.distribution = Distribution::Random;
+        let r = build_placement(&pool, &[false, true]).unwrap();
+        assert!((0..100).all(|i| r.server_for(format!("{i}").as_bytes()) == Some(1)));
+    }
+
+    #[test]
+    fn ejected_servers_get_no_keys_and_the_rest_stay_put() {
+        let pool = PoolConfig::new(
+            "p",
+            "127.0.0.1:0",
+            &["127.0.0.1:1:1", "127.0.0.1:2:1", "127.0.0.1:3:1"],
+        )
+        .unwrap();
+        let all = build_placement(&pool, &[true, true, true]).unwrap();
+        let two = build_placement(&pool, &[true, false, true]).unwrap();
+        for i in 0..2000 {
+            let key = format!("key:{i}");
+            let before = all.server_for(key.as_bytes()).unwrap();
+            let after = two.server_for(key.as_bytes()).unwrap();
+            assert_ne!(after, 1);
+            if before != 1 {
+                assert_eq!(before, after);
+            }
+        }
+        let none = build_placement(&pool, &[false, false, false]).unwrap();
+        assert_eq!(none.server_for(b"x"), None);
+    }
+}

@@ -1,0 +1,260 @@
+//! Test support: real memcached servers on 127.0.0.1 free ports (killed on drop), an in-process proxy,
+//! and a tiny client that reads exactly the bytes it expects, with a timeout.
+
+#![allow(
+    dead_code,
+    reason = "each test file uses a different part of the support code"
+)]
+
+use std::net::{TcpListener as StdListener, TcpStream as StdStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shardring_proxy::config::PoolConfig;
+use shardring_proxy::{Proxy, ProxyConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A free 127.0.0.1 port (bound, read, released).
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A memcached child process, killed on drop.
+pub struct Memcached {
+    /// `127.0.0.1:port`.
+    pub addr: String,
+    /// The port (kept to restart on the same one).
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl Memcached {
+    /// A memcached on a free port; tries another port if another process took the first meanwhile.
+    pub fn start() -> Memcached {
+        for _ in 0..5 {
+            if let Some(m) = Memcached::try_start_on(free_port()) {
+                return m;
+            }
+        }
+        panic!("memcached did not start on any of 5 free ports");
+    }
+
+    /// A memcached on `port` (a restart on the port a killed one had).
+    pub fn start_on(port: u16) -> Memcached {
+        Memcached::try_start_on(port)
+            .unwrap_or_else(|| panic!("memcached did not start on port {port}"))
+    }
+
+    fn try_start_on(port: u16) -> Option<Memcached> {
+        let mut child = Command::new("memcached")
+            .args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "0",
+                "-m",
+                "64",
+                "-t",
+                "1",
+                "-u",
+                "root",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("memcached is installed (apt-get install memcached)");
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while StdStream::connect(&addr).is_err() {
+            // Exited (port taken), or never came up: give up on this port.
+            if child.try_wait().ok().flatten().is_some() || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(Memcached {
+            addr,
+            port,
+            child: Some(child),
+        })
+    }
+
+    /// Kills the server (the port is kept for a restart).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn server_spec(&self) -> String {
+        format!("{}:1", self.addr)
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `n` memcached servers.
+pub fn memcacheds(n: usize) -> Vec<Memcached> {
+    (0..n).map(|_| Memcached::start()).collect()
+}
+
+/// A pool over `servers` listening on a free port, with the proxy's defaults.
+pub fn pool_config(servers: &[Memcached]) -> PoolConfig {
+    let specs: Vec<String> = servers.iter().map(Memcached::server_spec).collect();
+    let refs: Vec<&str> = specs.iter().map(String::as_str).collect();
+    PoolConfig::new("alpha", "127.0.0.1:0", &refs).expect("valid pool")
+}
+
+/// An in-process proxy, stopped on [`RunningProxy::stop`] (or aborted on drop).
+pub struct RunningProxy {
+    pub addr: String,
+    pub proxy: Arc<Proxy>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl RunningProxy {
+    pub async fn start(config: PoolConfig) -> RunningProxy {
+        let proxy = Arc::new(
+            Proxy::new(ProxyConfig {
+                pools: vec![config],
+            })
+            .expect("valid config"),
+        );
+        let listeners = proxy.bind().await.expect("bind");
+        let addr = listeners[0].local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let p = Arc::clone(&proxy);
+        let task = tokio::spawn(async move {
+            p.serve(listeners, async {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        RunningProxy {
+            addr,
+            proxy,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Stops the proxy and waits (bounded) for it to drain.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("the proxy drains within 10 s")
+                .expect("the proxy task did not panic");
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.addr).await
+    }
+}
+
+impl Drop for RunningProxy {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// A raw protocol client.
+pub struct Client {
+    pub stream: TcpStream,
+}
+
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Client {
+    pub async fn connect(addr: &str) -> Client {
+        let stream = tokio::time::timeout(IO_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .expect("connect in time")
+            .expect("connect");
+        stream.set_nodelay(true).unwrap();
+        Client { stream }
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("write");
+    }
+
+    /// Reads exactly `n` bytes.
+    pub async fn read_n(&mut self, n: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; n];
+        tokio::time::timeout(IO_TIMEOUT, self.stream.read_exact(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("no {n}-byte reply in time"))
+            .expect("read");
+        buf
+    }
+
+    /// Sends `req` and asserts the reply is exactly `expect`.
+    pub async fn check(&mut self, req: &[u8], expect: &[u8]) {
+        self.send(req).await;
+        let got = self.read_n(expect.len()).await;
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(expect),
+            "reply to {:?}",
+            String::from_utf8_lossy(req)
+        );
+    }
+
+    /// Reads one line (up to and including `\r\n`).
+    pub async fn read_line(&mut self) -> String {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while !line.ends_with(b"\r\n") {
+            let n = tokio::time::timeout(IO_TIMEOUT, self.stream.read(&mut b))
+                .await
+                .expect("a line in time")
+                .expect("read");
+            assert!(
+                n == 1,
+                "connection closed after {:?}",
+                String::from_utf8_lossy(&line)
+            );
+            line.push(b[0]);
+        }
+        String::from_utf8_lossy(&line).into_owned()
+    }
+
+    /// Asserts the server closes the connection (EOF) in time.
+    pub async fn expect_closed(&mut self) {
+        let mut b = [0u8; 64];
+        let n = tokio::time::timeout(IO_TIMEOUT, self.stream.read(&mut b))
+            .await
+            .expect("closed in time")
+            .unwrap_or(0);
+        assert_eq!(
+            n,
+            0,
+            "expected EOF, got {:?}",
+            String::from_utf8_lossy(&b[..n])
+        );
+    }
+}

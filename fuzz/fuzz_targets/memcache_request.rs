@@ -1,0 +1,61 @@
+//! The request decoder on arbitrary bytes, delivered in arbitrary pieces: it must never panic, never
+//! buffer past its limit, and decode the same requests however the input is split.
+#![no_main]
+
+use bytes::BytesMut;
+use libfuzzer_sys::fuzz_target;
+use shardring_proxy::protocol::memcache::{Decoded, Limits, RequestCodec, RequestErrorKind};
+use tokio_util::codec::Decoder;
+
+fn decode_all(codec: &mut RequestCodec, buf: &mut BytesMut, out: &mut Vec<Decoded>) {
+    while let Some(d) = codec.decode(buf).expect("decode never fails") {
+        if let Decoded::Request(r) = &d {
+            // Every range a request hands out lies inside its frame.
+            if let shardring_proxy::protocol::memcache::Command::Get { keys, .. } = &r.command {
+                for k in keys {
+                    assert!(k.end <= r.frame.len() && !k.is_empty());
+                }
+            }
+            let _ = r.to_forward();
+        }
+        out.push(d);
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.is_empty() {
+        return;
+    }
+    // Small limits so the fuzzer reaches them.
+    let limits = Limits {
+        max_key_len: 250,
+        max_value_len: 64,
+        max_line_len: 300,
+    };
+    let (cuts, input) = data.split_at(1);
+    let step = usize::from(cuts[0]).max(1);
+
+    let mut whole = RequestCodec::new(limits);
+    let mut buf = BytesMut::from(input);
+    let mut expect = Vec::new();
+    decode_all(&mut whole, &mut buf, &mut expect);
+
+    let mut pieces = RequestCodec::new(limits);
+    let mut buf = BytesMut::new();
+    let mut got = Vec::new();
+    for chunk in input.chunks(step) {
+        buf.extend_from_slice(chunk);
+        decode_all(&mut pieces, &mut buf, &mut got);
+        // What is left is never more than one request's worth plus the last chunk.
+        assert!(buf.len() <= limits.max_request_len() + step);
+    }
+    let upto = |v: &[Decoded]| {
+        v.iter()
+            .position(|d| {
+                matches!(d, Decoded::Refused(e) if e.kind == RequestErrorKind::LineTooLong)
+            })
+            .unwrap_or(v.len())
+    };
+    let n = upto(&expect).min(upto(&got));
+    assert_eq!(&expect[..n], &got[..n]);
+});
