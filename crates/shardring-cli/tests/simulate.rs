@@ -104,6 +104,35 @@ fn bounded_loads_cap_zipf_traffic_where_plain_lookups_do_not() {
 }
 
 #[test]
+fn rebalancer_settings_reach_the_rebalancer() {
+    // Threshold 10: nothing is ever imbalanced enough, so points never move.
+    let rounds = simulate(&[
+        "--nodes",
+        "5",
+        "--vnodes",
+        "10",
+        "--requests",
+        "5000",
+        "--rounds",
+        "3",
+        "--rebalance",
+        "--threshold",
+        "10",
+        "--damping",
+        "1",
+        "--min-points",
+        "2",
+        "--max-points",
+        "40",
+        "--min-samples",
+        "100",
+    ]);
+    assert!(rounds.iter().all(|r| r["rebalance"] == "balanced"));
+    let points = rounds[2]["points"].as_object().unwrap();
+    assert!(points.values().all(|p| p.as_u64() == Some(10)));
+}
+
+#[test]
 fn the_seed_fixes_the_output() {
     let args = [
         "--workload",
@@ -133,6 +162,9 @@ fn bad_settings_exit_2_with_nothing_on_stdout() {
         &["--nodes", "0"],
         &["--rounds", "0"],
         &["--vnodes", "0"],
+        &["--damping", "0.5"],
+        &["--rebalance", "--damping", "1.5"],
+        &["--rebalance", "--min-points", "10", "--max-points", "5"],
     ] {
         let out = Command::cargo_bin("shardring")
             .unwrap()

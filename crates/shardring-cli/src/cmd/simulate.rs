@@ -44,6 +44,21 @@ pub struct Args {
     /// at least 1000 samples, points within [vnodes/4, 4 × vnodes], damping 0.5).
     #[arg(long)]
     rebalance: bool,
+    /// With --rebalance: the imbalance (max |load - mean| / mean) above which it acts [default: 0.25].
+    #[arg(long, requires = "rebalance", value_parser = parse_threshold)]
+    threshold: Option<f64>,
+    /// With --rebalance: points are multiplied by (mean / load)^DAMPING, in (0, 1] [default: 0.5].
+    #[arg(long, requires = "rebalance", value_parser = parse_damping)]
+    damping: Option<f64>,
+    /// With --rebalance: the fewest points a node is given [default: vnodes / 4, at least 1].
+    #[arg(long, requires = "rebalance", value_parser = clap::value_parser!(u32).range(1..))]
+    min_points: Option<u32>,
+    /// With --rebalance: the most points a node is given [default: 4 × vnodes].
+    #[arg(long, requires = "rebalance", value_parser = clap::value_parser!(u32).range(1..))]
+    max_points: Option<u32>,
+    /// With --rebalance: requests counted before it judges [default: 1000].
+    #[arg(long, requires = "rebalance")]
+    min_samples: Option<u64>,
     /// Bound every node's load to C × the average (consistent hashing with bounded loads, C >= 1).
     #[arg(long, value_name = "C", value_parser = parse_factor)]
     bounded: Option<f64>,
@@ -51,6 +66,20 @@ pub struct Args {
 
 fn parse_workload(s: &str) -> Result<Workload, String> {
     s.parse().map_err(|e: shardring::Error| e.to_string())
+}
+
+fn parse_threshold(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!("{s:?} is not a number of at least 0")),
+    }
+}
+
+fn parse_damping(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(d) if d > 0.0 && d <= 1.0 => Ok(d),
+        _ => Err(format!("{s:?} is not a number in (0, 1]")),
+    }
 }
 
 fn parse_factor(s: &str) -> Result<f64, String> {
@@ -71,7 +100,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .keys(args.keys)
         .seed(args.seed);
     if args.rebalance {
-        builder = builder.rebalance(RebalancerBuilder::new());
+        let mut settings = RebalancerBuilder::new();
+        if let Some(t) = args.threshold {
+            settings = settings.threshold(t);
+        }
+        if let Some(d) = args.damping {
+            settings = settings.damping(d);
+        }
+        if let Some(p) = args.min_points {
+            settings = settings.min_points(p as usize);
+        }
+        if let Some(p) = args.max_points {
+            settings = settings.max_points(p as usize);
+        }
+        if let Some(n) = args.min_samples {
+            settings = settings.min_samples(n);
+        }
+        builder = builder.rebalance(settings);
     }
     if let Some(c) = args.bounded {
         builder = builder.bounded(c);
