@@ -182,13 +182,15 @@ impl BucketSort {
         }
         drop(counts);
         let mut next = starts.clone();
-        let mut sorted = vec![
+        // Room for 1/64 more points: adding a few nodes later does not reallocate (and copy) the array.
+        let mut sorted = Vec::with_capacity(positions.len() + positions.len() / 64);
+        sorted.resize(
+            positions.len(),
             Point {
                 position: 0,
-                node: 0
-            };
-            positions.len()
-        ];
+                node: 0,
+            },
+        );
         for (i, &(node, first)) in runs.iter().enumerate() {
             let end = runs.get(i + 1).map_or(positions.len(), |r| r.1 as usize);
             for &position in &positions[first as usize..end] {

@@ -64,7 +64,7 @@ pub(crate) struct Point {
 /// assert_eq!(replicas.len(), 3);
 /// # Ok::<(), shardring::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Ring {
     /// The members, in no meaningful order (removal swaps the last member into the hole).
     nodes: Vec<Node>,
@@ -82,6 +82,25 @@ pub struct Ring {
     vnodes: u32,
     /// The most points the ring may hold, a guard against memory growing with weight × vnodes.
     max_points: u64,
+}
+
+impl Clone for Ring {
+    /// A copy with the same headroom in its point array, so that a copy-on-write change (clone, then
+    /// add) does not reallocate the array it just copied.
+    fn clone(&self) -> Ring {
+        let mut points = Vec::with_capacity(self.points.capacity());
+        points.extend_from_slice(&self.points);
+        Ring {
+            nodes: self.nodes.clone(),
+            points,
+            index: self.index.clone(),
+            use_index: self.use_index,
+            hash: self.hash,
+            scheme: self.scheme,
+            vnodes: self.vnodes,
+            max_points: self.max_points,
+        }
+    }
 }
 
 impl Default for Ring {
@@ -325,6 +344,11 @@ impl Ring {
             })
             .collect();
         let old_len = self.points.len();
+        // Builds leave 1/64 of headroom; when it is used up, grow by what is needed plus 1/64 again,
+        // never by doubling: memory stays close to 8 bytes a point however the ring was grown.
+        if self.points.capacity() < old_len + positions.len() {
+            self.points.reserve_exact(positions.len().max(old_len / 64));
+        }
         self.points.resize(
             old_len + positions.len(),
             Point {
