@@ -497,7 +497,8 @@ impl Ring {
         self.vnodes
     }
 
-    /// Heap bytes held by the point array and the index (node names not counted).
+    /// Heap bytes held by the point array and the index (node names not counted). The point array
+    /// keeps about 1/64 of headroom so that adding a node does not reallocate it.
     pub fn memory_bytes(&self) -> usize {
         self.points.capacity() * std::mem::size_of::<Point>() + self.index.memory_bytes()
     }
