@@ -46,8 +46,10 @@ impl TopBitsIndex {
         for p in points {
             starts[(p.position >> shift) as usize + 1] += 1;
         }
+        // Crowded when some bucket counts more than `SCAN` points, checked before the counts become
+        // starts.
+        let crowded = starts.iter().any(|&c| c as usize > SCAN);
         prefix_sum(&mut starts);
-        let crowded = starts.windows(2).any(|w| (w[1] - w[0]) as usize > SCAN);
         TopBitsIndex {
             shift,
             starts,
