@@ -25,7 +25,7 @@ pub use self::scheme::PointScheme;
 
 use self::index::{BucketSort, TopBitsIndex};
 use self::scheme::SchemeInput;
-use crate::hash::HashFunction;
+use crate::hash::{HashFunction, KeyHash};
 use crate::{Error, Node};
 
 /// One point of the circle: a position and the index of the node that owns it.
@@ -135,7 +135,19 @@ impl Ring {
     /// for example).
     #[inline]
     pub fn key_position(&self, key: impl AsRef<[u8]>) -> u32 {
-        self.scheme.key_position(self.hash, key.as_ref())
+        let key = key.as_ref();
+        match self.scheme {
+            // The library's own scheme hashes the key as it is, and the default hash (and CRC32, the
+            // ketama world's) are called directly: the full hash dispatch (with the twemproxy
+            // hashes) and the compatibility schemes' key rules are too big to inline, and calling
+            // them costs 2-3 ns a lookup.
+            PointScheme::Plain => match self.hash {
+                HashFunction::Xxh3 => crate::hash::xxh3_64(key) as u32,
+                HashFunction::Crc32 => crate::hash::crc32(key),
+                hash => hash.hash32(key),
+            },
+            scheme => scheme.key_position(self.hash, key),
+        }
     }
 
     /// The node that owns `key`, or `None` when the ring is empty. Never allocates.
