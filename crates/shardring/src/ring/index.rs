@@ -46,8 +46,10 @@ impl TopBitsIndex {
         for p in points {
             starts[(p.position >> shift) as usize + 1] += 1;
         }
+        // Crowded when some bucket counts more than `SCAN` points, checked before the counts become
+        // starts.
+        let crowded = starts.iter().any(|&c| c as usize > SCAN);
         prefix_sum(&mut starts);
-        let crowded = starts.windows(2).any(|w| (w[1] - w[0]) as usize > SCAN);
         TopBitsIndex {
             shift,
             starts,
@@ -182,13 +184,15 @@ impl BucketSort {
         }
         drop(counts);
         let mut next = starts.clone();
-        let mut sorted = vec![
+        // Room for 1/64 more points: adding a few nodes later does not reallocate (and copy) the array.
+        let mut sorted = Vec::with_capacity(positions.len() + positions.len() / 64);
+        sorted.resize(
+            positions.len(),
             Point {
                 position: 0,
-                node: 0
-            };
-            positions.len()
-        ];
+                node: 0,
+            },
+        );
         for (i, &(node, first)) in runs.iter().enumerate() {
             let end = runs.get(i + 1).map_or(positions.len(), |r| r.1 as usize);
             for &position in &positions[first as usize..end] {

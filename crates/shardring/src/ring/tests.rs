@@ -426,3 +426,14 @@ fn real_collisions_are_ordered_by_name_on_every_path() {
     incremental.remove(winner).unwrap();
     assert_ne!(incremental.lookup_hash(position).unwrap().name(), winner);
 }
+
+#[test]
+fn adding_nodes_keeps_memory_near_eight_bytes_a_point() {
+    let names: Vec<String> = (0..200).map(|i| format!("node-{i}")).collect();
+    let mut ring = ring_of(&names[..100], 160);
+    for name in &names[100..] {
+        ring.add(name.clone(), 1.0).unwrap();
+    }
+    let per_point = ring.memory_bytes() as f64 / ring.point_count() as f64;
+    assert!(per_point <= 16.0, "{per_point} bytes a point");
+}
