@@ -7,7 +7,10 @@
 //! longest reader's on-CPU time instead (see [`Clock::Cpu`]), for machines whose cores are shared.
 
 // criterion_group! generates an undocumented public function; the lint cannot be scoped to it.
-#![allow(missing_docs, reason = "criterion_group! generates undocumented public functions")]
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates undocumented public functions"
+)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, RwLock};
