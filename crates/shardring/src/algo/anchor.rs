@@ -15,7 +15,9 @@
 //! for two processes to agree, as the paper notes. A node added after a removal takes the removed
 //! node's bucket (and exactly its keys). There are no weights: [`Error::Unsupported`].
 
-use crate::algo::{check_unique, mix2, position, replicas_by_rehash, require_unit_weight};
+use crate::algo::{
+    check_new, check_unique, mix2, position, replicas_by_rehash, require_unit_weight,
+};
 use crate::hash::{HashFunction, KeyHash};
 use crate::ring::DEFAULT_MAX_POINTS;
 use crate::{Error, Node, Placement};
@@ -187,11 +189,7 @@ impl Placement for Anchor {
     /// bucket owns move, to `node`.
     fn add(&mut self, node: Node) -> Result<(), Error> {
         require_unit_weight("anchor", &node)?;
-        if position(&self.nodes, node.name()).is_some() {
-            return Err(Error::DuplicateNode {
-                node: node.name().to_string(),
-            });
-        }
+        check_new(&self.nodes, &node)?;
         let Some(b) = self.removed.pop() else {
             return Err(Error::TooManyPoints {
                 requested: u64::from(self.capacity()) + 1,

@@ -27,7 +27,9 @@
 //! Bucket numbers follow the order nodes are given, so that order is part of the configuration: two
 //! processes must list the nodes in the same order to agree.
 
-use crate::algo::{check_count, check_unique, position, replicas_by_rehash, require_unit_weight};
+use crate::algo::{
+    check_count, check_new, check_unique, position, replicas_by_rehash, require_unit_weight,
+};
 use crate::hash::{HashFunction, KeyHash};
 use crate::{Error, Node, Placement};
 
@@ -245,11 +247,7 @@ impl Placement for Jump {
     /// Appends `node` as the next bucket: only keys that move to it move.
     fn add(&mut self, node: Node) -> Result<(), Error> {
         require_unit_weight(self.algorithm(), &node)?;
-        if position(&self.nodes, node.name()).is_some() {
-            return Err(Error::DuplicateNode {
-                node: node.name().to_string(),
-            });
-        }
+        check_new(&self.nodes, &node)?;
         check_count(self.nodes.len() + 1)?;
         self.nodes.push(node);
         Ok(())

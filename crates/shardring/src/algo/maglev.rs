@@ -43,7 +43,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::algo::{check_count, check_unique, name_hash, position};
+use crate::algo::{check_count, check_new, check_unique, name_hash, position};
 use crate::hash::{HashFunction, KeyHash};
 use crate::ring::DEFAULT_MAX_POINTS;
 use crate::{Error, Node, Placement};
@@ -301,11 +301,7 @@ impl Placement for Maglev {
 
     /// Adds `node` and refills the table (its size stays).
     fn add(&mut self, node: Node) -> Result<(), Error> {
-        if position(&self.nodes, node.name()).is_some() {
-            return Err(Error::DuplicateNode {
-                node: node.name().to_string(),
-            });
-        }
+        check_new(&self.nodes, &node)?;
         check_count(self.nodes.len() + 1)?;
         Maglev::check_fits(self.nodes.len() + 1, self.size)?;
         self.nodes.push(node);

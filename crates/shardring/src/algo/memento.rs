@@ -16,7 +16,8 @@
 //! for two processes to agree. There are no weights: [`Error::Unsupported`].
 
 use crate::algo::{
-    check_count, check_unique, jump_hash, mix2, position, replicas_by_rehash, require_unit_weight,
+    check_count, check_new, check_unique, jump_hash, mix2, position, replicas_by_rehash,
+    require_unit_weight,
 };
 use crate::hash::{HashFunction, KeyHash};
 use crate::{Error, Node, Placement};
@@ -165,11 +166,7 @@ impl Placement for Memento {
     /// to `node` move.
     fn add(&mut self, node: Node) -> Result<(), Error> {
         require_unit_weight("memento", &node)?;
-        if position(&self.nodes, node.name()).is_some() {
-            return Err(Error::DuplicateNode {
-                node: node.name().to_string(),
-            });
-        }
+        check_new(&self.nodes, &node)?;
         check_count(self.nodes.len() + 1)?;
         let bucket = self.last_removed;
         match self.removed.binary_search_by_key(&bucket, |r| r.bucket) {

@@ -252,6 +252,16 @@ pub(crate) fn position(nodes: &[Node], name: &str) -> Option<usize> {
     nodes.iter().position(|n| n.name() == name)
 }
 
+/// Refuses `node` when a member of `nodes` already has its name (the check before every `add`).
+pub(crate) fn check_new(nodes: &[Node], node: &Node) -> Result<(), Error> {
+    match position(nodes, node.name()) {
+        Some(_) => Err(Error::DuplicateNode {
+            node: node.name().to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Refuses duplicate names in `nodes`.
 pub(crate) fn check_unique(nodes: &[Node]) -> Result<(), Error> {
     let mut seen = std::collections::HashSet::with_capacity(nodes.len());

@@ -25,7 +25,7 @@
 //!
 //! There are no weights: [`Error::Unsupported`] for a weight other than 1.
 
-use crate::algo::{check_count, check_unique, name_hash, position, require_unit_weight};
+use crate::algo::{check_count, check_new, check_unique, name_hash, position, require_unit_weight};
 use crate::hash::{HashFunction, KeyHash};
 use crate::{Error, Node, Placement};
 
@@ -187,11 +187,7 @@ impl Placement for MultiProbe {
 
     fn add(&mut self, node: Node) -> Result<(), Error> {
         require_unit_weight("multiprobe", &node)?;
-        if position(&self.nodes, node.name()).is_some() {
-            return Err(Error::DuplicateNode {
-                node: node.name().to_string(),
-            });
-        }
+        check_new(&self.nodes, &node)?;
         check_count(self.nodes.len() + 1)?;
         self.nodes.push(node);
         self.rebuild();

@@ -17,7 +17,7 @@
 
 use std::cmp::Ordering;
 
-use crate::algo::{check_count, check_unique, fmix64, name_hash, position};
+use crate::algo::{check_count, check_new, check_unique, fmix64, name_hash, position};
 use crate::hash::{HashFunction, KeyHash};
 use crate::{Error, Node, Placement};
 
@@ -192,11 +192,7 @@ impl Placement for Rendezvous {
     }
 
     fn add(&mut self, node: Node) -> Result<(), Error> {
-        if position(&self.nodes, node.name()).is_some() {
-            return Err(Error::DuplicateNode {
-                node: node.name().to_string(),
-            });
-        }
+        check_new(&self.nodes, &node)?;
         check_count(self.nodes.len() + 1)?;
         self.push(node);
         Ok(())
