@@ -16,7 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, RwLock};
 use std::time::{Duration, Instant};
 
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    black_box, criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use shardring::load::LoadCounters;
 use shardring::shared::SharedRing;
 use shardring::{Node, Ring};
@@ -152,6 +155,21 @@ fn run_threads_on(
     })
 }
 
+/// One benchmark of `lookup` run on `threads` threads with `clock`, named `{name}{suffix}/{threads}`.
+fn bench_threads(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    (clock, suffix): (Clock, &str),
+    threads: usize,
+    lookup: &(impl Fn(usize) + Sync),
+) {
+    group.bench_with_input(
+        BenchmarkId::new(format!("{name}{suffix}"), threads),
+        &threads,
+        |b, &threads| b.iter_custom(|iters| run_threads_on(clock, threads, iters, lookup)),
+    );
+}
+
 fn shared_vs_rwlock(c: &mut Criterion) {
     let pool = keys(4096);
     let mut group = c.benchmark_group("shared/lookup-while-writing");
@@ -181,28 +199,12 @@ fn shared_vs_rwlock(c: &mut Criterion) {
 
     for (clock, suffix) in [(Clock::Wall, ""), (Clock::Cpu, "-cpu")] {
         for threads in [1usize, 2] {
-            group.bench_with_input(
-                BenchmarkId::new(format!("arc-swap{suffix}"), threads),
-                &threads,
-                |b, &threads| {
-                    b.iter_custom(|iters| {
-                        run_threads_on(clock, threads, iters, &|i| {
-                            black_box(shared.load().lookup(black_box(&pool[i])));
-                        })
-                    })
-                },
-            );
-            group.bench_with_input(
-                BenchmarkId::new(format!("rwlock{suffix}"), threads),
-                &threads,
-                |b, &threads| {
-                    b.iter_custom(|iters| {
-                        run_threads_on(clock, threads, iters, &|i| {
-                            black_box(locked.read().unwrap().lookup(black_box(&pool[i])));
-                        })
-                    })
-                },
-            );
+            bench_threads(&mut group, "arc-swap", (clock, suffix), threads, &|i| {
+                black_box(shared.load().lookup(black_box(&pool[i])));
+            });
+            bench_threads(&mut group, "rwlock", (clock, suffix), threads, &|i| {
+                black_box(locked.read().unwrap().lookup(black_box(&pool[i])));
+            });
         }
     }
     group.finish();
@@ -217,43 +219,19 @@ fn load_counters(c: &mut Criterion) {
 
     for (clock, suffix) in [(Clock::Wall, ""), (Clock::Cpu, "-cpu")] {
         for threads in [1usize, 2] {
-            group.bench_with_input(
-                BenchmarkId::new(format!("uncounted{suffix}"), threads),
-                &threads,
-                |b, &threads| {
-                    b.iter_custom(|iters| {
-                        run_threads_on(clock, threads, iters, &|i| {
-                            black_box(shared.load().lookup(black_box(&pool[i])));
-                        })
-                    })
-                },
-            );
-            group.bench_with_input(
-                BenchmarkId::new(format!("striped{suffix}"), threads),
-                &threads,
-                |b, &threads| {
-                    b.iter_custom(|iters| {
-                        run_threads_on(clock, threads, iters, &|i| {
-                            black_box(shared.load().lookup_counted(black_box(&pool[i])));
-                        })
-                    })
-                },
-            );
+            bench_threads(&mut group, "uncounted", (clock, suffix), threads, &|i| {
+                black_box(shared.load().lookup(black_box(&pool[i])));
+            });
+            bench_threads(&mut group, "striped", (clock, suffix), threads, &|i| {
+                black_box(shared.load().lookup_counted(black_box(&pool[i])));
+            });
             // The naive alternative: one shared row of counters that every thread writes.
-            group.bench_with_input(
-                BenchmarkId::new(format!("one-stripe{suffix}"), threads),
-                &threads,
-                |b, &threads| {
-                    b.iter_custom(|iters| {
-                        run_threads_on(clock, threads, iters, &|i| {
-                            let snapshot = shared.load();
-                            if let Some(n) = snapshot.lookup_index(black_box(&pool[i])) {
-                                one_stripe.record(n);
-                            }
-                        })
-                    })
-                },
-            );
+            bench_threads(&mut group, "one-stripe", (clock, suffix), threads, &|i| {
+                let snapshot = shared.load();
+                if let Some(n) = snapshot.lookup_index(black_box(&pool[i])) {
+                    one_stripe.record(n);
+                }
+            });
         }
     }
     group.finish();

@@ -605,33 +605,19 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                 strip,
             }))
         }
-        b"mn" => {
+        // Commands without arguments.
+        b"mn" | b"version" | b"quit" => {
             if n != 1 {
                 return bad(E::BadFormat);
             }
+            let command = match word {
+                b"mn" => Command::MetaNoop,
+                b"version" => Command::Version,
+                _ => Command::Quit,
+            };
             Ok(Some(Parsed {
                 len: line_len,
-                command: Command::MetaNoop,
-                strip: None,
-            }))
-        }
-        b"version" => {
-            if n != 1 {
-                return bad(E::BadFormat);
-            }
-            Ok(Some(Parsed {
-                len: line_len,
-                command: Command::Version,
-                strip: None,
-            }))
-        }
-        b"quit" => {
-            if n != 1 {
-                return bad(E::BadFormat);
-            }
-            Ok(Some(Parsed {
-                len: line_len,
-                command: Command::Quit,
+                command,
                 strip: None,
             }))
         }

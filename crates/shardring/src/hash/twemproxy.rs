@@ -29,6 +29,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::murmur::tail_le;
 use super::KeyHash;
 use crate::Error;
 
@@ -186,10 +187,7 @@ pub fn murmur(key: &[u8]) -> u32 {
     }
     let tail = blocks.remainder();
     if !tail.is_empty() {
-        let k = tail
-            .iter()
-            .rev()
-            .fold(0u32, |acc, &b| (acc << 8) | u32::from(b));
+        let k = tail_le(tail);
         h ^= k;
         h = h.wrapping_mul(M);
     }
