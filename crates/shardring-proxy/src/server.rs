@@ -30,7 +30,7 @@ use crate::config::{Listen, DEFAULT_CLIENT_CONNECTIONS};
 use crate::error::{BackendError, ProxyError};
 use crate::protocol::memcache::{
     is_error_reply, status_code, Command, Decoded, GetKind, MetaKind, Request, RequestCodec,
-    ValueBlocks,
+    StatsRequest, ValueBlocks, MAX_KEY_LEN,
 };
 
 /// The most requests one client may have in flight; past it the proxy stops reading from that client
@@ -385,7 +385,9 @@ impl Handler {
                 let mode = if *noreply { Mode::NoReply } else { Mode::Plain };
                 self.single(&cluster, &req, key.clone(), mode)
             }
-            Command::Meta { kind, key, quiet } => {
+            Command::Meta {
+                kind, key, quiet, ..
+            } => {
                 let mode = if *quiet {
                     Mode::Quiet(*kind)
                 } else {
@@ -402,14 +404,22 @@ impl Handler {
                 Answer::Static(b"OK\r\n")
             })),
             Command::FlushAll { noreply } => self.flush_all(&cluster, &req, *noreply),
-            Command::Stats { with_args } => {
-                Pending::Ready(Some(Answer::Bytes(self.local_stats(&cluster, *with_args))))
-            }
+            Command::Stats(request) => Pending::Ready(Some(match request {
+                StatsRequest::Proxy => Answer::Bytes(self.local_stats(&cluster)),
+                StatsRequest::Reset => Answer::Static(b"RESET\r\n"),
+                StatsRequest::Toggle => Answer::Static(b"OK\r\n"),
+                StatsRequest::PerServer => Answer::Static(b"END\r\n"),
+            })),
         }
     }
 
     fn single(&self, cluster: &Cluster, req: &Request, key: Range<usize>, mode: Mode) -> Pending {
-        let Some(server) = cluster.router.load().server_for(req.bytes(&key)) else {
+        let mut scratch = [0u8; MAX_KEY_LEN];
+        let Some(server) = cluster
+            .router
+            .load()
+            .server_for(req.routing_key(&key, &mut scratch))
+        else {
             return Pending::Ready(Some(Answer::Failed(BackendError::NoServer)));
         };
         let kind = req.command.response_kind();
@@ -560,11 +570,10 @@ impl Handler {
     }
 
     /// `stats` answered by the proxy: its own counters, memcached's names where they exist.
-    /// `stats <args>` (items, slabs, …) get an empty list: those are per-server facts.
-    fn local_stats(&self, cluster: &Cluster, with_args: bool) -> Bytes {
+    fn local_stats(&self, cluster: &Cluster) -> Bytes {
         use std::fmt::Write as _;
         let mut s = String::new();
-        if !with_args {
+        {
             let st = &self.pool.shared.stats;
             let _ = write!(
                 s,

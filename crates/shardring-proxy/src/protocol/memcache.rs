@@ -10,7 +10,7 @@
 //! | input | reply | then |
 //! |---|---|---|
 //! | unknown command | `ERROR` | next line |
-//! | bad token count, bad number, key over 250 bytes | `CLIENT_ERROR <reason>` | next line; a storage command whose length parsed has its data block skipped too |
+//! | bad token count, bad number, key over 250 bytes | `CLIENT_ERROR <reason>` (memcached's reasons where it has one: `invalid numeric delta argument`, `invalid exptime argument`, `error decoding key`) | next line; a storage command whose length parsed has its data block skipped too |
 //! | value over the configured maximum | `SERVER_ERROR object too large for cache` (memcached's words) | the data block is skipped as it arrives, never buffered |
 //! | data block not followed by `\r\n` | `CLIENT_ERROR bad data chunk` | connection closed: where the next request starts is unknowable |
 //! | line longer than the line limit | `CLIENT_ERROR line too long` | connection closed |
@@ -87,6 +87,8 @@ pub enum MetaKind {
     Delete,
     /// `ma`
     Arithmetic,
+    /// `me`: the item's metadata, one line (`ME <key> …` or `EN`).
+    Debug,
 }
 
 impl MetaKind {
@@ -96,6 +98,7 @@ impl MetaKind {
             MetaKind::Get => status == b"EN",
             MetaKind::Set => status == b"HD",
             MetaKind::Delete | MetaKind::Arithmetic => status == b"HD" || status == b"NF",
+            MetaKind::Debug => status == b"EN",
         }
     }
 }
@@ -120,7 +123,7 @@ pub enum Command {
         /// The client asked for no reply.
         noreply: bool,
     },
-    /// mg/ms/md/ma with flags passed through.
+    /// mg/ms/md/ma/me with flags passed through.
     Meta {
         /// Which meta command.
         kind: MetaKind,
@@ -128,6 +131,8 @@ pub enum Command {
         key: Range<usize>,
         /// The `q` flag was given: hide the replies it hides.
         quiet: bool,
+        /// The `b` flag was given: the key token is base64, routed by its decoded bytes.
+        base64: bool,
     },
     /// `mn`: answered in order by the proxy.
     MetaNoop,
@@ -145,11 +150,22 @@ pub enum Command {
         /// The client asked for no reply.
         noreply: bool,
     },
-    /// `stats [args]`
-    Stats {
-        /// There were arguments (`stats items`, …).
-        with_args: bool,
-    },
+    /// `stats [args]`, answered by the proxy.
+    Stats(StatsRequest),
+}
+
+/// What a `stats` request asks; the proxy answers each itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatsRequest {
+    /// `stats`: the proxy's own counters, under memcached's names where they exist.
+    Proxy,
+    /// `stats reset`: answered `RESET`; the proxy's counters are cumulative (scrapers take rates).
+    Reset,
+    /// `stats detail on|off`: answered `OK`.
+    Toggle,
+    /// `stats items|slabs|settings|sizes|conns|detail dump|cachedump|extstore`: facts of each server,
+    /// not of the proxy; answered with an empty list (`END`). Ask the servers directly.
+    PerServer,
 }
 
 impl Command {
@@ -185,6 +201,20 @@ impl Request {
         &self.frame[range.clone()]
     }
 
+    /// The bytes a key is placed by: the key itself, or for a meta command with the `b` flag its
+    /// base64-decoded bytes (written into `scratch`). The parser has checked that such a key decodes.
+    pub fn routing_key<'a>(
+        &'a self,
+        key: &Range<usize>,
+        scratch: &'a mut [u8; MAX_KEY_LEN],
+    ) -> &'a [u8] {
+        let raw = self.bytes(key);
+        match self.command {
+            Command::Meta { base64: true, .. } => decode_base64_key(raw, scratch).unwrap_or(raw),
+            _ => raw,
+        }
+    }
+
     /// The bytes to send to a server: the frame without the stripped token.
     pub fn to_forward(&self) -> Bytes {
         match &self.strip {
@@ -212,12 +242,21 @@ pub enum RequestErrorKind {
     /// A numeric field did not parse.
     #[error("bad number")]
     BadNumber,
+    /// The delta of `incr`/`decr` is not an unsigned 64-bit number (memcached's words).
+    #[error("invalid numeric delta argument")]
+    InvalidDelta,
+    /// An expiration time is not a number (memcached's words).
+    #[error("invalid exptime argument")]
+    InvalidExptime,
     /// A key longer than the limit.
     #[error("key too long")]
     KeyTooLong,
     /// A value over the configured maximum.
     #[error("object too large for cache")]
     ValueTooLarge,
+    /// A meta command's `b` flag with a key that is not base64 (memcached's words).
+    #[error("error decoding key")]
+    BadBase64Key,
     /// A data block not followed by `\r\n`.
     #[error("bad data chunk")]
     BadDataChunk,
@@ -233,8 +272,11 @@ impl RequestErrorKind {
             RequestErrorKind::UnknownCommand => b"ERROR\r\n",
             RequestErrorKind::BadFormat => b"CLIENT_ERROR bad command line format\r\n",
             RequestErrorKind::BadNumber => b"CLIENT_ERROR bad number\r\n",
+            RequestErrorKind::InvalidDelta => b"CLIENT_ERROR invalid numeric delta argument\r\n",
+            RequestErrorKind::InvalidExptime => b"CLIENT_ERROR invalid exptime argument\r\n",
             RequestErrorKind::KeyTooLong => b"CLIENT_ERROR key too long\r\n",
             RequestErrorKind::ValueTooLarge => b"SERVER_ERROR object too large for cache\r\n",
+            RequestErrorKind::BadBase64Key => b"CLIENT_ERROR error decoding key\r\n",
             RequestErrorKind::BadDataChunk => b"CLIENT_ERROR bad data chunk\r\n",
             RequestErrorKind::LineTooLong => b"CLIENT_ERROR line too long\r\n",
         }
@@ -408,7 +450,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
             let exptime = if touch {
                 let r = tokens.get(1);
                 if parse_i64(&line[r.clone()]).is_none() {
-                    return bad(E::BadNumber);
+                    return bad(E::InvalidExptime);
                 }
                 Some(r)
             } else {
@@ -469,7 +511,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                 && (!cas || parse_u64(&line[tokens.get(5)]).is_some());
             let Some(vlen) = vlen else {
                 // The data block's length is unknown: its bytes will be read as commands (as memcached does).
-                return bad(E::BadNumber);
+                return bad(E::BadFormat);
             };
             let refuse = |kind| {
                 Err(RequestError {
@@ -483,7 +525,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                 return refuse(E::KeyTooLong);
             }
             if !numbers_ok {
-                return refuse(E::BadNumber);
+                return refuse(E::BadFormat);
             }
             if vlen > limits.max_value_len as u64 {
                 return refuse(E::ValueTooLarge);
@@ -525,7 +567,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                         return bad(E::BadFormat);
                     }
                     if parse_i64(&line[tokens.get(2)]).is_none() {
-                        return bad(E::BadNumber);
+                        return bad(E::InvalidExptime);
                     }
                 }
                 _ => {
@@ -533,7 +575,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                         return bad(E::BadFormat);
                     }
                     if parse_u64(&line[tokens.get(2)]).is_none() {
-                        return bad(E::BadNumber);
+                        return bad(E::InvalidDelta);
                     }
                 }
             }
@@ -546,12 +588,13 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                 strip,
             }))
         }
-        b"mg" | b"ms" | b"md" | b"ma" => {
+        b"mg" | b"ms" | b"md" | b"ma" | b"me" => {
             let kind = match word {
                 b"mg" => MetaKind::Get,
                 b"ms" => MetaKind::Set,
                 b"md" => MetaKind::Delete,
-                _ => MetaKind::Arithmetic,
+                b"ma" => MetaKind::Arithmetic,
+                _ => MetaKind::Debug,
             };
             if !(2..=24).contains(&n) {
                 return bad(E::BadFormat);
@@ -559,11 +602,18 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
             let key = tokens.get(1);
             let first_flag = if kind == MetaKind::Set { 3 } else { 2 };
             let mut strip = None;
+            let mut base64 = false;
             for i in first_flag..n {
                 let r = tokens.get(i);
-                if line[r.start] == b'q' && r.len() == 1 {
+                if r.len() == 1 && line[r.start] == b'q' {
                     strip = Some(r.start - 1..r.end);
                 }
+                base64 |= r.len() == 1 && line[r.start] == b'b';
+            }
+            // The `b` flag: the key token is base64, and the server stores the decoded bytes. Routing
+            // hashes the decoded key, so `mg <base64> b` finds what `get <key>` stored.
+            if base64 && decode_base64_key(&line[key.clone()], &mut [0u8; MAX_KEY_LEN]).is_none() {
+                return bad(E::BadBase64Key);
             }
             if kind == MetaKind::Set {
                 if n < 3 {
@@ -590,7 +640,12 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                 return data_block(buf, line_len, vlen as usize).map(|o| {
                     o.map(|total| Parsed {
                         len: total,
-                        command: Command::Meta { kind, key, quiet },
+                        command: Command::Meta {
+                            kind,
+                            key,
+                            quiet,
+                            base64,
+                        },
                         strip,
                     })
                 });
@@ -601,15 +656,17 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
             let quiet = strip.is_some();
             Ok(Some(Parsed {
                 len: line_len,
-                command: Command::Meta { kind, key, quiet },
+                command: Command::Meta {
+                    kind,
+                    key,
+                    quiet,
+                    base64,
+                },
                 strip,
             }))
         }
-        // Commands without arguments.
+        // Commands without arguments; like memcached 1.6, extra tokens are ignored.
         b"mn" | b"version" | b"quit" => {
-            if n != 1 {
-                return bad(E::BadFormat);
-            }
             let command = match word {
                 b"mn" => Command::MetaNoop,
                 b"version" => Command::Version,
@@ -622,13 +679,14 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
             }))
         }
         b"verbosity" => {
-            let strip = noreply_at(n - 1);
-            let args = n - usize::from(strip.is_some());
-            if args != 2 {
+            // memcached 1.6: `verbosity <level> [anything]`, silent when the last token is `noreply`
+            // (`verbosity noreply` included); the level itself is the server's business.
+            if !(2..=3).contains(&n) {
                 return bad(E::BadFormat);
             }
-            if parse_u64(&line[tokens.get(1)]).is_none() {
-                return bad(E::BadNumber);
+            let strip = noreply_at(n - 1);
+            if strip.is_none() && parse_u64(&line[tokens.get(1)]).is_none() {
+                return bad(E::BadFormat);
             }
             Ok(Some(Parsed {
                 len: line_len,
@@ -645,7 +703,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                 return bad(E::BadFormat);
             }
             if args == 2 && parse_i64(&line[tokens.get(1)]).is_none() {
-                return bad(E::BadNumber);
+                return bad(E::InvalidExptime);
             }
             Ok(Some(Parsed {
                 len: line_len,
@@ -655,13 +713,38 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                 strip,
             }))
         }
-        b"stats" => Ok(Some(Parsed {
-            len: line_len,
-            command: Command::Stats { with_args: n > 1 },
-            strip: None,
-        })),
+        b"stats" => {
+            let request = match (n > 1).then(|| &line[tokens.get(1)]) {
+                None => StatsRequest::Proxy,
+                Some(b"reset") if n == 2 => StatsRequest::Reset,
+                Some(b"detail") if n == 3 && &line[tokens.get(2)] != b"dump" => {
+                    StatsRequest::Toggle
+                }
+                Some(
+                    b"settings" | b"items" | b"slabs" | b"sizes" | b"conns" | b"detail"
+                    | b"cachedump" | b"extstore",
+                ) => StatsRequest::PerServer,
+                // `stats noreply`, `stats foo`: memcached answers ERROR.
+                Some(_) => return bad(E::UnknownCommand),
+            };
+            Ok(Some(Parsed {
+                len: line_len,
+                command: Command::Stats(request),
+                strip: None,
+            }))
+        }
         _ => bad(E::UnknownCommand),
     }
+}
+
+/// Decodes a base64 key (standard alphabet, padded, as memcached's `b` flag wants) into `out`; `None`
+/// when it is not base64 or decodes to nothing.
+fn decode_base64_key<'a>(token: &[u8], out: &'a mut [u8; MAX_KEY_LEN]) -> Option<&'a [u8]> {
+    use base64::Engine as _;
+    let len = base64::engine::general_purpose::STANDARD
+        .decode_slice(token, out)
+        .ok()?;
+    (len > 0).then(|| &out[..len])
 }
 
 /// The total length of a request whose line is `line_len` bytes and whose data block is `vlen` bytes, once

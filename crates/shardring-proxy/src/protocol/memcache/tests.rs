@@ -120,9 +120,9 @@ fn refusals_say_how_to_resync() {
     let e = parse(b"set k 0 0 1\r\nab\r\n").unwrap_err();
     assert_eq!((e.kind, e.close), (E::BadDataChunk, true));
     let e = parse(b"incr k -1\r\n").unwrap_err();
-    assert_eq!(e.kind, E::BadNumber);
+    assert_eq!(e.kind, E::InvalidDelta);
     let e = parse(b"incr k 18446744073709551616\r\n").unwrap_err();
-    assert_eq!(e.kind, E::BadNumber);
+    assert_eq!(e.kind, E::InvalidDelta);
     let e = parse(&[b'x'; 70_000]).unwrap_err();
     assert_eq!((e.kind, e.close), (E::LineTooLong, true));
     assert_eq!(parse(b"   \r\n").unwrap_err().kind, E::BadFormat);
