@@ -37,9 +37,12 @@ use crate::protocol::memcache::{
 /// until replies go out, which bounds each client's memory.
 const MAX_PIPELINE: usize = 256;
 
-/// The reply to `version`.
-const VERSION_REPLY: &[u8] = concat!(
-    "VERSION shardring-proxy-",
+/// The reply to `version`: the memcached protocol level the proxy speaks, then its own name and version.
+/// Clients read the first word as `major.minor.micro` and refuse a reply that does not start so
+/// (libmemcached's `memcached_version`, used by `memcping` and `memcstat`, fails on
+/// `VERSION shardring-proxy-…`); some enable features by it (1.6 has the meta commands).
+pub const VERSION_REPLY: &[u8] = concat!(
+    "VERSION 1.6.0 shardring-proxy-",
     env!("CARGO_PKG_VERSION"),
     "\r\n"
 )

@@ -151,7 +151,10 @@ async fn local_commands() {
     let proxy = RunningProxy::start(pool_config(&servers)).await;
     let mut c = proxy.client().await;
     c.send(b"version\r\n").await;
-    assert!(c.read_line().await.starts_with("VERSION shardring-proxy-"));
+    assert!(c
+        .read_line()
+        .await
+        .starts_with("VERSION 1.6.0 shardring-proxy-"));
     c.check(b"verbosity 1\r\n", b"OK\r\n").await;
     c.check(b"set f 0 0 1\r\n1\r\n", b"STORED\r\n").await;
     c.check(b"flush_all\r\n", b"OK\r\n").await;
@@ -182,7 +185,10 @@ async fn local_commands() {
     // memcached 1.6: `verbosity … noreply` is silent, `version` and `quit` ignore extra tokens.
     c.send(b"verbosity noreply\r\nverbosity 1 noreply\r\nversion extra tokens\r\n")
         .await;
-    assert!(c.read_line().await.starts_with("VERSION shardring-proxy-"));
+    assert!(c
+        .read_line()
+        .await
+        .starts_with("VERSION 1.6.0 shardring-proxy-"));
     c.check(
         b"verbosity\r\n",
         b"CLIENT_ERROR bad command line format\r\n",
@@ -463,7 +469,8 @@ async fn client_connections_caps_clients() {
     let proxy = RunningProxy::start(config).await;
     let mut a = proxy.client().await;
     let mut b = proxy.client().await;
-    a.check(b"version\r\n", b"VERSION shardring-proxy-").await;
+    a.check(b"version\r\n", b"VERSION 1.6.0 shardring-proxy-")
+        .await;
     let _ = a.read_line().await;
     b.check(b"mn\r\n", b"MN\r\n").await;
     // The third is not served while two are open...
