@@ -62,6 +62,7 @@ impl Cluster {
                     timeout: config.timeout,
                     connections: config.server_connections,
                     max_value_len: config.limits.max_value_len,
+                    keepalive: config.tcpkeepalive,
                 };
                 let reuse = previous.and_then(|p| {
                     p.backends.iter().find(|b| {

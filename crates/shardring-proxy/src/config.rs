@@ -61,6 +61,10 @@ pub struct PoolConfig {
     pub backlog: u32,
     /// `preconnect`: connect to every server at start. By default, false.
     pub preconnect: bool,
+    /// `tcpkeepalive`: turn on TCP keepalive (`SO_KEEPALIVE`) on server connections and on the pool's
+    /// client connections, as nutcracker does, so a peer that vanished without a FIN is noticed. By
+    /// default, false.
+    pub tcpkeepalive: bool,
     /// `redis`: refused, this proxy speaks memcached only.
     pub redis: bool,
     /// `server_connections`: connections per server. By default, this is 1.
@@ -116,6 +120,7 @@ impl PoolConfig {
             timeout: None,
             backlog: 512,
             preconnect: false,
+            tcpkeepalive: false,
             redis: false,
             server_connections: 1,
             auto_eject_hosts: false,
@@ -181,7 +186,7 @@ impl PoolConfig {
 
 impl PoolConfig {
     /// Maps a pool read by the library's twemproxy reader, taking this proxy's defaults for the settings
-    /// twemproxy has no key for. `redis_auth`, `redis_db` (redis only) and `tcpkeepalive` have no effect.
+    /// twemproxy has no key for. `redis_auth` and `redis_db` (redis only) have no effect.
     pub fn from_twemproxy(p: &twemproxy_config::Pool) -> PoolConfig {
         let listen = match &p.listen {
             twemproxy_config::Listen::Tcp { host, port } if host.contains(':') => {
@@ -202,6 +207,7 @@ impl PoolConfig {
             timeout: p.timeout.map(|ms| Duration::from_millis(u64::from(ms))),
             backlog: p.backlog,
             preconnect: p.preconnect,
+            tcpkeepalive: p.tcpkeepalive,
             redis: p.redis,
             server_connections: p.server_connections,
             auto_eject_hosts: p.auto_eject_hosts,
@@ -333,7 +339,7 @@ mod tests {
     #[test]
     fn yaml_pools_map_onto_the_proxy_config() {
         let c = ProxyConfig::from_yaml(
-            "alpha:\n  listen: 127.0.0.1:22121\n  hash: md5\n  hash_tag: \"{}\"\n  timeout: 400\n  auto_eject_hosts: true\n  servers:\n   - 127.0.0.1:11211:2 cache-a\n   - 127.0.0.1:11212:1\n",
+            "alpha:\n  listen: 127.0.0.1:22121\n  hash: md5\n  hash_tag: \"{}\"\n  timeout: 400\n  auto_eject_hosts: true\n  tcpkeepalive: true\n  servers:\n   - 127.0.0.1:11211:2 cache-a\n   - 127.0.0.1:11212:1\n",
         )
         .unwrap();
         let p = &c.pools[0];
@@ -342,6 +348,7 @@ mod tests {
         assert_eq!(p.hash_tag, Some(*b"{}"));
         assert_eq!(p.timeout, Some(Duration::from_millis(400)));
         assert!(p.auto_eject_hosts);
+        assert!(p.tcpkeepalive);
         assert_eq!(p.servers[0].display_name(), "cache-a");
         assert_eq!(p.server_retry_timeout, Duration::from_secs(30));
     }

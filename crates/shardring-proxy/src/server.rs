@@ -118,6 +118,7 @@ pub async fn run(listener: Listener, pool: Arc<Pool>, shutdown: impl Future<Outp
         0 => DEFAULT_CLIENT_CONNECTIONS,
         n => n,
     };
+    let keepalive = pool.current.load().config.tcpkeepalive;
     let permits = Arc::new(Semaphore::new(cap as usize));
     let accept = async {
         loop {
@@ -127,6 +128,9 @@ pub async fn run(listener: Listener, pool: Arc<Pool>, shutdown: impl Future<Outp
             let accepted = match &listener {
                 Listener::Tcp(l) => l.accept().await.map(|(s, _)| {
                     let _ = s.set_nodelay(true);
+                    if keepalive {
+                        set_keepalive(&s);
+                    }
                     Box::new(s) as Box<dyn Stream>
                 }),
                 Listener::Unix(l) => l
@@ -158,6 +162,14 @@ pub async fn run(listener: Listener, pool: Arc<Pool>, shutdown: impl Future<Outp
     stop.cancel();
     tracker.close();
     tracker.wait().await;
+}
+
+/// Turns on TCP keepalive (`SO_KEEPALIVE`, the kernel's probe timings) on a connection; a failure is
+/// logged, never fatal (the connection works without it).
+pub(crate) fn set_keepalive(stream: &tokio::net::TcpStream) {
+    if let Err(e) = socket2::SockRef::from(stream).set_keepalive(true) {
+        tracing::warn!(error = %e, "could not turn on TCP keepalive");
+    }
 }
 
 /// What a client connection is: bytes both ways.
@@ -597,5 +609,21 @@ impl Handler {
         }
         s.push_str("END\r\n");
         Bytes::from(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn keepalive_is_turned_on() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        assert!(!socket2::SockRef::from(&client).keepalive().unwrap());
+        set_keepalive(&client);
+        assert!(socket2::SockRef::from(&client).keepalive().unwrap());
     }
 }

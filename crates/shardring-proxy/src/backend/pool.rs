@@ -49,6 +49,8 @@ pub struct BackendSettings {
     pub connections: u32,
     /// The largest value accepted in a reply.
     pub max_value_len: usize,
+    /// Turn on TCP keepalive (`tcpkeepalive`).
+    pub keepalive: bool,
 }
 
 /// A server: its connection tasks, tallies and health.
@@ -233,6 +235,9 @@ impl Connection {
         result
             .inspect(|s| {
                 let _ = s.set_nodelay(true);
+                if self.settings.keepalive {
+                    crate::server::set_keepalive(s);
+                }
             })
             .map_err(|e| {
                 self.stats.server_err.inc();
