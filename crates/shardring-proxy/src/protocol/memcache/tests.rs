@@ -40,8 +40,78 @@ const VALID: &[&[u8]] = &[
     b"flush_all 10 noreply\r\n",
     b"stats\r\n",
     b"stats slabs\r\n",
+    b"stats reset\r\n",
+    b"stats detail on\r\n",
+    b"me k\r\n",
+    b"mg aGVsbG8= b v\r\n",
+    b"ms aGVsbG8= 2 b\r\nhi\r\n",
+    b"version extra\r\n",
+    b"verbosity noreply\r\n",
     b"get a\n",
 ];
+
+#[test]
+fn base64_meta_keys_route_by_their_decoded_bytes() {
+    let mut codec = RequestCodec::new(Limits::default());
+    let mut buf =
+        BytesMut::from(&b"mg aGVsbG8= b v\r\nmg aGVsbG8= v\r\nms aGk= 1 b T0\r\nx\r\n"[..]);
+    let keys: Vec<Vec<u8>> = decode_all(&mut codec, &mut buf)
+        .into_iter()
+        .map(|d| match d {
+            Decoded::Request(r) => {
+                let Command::Meta { key, .. } = &r.command else {
+                    panic!("{r:?}")
+                };
+                r.routing_key(key, &mut [0u8; MAX_KEY_LEN]).to_vec()
+            }
+            Decoded::Refused(e) => panic!("{e:?}"),
+        })
+        .collect();
+    assert_eq!(keys, [&b"hello"[..], b"aGVsbG8=", b"hi"]);
+    for bad in [&b"mg !!!! b\r\n"[..], b"md a b\r\n", b"ms *= 1 b\r\nx\r\n"] {
+        let e = parse(bad).unwrap_err();
+        assert_eq!(
+            e.kind,
+            RequestErrorKind::BadBase64Key,
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
+#[test]
+fn stats_requests_are_told_apart_as_memcached_does() {
+    let stats = |line: &[u8]| parse(line).map(|p| p.unwrap().command);
+    assert_eq!(stats(b"stats\r\n"), Ok(Command::Stats(StatsRequest::Proxy)));
+    assert_eq!(
+        stats(b"stats reset\r\n"),
+        Ok(Command::Stats(StatsRequest::Reset))
+    );
+    assert_eq!(
+        stats(b"stats detail off\r\n"),
+        Ok(Command::Stats(StatsRequest::Toggle))
+    );
+    for per_server in [
+        &b"stats items\r\n"[..],
+        b"stats detail dump\r\n",
+        b"stats cachedump 1 2\r\n",
+    ] {
+        assert_eq!(
+            stats(per_server),
+            Ok(Command::Stats(StatsRequest::PerServer))
+        );
+    }
+    for refused in [
+        &b"stats noreply\r\n"[..],
+        b"stats bogus\r\n",
+        b"stats reset now\r\n",
+    ] {
+        assert_eq!(
+            stats(refused).unwrap_err().kind,
+            RequestErrorKind::UnknownCommand
+        );
+    }
+}
 
 #[test]
 fn every_valid_request_parses_whole_and_every_prefix_is_incomplete() {
