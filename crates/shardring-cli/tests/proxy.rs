@@ -115,6 +115,15 @@ fn http_get(addr: &str, path: &str) -> String {
 
 #[test]
 fn the_binary_serves_reports_reloads_and_drains() {
+    serves_reports_reloads_and_drains(&[]);
+}
+
+#[test]
+fn on_one_thread_too() {
+    serves_reports_reloads_and_drains(&["--threads", "1"]);
+}
+
+fn serves_reports_reloads_and_drains(extra_args: &[&str]) {
     let mc_port = free_port();
     let _memcached = Kill(
         StdCommand::new("memcached")
@@ -151,6 +160,7 @@ fn the_binary_serves_reports_reloads_and_drains() {
                 "--metrics-addr",
             ])
             .arg(format!("127.0.0.1:{metrics}"))
+            .args(extra_args)
             .arg("--config")
             .arg(&path)
             .stdout(Stdio::null())

@@ -36,6 +36,11 @@ pub struct Args {
     /// Serve Prometheus text at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
+    /// Worker threads (default: one per CPU). `--threads 1` runs everything on one thread, as
+    /// nutcracker does: the least CPU per request when the proxy shares a small machine with its
+    /// servers and clients; more threads serve more requests when it has cores of its own.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
 }
 
 fn load(path: &Path) -> Result<ProxyConfig, ConfigErrors> {
@@ -73,10 +78,21 @@ pub fn run(args: Args) -> Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let runtime = match args.threads {
+        // One thread: no work stealing and no cross-thread wake-ups between a client's task and its
+        // server connection's task.
+        Some(1) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Some(n) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(usize::from(n))
+            .enable_all()
+            .build(),
+        None => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+    }
+    .context("starting the runtime")?;
     runtime.block_on(serve(args, config))
 }
 
