@@ -231,3 +231,111 @@ fn serves_reports_reloads_and_drains(extra_args: &[&str]) {
     assert!(log.contains("reload refused"), "{log}");
     assert!(log.contains("shutting down"), "{log}");
 }
+
+fn start_memcached(port: u16) -> Kill {
+    let child = StdCommand::new("memcached")
+        .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+        .args(["-u", "root", "-t", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("memcached is installed");
+    wait_for(&format!("127.0.0.1:{port}"));
+    Kill(child)
+}
+
+/// Starts the binary on `config` with `flags`; returns it and its client address.
+fn start_proxy(config: &str, listen: u16, flags: &[&str]) -> (Kill, String) {
+    let path = temp_file("flags.yml", config);
+    let child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+        .args(["proxy", "--stats-port", &free_port().to_string()])
+        .args(flags)
+        .arg("--config")
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{listen}");
+    wait_for(&addr);
+    (Kill(child), addr)
+}
+
+#[test]
+fn max_value_size_sets_the_value_limit() {
+    let mc = free_port();
+    let _memcached = start_memcached(mc);
+    let listen = free_port();
+    let config =
+        format!("alpha:\n  listen: 127.0.0.1:{listen}\n  servers:\n   - 127.0.0.1:{mc}:1\n");
+    let (_proxy, addr) = start_proxy(&config, listen, &["--max-value-size", "1k"]);
+    let mut c = TcpStream::connect(&addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let at_limit = format!("set k 0 0 1024\r\n{}\r\n", "v".repeat(1024));
+    roundtrip(&mut c, at_limit.as_bytes(), b"STORED\r\n");
+    let over = format!("set k 0 0 1025\r\n{}\r\nget nothing\r\n", "v".repeat(1025));
+    roundtrip(
+        &mut c,
+        over.as_bytes(),
+        b"SERVER_ERROR object too large for cache\r\nEND\r\n",
+    );
+    for bad in ["0", "2g", "lots", "1025m"] {
+        shardring()
+            .args(["proxy", "-t", "--max-value-size", bad, "-c"])
+            .arg(temp_file("t.yml", &config))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("--max-value-size"));
+    }
+}
+
+#[test]
+fn multiget_all_or_nothing_fails_a_multi_get_whole() {
+    let mc = free_port();
+    let _memcached = start_memcached(mc);
+    // A second server that is never up: its keys fail.
+    let dead = free_port();
+    // Keys that differ from their first byte: the default hash (twemproxy's fnv1a_64) sends keys that
+    // differ only in their last byte to nearby points, often all to one server.
+    let keys: Vec<String> = (0..200u64)
+        .map(|i| format!("{:x}:item", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+        .collect();
+    let get = format!("get {}\r\n", keys.join(" "));
+    for (flags, whole) in [(&[][..], false), (&["--multiget-all-or-nothing"][..], true)] {
+        let listen = free_port();
+        let config = format!(
+            "alpha:\n  listen: 127.0.0.1:{listen}\n  timeout: 500\n  servers:\n   - 127.0.0.1:{mc}:1\n   - 127.0.0.1:{dead}:1\n"
+        );
+        let (_proxy, addr) = start_proxy(&config, listen, flags);
+        let mut c = TcpStream::connect(&addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        for k in &keys {
+            // Keys on the dead server fail; that is expected here.
+            c.write_all(format!("set {k} 0 0 1\r\nx\r\n").as_bytes())
+                .unwrap();
+            let mut line = Vec::new();
+            let mut byte = [0u8];
+            while !line.ends_with(b"\r\n") {
+                c.read_exact(&mut byte).unwrap();
+                line.push(byte[0]);
+            }
+        }
+        c.write_all(get.as_bytes()).unwrap();
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !(reply.ends_with(b"END\r\n")
+            || reply.starts_with(b"SERVER_ERROR") && reply.ends_with(b"\r\n"))
+        {
+            let n = c.read(&mut buf).unwrap();
+            assert!(n > 0, "closed");
+            reply.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&reply);
+        if whole {
+            assert!(text.starts_with("SERVER_ERROR"), "{text}");
+        } else {
+            let values = text.matches("VALUE ").count();
+            assert!(values > 0 && values < keys.len(), "partial: {text}");
+        }
+    }
+}

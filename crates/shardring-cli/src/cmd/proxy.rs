@@ -41,6 +41,70 @@ pub struct Args {
     /// servers and clients; more threads serve more requests when it has cores of its own.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
+    /// The largest value a client may store, for every pool (memcached's `-I`): bytes, or with a
+    /// `k`/`m` suffix. Larger ones get `SERVER_ERROR object too large for cache`. [default: 1m]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_value_size: Option<usize>,
+    /// A multi-get fails whole (`SERVER_ERROR`) when one of its servers fails, as in twemproxy; by
+    /// default the keys that could be fetched are returned.
+    #[arg(long)]
+    multiget_all_or_nothing: bool,
+    /// How often every server is probed with `version` to eject dead ones and let recovered ones
+    /// rejoin, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    health_check_interval: u64,
+}
+
+/// The largest `--max-value-size`: memcached's own limit for `-I`.
+const MAX_VALUE_SIZE: usize = 1 << 30;
+
+/// `1048576`, `512k`, `2m` → bytes.
+fn parse_size(text: &str) -> Result<usize, String> {
+    let (digits, unit) = match text.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&text[..i], 1 << 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&text[..i], 1 << 20),
+        _ => (text, 1),
+    };
+    let size = digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| format!("not a size: {text:?} (bytes, or a number with k or m)"))?;
+    if size == 0 || size > MAX_VALUE_SIZE {
+        return Err(format!("must be between 1 byte and 1024m, not {text}"));
+    }
+    Ok(size)
+}
+
+/// The proxy-only settings the command line gives every pool (a twemproxy file has no keys for them, and
+/// extra keys would make it unreadable by nutcracker). Applied at start and on every reload.
+#[derive(Debug, Clone, Copy)]
+struct Overrides {
+    max_value_size: Option<usize>,
+    multiget_all_or_nothing: bool,
+    health_check_interval: Duration,
+}
+
+impl Overrides {
+    fn from_args(args: &Args) -> Overrides {
+        Overrides {
+            max_value_size: args.max_value_size,
+            multiget_all_or_nothing: args.multiget_all_or_nothing,
+            health_check_interval: Duration::from_millis(args.health_check_interval),
+        }
+    }
+
+    fn apply(self, mut config: ProxyConfig) -> ProxyConfig {
+        for pool in &mut config.pools {
+            if let Some(size) = self.max_value_size {
+                pool.limits.max_value_len = size;
+            }
+            pool.multiget_all_or_nothing = self.multiget_all_or_nothing;
+            pool.health_check_interval = self.health_check_interval;
+        }
+        config
+    }
 }
 
 fn load(path: &Path) -> Result<ProxyConfig, ConfigErrors> {
@@ -61,7 +125,10 @@ fn config_error(path: &Path, e: &ConfigErrors) -> anyhow::Error {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let config = load(&args.config).map_err(|e| config_error(&args.config, &e))?;
+    let overrides = Overrides::from_args(&args);
+    let config = load(&args.config)
+        .map(|c| overrides.apply(c))
+        .map_err(|e| config_error(&args.config, &e))?;
     if args.test_conf {
         println!(
             "shardring: configuration file '{}' syntax is ok",
@@ -137,8 +204,12 @@ async fn serve(args: Args, config: ProxyConfig) -> Result<()> {
     let p = Arc::clone(&proxy);
     let path = args.config.clone();
     let reload_stop = stop.clone();
+    let overrides = Overrides::from_args(&args);
     tokio::spawn(async move {
-        let reload = p.reload_on_sighup(|| load(&path), reload_stop.cancelled_owned());
+        let reload = p.reload_on_sighup(
+            || load(&path).map(|c| overrides.apply(c)),
+            reload_stop.cancelled_owned(),
+        );
         if let Err(e) = reload.await {
             tracing::error!(error = %e, "cannot handle SIGHUP; reload disabled");
         }
@@ -166,4 +237,29 @@ async fn serve(args: Args, config: ProxyConfig) -> Result<()> {
     }
     stop.cancel();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_like_memcacheds() {
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_size("2M"), Ok(2 << 20));
+        assert_eq!(parse_size("1024m"), Ok(1 << 30));
+        for bad in [
+            "",
+            "0",
+            "k",
+            "1.5m",
+            "-1",
+            "1025m",
+            "99999999999999999999",
+            "1g",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
 }
