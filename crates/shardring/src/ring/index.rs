@@ -7,8 +7,11 @@
 //! It costs 4 bytes per bucket, and there are at most as many buckets as points (the largest power of two
 //! not above the count), so at most 4 bytes per point on top of the 8 of the point itself.
 //!
-//! A ring is built with a radix sort of its points ([`BucketSort`]): a few linear passes, several times
-//! faster than a comparison sort, stable so that ties keep the order the points were generated in.
+//! A ring is built with a counting sort of its points by these same buckets ([`BucketSort`]): the
+//! counts it needs are the index's `starts`, so the sort leaves the index behind at no extra cost. A
+//! few linear passes, several times faster than a comparison sort, and stable, so that ties keep the
+//! order the points were generated in. Without an index (`lookup_index(false)`) the counts are dropped
+//! after the build.
 
 use super::Point;
 
@@ -123,21 +126,23 @@ impl TopBitsIndex {
     }
 }
 
-/// Bits of the first radix digit: 2048 counts (8 KiB) stay in L1 while the points stream past.
-const TOP_BITS: u32 = 11;
-
-/// Sorts one node's points after another by position, ties in the order they were pushed (stable).
+/// Sorts one node's points after another by position, ties in the order they were pushed (stable),
+/// and builds the [`TopBitsIndex`] of the result on the way.
 ///
-/// A most-significant-digit radix sort that needs no second point array: positions are collected as
-/// `u32`s (4 bytes a point) with the counts of their top 11 bits; one scatter writes the points into
-/// the result grouped by those bits; each group (of about `points / 2048`) is then sorted in place by
-/// its next bits through a small scratch buffer, and an insertion pass finishes what is left (points
-/// that share both digits, about one in two). Every step is stable. Keeping the temporary memory small
-/// matters as much as the passes: a build whose temporaries exceed the allocator's trim threshold pays
-/// for fresh pages on every build.
+/// A counting sort by the index's own buckets: positions are collected as `u32`s (4 bytes a point)
+/// while their buckets are counted; the running sums of the counts give each bucket's end, and one
+/// scatter from the last point back to the first moves every point into its bucket, counting each
+/// bucket's end down to its start, so that the counts become exactly the index's `starts`. A last
+/// pass sorts within buckets (about one point each, rarely more than three) by moving each point past
+/// the few of its bucket that are larger. Every step is stable.
+///
+/// The counts take 4 bytes a bucket (at most 4 bytes a point, 512 KiB for 160,000 points, within a
+/// core's L2 cache); without an index they are dropped after the build.
 #[derive(Debug)]
 pub(crate) struct BucketSort {
-    /// How many positions have each value of the top digit.
+    /// How far a position is shifted right to give its bucket (`32 - bits_for(len)`).
+    shift: u32,
+    /// How many positions fall in each bucket, with one more entry (0) for the end of the last.
     counts: Vec<u32>,
     /// The positions in push order.
     positions: Vec<u32>,
@@ -146,10 +151,12 @@ pub(crate) struct BucketSort {
 }
 
 impl BucketSort {
-    /// A sort of up to `len` points.
+    /// A sort of `len` points (the count decides the buckets).
     pub(crate) fn new(len: usize) -> BucketSort {
+        let bits = bits_for(len);
         BucketSort {
-            counts: vec![0u32; 1 << TOP_BITS],
+            shift: 32 - bits,
+            counts: vec![0u32; (1usize << bits) + 1],
             positions: Vec::with_capacity(len),
             runs: Vec::new(),
         }
@@ -163,27 +170,33 @@ impl BucketSort {
     /// Adds a point of the current node.
     #[inline]
     pub(crate) fn push(&mut self, position: u32) {
-        self.counts[(position >> (32 - TOP_BITS)) as usize] += 1;
         self.positions.push(position);
     }
 
-    /// The points sorted by position.
-    pub(crate) fn finish(self) -> Vec<Point> {
+    /// The points sorted by position, and their index (an empty one unless `index`).
+    pub(crate) fn finish(self, index: bool) -> (Vec<Point>, TopBitsIndex) {
         let BucketSort {
+            shift,
             counts,
             positions,
             runs,
         } = self;
-        // Group starts: `starts[d]..starts[d + 1]` holds the points whose top digit is `d`.
-        let mut starts = Vec::with_capacity(counts.len() + 1);
-        let mut sum = 0u32;
-        starts.push(0);
-        for c in &counts {
-            sum += c;
-            starts.push(sum);
+        if positions.is_empty() {
+            return (Vec::new(), TopBitsIndex::default());
         }
-        drop(counts);
-        let mut next = starts.clone();
+        // Each bucket's end, and whether some bucket is crowded.
+        let mut starts = counts;
+        for &p in &positions {
+            starts[(p >> shift) as usize] += 1;
+        }
+        let mut sum = 0u32;
+        let mut most = 0u32;
+        for s in &mut starts {
+            most = most.max(*s);
+            sum += *s;
+            *s = sum;
+        }
+        let crowded = most as usize > SCAN;
         // Room for 1/64 more points: adding a few nodes later does not reallocate (and copy) the array.
         let mut sorted = Vec::with_capacity(positions.len() + positions.len() / 64);
         sorted.resize(
@@ -193,62 +206,82 @@ impl BucketSort {
                 node: 0,
             },
         );
-        for (i, &(node, first)) in runs.iter().enumerate() {
-            let end = runs.get(i + 1).map_or(positions.len(), |r| r.1 as usize);
-            for &position in &positions[first as usize..end] {
-                let slot = &mut next[(position >> (32 - TOP_BITS)) as usize];
+        // From the last point back: each bucket fills from its end, and its end counts down to its
+        // start.
+        let mut end = positions.len();
+        for &(node, first) in runs.iter().rev() {
+            for &position in positions[first as usize..end].iter().rev() {
+                let slot = &mut starts[(position >> shift) as usize];
+                *slot -= 1;
                 sorted[*slot as usize] = Point { position, node };
-                *slot += 1;
             }
+            end = first as usize;
         }
         drop(positions);
-        // Each group by its next bits: enough of them for about one point per value.
-        let mut scratch = Vec::new();
-        let mut sub_counts = Vec::new();
-        for group in starts.windows(2) {
-            let group = &mut sorted[group[0] as usize..group[1] as usize];
-            if group.len() < 16 {
-                continue; // The insertion pass below handles small groups well.
+        if crowded {
+            // Should positions crowd together (they do not for any hash we ship), let the library
+            // sort the crowded buckets.
+            for bucket in starts.windows(2) {
+                sorted[bucket[0] as usize..bucket[1] as usize].sort_by_key(|p| p.position);
             }
-            let bits = (usize::BITS - group.len().leading_zeros() + 1).min(32 - TOP_BITS);
-            let shift = 32 - TOP_BITS - bits;
-            let mask = (1u32 << bits) - 1;
-            sub_counts.clear();
-            sub_counts.resize((1usize << bits) + 1, 0u32);
-            for p in group.iter() {
-                sub_counts[((p.position >> shift) & mask) as usize + 1] += 1;
-            }
-            prefix_sum(&mut sub_counts);
-            scratch.clear();
-            scratch.extend_from_slice(group);
-            for p in &scratch {
-                let slot = &mut sub_counts[((p.position >> shift) & mask) as usize];
-                group[*slot as usize] = *p;
-                *slot += 1;
-            }
+        } else {
+            sort_within_buckets(&mut sorted);
         }
-        // A stable insertion sort: points now only move past the few that share their digits.
-        // Should positions crowd together (they do not for any hash we ship), let the library finish.
-        let mut budget = 8 * sorted.len();
-        for i in 1..sorted.len() {
-            let p = sorted[i];
-            if sorted[i - 1].position <= p.position {
-                continue;
+        let index = if index {
+            TopBitsIndex {
+                shift,
+                starts,
+                crowded,
             }
-            let mut j = i;
-            while j > 0 && sorted[j - 1].position > p.position {
-                sorted[j] = sorted[j - 1];
+        } else {
+            TopBitsIndex::default()
+        };
+        (sorted, index)
+    }
+}
+
+/// A stable insertion sort of `points`, whose points are out of order only within buckets of at most
+/// [`SCAN`] points.
+///
+/// The point that ends the sorted prefix is held in a register (`carry`): each next point either
+/// follows it or takes its place, a choice made without a branch, as which one it is cannot be
+/// predicted (half the buckets of two points are out of order). Only a point that must move past two
+/// or more others takes a branch, a few times in a thousand.
+fn sort_within_buckets(points: &mut [Point]) {
+    let Some(&first) = points.first() else {
+        return;
+    };
+    // Points as `position << 32 | node`, chosen between by masks: written as `if`s, the choices
+    // compile to branches.
+    let pack = |p: Point| (u64::from(p.position) << 32) | u64::from(p.node);
+    let unpack = |k: u64| Point {
+        position: (k >> 32) as u32,
+        node: k as u32,
+    };
+    let mut carry = pack(first);
+    // The position of the last point written, before `carry`.
+    let mut last = 0u32;
+    for i in 1..points.len() {
+        let p = pack(points[i]);
+        let before = 0u64.wrapping_sub(u64::from((p >> 32) < (carry >> 32)));
+        let swap = (p ^ carry) & before;
+        let lo = unpack(carry ^ swap);
+        carry = p ^ swap;
+        points[i - 1] = lo;
+        if lo.position < last {
+            let mut j = i - 1;
+            while j > 0 && points[j - 1].position > lo.position {
+                points[j] = points[j - 1];
                 j -= 1;
             }
-            sorted[j] = p;
-            budget = budget.saturating_sub(i - j);
-            if budget == 0 {
-                sorted.sort_by_key(|p| p.position);
-                break;
-            }
+            points[j] = lo;
+            last = points[i - 1].position;
+        } else {
+            last = lo.position;
         }
-        sorted
     }
+    let n = points.len();
+    points[n - 1] = unpack(carry);
 }
 
 /// Turns per-bucket counts in `starts[1..]` into bucket starts.
@@ -294,13 +327,56 @@ mod tests {
             sort.begin_node(p.node);
             sort.push(p.position);
         }
-        let sorted = sort.finish();
-        let index = TopBitsIndex::build(&sorted);
+        let (sorted, index) = sort.finish(true);
         let mut expected = input.clone();
         expected.sort_by_key(|p| p.position);
         assert_eq!(sorted, expected);
         assert_eq!(index.starts, TopBitsIndex::build(&sorted).starts);
-        assert!(TopBitsIndex::build(&sorted).crowded);
+        assert!(index.crowded);
+    }
+
+    #[test]
+    fn uncrowded_sort_keeps_ties_in_push_order() {
+        // Positions that repeat up to three times (pushed by different "nodes", in shuffled order),
+        // in buckets of a few points: the branch-free pass, not the crowded fallback.
+        let mut state = 11u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            state
+        };
+        let mut input = Vec::new();
+        for _ in 0..3000 {
+            let position = next();
+            for _ in 0..=next() % 3 {
+                input.push(position);
+            }
+        }
+        for i in (1..input.len()).rev() {
+            input.swap(i, next() as usize % (i + 1));
+        }
+        for len in [0, 1, 2, 3, 100, input.len()] {
+            let input = points(&input[..len]);
+            let mut sort = BucketSort::new(input.len());
+            for &p in &input {
+                sort.begin_node(p.node);
+                sort.push(p.position);
+            }
+            let (sorted, index) = sort.finish(true);
+            let mut expected = input.clone();
+            expected.sort_by_key(|p| p.position);
+            assert_eq!(sorted, expected, "{len} points");
+            assert_eq!(index.starts, TopBitsIndex::build(&sorted).starts);
+            assert!(!index.crowded);
+            // Without the index: the same points, no index kept.
+            let mut sort = BucketSort::new(input.len());
+            for &p in &input {
+                sort.begin_node(p.node);
+                sort.push(p.position);
+            }
+            let (unindexed, index) = sort.finish(false);
+            assert_eq!(unindexed, sorted);
+            assert!(!index.is_built());
+        }
     }
 
     #[test]

@@ -411,8 +411,7 @@ impl Ring {
                 |position| sort.push(position),
             );
         }
-        self.points = sort.finish();
-        self.reindex();
+        (self.points, self.index) = sort.finish(self.use_index);
         Ok(())
     }
 
