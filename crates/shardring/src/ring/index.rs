@@ -207,25 +207,33 @@ impl BucketSort {
             },
         );
         // From the last point back: each bucket fills from its end, and its end counts down to its
-        // start.
+        // start. Points hold their run's number (their rank in push order) rather than their node
+        // until they are in order.
         let mut end = positions.len();
-        for &(node, first) in runs.iter().rev() {
+        for (rank, &(_, first)) in runs.iter().enumerate().rev() {
             for &position in positions[first as usize..end].iter().rev() {
                 let slot = &mut starts[(position >> shift) as usize];
                 *slot -= 1;
-                sorted[*slot as usize] = Point { position, node };
+                sorted[*slot as usize] = Point {
+                    position,
+                    node: rank as u32,
+                };
             }
             end = first as usize;
         }
         drop(positions);
+        let nodes: Vec<u32> = runs.iter().map(|r| r.0).collect();
         if crowded {
             // Should positions crowd together (they do not for any hash we ship), let the library
             // sort the crowded buckets.
             for bucket in starts.windows(2) {
                 sorted[bucket[0] as usize..bucket[1] as usize].sort_by_key(|p| p.position);
             }
+            for p in &mut sorted {
+                p.node = nodes[p.node as usize];
+            }
         } else {
-            sort_within_buckets(&mut sorted);
+            sort_within_buckets(&mut sorted, &nodes);
         }
         let index = if index {
             TopBitsIndex {
@@ -241,34 +249,34 @@ impl BucketSort {
 }
 
 /// A stable insertion sort of `points`, whose points are out of order only within buckets of at most
-/// [`SCAN`] points.
+/// [`SCAN`] points, and hold their rank in push order in place of their node: `nodes[rank]` is put
+/// back on the way.
 ///
 /// The point that ends the sorted prefix is held in a register (`carry`): each next point either
 /// follows it or takes its place, a choice made without a branch, as which one it is cannot be
-/// predicted (half the buckets of two points are out of order). Only a point that must move past two
-/// or more others takes a branch, a few times in a thousand.
-fn sort_within_buckets(points: &mut [Point]) {
+/// predicted (half the buckets of two points are out of order). As `position << 32 | rank`, points
+/// compare by position, then push order: the choice is a `min` and a `max`, two instructions on the
+/// loop's critical path. Only a point that must move past two or more others takes a branch, a few
+/// times in a thousand.
+fn sort_within_buckets(points: &mut [Point], nodes: &[u32]) {
     let Some(&first) = points.first() else {
         return;
     };
-    // Points as `position << 32 | node`, chosen between by masks: written as `if`s, the choices
-    // compile to branches.
-    let pack = |p: Point| (u64::from(p.position) << 32) | u64::from(p.node);
-    let unpack = |k: u64| Point {
-        position: (k >> 32) as u32,
-        node: k as u32,
+    let key = |p: Point| (u64::from(p.position) << 32) | u64::from(p.node);
+    let point = |key: u64| Point {
+        position: (key >> 32) as u32,
+        node: nodes[key as u32 as usize],
     };
-    let mut carry = pack(first);
+    let mut carry = key(first);
     // The position of the last point written, before `carry`.
     let mut last = 0u32;
     for i in 1..points.len() {
-        let p = pack(points[i]);
-        let before = 0u64.wrapping_sub(u64::from((p >> 32) < (carry >> 32)));
-        let swap = (p ^ carry) & before;
-        let lo = unpack(carry ^ swap);
-        carry = p ^ swap;
+        let next = key(points[i]);
+        let lo = point(next.min(carry));
+        carry = next.max(carry);
         points[i - 1] = lo;
         if lo.position < last {
+            // Earlier points of the same position were pushed before this one: it goes after them.
             let mut j = i - 1;
             while j > 0 && points[j - 1].position > lo.position {
                 points[j] = points[j - 1];
@@ -281,7 +289,7 @@ fn sort_within_buckets(points: &mut [Point]) {
         }
     }
     let n = points.len();
-    points[n - 1] = unpack(carry);
+    points[n - 1] = point(carry);
 }
 
 /// Turns per-bucket counts in `starts[1..]` into bucket starts.
