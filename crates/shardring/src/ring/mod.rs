@@ -14,6 +14,7 @@
 //! configured wins); uhashring by configuration order reversed (the last added wins). Configuration
 //! order is the builder's order, then each [`add`](Ring::add) comes last.
 
+mod build;
 mod builder;
 mod index;
 mod migration;
@@ -25,10 +26,26 @@ pub use self::migration::Migration;
 pub use self::replicas::Replicas;
 pub use self::scheme::PointScheme;
 
-use self::index::{BucketSort, TopBitsIndex};
+use std::num::NonZeroUsize;
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use self::build::{BucketPlan, Collector, COLLECT_BATCH};
+use self::index::TopBitsIndex;
 use self::scheme::SchemeInput;
 use crate::hash::{HashFunction, KeyHash};
 use crate::{Error, Node};
+
+/// The fewest points a build splits between threads; below this, starting threads costs more than it
+/// saves.
+const PARALLEL_MIN_POINTS: u64 = 1 << 16;
+
+/// [`std::thread::available_parallelism`], asked once (each call reads the scheduler's CPU set and
+/// cgroup limits, about 25 µs); 1 if it cannot be known.
+fn available_parallelism() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
+}
 
 /// One point of the circle: a position and the index of the node that owns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +101,8 @@ pub struct Ring {
     vnodes: u32,
     /// The most points the ring may hold, a guard against memory growing with weight × vnodes.
     max_points: u64,
+    /// How many threads a full build may use (`None`: the available parallelism).
+    build_threads: Option<NonZeroUsize>,
 }
 
 impl Clone for Ring {
@@ -101,6 +120,7 @@ impl Clone for Ring {
             scheme: self.scheme,
             vnodes: self.vnodes,
             max_points: self.max_points,
+            build_threads: self.build_threads,
         }
     }
 }
@@ -114,7 +134,8 @@ impl Default for Ring {
 }
 
 impl Ring {
-    /// A builder with the documented defaults (160 points per node of weight 1, xxh3, index on).
+    /// A builder with the documented defaults (160 points per node of weight 1, xxh3, index on, large
+    /// builds on every available core).
     pub fn builder() -> RingBuilder {
         RingBuilder::new()
     }
@@ -401,18 +422,48 @@ impl Ring {
             self.scheme
                 .tie_order(&self.nodes[a as usize], &self.nodes[b as usize])
         });
-        let mut sort = BucketSort::new(total as usize);
-        for &node in &by_name {
-            sort.begin_node(node);
-            self.scheme.for_each_position(
-                &self.nodes[node as usize],
-                counts[node as usize],
-                input,
-                |position| sort.push(position),
-            );
-        }
-        (self.points, self.index) = sort.finish(self.use_index);
+        let plan = BucketPlan::new(total as usize, self.build_threads_for(total));
+        let shares = plan.shares(by_name.iter().map(|&node| counts[node as usize]));
+        let collect = |ranks: Range<usize>, collector: &mut Collector| {
+            // Positions are handed over a batch at a time: the batch's length stays in a register,
+            // where a collector's would be stored and loaded again for every position.
+            let mut batch = [0u32; COLLECT_BATCH];
+            for rank in ranks {
+                let node = by_name[rank] as usize;
+                collector.begin_node(rank as u32);
+                let mut batched = 0;
+                self.scheme
+                    .for_each_position(&self.nodes[node], counts[node], input, |position| {
+                        batch[batched] = position;
+                        batched += 1;
+                        if batched == COLLECT_BATCH {
+                            collector.extend(&batch);
+                            batched = 0;
+                        }
+                    });
+                collector.extend(&batch[..batched]);
+            }
+        };
+        (self.points, self.index) = plan.build(shares, collect, &by_name, self.use_index);
         Ok(())
+    }
+
+    /// How many threads build `total` points: one below [`PARALLEL_MIN_POINTS`], else the setting
+    /// (by default the available parallelism), with at least half that many points each.
+    fn build_threads_for(&self, total: u64) -> usize {
+        #[cfg(test)]
+        if let Some(threads) = tests::FORCE_BUILD_THREADS.get() {
+            return threads;
+        }
+        if total < PARALLEL_MIN_POINTS {
+            return 1;
+        }
+        let wanted = self
+            .build_threads
+            .map_or_else(available_parallelism, NonZeroUsize::get);
+        wanted
+            .min((total / (PARALLEL_MIN_POINTS / 2)) as usize)
+            .max(1)
     }
 
     fn reindex(&mut self) {

@@ -1,8 +1,24 @@
 //! The ring against a naive oracle, and its contract's edge cases.
 
+use std::cell::Cell;
+
 use proptest::prelude::*;
 
 use super::*;
+use crate::compat::CompatMode;
+
+thread_local! {
+    /// Builds on this thread use this many threads, whatever their size (`None`: as configured).
+    pub(super) static FORCE_BUILD_THREADS: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// `build` run with every build on `threads` threads.
+fn on_threads<T>(threads: usize, build: impl FnOnce() -> T) -> T {
+    FORCE_BUILD_THREADS.set(Some(threads));
+    let built = build();
+    FORCE_BUILD_THREADS.set(None);
+    built
+}
 use crate::analysis::{self, KeySet};
 use crate::hash::KeyHash;
 
@@ -436,4 +452,75 @@ fn adding_nodes_keeps_memory_near_eight_bytes_a_point() {
     }
     let per_point = ring.memory_bytes() as f64 / ring.point_count() as f64;
     assert!(per_point <= 16.0, "{per_point} bytes a point");
+}
+
+/// A ring's points by name, and its index, for comparing rings built apart.
+fn layout(ring: &Ring) -> (Vec<(u32, String)>, Vec<u32>) {
+    let points = ring.points().map(|(p, n)| (p, n.name().to_string()));
+    (points.collect(), ring.index.starts_for_tests())
+}
+
+proptest! {
+    /// A build on several threads gives the ring a build on one gives, point for point, with weights,
+    /// colliding positions (CRC32 and few vnodes) and every compatibility scheme.
+    #[test]
+    fn threaded_builds_equal_serial_builds(names in names_strategy(), vnodes in 1u32..40,
+                                           weights in proptest::collection::vec(1u32..4, 12),
+                                           colliding in any::<bool>(), index in any::<bool>(),
+                                           threads in 2usize..6) {
+        let hash = if colliding { HashFunction::Crc32 } else { HashFunction::Xxh3 };
+        let build = || {
+            let mut builder = Ring::builder().vnodes(vnodes).hash(hash).lookup_index(index);
+            for (name, &w) in names.iter().zip(&weights) {
+                builder = builder.node(name.clone(), f64::from(w) / 2.0);
+            }
+            builder.build().unwrap()
+        };
+        let serial = on_threads(1, build);
+        let threaded = on_threads(threads, build);
+        prop_assert_eq!(layout(&threaded), layout(&serial));
+        prop_assert_eq!(threaded.has_lookup_index(), index);
+
+        let servers: Vec<(String, f64)> = names.iter().zip(&weights)
+            .map(|(n, &w)| (format!("{n}:11211"), f64::from(w))).collect();
+        let servers: Vec<(&str, f64)> = servers.iter().map(|(n, w)| (n.as_str(), *w)).collect();
+        for &mode in CompatMode::ALL {
+            let serial = on_threads(1, || mode.build(&servers, None).unwrap());
+            let threaded = on_threads(threads, || mode.build(&servers, None).unwrap());
+            prop_assert_eq!(layout(&threaded), layout(&serial), "{}", mode.name());
+        }
+    }
+}
+
+#[test]
+fn large_builds_on_threads_equal_serial_builds() {
+    // 500 nodes × 160 points: past the size where builds start threads.
+    let names: Vec<String> = (0..500)
+        .map(|i| format!("10.1.{}.{}:11211", i / 256, i % 256))
+        .collect();
+    for index in [true, false] {
+        let build = |threads: usize| {
+            let mut builder = Ring::builder().build_threads(threads).lookup_index(index);
+            for (i, name) in names.iter().enumerate() {
+                builder = builder.node(name.clone(), 0.5 + (i % 3) as f64 * 0.5);
+            }
+            builder.build().unwrap()
+        };
+        let serial = build(1);
+        assert!(serial.point_count() as u64 >= PARALLEL_MIN_POINTS);
+        for threads in [2, 3, 8] {
+            assert_eq!(
+                layout(&build(threads)),
+                layout(&serial),
+                "{threads} threads"
+            );
+        }
+    }
+    assert!(matches!(
+        Ring::builder().build_threads(0).build(),
+        Err(Error::InvalidSetting {
+            setting: "build_threads",
+            ..
+        })
+    ));
 }
