@@ -79,25 +79,42 @@ impl TopBitsIndex {
         if !self.is_built() || 32 - bits_for(len) != self.shift {
             return false;
         }
-        // A point inserted in bucket `b` moves the start of every later bucket up by one.
-        let mut add = 0u32;
-        let mut from = 0usize;
-        for &position in positions {
-            let bucket = (position >> self.shift) as usize;
-            for s in &mut self.starts[from..=bucket] {
-                *s += add;
-            }
-            from = bucket + 1;
-            add += 1;
-        }
-        for s in &mut self.starts[from..] {
-            *s += add;
-        }
+        self.shift_starts(positions, |start, by| start + by);
         for &position in positions {
             let bucket = (position >> self.shift) as usize;
             self.crowded |= (self.starts[bucket + 1] - self.starts[bucket]) as usize > SCAN;
         }
         true
+    }
+
+    /// Updates the index after points at `positions` (sorted) were removed from a ring that now has
+    /// `len` points; as [`inserted`](TopBitsIndex::inserted). Buckets only lose points, so a crowded
+    /// index stays marked crowded (lookups then search buckets, which is right either way).
+    pub(crate) fn removed(&mut self, positions: &[u32], len: usize) -> bool {
+        if !self.is_built() || len == 0 || 32 - bits_for(len) != self.shift {
+            return false;
+        }
+        self.shift_starts(positions, |start, by| start - by);
+        true
+    }
+
+    /// Moves every bucket start by `moved(start, n)`, `n` the number of `positions` (sorted) in
+    /// earlier buckets: a point inserted in (or removed from) bucket `b` moves the start of every
+    /// later bucket by one.
+    fn shift_starts(&mut self, positions: &[u32], moved: impl Fn(u32, u32) -> u32) {
+        let mut by = 0u32;
+        let mut from = 0usize;
+        for &position in positions {
+            let bucket = (position >> self.shift) as usize;
+            for s in &mut self.starts[from..=bucket] {
+                *s = moved(*s, by);
+            }
+            from = bucket + 1;
+            by += 1;
+        }
+        for s in &mut self.starts[from..] {
+            *s = moved(*s, by);
+        }
     }
 
     /// The index of the first point at or after `hash`, or `points.len()` if there is none.

@@ -281,17 +281,23 @@ impl Ring {
         }
         let removed = index as u32;
         let last = (self.nodes.len() - 1) as u32;
-        self.points.retain(|p| p.node != removed);
-        // The last node takes the removed one's slot: renumber its points.
-        if removed != last {
-            for p in &mut self.points {
-                if p.node == last {
-                    p.node = removed;
-                }
+        // One pass drops the node's points (keeping their positions, in order, for the index) and
+        // renumbers the last node's, as the last node takes the removed one's slot.
+        let mut gone = Vec::new();
+        self.points.retain_mut(|p| {
+            if p.node == removed {
+                gone.push(p.position);
+                return false;
             }
-        }
+            if p.node == last {
+                p.node = removed;
+            }
+            true
+        });
         let node = self.nodes.swap_remove(index);
-        self.reindex();
+        if !self.index.removed(&gone, self.points.len()) {
+            self.reindex();
+        }
         Ok(node)
     }
 

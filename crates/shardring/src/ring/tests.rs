@@ -367,6 +367,24 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Removing a node (and updating the index in place) gives exactly the ring a full build of the
+    /// others gives.
+    #[test]
+    fn removing_a_node_equals_a_full_build(names in names_strategy(), vnodes in 1u32..40,
+                                           pick in any::<prop::sample::Index>(),
+                                           index in any::<bool>(), colliding in any::<bool>()) {
+        let hash = if colliding { HashFunction::Crc32 } else { HashFunction::Xxh3 };
+        let build = |names: &[String]| Ring::builder().vnodes(vnodes).hash(hash).lookup_index(index)
+            .nodes(names.iter().cloned()).build().unwrap();
+        let gone = pick.get(&names).clone();
+        let mut shrunk = build(&names);
+        shrunk.remove(&gone).unwrap();
+        let rest: Vec<String> = names.iter().filter(|n| **n != gone).cloned().collect();
+        prop_assert_eq!(layout(&shrunk), layout(&build(&rest)));
+    }
+}
+
 #[test]
 fn adding_to_a_large_ring_equals_a_full_build() {
     let names: Vec<String> = (0..300)
@@ -393,6 +411,15 @@ fn adding_to_a_large_ring_equals_a_full_build() {
             grown.index.starts_for_tests(),
             full.index.starts_for_tests()
         );
+        // And back: removing the node updates the index in place.
+        let mut shrunk = full.clone();
+        shrunk.remove(&names[0]).unwrap();
+        let rest = Ring::builder()
+            .lookup_index(index)
+            .nodes(names[1..].iter().cloned())
+            .build()
+            .unwrap();
+        assert_eq!(layout(&shrunk), layout(&rest));
     }
 }
 
