@@ -15,22 +15,30 @@
 //!
 //! # Threads
 //! A build on `n` threads ([`RingBuilder::build_threads`](super::RingBuilder::build_threads)) cuts the
-//! buckets into `n` equal ranges, and has two steps, each split `n` ways:
-//! 1. hashing: each thread collects the positions of a share of the nodes (consecutive in tie order,
-//!    with about as many points as the other shares), keeping apart the positions of each range;
-//! 2. sorting: each thread counts, scatters and sorts one range, reading that range's positions from
-//!    every share in tie order, into its own part of the point array and of the index.
+//! buckets into `n` equal ranges, and has two steps:
+//! 1. hashing: the nodes are cut into `4n` shares, consecutive in tie order and with about as many
+//!    points each; a thread collects the positions of a share, keeping apart those of each range;
+//! 2. sorting: a thread counts, scatters and sorts one range, reading that range's positions from
+//!    every share in tie order, into the range's own part of the point array and of the index.
 //!
 //! Only the time depends on `n`: the points and the index are the same, bit for bit, whatever the number
-//! of threads. The threads are started once per build (`std::thread::scope`) and go from the first step
-//! to the second through channels: each sends the positions it collected, and once all are in it
-//! receives its part of the output. Nothing here is `unsafe`: the parts are disjoint slices.
+//! of threads. The threads are started once per build (`std::thread::scope`), the calling thread among
+//! them, and each takes the next share, then the next range, until none is left, so that a thread that
+//! starts late finds less to do, down to nothing. A thread interrupted while it holds a share or a range
+//! still makes the others wait for it: when every core is busy with other work, a build on one thread
+//! can be the faster. Collected shares travel through a channel; the ranges wait in a locked list.
+//! Nothing here is `unsafe`: the ranges' parts are disjoint slices.
 
 use std::ops::Range;
-use std::sync::{mpsc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex, OnceLock};
 
 use super::index::{bits_for, TopBitsIndex, SCAN};
 use super::Point;
+
+/// How many shares of the nodes each thread hashes, on average, in a build on several threads:
+/// more, smaller shares even out threads that start late or are interrupted.
+const SHARES_PER_THREAD: usize = 4;
 
 /// The most positions given to [`Collector::extend`] at once.
 pub(crate) const COLLECT_BATCH: usize = 64;
@@ -96,18 +104,23 @@ impl BucketPlan {
         ((range as u64) << self.bits).div_ceil(self.ranges as u64) as usize
     }
 
-    /// The nodes cut into one share per thread, consecutive and with about as many points each;
-    /// `counts` are the nodes' point counts in tie order.
+    /// The nodes cut into shares, consecutive and with about as many points each (one on one
+    /// thread, [`SHARES_PER_THREAD`] a thread on several); `counts` are the nodes' point counts in
+    /// tie order.
     pub(crate) fn shares(self, counts: impl ExactSizeIterator<Item = u64>) -> Vec<Share> {
+        let wanted = if self.ranges == 1 {
+            1
+        } else {
+            self.ranges * SHARES_PER_THREAD
+        };
         let nodes = counts.len();
         let total = self.len as u64;
-        let threads = self.ranges as u64;
-        let mut shares = Vec::with_capacity(self.ranges);
+        let mut shares = Vec::with_capacity(wanted);
         let (mut from, mut before, mut upto) = (0usize, 0u64, 0u64);
         for (rank, count) in counts.enumerate() {
             upto += count;
-            while shares.len() + 1 < self.ranges
-                && upto * threads >= total * (shares.len() as u64 + 1)
+            while shares.len() + 1 < wanted
+                && upto * wanted as u64 >= total * (shares.len() as u64 + 1)
             {
                 shares.push(Share {
                     ranks: from..rank + 1,
@@ -121,7 +134,7 @@ impl BucketPlan {
             points: (upto - before) as usize,
         });
         shares.resize(
-            self.ranges,
+            wanted,
             Share {
                 ranks: nodes..nodes,
                 points: 0,
@@ -143,7 +156,6 @@ impl BucketPlan {
     where
         F: Fn(Range<usize>, &mut Collector) + Sync,
     {
-        debug_assert_eq!(shares.len(), self.ranges);
         let collect = |share: Share| {
             let mut collector = self.collector(share.points);
             collect(share.ranks, &mut collector);
@@ -180,8 +192,9 @@ impl BucketPlan {
         (sorted, index)
     }
 
-    /// Collects the shares and sorts the ranges, each share and range on a thread of its own, this
-    /// one taking the first; returns whether a bucket is crowded.
+    /// Collects the shares and sorts the ranges on `ranges` threads, this one among them. Shares
+    /// and ranges go to whichever thread is free: a thread that starts late (the machine is busy)
+    /// finds less to do, down to nothing. Returns whether a bucket is crowded.
     fn on_threads(
         self,
         shares: Vec<Share>,
@@ -190,41 +203,80 @@ impl BucketPlan {
         all_points: &mut [Point],
         all_starts: &mut [u32],
     ) -> bool {
+        // The index of the next share to collect. Relaxed: the counter only hands out indices; the
+        // collectors travel through a channel, which orders their writes before their reads.
+        let next = AtomicUsize::new(0);
+        let claim = || {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            shares.get(i).map(|share| (i, share.clone()))
+        };
         // The collectors, read by every thread in the second step.
         let collected: OnceLock<Vec<Collector>> = OnceLock::new();
+        // The ranges' parts, taken by whichever thread is free; never locked while waiting.
+        let parts: Mutex<Vec<Part<'_>>> = Mutex::new(Vec::new());
+        let sort_parts = || {
+            let mut crowded = false;
+            loop {
+                let part = parts.lock().expect("a build thread panicked").pop();
+                let Some(part) = part else {
+                    return crowded;
+                };
+                let collected = collected.get().expect("collected before any part is out");
+                crowded |= self.sort_range(collected, part, nodes);
+            }
+        };
         std::thread::scope(|s| {
-            let mut shares = shares.into_iter();
-            let here = shares.next().expect("two shares at least");
-            let collected = &collected;
-            let helpers: Vec<_> = shares
-                .map(|share| {
-                    let (send_positions, positions) = mpsc::sync_channel(1);
-                    let (send_part, part) = mpsc::sync_channel::<Part<'_>>(1);
+            let (send_collector, collectors) = mpsc::channel();
+            let helpers: Vec<_> = (1..self.ranges)
+                .map(|_| {
+                    let send_collector = send_collector.clone();
+                    // Says that the parts are out (or, if it is dropped, that there will be none).
+                    let (go, wait) = mpsc::sync_channel::<()>(1);
+                    let (claim, sort_parts) = (&claim, &sort_parts);
                     let thread = s.spawn(move || {
-                        // Ends early, giving nothing, if the calling thread stopped (it panicked).
-                        send_positions.send(collect(share)).ok()?;
-                        let part = part.recv().ok()?;
-                        Some(self.sort_range(collected.get()?, part, nodes))
+                        while let Some((i, share)) = claim() {
+                            if send_collector.send((i, collect(share))).is_err() {
+                                return false;
+                            }
+                        }
+                        // Gone before waiting for parts: should another thread panic, this one's
+                        // collectors cannot be awaited for ever.
+                        drop(send_collector);
+                        match wait.recv() {
+                            Ok(()) => sort_parts(),
+                            Err(_) => false,
+                        }
                     });
-                    (positions, send_part, thread)
+                    (go, thread)
                 })
                 .collect();
-            let mut collectors = vec![collect(here)];
-            for (positions, _, _) in &helpers {
-                collectors.push(positions.recv().expect("a build thread panicked"));
+            drop(send_collector);
+            let mut all: Vec<Option<Collector>> = (0..shares.len()).map(|_| None).collect();
+            let mut missing = shares.len();
+            while let Some((i, share)) = claim() {
+                all[i] = Some(collect(share));
+                missing -= 1;
             }
-            let collected = collected.get_or_init(|| collectors);
-            let mut parts = self.parts(collected, all_points, all_starts).into_iter();
-            let here = parts.next().expect("two parts at least");
-            for ((_, send_part, _), part) in helpers.iter().zip(parts) {
-                send_part.send(part).expect("a build thread panicked");
+            for _ in 0..missing {
+                let (i, collector) = collectors.recv().expect("a build thread panicked");
+                all[i] = Some(collector);
             }
-            let mut crowded = self.sort_range(collected, here, nodes);
-            for (_, _, thread) in helpers {
-                crowded |= thread
-                    .join()
-                    .expect("a build thread panicked")
-                    .expect("a build thread stopped");
+            let collected = collected.get_or_init(|| {
+                all.into_iter()
+                    .map(|c| c.expect("every share collected"))
+                    .collect()
+            });
+            let mut out = self.parts(collected, all_points, all_starts);
+            // Taken from the back: the first range last.
+            out.reverse();
+            *parts.lock().expect("no build thread panicked") = out;
+            for (go, _) in &helpers {
+                // A thread that stopped early (it cannot have: its collectors are all in) needs no go.
+                let _ = go.send(());
+            }
+            let mut crowded = sort_parts();
+            for (_, thread) in helpers {
+                crowded |= thread.join().expect("a build thread panicked");
             }
             crowded
         })
@@ -583,7 +635,12 @@ mod tests {
         for threads in 1..=12 {
             let plan = BucketPlan::new(total as usize, threads);
             let shares = plan.shares(counts.iter().copied());
-            assert_eq!(shares.len(), threads);
+            let wanted = if threads == 1 {
+                1
+            } else {
+                threads * SHARES_PER_THREAD
+            };
+            assert_eq!(shares.len(), wanted);
             let mut next = 0;
             for share in &shares {
                 assert_eq!(share.ranks.start, next);
@@ -594,9 +651,9 @@ mod tests {
             assert_eq!(next, counts.len());
         }
         // Even shares of even nodes.
-        let plan = BucketPlan::new(1000 * 160, 4);
+        let plan = BucketPlan::new(1000 * 160, 2);
         let shares = plan.shares(std::iter::repeat(160).take(1000));
-        assert!(shares.iter().all(|s| s.ranks.len() == 250), "{shares:?}");
+        assert!(shares.iter().all(|s| s.ranks.len() == 125), "{shares:?}");
     }
 
     #[test]
