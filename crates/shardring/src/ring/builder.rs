@@ -177,20 +177,34 @@ impl RingBuilder {
             }
         };
         let mut nodes: Vec<Node> = Vec::with_capacity(self.nodes.len());
-        let mut seen = std::collections::HashSet::with_capacity(self.nodes.len());
+        let mut invalid = None;
         for (rank, (name, weight, identity)) in self.nodes.into_iter().enumerate() {
-            let mut node = match identity {
-                Some(identity) => Node::with_identity(name, identity, weight)?,
-                None => Node::weighted(name, weight)?,
+            let node = match identity {
+                Some(identity) => Node::with_identity(name, identity, weight),
+                None => Node::weighted(name, weight),
             };
-            // Configuration order: the compatibility schemes break ties by it.
-            node.set_rank(u32::try_from(rank).unwrap_or(u32::MAX));
-            if !seen.insert(node.name().to_string()) {
-                return Err(Error::DuplicateNode {
-                    node: node.name().to_string(),
-                });
+            match node {
+                Ok(mut node) => {
+                    // Configuration order: the compatibility schemes break ties by it.
+                    node.set_rank(u32::try_from(rank).unwrap_or(u32::MAX));
+                    nodes.push(node);
+                }
+                Err(e) => {
+                    invalid = Some(e);
+                    break;
+                }
             }
-            nodes.push(node);
+        }
+        // The first member whose name came before, if it comes before the first invalid member
+        // (the names are checked in place, without copies).
+        let mut seen = std::collections::HashSet::with_capacity(nodes.len());
+        if let Some(node) = nodes.iter().find(|n| !seen.insert(n.name())) {
+            return Err(Error::DuplicateNode {
+                node: node.name().to_string(),
+            });
+        }
+        if let Some(e) = invalid {
+            return Err(e);
         }
         let mut ring = Ring {
             nodes,

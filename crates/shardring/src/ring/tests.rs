@@ -181,6 +181,22 @@ fn bad_input_is_an_error_and_leaves_the_ring_unchanged() {
         Ring::builder().vnodes(0).build(),
         Err(Error::InvalidSetting { .. })
     ));
+    // Of several bad members, the first is reported.
+    assert!(matches!(
+        Ring::builder().nodes(["x", "y", "x"]).node("z", 0.0).build(),
+        Err(Error::DuplicateNode { node }) if node == "x"
+    ));
+    assert!(matches!(
+        Ring::builder()
+            .node("z", 0.0)
+            .nodes(["x", "y", "x"])
+            .build(),
+        Err(Error::InvalidWeight { .. })
+    ));
+    assert!(matches!(
+        Ring::builder().nodes(["x", "y", "y", "x"]).build(),
+        Err(Error::DuplicateNode { node }) if node == "y"
+    ));
 }
 
 #[test]
