@@ -144,6 +144,11 @@ impl TopBitsIndex {
         self.starts.clone()
     }
 
+    /// How many points the index covers (0 when it is not built).
+    pub(crate) fn points_covered(&self) -> usize {
+        self.starts.last().map_or(0, |&s| s as usize)
+    }
+
     /// Whether the index is crowded, for tests.
     #[cfg(test)]
     pub(crate) fn is_crowded_for_tests(&self) -> bool {

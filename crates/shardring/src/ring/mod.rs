@@ -330,12 +330,26 @@ impl Ring {
             .count();
         self.check_limit(others as u64, count)?;
 
-        self.points.retain(|p| p.node != index as u32);
+        // The node's old points go, and the index follows (or is dropped until the end): the merge
+        // below looks points up through it.
+        let mut gone = Vec::new();
+        self.points.retain(|p| {
+            let keep = p.node != index as u32;
+            if !keep {
+                gone.push(p.position);
+            }
+            keep
+        });
+        if !self.index.removed(&gone, self.points.len()) {
+            self.index = TopBitsIndex::default();
+        }
         let mut positions = Vec::with_capacity(count as usize);
         self.scheme.positions(&node, count, input, &mut positions);
         self.nodes[index] = node;
-        self.merge_points(index as u32, positions);
-        self.reindex();
+        let positions = self.merge_points(index as u32, positions);
+        if !self.index.inserted(&positions, self.points.len()) {
+            self.reindex();
+        }
         Ok(())
     }
 
@@ -370,15 +384,19 @@ impl Ring {
     /// Inserts one node's new positions into the sorted point array, in place: each old point moves
     /// once, by one `copy_within` per gap between new points. Returns the positions, sorted.
     fn merge_points(&mut self, node: u32, mut positions: Vec<u32>) -> Vec<u32> {
+        debug_assert!(
+            !self.index.is_built() || self.index.points_covered() == self.points.len(),
+            "the index must be the points' own"
+        );
         positions.sort_unstable();
         // Where each new point goes among the old ones: after every old point that orders before it
-        // (smaller position, or the same position and an owner first in the tie order).
-        // Non-decreasing, as positions are.
+        // (smaller position, or the same position and an owner first in the tie order), found
+        // through the index when there is one. Non-decreasing, as positions are.
         let at: Vec<usize> = positions
             .iter()
             .map(|&position| {
                 let new = Point { position, node };
-                let mut i = self.points.partition_point(|p| p.position < position);
+                let mut i = self.index.search(&self.points, position);
                 while i < self.points.len()
                     && Ring::point_order(self.scheme, &self.nodes, &self.points[i], &new).is_lt()
                 {

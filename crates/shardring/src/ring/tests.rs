@@ -401,6 +401,30 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Re-weighting a node in place (the index updated or rebuilt) gives exactly the ring a full
+    /// build with the new weight gives.
+    #[test]
+    fn reweighting_a_node_equals_a_full_build(names in names_strategy(), vnodes in 1u32..40,
+                                              pick in any::<prop::sample::Index>(), weight in 1u32..8,
+                                              index in any::<bool>(), colliding in any::<bool>()) {
+        let hash = if colliding { HashFunction::Crc32 } else { HashFunction::Xxh3 };
+        let build = |weight_of: &dyn Fn(&str) -> f64| {
+            let mut builder = Ring::builder().vnodes(vnodes).hash(hash).lookup_index(index);
+            for name in &names {
+                builder = builder.node(name.clone(), weight_of(name));
+            }
+            builder.build().unwrap()
+        };
+        let changed = pick.get(&names).clone();
+        let weight = f64::from(weight) / 4.0;
+        let mut reweighted = build(&|_| 1.0);
+        reweighted.set_weight(&changed, weight).unwrap();
+        let full = build(&|name| if name == changed { weight } else { 1.0 });
+        prop_assert_eq!(layout(&reweighted), layout(&full));
+    }
+}
+
 #[test]
 fn adding_to_a_large_ring_equals_a_full_build() {
     let names: Vec<String> = (0..300)
@@ -436,6 +460,15 @@ fn adding_to_a_large_ring_equals_a_full_build() {
             .build()
             .unwrap();
         assert_eq!(layout(&shrunk), layout(&rest));
+        // And re-weighting one in place.
+        shrunk.set_weight(&names[1], 1.5).unwrap();
+        let mut builder = Ring::builder()
+            .lookup_index(index)
+            .node(names[1].clone(), 1.5);
+        for name in &names[2..] {
+            builder = builder.node(name.clone(), 1.0);
+        }
+        assert_eq!(layout(&shrunk), layout(&builder.build().unwrap()));
     }
 }
 
