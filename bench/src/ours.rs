@@ -7,12 +7,22 @@ use shardring::{HashFunction, Node, Placement, Ring};
 
 use crate::{Subject, VNODES};
 
-/// Our ring over `names` with `hash`, with or without the top-bits index.
+/// Our ring over `names` with `hash`, with or without the top-bits index, built with the default
+/// threads (the available parallelism, for rings of 65,536 points or more).
 pub fn ring(names: &[&str], hash: HashFunction, index: bool) -> Ring {
-    Ring::builder()
+    ring_on(names, hash, index, None)
+}
+
+/// [`ring`], built on `threads` threads (`None`: the default).
+pub fn ring_on(names: &[&str], hash: HashFunction, index: bool, threads: Option<usize>) -> Ring {
+    let mut builder = Ring::builder()
         .vnodes(VNODES)
         .hash(hash)
-        .lookup_index(index)
+        .lookup_index(index);
+    if let Some(threads) = threads {
+        builder = builder.build_threads(threads);
+    }
+    builder
         .nodes(names.iter().copied())
         .build()
         .expect("valid ring")

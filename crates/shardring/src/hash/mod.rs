@@ -35,6 +35,7 @@ pub use self::md5::{md5_digest, md5_u32};
 pub use self::murmur::murmur3_32;
 pub use self::twemproxy::TwemproxyHash;
 pub use self::xxh::xxh3_64;
+pub(crate) use self::xxh::Xxh3Numbered;
 
 use crate::Error;
 

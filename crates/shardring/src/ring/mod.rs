@@ -14,6 +14,7 @@
 //! configured wins); uhashring by configuration order reversed (the last added wins). Configuration
 //! order is the builder's order, then each [`add`](Ring::add) comes last.
 
+mod build;
 mod builder;
 mod index;
 mod migration;
@@ -25,10 +26,26 @@ pub use self::migration::Migration;
 pub use self::replicas::Replicas;
 pub use self::scheme::PointScheme;
 
-use self::index::{BucketSort, TopBitsIndex};
+use std::num::NonZeroUsize;
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use self::build::{BucketPlan, Collector, COLLECT_BATCH};
+use self::index::TopBitsIndex;
 use self::scheme::SchemeInput;
 use crate::hash::{HashFunction, KeyHash};
 use crate::{Error, Node};
+
+/// The fewest points a build splits between threads; below this, starting threads costs more than it
+/// saves.
+const PARALLEL_MIN_POINTS: u64 = 1 << 16;
+
+/// [`std::thread::available_parallelism`], asked once (each call reads the scheduler's CPU set and
+/// cgroup limits, about 25 µs); 1 if it cannot be known.
+fn available_parallelism() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
+}
 
 /// One point of the circle: a position and the index of the node that owns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +101,8 @@ pub struct Ring {
     vnodes: u32,
     /// The most points the ring may hold, a guard against memory growing with weight × vnodes.
     max_points: u64,
+    /// How many threads a full build may use (`None`: the available parallelism).
+    build_threads: Option<NonZeroUsize>,
 }
 
 impl Clone for Ring {
@@ -101,6 +120,7 @@ impl Clone for Ring {
             scheme: self.scheme,
             vnodes: self.vnodes,
             max_points: self.max_points,
+            build_threads: self.build_threads,
         }
     }
 }
@@ -114,7 +134,8 @@ impl Default for Ring {
 }
 
 impl Ring {
-    /// A builder with the documented defaults (160 points per node of weight 1, xxh3, index on).
+    /// A builder with the documented defaults (160 points per node of weight 1, xxh3, index on, large
+    /// builds on every available core).
     pub fn builder() -> RingBuilder {
         RingBuilder::new()
     }
@@ -260,17 +281,23 @@ impl Ring {
         }
         let removed = index as u32;
         let last = (self.nodes.len() - 1) as u32;
-        self.points.retain(|p| p.node != removed);
-        // The last node takes the removed one's slot: renumber its points.
-        if removed != last {
-            for p in &mut self.points {
-                if p.node == last {
-                    p.node = removed;
-                }
+        // One pass drops the node's points (keeping their positions, in order, for the index) and
+        // renumbers the last node's, as the last node takes the removed one's slot.
+        let mut gone = Vec::new();
+        self.points.retain_mut(|p| {
+            if p.node == removed {
+                gone.push(p.position);
+                return false;
             }
-        }
+            if p.node == last {
+                p.node = removed;
+            }
+            true
+        });
         let node = self.nodes.swap_remove(index);
-        self.reindex();
+        if !self.index.removed(&gone, self.points.len()) {
+            self.reindex();
+        }
         Ok(node)
     }
 
@@ -303,12 +330,26 @@ impl Ring {
             .count();
         self.check_limit(others as u64, count)?;
 
-        self.points.retain(|p| p.node != index as u32);
+        // The node's old points go, and the index follows (or is dropped until the end): the merge
+        // below looks points up through it.
+        let mut gone = Vec::new();
+        self.points.retain(|p| {
+            let keep = p.node != index as u32;
+            if !keep {
+                gone.push(p.position);
+            }
+            keep
+        });
+        if !self.index.removed(&gone, self.points.len()) {
+            self.index = TopBitsIndex::default();
+        }
         let mut positions = Vec::with_capacity(count as usize);
         self.scheme.positions(&node, count, input, &mut positions);
         self.nodes[index] = node;
-        self.merge_points(index as u32, positions);
-        self.reindex();
+        let positions = self.merge_points(index as u32, positions);
+        if !self.index.inserted(&positions, self.points.len()) {
+            self.reindex();
+        }
         Ok(())
     }
 
@@ -343,15 +384,19 @@ impl Ring {
     /// Inserts one node's new positions into the sorted point array, in place: each old point moves
     /// once, by one `copy_within` per gap between new points. Returns the positions, sorted.
     fn merge_points(&mut self, node: u32, mut positions: Vec<u32>) -> Vec<u32> {
+        debug_assert!(
+            !self.index.is_built() || self.index.points_covered() == self.points.len(),
+            "the index must be the points' own"
+        );
         positions.sort_unstable();
         // Where each new point goes among the old ones: after every old point that orders before it
-        // (smaller position, or the same position and an owner first in the tie order).
-        // Non-decreasing, as positions are.
+        // (smaller position, or the same position and an owner first in the tie order), found
+        // through the index when there is one. Non-decreasing, as positions are.
         let at: Vec<usize> = positions
             .iter()
             .map(|&position| {
                 let new = Point { position, node };
-                let mut i = self.points.partition_point(|p| p.position < position);
+                let mut i = self.index.search(&self.points, position);
                 while i < self.points.len()
                     && Ring::point_order(self.scheme, &self.nodes, &self.points[i], &new).is_lt()
                 {
@@ -401,19 +446,48 @@ impl Ring {
             self.scheme
                 .tie_order(&self.nodes[a as usize], &self.nodes[b as usize])
         });
-        let mut sort = BucketSort::new(total as usize);
-        for &node in &by_name {
-            sort.begin_node(node);
-            self.scheme.for_each_position(
-                &self.nodes[node as usize],
-                counts[node as usize],
-                input,
-                |position| sort.push(position),
-            );
-        }
-        self.points = sort.finish();
-        self.reindex();
+        let plan = BucketPlan::new(total as usize, self.build_threads_for(total));
+        let shares = plan.shares(by_name.iter().map(|&node| counts[node as usize]));
+        let collect = |ranks: Range<usize>, collector: &mut Collector| {
+            // Positions are handed over a batch at a time: the batch's length stays in a register,
+            // where a collector's would be stored and loaded again for every position.
+            let mut batch = [0u32; COLLECT_BATCH];
+            for rank in ranks {
+                let node = by_name[rank] as usize;
+                collector.begin_node(rank as u32);
+                let mut batched = 0;
+                self.scheme
+                    .for_each_position(&self.nodes[node], counts[node], input, |position| {
+                        batch[batched] = position;
+                        batched += 1;
+                        if batched == COLLECT_BATCH {
+                            collector.extend(&batch);
+                            batched = 0;
+                        }
+                    });
+                collector.extend(&batch[..batched]);
+            }
+        };
+        (self.points, self.index) = plan.build(shares, collect, &by_name, self.use_index);
         Ok(())
+    }
+
+    /// How many threads build `total` points: one below [`PARALLEL_MIN_POINTS`], else the setting
+    /// (by default the available parallelism), with at least half that many points each.
+    fn build_threads_for(&self, total: u64) -> usize {
+        #[cfg(test)]
+        if let Some(threads) = tests::FORCE_BUILD_THREADS.get() {
+            return threads;
+        }
+        if total < PARALLEL_MIN_POINTS {
+            return 1;
+        }
+        let wanted = self
+            .build_threads
+            .map_or_else(available_parallelism, NonZeroUsize::get);
+        wanted
+            .min((total / (PARALLEL_MIN_POINTS / 2)) as usize)
+            .max(1)
     }
 
     fn reindex(&mut self) {

@@ -2,8 +2,9 @@
 //! position.
 
 use std::cmp::Ordering;
+use std::ops::Range;
 
-use crate::hash::{md5_digest, HashFunction, KeyHash};
+use crate::hash::{md5_digest, HashFunction, KeyHash, Xxh3Numbered};
 use crate::Node;
 
 /// The rule that turns a node into its positions on the 32-bit circle.
@@ -235,14 +236,9 @@ impl PointScheme {
     ) {
         match self {
             PointScheme::Plain => match input.hash {
-                // The default hash gets its own copy of the loop, without a dispatch per point.
-                HashFunction::Xxh3 => plain(
-                    node.name(),
-                    count,
-                    |key| crate::hash::xxh3_64(key) as u32,
-                    f,
-                ),
-                other => plain(node.name(), count, |key| other.hash32(key), f),
+                // The default hash hashes whole runs of point names at once.
+                HashFunction::Xxh3 => plain_xxh3(node.name(), count, f),
+                other => plain(node.name(), 0..count, |key| other.hash32(key), f),
             },
             // The compatibility schemes build rings of a few thousand points: no fast path.
             _ => {
@@ -281,15 +277,42 @@ impl PointScheme {
 /// Point names formatted per batch before any of them is hashed.
 const BATCH: usize = 64;
 
-/// The plain scheme's positions: `hash("{name}-{i}")` for `i` in `0..count`.
+/// The plain scheme's positions under XXH3 ([`plain`] with `xxh3_64`): each run of point numbers
+/// with the same number of digits is hashed by [`Xxh3Numbered`] when it can (names of 17 to 128 bytes),
+/// the rest by [`plain`].
+#[inline(always)]
+fn plain_xxh3(name: &str, count: u64, mut f: impl FnMut(u32)) {
+    let mut prefix = Vec::with_capacity(name.len() + 1);
+    prefix.extend_from_slice(name.as_bytes());
+    prefix.push(b'-');
+    let numbered = Xxh3Numbered::new(&prefix);
+    let mut start = 0u64;
+    let mut digits = 1u32;
+    while start < count {
+        let end = 10u64.checked_pow(digits).map_or(count, |e| e.min(count));
+        if !numbered.run(digits, start..end, |h| f(h as u32)) {
+            plain(
+                name,
+                start..end,
+                |key| crate::hash::xxh3_64(key) as u32,
+                &mut f,
+            );
+        }
+        start = end;
+        digits += 1;
+    }
+}
+
+/// The plain scheme's positions: `hash("{name}-{i}")` for `i` in `numbers`.
 ///
 /// The names of a batch of points are written first and hashed after: hashing a name right after
 /// writing its last digits makes the hash's 8-byte loads wait for those byte stores (a failed
 /// store-to-load forward), which used to cost more than the hash itself.
 #[inline(always)]
-fn plain(name: &str, count: u64, hash: impl Fn(&[u8]) -> u32, mut f: impl FnMut(u32)) {
+fn plain(name: &str, numbers: Range<u64>, hash: impl Fn(&[u8]) -> u32, mut f: impl FnMut(u32)) {
     let prefix = name.len() + 1;
     let stride = prefix + 20;
+    let count = numbers.end.saturating_sub(numbers.start);
     let slots = (count as usize).clamp(1, BATCH);
     let mut buf = vec![0u8; slots * stride];
     for slot in buf.chunks_exact_mut(stride) {
@@ -297,9 +320,9 @@ fn plain(name: &str, count: u64, hash: impl Fn(&[u8]) -> u32, mut f: impl FnMut(
         slot[name.len()] = b'-';
     }
     let mut lens = [0usize; BATCH];
-    let mut i = 0u64;
-    while i < count {
-        let n = ((count - i) as usize).min(slots);
+    let mut i = numbers.start;
+    while i < numbers.end {
+        let n = ((numbers.end - i) as usize).min(slots);
         for (k, len) in lens[..n].iter_mut().enumerate() {
             let slot = &mut buf[k * stride..(k + 1) * stride];
             *len = prefix + write_decimal(&mut slot[prefix..], i + k as u64);
@@ -442,20 +465,36 @@ mod tests {
 
     #[test]
     fn batches_give_every_point_in_order() {
-        let node = Node::new("10.0.0.1:11211").unwrap();
-        let input = SchemeInput {
-            vnodes: 1,
-            hash: HashFunction::Crc32,
-            node_count: 1,
-            total_weight: 1.0,
-        };
-        for count in [0u64, 1, 63, 64, 65, 200] {
-            let mut got = Vec::new();
-            PointScheme::Plain.positions(&node, count, input, &mut got);
-            let want: Vec<u32> = (0..count)
-                .map(|i| crate::hash::crc32(format!("10.0.0.1:11211-{i}").as_bytes()))
-                .collect();
-            assert_eq!(got, want);
+        // Names whose point names are shorter than 17 bytes, cross 17 bytes (or 128) as the
+        // numbers grow a digit, or are longer than 128 bytes: every path of `plain_xxh3`.
+        let long = "x".repeat(124);
+        let longer = "y".repeat(200);
+        let names = [
+            "a",
+            "cache-7",
+            "10.0.0.1:11211",
+            "10.0.0.1:112",
+            &long,
+            &longer,
+        ];
+        for hash in [HashFunction::Crc32, HashFunction::Xxh3] {
+            let input = SchemeInput {
+                vnodes: 1,
+                hash,
+                node_count: 1,
+                total_weight: 1.0,
+            };
+            for name in names {
+                let node = Node::new(name).unwrap();
+                for count in [0u64, 1, 9, 10, 11, 63, 64, 65, 99, 100, 101, 200, 1001] {
+                    let mut got = Vec::new();
+                    PointScheme::Plain.positions(&node, count, input, &mut got);
+                    let want: Vec<u32> = (0..count)
+                        .map(|i| hash.hash32(format!("{name}-{i}").as_bytes()))
+                        .collect();
+                    assert_eq!(got, want, "{hash:?} {name} {count}");
+                }
+            }
         }
     }
 }

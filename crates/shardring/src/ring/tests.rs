@@ -1,8 +1,24 @@
 //! The ring against a naive oracle, and its contract's edge cases.
 
+use std::cell::Cell;
+
 use proptest::prelude::*;
 
 use super::*;
+use crate::compat::CompatMode;
+
+thread_local! {
+    /// Builds on this thread use this many threads, whatever their size (`None`: as configured).
+    pub(super) static FORCE_BUILD_THREADS: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// `build` run with every build on `threads` threads.
+fn on_threads<T>(threads: usize, build: impl FnOnce() -> T) -> T {
+    FORCE_BUILD_THREADS.set(Some(threads));
+    let built = build();
+    FORCE_BUILD_THREADS.set(None);
+    built
+}
 use crate::analysis::{self, KeySet};
 use crate::hash::KeyHash;
 
@@ -164,6 +180,22 @@ fn bad_input_is_an_error_and_leaves_the_ring_unchanged() {
     assert!(matches!(
         Ring::builder().vnodes(0).build(),
         Err(Error::InvalidSetting { .. })
+    ));
+    // Of several bad members, the first is reported.
+    assert!(matches!(
+        Ring::builder().nodes(["x", "y", "x"]).node("z", 0.0).build(),
+        Err(Error::DuplicateNode { node }) if node == "x"
+    ));
+    assert!(matches!(
+        Ring::builder()
+            .node("z", 0.0)
+            .nodes(["x", "y", "x"])
+            .build(),
+        Err(Error::InvalidWeight { .. })
+    ));
+    assert!(matches!(
+        Ring::builder().nodes(["x", "y", "y", "x"]).build(),
+        Err(Error::DuplicateNode { node }) if node == "y"
     ));
 }
 
@@ -351,6 +383,48 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Removing a node (and updating the index in place) gives exactly the ring a full build of the
+    /// others gives.
+    #[test]
+    fn removing_a_node_equals_a_full_build(names in names_strategy(), vnodes in 1u32..40,
+                                           pick in any::<prop::sample::Index>(),
+                                           index in any::<bool>(), colliding in any::<bool>()) {
+        let hash = if colliding { HashFunction::Crc32 } else { HashFunction::Xxh3 };
+        let build = |names: &[String]| Ring::builder().vnodes(vnodes).hash(hash).lookup_index(index)
+            .nodes(names.iter().cloned()).build().unwrap();
+        let gone = pick.get(&names).clone();
+        let mut shrunk = build(&names);
+        shrunk.remove(&gone).unwrap();
+        let rest: Vec<String> = names.iter().filter(|n| **n != gone).cloned().collect();
+        prop_assert_eq!(layout(&shrunk), layout(&build(&rest)));
+    }
+}
+
+proptest! {
+    /// Re-weighting a node in place (the index updated or rebuilt) gives exactly the ring a full
+    /// build with the new weight gives.
+    #[test]
+    fn reweighting_a_node_equals_a_full_build(names in names_strategy(), vnodes in 1u32..40,
+                                              pick in any::<prop::sample::Index>(), weight in 1u32..8,
+                                              index in any::<bool>(), colliding in any::<bool>()) {
+        let hash = if colliding { HashFunction::Crc32 } else { HashFunction::Xxh3 };
+        let build = |weight_of: &dyn Fn(&str) -> f64| {
+            let mut builder = Ring::builder().vnodes(vnodes).hash(hash).lookup_index(index);
+            for name in &names {
+                builder = builder.node(name.clone(), weight_of(name));
+            }
+            builder.build().unwrap()
+        };
+        let changed = pick.get(&names).clone();
+        let weight = f64::from(weight) / 4.0;
+        let mut reweighted = build(&|_| 1.0);
+        reweighted.set_weight(&changed, weight).unwrap();
+        let full = build(&|name| if name == changed { weight } else { 1.0 });
+        prop_assert_eq!(layout(&reweighted), layout(&full));
+    }
+}
+
 #[test]
 fn adding_to_a_large_ring_equals_a_full_build() {
     let names: Vec<String> = (0..300)
@@ -377,6 +451,24 @@ fn adding_to_a_large_ring_equals_a_full_build() {
             grown.index.starts_for_tests(),
             full.index.starts_for_tests()
         );
+        // And back: removing the node updates the index in place.
+        let mut shrunk = full.clone();
+        shrunk.remove(&names[0]).unwrap();
+        let rest = Ring::builder()
+            .lookup_index(index)
+            .nodes(names[1..].iter().cloned())
+            .build()
+            .unwrap();
+        assert_eq!(layout(&shrunk), layout(&rest));
+        // And re-weighting one in place.
+        shrunk.set_weight(&names[1], 1.5).unwrap();
+        let mut builder = Ring::builder()
+            .lookup_index(index)
+            .node(names[1].clone(), 1.5);
+        for name in &names[2..] {
+            builder = builder.node(name.clone(), 1.0);
+        }
+        assert_eq!(layout(&shrunk), layout(&builder.build().unwrap()));
     }
 }
 
@@ -436,4 +528,75 @@ fn adding_nodes_keeps_memory_near_eight_bytes_a_point() {
     }
     let per_point = ring.memory_bytes() as f64 / ring.point_count() as f64;
     assert!(per_point <= 16.0, "{per_point} bytes a point");
+}
+
+/// A ring's points by name, and its index, for comparing rings built apart.
+fn layout(ring: &Ring) -> (Vec<(u32, String)>, Vec<u32>) {
+    let points = ring.points().map(|(p, n)| (p, n.name().to_string()));
+    (points.collect(), ring.index.starts_for_tests())
+}
+
+proptest! {
+    /// A build on several threads gives the ring a build on one gives, point for point, with weights,
+    /// colliding positions (CRC32 and few vnodes) and every compatibility scheme.
+    #[test]
+    fn threaded_builds_equal_serial_builds(names in names_strategy(), vnodes in 1u32..40,
+                                           weights in proptest::collection::vec(1u32..4, 12),
+                                           colliding in any::<bool>(), index in any::<bool>(),
+                                           threads in 2usize..6) {
+        let hash = if colliding { HashFunction::Crc32 } else { HashFunction::Xxh3 };
+        let build = || {
+            let mut builder = Ring::builder().vnodes(vnodes).hash(hash).lookup_index(index);
+            for (name, &w) in names.iter().zip(&weights) {
+                builder = builder.node(name.clone(), f64::from(w) / 2.0);
+            }
+            builder.build().unwrap()
+        };
+        let serial = on_threads(1, build);
+        let threaded = on_threads(threads, build);
+        prop_assert_eq!(layout(&threaded), layout(&serial));
+        prop_assert_eq!(threaded.has_lookup_index(), index);
+
+        let servers: Vec<(String, f64)> = names.iter().zip(&weights)
+            .map(|(n, &w)| (format!("{n}:11211"), f64::from(w))).collect();
+        let servers: Vec<(&str, f64)> = servers.iter().map(|(n, w)| (n.as_str(), *w)).collect();
+        for &mode in CompatMode::ALL {
+            let serial = on_threads(1, || mode.build(&servers, None).unwrap());
+            let threaded = on_threads(threads, || mode.build(&servers, None).unwrap());
+            prop_assert_eq!(layout(&threaded), layout(&serial), "{}", mode.name());
+        }
+    }
+}
+
+#[test]
+fn large_builds_on_threads_equal_serial_builds() {
+    // 500 nodes × 160 points: past the size where builds start threads.
+    let names: Vec<String> = (0..500)
+        .map(|i| format!("10.1.{}.{}:11211", i / 256, i % 256))
+        .collect();
+    for index in [true, false] {
+        let build = |threads: usize| {
+            let mut builder = Ring::builder().build_threads(threads).lookup_index(index);
+            for (i, name) in names.iter().enumerate() {
+                builder = builder.node(name.clone(), 0.5 + (i % 3) as f64 * 0.5);
+            }
+            builder.build().unwrap()
+        };
+        let serial = build(1);
+        assert!(serial.point_count() as u64 >= PARALLEL_MIN_POINTS);
+        for threads in [2, 3, 8] {
+            assert_eq!(
+                layout(&build(threads)),
+                layout(&serial),
+                "{threads} threads"
+            );
+        }
+    }
+    assert!(matches!(
+        Ring::builder().build_threads(0).build(),
+        Err(Error::InvalidSetting {
+            setting: "build_threads",
+            ..
+        })
+    ));
 }
