@@ -52,7 +52,7 @@
 //! [rebalancer](rebalance) and [bounded loads](bounded) build on it. The library writes no synchronisation
 //! of its own beyond `arc-swap`, a `Mutex` for writers, and relaxed atomic counters, each use commented
 //! where it is. Building a large [`Ring`] starts threads of its own for the build's duration
-//! (`std::thread::scope`, handing work over through channels; see
+//! only when asked to (`std::thread::scope`, handing work over through channels; see
 //! [`RingBuilder::build_threads`]).
 
 pub mod algo;

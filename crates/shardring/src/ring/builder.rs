@@ -117,8 +117,19 @@ impl RingBuilder {
     /// whose points depend on every node; otherwise [`Ring::add`], [`Ring::remove`] and
     /// [`Ring::set_weight`] change the ring in place, on the calling thread.
     ///
-    /// By default, this is [`std::thread::available_parallelism`]. 1 builds on the calling thread
-    /// only. Must be at least 1.
+    /// By default, this is 1: the calling thread alone, because a library call that starts threads
+    /// surprises callers that budget their own (async runtimes, thread pools). Pass
+    /// [`std::thread::available_parallelism`] to use every core. Must be at least 1.
+    ///
+    /// ```
+    /// use shardring::Ring;
+    ///
+    /// let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    /// let names: Vec<String> = (0..1000).map(|i| format!("cache-{i}")).collect();
+    /// let ring = Ring::builder().build_threads(cores).nodes(names).build()?;
+    /// assert_eq!(ring.point_count(), 160_000);
+    /// # Ok::<(), shardring::Error>(())
+    /// ```
     pub fn build_threads(mut self, threads: usize) -> RingBuilder {
         self.build_threads = Some(threads);
         self

@@ -28,7 +28,6 @@ pub use self::scheme::PointScheme;
 
 use std::num::NonZeroUsize;
 use std::ops::Range;
-use std::sync::OnceLock;
 
 use self::build::{BucketPlan, Collector, COLLECT_BATCH};
 use self::index::TopBitsIndex;
@@ -39,13 +38,6 @@ use crate::{Error, Node};
 /// The fewest points a build splits between threads; below this, starting threads costs more than it
 /// saves.
 const PARALLEL_MIN_POINTS: u64 = 1 << 16;
-
-/// [`std::thread::available_parallelism`], asked once (each call reads the scheduler's CPU set and
-/// cgroup limits, about 25 µs); 1 if it cannot be known.
-fn available_parallelism() -> usize {
-    static THREADS: OnceLock<usize> = OnceLock::new();
-    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
-}
 
 /// One point of the circle: a position and the index of the node that owns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -473,7 +465,7 @@ impl Ring {
     }
 
     /// How many threads build `total` points: one below [`PARALLEL_MIN_POINTS`], else the setting
-    /// (by default the available parallelism), with at least half that many points each.
+    /// (by default one), with at least half that many points each.
     fn build_threads_for(&self, total: u64) -> usize {
         #[cfg(test)]
         if let Some(threads) = tests::FORCE_BUILD_THREADS.get() {
@@ -482,9 +474,7 @@ impl Ring {
         if total < PARALLEL_MIN_POINTS {
             return 1;
         }
-        let wanted = self
-            .build_threads
-            .map_or_else(available_parallelism, NonZeroUsize::get);
+        let wanted = self.build_threads.map_or(1, NonZeroUsize::get);
         wanted
             .min((total / (PARALLEL_MIN_POINTS / 2)) as usize)
             .max(1)
