@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::health::probe;
+use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
 use crate::config::PoolConfig;
 use crate::error::ProxyError;
@@ -54,7 +55,9 @@ impl Cluster {
             .iter()
             .map(|s| {
                 let settings = BackendSettings {
-                    addr: if s.host.contains(':') {
+                    addr: if is_unix_path(&s.host) {
+                        s.host.clone()
+                    } else if s.host.contains(':') {
                         format!("[{}]:{}", s.host, s.port)
                     } else {
                         format!("{}:{}", s.host, s.port)

@@ -165,12 +165,6 @@ impl PoolConfig {
             if s.weight == 0 {
                 errors.push(n, format!("server {s}: weight must be at least 1"));
             }
-            if s.host.starts_with('/') {
-                errors.push(
-                    n,
-                    format!("server {s}: unix-socket servers are not supported yet; use host:port"),
-                );
-            }
             if !seen.insert(s.display_name()) {
                 errors.push(n, format!("server {s}: duplicate server name or address"));
             }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{memcacheds, pool_config, Client, RunningProxy};
+use common::{memcacheds, pool_config, Client, Memcached, RunningProxy};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storage_retrieval_and_arithmetic() {
@@ -534,5 +534,60 @@ async fn gets_gat_and_gats_split_across_servers_too() {
         .filter(|s| s.requests.get() > 0)
         .count();
     assert_eq!(used, 3);
+    proxy.stop().await;
+}
+
+/// twemproxy's `servers:` take unix-socket paths (`/path:weight [name]`); so does the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_socket_servers_serve_like_tcp_ones() {
+    let servers = vec![
+        Memcached::start_unix(),
+        Memcached::start(),
+        Memcached::start_unix(),
+    ];
+    let proxy = RunningProxy::start(pool_config(&servers)).await;
+    let mut c = proxy.client().await;
+    let keys: Vec<String> = (0..60).map(|i| format!("{i}:unix-key")).collect();
+    for k in &keys {
+        c.check(format!("set {k} 0 0 2\r\nok\r\n").as_bytes(), b"STORED\r\n")
+            .await;
+    }
+    let mut expect = String::new();
+    for k in &keys {
+        expect.push_str(&format!("VALUE {k} 0 2\r\nok\r\nEND\r\n"));
+    }
+    let mut gets = String::new();
+    for k in &keys {
+        gets.push_str(&format!("get {k}\r\n"));
+    }
+    c.check(gets.as_bytes(), expect.as_bytes()).await;
+    c.send(format!("get {}\r\n", keys.join(" ")).as_bytes())
+        .await;
+    let mut values = 0;
+    loop {
+        let line = c.read_line().await;
+        if line == "END\r\n" {
+            break;
+        }
+        assert!(line.starts_with("VALUE "), "{line:?}");
+        assert_eq!(c.read_line().await, "ok\r\n");
+        values += 1;
+    }
+    assert_eq!(values, keys.len());
+    // The health check's probe reaches unix-socket servers too (a dead path is not alive).
+    let second = std::time::Duration::from_secs(1);
+    assert!(shardring_proxy::backend::health::probe(&servers[0].addr, second).await);
+    assert!(!shardring_proxy::backend::health::probe("/nonexistent/shardring.sock", second).await);
+    // Every server, unix or TCP, took keys.
+    let views = proxy.proxy.views();
+    assert!(
+        views[0].servers.iter().all(|s| s.requests.get() > 0),
+        "{:?}",
+        views[0]
+            .servers
+            .iter()
+            .map(|s| s.requests.get())
+            .collect::<Vec<_>>()
+    );
     proxy.stop().await;
 }

@@ -92,7 +92,10 @@ fn start_nutcracker(config: &str) -> Option<Nutcracker> {
 }
 
 async fn drop_in(extra: &str) {
-    let servers = memcacheds(4);
+    drop_in_over(memcacheds(4), extra).await;
+}
+
+async fn drop_in_over(servers: Vec<Memcached>, extra: &str) {
     let nc_listen = format!("127.0.0.1:{}", free_port());
     let Some(nc) = start_nutcracker(&yaml(&nc_listen, &servers, extra)) else {
         return;
@@ -156,4 +159,17 @@ async fn drop_in_with_md5_and_a_hash_tag() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drop_in_with_murmur_modula() {
     drop_in("  hash: murmur\n  distribution: modula\n").await;
+}
+
+/// Unix-socket servers, named and not (nutcracker hashes an unnamed one as its path and one byte more),
+/// beside TCP ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_in_with_unix_socket_servers() {
+    let servers = vec![
+        Memcached::start_unix(),
+        Memcached::start_unix(),
+        Memcached::start(),
+        Memcached::start_unix(),
+    ];
+    drop_in_over(servers, "").await;
 }

@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::stream::ServerStream;
 use tokio::sync::Notify;
 
 use crate::metrics::{unix_time, PoolStats, ServerStats};
@@ -132,21 +133,28 @@ impl ServerHealth {
 /// Sends `version` on a fresh connection and waits for `VERSION …`, all within `timeout`.
 pub async fn probe(addr: &str, timeout: Duration) -> bool {
     let attempt = async {
-        let mut s = TcpStream::connect(addr).await?;
-        s.write_all(b"version\r\n").await?;
-        let mut buf = [0u8; 128];
-        let mut len = 0;
-        while len < buf.len() {
-            let n = s.read(&mut buf[len..]).await?;
-            if n == 0 {
-                break;
-            }
-            len += n;
-            if buf[..len].ends_with(b"\r\n") {
-                break;
-            }
+        match ServerStream::connect(addr).await? {
+            ServerStream::Tcp(mut s) => ask_version(&mut s).await,
+            ServerStream::Unix(mut s) => ask_version(&mut s).await,
         }
-        Ok::<bool, std::io::Error>(buf[..len].starts_with(b"VERSION "))
     };
     matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(true)))
+}
+
+/// Whether the server answers `version` with `VERSION …`.
+async fn ask_version(s: &mut (impl AsyncRead + AsyncWrite + Unpin)) -> std::io::Result<bool> {
+    s.write_all(b"version\r\n").await?;
+    let mut buf = [0u8; 128];
+    let mut len = 0;
+    while len < buf.len() {
+        let n = s.read(&mut buf[len..]).await?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+        if buf[..len].ends_with(b"\r\n") {
+            break;
+        }
+    }
+    Ok(buf[..len].starts_with(b"VERSION "))
 }

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::health::ServerHealth;
+use super::stream::ServerStream;
 use crate::error::BackendError;
 use crate::metrics::ServerStats;
 use crate::protocol::memcache::{parse_response_from, ResponseKind};
@@ -41,7 +41,7 @@ struct Job {
 /// How a server's connections behave; from the pool's config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendSettings {
-    /// `host:port`.
+    /// `host:port`, or a unix socket's path.
     pub addr: String,
     /// Connect and reply timeout; `None` waits forever (twemproxy's default).
     pub timeout: Option<Duration>,
@@ -216,9 +216,9 @@ impl Connection {
         }
     }
 
-    async fn connect(&self) -> Result<TcpStream, BackendError> {
+    async fn connect(&self) -> Result<ServerStream, BackendError> {
         let addr = &self.settings.addr;
-        let attempt = TcpStream::connect(addr.as_str());
+        let attempt = ServerStream::connect(addr.as_str());
         let result = match self.settings.timeout {
             Some(t) => match tokio::time::timeout(t, attempt).await {
                 Ok(r) => r,
@@ -234,8 +234,7 @@ impl Connection {
         };
         result
             .inspect(|s| {
-                let _ = s.set_nodelay(true);
-                if self.settings.keepalive {
+                if let (ServerStream::Tcp(s), true) = (s, self.settings.keepalive) {
                     crate::server::set_keepalive(s);
                 }
             })
@@ -264,9 +263,28 @@ impl Connection {
         });
     }
 
-    async fn serve(&mut self, mut stream: TcpStream, rx: &mut mpsc::UnboundedReceiver<Job>) -> End {
+    async fn serve(&mut self, stream: ServerStream, rx: &mut mpsc::UnboundedReceiver<Job>) -> End {
+        match stream {
+            ServerStream::Tcp(mut s) => {
+                let (rd, wr) = s.split();
+                self.serve_halves(rd, wr, rx).await
+            }
+            ServerStream::Unix(mut s) => {
+                let (rd, wr) = s.split();
+                self.serve_halves(rd, wr, rx).await
+            }
+        }
+    }
+
+    /// Writes queued requests and frames replies until the connection fails or every queue is dropped
+    /// and every reply is in.
+    async fn serve_halves(
+        &mut self,
+        mut rd: impl AsyncRead + Unpin,
+        mut wr: impl AsyncWrite + Unpin,
+        rx: &mut mpsc::UnboundedReceiver<Job>,
+    ) -> End {
         let addr = self.settings.addr.clone();
-        let (mut rd, mut wr) = stream.split();
         let mut queues_open = true;
         loop {
             if !queues_open && self.in_flight.is_empty() {

@@ -90,6 +90,38 @@ impl Memcached {
         })
     }
 
+    /// A memcached listening on a unix socket only (`addr` is the socket's path).
+    pub fn start_unix() -> Memcached {
+        let path = std::env::temp_dir().join(format!(
+            "shardring-mc-{}-{}.sock",
+            std::process::id(),
+            free_port()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let mut child = Command::new("memcached")
+            .arg("-s")
+            .arg(&path)
+            .args(["-m", "64", "-t", "1", "-u", "root"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("memcached is installed (apt-get install memcached)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(&path).is_err() {
+            assert!(
+                child.try_wait().ok().flatten().is_none() && Instant::now() < deadline,
+                "memcached did not start on {}",
+                path.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Memcached {
+            addr: path.display().to_string(),
+            port: 0,
+            child: Some(child),
+        }
+    }
+
     /// Kills the server (the port is kept for a restart).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -106,6 +138,9 @@ impl Memcached {
 impl Drop for Memcached {
     fn drop(&mut self) {
         self.kill();
+        if self.addr.starts_with('/') {
+            let _ = std::fs::remove_file(&self.addr);
+        }
     }
 }
 
