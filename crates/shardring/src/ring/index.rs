@@ -14,6 +14,9 @@ use super::Point;
 /// The most points in any bucket for lookups to scan buckets linearly.
 pub(crate) const SCAN: usize = 16;
 
+/// Points [`TopBitsIndex::search_counting`] compares at once (32 bytes).
+const WINDOW: usize = 4;
+
 /// The largest index built: 2^22 buckets (16 MiB).
 const MAX_BITS: u32 = 22;
 
@@ -138,6 +141,36 @@ impl TopBitsIndex {
         i
     }
 
+    /// As [`search`](TopBitsIndex::search), counting a bucket's points below `hash` [`WINDOW`] at a time
+    /// without a branch on their positions. `search` stops at the first point not below `hash`, a
+    /// branch the CPU mispredicts on about every other lookup; when the key hash takes long (CRC-32,
+    /// FNV, MD5), the misprediction also throws away the next lookup's hashing, already under way, and
+    /// counting is faster: at 1000 nodes with CRC-32 keys, 9.5 ns a lookup against 14.5 (independent
+    /// lookups; a dependent chain pays about 5% more, the count's few cycles of latency). With xxh3
+    /// there is little to throw away and the branch wins (4.2 ns against 6.0).
+    #[inline]
+    pub(crate) fn search_counting(&self, points: &[Point], hash: u32) -> usize {
+        if self.starts.is_empty() || self.crowded {
+            return self.search(points, hash);
+        }
+        // Every point of an earlier bucket is below `hash` and none of a later one is, so the answer is
+        // the bucket's start plus how many points from there on are below `hash`.
+        let mut i = self.starts[(hash >> self.shift) as usize] as usize;
+        loop {
+            let below = match points.get(i..i + WINDOW) {
+                Some(window) => window
+                    .iter()
+                    .map(|p| usize::from(p.position < hash))
+                    .sum::<usize>(),
+                None => points[i..].iter().filter(|p| p.position < hash).count(),
+            };
+            i += below;
+            if below < WINDOW {
+                return i;
+            }
+        }
+    }
+
     /// The bucket starts, for tests that compare indexes.
     #[cfg(test)]
     pub(crate) fn starts_for_tests(&self) -> Vec<u32> {
@@ -183,6 +216,43 @@ mod tests {
                 node: i as u32,
             })
             .collect()
+    }
+
+    #[test]
+    fn counting_search_finds_what_the_scan_finds() {
+        let mut state = 11u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            state
+        };
+        for len in [1usize, 2, 3, 4, 5, 7, 64, 1000, 4099] {
+            let mut positions: Vec<u32> = (0..len).map(|_| next()).collect();
+            // Runs of equal and adjacent positions, and both ends of the circle.
+            positions.extend([0, 0, 5, 5, 5, 5, 5, 6, u32::MAX - 1, u32::MAX, u32::MAX]);
+            positions.sort_unstable();
+            let points = points(&positions);
+            let index = TopBitsIndex::build(&points);
+            let mut probes: Vec<u32> = (0..2000).map(|_| next()).collect();
+            probes.extend(
+                positions
+                    .iter()
+                    .flat_map(|&p| [p, p.wrapping_add(1), p.wrapping_sub(1)]),
+            );
+            probes.extend([0, 1, u32::MAX]);
+            for hash in probes {
+                let want = points.partition_point(|p| p.position < hash);
+                assert_eq!(
+                    index.search(&points, hash),
+                    want,
+                    "scan, len {len}, hash {hash}"
+                );
+                assert_eq!(
+                    index.search_counting(&points, hash),
+                    want,
+                    "count, len {len}, hash {hash}"
+                );
+            }
+        }
     }
 
     #[test]

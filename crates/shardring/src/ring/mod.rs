@@ -93,7 +93,7 @@ pub struct Ring {
     vnodes: u32,
     /// The most points the ring may hold, a guard against memory growing with weight × vnodes.
     max_points: u64,
-    /// How many threads a full build may use (`None`: the available parallelism).
+    /// How many threads a full build may use (`None`: one, the calling thread).
     build_threads: Option<NonZeroUsize>,
 }
 
@@ -126,8 +126,8 @@ impl Default for Ring {
 }
 
 impl Ring {
-    /// A builder with the documented defaults (160 points per node of weight 1, xxh3, index on, large
-    /// builds on every available core).
+    /// A builder with the documented defaults (160 points per node of weight 1, xxh3, index on, built
+    /// on the calling thread).
     pub fn builder() -> RingBuilder {
         RingBuilder::new()
     }
@@ -168,7 +168,32 @@ impl Ring {
     /// The node that owns `key`, or `None` when the ring is empty. Never allocates.
     #[inline]
     pub fn lookup(&self, key: impl AsRef<[u8]>) -> Option<&Node> {
-        self.lookup_hash(self.key_position(key))
+        let i = self.locate_point(key.as_ref())?;
+        Some(&self.nodes[self.points[i].node as usize])
+    }
+
+    /// The index into `points` of the point that owns `key`; `None` if the ring is empty. The default
+    /// hash is searched with [`TopBitsIndex::search`], every other with
+    /// [`TopBitsIndex::search_counting`] (their docs say why each is faster for its hashes); both find
+    /// the same point.
+    #[inline]
+    fn locate_point(&self, key: &[u8]) -> Option<usize> {
+        if matches!(self.scheme, PointScheme::Plain) && matches!(self.hash, HashFunction::Xxh3) {
+            return self.point_at(crate::hash::xxh3_64(key) as u32);
+        }
+        self.locate_point_counting(key)
+    }
+
+    /// [`locate_point`](Ring::locate_point) for every hash but the default: out of line, so the
+    /// default's path stays small enough to inline well.
+    #[inline(never)]
+    fn locate_point_counting(&self, key: &[u8]) -> Option<usize> {
+        let hash = self.key_position(key);
+        if self.points.is_empty() {
+            return None;
+        }
+        let i = self.index.search_counting(&self.points, hash);
+        Some(if i == self.points.len() { 0 } else { i })
     }
 
     /// The node that owns ring position `hash` (a key already placed with [`Ring::key_position`]).
@@ -191,7 +216,7 @@ impl Ring {
     /// The index into [`nodes`](Ring::nodes) of `key`'s owner, for callers that keep per-node arrays.
     #[inline]
     pub fn lookup_index(&self, key: impl AsRef<[u8]>) -> Option<usize> {
-        let i = self.point_at(self.key_position(key))?;
+        let i = self.locate_point(key.as_ref())?;
         Some(self.points[i].node as usize)
     }
 
@@ -199,7 +224,7 @@ impl Ring {
     ///
     /// The iterator ends after every node has been yielded once. Use `.take(n)` for `n` replicas.
     pub fn replicas(&self, key: impl AsRef<[u8]>) -> Replicas<'_> {
-        let start = self.point_at(self.key_position(key));
+        let start = self.locate_point(key.as_ref());
         Replicas::new(self, start)
     }
 
