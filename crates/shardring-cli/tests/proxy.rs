@@ -125,26 +125,7 @@ fn on_one_thread_too() {
 
 fn serves_reports_reloads_and_drains(extra_args: &[&str]) {
     let mc_port = free_port();
-    let _memcached = Kill(
-        StdCommand::new("memcached")
-            .args([
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &mc_port.to_string(),
-                "-U",
-                "0",
-                "-u",
-                "root",
-                "-t",
-                "1",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("memcached is installed"),
-    );
-    wait_for(&format!("127.0.0.1:{mc_port}"));
+    let _memcached = start_memcached(mc_port);
     let (listen, stats, metrics) = (free_port(), free_port(), free_port());
     let good = format!(
         "alpha:\n  listen: 127.0.0.1:{listen}\n  servers:\n   - 127.0.0.1:{mc_port}:1 one\n"
