@@ -256,36 +256,31 @@ impl Placement for Anchor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::test_nodes;
     use crate::analysis::{movement, spread, KeySet};
     use proptest::prelude::*;
 
-    fn nodes(n: usize) -> Vec<Node> {
-        (0..n)
-            .map(|i| Node::new(format!("n{i}")).unwrap())
-            .collect()
-    }
-
     #[test]
     fn capacity_and_errors() {
-        let a = Anchor::new(&nodes(3), HashFunction::Xxh3, None).unwrap();
+        let a = Anchor::new(&test_nodes("n", 3), HashFunction::Xxh3, None).unwrap();
         assert_eq!(a.capacity(), 16);
-        let a = Anchor::new(&nodes(100), HashFunction::Xxh3, None).unwrap();
+        let a = Anchor::new(&test_nodes("n", 100), HashFunction::Xxh3, None).unwrap();
         assert_eq!(a.capacity(), 200);
         assert!(matches!(
-            Anchor::new(&nodes(3), HashFunction::Xxh3, Some(0)),
+            Anchor::new(&test_nodes("n", 3), HashFunction::Xxh3, Some(0)),
             Err(Error::InvalidSetting { .. })
         ));
         assert!(matches!(
-            Anchor::new(&nodes(3), HashFunction::Xxh3, Some(2)),
+            Anchor::new(&test_nodes("n", 3), HashFunction::Xxh3, Some(2)),
             Err(Error::TooManyPoints { .. })
         ));
         for huge in [u32::MAX, 1 << 27] {
             assert!(matches!(
-                Anchor::new(&nodes(3), HashFunction::Xxh3, Some(huge)),
+                Anchor::new(&test_nodes("n", 3), HashFunction::Xxh3, Some(huge)),
                 Err(Error::TooManyPoints { .. })
             ));
         }
-        let mut full = Anchor::new(&nodes(2), HashFunction::Xxh3, Some(2)).unwrap();
+        let mut full = Anchor::new(&test_nodes("n", 2), HashFunction::Xxh3, Some(2)).unwrap();
         assert!(matches!(
             full.add(Node::new("x").unwrap()),
             Err(Error::TooManyPoints { .. })
@@ -305,7 +300,7 @@ mod tests {
 
     #[test]
     fn balanced_after_many_removals() {
-        let mut a = Anchor::new(&nodes(60), HashFunction::Xxh3, Some(100)).unwrap();
+        let mut a = Anchor::new(&test_nodes("n", 60), HashFunction::Xxh3, Some(100)).unwrap();
         for i in (0..60).step_by(3) {
             a.remove(&format!("n{i}")).unwrap();
         }
@@ -317,7 +312,7 @@ mod tests {
     #[test]
     fn add_after_remove_takes_back_exactly_those_keys() {
         let keys = KeySet::synthetic(20_000);
-        let before = Anchor::new(&nodes(10), HashFunction::Xxh3, None).unwrap();
+        let before = Anchor::new(&test_nodes("n", 10), HashFunction::Xxh3, None).unwrap();
         let mut after = before.clone();
         after.remove("n4").unwrap();
         after.add(Node::new("fresh").unwrap()).unwrap();
@@ -348,7 +343,7 @@ mod tests {
         fn removing_any_node_moves_only_its_keys(count in 1usize..50, spare in 0u32..40, history in changes(),
                                                  pick in any::<prop::sample::Index>(),
                                                  keys in proptest::collection::vec(any::<u64>(), 1..300)) {
-            let mut a = Anchor::new(&nodes(count), HashFunction::Xxh3, Some(count as u32 + spare)).unwrap();
+            let mut a = Anchor::new(&test_nodes("n", count), HashFunction::Xxh3, Some(count as u32 + spare)).unwrap();
             // Any history of changes first, so the anchor is in an arbitrary reachable state.
             for (step, change) in history.iter().enumerate() {
                 match change {

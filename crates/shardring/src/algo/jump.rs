@@ -275,13 +275,8 @@ impl Placement for Jump {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::test_nodes;
     use proptest::prelude::*;
-
-    fn nodes(n: usize) -> Vec<Node> {
-        (0..n)
-            .map(|i| Node::new(format!("n{i}")).unwrap())
-            .collect()
-    }
 
     /// The vectors printed by `testdata/jump/jump.cc`, the paper's C++ function: `key buckets bucket`.
     #[test]
@@ -382,7 +377,7 @@ mod tests {
     #[test]
     fn removing_the_last_node_moves_only_its_keys_and_a_middle_one_about_two_over_n() {
         let keys = crate::analysis::KeySet::synthetic(20_000);
-        let before = Jump::new(&nodes(10), HashFunction::Xxh3).unwrap();
+        let before = Jump::new(&test_nodes("n", 10), HashFunction::Xxh3).unwrap();
         let mut last = before.clone();
         last.remove("n9").unwrap();
         let m = crate::analysis::movement(&before, &last, &keys);
@@ -416,7 +411,7 @@ mod tests {
 
         #[test]
         fn adding_a_node_moves_keys_only_to_it(count in 1usize..40, keys in proptest::collection::vec(any::<Vec<u8>>(), 1..100)) {
-            let before = Jump::new(&nodes(count), HashFunction::Xxh3).unwrap();
+            let before = Jump::new(&test_nodes("n", count), HashFunction::Xxh3).unwrap();
             let mut after = before.clone();
             after.add(Node::new("new").unwrap()).unwrap();
             for key in &keys {

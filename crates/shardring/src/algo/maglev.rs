@@ -332,14 +332,9 @@ impl Placement for Maglev {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::test_nodes;
     use crate::analysis::{movement, spread, KeySet};
     use proptest::prelude::*;
-
-    fn nodes(n: usize) -> Vec<Node> {
-        (0..n)
-            .map(|i| Node::new(format!("backend-{i}")).unwrap())
-            .collect()
-    }
 
     #[test]
     fn primes() {
@@ -352,9 +347,9 @@ mod tests {
 
     #[test]
     fn default_size_is_a_prime_of_at_least_100_per_node() {
-        let m = Maglev::new(&nodes(3), HashFunction::Xxh3, None).unwrap();
+        let m = Maglev::new(&test_nodes("backend-", 3), HashFunction::Xxh3, None).unwrap();
         assert_eq!(m.table_size(), 65_537);
-        let m = Maglev::new(&nodes(1000), HashFunction::Xxh3, None).unwrap();
+        let m = Maglev::new(&test_nodes("backend-", 1000), HashFunction::Xxh3, None).unwrap();
         assert_eq!(m.table_size(), 100_003);
         let m = Maglev::new(&[], HashFunction::Xxh3, None).unwrap();
         assert_eq!(m.locate(b"k"), None);
@@ -364,18 +359,22 @@ mod tests {
     #[test]
     fn limits_and_errors() {
         assert!(matches!(
-            Maglev::new(&nodes(3), HashFunction::Xxh3, Some(0)),
+            Maglev::new(&test_nodes("backend-", 3), HashFunction::Xxh3, Some(0)),
             Err(Error::InvalidSetting { .. })
         ));
         assert!(matches!(
-            Maglev::new(&nodes(3), HashFunction::Xxh3, Some(1 << 40)),
+            Maglev::new(
+                &test_nodes("backend-", 3),
+                HashFunction::Xxh3,
+                Some(1 << 40)
+            ),
             Err(Error::TooManyPoints { .. })
         ));
         assert!(matches!(
-            Maglev::new(&nodes(5), HashFunction::Xxh3, Some(3)),
+            Maglev::new(&test_nodes("backend-", 5), HashFunction::Xxh3, Some(3)),
             Err(Error::TooManyPoints { .. })
         ));
-        let mut m = Maglev::new(&nodes(2), HashFunction::Xxh3, Some(3)).unwrap();
+        let mut m = Maglev::new(&test_nodes("backend-", 2), HashFunction::Xxh3, Some(3)).unwrap();
         m.add(Node::new("x").unwrap()).unwrap();
         assert!(matches!(
             m.add(Node::new("y").unwrap()),
@@ -388,7 +387,7 @@ mod tests {
             Err(Error::DuplicateNode { .. })
         ));
         // A one-slot table works.
-        let one = Maglev::new(&nodes(1), HashFunction::Xxh3, Some(1)).unwrap();
+        let one = Maglev::new(&test_nodes("backend-", 1), HashFunction::Xxh3, Some(1)).unwrap();
         assert_eq!(one.table_size(), 2);
         assert_eq!(one.locate(b"k"), Some(0));
     }
@@ -430,7 +429,7 @@ mod tests {
     #[test]
     fn removal_moves_its_keys_and_a_few_more() {
         let keys = KeySet::synthetic(50_000);
-        let before = Maglev::new(&nodes(20), HashFunction::Xxh3, None).unwrap();
+        let before = Maglev::new(&test_nodes("backend-", 20), HashFunction::Xxh3, None).unwrap();
         let mut after = before.clone();
         after.remove("backend-7").unwrap();
         let m = movement(&before, &after, &keys);
@@ -451,7 +450,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(24))]
         #[test]
         fn entries_per_node_differ_by_at_most_one(count in 1usize..60, size in 60u64..5000, reverse in any::<bool>()) {
-            let mut list = nodes(count);
+            let mut list = test_nodes("backend-", count);
             if reverse {
                 list.reverse();
             }
@@ -464,7 +463,7 @@ mod tests {
 
         #[test]
         fn placement_ignores_insertion_order(count in 1usize..30) {
-            let list = nodes(count);
+            let list = test_nodes("backend-", count);
             let mut reversed = list.clone();
             reversed.reverse();
             let a = Maglev::new(&list, HashFunction::Xxh3, Some(1000)).unwrap();

@@ -238,18 +238,13 @@ impl Placement for Memento {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::test_nodes;
     use crate::analysis::{movement, spread, KeySet};
     use proptest::prelude::*;
 
-    fn nodes(n: usize) -> Vec<Node> {
-        (0..n)
-            .map(|i| Node::new(format!("n{i}")).unwrap())
-            .collect()
-    }
-
     #[test]
     fn without_removals_it_is_jump() {
-        let list = nodes(37);
+        let list = test_nodes("n", 37);
         let m = Memento::new(&list, HashFunction::Xxh3).unwrap();
         let j = crate::algo::Jump::new(&list, HashFunction::Xxh3).unwrap();
         for key in KeySet::synthetic(5000).iter() {
@@ -260,7 +255,7 @@ mod tests {
 
     #[test]
     fn errors_and_emptying() {
-        let mut m = Memento::new(&nodes(3), HashFunction::Xxh3).unwrap();
+        let mut m = Memento::new(&test_nodes("n", 3), HashFunction::Xxh3).unwrap();
         assert!(matches!(m.remove("x"), Err(Error::UnknownNode { .. })));
         assert!(matches!(
             m.add(Node::new("n1").unwrap()),
@@ -286,7 +281,7 @@ mod tests {
 
     #[test]
     fn balanced_after_many_removals() {
-        let mut m = Memento::new(&nodes(60), HashFunction::Xxh3).unwrap();
+        let mut m = Memento::new(&test_nodes("n", 60), HashFunction::Xxh3).unwrap();
         for i in (0..60).step_by(3) {
             m.remove(&format!("n{i}")).unwrap();
         }
@@ -298,7 +293,7 @@ mod tests {
     #[test]
     fn add_after_remove_takes_back_exactly_those_keys() {
         let keys = KeySet::synthetic(20_000);
-        let before = Memento::new(&nodes(10), HashFunction::Xxh3).unwrap();
+        let before = Memento::new(&test_nodes("n", 10), HashFunction::Xxh3).unwrap();
         let mut after = before.clone();
         after.remove("n4").unwrap();
         after.add(Node::new("fresh").unwrap()).unwrap();
@@ -329,7 +324,7 @@ mod tests {
         fn removing_any_node_moves_only_its_keys(count in 1usize..50, history in changes(),
                                                  pick in any::<prop::sample::Index>(),
                                                  keys in proptest::collection::vec(any::<u64>(), 1..300)) {
-            let mut m = Memento::new(&nodes(count), HashFunction::Xxh3).unwrap();
+            let mut m = Memento::new(&test_nodes("n", count), HashFunction::Xxh3).unwrap();
             for (step, change) in history.iter().enumerate() {
                 match change {
                     Change::Remove(i) if m.nodes().len() > 1 => {

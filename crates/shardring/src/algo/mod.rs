@@ -33,6 +33,14 @@ pub mod rendezvous;
 #[cfg(test)]
 mod tests;
 
+/// `{prefix}0`, `{prefix}1`, …: members for the algorithms' unit tests.
+#[cfg(test)]
+pub(crate) fn test_nodes(prefix: &str, n: usize) -> Vec<Node> {
+    (0..n)
+        .map(|i| Node::new(format!("{prefix}{i}")).unwrap())
+        .collect()
+}
+
 use std::fmt;
 use std::str::FromStr;
 

@@ -217,20 +217,15 @@ impl Placement for MultiProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::test_nodes;
     use crate::analysis::{spread, KeySet};
     use proptest::prelude::*;
-
-    fn nodes(n: usize, prefix: &str) -> Vec<Node> {
-        (0..n)
-            .map(|i| Node::new(format!("{prefix}{i}")).unwrap())
-            .collect()
-    }
 
     #[test]
     fn settings_and_errors() {
         for bad in [0, MAX_PROBES + 1] {
             assert!(matches!(
-                MultiProbe::new(&nodes(3, "n"), HashFunction::Xxh3, bad),
+                MultiProbe::new(&test_nodes("n", 3), HashFunction::Xxh3, bad),
                 Err(Error::InvalidSetting { .. })
             ));
         }
@@ -253,7 +248,7 @@ mod tests {
     #[test]
     fn one_probe_is_a_one_point_ring() {
         // With one probe the key goes to the successor of its (re-hashed) position.
-        let mp = MultiProbe::new(&nodes(10, "n"), HashFunction::Xxh3, 1).unwrap();
+        let mp = MultiProbe::new(&test_nodes("n", 10), HashFunction::Xxh3, 1).unwrap();
         for key in KeySet::synthetic(500).iter() {
             let p = MultiProbe::probe(HashFunction::Xxh3.hash64(key), 0);
             let naive = mp
@@ -271,7 +266,7 @@ mod tests {
         #[test]
         fn balance_improves_with_the_probe_count(prefix in "[a-z]{1,6}-") {
             let keys = KeySet::synthetic(40_000);
-            let list = nodes(40, &prefix);
+            let list = test_nodes(&prefix, 40);
             let peak = |probes| {
                 spread(&MultiProbe::new(&list, HashFunction::Xxh3, probes).unwrap(), &keys).peak_to_mean
             };
@@ -283,7 +278,7 @@ mod tests {
         #[test]
         fn removing_any_node_moves_only_its_keys(count in 2usize..40, pick in any::<prop::sample::Index>(),
                                                  keys in proptest::collection::vec(any::<Vec<u8>>(), 1..200)) {
-            let list = nodes(count, "n");
+            let list = test_nodes("n", count);
             let before = MultiProbe::new(&list, HashFunction::Xxh3, 21).unwrap();
             let gone = list[pick.index(count)].name().to_string();
             let mut after = before.clone();
