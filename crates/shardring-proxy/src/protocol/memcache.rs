@@ -297,6 +297,17 @@ pub struct RequestError {
 }
 
 impl RequestError {
+    /// A refused storage command whose line is `consumed` bytes: its data block of `vlen` bytes and
+    /// `\r\n` is skipped as it arrives, so the next request is read in step.
+    fn with_block(kind: RequestErrorKind, consumed: usize, vlen: u64) -> RequestError {
+        RequestError {
+            kind,
+            consumed,
+            skip: vlen.saturating_add(2),
+            close: false,
+        }
+    }
+
     fn line(kind: RequestErrorKind, consumed: usize) -> RequestError {
         RequestError {
             kind,
@@ -513,14 +524,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                 // The data block's length is unknown: its bytes will be read as commands (as memcached does).
                 return bad(E::BadFormat);
             };
-            let refuse = |kind| {
-                Err(RequestError {
-                    kind,
-                    consumed: line_len,
-                    skip: vlen.saturating_add(2),
-                    close: false,
-                })
-            };
+            let refuse = |kind| Err(RequestError::with_block(kind, line_len, vlen));
             if !key_ok(&key) {
                 return refuse(E::KeyTooLong);
             }
@@ -612,9 +616,15 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
             }
             // The `b` flag: the key token is base64, and the server stores the decoded bytes. Routing
             // hashes the decoded key, so `mg <base64> b` finds what `get <key>` stored.
-            if base64 && decode_base64_key(&line[key.clone()], &mut [0u8; MAX_KEY_LEN]).is_none() {
-                return bad(E::BadBase64Key);
-            }
+            let key_error = if !key_ok(&key) {
+                Some(E::KeyTooLong)
+            } else if base64
+                && decode_base64_key(&line[key.clone()], &mut [0u8; MAX_KEY_LEN]).is_none()
+            {
+                Some(E::BadBase64Key)
+            } else {
+                None
+            };
             if kind == MetaKind::Set {
                 if n < 3 {
                     return bad(E::BadFormat);
@@ -622,19 +632,12 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                 let Some(vlen) = parse_u64(&line[tokens.get(2)]) else {
                     return bad(E::BadNumber);
                 };
-                let refuse = |kind| {
-                    Err(RequestError {
-                        kind,
-                        consumed: line_len,
-                        skip: vlen.saturating_add(2),
-                        close: false,
-                    })
-                };
-                if !key_ok(&key) {
-                    return refuse(E::KeyTooLong);
+                // A refused `ms` has its data block skipped too, as a refused `set` has.
+                if let Some(kind) = key_error {
+                    return Err(RequestError::with_block(kind, line_len, vlen));
                 }
                 if vlen > limits.max_value_len as u64 {
-                    return refuse(E::ValueTooLarge);
+                    return Err(RequestError::with_block(E::ValueTooLarge, line_len, vlen));
                 }
                 let quiet = strip.is_some();
                 return data_block(buf, line_len, vlen as usize).map(|o| {
@@ -650,8 +653,8 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
                     })
                 });
             }
-            if !key_ok(&key) {
-                return bad(E::KeyTooLong);
+            if let Some(kind) = key_error {
+                return bad(kind);
             }
             let quiet = strip.is_some();
             Ok(Some(Parsed {

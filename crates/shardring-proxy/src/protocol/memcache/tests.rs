@@ -77,6 +77,14 @@ fn base64_meta_keys_route_by_their_decoded_bytes() {
             String::from_utf8_lossy(bad)
         );
     }
+    // A refused `ms` skips its data block, so `x` is not read as a command.
+    assert_eq!(parse(b"ms *= 1 b\r\nx\r\n").unwrap_err().skip, 3);
+    // A key over the limit is too long, whatever its encoding.
+    let long = format!("mg {} b v\r\n", "QUFB".repeat(70));
+    assert_eq!(
+        parse(long.as_bytes()).unwrap_err().kind,
+        RequestErrorKind::KeyTooLong
+    );
 }
 
 #[test]
