@@ -30,7 +30,7 @@ use crate::config::{Listen, DEFAULT_CLIENT_CONNECTIONS};
 use crate::error::{BackendError, ProxyError};
 use crate::protocol::memcache::{
     is_error_reply, status_code, Command, Decoded, GetKind, MetaKind, Request, RequestCodec,
-    StatsRequest, ValueBlocks, MAX_KEY_LEN,
+    StatsRequest, ValueBlocks,
 };
 
 /// The most requests one client may have in flight; past it the proxy stops reading from that client
@@ -429,12 +429,8 @@ impl Handler {
     }
 
     fn single(&self, cluster: &Cluster, req: &Request, key: Range<usize>, mode: Mode) -> Pending {
-        let mut scratch = [0u8; MAX_KEY_LEN];
-        let Some(server) = cluster
-            .router
-            .load()
-            .server_for(req.routing_key(&key, &mut scratch))
-        else {
+        let routing = cluster.router.load();
+        let Some(server) = req.with_routing_key(&key, |k| routing.server_for(k)) else {
             return Pending::Ready(Some(Answer::Failed(BackendError::NoServer)));
         };
         let kind = req.command.response_kind();

@@ -201,17 +201,17 @@ impl Request {
         &self.frame[range.clone()]
     }
 
-    /// The bytes a key is placed by: the key itself, or for a meta command with the `b` flag its
-    /// base64-decoded bytes (written into `scratch`). The parser has checked that such a key decodes.
-    pub fn routing_key<'a>(
-        &'a self,
-        key: &Range<usize>,
-        scratch: &'a mut [u8; MAX_KEY_LEN],
-    ) -> &'a [u8] {
+    /// Calls `place` with the bytes a key is placed by: the key itself, or for a meta command with the
+    /// `b` flag its base64-decoded bytes (decoded on the stack only then; the parser has checked that
+    /// such a key decodes).
+    pub fn with_routing_key<R>(&self, key: &Range<usize>, place: impl FnOnce(&[u8]) -> R) -> R {
         let raw = self.bytes(key);
         match self.command {
-            Command::Meta { base64: true, .. } => decode_base64_key(raw, scratch).unwrap_or(raw),
-            _ => raw,
+            Command::Meta { base64: true, .. } => {
+                let mut decoded = [0u8; MAX_KEY_LEN];
+                place(decode_base64_key(raw, &mut decoded).unwrap_or(raw))
+            }
+            _ => place(raw),
         }
     }
 

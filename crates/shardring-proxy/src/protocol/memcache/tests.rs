@@ -62,7 +62,7 @@ fn base64_meta_keys_route_by_their_decoded_bytes() {
                 let Command::Meta { key, .. } = &r.command else {
                     panic!("{r:?}")
                 };
-                r.routing_key(key, &mut [0u8; MAX_KEY_LEN]).to_vec()
+                r.with_routing_key(key, <[u8]>::to_vec)
             }
             Decoded::Refused(e) => panic!("{e:?}"),
         })
