@@ -192,8 +192,7 @@ impl Ring {
         if self.points.is_empty() {
             return None;
         }
-        let i = self.index.search_counting(&self.points, hash);
-        Some(if i == self.points.len() { 0 } else { i })
+        Some(self.wrap(self.index.search_counting(&self.points, hash)))
     }
 
     /// The node that owns ring position `hash` (a key already placed with [`Ring::key_position`]).
@@ -209,8 +208,17 @@ impl Ring {
         if self.points.is_empty() {
             return None;
         }
-        let i = self.index.search(&self.points, hash);
-        Some(if i == self.points.len() { 0 } else { i })
+        Some(self.wrap(self.index.search(&self.points, hash)))
+    }
+
+    /// A search's answer past the last point is the first point: the circle wraps.
+    #[inline]
+    fn wrap(&self, i: usize) -> usize {
+        if i == self.points.len() {
+            0
+        } else {
+            i
+        }
     }
 
     /// The index into [`nodes`](Ring::nodes) of `key`'s owner, for callers that keep per-node arrays.
