@@ -396,23 +396,32 @@ pub async fn serve_json<F>(
 ) where
     F: Fn() -> Vec<PoolView>,
 {
+    while let Some(mut s) = accept_next(&listener, &stop, "stats").await {
+        let body = render_twemproxy_json(started, &views());
+        tokio::spawn(async move {
+            let _ =
+                tokio::time::timeout(Duration::from_secs(5), s.write_all(body.as_bytes())).await;
+            let _ = s.shutdown().await;
+        });
+    }
+}
+
+/// The next connection on a stats listener, or `None` once `stop` is cancelled. Accept errors (out of
+/// file descriptors and the like) are logged and retried after a pause instead of spinning.
+async fn accept_next(
+    listener: &tokio::net::TcpListener,
+    stop: &CancellationToken,
+    what: &str,
+) -> Option<tokio::net::TcpStream> {
     loop {
         let accepted = tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => return None,
             a = listener.accept() => a,
         };
         match accepted {
-            Ok((mut s, _)) => {
-                let body = render_twemproxy_json(started, &views());
-                tokio::spawn(async move {
-                    let _ =
-                        tokio::time::timeout(Duration::from_secs(5), s.write_all(body.as_bytes()))
-                            .await;
-                    let _ = s.shutdown().await;
-                });
-            }
+            Ok((s, _)) => return Some(s),
             Err(e) => {
-                tracing::warn!(error = %e, "stats accept failed");
+                tracing::warn!(error = %e, listener = what, "accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -429,19 +438,7 @@ pub async fn serve_prometheus<F>(
 ) where
     F: Fn() -> Vec<PoolView>,
 {
-    loop {
-        let accepted = tokio::select! {
-            () = stop.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        let mut s = match accepted {
-            Ok((s, _)) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "metrics accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    while let Some(mut s) = accept_next(&listener, &stop, "metrics").await {
         let body = render_prometheus(started, &views());
         tokio::spawn(async move {
             let exchange = async {
