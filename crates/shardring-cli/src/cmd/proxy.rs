@@ -160,10 +160,10 @@ pub fn run(args: Args) -> Result<()> {
             .build(),
     }
     .context("starting the runtime")?;
-    runtime.block_on(serve(args, config))
+    runtime.block_on(serve(args, overrides, config))
 }
 
-async fn serve(args: Args, config: ProxyConfig) -> Result<()> {
+async fn serve(args: Args, overrides: Overrides, config: ProxyConfig) -> Result<()> {
     let proxy = Arc::new(Proxy::new(config)?);
     let listeners = proxy.bind().await?;
     let stop = CancellationToken::new();
@@ -204,7 +204,6 @@ async fn serve(args: Args, config: ProxyConfig) -> Result<()> {
     let p = Arc::clone(&proxy);
     let path = args.config.clone();
     let reload_stop = stop.clone();
-    let overrides = Overrides::from_args(&args);
     tokio::spawn(async move {
         let reload = p.reload_on_sighup(
             || load(&path).map(|c| overrides.apply(c)),
