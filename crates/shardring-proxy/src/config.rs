@@ -83,12 +83,12 @@ pub struct PoolConfig {
     pub client_connections: u32,
     /// *proxy-only*: how often every server is probed with `version` (on a fresh connection, answered
     /// within the pool's `timeout`, or 1 s when it has none). By default, this is 1 s. twemproxy's YAML
-    /// has no key for it, so pools read from a file use the default.
+    /// has no key for it: `shardring proxy --health-check-interval` sets it for every pool.
     pub health_check_interval: Duration,
     /// *proxy-only*: a multi-get fails whole when one server fails (twemproxy's behaviour). By default,
-    /// false: the keys that could be fetched are returned.
+    /// false: the keys that could be fetched are returned. `shardring proxy --multiget-all-or-nothing`.
     pub multiget_all_or_nothing: bool,
-    /// *proxy-only*: key, value and line limits.
+    /// *proxy-only*: key, value and line limits (`shardring proxy --max-value-size` sets the value limit).
     pub limits: Limits,
 }
 

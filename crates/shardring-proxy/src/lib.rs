@@ -3,7 +3,7 @@
 //! A memcached sharding proxy that reads twemproxy's (nutcracker's) pools and places keys with shardring.
 //!
 //! Why use it instead of twemproxy:
-//! - more of the protocol: gat/gats, touch, the meta commands (mg/ms/md/ma/mn, flags passed through),
+//! - more of the protocol: gat/gats, touch, the meta commands (mg/ms/md/ma/me/mn, flags passed through),
 //!   flush_all, verbosity, stats, 250-byte keys; unknown or malformed commands get `ERROR` or
 //!   `CLIENT_ERROR` and the connection goes on wherever the protocol allows;
 //! - a multi-get returns the keys it could fetch when one server is down (twemproxy's all-or-nothing is an
