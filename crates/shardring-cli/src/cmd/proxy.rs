@@ -181,7 +181,7 @@ async fn serve(args: Args, overrides: Overrides, config: ProxyConfig) -> Result<
         None => None,
     };
     for (pool, l) in proxy.pools().iter().zip(&listeners) {
-        tracing::info!(pool = %pool.current.load().config.name, listen = %l.local_addr().unwrap_or_default(), "serving");
+        tracing::info!(pool = %pool.config().name, listen = %l.local_addr().unwrap_or_default(), "serving");
     }
     tracing::info!(stats = %stats_addr, metrics = ?args.metrics_addr, "stats");
 
