@@ -101,8 +101,8 @@ pub async fn bind(listen: &Listen, backlog: u32) -> Result<Listener, ProxyError>
         source,
     };
     match listen {
-        Listen::Tcp(addr) => {
-            let sock_addr = tokio::net::lookup_host(addr.as_str())
+        Listen::Tcp { .. } => {
+            let sock_addr = tokio::net::lookup_host(listen.to_string())
                 .await
                 .map_err(bind_err)?
                 .next()
@@ -117,12 +117,12 @@ pub async fn bind(listen: &Listen, backlog: u32) -> Result<Listener, ProxyError>
             socket.bind(sock_addr).map_err(bind_err)?;
             Ok(Listener::Tcp(socket.listen(backlog).map_err(bind_err)?))
         }
-        Listen::Unix { path, mode } => {
+        Listen::Unix { path, permissions } => {
             let _ = std::fs::remove_file(path);
             let l = UnixListener::bind(path).map_err(bind_err)?;
-            if let Some(m) = mode {
+            if *permissions != 0 {
                 use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(*m))
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(*permissions))
                     .map_err(bind_err)?;
             }
             Ok(Listener::Unix(l))

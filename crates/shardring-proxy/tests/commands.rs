@@ -405,7 +405,8 @@ async fn a_pool_can_listen_on_a_unix_socket() {
     let path =
         std::env::temp_dir().join(format!("shardring-proxy-test-{}.sock", std::process::id()));
     let mut config = pool_config(&servers);
-    config.listen = shardring_proxy::config::parse_listen(&format!("{} 0600", path.display()));
+    config.listen =
+        shardring_proxy::config::parse_listen(&format!("{} 0600", path.display())).unwrap();
     let proxy = RunningProxy::start(config).await;
     let mode = std::fs::metadata(&path).unwrap();
     use std::os::unix::fs::PermissionsExt;
