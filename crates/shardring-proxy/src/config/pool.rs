@@ -117,16 +117,21 @@ impl PoolConfig {
             .rsplit_once(':')
             .filter(|(host, port)| *port == "0" && !host.starts_with('/'))
             .map(|(host, _)| Listen::Tcp {
-                host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+                host: host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
                 port: 0,
             });
-        let listen = any_port.map_or_else(|| parse_listen(listen), Ok).unwrap_or_else(|e| {
-            errors.push(name, format!("listen {listen:?} {e}"));
-            Listen::Unix {
-                path: String::new(),
-                permissions: 0,
-            }
-        });
+        let listen = any_port
+            .map_or_else(|| parse_listen(listen), Ok)
+            .unwrap_or_else(|e| {
+                errors.push(name, format!("listen {listen:?} {e}"));
+                Listen::Unix {
+                    path: String::new(),
+                    permissions: 0,
+                }
+            });
         let mut parsed = Vec::new();
         for s in servers {
             match s.parse::<TwemproxyServer>() {
@@ -193,6 +198,16 @@ impl PoolConfig {
             self.hash_tag,
             self.distribution,
         )
+    }
+
+    /// The placement settings, for the router.
+    pub fn placement_spec(&self) -> crate::router::PlacementSpec<'_> {
+        crate::router::PlacementSpec {
+            servers: &self.servers,
+            hash: self.hash,
+            hash_tag: self.hash_tag,
+            distribution: self.distribution,
+        }
     }
 
     /// Every problem with this pool that the file's reader does not see (settings made in code or by

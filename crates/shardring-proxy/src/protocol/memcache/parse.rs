@@ -3,78 +3,7 @@
 use std::ops::Range;
 
 use super::request::*;
-
-/// Finds the end of the first line: `(line without its terminator, length including it)`.
-fn line_end(buf: &[u8]) -> Option<(usize, usize)> {
-    let nl = memchr::memchr(b'\n', buf)?;
-    let end = if nl > 0 && buf[nl - 1] == b'\r' {
-        nl - 1
-    } else {
-        nl
-    };
-    Some((end, nl + 1))
-}
-
-/// Up to 24 tokens of a line (memcached's `MAX_TOKENS`); more are counted but not stored.
-pub(super) struct Tokens {
-    ranges: [Range<usize>; 24],
-    pub(super) len: usize,
-}
-
-impl Tokens {
-    pub(super) fn split(line: &[u8], max: usize) -> Tokens {
-        const EMPTY: Range<usize> = 0..0;
-        let mut t = Tokens {
-            ranges: [EMPTY; 24],
-            len: 0,
-        };
-        let mut i = 0;
-        while i < line.len() {
-            while i < line.len() && line[i] == b' ' {
-                i += 1;
-            }
-            if i >= line.len() {
-                break;
-            }
-            let start = i;
-            while i < line.len() && line[i] != b' ' {
-                i += 1;
-            }
-            if t.len < max.min(24) {
-                t.ranges[t.len] = start..i;
-            }
-            t.len += 1;
-        }
-        t
-    }
-
-    pub(super) fn get(&self, i: usize) -> Range<usize> {
-        self.ranges[i].clone()
-    }
-}
-
-pub(super) fn parse_u64(b: &[u8]) -> Option<u64> {
-    if b.is_empty() || b.len() > 20 {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &c in b {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-    }
-    Some(v)
-}
-
-fn parse_i64(b: &[u8]) -> Option<i64> {
-    match b.split_first() {
-        Some((b'-', rest)) => parse_u64(rest)
-            .and_then(|v| i64::try_from(v).ok())
-            .map(|v| -v),
-        _ => parse_u64(b).and_then(|v| i64::try_from(v).ok()),
-    }
-}
+use super::tokens::{line_end, parse_i64, parse_u64, Tokens};
 
 /// Parses the first request in `buf`.
 ///
@@ -413,19 +342,6 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
         }
         _ => bad(E::UnknownCommand),
     }
-}
-
-/// Decodes a base64 key (standard alphabet, padded, as memcached's `b` flag wants) into `out`; `None`
-/// when it is not base64 or decodes to nothing.
-pub(super) fn decode_base64_key<'a>(
-    token: &[u8],
-    out: &'a mut [u8; MAX_KEY_LEN],
-) -> Option<&'a [u8]> {
-    use base64::Engine as _;
-    let len = base64::engine::general_purpose::STANDARD
-        .decode_slice(token, out)
-        .ok()?;
-    (len > 0).then(|| &out[..len])
 }
 
 /// The total length of a request whose line is `line_len` bytes and whose data block is `vlen` bytes, once

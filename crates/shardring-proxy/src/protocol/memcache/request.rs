@@ -4,7 +4,6 @@ use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
 
-use super::parse::decode_base64_key;
 use super::response::ResponseKind;
 
 pub use crate::config::{Limits, MAX_KEY_LEN};
@@ -285,4 +284,17 @@ pub struct Parsed {
     pub command: Command,
     /// The token to strip before forwarding (see [`Request::strip`]).
     pub strip: Option<Range<usize>>,
+}
+
+/// Decodes a base64 key (standard alphabet, padded, as memcached's `b` flag wants) into `out`; `None`
+/// when it is not base64 or decodes to nothing.
+pub(super) fn decode_base64_key<'a>(
+    token: &[u8],
+    out: &'a mut [u8; MAX_KEY_LEN],
+) -> Option<&'a [u8]> {
+    use base64::Engine as _;
+    let len = base64::engine::general_purpose::STANDARD
+        .decode_slice(token, out)
+        .ok()?;
+    (len > 0).then(|| &out[..len])
 }
