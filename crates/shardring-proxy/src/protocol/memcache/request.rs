@@ -22,6 +22,17 @@ pub enum GetKind {
 }
 
 impl GetKind {
+    /// The retrieval command named by `word`.
+    pub fn from_word(word: &[u8]) -> Option<GetKind> {
+        match word {
+            b"get" => Some(GetKind::Get),
+            b"gets" => Some(GetKind::Gets),
+            b"gat" => Some(GetKind::Gat),
+            b"gats" => Some(GetKind::Gats),
+            _ => None,
+        }
+    }
+
     /// The command word.
     pub fn word(self) -> &'static str {
         match self {
@@ -71,6 +82,9 @@ pub enum Command {
         exptime: Option<Range<usize>>,
         /// The keys, in the client's order (repeats kept).
         keys: Vec<Range<usize>>,
+        /// More keys of the same client line follow in further requests (a line too long to wait for is
+        /// streamed through in pieces): this piece's answer has no `END`.
+        more: bool,
     },
     /// set/add/replace/append/prepend/cas with a data block; delete; incr/decr; touch: one key, one reply
     /// line.
@@ -190,12 +204,16 @@ impl Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestErrorKind {
-    /// Not a command this proxy knows.
+    /// Not a command this proxy knows, or a known one with too few or too many tokens (memcached answers
+    /// both `ERROR`).
     #[error("unknown command")]
     UnknownCommand,
-    /// Wrong number of tokens, or an empty line.
+    /// A token that does not parse (memcached's words).
     #[error("bad command line format")]
     BadFormat,
+    /// `delete` with a time other than 0, or an extra token other than `noreply` (memcached's words).
+    #[error("bad command line format.  Usage: delete <key> [noreply]")]
+    DeleteUsage,
     /// A numeric field did not parse.
     #[error("bad number")]
     BadNumber,
@@ -228,6 +246,9 @@ impl RequestErrorKind {
         match self {
             RequestErrorKind::UnknownCommand => b"ERROR\r\n",
             RequestErrorKind::BadFormat => b"CLIENT_ERROR bad command line format\r\n",
+            RequestErrorKind::DeleteUsage => {
+                b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
+            }
             RequestErrorKind::BadNumber => b"CLIENT_ERROR bad number\r\n",
             RequestErrorKind::InvalidDelta => b"CLIENT_ERROR invalid numeric delta argument\r\n",
             RequestErrorKind::InvalidExptime => b"CLIENT_ERROR invalid exptime argument\r\n",
@@ -262,6 +283,16 @@ impl RequestError {
             consumed,
             skip: vlen.saturating_add(2),
             close: false,
+        }
+    }
+
+    /// A refusal after which the stream cannot be resynchronised.
+    pub(super) fn closing(kind: RequestErrorKind, consumed: usize) -> RequestError {
+        RequestError {
+            kind,
+            consumed,
+            skip: 0,
+            close: true,
         }
     }
 

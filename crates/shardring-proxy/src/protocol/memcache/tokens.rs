@@ -73,3 +73,22 @@ pub(super) fn parse_i64(b: &[u8]) -> Option<i64> {
         _ => parse_u64(b).and_then(|v| i64::try_from(v).ok()),
     }
 }
+
+/// Every space-separated token of a line with its offset, without a cap on their number (a retrieval
+/// line may name any number of keys).
+pub(super) fn spaced_tokens(line: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while at < line.len() && line[at] == b' ' {
+            at += 1;
+        }
+        if at >= line.len() {
+            return None;
+        }
+        let start = at;
+        while at < line.len() && line[at] != b' ' {
+            at += 1;
+        }
+        Some((start, &line[start..at]))
+    })
+}
