@@ -78,6 +78,6 @@ impl<P: Protocol> ServedPool for Pool<P> {
 ///
 /// # Errors
 /// [`ProxyError::Placement`] when the placement cannot be built.
-pub fn build_pool(config: PoolConfig) -> Result<Arc<dyn ServedPool>, ProxyError> {
+pub(crate) fn build_pool(config: PoolConfig) -> Result<Arc<dyn ServedPool>, ProxyError> {
     Ok(Arc::new(Pool::<Memcache>::new(config)?))
 }

@@ -10,7 +10,7 @@ use shardring::Placement;
 
 /// One state of a pool's placement.
 #[derive(Debug)]
-pub struct Routing {
+pub(crate) struct Routing {
     /// How keys find servers.
     how: How,
     /// For each placement node index (or random pick), the server's index in the pool's server list.
@@ -28,7 +28,7 @@ enum How {
 
 impl Routing {
     /// The index (in the pool's server list) of the server that owns `key`; `None` when no server is live.
-    pub fn server_for(&self, key: &[u8]) -> Option<usize> {
+    pub(crate) fn server_for(&self, key: &[u8]) -> Option<usize> {
         match &self.how {
             How::Placement(p) => p.locate(key).map(|i| self.servers[i]),
             How::Random if self.servers.is_empty() => None,
@@ -40,19 +40,19 @@ impl Routing {
     }
 
     /// The owners of many keys (`out[i]` for `keys[i]`), as [`Routing::server_for`] gives them.
-    pub fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
+    pub(crate) fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
         for (key, o) in keys.iter().zip(out.iter_mut()) {
             *o = self.server_for(key);
         }
     }
 
     /// How many servers the placement holds.
-    pub fn live_servers(&self) -> usize {
+    pub(crate) fn live_servers(&self) -> usize {
         self.servers.len()
     }
 
     /// The servers the placement holds (indices in the pool's server list).
-    pub fn servers(&self) -> &[usize] {
+    pub(crate) fn servers(&self) -> &[usize] {
         &self.servers
     }
 }
@@ -90,7 +90,7 @@ pub struct PlacementSpec<'a> {
 ///
 /// # Errors
 /// The library's, for servers it refuses (duplicate names, weight 0).
-pub fn build_placement(
+pub(crate) fn build_placement(
     spec: PlacementSpec<'_>,
     live: &[bool],
 ) -> Result<Routing, shardring::Error> {
@@ -126,26 +126,26 @@ pub fn build_placement(
 
 /// A pool's current routing, swapped atomically.
 #[derive(Debug)]
-pub struct Router {
+pub(crate) struct Router {
     /// The published state.
     current: ArcSwap<Routing>,
 }
 
 impl Router {
     /// A router starting at `routing`.
-    pub fn new(routing: Routing) -> Router {
+    pub(crate) fn new(routing: Routing) -> Router {
         Router {
             current: ArcSwap::from_pointee(routing),
         }
     }
 
     /// The current routing (a cheap snapshot; hold it for one request).
-    pub fn load(&self) -> arc_swap::Guard<std::sync::Arc<Routing>> {
+    pub(crate) fn load(&self) -> arc_swap::Guard<std::sync::Arc<Routing>> {
         self.current.load()
     }
 
     /// Publishes a new routing; requests already routed keep their servers.
-    pub fn store(&self, routing: Routing) {
+    pub(crate) fn store(&self, routing: Routing) {
         self.current.store(std::sync::Arc::new(routing));
     }
 }
