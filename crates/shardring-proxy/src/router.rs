@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arc_swap::ArcSwap;
 use shardring::compat::twemproxy::{self, Distribution, TwemproxyServer};
 use shardring::hash::TwemproxyHash;
+use shardring::splitmix::{SplitMix64, GOLDEN_GAMMA};
 use shardring::Placement;
 
 /// One state of a pool's placement.
@@ -57,17 +58,15 @@ impl Routing {
     }
 }
 
-/// A cheap, well-mixed per-call number for `distribution: random` (splitmix64 over a counter); nothing
-/// here needs unpredictability.
+/// A cheap, well-mixed per-call number for `distribution: random` (the library's SplitMix64 over a
+/// shared counter); nothing here needs unpredictability.
 fn random_u64() -> u64 {
     static STATE: AtomicU64 = AtomicU64::new(0x853c_49e6_748f_ea9b);
     // Relaxed: each caller only needs a distinct counter value, nothing is published through it.
-    let mut z = STATE
-        .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
-        .wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    let state = STATE
+        .fetch_add(GOLDEN_GAMMA, Ordering::Relaxed)
+        .wrapping_add(GOLDEN_GAMMA);
+    SplitMix64::mix(state)
 }
 
 /// How a pool places keys: its servers and twemproxy's placement settings.

@@ -69,6 +69,7 @@ pub mod rebalance;
 pub mod ring;
 pub mod shared;
 pub mod simulate;
+pub mod splitmix;
 
 pub use crate::error::Error;
 pub use crate::hash::{HashFunction, KeyHash};
