@@ -4,7 +4,8 @@
 use std::cmp::Ordering;
 use std::ops::Range;
 
-use crate::hash::{md5_digest, HashFunction, KeyHash, Xxh3Numbered};
+use super::template::{TemplateScheme, TieRule};
+use crate::hash::{md5_digest, HashFunction, JavaHash, KeyHash, Xxh3Numbered};
 use crate::Node;
 
 /// The rule that turns a node into its positions on the 32-bit circle.
@@ -73,6 +74,22 @@ pub enum PointScheme {
     /// bytes (0 for the first). Keys are hashed with CRC-32. Of equal points, the server configured first
     /// keeps the point.
     Nginx,
+    /// spymemcached 2.12's `KetamaNodeLocator` (Java). The identity is the node key
+    /// (`InetSocketAddress.toString()`), less one leading `/` as spymemcached's `SPYMEMCACHED` key format
+    /// strips it; point names are `"{key}-{i}"`. Unweighted with `KETAMA_HASH` keys: `vnodes / 4` MD5
+    /// digests (node repetitions, 160 by default), four little-endian words each; unweighted with any
+    /// other key hash: `vnodes` points, that hash of each name. Weighted (a weights map was given):
+    /// [`Twemproxy`](PointScheme::Twemproxy)'s single-precision count with `vnodes` in place of 160,
+    /// always MD5 points whatever the key hash. Keys use the ring's hash, a
+    /// [`HashFunction::Java`]. Of equal points the node listed last wins (`TreeMap.put` overwrites).
+    Spymemcached {
+        /// Whether spymemcached was given a weights map (then even equal weights take the weighted
+        /// count).
+        weighted: bool,
+    },
+    /// A ring described by a point-name template, a digest split and a tie rule
+    /// ([`ring::template`](super::template)); groupcache's `consistenthash` is one (`{i}{name}`, CRC-32).
+    Template(TemplateScheme),
 }
 
 /// What a scheme may look at when it places a node's points.
@@ -100,6 +117,8 @@ impl PointScheme {
                 | PointScheme::Libmemcached
                 | PointScheme::LibmemcachedSpy
                 | PointScheme::Nginx
+                | PointScheme::Template(_)
+                | PointScheme::Spymemcached { weighted: false }
         )
     }
 
@@ -115,6 +134,9 @@ impl PointScheme {
             PointScheme::Libketama => "libketama",
             PointScheme::Uhashring => "uhashring",
             PointScheme::Nginx => "nginx",
+            PointScheme::Spymemcached { weighted: false } => "spymemcached",
+            PointScheme::Spymemcached { weighted: true } => "spymemcached-weighted",
+            PointScheme::Template(_) => "template",
         }
     }
 
@@ -153,13 +175,19 @@ impl PointScheme {
                 // `as` saturates for floats beyond u64's range; the caller checks the limit.
                 (wanted as u64).max(1)
             }
-            PointScheme::Twemproxy { .. } => {
-                // float pct = (float)weight / (float)total_weight;
-                // floorf((float)(pct * 160 / 4 * (float)n + 0.0000000001)) * 4   (the + is in double)
-                let pct = node.weight() as f32 / input.total_weight as f32;
-                let t = pct * 160.0f32 / 4.0f32 * (n as f32);
-                let v = ((f64::from(t) + 0.000_000_000_1) as f32).floor();
-                (v as u64) * 4
+            PointScheme::Twemproxy { .. } => ketama_weighted_count(node, input, 160),
+            PointScheme::Spymemcached { weighted: true } => {
+                // spymemcached: the same float expression with getNodeRepetitions() for 160, then
+                // (int)(Math.floor(...) * 4) points, of which pointerPerServer / 4 digests are made.
+                ketama_weighted_count(node, input, input.vnodes)
+            }
+            PointScheme::Spymemcached { weighted: false } => match input.hash {
+                HashFunction::Java(JavaHash::Ketama) => u64::from(input.vnodes / 4) * 4,
+                _ => u64::from(input.vnodes),
+            },
+            PointScheme::Template(t) => {
+                let wanted = (f64::from(input.vnodes) * node.weight()).round();
+                t.point_count((wanted as u64).max(1))
             }
             PointScheme::LibmemcachedWeighted | PointScheme::LibmemcachedSpyWeighted => {
                 // floor((float)(pct * 160 / 4 * (float)live + 0.0000000001F)) * 4   (all in float)
@@ -207,6 +235,18 @@ impl PointScheme {
                     out.push(input.hash.hash32(name.as_bytes()));
                 }
             }
+            PointScheme::Spymemcached { weighted } => {
+                let key = spymemcached_node_key(node.identity());
+                if weighted || input.hash == HashFunction::Java(JavaHash::Ketama) {
+                    md5_quads(key, count, None, out);
+                } else {
+                    for i in 0..count {
+                        let name = format!("{key}-{i}");
+                        out.push(input.hash.hash32(name.as_bytes()));
+                    }
+                }
+            }
+            PointScheme::Template(t) => t.positions(node.identity(), count, out),
             PointScheme::Nginx => {
                 let (host, port) = nginx_host_port(node.identity().as_bytes());
                 let mut base = crc32fast::Hasher::new();
@@ -267,11 +307,35 @@ impl PointScheme {
             | PointScheme::LibmemcachedSpyWeighted
             | PointScheme::Libketama
             | PointScheme::Nginx => a.rank().cmp(&b.rank()).then_with(|| a.name().cmp(b.name())),
-            // uhashring maps each point to a node in a dict, so the node added last overwrites the others.
-            PointScheme::Uhashring => b.rank().cmp(&a.rank()).then_with(|| a.name().cmp(b.name())),
+            // uhashring maps each point to a node in a dict, spymemcached in a TreeMap (`put`
+            // overwrites), so the node added last overwrites the others.
+            PointScheme::Uhashring | PointScheme::Spymemcached { .. } => {
+                b.rank().cmp(&a.rank()).then_with(|| a.name().cmp(b.name()))
+            }
+            PointScheme::Template(t) => match t.ties {
+                TieRule::LastAdded => b.rank().cmp(&a.rank()).then_with(|| a.name().cmp(b.name())),
+                TieRule::FirstAdded => a.rank().cmp(&b.rank()).then_with(|| a.name().cmp(b.name())),
+            },
             PointScheme::Plain => a.name().cmp(b.name()),
         }
     }
+}
+
+/// The ketama weighted point count of twemproxy, libmemcached's predecessor code and spymemcached, with
+/// `reps` points for a server of average weight:
+/// `float pct = (float)w / (float)W; floorf((float)(pct * reps / 4 * (float)n + 0.0000000001)) * 4`
+/// (the `+` in double precision, everything else in single).
+fn ketama_weighted_count(node: &Node, input: SchemeInput, reps: u32) -> u64 {
+    let n = input.node_count.max(1);
+    let pct = node.weight() as f32 / input.total_weight as f32;
+    let t = pct * reps as f32 / 4.0f32 * (n as f32);
+    let v = ((f64::from(t) + 0.000_000_000_1) as f32).floor();
+    (v as u64) * 4
+}
+
+/// spymemcached's `SPYMEMCACHED` node key: `String.valueOf(socketAddress)` less one leading `/`.
+fn spymemcached_node_key(identity: &str) -> &str {
+    identity.strip_prefix('/').unwrap_or(identity)
 }
 
 /// Point names formatted per batch before any of them is hashed.

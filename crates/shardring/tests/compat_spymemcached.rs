@@ -1,0 +1,129 @@
+//! spymemcached goldens (testdata/spymemcached, made by scripts/regen-golden/spymemcached.py with
+//! Debian's libspymemcached-java 2.12.3 on OpenJDK 17): every key of every configuration.
+
+mod common;
+
+use shardring::compat::libmemcached::{LibmemcachedBuilder, LibmemcachedMode};
+use shardring::compat::spymemcached::SpymemcachedBuilder;
+use shardring::compat::CompatMode;
+use shardring::hash::JavaHash;
+use shardring::Ring;
+
+/// The golden's nodes as Java printed them, with their weights (1 without a weights map), in list
+/// order; the removed node dropped.
+fn nodes(g: &common::Golden) -> Vec<(String, u32)> {
+    g.header["nodes"]
+        .split(' ')
+        .map(|nw| match nw.rsplit_once('=') {
+            Some((n, w)) if g.header["weighted"] == "true" => (n.to_string(), w.parse().unwrap()),
+            _ => (nw.to_string(), 1),
+        })
+        .filter(|(n, _)| *n != g.header["removed"])
+        .collect()
+}
+
+fn ring_of(g: &common::Golden) -> Ring {
+    let hash: JavaHash = g.header["hash"].parse().unwrap();
+    nodes(g)
+        .into_iter()
+        .fold(
+            SpymemcachedBuilder::new()
+                .hash(hash)
+                .weighted(g.header["weighted"] == "true")
+                .repetitions(g.header["repetitions"].parse().unwrap()),
+            |b, (n, w)| b.node(n, w),
+        )
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn spymemcached_mode_matches_the_real_ketama_node_locator() {
+    let mut total = 0;
+    let files = common::files("spymemcached");
+    assert!(files.len() >= 15, "{}", files.len());
+    for path in files {
+        let g = common::read(&path);
+        let ring = ring_of(&g);
+        total += common::check(&g, |k| ring.lookup(k).unwrap().name().to_string());
+    }
+    assert!(total > 14_000, "{total}");
+}
+
+/// The same through `CompatMode`, what `shardring lookup --compat spymemcached[-weighted]` builds.
+#[test]
+fn compat_modes_build_the_same_rings() {
+    for path in common::files("spymemcached") {
+        let g = common::read(&path);
+        let list = nodes(&g);
+        let refs: Vec<(&str, f64)> = list.iter().map(|(n, w)| (n.as_str(), f64::from(*w))).collect();
+        let mode = if g.header["weighted"] == "true" {
+            CompatMode::SpymemcachedWeighted
+        } else {
+            CompatMode::Spymemcached
+        };
+        let reps: u32 = g.header["repetitions"].parse().unwrap();
+        let ring = mode
+            .build_with_vnodes(&refs, Some(&g.header["hash"]), Some(reps))
+            .unwrap();
+        common::check(&g, |k| ring.lookup(k).unwrap().name().to_string());
+    }
+}
+
+/// CRC_HASH's 15-bit points collide; keys that land on a shared point go to the node listed last.
+#[test]
+fn ties_go_to_the_node_listed_last() {
+    let g = common::read(&common::testdata("spymemcached").join("crc-ties.tsv"));
+    let ring = ring_of(&g);
+    let points: Vec<(u32, &str)> = ring.points().map(|(p, n)| (p, n.name())).collect();
+    let tied: Vec<u32> = points
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0 && w[0].1 != w[1].1)
+        .map(|w| w[0].0)
+        .collect();
+    assert!(tied.len() > 10, "{}", tied.len());
+    // How many golden keys land on a shared point: the check above proves them all.
+    let on_ties = g
+        .rows
+        .iter()
+        .filter(|(k, _)| {
+            let p = ring.key_position(k);
+            let owner = points.partition_point(|&(q, _)| q < p) % points.len();
+            tied.contains(&points[owner].0)
+        })
+        .count();
+    assert!(on_ties > 10, "{on_ties}");
+}
+
+/// libmemcached's SPY modes are not spymemcached: count the golden keys they place elsewhere
+/// (printed with `--nocapture`).
+#[test]
+fn libmemcached_spy_modes_differ_from_real_spymemcached() {
+    for (file, weighted) in [("equal10.tsv", false), ("weighted.tsv", true)] {
+        let g = common::read(&common::testdata("spymemcached").join(file));
+        let mode = if weighted {
+            LibmemcachedMode::SpyWeighted
+        } else {
+            LibmemcachedMode::Spy
+        };
+        let b = nodes(&g).into_iter().fold(
+            LibmemcachedBuilder::new(mode),
+            |b, (n, w)| {
+                let (host, port) = n.trim_start_matches('/').rsplit_once(':').unwrap();
+                b.server(host, port.parse().unwrap(), w)
+            },
+        );
+        let lm = b.build().unwrap();
+        let differ = g
+            .rows
+            .iter()
+            .filter(|(k, want)| lm.lookup(k).unwrap().name() != want.trim_start_matches('/'))
+            .count();
+        println!(
+            "{file}: libmemcached {} places {differ} of {} keys elsewhere",
+            mode.name(),
+            g.rows.len()
+        );
+        assert!(differ * 2 > g.rows.len() / 2, "{file}: only {differ} differ");
+    }
+}
