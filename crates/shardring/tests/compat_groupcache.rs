@@ -45,7 +45,10 @@ fn compat_mode_builds_the_same_rings() {
 /// and the golden keys that land there (the `tie-…` keys) show it.
 #[test]
 fn a_shared_point_goes_to_the_node_added_later() {
-    for (file, winner) in [("ties-later-wins.tsv", 2), ("ties-later-wins-swapped.tsv", 2)] {
+    for (file, winner) in [
+        ("ties-later-wins.tsv", 2),
+        ("ties-later-wins-swapped.tsv", 2),
+    ] {
         let g = common::read(&common::testdata("groupcache").join(file));
         let tie: Vec<&str> = g.header["tie"].split(' ').collect();
         let point: u32 = tie[2].parse().unwrap();

@@ -56,7 +56,10 @@ fn compat_modes_build_the_same_rings() {
     for path in common::files("spymemcached") {
         let g = common::read(&path);
         let list = nodes(&g);
-        let refs: Vec<(&str, f64)> = list.iter().map(|(n, w)| (n.as_str(), f64::from(*w))).collect();
+        let refs: Vec<(&str, f64)> = list
+            .iter()
+            .map(|(n, w)| (n.as_str(), f64::from(*w)))
+            .collect();
         let mode = if g.header["weighted"] == "true" {
             CompatMode::SpymemcachedWeighted
         } else {
@@ -106,13 +109,12 @@ fn libmemcached_spy_modes_differ_from_real_spymemcached() {
         } else {
             LibmemcachedMode::Spy
         };
-        let b = nodes(&g).into_iter().fold(
-            LibmemcachedBuilder::new(mode),
-            |b, (n, w)| {
+        let b = nodes(&g)
+            .into_iter()
+            .fold(LibmemcachedBuilder::new(mode), |b, (n, w)| {
                 let (host, port) = n.trim_start_matches('/').rsplit_once(':').unwrap();
                 b.server(host, port.parse().unwrap(), w)
-            },
-        );
+            });
         let lm = b.build().unwrap();
         let differ = g
             .rows
@@ -124,6 +126,9 @@ fn libmemcached_spy_modes_differ_from_real_spymemcached() {
             mode.name(),
             g.rows.len()
         );
-        assert!(differ * 2 > g.rows.len() / 2, "{file}: only {differ} differ");
+        assert!(
+            differ * 2 > g.rows.len() / 2,
+            "{file}: only {differ} differ"
+        );
     }
 }

@@ -55,7 +55,10 @@ fn add_node_bug_gives_the_added_node_four_points() {
         .collect();
     let d = md5_digest(format!("{added}&&0").as_bytes());
     for w in d.chunks_exact(4) {
-        points.insert(u32::from_le_bytes([w[0], w[1], w[2], w[3]]), added.to_string());
+        points.insert(
+            u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+            added.to_string(),
+        );
     }
     assert_eq!(points.len(), 5 * 160 + 4);
     common::check(&g, |k| {
@@ -120,7 +123,12 @@ fn model(
     keys.iter()
         .map(|k| {
             let h = key_hash.hash32(k);
-            map.range(h..).next().or(map.iter().next()).unwrap().1.clone()
+            map.range(h..)
+                .next()
+                .or(map.iter().next())
+                .unwrap()
+                .1
+                .clone()
         })
         .collect()
 }

@@ -229,7 +229,10 @@ mod tests {
             java_address(a("[fe80::1:2]:11212")),
             "/[fe80:0:0:0:0:0:1:2]:11212"
         );
-        assert_eq!(java_address(a("[::ffff:10.0.0.9]:11211")), "/10.0.0.9:11211");
+        assert_eq!(
+            java_address(a("[::ffff:10.0.0.9]:11211")),
+            "/10.0.0.9:11211"
+        );
         assert_eq!(
             java_host_address(Some("cache1"), a("10.0.0.1:11211")),
             "cache1/10.0.0.1:11211"

@@ -227,7 +227,11 @@ mod tests {
     fn malformed_utf8_reads_as_replacement_characters() {
         let lossy = String::from_utf8_lossy(b"a\xffb\xe0\x80c").into_owned();
         for h in JavaHash::ALL {
-            assert_eq!(h.hash32(b"a\xffb\xe0\x80c"), h.hash32(lossy.as_bytes()), "{h}");
+            assert_eq!(
+                h.hash32(b"a\xffb\xe0\x80c"),
+                h.hash32(lossy.as_bytes()),
+                "{h}"
+            );
         }
     }
 

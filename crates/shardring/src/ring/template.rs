@@ -175,7 +175,9 @@ impl PointTemplate {
 
 impl fmt::Debug for PointTemplate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("PointTemplate").field(&self.as_str()).finish()
+        f.debug_tuple("PointTemplate")
+            .field(&self.as_str())
+            .finish()
     }
 }
 
@@ -446,7 +448,14 @@ mod tests {
         assert_eq!(t.render("x", 3), "{x}#3");
         // A name with braces of its own is inserted as it is.
         assert_eq!(t.render("{i}", 1), "{{i}}#1");
-        for bad in ["{name}", "{i}", "{name}{j}{i}", "{name}-{i}}", "{nam}{i}", ""] {
+        for bad in [
+            "{name}",
+            "{i}",
+            "{name}{j}{i}",
+            "{name}-{i}}",
+            "{nam}{i}",
+            "",
+        ] {
             assert!(PointTemplate::parse(bad).is_err(), "{bad}");
         }
         assert!(PointTemplate::parse(&format!("{{name}}{{i}}{}", "x".repeat(60))).is_err());
