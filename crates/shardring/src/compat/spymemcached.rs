@@ -25,7 +25,7 @@
 //!   `tailMap` / `firstKey` dance). **Ties**: points live in a `TreeMap`, and `put` overwrites, so of
 //!   nodes sharing a point the one listed last wins.
 //! - **Keys** are Java strings: bytes are read as `new String(bytes, UTF_8)` and hashed as
-//!   [`JavaHash`](crate::hash::JavaHash) says (FNV and `NATIVE_HASH` over UTF-16 units).
+//!   [`JavaHash`] says (FNV and `NATIVE_HASH` over UTF-16 units).
 //!
 //! Where libmemcached's `CONSISTENT_KETAMA_SPY` ([`super::libmemcached`], `libmemcached-spy*`) differs
 //! from real spymemcached 2.12 — the two never agree on a server named by address:
