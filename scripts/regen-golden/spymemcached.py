@@ -46,7 +46,8 @@ EQUAL3 = ["10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"]
 EQUAL10 = [f"10.0.1.{i + 1}:{11211 + i % 3}" for i in range(10)]
 WEIGHTED = ["10.0.0.1:11211=1", "10.0.0.2:11211=2", "10.0.0.3:11211=3", "10.0.0.4:11211=5"]
 WEIGHTED6 = [f"10.0.2.{i + 1}:11211={i + 1}" for i in range(6)]
-EQUAL10_W = [n + "=1" for n in EQUAL10]
+# 25 equal weights in a map: the single-precision count gives each 156 points, not 160.
+EQUAL25_W = [f"10.0.4.{i + 1}:11211=1" for i in range(25)]
 # Host names and addresses: named (a resolved host name), unresolved, IPv6, an IPv4-mapped IPv6.
 NAMED = ["cache1/10.0.0.1:11211", "cache2.example.com/10.0.0.2:11211", "cache3/<unresolved>:11211",
          "10.0.0.4:11211", "[::1]:11211", "[fe80::1:2]:11212", "[::ffff:10.0.0.9]:11211",
@@ -61,7 +62,7 @@ CONFIGS = [
     ("equal10-removed4", "KETAMA_HASH", False, 160, EQUAL10, 4),
     ("weighted", "KETAMA_HASH", True, 160, WEIGHTED, -1),
     ("weighted6-removed2", "KETAMA_HASH", True, 160, WEIGHTED6, 2),
-    ("weighted-equal10", "KETAMA_HASH", True, 160, EQUAL10_W, -1),
+    ("weighted-equal25", "KETAMA_HASH", True, 160, EQUAL25_W, -1),
     ("named", "KETAMA_HASH", False, 160, NAMED, -1),
     ("named-weighted", "KETAMA_HASH", True, 160,
      [n + f"={1 + i % 3}" for i, n in enumerate(NAMED)], -1),

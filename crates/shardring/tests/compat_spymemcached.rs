@@ -132,3 +132,23 @@ fn libmemcached_spy_modes_differ_from_real_spymemcached() {
         );
     }
 }
+
+/// A weights map of 25 equal weights gives each node 156 points (single precision), no map 160.
+#[test]
+fn a_map_of_equal_weights_is_not_the_same_as_no_map() {
+    let g = common::read(&common::testdata("spymemcached").join("weighted-equal25.tsv"));
+    let names: Vec<String> = nodes(&g).into_iter().map(|(n, _)| n).collect();
+    let build = |weighted| {
+        names
+            .iter()
+            .fold(SpymemcachedBuilder::new().weighted(weighted), |b, n| {
+                b.node(n.clone(), 1)
+            })
+            .build()
+            .unwrap()
+    };
+    assert_eq!(build(true).point_count(), 25 * 156);
+    assert_eq!(build(false).point_count(), 25 * 160);
+    let ring = build(true);
+    common::check(&g, |k| ring.lookup(k).unwrap().name().to_string());
+}
