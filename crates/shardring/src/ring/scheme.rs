@@ -57,7 +57,8 @@ pub enum PointScheme {
     /// [`LibmemcachedWeighted`](PointScheme::LibmemcachedWeighted) with the identity `"/{host}:{port}"`.
     /// libmemcached means this to match Java's spymemcached (its source comment gives spymemcached's
     /// format as `hostname/ip:port-index`, or `/ip:port-index` without a host name); proven here against
-    /// libmemcached, not against spymemcached.
+    /// libmemcached. Real spymemcached 2.12 strips the `/` and differs in more: see
+    /// [`Spymemcached`](PointScheme::Spymemcached).
     LibmemcachedSpyWeighted,
     /// The original last.fm libketama: a server with `m` of the total memory `M` over `n` servers gets
     /// `floorf(m/M × 40 × n)` MD5 digests of `"{identity}-{k}"`, four points each. Keys are C strings:
