@@ -152,3 +152,24 @@ fn a_map_of_equal_weights_is_not_the_same_as_no_map() {
     let ring = build(true);
     common::check(&g, |k| ring.lookup(k).unwrap().name().to_string());
 }
+
+proptest::proptest! {
+    /// Hostile nodes, weights, hash names and point counts give the new modes (spymemcached,
+    /// spymemcached-weighted, groupcache) an error or a ring that finds every key, never a panic.
+    #[test]
+    fn java_and_go_modes_never_panic(
+        mode in proptest::sample::select(vec![CompatMode::Spymemcached,
+                                              CompatMode::SpymemcachedWeighted,
+                                              CompatMode::Groupcache]),
+        nodes in proptest::collection::vec(("[a-z0-9./:<>\\[\\]]{0,14}", -1.0f64..6.0), 0..6),
+        hash in proptest::option::of("KETAMA_HASH|NATIVE_HASH|crc|fnv1a_32|[a-z_:]{0,8}"),
+        vnodes in proptest::option::of(proptest::prop_oneof![0u32..10, proptest::strategy::Just(u32::MAX), 1u32..100_000]),
+        key in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+    ) {
+        let list: Vec<(&str, f64)> = nodes.iter().map(|(n, w)| (n.as_str(), w.round())).collect();
+        if let Ok(ring) = mode.build_with_vnodes(&list, hash.as_deref(), vnodes) {
+            proptest::prop_assert_eq!(ring.lookup(&key).is_some(), !list.is_empty());
+            let _ = ring.replicas(&key).count();
+        }
+    }
+}

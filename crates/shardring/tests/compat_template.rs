@@ -168,3 +168,32 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Any template text, digest name, tie rule name and node names give a ring or an error, never a
+    /// panic; a ring built finds every key.
+    #[test]
+    fn any_template_input_builds_or_errs(
+        template in "[{}a-z&#-]{0,12}|\\{name\\}.{0,6}\\{i\\}.{0,4}|.{0,70}",
+        digest in "md5x4le|md5x4be|crc32|fnv1a-32|xxh3|twemproxy:crc16|[a-z0-9]{0,6}",
+        ties in "last|first|[a-z]{0,5}",
+        names in prop::collection::vec(".{0,10}", 0..6),
+        vnodes in 0u32..300,
+        key in prop::collection::vec(any::<u8>(), 0..20),
+    ) {
+        let (Ok(d), Ok(t)) = (digest.parse::<TemplateDigest>(), ties.parse::<TieRule>()) else {
+            return Ok(());
+        };
+        let built = names
+            .iter()
+            .fold(
+                TemplateRingBuilder::new(template.clone()).digest(d).ties(t).vnodes(vnodes),
+                |b, n| b.node(n.clone(), 1.0),
+            )
+            .build();
+        if let Ok(ring) = built {
+            prop_assert!(PointTemplate::parse(&template).is_ok());
+            prop_assert_eq!(ring.lookup(&key).is_some(), !names.is_empty());
+        }
+    }
+}

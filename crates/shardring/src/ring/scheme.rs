@@ -143,8 +143,8 @@ impl PointScheme {
 
     /// The ring position of `key` under this scheme with key hash `hash`.
     #[inline]
-    pub(crate) fn key_position(self, hash: HashFunction, key: &[u8]) -> u32 {
-        match self {
+    pub(crate) fn key_position(&self, hash: HashFunction, key: &[u8]) -> u32 {
+        match *self {
             PointScheme::Twemproxy { hash_tag } => {
                 let key = match hash_tag {
                     Some(tag) => twemproxy_hash_tag(key, tag),
