@@ -55,7 +55,10 @@ NAMED = ["cache1/10.0.0.1:11211", "cache2.example.com/10.0.0.2:11211", "cache3/<
 # Varied ports: with one port, CRC-32's linearity keeps the points of different nodes apart.
 CRC10 = [f"10.0.3.{i + 1}:{11211 + i}" for i in range(10)]
 
-# name, hash, weighted, repetitions, nodes, index removed afterwards (-1: none)
+LM_NAMED = ["cache1/10.0.0.1:11211", "cache2.example.com/10.0.0.2:11212", "cache3/<unresolved>:11211",
+            "db/10.0.0.5:11300", "cache5/10.0.0.6:11211"]
+
+# name, hash, weighted, repetitions, nodes, index removed afterwards (-1: none)[, key format]
 CONFIGS = [
     ("equal3", "KETAMA_HASH", False, 160, EQUAL3, -1),
     ("equal10", "KETAMA_HASH", False, 160, EQUAL10, -1),
@@ -77,6 +80,11 @@ CONFIGS = [
     # CRC_HASH has 15 bits: 1600 points in 32768 places collide, and keys land on shared points.
     ("crc-ties", "CRC_HASH", False, 160, CRC10, -1),
     ("one-node", "KETAMA_HASH", False, 160, ["10.9.9.9:11211"], -1),
+    # The LIBMEMCACHED key format: getHostName(), ":port" unless 11211. Only named servers (an address
+    # literal would make Java ask reverse DNS).
+    ("libmemcached-format", "KETAMA_HASH", False, 160, LM_NAMED, -1, "LIBMEMCACHED"),
+    ("libmemcached-format-weighted", "KETAMA_HASH", True, 160,
+     [n + f"={w}" for n, w in zip(LM_NAMED, [1, 2, 3, 5, 1])], -1, "LIBMEMCACHED"),
 ]
 
 
@@ -90,8 +98,8 @@ def main():
         with open(os.path.join(tmp, "keys.hex"), "w") as f:
             for k in keys(include_empty=True):
                 f.write(k.hex() + "\n")
-        lines = [f"{n}|{h}|{str(w).lower()}|{r}|{','.join(nodes)}|{rm}"
-                 for n, h, w, r, nodes, rm in CONFIGS]
+        lines = [f"{c[0]}|{c[1]}|{str(c[2]).lower()}|{c[3]}|{','.join(c[4])}|{c[5]}"
+                 + (f"|{c[6]}" if len(c) > 6 else "") for c in CONFIGS]
         subprocess.run(["java", "-cp", f"{JAR}:.", "SpyGolden", "keys.hex"], cwd=tmp, check=True,
                        input="\n".join(lines) + "\n", text=True)
         for name, *_ in CONFIGS:

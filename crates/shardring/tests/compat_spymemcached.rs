@@ -4,7 +4,7 @@
 mod common;
 
 use shardring::compat::libmemcached::{LibmemcachedBuilder, LibmemcachedMode};
-use shardring::compat::spymemcached::SpymemcachedBuilder;
+use shardring::compat::spymemcached::{KeyFormat, SpymemcachedBuilder};
 use shardring::compat::CompatMode;
 use shardring::hash::JavaHash;
 use shardring::Ring;
@@ -22,6 +22,14 @@ fn nodes(g: &common::Golden) -> Vec<(String, u32)> {
         .collect()
 }
 
+fn format(g: &common::Golden) -> KeyFormat {
+    match g.header["format"].as_str() {
+        "SPYMEMCACHED" => KeyFormat::Spymemcached,
+        "LIBMEMCACHED" => KeyFormat::Libmemcached,
+        other => panic!("{other}"),
+    }
+}
+
 fn ring_of(g: &common::Golden) -> Ring {
     let hash: JavaHash = g.header["hash"].parse().unwrap();
     nodes(g)
@@ -30,6 +38,7 @@ fn ring_of(g: &common::Golden) -> Ring {
             SpymemcachedBuilder::new()
                 .hash(hash)
                 .weighted(g.header["weighted"] == "true")
+                .key_format(format(g))
                 .repetitions(g.header["repetitions"].parse().unwrap()),
             |b, (n, w)| b.node(n, w),
         )
@@ -55,6 +64,10 @@ fn spymemcached_mode_matches_the_real_ketama_node_locator() {
 fn compat_modes_build_the_same_rings() {
     for path in common::files("spymemcached") {
         let g = common::read(&path);
+        if format(&g) != KeyFormat::Spymemcached {
+            // The CLI modes use the default key format.
+            continue;
+        }
         let list = nodes(&g);
         let refs: Vec<(&str, f64)> = list
             .iter()
@@ -172,4 +185,35 @@ proptest::proptest! {
             let _ = ring.replicas(&key).count();
         }
     }
+}
+
+/// With the LIBMEMCACHED key format and a weights map, spymemcached builds libmemcached's
+/// `KETAMA_WEIGHTED` continuum: the same points, so the same servers for every key that is valid
+/// UTF-8 (Java reads the others with U+FFFD in place of the bad bytes; libmemcached hashes the bytes).
+#[test]
+fn libmemcached_key_format_with_weights_is_libmemcached_weighted() {
+    let mut g =
+        common::read(&common::testdata("spymemcached").join("libmemcached-format-weighted.tsv"));
+    g.rows.retain(|(k, _)| std::str::from_utf8(k).is_ok());
+    assert!(g.rows.len() > 700, "{}", g.rows.len());
+    let b = nodes(&g).into_iter().fold(
+        LibmemcachedBuilder::new(LibmemcachedMode::KetamaWeighted),
+        |b, (n, w)| {
+            let (host, port) = n.rsplit_once(':').unwrap();
+            let host = host.split_once('/').unwrap().0;
+            b.server(host, port.parse().unwrap(), w)
+        },
+    );
+    let lm = b.build().unwrap();
+    let names: Vec<(String, String)> = nodes(&g)
+        .into_iter()
+        .map(|(n, _)| {
+            let (host, port) = n.rsplit_once(':').unwrap();
+            (format!("{}:{port}", host.split_once('/').unwrap().0), n)
+        })
+        .collect();
+    common::check(&g, |k| {
+        let got = lm.lookup(k).unwrap().name();
+        names.iter().find(|(h, _)| h == got).unwrap().1.clone()
+    });
 }

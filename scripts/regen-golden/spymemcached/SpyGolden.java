@@ -1,12 +1,13 @@
 // Where spymemcached's KetamaNodeLocator puts each key: the golden data of testdata/spymemcached/.
 //
 // Usage: java -cp spymemcached.jar:. SpyGolden KEYS_HEX_FILE < CONFIGS
-// Each line of CONFIGS: NAME|HASH|WEIGHTED|REPETITIONS|NODE[=WEIGHT],...|REMOVE
+// Each line of CONFIGS: NAME|HASH|WEIGHTED|REPETITIONS|NODE[=WEIGHT],...|REMOVE[|FORMAT]
 //   NODE is IP:PORT (an address from a literal, no DNS), HOST/IP:PORT (a named address, made with
 //   InetAddress.getByAddress(HOST, IP): what a resolved host name gives, without DNS), or
 //   HOST/<unresolved>:PORT (InetSocketAddress.createUnresolved). IPv6 addresses in brackets.
 //   WEIGHTED is true when a weights map is passed (KetamaNodeLocator's 4-argument constructor).
-//   REMOVE is a node index dropped afterwards with updateLocator (or -1).
+//   REMOVE is a node index dropped afterwards with updateLocator (or -1). FORMAT is a
+//   KetamaNodeKeyFormatter.Format (SPYMEMCACHED when absent; LIBMEMCACHED needs 160 repetitions).
 // Writes NAME.tsv into the working directory: a header, then HEXKEY<TAB>NODE where NODE is
 // String.valueOf(the node's InetSocketAddress), exactly as Java prints it.
 // Keys are read as Java reads bytes into a String: new String(bytes, UTF_8).
@@ -78,6 +79,8 @@ public class SpyGolden {
             boolean weighted = Boolean.parseBoolean(f[2]);
             int reps = Integer.parseInt(f[3]);
             int remove = Integer.parseInt(f[5]);
+            KetamaNodeKeyFormatter.Format format = f.length > 6
+                ? KetamaNodeKeyFormatter.Format.valueOf(f[6]) : KetamaNodeKeyFormatter.Format.SPYMEMCACHED;
             List<MemcachedNode> nodes = new ArrayList<>();
             Map<InetSocketAddress, Integer> weights = new HashMap<>();
             List<String> header = new ArrayList<>();
@@ -94,7 +97,9 @@ public class SpyGolden {
                 header.add(String.valueOf(sa) + (weighted ? "=" + w : ""));
             }
             KetamaNodeLocator locator;
-            if (!weighted && reps == 160) {
+            if (format != KetamaNodeKeyFormatter.Format.SPYMEMCACHED) {
+                locator = new KetamaNodeLocator(nodes, alg, format, weights);
+            } else if (!weighted && reps == 160) {
                 // The constructor KetamaConnectionFactory uses: default key format and repetitions.
                 locator = new KetamaNodeLocator(nodes, alg);
             } else {
@@ -121,6 +126,7 @@ public class SpyGolden {
                 out.println("# hash: " + alg);
                 out.println("# weighted: " + weighted);
                 out.println("# repetitions: " + reps);
+                out.println("# format: " + format);
                 out.println("# nodes: " + String.join(" ", header));
                 out.println("# removed: " + removed);
                 for (String hex : keys) {

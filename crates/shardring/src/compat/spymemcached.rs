@@ -42,8 +42,15 @@
 //! server named by address other points than spymemcached does. `compat_spymemcached.rs` counts the
 //! golden keys the two place differently.
 //!
-//! Not modelled: the `LIBMEMCACHED` key format (`getHostName()`, which may do a reverse DNS lookup, and
-//! `:port` unless 11211), a `KetamaNodeLocatorConfiguration` that names nodes its own way, failover
+//! The other key format, `LIBMEMCACHED` ([`KeyFormat::Libmemcached`]: `getHostName()`, and `:port`
+//! unless 11211, libmemcached's own point names), is offered by the builder and proven on the goldens of
+//! servers named by host name; for an address given as a literal Java asks reverse DNS, which no one
+//! can reproduce offline (the builder assumes the lookup fails). With it and a weights map,
+//! spymemcached builds libmemcached's `KETAMA_WEIGHTED` continuum (ties excepted: libmemcached's first
+//! server wins), so the two agree on every key that is valid UTF-8 (`compat_spymemcached.rs` checks it
+//! on the goldens; Java reads other bytes as U+FFFD, libmemcached hashes them as they are).
+//!
+//! Not modelled: a `KetamaNodeLocatorConfiguration` that names nodes its own way, failover
 //! (`getSequence`), and nodes missing from a weights map (a `NullPointerException` in Java).
 
 use std::fmt::Write as _;
@@ -51,6 +58,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use crate::hash::{HashFunction, JavaHash};
 use crate::ring::PointScheme;
+pub use crate::ring::SpymemcachedKeyFormat as KeyFormat;
 use crate::{Error, Ring};
 
 /// spymemcached's default node repetitions (`DefaultKetamaNodeLocatorConfiguration`).
@@ -77,6 +85,8 @@ pub struct SpymemcachedBuilder {
     weighted: Option<bool>,
     /// `getNodeRepetitions()`.
     repetitions: u32,
+    /// `KetamaNodeKeyFormatter.Format`.
+    key_format: KeyFormat,
     /// (InetSocketAddress text, weight) in list order.
     nodes: Vec<(String, u32)>,
 }
@@ -94,6 +104,7 @@ impl SpymemcachedBuilder {
             hash: JavaHash::Ketama,
             weighted: None,
             repetitions: DEFAULT_REPETITIONS,
+            key_format: KeyFormat::Spymemcached,
             nodes: Vec::new(),
         }
     }
@@ -116,6 +127,13 @@ impl SpymemcachedBuilder {
     /// 160.
     pub fn repetitions(mut self, repetitions: u32) -> SpymemcachedBuilder {
         self.repetitions = repetitions;
+        self
+    }
+
+    /// The node key format (`KetamaNodeKeyFormatter.Format`). By default, this is
+    /// [`KeyFormat::Spymemcached`], spymemcached's own default.
+    pub fn key_format(mut self, format: KeyFormat) -> SpymemcachedBuilder {
+        self.key_format = format;
         self
     }
 
@@ -151,7 +169,10 @@ impl SpymemcachedBuilder {
             .into_iter()
             .fold(
                 Ring::builder()
-                    .point_scheme(PointScheme::Spymemcached { weighted })
+                    .point_scheme(PointScheme::Spymemcached {
+                        weighted,
+                        key_format: self.key_format,
+                    })
                     .vnodes(self.repetitions)
                     .hash(HashFunction::Java(self.hash)),
                 |b, (name, weight)| b.node(name, f64::from(weight)),

@@ -75,9 +75,9 @@ pub enum PointScheme {
     /// bytes (0 for the first). Keys are hashed with CRC-32. Of equal points, the server configured first
     /// keeps the point.
     Nginx,
-    /// spymemcached 2.12's `KetamaNodeLocator` (Java). The identity is the node key
-    /// (`InetSocketAddress.toString()`), less one leading `/` as spymemcached's `SPYMEMCACHED` key format
-    /// strips it; point names are `"{key}-{i}"`. Unweighted with `KETAMA_HASH` keys: `vnodes / 4` MD5
+    /// spymemcached 2.12's `KetamaNodeLocator` (Java). The identity is the node's
+    /// `InetSocketAddress.toString()` text, from which the key format makes the node key (see
+    /// [`SpymemcachedKeyFormat`]); point names are `"{key}-{i}"`. Unweighted with `KETAMA_HASH` keys: `vnodes / 4` MD5
     /// digests (node repetitions, 160 by default), four little-endian words each; unweighted with any
     /// other key hash: `vnodes` points, that hash of each name. Weighted (a weights map was given):
     /// [`Twemproxy`](PointScheme::Twemproxy)'s single-precision count with `vnodes` in place of 160,
@@ -87,6 +87,8 @@ pub enum PointScheme {
         /// Whether spymemcached was given a weights map (then even equal weights take the weighted
         /// count).
         weighted: bool,
+        /// `KetamaNodeKeyFormatter.Format`: how a node's address becomes its key.
+        key_format: SpymemcachedKeyFormat,
     },
     /// A ring described by a point-name template, a digest split and a tie rule
     /// ([`ring::template`](super::template)); groupcache's `consistenthash` is one (`{i}{name}`, CRC-32).
@@ -119,7 +121,10 @@ impl PointScheme {
                 | PointScheme::LibmemcachedSpy
                 | PointScheme::Nginx
                 | PointScheme::Template(_)
-                | PointScheme::Spymemcached { weighted: false }
+                | PointScheme::Spymemcached {
+                    weighted: false,
+                    ..
+                }
         )
     }
 
@@ -135,8 +140,10 @@ impl PointScheme {
             PointScheme::Libketama => "libketama",
             PointScheme::Uhashring => "uhashring",
             PointScheme::Nginx => "nginx",
-            PointScheme::Spymemcached { weighted: false } => "spymemcached",
-            PointScheme::Spymemcached { weighted: true } => "spymemcached-weighted",
+            PointScheme::Spymemcached {
+                weighted: false, ..
+            } => "spymemcached",
+            PointScheme::Spymemcached { weighted: true, .. } => "spymemcached-weighted",
             PointScheme::Template(_) => "template",
         }
     }
@@ -177,12 +184,14 @@ impl PointScheme {
                 (wanted as u64).max(1)
             }
             PointScheme::Twemproxy { .. } => ketama_weighted_count(node, input, 160),
-            PointScheme::Spymemcached { weighted: true } => {
+            PointScheme::Spymemcached { weighted: true, .. } => {
                 // spymemcached: the same float expression with getNodeRepetitions() for 160, then
                 // (int)(Math.floor(...) * 4) points, of which pointerPerServer / 4 digests are made.
                 ketama_weighted_count(node, input, input.vnodes)
             }
-            PointScheme::Spymemcached { weighted: false } => match input.hash {
+            PointScheme::Spymemcached {
+                weighted: false, ..
+            } => match input.hash {
                 HashFunction::Java(JavaHash::Ketama) => u64::from(input.vnodes / 4) * 4,
                 _ => u64::from(input.vnodes),
             },
@@ -236,8 +245,12 @@ impl PointScheme {
                     out.push(input.hash.hash32(name.as_bytes()));
                 }
             }
-            PointScheme::Spymemcached { weighted } => {
-                let key = spymemcached_node_key(node.identity());
+            PointScheme::Spymemcached {
+                weighted,
+                key_format,
+            } => {
+                let key = key_format.node_key(node.identity());
+                let key = key.as_ref();
                 if weighted || input.hash == HashFunction::Java(JavaHash::Ketama) {
                     md5_quads(key, count, None, out);
                 } else {
@@ -334,9 +347,49 @@ fn ketama_weighted_count(node: &Node, input: SchemeInput, reps: u32) -> u64 {
     (v as u64) * 4
 }
 
-/// spymemcached's `SPYMEMCACHED` node key: `String.valueOf(socketAddress)` less one leading `/`.
-fn spymemcached_node_key(identity: &str) -> &str {
-    identity.strip_prefix('/').unwrap_or(identity)
+/// spymemcached's `KetamaNodeKeyFormatter.Format`: how a node's `InetSocketAddress` becomes the key
+/// its point names start with. The node's identity is the address as Java prints it
+/// (`hostname/address:port`, the host name empty for an address given as a literal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SpymemcachedKeyFormat {
+    /// `SPYMEMCACHED`, the default: `String.valueOf(address)` less one leading `/`
+    /// (`10.0.0.1:11211`, `cache1/10.0.0.1:11211`).
+    #[default]
+    Spymemcached,
+    /// `LIBMEMCACHED`: `address.getHostName()`, then `:port` unless the port is 11211 — libmemcached's
+    /// own point names. `getHostName()` is the host name when there is one; for an address given as a
+    /// literal Java asks reverse DNS, and this format assumes the lookup fails (the address itself,
+    /// IPv6 without brackets), so name such servers by host name to be sure.
+    Libmemcached,
+}
+
+impl SpymemcachedKeyFormat {
+    /// The node key of the address text `identity`.
+    pub fn node_key(self, identity: &str) -> std::borrow::Cow<'_, str> {
+        match self {
+            SpymemcachedKeyFormat::Spymemcached => {
+                std::borrow::Cow::Borrowed(identity.strip_prefix('/').unwrap_or(identity))
+            }
+            SpymemcachedKeyFormat::Libmemcached => {
+                let (host, port) = match identity.rsplit_once(':') {
+                    Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty() => {
+                        (h, p)
+                    }
+                    _ => (identity, ""),
+                };
+                let host = match host.split_once('/') {
+                    Some((name, _)) if !name.is_empty() => name,
+                    Some((_, addr)) => addr.trim_start_matches('[').trim_end_matches(']'),
+                    None => host,
+                };
+                if port.is_empty() || port == "11211" {
+                    std::borrow::Cow::Borrowed(host)
+                } else {
+                    std::borrow::Cow::Owned(format!("{host}:{port}"))
+                }
+            }
+        }
+    }
 }
 
 /// Point names formatted per batch before any of them is hashed.
