@@ -81,3 +81,19 @@ fn weights_and_hashes_are_refused() {
         2 * groupcache::DEFAULT_REPLICAS as usize
     );
 }
+
+/// groupcache has no `Remove`: a new map without the node is what a service does. `Ring::remove` on
+/// the built ring gives the same placement.
+#[test]
+fn removing_from_the_ring_equals_a_new_map_without_the_node() {
+    let full = common::read(&common::testdata("groupcache").join("replicas50-10.tsv"));
+    let less = common::read(&common::testdata("groupcache").join("replicas50-removed4.tsv"));
+    let mut ring = groupcache::ring(&nodes(&full), 50).unwrap();
+    let gone: Vec<&str> = nodes(&full)
+        .into_iter()
+        .filter(|n| !nodes(&less).contains(n))
+        .collect();
+    assert_eq!(gone.len(), 1);
+    ring.remove(gone[0]).unwrap();
+    common::check(&less, |k| ring.lookup(k).unwrap().name().to_string());
+}

@@ -217,3 +217,17 @@ fn libmemcached_key_format_with_weights_is_libmemcached_weighted() {
         names.iter().find(|(h, _)| h == got).unwrap().1.clone()
     });
 }
+
+/// `Ring::remove` on the built ring gives what spymemcached's `updateLocator` gives without the node.
+#[test]
+fn removing_from_the_ring_equals_update_locator() {
+    for file in ["equal10-removed4.tsv", "weighted6-removed2.tsv"] {
+        let g = common::read(&common::testdata("spymemcached").join(file));
+        let removed = g.header["removed"].clone();
+        let mut full = common::read(&g.path);
+        full.header.insert("removed".into(), String::new());
+        let mut ring = ring_of(&full);
+        ring.remove(&removed).unwrap();
+        common::check(&g, |k| ring.lookup(k).unwrap().name().to_string());
+    }
+}
