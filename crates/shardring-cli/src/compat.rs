@@ -105,7 +105,7 @@ fn template_ring(
     vnodes: Option<u32>,
 ) -> Result<Ring> {
     let Some(template) = &args.template else {
-        bail!("needs --template, e.g. --template '{{name}}&&{{i}}' --digest md5x4le");
+        bail!("needs --template (a flag of shardring lookup), e.g. --template '{{name}}&&{{i}}' --digest md5x4le");
     };
     let mut b = TemplateRingBuilder::new(template.as_str());
     if let Some(d) = &args.digest {
