@@ -588,3 +588,35 @@ async fn stop_ends_the_listener_and_its_idle_connections() {
         .unwrap();
     expect_closed(&mut stream, IO_TIMEOUT).await;
 }
+
+#[tokio::test]
+async fn a_large_scrape_arrives_whole_and_matches_the_renderer() {
+    // 10 pools × 100 servers: megabytes, far past hyper's write buffer.
+    let views: Vec<PoolView> = (0..10)
+        .map(|p| PoolView {
+            pool: Arc::new(PoolStats::new(&format!("pool-{p}"))),
+            servers: (0..100)
+                .map(|s| Arc::new(ServerStats::new(&format!("10.0.{p}.{s}:11211"))))
+                .collect(),
+        })
+        .collect();
+    let expected = metrics::render_prometheus(std::time::Instant::now(), &views);
+    let endpoint = Endpoint::prometheus(views).await;
+    let mut stream = endpoint.connect().await;
+    for _ in 0..2 {
+        let r = exchange(&mut stream, GET).await;
+        assert_eq!(r.status(), 200);
+        // Uptime may differ by a second; everything else is the same text.
+        let strip = |t: &str| {
+            t.lines()
+                .filter(|l| !l.starts_with("shardring_proxy_uptime_seconds "))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert!(r.body.len() > 1_000_000, "{} bytes", r.body.len());
+        assert!(
+            strip(&r.text()) == strip(&expected),
+            "the scraped text differs from the renderer's"
+        );
+    }
+}
