@@ -1,9 +1,11 @@
 //! `/metrics` over HTTP, checked by independent programs and against what HTTP/1.1 says: Prometheus's own
 //! `promtool check metrics` reads the Prometheus text of a proxy that served traffic, Python's
 //! `prometheus_client` OpenMetrics parser (strict: it rejects clashing families, a missing `# EOF`)
-//! reads the OpenMetrics text, and raw sockets check HEAD, keep-alive, 400, 404, 405, the header timeout
-//! and the connection limit. Both programs come from Debian (`prometheus`, `python3-prometheus-client`;
-//! `.ci/run` installs them); outside CI a test skips when its program is missing, in CI it fails.
+//! reads the OpenMetrics text, a real Prometheus server scrapes the endpoint (negotiating OpenMetrics)
+//! and stores every family, and raw sockets check HEAD, keep-alive, 400, 404, 405, 431, the header
+//! timeout and the connection limit. The programs come from Debian (`prometheus`,
+//! `python3-prometheus-client`; `.ci/run` installs them); outside CI a test skips when its program is
+//! missing, in CI (`CI` set, not `false`) it fails.
 
 mod common;
 
@@ -619,4 +621,169 @@ async fn a_large_scrape_arrives_whole_and_matches_the_renderer() {
             "the scraped text differs from the renderer's"
         );
     }
+}
+
+/// A Prometheus server (Debian's `prometheus`) scraping one target every second, killed on drop with its
+/// data directory removed.
+struct PrometheusServer {
+    /// The process.
+    child: std::process::Child,
+    /// Its web address, `127.0.0.1:port`.
+    web: String,
+    /// Config and TSDB directory.
+    dir: std::path::PathBuf,
+}
+
+impl PrometheusServer {
+    /// Starts Prometheus scraping `target`; `None` when it is not installed outside CI.
+    fn start(target: SocketAddr) -> Option<PrometheusServer> {
+        let dir = std::env::temp_dir().join(format!(
+            "shardring-prometheus-{}-{}",
+            std::process::id(),
+            target.port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: proxy\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = common::free_port();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        match child {
+            Ok(child) => Some(PrometheusServer {
+                child,
+                web: format!("127.0.0.1:{port}"),
+                dir,
+            }),
+            Err(e) if !in_ci() => {
+                eprintln!("skipping: prometheus not runnable here ({e}); .ci/run installs it");
+                let _ = std::fs::remove_dir_all(&dir);
+                None
+            }
+            Err(e) => panic!("prometheus must be installed in CI: {e}"),
+        }
+    }
+
+    /// `GET path` on its HTTP API as JSON, or `None` while it is not answering yet.
+    async fn api(&self, path: &str) -> Option<serde_json::Value> {
+        let mut stream = TcpStream::connect(&self.web).await.ok()?;
+        // HTTP/1.0, so that the body comes whole (not chunked) and the connection closes after it.
+        let request = format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut raw = Vec::new();
+        tokio::time::timeout(IO_TIMEOUT, stream.read_to_end(&mut raw))
+            .await
+            .ok()?
+            .ok()?;
+        let raw = String::from_utf8_lossy(&raw);
+        let (_, body) = raw.split_once("\r\n\r\n")?;
+        serde_json::from_str(body).ok()
+    }
+}
+
+impl Drop for PrometheusServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_negotiates_openmetrics_and_stores_every_family() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = listener.local_addr().unwrap();
+    let seen_accept = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = Arc::clone(&seen_accept);
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let task = tokio::spawn(async move {
+        let views = sample_views();
+        let metrics = metrics::metrics_endpoint(std::time::Instant::now(), move || views.clone());
+        let router = Router::new().route("/metrics", move |r| {
+            if let Ok(mut seen) = seen.lock() {
+                seen.push(r.header("accept").unwrap_or_default().to_owned());
+            }
+            metrics(r)
+        });
+        metrics::serve_http(listener, &router, s).await;
+    });
+    let Some(prometheus) = PrometheusServer::start(target) else {
+        return;
+    };
+
+    // Wait (bounded) for a scrape to be stored: the query answers with the sample.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let query =
+        "/api/v1/query?query=shardring_proxy_server_requests_total%7Bserver%3D%22cache-a%22%7D";
+    let value = loop {
+        let got = prometheus.api(query).await;
+        let value = got.as_ref().and_then(|v| {
+            v["data"]["result"][0]["value"][1]
+                .as_str()
+                .map(str::to_owned)
+        });
+        if let Some(value) = value {
+            break value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Prometheus stored no scrape in 60 s; last answer {got:?}; targets {:?}",
+            prometheus.api("/api/v1/targets").await
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(value, "7");
+
+    let targets = prometheus.api("/api/v1/targets").await.expect("targets");
+    let active = &targets["data"]["activeTargets"][0];
+    assert_eq!(active["health"], "up", "{targets}");
+    assert_eq!(active["lastError"], "", "{targets}");
+
+    // Prometheus asked for OpenMetrics first, so that is what it parsed.
+    let accept = seen_accept
+        .lock()
+        .unwrap()
+        .first()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        metrics::Format::from_accept(Some(&accept)),
+        metrics::Format::OpenMetrics,
+        "{accept}"
+    );
+
+    // Every family arrived with its type (histograms by their base name, counters without `_total`).
+    let metadata = prometheus.api("/api/v1/metadata").await.expect("metadata");
+    for (family, kind) in [
+        ("shardring_proxy_uptime_seconds", "gauge"),
+        ("shardring_proxy_pool_client_connections", "gauge"),
+        (
+            "shardring_proxy_pool_client_connections_accepted",
+            "counter",
+        ),
+        ("shardring_proxy_server_request_bytes", "counter"),
+        ("shardring_proxy_server_latency_seconds", "histogram"),
+    ] {
+        assert_eq!(
+            metadata["data"][family][0]["type"], kind,
+            "{family} in {metadata}"
+        );
+    }
+    drop(prometheus);
+    stop.cancel();
+    let _ = tokio::time::timeout(IO_TIMEOUT, task).await;
 }
