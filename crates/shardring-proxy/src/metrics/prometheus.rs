@@ -357,15 +357,20 @@ fn family<L: EncodeLabelSet>(
     Ok(())
 }
 
-/// The pools' metrics in `format`.
+/// The pools' metrics in `format`. The collector owns its views (`Arc`s: a caller's copy is cheap, and
+/// the endpoint moves its own in).
 ///
 /// # Errors
 /// Only if prometheus-client refuses what it is given (it writes into a `String`, which cannot fail).
-fn try_render(format: Format, started: Instant, pools: &[PoolView]) -> Result<String, fmt::Error> {
+fn try_render(
+    format: Format,
+    started: Instant,
+    pools: Vec<PoolView>,
+) -> Result<String, fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape {
         uptime_seconds: started.elapsed().as_secs(),
-        pools: pools.to_vec(),
+        pools,
     }));
     let mut out = String::with_capacity(4096);
     match format {
@@ -380,7 +385,7 @@ fn try_render(format: Format, started: Instant, pools: &[PoolView]) -> Result<St
 /// The pools' metrics in `format`; on the (unexpected) failure of the encoder, an empty exposition and a
 /// logged error.
 pub fn render(format: Format, started: Instant, pools: &[PoolView]) -> String {
-    try_render(format, started, pools).unwrap_or_else(|_| {
+    try_render(format, started, pools.to_vec()).unwrap_or_else(|_| {
         tracing::error!(?format, "cannot encode the metrics");
         match format {
             Format::OpenMetrics => "# EOF\n".to_owned(),
@@ -410,7 +415,7 @@ where
 {
     move |request| {
         let format = Format::from_accept(request.header("accept"));
-        match try_render(format, started, &views()) {
+        match try_render(format, started, views()) {
             Ok(text) => Reply::ok(format.content_type(), text),
             Err(_) => {
                 tracing::error!(?format, "cannot encode the metrics");
