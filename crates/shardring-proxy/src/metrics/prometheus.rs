@@ -12,7 +12,15 @@
 //! names are those the proxy has always exposed, but one: the accepted-connections counter is
 //! `shardring_proxy_pool_client_connections_accepted_total` (it was `..._client_connections_total`),
 //! because in OpenMetrics that counter's family would be called `shardring_proxy_pool_client_connections`,
-//! the name of the open-connections gauge, and two families may not share a name.
+//! the name of the open-connections gauge, and two families may not share a name. In the 0.0.4 text the
+//! first latency bucket reads `le="5e-05"` (it was `"0.00005"`; prometheus-client formats bounds as Go's
+//! client does, and OpenMetrics keeps `0.00005`); the other bounds read as before.
+//!
+//! # Cost
+//! A scrape renders in 5 to 9 µs per server on a loaded 2-core machine (10 pools × 100 servers: 4.9 to
+//! 9.0 ms; the hand-written text this replaced took 3.2 to 6.6 ms in the same runs, twemproxy's JSON 2.0
+//! to 3.2 ms; `cargo bench -p shardring-proxy --bench scrape`), once per scrape interval. Nothing is
+//! added per request.
 
 use std::fmt;
 use std::time::Instant;
