@@ -32,6 +32,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use crate::net::accept_with_backoff;
+
 /// The largest request head accepted (hyper answers 431 past it). hyper's minimum is 8 KiB.
 const MAX_HEAD_BYTES: usize = 16 * 1024;
 
@@ -231,24 +233,14 @@ fn respond(reply: Reply) -> Response<Full<Bytes>> {
 /// are logged and retried after a pause; an error on one connection ends that connection only.
 pub async fn serve_http(listener: TcpListener, router: &Router<'_>, stop: CancellationToken) {
     let mut connections = FuturesUnordered::new();
-    let backoff = tokio::time::sleep(Duration::ZERO);
-    tokio::pin!(backoff);
-    let mut backing_off = false;
     loop {
         let room = connections.len() < router.max_connections;
         tokio::select! {
             () = stop.cancelled() => break,
             Some(()) = connections.next(), if !connections.is_empty() => {}
-            () = &mut backoff, if backing_off => backing_off = false,
-            accepted = listener.accept(), if room && !backing_off => match accepted {
-                Ok((stream, _)) => connections.push(serve_connection(stream, router, &stop)),
-                Err(e) => {
-                    tracing::warn!(error = %e, listener = "http", "accept failed");
-                    backoff
-                        .as_mut()
-                        .reset(tokio::time::Instant::now() + super::ACCEPT_BACKOFF);
-                    backing_off = true;
-                }
+            accepted = accept_with_backoff(&listener, &stop, "http"), if room => match accepted {
+                Some(stream) => connections.push(serve_connection(stream, router, &stop)),
+                None => break,
             },
         }
     }

@@ -23,33 +23,3 @@ pub use prometheus::{
     metrics_endpoint, render, render_openmetrics, render_prometheus, serve_prometheus, Format,
 };
 pub use twemproxy_json::{render_twemproxy_json, serve_json};
-
-use std::time::Duration;
-
-use tokio_util::sync::CancellationToken;
-
-/// How long a listener pauses after a failed accept (out of file descriptors and the like), so that it
-/// retries instead of spinning.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-
-/// The next connection on a stats listener, or `None` once `stop` is cancelled. Accept errors are logged
-/// and retried after [`ACCEPT_BACKOFF`].
-async fn accept_next(
-    listener: &tokio::net::TcpListener,
-    stop: &CancellationToken,
-    what: &str,
-) -> Option<tokio::net::TcpStream> {
-    loop {
-        let accepted = tokio::select! {
-            () = stop.cancelled() => return None,
-            a = listener.accept() => a,
-        };
-        match accepted {
-            Ok((s, _)) => return Some(s),
-            Err(e) => {
-                tracing::warn!(error = %e, listener = what, "accept failed");
-                tokio::time::sleep(ACCEPT_BACKOFF).await;
-            }
-        }
-    }
-}

@@ -72,7 +72,7 @@ pub async fn serve_json<F>(
 ) where
     F: Fn() -> Vec<PoolView>,
 {
-    while let Some(mut s) = super::accept_next(&listener, &stop, "stats").await {
+    while let Some(mut s) = crate::net::accept_with_backoff(&listener, &stop, "stats").await {
         let body = render_twemproxy_json(started, &views());
         tokio::spawn(async move {
             let _ = tokio::time::timeout(WRITE_TIMEOUT, s.write_all(body.as_bytes())).await;
