@@ -52,6 +52,7 @@ mod run;
 mod server;
 mod session;
 pub mod shutdown;
+pub mod workers;
 
 pub use crate::config::{ConfigErrors, PoolConfig, ProxyConfig};
 pub use crate::error::{BackendError, ProxyError};
