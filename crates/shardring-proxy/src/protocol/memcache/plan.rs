@@ -24,12 +24,7 @@ use crate::protocol::{
 /// Clients read the first word as `major.minor.micro` and refuse a reply that does not start so
 /// (libmemcached's `memcached_version`, used by `memcping` and `memcstat`, fails on
 /// `VERSION shardring-proxy-…`); some enable features by it (1.6 has the meta commands).
-pub const VERSION_REPLY: &[u8] = concat!(
-    "VERSION 1.6.0 shardring-proxy-",
-    env!("CARGO_PKG_VERSION"),
-    "\r\n"
-)
-.as_bytes();
+pub const VERSION_REPLY: &[u8] = concat!("VERSION 1.6.0 ", name_version!(), "\r\n").as_bytes();
 
 /// The memcached text protocol, with a pool's limits and multi-get policy.
 #[derive(Debug, Clone)]
@@ -385,13 +380,13 @@ fn local_stats(ctx: &PlanContext<'_>) -> Bytes {
     let mut s = String::new();
     let _ = write!(
         s,
-        "STAT pid {}\r\nSTAT uptime {}\r\nSTAT time {}\r\nSTAT version shardring-proxy-{}\r\n\
+        "STAT pid {}\r\nSTAT uptime {}\r\nSTAT time {}\r\nSTAT version {}\r\n\
          STAT curr_connections {}\r\nSTAT total_connections {}\r\nSTAT cmd_total {}\r\n\
          STAT forward_error {}\r\nSTAT servers {}\r\nSTAT servers_live {}\r\nEND\r\n",
         std::process::id(),
         ctx.started.elapsed().as_secs(),
         crate::metrics::unix_time(),
-        crate::VERSION,
+        crate::NAME_VERSION,
         st.client_connections.get(),
         st.total_connections.get(),
         st.requests.get(),
