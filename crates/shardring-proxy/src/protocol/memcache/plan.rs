@@ -243,20 +243,28 @@ impl Memcache {
                 Answer::fixed(b"END\r\n")
             });
         }
-        let owners: Vec<Option<usize>> =
-            keys.iter().map(|k| ctx.server_for(req.bytes(k))).collect();
+        // As received, to the one server of every key.
+        let forward = |server| Step::Forward {
+            server,
+            frame: req.frame.clone(),
+            kind: ResponseKind::Values,
+            finish: if more {
+                Finish::WithoutEnd
+            } else {
+                Finish::Plain
+            },
+        };
+        if let [key] = keys.as_slice() {
+            // The common case: one key, no allocation.
+            return forward(ctx.server_for(req.bytes(key)));
+        }
+        // Placed as one batch: the placement can overlap the cache misses of many lookups.
+        let key_bytes: Vec<&[u8]> = keys.iter().map(|k| req.bytes(k)).collect();
+        let mut owners = vec![None; keys.len()];
+        ctx.servers_for(&key_bytes, &mut owners);
         let first = owners[0];
         if first.is_some() && owners.iter().all(|&o| o == first) {
-            return Step::Forward {
-                server: first,
-                frame: req.frame.clone(),
-                kind: ResponseKind::Values,
-                finish: if more {
-                    Finish::WithoutEnd
-                } else {
-                    Finish::Plain
-                },
-            };
+            return forward(first);
         }
         // Split: one request per server, keys in the client's order.
         let mut lines: Vec<(usize, BytesMut)> = Vec::new();
