@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use shardring_proxy::{metrics, shutdown, ConfigErrors, Proxy, ProxyConfig};
+use shardring_proxy::{membership, metrics, shutdown, ConfigErrors, Proxy, ProxyConfig};
 use tokio_util::sync::CancellationToken;
 
 /// How long in-flight requests get to finish after SIGINT/SIGTERM.
@@ -54,6 +54,24 @@ pub struct Args {
     #[arg(long, value_name = "MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     health_check_interval: u64,
+    /// Take every pool's servers from etcd (comma-separated endpoints) instead of the file; the file
+    /// still gives each pool's listen address and settings. See `shardring members`.
+    #[arg(long, value_name = "URL[,URL...]")]
+    etcd: Option<String>,
+    /// The etcd key prefix: a pool's servers are <P><pool>/servers/<name> = host:port[:weight].
+    #[arg(
+        long,
+        value_name = "P",
+        default_value = "/shardring/",
+        requires = "etcd"
+    )]
+    etcd_prefix: String,
+    /// When etcd cannot be read at start, start from the file's servers (and keep retrying).
+    #[arg(long, requires = "etcd")]
+    etcd_fallback: bool,
+    /// Apply a pool with no servers in etcd instead of refusing it (by default the servers are kept).
+    #[arg(long, requires = "etcd")]
+    allow_empty: bool,
 }
 
 /// The largest `--max-value-size`: memcached's own limit for `-I`.
@@ -167,6 +185,16 @@ async fn serve(args: Args, overrides: Overrides, config: ProxyConfig) -> Result<
     let proxy = Arc::new(Proxy::new(config)?);
     let listeners = proxy.bind().await?;
     let stop = CancellationToken::new();
+    let etcd = args.etcd.as_ref().map(|urls| {
+        membership::EtcdMembership::new(urls.split(',').map(str::trim))
+            .prefix(args.etcd_prefix.as_str())
+            .fallback(args.etcd_fallback)
+            .allow_empty(args.allow_empty)
+    });
+    if let Some(settings) = &etcd {
+        // The lead wires these counters into the stats renderers; until then they are logged.
+        let _stats = membership::start(proxy.pools(), settings, stop.clone()).await?;
+    }
 
     let stats_addr = format!("{}:{}", args.stats_addr, args.stats_port);
     let stats = tokio::net::TcpListener::bind(&stats_addr)
@@ -206,7 +234,13 @@ async fn serve(args: Args, overrides: Overrides, config: ProxyConfig) -> Result<
     let reload_stop = stop.clone();
     tokio::spawn(async move {
         let reload = p.reload_on_sighup(
-            || load(&path).map(|c| overrides.apply(c)),
+            || {
+                load(&path).map(|c| match &etcd {
+                    // Servers stay etcd's; a reload changes the file's settings only.
+                    Some(_) => membership::keep_servers(p.pools(), overrides.apply(c)),
+                    None => overrides.apply(c),
+                })
+            },
             reload_stop.cancelled_owned(),
         );
         if let Err(e) = reload.await {
