@@ -116,7 +116,9 @@ impl EtcdSourceBuilder {
     }
 
     /// The keep-alive ping interval of the connection; a watch that gets no pong within the
-    /// [request timeout](EtcdSourceBuilder::request_timeout) counts as lost. By default, this is 5 s.
+    /// [request timeout](EtcdSourceBuilder::request_timeout) counts as lost (a silent partition; a
+    /// closed or reset connection is seen at once). By default, this is 10 s: etcd closes connections
+    /// that ping more often than its `--grpc-keepalive-min-time` (5 s by default), so keep it above that.
     pub fn keep_alive(mut self, interval: Duration) -> EtcdSourceBuilder {
         self.keep_alive = interval;
         self
@@ -194,7 +196,7 @@ impl EtcdSource {
             retry_min: Duration::from_millis(100),
             retry_max: Duration::from_secs(5),
             request_timeout: Duration::from_secs(2),
-            keep_alive: Duration::from_secs(5),
+            keep_alive: Duration::from_secs(10),
         }
     }
 

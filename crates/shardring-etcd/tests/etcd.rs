@@ -25,7 +25,6 @@ fn source(url: &str, debounce: Duration) -> EtcdSource {
         .retry_min(Duration::from_millis(50))
         .retry_max(Duration::from_millis(400))
         .request_timeout(Duration::from_secs(1))
-        .keep_alive(Duration::from_secs(1))
         .build()
 }
 
