@@ -7,7 +7,7 @@
 //! client that embeds the ring rebuilds the same ring from it, so they all agree where a key lives.
 //!
 //! - [`layout`]: the key layout, a contract: `<prefix><pool>/servers/<name>` = `host:port[:weight]`.
-//! - [`EtcdSource`]: one range at a revision, then a watch from that revision + 1; one snapshot per etcd
+//! - [`EtcdSource`] ([`source`]): one range at a revision, then a watch from that revision + 1; one snapshot per etcd
 //!   revision or per debounced burst; reconnects with back-off, resumes from the last revision,
 //!   resyncs after a compaction.
 //! - [`follow()`]: the loop that applies a source's snapshots to a follower, and
@@ -45,7 +45,7 @@ pub mod admin;
 mod error;
 mod follow;
 pub mod layout;
-mod source;
+pub mod source;
 
 pub use crate::error::{EtcdError, MalformedValue};
 pub use crate::follow::{follow, twemproxy_ketama, twemproxy_servers, FollowStats};
