@@ -176,3 +176,64 @@ fn an_unreachable_etcd_is_exit_2_with_the_address() {
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("127.0.0.1:{port}")));
 }
+
+#[test]
+fn proxy_with_an_unreachable_etcd_is_exit_2_unless_told_to_fall_back() {
+    let dir = std::env::temp_dir().join(format!("shardring-cli-members-{}-p", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let listen = support::free_port();
+    let file = dir.join("p.yml");
+    std::fs::write(
+        &file,
+        format!("alpha:\n  listen: 127.0.0.1:{listen}\n  servers:\n   - 127.0.0.1:11211:1\n"),
+    )
+    .unwrap();
+    let etcd = format!("http://127.0.0.1:{}", support::free_port());
+    let stats = support::free_port().to_string();
+    let file = file.to_str().unwrap();
+    let out = shardring()
+        .args(["proxy", "-c", file, "-s", &stats, "--etcd", &etcd])
+        .timeout(Duration::from_secs(20))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot read its servers from etcd"), "{err}");
+    assert!(err.contains("--etcd-fallback"), "{err}");
+    // With --etcd-fallback it serves the file's servers and keeps trying.
+    let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+        .args([
+            "proxy",
+            "-c",
+            file,
+            "-s",
+            &stats,
+            "--etcd",
+            &etcd,
+            "--etcd-fallback",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the proxy listens");
+        assert!(child.try_wait().unwrap().is_none(), "the proxy exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Past the failed read of etcd (refused at once), it is still running.
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the proxy runs on the file's servers"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    // --etcd-fallback without --etcd is a usage error.
+    let out = shardring()
+        .args(["proxy", "-c", file, "--etcd-fallback"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -232,6 +232,32 @@ async fn one_transaction_is_one_snapshot_and_one_ring() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_within_the_debounce_is_one_ring_change() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = Etcd::start();
+    let src = source(&etcd.url(), Duration::ZERO);
+    seed(&src, 2).await;
+    let debounce = Duration::from_millis(400);
+    let f = Following::start(source(&etcd.url(), debounce), false);
+    assert!(wait_until(Duration::from_secs(5), || f.members().len() == 2).await);
+    let generation = f.shared.generation();
+    let started = Instant::now();
+    for i in 2..12 {
+        admin::put_member(&src, &server(i, 1), None).await.unwrap();
+    }
+    let burst = started.elapsed();
+    assert!(wait_until(Duration::from_secs(5), || f.members().len() == 12).await);
+    tokio::time::sleep(debounce).await;
+    if burst < debounce / 2 {
+        // Ten writes, ten revisions, one ring.
+        assert_eq!(f.shared.generation(), generation + 1);
+    }
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_killed_mid_run_keeps_the_ring_then_catches_up_after_a_restart() {
     if !etcd_available() {
         return;

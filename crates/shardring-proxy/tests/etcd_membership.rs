@@ -263,6 +263,47 @@ async fn etcd_killed_mid_run_the_proxy_keeps_serving_then_catches_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sighup_reload_keeps_the_servers_from_etcd() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = Etcd::start();
+    let servers = memcacheds(3);
+    admin::publish(
+        &source(&etcd),
+        &servers.iter().map(member).collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    // The file lists two servers; etcd has three.
+    let proxy = RunningProxy::start(pool_config(&servers[..2])).await;
+    let stop = CancellationToken::new();
+    let _stats = membership::start(proxy.proxy.pools(), &settings(etcd.url()), stop.clone())
+        .await
+        .unwrap();
+    let pools = proxy.proxy.pools();
+    assert_eq!(pools[0].current.load().config.servers.len(), 3);
+    let mut reread = pool_config(&servers[..2]);
+    reread.server_retry_timeout = Duration::from_secs(7);
+    let config = membership::keep_servers(
+        pools,
+        shardring_proxy::ProxyConfig {
+            pools: vec![reread],
+        },
+    );
+    proxy.proxy.reload(config).unwrap();
+    let now = pools[0].current.load();
+    assert_eq!(now.config.servers.len(), 3, "the servers stay etcd's");
+    assert_eq!(
+        now.config.server_retry_timeout,
+        Duration::from_secs(7),
+        "the file's settings apply"
+    );
+    stop.cancel();
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_pool_in_etcd_is_refused_and_the_servers_kept() {
     if !etcd_available() {
         return;
