@@ -30,6 +30,8 @@ fn failed(source: &EtcdSource, what: String, e: etcd_client::Error) -> EtcdError
 /// Makes the pool's servers in etcd exactly `members`, in one transaction (so followers see one
 /// revision and build one ring): writes the new and changed ones, deletes the ones not in `members`.
 /// Guarded by the revision it read, so a concurrent writer makes it fail rather than be overwritten.
+/// etcd caps a transaction's operations (`--max-txn-ops`, 128 by default): a pool whose publication
+/// changes more servers than that is refused by etcd as a whole (raise the limit, or publish in steps).
 ///
 /// # Errors
 /// [`EtcdError`] when etcd cannot be reached, or [`EtcdError::Refused`] when the pool changed between
