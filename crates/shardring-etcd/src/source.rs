@@ -175,6 +175,41 @@ impl State {
     }
 }
 
+impl State {
+    /// Applies one watch event: a put adds or replaces its server, or drops it when the value is
+    /// malformed (returned, to be reported); a delete removes it. Keys outside the pool change nothing
+    /// but the revision.
+    fn apply(
+        &mut self,
+        keys: &PoolKeys,
+        put: bool,
+        key: &[u8],
+        value: &[u8],
+        revision: i64,
+    ) -> Option<MalformedValue> {
+        self.revision = self.revision.max(revision);
+        let name = std::str::from_utf8(key).ok().and_then(|k| keys.name_of(k));
+        if !put {
+            if let Some(name) = name {
+                self.members.remove(name);
+            }
+            return None;
+        }
+        match keys.parse(key, value) {
+            Ok(m) => {
+                self.members.insert(m.name().to_string(), m);
+                None
+            }
+            Err(bad) => {
+                if let Some(name) = name {
+                    self.members.remove(name);
+                }
+                Some(bad)
+            }
+        }
+    }
+}
+
 /// How a watch session ended.
 enum SessionEnd {
     /// Asked to stop.
@@ -442,30 +477,13 @@ impl EtcdSource {
             }
             for (i, event) in events.iter().enumerate() {
                 let Some(kv) = event.kv() else { continue };
-                let name = std::str::from_utf8(kv.key())
-                    .ok()
-                    .and_then(|k| self.keys.name_of(k))
-                    .map(str::to_string);
-                match event.event_type() {
-                    EventType::Put => match self.keys.parse(kv.key(), kv.value()) {
-                        Ok(m) => {
-                            state.members.insert(m.name().to_string(), m);
-                        }
-                        Err(bad) => {
-                            tracing::warn!(%bad, "skipping a malformed server");
-                            if let Some(name) = &name {
-                                state.members.remove(name);
-                            }
-                            sink(Update::Malformed(bad));
-                        }
-                    },
-                    EventType::Delete => {
-                        if let Some(name) = &name {
-                            state.members.remove(name);
-                        }
-                    }
+                let put = matches!(event.event_type(), EventType::Put);
+                if let Some(bad) =
+                    state.apply(&self.keys, put, kv.key(), kv.value(), kv.mod_revision())
+                {
+                    tracing::warn!(%bad, "skipping a malformed server");
+                    sink(Update::Malformed(bad));
                 }
-                state.revision = state.revision.max(kv.mod_revision());
                 let revision_complete = events
                     .get(i + 1)
                     .and_then(|next| next.kv())
@@ -487,5 +505,88 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::layout::parse_value;
+
+    /// One event: a put of one of a few values (some malformed) or a delete, on one of a few names,
+    /// sometimes outside the pool.
+    fn events() -> impl Strategy<Value = Vec<(bool, usize, usize, bool)>> {
+        prop::collection::vec(
+            (
+                any::<bool>(),
+                0usize..5,
+                0usize..6,
+                prop::bool::weighted(0.1),
+            ),
+            0..60,
+        )
+    }
+
+    const VALUES: [&str; 6] = [
+        "10.0.0.1:11211",
+        "10.0.0.2:11211:2",
+        "[::1]:11212:3",
+        "no-port",
+        "h:0",
+        "cache.local:11213\n",
+    ];
+
+    proptest! {
+        /// The kept set equals the naive one: the last value put under each name of the pool, deleted
+        /// names gone, malformed values left out.
+        #[test]
+        fn events_fold_into_the_naive_member_set(evs in events()) {
+            let keys = PoolKeys::new(DEFAULT_PREFIX, "alpha");
+            let other = PoolKeys::new(DEFAULT_PREFIX, "beta");
+            let mut state = State::default();
+            let mut naive: BTreeMap<String, &str> = BTreeMap::new();
+            let mut malformed = 0;
+            for (revision, &(put, name, value, foreign)) in evs.iter().enumerate() {
+                let name = format!("s{name}");
+                let key = if foreign { other.server_key(&name) } else { keys.server_key(&name) };
+                let value = VALUES[value];
+                let bad = state.apply(&keys, put, key.as_bytes(), value.as_bytes(), revision as i64 + 1);
+                prop_assert_eq!(state.revision, revision as i64 + 1);
+                malformed += usize::from(bad.is_some());
+                if foreign {
+                    continue;
+                }
+                if put {
+                    naive.insert(name, value);
+                } else {
+                    naive.remove(&name);
+                }
+            }
+            let expected: Vec<(String, String, u32)> = naive
+                .iter()
+                .filter_map(|(n, v)| parse_value(v).ok().map(|(a, w)| (n.clone(), a, w)))
+                .collect();
+            let got: Vec<(String, String, u32)> = state
+                .snapshot()
+                .members()
+                .iter()
+                .map(|m| (m.name().to_string(), m.addr().to_string(), m.weight()))
+                .collect();
+            prop_assert_eq!(got, expected);
+            let bad_puts = evs
+                .iter()
+                .filter(|&&(put, _, v, _)| put && parse_value(VALUES[v]).is_err())
+                .count();
+            // Foreign keys are malformed too (not under the pool), whatever their value.
+            let foreign_good_puts = evs
+                .iter()
+                .filter(|&&(put, _, v, f)| put && f && parse_value(VALUES[v]).is_ok())
+                .count();
+            prop_assert_eq!(malformed, bad_puts + foreign_good_puts);
+        }
     }
 }
