@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{memcacheds, pool_config, Client, Memcached, RunningProxy};
-use etcd_support::{etcd_available, Etcd};
+use etcd_support::{etcd_available, Etcd, Relay};
 use shardring::compat::twemproxy::TwemproxyServer;
 use shardring::hash::TwemproxyHash;
 use shardring::membership::Member;
@@ -385,6 +385,47 @@ async fn unreachable_etcd_at_start_is_an_error_or_the_files_servers() {
     assert!(stats[0].errors() >= 1);
     let mut c = proxy.client().await;
     assert_eq!(set(&mut c, "k").await, "STORED\r\n");
+    stop.cancel();
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_fallback_the_proxy_starts_on_the_files_servers_and_takes_etcds_once_reachable() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = Etcd::start();
+    let servers = memcacheds(3);
+    admin::publish(
+        &source(&etcd),
+        &servers.iter().map(member).collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    // etcd is there but cut off from the proxy at start.
+    let relay = Relay::start(format!("127.0.0.1:{}", etcd.client_port)).await;
+    relay.cut();
+    let proxy = RunningProxy::start(pool_config(&servers[..1])).await;
+    let stop = CancellationToken::new();
+    let stats = membership::start(
+        proxy.proxy.pools(),
+        &settings(relay.url()).fallback(true),
+        stop.clone(),
+    )
+    .await
+    .unwrap();
+    let pools = proxy.proxy.pools();
+    assert_eq!(pools[0].current.load().config.servers.len(), 1);
+    let mut c = proxy.client().await;
+    assert_eq!(set(&mut c, "early").await, "STORED\r\n");
+    relay.restore();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pools[0].current.load().config.servers.len() != 3 {
+        assert!(Instant::now() < deadline, "the retries reach etcd");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(stats[0].revision() > 0);
+    assert!(stats[0].updated_unix() > 0);
     stop.cancel();
     proxy.stop().await;
 }
