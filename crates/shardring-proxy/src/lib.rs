@@ -39,6 +39,7 @@ pub mod backend;
 pub mod cluster;
 pub mod config;
 mod error;
+#[cfg(feature = "etcd")]
 pub mod membership;
 pub mod metrics;
 pub mod protocol;

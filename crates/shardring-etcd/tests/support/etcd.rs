@@ -72,6 +72,11 @@ impl Etcd {
             free_port()
         ));
         std::fs::create_dir_all(&dir).expect("a temp data dir");
+        // etcd (3.4.10 and later) wants its data dir private.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        }
         let mut etcd = Etcd {
             child: None,
             dir,
