@@ -126,10 +126,32 @@ impl TopBitsIndex {
         if self.starts.is_empty() {
             return points.partition_point(|p| p.position < hash);
         }
-        let bucket = (hash >> self.shift) as usize;
-        let mut i = self.starts[bucket] as usize;
+        self.search_from(points, self.bucket_start(hash), hash)
+    }
+
+    /// The first point of `hash`'s bucket, where [`search_from`](TopBitsIndex::search_from) starts. The
+    /// index must be built.
+    #[inline]
+    pub(crate) fn bucket_start(&self, hash: u32) -> usize {
+        self.starts[(hash >> self.shift) as usize] as usize
+    }
+
+    /// Asks the cache for `hash`'s bucket start (the index entry a search loads first); nothing when
+    /// the index is not built.
+    #[inline]
+    pub(crate) fn prefetch_bucket(&self, hash: u32) {
+        if let Some(start) = self.starts.get((hash >> self.shift) as usize) {
+            super::prefetch::prefetch(start);
+        }
+    }
+
+    /// [`search`](TopBitsIndex::search) from `start`, the [`bucket_start`](TopBitsIndex::bucket_start) of
+    /// `hash`, already loaded. The index must be built.
+    #[inline]
+    pub(crate) fn search_from(&self, points: &[Point], start: usize, hash: u32) -> usize {
+        let mut i = start;
         if self.crowded {
-            let hi = self.starts[bucket + 1] as usize;
+            let hi = self.starts[(hash >> self.shift) as usize + 1] as usize;
             return i + points[i..hi].partition_point(|p| p.position < hash);
         }
         // Every point of an earlier bucket is below `hash`, so the answer is the first point from the

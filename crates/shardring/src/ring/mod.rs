@@ -14,10 +14,12 @@
 //! configured wins); uhashring by configuration order reversed (the last added wins). Configuration
 //! order is the builder's order, then each [`add`](Ring::add) comes last.
 
+mod batch;
 mod build;
 mod builder;
 mod index;
 mod migration;
+mod prefetch;
 mod replicas;
 mod scheme;
 
