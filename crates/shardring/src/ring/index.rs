@@ -179,7 +179,17 @@ impl TopBitsIndex {
         }
         // Every point of an earlier bucket is below `hash` and none of a later one is, so the answer is
         // the bucket's start plus how many points from there on are below `hash`.
-        let mut i = self.starts[(hash >> self.shift) as usize] as usize;
+        self.search_counting_from(points, self.bucket_start(hash), hash)
+    }
+
+    /// [`search_counting`](TopBitsIndex::search_counting) from `start`, the
+    /// [`bucket_start`](TopBitsIndex::bucket_start) of `hash`, already loaded. The index must be built.
+    #[inline]
+    pub(crate) fn search_counting_from(&self, points: &[Point], start: usize, hash: u32) -> usize {
+        if self.crowded {
+            return self.search_from(points, start, hash);
+        }
+        let mut i = start;
         loop {
             let below = match points.get(i..i + WINDOW) {
                 Some(window) => window
