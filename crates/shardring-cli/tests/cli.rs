@@ -67,7 +67,9 @@ fn lookup_prints_the_same_whatever_the_batch() {
     for algo in ["ring", "jump", "maglev", "anchor"] {
         let run = |batch: &str| {
             let out = shardring()
-                .args(["lookup", "--nodes", "a,b,c,d", "--algo", algo, "--batch", batch])
+                .args([
+                    "lookup", "--nodes", "a,b,c,d", "--algo", algo, "--batch", batch,
+                ])
                 .write_stdin(input.clone())
                 .output()
                 .unwrap();
@@ -81,7 +83,10 @@ fn lookup_prints_the_same_whatever_the_batch() {
         assert!(lines[1].starts_with(b"crlf:1\t"), "{algo}: CR dropped");
         assert!(lines[3000].starts_with(b"last-without-newline\t"), "{algo}");
         for batch in ["2", "16", "1024"] {
-            assert!(run(batch) == one, "{algo}: --batch {batch} differs from --batch 1");
+            assert!(
+                run(batch) == one,
+                "{algo}: --batch {batch} differs from --batch 1"
+            );
         }
     }
 }
@@ -305,6 +310,8 @@ fn analyze_json_has_the_contract_fields() {
             "moved_on_remove",
             "ideal_on_remove",
             "lookup_ns",
+            "lookup_batch_ns",
+            "lookup_pool",
         ] {
             assert!(row.get(field).is_some(), "missing {field} in {row}");
         }
