@@ -4,7 +4,8 @@
 //! # Layout
 //! All points live in one flat array sorted by position, 8 bytes each (position and node index), with an
 //! optional index over the top bits of the position that turns the search into one
-//! indexed load and a look at one or two points.
+//! indexed load and a look at one or two points. Those two loads are cache misses once the ring is larger
+//! than the caches; [`Ring::lookup_many`] places a batch of keys so that their misses overlap.
 //!
 //! # Ties
 //! Two points may land on the same position. They are ordered by node name (byte-wise), so the point of the
