@@ -96,8 +96,9 @@ impl Ring {
             // (see `TopBitsIndex::search_counting`). A single xxh3 lookup searches with a branch,
             // which wins while the points are cached; here a mispredicted branch on a point that has
             // just arrived would also throw away the loads of the keys after it, and counting is much
-            // faster: 5.3 ns a key against 9.0 at 1000 nodes over the cold pool, 4.6 against 4.3 over
-            // the hot one (`bench/src/bin` experiments; the criterion figures are in BENCHMARKS.md).
+            // faster: 5.3 ns a key against 9.0 at 1000 nodes over the bench crate's cold pool, 4.6 against
+            // 4.3 over the hot one (a one-off loop over the pools, best of 5; the criterion figures are in
+            // BENCHMARKS.md). The prefetches of passes 1 and 2 take it from 6.2 ns to 5.3.
             for ((out, &start), &h) in out.iter_mut().zip(starts.iter()).zip(hashes.iter()) {
                 let i = self
                     .index
