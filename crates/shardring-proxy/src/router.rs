@@ -42,8 +42,19 @@ impl Routing {
 
     /// The owners of many keys (`out[i]` for `keys[i]`), as [`Routing::server_for`] gives them.
     pub(crate) fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
-        for (key, o) in keys.iter().zip(out.iter_mut()) {
-            *o = self.server_for(key);
+        match &self.how {
+            // One batch through the placement: a ring overlaps the keys' cache misses.
+            How::Placement(p) => {
+                p.locate_many(keys, out);
+                for o in out.iter_mut() {
+                    *o = o.map(|i| self.servers[i]);
+                }
+            }
+            How::Random => {
+                for (key, o) in keys.iter().zip(out.iter_mut()) {
+                    *o = self.server_for(key);
+                }
+            }
         }
     }
 
@@ -185,6 +196,32 @@ mod tests {
                 Some(got),
                 "hash tag"
             );
+        }
+    }
+
+    #[test]
+    fn a_batch_is_placed_as_its_keys_one_by_one() {
+        for distribution in [Distribution::Ketama, Distribution::Modula] {
+            let mut pool = PoolConfig::new(
+                "p",
+                "127.0.0.1:0",
+                &[
+                    "127.0.0.1:1:1",
+                    "127.0.0.1:2:2 b",
+                    "127.0.0.1:3:1",
+                    "127.0.0.1:4:3",
+                ],
+            )
+            .unwrap();
+            pool.distribution = distribution;
+            pool.hash_tag = Some(*b"{}");
+            let r = build_placement(spec(&pool), &[true, false, true, true]).unwrap();
+            let keys: Vec<String> = (0..300).map(|i| format!("k{{{}}}:{i}", i % 7)).collect();
+            let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+            let mut out = vec![None; refs.len()];
+            r.servers_for(&refs, &mut out);
+            let one_by_one: Vec<Option<usize>> = refs.iter().map(|k| r.server_for(k)).collect();
+            assert_eq!(out, one_by_one, "{distribution:?}");
         }
     }
 

@@ -283,7 +283,7 @@ fn long_histories_move_exactly_the_changed_nodes_keys() {
                 .map(|k| p.lookup(&k.to_le_bytes()).unwrap().name().to_string())
                 .collect();
             let n = p.nodes().len();
-            let remove = n > 1 && (n >= 80 || (rng >> 40) % 2 == 0);
+            let remove = n > 1 && (n >= 80 || (rng >> 40).is_multiple_of(2));
             let changed = if remove {
                 let name = p.nodes()[(rng >> 20) as usize % n].name().to_string();
                 p.remove(&name).unwrap();
@@ -362,4 +362,22 @@ fn placements_are_pinned() {
         ("maglev", 0x1e67_a3ca_8e28_3b5d),
     ];
     assert_eq!(digests, pinned);
+}
+
+proptest! {
+    /// `locate_many` (the trait's default loop, or an algorithm's own) places every key of a batch as
+    /// `locate` does, for every algorithm, over batches of every length around the ring's pass size.
+    #[test]
+    fn every_algorithm_places_a_batch_like_single_keys(
+        names in proptest::collection::btree_set("[a-z0-9]{1,8}", 1..20),
+        keys in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..20), 0..60)) {
+        let names: Vec<String> = names.into_iter().collect();
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        for placement in build_all(&named(&names)).into_iter().chain(build_all(&[])) {
+            let mut many = vec![Some(usize::MAX); keys.len()];
+            placement.locate_many(&keys, &mut many);
+            let single: Vec<Option<usize>> = keys.iter().map(|k| placement.locate(k)).collect();
+            prop_assert_eq!(many, single, "{}", placement.algorithm());
+        }
+    }
 }
