@@ -13,7 +13,8 @@ use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
 use crate::config::PoolConfig;
 use crate::error::ProxyError;
-use crate::metrics::{PoolStats, PoolView, ServerStats};
+use crate::hotkeys::{HotKeys, TickState};
+use crate::metrics::{HotKeyRow, HotKeysReport, PoolStats, PoolView, ServerStats};
 use crate::protocol::Protocol;
 use crate::router::{build_placement, Router};
 
@@ -177,6 +178,8 @@ pub(crate) struct PoolShared {
     pub changed: Arc<Notify>,
     /// When the pool started, for `stats`' uptime.
     pub started: std::time::Instant,
+    /// Hot-key detection and cache, when on (settings read at start).
+    pub hot: Option<Arc<HotKeys>>,
 }
 
 /// A pool: the current [`Cluster`], swapped whole on reload.
@@ -194,8 +197,13 @@ impl<P: Protocol> Pool<P> {
     /// # Errors
     /// [`ProxyError::Placement`] when the placement cannot be built.
     pub(crate) fn new(config: PoolConfig) -> Result<Pool<P>, ProxyError> {
+        let stats = Arc::new(PoolStats::new(&config.name));
         let shared = PoolShared {
-            stats: Arc::new(PoolStats::new(&config.name)),
+            hot: config
+                .hot_keys
+                .as_ref()
+                .map(|h| Arc::new(HotKeys::new(h, Arc::clone(&stats)))),
+            stats,
             changed: Arc::new(Notify::new()),
             started: std::time::Instant::now(),
         };
@@ -214,6 +222,9 @@ impl<P: Protocol> Pool<P> {
         let old = self.current.load_full();
         let next = Cluster::build(config, Some(&old), &self.shared)?;
         self.current.store(Arc::new(next));
+        if let Some(cache) = self.shared.hot.as_ref().and_then(|h| h.cache()) {
+            cache.clear();
+        }
         Ok(())
     }
 
@@ -240,6 +251,47 @@ impl<P: Protocol> Pool<P> {
                 }
             }
             self.current.load().refresh_routing();
+        }
+    }
+
+    /// Runs the hot-key ticker until `stop` (returns at once when detection is off): the coarse clock,
+    /// the re-ranking, the window's slide, and the ranking published to the stats with each key's
+    /// server.
+    pub(crate) async fn run_hot_keys(self: Arc<Pool<P>>, stop: CancellationToken) {
+        let Some(hot) = self.shared.hot.clone() else {
+            return;
+        };
+        let mut ticks = tokio::time::interval(hot.tick_period());
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut state = TickState::default();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = ticks.tick() => {}
+            }
+            if hot.tick(&mut state) {
+                let set = hot.current();
+                let cluster = self.current.load();
+                let routing = cluster.router.load();
+                let rows = set
+                    .top
+                    .iter()
+                    .map(|r| HotKeyRow {
+                        key: String::from_utf8_lossy(&r.key).into_owned(),
+                        count: u64::from(r.count),
+                        server: routing
+                            .server_for(&r.key)
+                            .map(|i| cluster.backends[i].stats.name.clone()),
+                    })
+                    .collect();
+                self.shared
+                    .stats
+                    .hot_keys
+                    .store(Some(Arc::new(HotKeysReport {
+                        window_ms: u64::try_from(hot.window().as_millis()).unwrap_or(u64::MAX),
+                        keys: rows,
+                    })));
+            }
         }
     }
 }

@@ -42,6 +42,7 @@ mod backend;
 mod cluster;
 pub mod config;
 mod error;
+mod hotkeys;
 pub mod metrics;
 mod net;
 mod pools;

@@ -70,7 +70,10 @@ impl<P: Protocol> ServedPool for Pool<P> {
     }
 
     fn health(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()> {
-        Box::pin(self.run_health(stop))
+        Box::pin(async move {
+            let hot = Arc::clone(&self).run_hot_keys(stop.clone());
+            futures_util::future::join(self.run_health(stop), hot).await;
+        })
     }
 }
 

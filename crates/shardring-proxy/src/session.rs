@@ -72,7 +72,7 @@ enum Pending<P: Protocol> {
     /// Known already.
     Ready(Option<Answer>),
     /// One server's reply, and how it becomes the answer.
-    Single(oneshot::Receiver<Reply>, P::Finish),
+    Single(oneshot::Receiver<Reply>, Option<P::Finish>),
     /// A fan-out's replies, merged.
     Joined(Pin<Box<dyn Future<Output = Answer> + Send>>),
 }
@@ -85,10 +85,14 @@ impl<P: Protocol> Future for Pending<P> {
             Pending::Ready(a) => Poll::Ready(a.take().unwrap_or(Answer::Nothing)),
             Pending::Single(rx, finish) => match Pin::new(rx).poll(cx) {
                 Poll::Pending => Poll::Pending,
-                Poll::Ready(reply) => Poll::Ready(P::finish(
-                    *finish,
-                    reply.unwrap_or(Err(BackendError::Removed)),
-                )),
+                Poll::Ready(reply) => {
+                    let reply = reply.unwrap_or(Err(BackendError::Removed));
+                    Poll::Ready(match finish.take() {
+                        Some(finish) => P::finish(finish, reply),
+                        // Polled again after completing: nothing more to answer.
+                        None => Answer::Nothing,
+                    })
+                }
             },
             Pending::Joined(f) => f.as_mut().poll(cx),
         }
@@ -208,6 +212,7 @@ impl<P: Protocol> Session<P> {
             config: &cluster.config,
             servers: cluster.backends.len(),
             started: self.pool.shared.started,
+            hot: self.pool.shared.hot.as_ref(),
         };
         cluster.protocol.plan(req, &ctx)
     }
@@ -226,7 +231,7 @@ impl<P: Protocol> Session<P> {
                 finish,
             } => {
                 let rx = cluster.backends[server].send(self.client_id, frame, kind);
-                Pending::Single(rx, finish)
+                Pending::Single(rx, Some(finish))
             }
             Step::FanOut { parts, merge } => {
                 let (servers, receivers): (Vec<Arc<Backend<P>>>, Vec<_>) = parts

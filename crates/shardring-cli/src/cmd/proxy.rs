@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use shardring_proxy::config::HotKeysConfig;
 use shardring_proxy::{ConfigErrors, ProxyConfig, RunOptions};
 
 /// Flags named like nutcracker's where it has them (`-c`, `-t`, `-s`, `-a`).
@@ -49,6 +50,22 @@ pub struct Args {
     #[arg(long, value_name = "MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     health_check_interval: u64,
+    /// Track each pool's K heaviest keys over a sliding window (a count-min sketch; shown in the stats
+    /// JSON and at /hotkeys beside /metrics). Off by default.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000))]
+    hot_keys: Option<u16>,
+    /// The hot-key window in milliseconds (counts cover between half of it and all of it).
+    #[arg(long, value_name = "MS", default_value_t = 10_000, requires = "hot_keys",
+          value_parser = clap::value_parser!(u64).range(2..=3_600_000))]
+    hot_keys_window: u64,
+    /// Serve `get`s of the top keys from a cache in the proxy, each reply for at most MS milliseconds
+    /// after it was fetched; writes through the proxy invalidate it. Needs --hot-keys.
+    #[arg(long, value_name = "MS", requires = "hot_keys",
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    hot_cache_ttl: Option<u64>,
+    /// The hot-key cache's size bound: bytes, or with a `k`/`m` suffix. [default: 1m]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "hot_cache_ttl")]
+    hot_cache_size: Option<usize>,
 }
 
 /// The largest `--max-value-size`: memcached's own limit for `-I`.
@@ -79,6 +96,10 @@ struct Overrides {
     max_value_size: Option<usize>,
     multiget_all_or_nothing: bool,
     health_check_interval: Duration,
+    hot_keys: Option<u16>,
+    hot_keys_window: Duration,
+    hot_cache_ttl: Option<Duration>,
+    hot_cache_size: Option<usize>,
 }
 
 impl Overrides {
@@ -87,6 +108,10 @@ impl Overrides {
             max_value_size: args.max_value_size,
             multiget_all_or_nothing: args.multiget_all_or_nothing,
             health_check_interval: Duration::from_millis(args.health_check_interval),
+            hot_keys: args.hot_keys,
+            hot_keys_window: Duration::from_millis(args.hot_keys_window),
+            hot_cache_ttl: args.hot_cache_ttl.map(Duration::from_millis),
+            hot_cache_size: args.hot_cache_size,
         }
     }
 
@@ -97,6 +122,15 @@ impl Overrides {
             }
             pool.multiget_all_or_nothing = self.multiget_all_or_nothing;
             pool.health_check_interval = self.health_check_interval;
+            pool.hot_keys = self.hot_keys.map(|k| {
+                let mut h = HotKeysConfig::new(usize::from(k));
+                h.window = self.hot_keys_window;
+                h.cache_ttl = self.hot_cache_ttl;
+                if let Some(size) = self.hot_cache_size {
+                    h.cache_bytes = size as u64;
+                }
+                h
+            });
         }
         config
     }

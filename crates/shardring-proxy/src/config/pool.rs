@@ -99,6 +99,38 @@ pub struct PoolConfig {
     pub multiget_all_or_nothing: bool,
     /// *proxy-only*: key, value and line limits (`shardring proxy --max-value-size` sets the value limit).
     pub limits: Limits,
+    /// *proxy-only*: hot-key detection and the hot-key cache. By default, off.
+    /// `shardring proxy --hot-keys K [--hot-cache-ttl MS]`. Read when the pool starts: a reload does not
+    /// change it.
+    pub hot_keys: Option<HotKeysConfig>,
+}
+
+/// *proxy-only*: hot-key detection (the top keys by requests over a sliding window) and the optional
+/// cache of their replies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotKeysConfig {
+    /// How many keys are reported (and cached). `--hot-keys K`.
+    pub top: usize,
+    /// The window the counts cover. By default, this is 10 s. `--hot-keys-window MS`.
+    pub window: Duration,
+    /// Serve the top keys' `get` replies from the proxy for at most this long after each fill; `None`
+    /// for detection only. By default, none. `--hot-cache-ttl MS`.
+    pub cache_ttl: Option<Duration>,
+    /// The cache's bound in bytes (keys, replies and 64 bytes per entry). By default, this is 1 MiB.
+    /// `--hot-cache-size SIZE`.
+    pub cache_bytes: u64,
+}
+
+impl HotKeysConfig {
+    /// Detection of the top `top` keys, the defaults otherwise (10 s window, no cache).
+    pub fn new(top: usize) -> HotKeysConfig {
+        HotKeysConfig {
+            top,
+            window: Duration::from_secs(10),
+            cache_ttl: None,
+            cache_bytes: 1 << 20,
+        }
+    }
 }
 
 /// The client cap when `client_connections` is 0.
@@ -178,6 +210,7 @@ impl PoolConfig {
             health_check_interval: Duration::from_secs(1),
             multiget_all_or_nothing: false,
             limits: Limits::default(),
+            hot_keys: None,
         }
     }
 
@@ -238,6 +271,20 @@ impl PoolConfig {
         }
         if self.health_check_interval.is_zero() {
             errors.push(n, "the health check interval must be greater than 0".into());
+        }
+        if let Some(h) = &self.hot_keys {
+            if h.top == 0 || h.top > 1000 {
+                errors.push(n, "the hot-key count must be between 1 and 1000".into());
+            }
+            if h.window < Duration::from_millis(2) {
+                errors.push(n, "the hot-key window must be at least 2 ms".into());
+            }
+            if h.cache_ttl.is_some_and(|t| t.is_zero()) {
+                errors.push(n, "the hot-cache TTL must be greater than 0".into());
+            }
+            if h.cache_bytes == 0 {
+                errors.push(n, "the hot-cache size must be at least 1 byte".into());
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for s in &self.servers {

@@ -137,6 +137,34 @@ pub struct PoolStats {
     pub requests: Counter,
     /// Client requests refused by the parser.
     pub client_errors: Counter,
+    /// `get`s answered from the hot-key cache.
+    pub hot_cache_hits: Counter,
+    /// Replies stored in the hot-key cache.
+    pub hot_cache_fills: Counter,
+    /// Hot-key cache entries dropped by a write through the proxy.
+    pub hot_cache_invalidations: Counter,
+    /// The pool's heaviest keys at the last refresh (none when detection is off), heaviest first.
+    pub hot_keys: arc_swap::ArcSwapOption<HotKeysReport>,
+}
+
+/// A pool's heaviest keys at one refresh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotKeysReport {
+    /// The sliding window the counts cover (each count covers between half of it and all of it).
+    pub window_ms: u64,
+    /// The keys, heaviest first.
+    pub keys: Vec<HotKeyRow>,
+}
+
+/// One of a pool's heaviest keys, as the stats show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotKeyRow {
+    /// The key (bytes that are not UTF-8 shown as U+FFFD).
+    pub key: String,
+    /// Its estimated requests over the window (never below the true count).
+    pub count: u64,
+    /// The server it goes to now, `None` when none is live.
+    pub server: Option<String>,
 }
 
 impl PoolStats {

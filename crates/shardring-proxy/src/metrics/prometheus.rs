@@ -140,7 +140,7 @@ enum Kind {
 type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-const POOL_FAMILIES: [PoolFamily; 8] = [
+const POOL_FAMILIES: [PoolFamily; 11] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -188,6 +188,24 @@ const POOL_FAMILIES: [PoolFamily; 8] = [
         Kind::Counter,
         "Server ejections.",
         |p| p.server_ejects.get(),
+    ),
+    (
+        "shardring_proxy_pool_hot_cache_hits",
+        Kind::Counter,
+        "Gets answered from the hot-key cache.",
+        |p| p.hot_cache_hits.get(),
+    ),
+    (
+        "shardring_proxy_pool_hot_cache_fills",
+        Kind::Counter,
+        "Replies stored in the hot-key cache.",
+        |p| p.hot_cache_fills.get(),
+    ),
+    (
+        "shardring_proxy_pool_hot_cache_invalidations",
+        Kind::Counter,
+        "Hot-key cache entries dropped by a write through the proxy.",
+        |p| p.hot_cache_invalidations.get(),
     ),
 ];
 
@@ -447,7 +465,14 @@ pub async fn serve_prometheus<F>(
 ) where
     F: Fn() -> Vec<PoolView> + Send + Sync,
 {
-    let router = Router::new().route("/metrics", metrics_endpoint(started, views));
+    let views = std::sync::Arc::new(views);
+    let v = std::sync::Arc::clone(&views);
+    let router = Router::new()
+        .route("/metrics", metrics_endpoint(started, move || v()))
+        .route(
+            "/hotkeys",
+            super::hot_keys::hot_keys_endpoint(move || views()),
+        );
     serve_http(listener, &router, stop).await;
 }
 
@@ -525,6 +550,9 @@ mod tests {
             "shardring_proxy_pool_client_errors_total",
             "shardring_proxy_pool_forward_errors_total",
             "shardring_proxy_pool_server_ejects_total",
+            "shardring_proxy_pool_hot_cache_hits_total",
+            "shardring_proxy_pool_hot_cache_fills_total",
+            "shardring_proxy_pool_hot_cache_invalidations_total",
             "shardring_proxy_server_requests_total",
             "shardring_proxy_server_responses_total",
             "shardring_proxy_server_request_bytes_total",

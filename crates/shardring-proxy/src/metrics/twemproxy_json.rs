@@ -40,6 +40,17 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
         pool.insert("server_ejects".into(), json!(p.server_ejects.get()));
         pool.insert("forward_error".into(), json!(p.forward_error.get()));
         pool.insert("fragments".into(), json!(p.fragments.get()));
+        // Not twemproxy's: the hot-key counters and ranking (extra fields; twemproxy's readers skip
+        // fields they do not know).
+        pool.insert("hot_cache_hits".into(), json!(p.hot_cache_hits.get()));
+        pool.insert("hot_cache_fills".into(), json!(p.hot_cache_fills.get()));
+        pool.insert(
+            "hot_cache_invalidations".into(),
+            json!(p.hot_cache_invalidations.get()),
+        );
+        if let Some(report) = p.hot_keys.load_full() {
+            pool.insert("hot_keys".into(), super::hot_keys::keys_json(&report));
+        }
         for s in &view.servers {
             let server: Value = json!({
                 "server_eof": s.server_eof.get(),

@@ -42,7 +42,8 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     /// The per-server-connection reply framer; it may keep state across reads of one reply.
     type ReplyScanner: ReplyScanner<Kind = Self::ReplyKind>;
     /// How a single server's reply becomes the client's answer (for example, hidden for `noreply`).
-    type Finish: Copy + Send + Unpin + 'static;
+    /// Not `Copy`: a finish may carry what a reply must update (e.g. a cache to fill).
+    type Finish: Send + Unpin + 'static;
     /// What a fan-out needs to merge its parts' replies into one answer.
     type Merge: Send + 'static;
 
@@ -224,6 +225,9 @@ pub struct PlanContext<'a> {
     pub servers: usize,
     /// When the pool started, for uptime.
     pub started: std::time::Instant,
+    /// The pool's hot-key detection and cache, when on: the protocol counts the keys it plans and
+    /// serves reads of the top keys from the cache.
+    pub(crate) hot: Option<&'a std::sync::Arc<crate::hotkeys::HotKeys>>,
 }
 
 impl PlanContext<'_> {

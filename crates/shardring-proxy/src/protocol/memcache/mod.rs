@@ -16,6 +16,7 @@
 //! | line longer than the line limit | `CLIENT_ERROR line too long` | connection closed |
 
 mod codec;
+mod hotkeys;
 mod parse;
 mod plan;
 mod request;
@@ -23,6 +24,7 @@ mod response;
 mod tokens;
 
 pub use self::codec::*;
+pub use self::hotkeys::{HotFill, HotInvalidate};
 pub use self::parse::parse_request;
 pub use self::plan::{Finish, Memcache, ResponseScanner, VERSION_REPLY};
 pub use self::request::*;

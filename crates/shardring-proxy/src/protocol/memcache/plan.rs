@@ -9,6 +9,7 @@ use std::ops::Range;
 use bytes::{Bytes, BytesMut};
 
 use super::codec::{Decoded, RequestCodec};
+use super::hotkeys::{self, HotFill, HotInvalidate, HotRead};
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
     is_error_reply, parse_response_from, status_code, ResponseKind, ValueBlocks,
@@ -41,7 +42,7 @@ pub struct Memcache {
 }
 
 /// How a single server's reply becomes the client's answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub enum Finish {
     /// As it is.
     Plain,
@@ -52,6 +53,10 @@ pub enum Finish {
     /// A piece of a streamed retrieval line: its `VALUE` blocks without the `END` (the last piece ends
     /// the answer).
     WithoutEnd,
+    /// As it is, and a `VALUE` reply fills the hot-key cache.
+    Fill(HotFill),
+    /// A write of a hot key: invalidate the cache again, then finish as the inner finish says.
+    Invalidate(HotInvalidate),
 }
 
 /// What a fan-out merges.
@@ -106,6 +111,7 @@ impl Protocol for Memcache {
                 } else {
                     Finish::Plain
                 };
+                let finish = req.with_routing_key(key, |k| hotkeys::write(k, finish, ctx));
                 forward_keyed(&req, key, finish, ctx)
             }
             Command::Meta {
@@ -116,6 +122,7 @@ impl Protocol for Memcache {
                 } else {
                     Finish::Plain
                 };
+                let finish = req.with_routing_key(key, |k| hotkeys::write(k, finish, ctx));
                 forward_keyed(&req, key, finish, ctx)
             }
             Command::MetaNoop => Step::Answer(Answer::fixed(b"MN\r\n")),
@@ -125,6 +132,7 @@ impl Protocol for Memcache {
             Command::Verbosity { noreply: false } => Step::Answer(Answer::fixed(b"OK\r\n")),
             Command::FlushAll { noreply } => {
                 let noreply = *noreply;
+                hotkeys::flush(ctx);
                 let frame = req.to_forward();
                 let parts = ctx
                     .live_servers()
@@ -151,6 +159,12 @@ impl Protocol for Memcache {
 
     fn finish(finish: Finish, reply: Reply) -> Answer {
         match (reply, finish) {
+            (reply, Finish::Invalidate(inv)) => Memcache::finish(inv.done(), reply),
+            (Err(e), Finish::Fill(_)) => Answer::Failed(e),
+            (Ok(bytes), Finish::Fill(fill)) => {
+                fill.fill(&bytes);
+                Answer::Bytes(bytes)
+            }
             (_, Finish::NoReply) => Answer::Nothing,
             (Err(e), _) => Answer::Failed(e),
             (Ok(bytes), Finish::Plain) => Answer::Bytes(bytes),
@@ -248,6 +262,11 @@ impl Memcache {
                 Answer::fixed(b"END\r\n")
             });
         }
+        let fill = match hotkeys::read(&req, ctx) {
+            HotRead::Cached(answer) => return Step::Answer(answer),
+            HotRead::Fill(fill) => Some(fill),
+            HotRead::Plain => None,
+        };
         let owners: Vec<Option<usize>> =
             keys.iter().map(|k| ctx.server_for(req.bytes(k))).collect();
         let first = owners[0];
@@ -256,10 +275,10 @@ impl Memcache {
                 server: first,
                 frame: req.frame.clone(),
                 kind: ResponseKind::Values,
-                finish: if more {
-                    Finish::WithoutEnd
-                } else {
-                    Finish::Plain
+                finish: match (fill, more) {
+                    (Some(fill), _) => Finish::Fill(fill),
+                    (None, true) => Finish::WithoutEnd,
+                    (None, false) => Finish::Plain,
                 },
             };
         }
