@@ -16,7 +16,7 @@ use crate::error::ProxyError;
 use crate::hotkeys::{HotKeys, TickState};
 use crate::metrics::{HotKeyRow, HotKeysReport, PoolStats, PoolView, ServerStats};
 use crate::protocol::Protocol;
-use crate::router::{build_placement, Router};
+use crate::router::{build_placement, Router, Routing};
 
 /// The probe timeout when the pool has no `timeout`.
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -32,6 +32,9 @@ pub(crate) struct Cluster<P: Protocol> {
     pub backends: Vec<Arc<Backend<P>>>,
     /// Key → server index over the servers that are not ejected.
     pub router: Router,
+    /// The placement over every server, ejected or not, when keys have replicas: replica lists stay
+    /// put while servers come and go (only which of them are live changes).
+    pub full: Option<Routing>,
     /// The live set the router was last built with.
     live: Mutex<Vec<bool>>,
 }
@@ -106,10 +109,22 @@ impl<P: Protocol> Cluster<P> {
                 pool: config.name.clone(),
                 reason: e.to_string(),
             })?;
+        let full = if config.replicas > 1 {
+            let all = vec![true; backends.len()];
+            Some(build_placement(config.placement_spec(), &all).map_err(|e| {
+                ProxyError::Placement {
+                    pool: config.name.clone(),
+                    reason: e.to_string(),
+                }
+            })?)
+        } else {
+            None
+        };
         Ok(Cluster {
             config,
             protocol,
             backends,
+            full,
             router: Router::new(routing),
             live: Mutex::new(live),
         })

@@ -16,6 +16,8 @@ pub(crate) struct Routing {
     how: How,
     /// For each placement node index (or random pick), the server's index in the pool's server list.
     servers: Vec<usize>,
+    /// For each server of the pool (by index), whether this placement holds it.
+    live: Vec<bool>,
 }
 
 /// The placement kinds.
@@ -45,6 +47,27 @@ impl Routing {
         for (key, o) in keys.iter().zip(out.iter_mut()) {
             *o = self.server_for(key);
         }
+    }
+
+    /// Fills `out` with up to `count` distinct servers for `key`, the first being
+    /// [`Routing::server_for`]'s (the library's replica walk: the ring's next distinct nodes). Only
+    /// reproducible placements have replicas; `random` gives its one pick.
+    pub(crate) fn replicas_into(&self, key: &[u8], count: usize, out: &mut Vec<usize>) {
+        out.clear();
+        match &self.how {
+            How::Placement(p) => {
+                p.replicas_into(key, count, out);
+                for o in out.iter_mut() {
+                    *o = self.servers[*o];
+                }
+            }
+            How::Random => out.extend(self.server_for(key)),
+        }
+    }
+
+    /// Whether the placement holds server `server` (index in the pool).
+    pub(crate) fn is_live(&self, server: usize) -> bool {
+        self.live.get(server).copied().unwrap_or(false)
     }
 
     /// How many servers the placement holds.
@@ -96,10 +119,14 @@ pub(crate) fn build_placement(
     let picked: Vec<usize> = (0..spec.servers.len())
         .filter(|&i| live.get(i).copied().unwrap_or(false))
         .collect();
+    let live_flags: Vec<bool> = (0..spec.servers.len())
+        .map(|i| live.get(i).copied().unwrap_or(false))
+        .collect();
     if spec.distribution == Distribution::Random {
         return Ok(Routing {
             how: How::Random,
             servers: picked,
+            live: live_flags,
         });
     }
     let live_servers: Vec<TwemproxyServer> =
@@ -120,6 +147,7 @@ pub(crate) fn build_placement(
     Ok(Routing {
         how: How::Placement(placement),
         servers,
+        live: live_flags,
     })
 }
 

@@ -213,6 +213,9 @@ impl<P: Protocol> Session<P> {
             servers: cluster.backends.len(),
             started: self.pool.shared.started,
             hot: self.pool.shared.hot.as_ref(),
+            full: cluster.full.as_ref(),
+            replicas: cluster.config.replicas,
+            stats_handle: &self.pool.shared.stats,
         };
         cluster.protocol.plan(req, &ctx)
     }
@@ -232,6 +235,34 @@ impl<P: Protocol> Session<P> {
             } => {
                 let rx = cluster.backends[server].send(self.client_id, frame, kind);
                 Pending::Single(rx, Some(finish))
+            }
+            Step::Failover {
+                servers,
+                frame,
+                kind,
+                finish,
+            } => {
+                let Some(&first) = servers.first() else {
+                    return Pending::Ready(Some(Answer::Failed(BackendError::NoServer)));
+                };
+                // The first try goes out now, with the client's other requests; a retry only when its
+                // reply says so.
+                let rx = cluster.backends[first].send(self.client_id, frame.clone(), kind);
+                let cluster = self.pool.current.load_full();
+                let stats = Arc::clone(&self.pool.shared.stats);
+                let client_id = self.client_id;
+                Pending::Joined(Box::pin(async move {
+                    let mut reply = rx.await.unwrap_or(Err(BackendError::Removed));
+                    for &next in &servers[1..] {
+                        if !cluster.protocol.retry(&finish, &reply) {
+                            break;
+                        }
+                        stats.replica_failovers.inc();
+                        let rx = cluster.backends[next].send(client_id, frame.clone(), kind);
+                        reply = rx.await.unwrap_or(Err(BackendError::Removed));
+                    }
+                    P::finish(finish, reply)
+                }))
             }
             Step::FanOut { parts, merge } => {
                 let (servers, receivers): (Vec<Arc<Backend<P>>>, Vec<_>) = parts

@@ -66,6 +66,16 @@ pub struct Args {
     /// The hot-key cache's size bound: bytes, or with a `k`/`m` suffix. [default: 1m]
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "hot_cache_ttl")]
     hot_cache_size: Option<usize>,
+    /// Keep every key on R servers: its owner (placed as nutcracker places it) and the ring's next
+    /// distinct servers. Writes go to all live ones, reads to the first live one and on to the next on
+    /// an error, so a dead server costs no misses.
+    #[arg(long, value_name = "R", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=16))]
+    replicas: u16,
+    /// With --replicas, a read that misses also tries the next replica (a restarted, empty server then
+    /// still reads what its peers kept), at one more round trip per miss.
+    #[arg(long)]
+    replica_read_miss: bool,
 }
 
 /// The largest `--max-value-size`: memcached's own limit for `-I`.
@@ -100,6 +110,8 @@ struct Overrides {
     hot_keys_window: Duration,
     hot_cache_ttl: Option<Duration>,
     hot_cache_size: Option<usize>,
+    replicas: u16,
+    replica_read_miss: bool,
 }
 
 impl Overrides {
@@ -112,6 +124,8 @@ impl Overrides {
             hot_keys_window: Duration::from_millis(args.hot_keys_window),
             hot_cache_ttl: args.hot_cache_ttl.map(Duration::from_millis),
             hot_cache_size: args.hot_cache_size,
+            replicas: args.replicas,
+            replica_read_miss: args.replica_read_miss,
         }
     }
 
@@ -122,6 +136,8 @@ impl Overrides {
             }
             pool.multiget_all_or_nothing = self.multiget_all_or_nothing;
             pool.health_check_interval = self.health_check_interval;
+            pool.replicas = usize::from(self.replicas);
+            pool.replica_read_miss = self.replica_read_miss;
             pool.hot_keys = self.hot_keys.map(|k| {
                 let mut h = HotKeysConfig::new(usize::from(k));
                 h.window = self.hot_keys_window;

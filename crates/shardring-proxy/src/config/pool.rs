@@ -103,6 +103,15 @@ pub struct PoolConfig {
     /// `shardring proxy --hot-keys K [--hot-cache-ttl MS]`. Read when the pool starts: a reload does not
     /// change it.
     pub hot_keys: Option<HotKeysConfig>,
+    /// *proxy-only*: how many servers hold each key: the owner (placed exactly as nutcracker places it)
+    /// then the ring's next distinct servers. Writes go to every live one; reads go to the first live
+    /// one and fail over to the next on an error. By default, this is 1 (no replicas).
+    /// `shardring proxy --replicas R`.
+    pub replicas: usize,
+    /// *proxy-only*: with replicas, a read that misses on one replica also tries the next (a restarted,
+    /// empty replica then still reads the data its peers kept). By default, false.
+    /// `shardring proxy --replica-read-miss`.
+    pub replica_read_miss: bool,
 }
 
 /// *proxy-only*: hot-key detection (the top keys by requests over a sliding window) and the optional
@@ -211,6 +220,8 @@ impl PoolConfig {
             multiget_all_or_nothing: false,
             limits: Limits::default(),
             hot_keys: None,
+            replicas: 1,
+            replica_read_miss: false,
         }
     }
 
@@ -271,6 +282,22 @@ impl PoolConfig {
         }
         if self.health_check_interval.is_zero() {
             errors.push(n, "the health check interval must be greater than 0".into());
+        }
+        if self.replicas == 0 || self.replicas > self.servers.len().max(1) {
+            errors.push(
+                n,
+                format!(
+                    "replicas must be between 1 and the number of servers ({}), not {}",
+                    self.servers.len(),
+                    self.replicas
+                ),
+            );
+        }
+        if self.replicas > 1 && self.distribution == Distribution::Random {
+            errors.push(
+                n,
+                "replicas need a reproducible distribution (ketama or modula), not random".into(),
+            );
         }
         if let Some(h) = &self.hot_keys {
             if h.top == 0 || h.top > 1000 {

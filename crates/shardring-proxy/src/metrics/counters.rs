@@ -137,6 +137,11 @@ pub struct PoolStats {
     pub requests: Counter,
     /// Client requests refused by the parser.
     pub client_errors: Counter,
+    /// Replicated reads sent on to the next replica (after an error, or a miss with
+    /// `--replica-read-miss`).
+    pub replica_failovers: Counter,
+    /// Replicated writes whose replicas did not all answer the same (a write that reached 1 of 2).
+    pub replica_disagreements: Counter,
     /// `get`s answered from the hot-key cache.
     pub hot_cache_hits: Counter,
     /// Replies stored in the hot-key cache.

@@ -140,7 +140,7 @@ enum Kind {
 type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-const POOL_FAMILIES: [PoolFamily; 11] = [
+const POOL_FAMILIES: [PoolFamily; 13] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -188,6 +188,18 @@ const POOL_FAMILIES: [PoolFamily; 11] = [
         Kind::Counter,
         "Server ejections.",
         |p| p.server_ejects.get(),
+    ),
+    (
+        "shardring_proxy_pool_replica_failovers",
+        Kind::Counter,
+        "Replicated reads sent on to the next replica.",
+        |p| p.replica_failovers.get(),
+    ),
+    (
+        "shardring_proxy_pool_replica_disagreements",
+        Kind::Counter,
+        "Replicated writes whose replicas answered differently.",
+        |p| p.replica_disagreements.get(),
     ),
     (
         "shardring_proxy_pool_hot_cache_hits",
@@ -550,6 +562,8 @@ mod tests {
             "shardring_proxy_pool_client_errors_total",
             "shardring_proxy_pool_forward_errors_total",
             "shardring_proxy_pool_server_ejects_total",
+            "shardring_proxy_pool_replica_failovers_total",
+            "shardring_proxy_pool_replica_disagreements_total",
             "shardring_proxy_pool_hot_cache_hits_total",
             "shardring_proxy_pool_hot_cache_fills_total",
             "shardring_proxy_pool_hot_cache_invalidations_total",

@@ -42,6 +42,11 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
         pool.insert("fragments".into(), json!(p.fragments.get()));
         // Not twemproxy's: the hot-key counters and ranking (extra fields; twemproxy's readers skip
         // fields they do not know).
+        pool.insert("replica_failovers".into(), json!(p.replica_failovers.get()));
+        pool.insert(
+            "replica_disagreements".into(),
+            json!(p.replica_disagreements.get()),
+        );
         pool.insert("hot_cache_hits".into(), json!(p.hot_cache_hits.get()));
         pool.insert("hot_cache_fills".into(), json!(p.hot_cache_fills.get()));
         pool.insert(

@@ -81,6 +81,13 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
 
     /// Whether a framed reply is an error reply (a failed handshake step, a refused fan-out part).
     fn is_error_reply(reply: &[u8]) -> bool;
+
+    /// Whether a [`Step::Failover`] tries its next server after `reply`. By default, on a failure of the
+    /// server (error, timeout, closed connection) only.
+    fn retry(&self, finish: &Self::Finish, reply: &Reply) -> bool {
+        let _ = finish;
+        reply.is_err()
+    }
 }
 
 /// Reads client requests off the front of a connection's buffer.
@@ -132,6 +139,20 @@ pub enum Step<P: Protocol> {
         /// How the reply is framed.
         kind: P::ReplyKind,
         /// How the reply becomes the answer.
+        finish: P::Finish,
+    },
+    /// Send `frame` to `servers[0]`; while [`Protocol::retry`] says so of a reply and servers remain, send
+    /// it to the next; answer with [`Protocol::finish`] of the last reply. For replicated reads: the
+    /// first send happens at once (pipelined), a retry when the failed reply comes back. An empty list
+    /// answers [`BackendError::NoServer`].
+    Failover {
+        /// The servers to try, in order (indices in the pool).
+        servers: Vec<usize>,
+        /// The bytes to send to each.
+        frame: Bytes,
+        /// How each reply is framed.
+        kind: P::ReplyKind,
+        /// How the last reply becomes the answer.
         finish: P::Finish,
     },
     /// Send each part to its server and answer with [`Protocol::merge`] of all the replies.
@@ -228,6 +249,13 @@ pub struct PlanContext<'a> {
     /// The pool's hot-key detection and cache, when on: the protocol counts the keys it plans and
     /// serves reads of the top keys from the cache.
     pub(crate) hot: Option<&'a std::sync::Arc<crate::hotkeys::HotKeys>>,
+    /// The placement over every server of the pool, ejected or not, when keys have replicas: where a
+    /// key's replica list comes from.
+    pub(crate) full: Option<&'a Routing>,
+    /// How many servers hold each key (1: no replicas).
+    pub(crate) replicas: usize,
+    /// The pool's tallies, shared (for merges and finishes that count after the plan).
+    pub(crate) stats_handle: &'a std::sync::Arc<PoolStats>,
 }
 
 impl PlanContext<'_> {
@@ -244,5 +272,36 @@ impl PlanContext<'_> {
     /// The servers in the placement now (not ejected), for requests sent to every server.
     pub fn live_servers(&self) -> &[usize] {
         self.routing.servers()
+    }
+
+    /// The first live server of `key`'s replica list: [`PlanContext::server_for`] without replicas.
+    pub fn first_replica(&self, key: &[u8]) -> Option<usize> {
+        if self.full.is_some() && self.replicas > 1 {
+            let mut out = Vec::with_capacity(self.replicas);
+            self.replicas_for(key, &mut out);
+            out.first().copied()
+        } else {
+            self.server_for(key)
+        }
+    }
+
+    /// How many servers hold each key (1 when the pool has no replicas).
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// Fills `out` with the live servers of `key`'s replica list, owner first (the owner placed as
+    /// nutcracker places it over all the pool's servers, then the ring's next distinct servers, dead
+    /// ones left out). When all of them are dead, or the pool has no replicas, the one server
+    /// [`PlanContext::server_for`] gives, if any.
+    pub fn replicas_for(&self, key: &[u8], out: &mut Vec<usize>) {
+        out.clear();
+        if let (Some(full), true) = (self.full, self.replicas > 1) {
+            full.replicas_into(key, self.replicas, out);
+            out.retain(|&s| self.routing.is_live(s));
+        }
+        if out.is_empty() {
+            out.extend(self.server_for(key));
+        }
     }
 }

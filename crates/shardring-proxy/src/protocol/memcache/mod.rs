@@ -19,6 +19,7 @@ mod codec;
 mod hotkeys;
 mod parse;
 mod plan;
+mod replicas;
 mod request;
 mod response;
 mod tokens;
@@ -27,6 +28,7 @@ pub use self::codec::*;
 pub use self::hotkeys::{HotFill, HotInvalidate};
 pub use self::parse::parse_request;
 pub use self::plan::{Finish, Memcache, ResponseScanner, VERSION_REPLY};
+pub use self::replicas::ReplicatedWrite;
 pub use self::request::*;
 pub use self::response::*;
 

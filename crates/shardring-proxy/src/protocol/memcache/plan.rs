@@ -10,6 +10,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::codec::{Decoded, RequestCodec};
 use super::hotkeys::{self, HotFill, HotInvalidate, HotRead};
+use super::replicas::{self, ReplicatedWrite};
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
     is_error_reply, parse_response_from, status_code, ResponseKind, ValueBlocks,
@@ -39,6 +40,8 @@ pub struct Memcache {
     limits: Limits,
     /// A multi-get fails whole when one of its servers fails (twemproxy's behaviour).
     all_or_nothing: bool,
+    /// With replicas, a read that misses tries the next replica too.
+    replica_read_miss: bool,
 }
 
 /// How a single server's reply becomes the client's answer.
@@ -64,6 +67,8 @@ pub enum Finish {
 pub enum Merge {
     /// A split multi-get.
     Get(GetMerge),
+    /// A write sent to every live replica of its key.
+    Replicated(ReplicatedWrite),
     /// `flush_all` sent to every live server.
     FlushAll {
         /// The client asked for no reply.
@@ -95,6 +100,7 @@ impl Protocol for Memcache {
         Memcache {
             limits: config.limits,
             all_or_nothing: config.multiget_all_or_nothing,
+            replica_read_miss: config.replica_read_miss,
         }
     }
 
@@ -185,6 +191,7 @@ impl Protocol for Memcache {
     fn merge(merge: Merge, replies: Vec<PartReply<'_>>) -> Answer {
         match merge {
             Merge::Get(get) => get.merge(replies),
+            Merge::Replicated(write) => write.merge(replies),
             Merge::FlushAll { noreply } => {
                 let mut failure = None;
                 for r in replies {
@@ -224,15 +231,35 @@ impl Protocol for Memcache {
     fn is_error_reply(reply: &[u8]) -> bool {
         is_error_reply(reply)
     }
+
+    fn retry(&self, _finish: &Finish, reply: &Reply) -> bool {
+        replicas::retry(self.replica_read_miss, reply)
+    }
 }
 
-/// A one-key command: to the key's server, as received (less a stripped `noreply`/`q`).
+/// A one-key command: to the key's server, as received (less a stripped `noreply`/`q`); with replicas,
+/// a write to every live replica and a read to the first, failing over to the next.
 fn forward_keyed(
     req: &Request,
     key: &Range<usize>,
     finish: Finish,
     ctx: &PlanContext<'_>,
 ) -> Step<Memcache> {
+    let finish = if replicas::is_write(&req.command) {
+        match req.with_routing_key(key, |k| replicas::write(req, k, finish, ctx)) {
+            Ok(step) => return step,
+            Err(finish) => finish,
+        }
+    } else if let Some(servers) = req.with_routing_key(key, |k| replicas::read_servers(k, ctx)) {
+        return Step::Failover {
+            servers,
+            frame: req.to_forward(),
+            kind: req.command.response_kind(),
+            finish,
+        };
+    } else {
+        finish
+    };
     Step::Forward {
         server: req.with_routing_key(key, |k| ctx.server_for(k)),
         frame: req.to_forward(),
@@ -267,19 +294,32 @@ impl Memcache {
             HotRead::Fill(fill) => Some(fill),
             HotRead::Plain => None,
         };
-        let owners: Vec<Option<usize>> =
-            keys.iter().map(|k| ctx.server_for(req.bytes(k))).collect();
+        let owners: Vec<Option<usize>> = keys
+            .iter()
+            .map(|k| ctx.first_replica(req.bytes(k)))
+            .collect();
         let first = owners[0];
         if first.is_some() && owners.iter().all(|&o| o == first) {
+            let finish = match (fill, more) {
+                (Some(fill), _) => Finish::Fill(fill),
+                (None, true) => Finish::WithoutEnd,
+                (None, false) => Finish::Plain,
+            };
+            if keys.len() == 1 {
+                if let Some(servers) = replicas::read_servers(req.bytes(&keys[0]), ctx) {
+                    return Step::Failover {
+                        servers,
+                        frame: req.frame.clone(),
+                        kind: ResponseKind::Values,
+                        finish,
+                    };
+                }
+            }
             return Step::Forward {
                 server: first,
                 frame: req.frame.clone(),
                 kind: ResponseKind::Values,
-                finish: match (fill, more) {
-                    (Some(fill), _) => Finish::Fill(fill),
-                    (None, true) => Finish::WithoutEnd,
-                    (None, false) => Finish::Plain,
-                },
+                finish,
             };
         }
         // Split: one request per server, keys in the client's order.
