@@ -16,7 +16,7 @@ use crate::error::ProxyError;
 use crate::hotkeys::{HotKeys, TickState};
 use crate::metrics::{HotKeyRow, HotKeysReport, PoolStats, PoolView, ServerStats};
 use crate::protocol::Protocol;
-use crate::router::{build_placement, Router, Routing};
+use crate::router::{build_placement, Gutter, Router, Routing};
 
 /// The probe timeout when the pool has no `timeout`.
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -35,6 +35,9 @@ pub(crate) struct Cluster<P: Protocol> {
     /// The placement over every server, ejected or not, when keys have replicas: replica lists stay
     /// put while servers come and go (only which of them are live changes).
     pub full: Option<Routing>,
+    /// The gutter pool's placement, when the pool has one; its servers follow the pool's in
+    /// `backends`.
+    pub gutter: Option<Gutter>,
     /// The live set the router was last built with.
     live: Mutex<Vec<bool>>,
 }
@@ -59,9 +62,11 @@ impl<P: Protocol> Cluster<P> {
             failure_limit: config.server_failure_limit,
             retry_timeout: config.server_retry_timeout,
         };
+        let gutter_servers = config.gutter.as_ref().map_or(&[][..], |g| &g.servers[..]);
         let backends: Vec<Arc<Backend<P>>> = config
             .servers
             .iter()
+            .chain(gutter_servers)
             .map(|s| {
                 let settings = BackendSettings {
                     addr: if is_unix_path(&s.host) {
@@ -109,7 +114,16 @@ impl<P: Protocol> Cluster<P> {
                 pool: config.name.clone(),
                 reason: e.to_string(),
             })?;
-        let full = if config.replicas > 1 {
+        let gutter = match &config.gutter {
+            Some(g) => Some(
+                Gutter::build(&config, g).map_err(|e| ProxyError::Placement {
+                    pool: config.name.clone(),
+                    reason: format!("gutter: {e}"),
+                })?,
+            ),
+            None => None,
+        };
+        let full = if config.replicas > 1 || gutter.is_some() {
             let all = vec![true; backends.len()];
             Some(build_placement(config.placement_spec(), &all).map_err(|e| {
                 ProxyError::Placement {
@@ -125,6 +139,7 @@ impl<P: Protocol> Cluster<P> {
             protocol,
             backends,
             full,
+            gutter,
             router: Router::new(routing),
             live: Mutex::new(live),
         })

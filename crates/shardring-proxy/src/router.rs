@@ -42,13 +42,6 @@ impl Routing {
         }
     }
 
-    /// The owners of many keys (`out[i]` for `keys[i]`), as [`Routing::server_for`] gives them.
-    pub(crate) fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
-        for (key, o) in keys.iter().zip(out.iter_mut()) {
-            *o = self.server_for(key);
-        }
-    }
-
     /// Fills `out` with up to `count` distinct servers for `key`, the first being
     /// [`Routing::server_for`]'s (the library's replica walk: the ring's next distinct nodes). Only
     /// reproducible placements have replicas; `random` gives its one pick.
@@ -149,6 +142,48 @@ pub(crate) fn build_placement(
         servers,
         live: live_flags,
     })
+}
+
+/// A gutter pool: where a dead server's keys go instead of its successors.
+#[derive(Debug)]
+pub(crate) struct Gutter {
+    /// The placement over the gutter servers (indices among them).
+    routing: Routing,
+    /// Where the gutter servers start in the pool's server list (after the pool's own servers).
+    offset: usize,
+    /// The longest TTL, in seconds, a value stored in the gutter gets.
+    pub(crate) ttl_cap: u32,
+}
+
+impl Gutter {
+    /// The gutter of `pool` (placed with the pool's hash and distribution).
+    ///
+    /// # Errors
+    /// The library's, for servers it refuses.
+    pub(crate) fn build(
+        pool: &crate::config::PoolConfig,
+        gutter: &crate::config::GutterConfig,
+    ) -> Result<Gutter, shardring::Error> {
+        let spec = PlacementSpec {
+            servers: &gutter.servers,
+            ..pool.placement_spec()
+        };
+        Ok(Gutter {
+            routing: build_placement(spec, &vec![true; gutter.servers.len()])?,
+            offset: pool.servers.len(),
+            ttl_cap: gutter.ttl_cap,
+        })
+    }
+
+    /// The gutter server (index in the pool's server list) for `key`.
+    pub(crate) fn server_for(&self, key: &[u8]) -> Option<usize> {
+        self.routing.server_for(key).map(|i| i + self.offset)
+    }
+
+    /// Whether `server` (index in the pool's server list) is a gutter server.
+    pub(crate) fn holds(&self, server: usize) -> bool {
+        server >= self.offset
+    }
 }
 
 /// A pool's current routing, swapped atomically.

@@ -214,6 +214,7 @@ impl<P: Protocol> Session<P> {
             started: self.pool.shared.started,
             hot: self.pool.shared.hot.as_ref(),
             full: cluster.full.as_ref(),
+            gutter: cluster.gutter.as_ref(),
             replicas: cluster.config.replicas,
             stats_handle: &self.pool.shared.stats,
         };

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use shardring_proxy::config::HotKeysConfig;
+use shardring::compat::twemproxy::TwemproxyServer;
+use shardring_proxy::config::{GutterConfig, HotKeysConfig};
 use shardring_proxy::{ConfigErrors, ProxyConfig, RunOptions};
 
 /// Flags named like nutcracker's where it has them (`-c`, `-t`, `-s`, `-a`).
@@ -76,6 +77,27 @@ pub struct Args {
     /// still reads what its peers kept), at one more round trip per miss.
     #[arg(long)]
     replica_read_miss: bool,
+    /// A gutter pool for pools without replicas (Facebook's design): while a server is ejected, its
+    /// keys go to these servers (`HOST:PORT[:WEIGHT]`, comma-separated) with their TTLs capped, instead
+    /// of to the next servers of the ring. Needs auto_eject_hosts in the pool to take effect.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',', value_parser = parse_gutter_server)]
+    gutter: Vec<TwemproxyServer>,
+    /// The longest TTL, in seconds, of a value stored in the gutter.
+    #[arg(long, value_name = "SECS", default_value_t = 10, requires = "gutter",
+          value_parser = clap::value_parser!(u32).range(1..=2_592_000))]
+    gutter_ttl: u32,
+}
+
+/// `host:port` or `host:port:weight` → a server (weight 1 when not given).
+fn parse_gutter_server(text: &str) -> Result<TwemproxyServer, String> {
+    let with_weight = if text.matches(':').count() >= 2 {
+        text.to_owned()
+    } else {
+        format!("{text}:1")
+    };
+    with_weight
+        .parse::<TwemproxyServer>()
+        .map_err(|e| format!("gutter server {text:?}: {e}"))
 }
 
 /// The largest `--max-value-size`: memcached's own limit for `-I`.
@@ -101,7 +123,7 @@ fn parse_size(text: &str) -> Result<usize, String> {
 
 /// The proxy-only settings the command line gives every pool (a twemproxy file has no keys for them, and
 /// extra keys would make it unreadable by nutcracker). Applied at start and on every reload.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Overrides {
     max_value_size: Option<usize>,
     multiget_all_or_nothing: bool,
@@ -112,6 +134,8 @@ struct Overrides {
     hot_cache_size: Option<usize>,
     replicas: u16,
     replica_read_miss: bool,
+    gutter: Vec<TwemproxyServer>,
+    gutter_ttl: u32,
 }
 
 impl Overrides {
@@ -126,16 +150,22 @@ impl Overrides {
             hot_cache_size: args.hot_cache_size,
             replicas: args.replicas,
             replica_read_miss: args.replica_read_miss,
+            gutter: args.gutter.clone(),
+            gutter_ttl: args.gutter_ttl,
         }
     }
 
-    fn apply(self, mut config: ProxyConfig) -> ProxyConfig {
+    fn apply(&self, mut config: ProxyConfig) -> ProxyConfig {
         for pool in &mut config.pools {
             if let Some(size) = self.max_value_size {
                 pool.limits.max_value_len = size;
             }
             pool.multiget_all_or_nothing = self.multiget_all_or_nothing;
             pool.health_check_interval = self.health_check_interval;
+            pool.gutter = (!self.gutter.is_empty()).then(|| GutterConfig {
+                servers: self.gutter.clone(),
+                ttl_cap: self.gutter_ttl,
+            });
             pool.replicas = usize::from(self.replicas);
             pool.replica_read_miss = self.replica_read_miss;
             pool.hot_keys = self.hot_keys.map(|k| {

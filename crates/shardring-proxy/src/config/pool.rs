@@ -112,6 +112,21 @@ pub struct PoolConfig {
     /// empty replica then still reads the data its peers kept). By default, false.
     /// `shardring proxy --replica-read-miss`.
     pub replica_read_miss: bool,
+    /// *proxy-only*: Facebook's gutter pool for a pool without replicas: while a server is ejected its
+    /// keys go to these servers (placed among them as the pool places keys), with every TTL capped,
+    /// instead of being rehashed over the pool's other servers. By default, none.
+    /// `shardring proxy --gutter HOST:PORT,… [--gutter-ttl SECS]`.
+    pub gutter: Option<GutterConfig>,
+}
+
+/// *proxy-only*: a gutter pool (see [`PoolConfig::gutter`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GutterConfig {
+    /// The gutter servers, `host:port:weight [name]` as in `servers`.
+    pub servers: Vec<TwemproxyServer>,
+    /// The longest TTL a value stored in the gutter gets, in seconds (at most 30 days). By default,
+    /// this is 10 s: the gutter holds a dead server's hot keys for moments, not its data set.
+    pub ttl_cap: u32,
 }
 
 /// *proxy-only*: hot-key detection (the top keys by requests over a sliding window) and the optional
@@ -222,6 +237,7 @@ impl PoolConfig {
             hot_keys: None,
             replicas: 1,
             replica_read_miss: false,
+            gutter: None,
         }
     }
 
@@ -298,6 +314,40 @@ impl PoolConfig {
                 n,
                 "replicas need a reproducible distribution (ketama or modula), not random".into(),
             );
+        }
+        if let Some(g) = &self.gutter {
+            if g.servers.is_empty() {
+                errors.push(n, "the gutter needs at least one server".into());
+            }
+            if self.replicas > 1 {
+                errors.push(
+                    n,
+                    "a gutter is for pools without replicas: use --replicas or --gutter, not both"
+                        .into(),
+                );
+            }
+            if g.ttl_cap == 0 || g.ttl_cap > 30 * 24 * 3600 {
+                errors.push(
+                    n,
+                    "the gutter TTL cap must be between 1 s and 30 days".into(),
+                );
+            }
+            if self.distribution == Distribution::Random {
+                errors.push(
+                    n,
+                    "a gutter needs a reproducible distribution (ketama or modula), not random"
+                        .into(),
+                );
+            }
+            for s in &g.servers {
+                if self
+                    .servers
+                    .iter()
+                    .any(|p| p.display_name() == s.display_name())
+                {
+                    errors.push(n, format!("gutter server {s} is also a pool server"));
+                }
+            }
         }
         if let Some(h) = &self.hot_keys {
             if h.top == 0 || h.top > 1000 {

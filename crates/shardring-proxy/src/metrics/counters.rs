@@ -142,6 +142,8 @@ pub struct PoolStats {
     pub replica_failovers: Counter,
     /// Replicated writes whose replicas did not all answer the same (a write that reached 1 of 2).
     pub replica_disagreements: Counter,
+    /// Requests sent to the gutter pool because their server was ejected.
+    pub gutter_requests: Counter,
     /// `get`s answered from the hot-key cache.
     pub hot_cache_hits: Counter,
     /// Replies stored in the hot-key cache.

@@ -140,7 +140,7 @@ enum Kind {
 type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-const POOL_FAMILIES: [PoolFamily; 13] = [
+const POOL_FAMILIES: [PoolFamily; 14] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -200,6 +200,12 @@ const POOL_FAMILIES: [PoolFamily; 13] = [
         Kind::Counter,
         "Replicated writes whose replicas answered differently.",
         |p| p.replica_disagreements.get(),
+    ),
+    (
+        "shardring_proxy_pool_gutter_requests",
+        Kind::Counter,
+        "Requests sent to the gutter pool because their server was ejected.",
+        |p| p.gutter_requests.get(),
     ),
     (
         "shardring_proxy_pool_hot_cache_hits",
@@ -564,6 +570,7 @@ mod tests {
             "shardring_proxy_pool_server_ejects_total",
             "shardring_proxy_pool_replica_failovers_total",
             "shardring_proxy_pool_replica_disagreements_total",
+            "shardring_proxy_pool_gutter_requests_total",
             "shardring_proxy_pool_hot_cache_hits_total",
             "shardring_proxy_pool_hot_cache_fills_total",
             "shardring_proxy_pool_hot_cache_invalidations_total",

@@ -47,6 +47,7 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
             "replica_disagreements".into(),
             json!(p.replica_disagreements.get()),
         );
+        pool.insert("gutter_requests".into(), json!(p.gutter_requests.get()));
         pool.insert("hot_cache_hits".into(), json!(p.hot_cache_hits.get()));
         pool.insert("hot_cache_fills".into(), json!(p.hot_cache_fills.get()));
         pool.insert(

@@ -254,19 +254,41 @@ pub struct PlanContext<'a> {
     pub(crate) full: Option<&'a Routing>,
     /// How many servers hold each key (1: no replicas).
     pub(crate) replicas: usize,
+    /// The gutter pool, when the pool has one: a dead server's keys go there (with `full`).
+    pub(crate) gutter: Option<&'a crate::router::Gutter>,
     /// The pool's tallies, shared (for merges and finishes that count after the plan).
     pub(crate) stats_handle: &'a std::sync::Arc<PoolStats>,
 }
 
 impl PlanContext<'_> {
-    /// The server (index in the pool) that owns `key`; `None` when no server is live.
+    /// The server (index in the pool) that owns `key`; `None` when no server is live. With a gutter, a
+    /// key whose server is ejected goes to its gutter server rather than to the next live server.
     pub fn server_for(&self, key: &[u8]) -> Option<usize> {
+        if let (Some(gutter), Some(full)) = (self.gutter, self.full) {
+            match full.server_for(key) {
+                Some(owner) if self.routing.is_live(owner) => return Some(owner),
+                _ => {
+                    if let Some(g) = gutter.server_for(key) {
+                        self.stats.gutter_requests.inc();
+                        return Some(g);
+                    }
+                }
+            }
+        }
         self.routing.server_for(key)
+    }
+
+    /// The gutter's TTL cap when `server` is a gutter server: what a write sent there must cap its
+    /// TTL to.
+    pub fn gutter_ttl_cap(&self, server: usize) -> Option<u32> {
+        self.gutter.filter(|g| g.holds(server)).map(|g| g.ttl_cap)
     }
 
     /// The owners of many keys at once (`out[i]` for `keys[i]`).
     pub fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
-        self.routing.servers_for(keys, out);
+        for (key, o) in keys.iter().zip(out.iter_mut()) {
+            *o = self.server_for(key);
+        }
     }
 
     /// The servers in the placement now (not ejected), for requests sent to every server.

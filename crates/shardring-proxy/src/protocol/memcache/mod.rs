@@ -16,6 +16,7 @@
 //! | line longer than the line limit | `CLIENT_ERROR line too long` | connection closed |
 
 mod codec;
+mod gutter;
 mod hotkeys;
 mod parse;
 mod plan;

@@ -9,6 +9,7 @@ use std::ops::Range;
 use bytes::{Bytes, BytesMut};
 
 use super::codec::{Decoded, RequestCodec};
+use super::gutter;
 use super::hotkeys::{self, HotFill, HotInvalidate, HotRead};
 use super::replicas::{self, ReplicatedWrite};
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
@@ -260,9 +261,14 @@ fn forward_keyed(
     } else {
         finish
     };
+    let server = req.with_routing_key(key, |k| ctx.server_for(k));
+    let frame = match server.and_then(|s| ctx.gutter_ttl_cap(s)) {
+        Some(cap) => gutter::cap_ttl(&req.to_forward(), cap),
+        None => req.to_forward(),
+    };
     Step::Forward {
-        server: req.with_routing_key(key, |k| ctx.server_for(k)),
-        frame: req.to_forward(),
+        server,
+        frame,
         kind: req.command.response_kind(),
         finish,
     }
@@ -315,9 +321,13 @@ impl Memcache {
                     };
                 }
             }
+            let frame = match first.and_then(|s| ctx.gutter_ttl_cap(s)) {
+                Some(cap) => gutter::cap_ttl(&req.frame, cap),
+                None => req.frame.clone(),
+            };
             return Step::Forward {
                 server: first,
-                frame: req.frame.clone(),
+                frame,
                 kind: ResponseKind::Values,
                 finish,
             };
