@@ -40,6 +40,12 @@ pub(crate) struct Cluster<P: Protocol> {
     pub gutter: Option<Gutter>,
     /// The live set the router was last built with.
     live: Mutex<Vec<bool>>,
+    /// The previous version of the pool while a warm-up window is open (`--warmup-window`): misses on
+    /// a key's new server are retried on its server there. Emptied when the window closes, which
+    /// frees the old ring.
+    pub previous: arc_swap::ArcSwapOption<Cluster<P>>,
+    /// For each server of the version this one replaced, its index here (`None`: it left the pool).
+    pub previous_now: Vec<Option<usize>>,
 }
 
 impl<P: Protocol> Cluster<P> {
@@ -53,7 +59,7 @@ impl<P: Protocol> Cluster<P> {
     pub(crate) fn build(
         config: PoolConfig,
         previous: Option<&Cluster<P>>,
-        shared: &PoolShared,
+        shared: &PoolShared<P>,
     ) -> Result<Cluster<P>, ProxyError> {
         let protocol = P::new(&config);
         let handshake = protocol.handshake();
@@ -134,7 +140,19 @@ impl<P: Protocol> Cluster<P> {
         } else {
             None
         };
+        let previous_now = previous.map_or_else(Vec::new, |p| {
+            p.backends
+                .iter()
+                .map(|old| {
+                    backends
+                        .iter()
+                        .position(|b| b.settings().addr == old.settings().addr)
+                })
+                .collect()
+        });
         Ok(Cluster {
+            previous: arc_swap::ArcSwapOption::empty(),
+            previous_now,
             config,
             protocol,
             backends,
@@ -201,7 +219,7 @@ impl<P: Protocol> Cluster<P> {
 
 /// What a pool keeps across reloads: its tallies and the wake-up for its health task.
 #[derive(Debug)]
-pub(crate) struct PoolShared {
+pub(crate) struct PoolShared<P: Protocol> {
     /// The pool's client-side tallies.
     pub stats: Arc<PoolStats>,
     /// Woken on ejection or rejoin.
@@ -210,6 +228,8 @@ pub(crate) struct PoolShared {
     pub started: std::time::Instant,
     /// Hot-key detection and cache, when on (settings read at start).
     pub hot: Option<Arc<HotKeys>>,
+    /// The previous ring of the last warm-up window, weakly (to tell when it is freed).
+    pub warm_previous: Mutex<std::sync::Weak<Cluster<P>>>,
 }
 
 /// A pool: the current [`Cluster`], swapped whole on reload.
@@ -218,7 +238,7 @@ pub(crate) struct Pool<P: Protocol> {
     /// The current state; each request loads it once.
     pub current: ArcSwap<Cluster<P>>,
     /// What survives reloads.
-    pub shared: PoolShared,
+    pub shared: PoolShared<P>,
 }
 
 impl<P: Protocol> Pool<P> {
@@ -236,6 +256,7 @@ impl<P: Protocol> Pool<P> {
             stats,
             changed: Arc::new(Notify::new()),
             started: std::time::Instant::now(),
+            warm_previous: Mutex::new(std::sync::Weak::new()),
         };
         let cluster = Cluster::build(config, None, &shared)?;
         Ok(Pool {
@@ -250,12 +271,49 @@ impl<P: Protocol> Pool<P> {
     /// [`ProxyError::Placement`]; the old state is kept.
     pub(crate) fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
         let old = self.current.load_full();
-        let next = Cluster::build(config, Some(&old), &self.shared)?;
-        self.current.store(Arc::new(next));
+        let window = config.warmup_window;
+        let next = Arc::new(Cluster::build(config, Some(&old), &self.shared)?);
+        if let Some(window) = window {
+            self.open_warmup(&old, &next, window);
+        }
+        self.current.store(next);
         if let Some(cache) = self.shared.hot.as_ref().and_then(|h| h.cache()) {
             cache.clear();
         }
         Ok(())
+    }
+
+    /// Keeps `old` as `next`'s previous ring for `window`, then drops it.
+    fn open_warmup(&self, old: &Arc<Cluster<P>>, next: &Arc<Cluster<P>>, window: Duration) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // One previous ring at a time: the old one's own previous (an earlier window) goes now.
+        old.previous.store(None);
+        next.previous.store(Some(Arc::clone(old)));
+        if let Ok(mut w) = self.shared.warm_previous.lock() {
+            *w = Arc::downgrade(old);
+        }
+        self.shared.stats.warmup_open.set(1);
+        let next = Arc::downgrade(next);
+        let stats = Arc::clone(&self.shared.stats);
+        runtime.spawn(async move {
+            tokio::time::sleep(window).await;
+            if let Some(next) = next.upgrade() {
+                next.previous.store(None);
+            }
+            stats.warmup_open.set(0);
+        });
+    }
+
+    /// Whether the previous ring of the last warm-up window is still in memory (tests check that a
+    /// closed window frees it).
+    pub(crate) fn previous_ring_alive(&self) -> bool {
+        self.shared
+            .warm_previous
+            .lock()
+            .map(|w| w.strong_count() > 0)
+            .unwrap_or(false)
     }
 
     /// The tallies for rendering.

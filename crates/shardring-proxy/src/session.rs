@@ -206,6 +206,8 @@ impl<P: Protocol> Session<P> {
     /// Asks the protocol what to do with `req`, against the current placement.
     fn plan(&self, cluster: &Cluster<P>, req: P::Request) -> Step<P> {
         let routing = cluster.router.load();
+        let previous = cluster.previous.load();
+        let previous_routing = previous.as_ref().map(|p| p.router.load());
         let ctx = PlanContext {
             routing: &routing,
             stats: &self.pool.shared.stats,
@@ -217,6 +219,8 @@ impl<P: Protocol> Session<P> {
             gutter: cluster.gutter.as_ref(),
             replicas: cluster.config.replicas,
             stats_handle: &self.pool.shared.stats,
+            previous: previous_routing.as_deref().map(|r| &**r),
+            previous_now: &cluster.previous_now,
         };
         cluster.protocol.plan(req, &ctx)
     }
@@ -263,6 +267,57 @@ impl<P: Protocol> Session<P> {
                         reply = rx.await.unwrap_or(Err(BackendError::Removed));
                     }
                     P::finish(finish, reply)
+                }))
+            }
+            Step::AlsoPrevious {
+                previous,
+                frame,
+                kind,
+                step,
+            } => {
+                if let Some(old) = cluster.previous.load_full() {
+                    if let Some(b) = old.backends.get(previous) {
+                        // Reply dropped: the invalidation is best effort, the write's own reply counts.
+                        drop(b.send(self.client_id, frame, kind));
+                    }
+                }
+                self.start(cluster, *step)
+            }
+            Step::Fallback {
+                server,
+                frame,
+                previous,
+                fallback,
+                kind,
+                finish,
+            } => {
+                let rx = cluster.backends[server].send(self.client_id, frame, kind);
+                let Some(old) = cluster.previous.load_full() else {
+                    return Pending::Single(rx, Some(finish));
+                };
+                let current = self.pool.current.load_full();
+                let client_id = self.client_id;
+                Pending::Joined(Box::pin(async move {
+                    let reply = rx.await.unwrap_or(Err(BackendError::Removed));
+                    let (Some(prev), true) = (
+                        old.backends.get(previous),
+                        current.protocol.fall_back(&finish, &reply),
+                    ) else {
+                        return P::finish(finish, reply);
+                    };
+                    let old_reply = prev
+                        .send(client_id, fallback, kind)
+                        .await
+                        .unwrap_or(Err(BackendError::Removed));
+                    let recovery = current.protocol.recover(finish, reply, old_reply);
+                    if let Some((bytes, kind, finish)) = recovery.follow_up {
+                        let rx = current.backends[server].send(client_id, bytes, kind);
+                        tokio::spawn(async move {
+                            let reply = rx.await.unwrap_or(Err(BackendError::Removed));
+                            drop(P::finish(finish, reply));
+                        });
+                    }
+                    recovery.answer
                 }))
             }
             Step::FanOut { parts, merge } => {

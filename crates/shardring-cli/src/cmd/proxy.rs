@@ -86,6 +86,11 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 10, requires = "gutter",
           value_parser = clap::value_parser!(u32).range(1..=2_592_000))]
     gutter_ttl: u32,
+    /// For this many milliseconds after a reload changes a pool's servers, a `get` that misses on a
+    /// key's new server is retried on its previous server and a hit there is copied over (with its
+    /// flags and remaining TTL, never over a newer write or a delete). Off by default.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    warmup_window: Option<u64>,
 }
 
 /// `host:port` or `host:port:weight` → a server (weight 1 when not given).
@@ -136,6 +141,7 @@ struct Overrides {
     replica_read_miss: bool,
     gutter: Vec<TwemproxyServer>,
     gutter_ttl: u32,
+    warmup_window: Option<Duration>,
 }
 
 impl Overrides {
@@ -152,6 +158,7 @@ impl Overrides {
             replica_read_miss: args.replica_read_miss,
             gutter: args.gutter.clone(),
             gutter_ttl: args.gutter_ttl,
+            warmup_window: args.warmup_window.map(Duration::from_millis),
         }
     }
 
@@ -166,6 +173,7 @@ impl Overrides {
                 servers: self.gutter.clone(),
                 ttl_cap: self.gutter_ttl,
             });
+            pool.warmup_window = self.warmup_window;
             pool.replicas = usize::from(self.replicas);
             pool.replica_read_miss = self.replica_read_miss;
             pool.hot_keys = self.hot_keys.map(|k| {

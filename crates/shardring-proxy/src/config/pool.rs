@@ -117,6 +117,10 @@ pub struct PoolConfig {
     /// instead of being rehashed over the pool's other servers. By default, none.
     /// `shardring proxy --gutter HOST:PORT,… [--gutter-ttl SECS]`.
     pub gutter: Option<GutterConfig>,
+    /// *proxy-only*: for this long after a reload changes the ring, a `get` that misses on a key's new
+    /// server is retried on its previous server, and a hit there is copied to the new server. By
+    /// default, none (off). `shardring proxy --warmup-window MS`.
+    pub warmup_window: Option<Duration>,
 }
 
 /// *proxy-only*: a gutter pool (see [`PoolConfig::gutter`]).
@@ -238,6 +242,7 @@ impl PoolConfig {
             replicas: 1,
             replica_read_miss: false,
             gutter: None,
+            warmup_window: None,
         }
     }
 

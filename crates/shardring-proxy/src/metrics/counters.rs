@@ -142,6 +142,16 @@ pub struct PoolStats {
     pub replica_failovers: Counter,
     /// Replicated writes whose replicas did not all answer the same (a write that reached 1 of 2).
     pub replica_disagreements: Counter,
+    /// 1 while a warm-up window is open (gauge).
+    pub warmup_open: Counter,
+    /// Warm-up: misses on a key's new server retried on its previous server.
+    pub warmup_fallbacks: Counter,
+    /// Warm-up: those retries that found the value (returned to the client).
+    pub warmup_recovered: Counter,
+    /// Warm-up: values copied to the new server.
+    pub warmup_copies: Counter,
+    /// Warm-up: copies refused because the key was written or deleted on the new server meanwhile.
+    pub warmup_copies_refused: Counter,
     /// Requests sent to the gutter pool because their server was ejected.
     pub gutter_requests: Counter,
     /// `get`s answered from the hot-key cache.

@@ -140,7 +140,7 @@ enum Kind {
 type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-const POOL_FAMILIES: [PoolFamily; 14] = [
+const POOL_FAMILIES: [PoolFamily; 19] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -200,6 +200,36 @@ const POOL_FAMILIES: [PoolFamily; 14] = [
         Kind::Counter,
         "Replicated writes whose replicas answered differently.",
         |p| p.replica_disagreements.get(),
+    ),
+    (
+        "shardring_proxy_pool_warmup_open",
+        Kind::Gauge,
+        "1 while a warm-up window is open.",
+        |p| p.warmup_open.get(),
+    ),
+    (
+        "shardring_proxy_pool_warmup_fallbacks",
+        Kind::Counter,
+        "Warm-up: misses on a key's new server retried on its previous server.",
+        |p| p.warmup_fallbacks.get(),
+    ),
+    (
+        "shardring_proxy_pool_warmup_recovered",
+        Kind::Counter,
+        "Warm-up: fallbacks that found the value.",
+        |p| p.warmup_recovered.get(),
+    ),
+    (
+        "shardring_proxy_pool_warmup_copies",
+        Kind::Counter,
+        "Warm-up: values copied to their new server.",
+        |p| p.warmup_copies.get(),
+    ),
+    (
+        "shardring_proxy_pool_warmup_copies_refused",
+        Kind::Counter,
+        "Warm-up: copies refused because newer data (a write or a delete) existed.",
+        |p| p.warmup_copies_refused.get(),
     ),
     (
         "shardring_proxy_pool_gutter_requests",
@@ -570,6 +600,11 @@ mod tests {
             "shardring_proxy_pool_server_ejects_total",
             "shardring_proxy_pool_replica_failovers_total",
             "shardring_proxy_pool_replica_disagreements_total",
+            "shardring_proxy_pool_warmup_open",
+            "shardring_proxy_pool_warmup_fallbacks_total",
+            "shardring_proxy_pool_warmup_recovered_total",
+            "shardring_proxy_pool_warmup_copies_total",
+            "shardring_proxy_pool_warmup_copies_refused_total",
             "shardring_proxy_pool_gutter_requests_total",
             "shardring_proxy_pool_hot_cache_hits_total",
             "shardring_proxy_pool_hot_cache_fills_total",

@@ -48,6 +48,14 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
             json!(p.replica_disagreements.get()),
         );
         pool.insert("gutter_requests".into(), json!(p.gutter_requests.get()));
+        pool.insert("warmup_open".into(), json!(p.warmup_open.get()));
+        pool.insert("warmup_fallbacks".into(), json!(p.warmup_fallbacks.get()));
+        pool.insert("warmup_recovered".into(), json!(p.warmup_recovered.get()));
+        pool.insert("warmup_copies".into(), json!(p.warmup_copies.get()));
+        pool.insert(
+            "warmup_copies_refused".into(),
+            json!(p.warmup_copies_refused.get()),
+        );
         pool.insert("hot_cache_hits".into(), json!(p.hot_cache_hits.get()));
         pool.insert("hot_cache_fills".into(), json!(p.hot_cache_fills.get()));
         pool.insert(

@@ -88,6 +88,32 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
         let _ = finish;
         reply.is_err()
     }
+
+    /// Whether a [`Step::Fallback`] asks the previous ring after `reply`. By default, never.
+    fn fall_back(&self, finish: &Self::Finish, reply: &Reply) -> bool {
+        let _ = (finish, reply);
+        false
+    }
+
+    /// A [`Step::Fallback`]'s answer from the current server's reply and the previous ring's, and an
+    /// optional follow-up to the current server. By default, the current server's reply, no follow-up.
+    fn recover(&self, finish: Self::Finish, current: Reply, previous: Reply) -> Recovery<Self> {
+        let _ = previous;
+        Recovery {
+            answer: Self::finish(finish, current),
+            follow_up: None,
+        }
+    }
+}
+
+/// What [`Protocol::recover`] decides.
+#[derive(Debug)]
+pub struct Recovery<P: Protocol> {
+    /// The client's answer.
+    pub answer: Answer,
+    /// A request to send to the key's current server (bytes, reply framing, and the finish its reply
+    /// goes through before it is dropped).
+    pub follow_up: Option<(Bytes, P::ReplyKind, P::Finish)>,
 }
 
 /// Reads client requests off the front of a connection's buffer.
@@ -154,6 +180,38 @@ pub enum Step<P: Protocol> {
         kind: P::ReplyKind,
         /// How the last reply becomes the answer.
         finish: P::Finish,
+    },
+    /// Warm-up after a ring change: send `frame` to `server` (its owner now); when
+    /// [`Protocol::fall_back`] says so of the reply, send `fallback` to `previous` (its owner on the
+    /// previous ring, an index among *that* ring's servers) and answer with [`Protocol::recover`] of
+    /// both replies, which may also ask for a follow-up request to `server` (a copy), sent at once and
+    /// whose reply goes to [`Protocol::finish`] and is then dropped. When the previous ring is gone by
+    /// the time the step starts, it is a plain [`Step::Forward`] of `frame`.
+    Fallback {
+        /// The key's server now.
+        server: usize,
+        /// The bytes to send to it.
+        frame: Bytes,
+        /// The key's server on the previous ring (index in the previous ring's server list).
+        previous: usize,
+        /// The bytes to send there after a miss.
+        fallback: Bytes,
+        /// How both replies are framed.
+        kind: P::ReplyKind,
+        /// How the replies become the answer.
+        finish: P::Finish,
+    },
+    /// Send `frame` to `previous` (a server of the previous ring; its reply is dropped), then do `step`:
+    /// a write during a warm-up window also invalidates the key's old copy.
+    AlsoPrevious {
+        /// The key's server on the previous ring.
+        previous: usize,
+        /// What to send it (a delete).
+        frame: Bytes,
+        /// How its reply is framed.
+        kind: P::ReplyKind,
+        /// The request itself.
+        step: Box<Step<P>>,
     },
     /// Send each part to its server and answer with [`Protocol::merge`] of all the replies.
     FanOut {
@@ -256,6 +314,10 @@ pub struct PlanContext<'a> {
     pub(crate) replicas: usize,
     /// The gutter pool, when the pool has one: a dead server's keys go there (with `full`).
     pub(crate) gutter: Option<&'a crate::router::Gutter>,
+    /// The previous ring while a warm-up window is open: key → server among the previous ring's servers.
+    pub(crate) previous: Option<&'a Routing>,
+    /// For each server of the previous ring, its index now (`None` when it left the pool).
+    pub(crate) previous_now: &'a [Option<usize>],
     /// The pool's tallies, shared (for merges and finishes that count after the plan).
     pub(crate) stats_handle: &'a std::sync::Arc<PoolStats>,
 }
@@ -304,6 +366,17 @@ impl PlanContext<'_> {
             out.first().copied()
         } else {
             self.server_for(key)
+        }
+    }
+
+    /// While a warm-up window is open and `key` moved: its server on the previous ring (an index among
+    /// that ring's servers, for [`Step::Fallback`] and [`Step::AlsoPrevious`]). `None` otherwise.
+    pub fn moved_from(&self, key: &[u8]) -> Option<usize> {
+        let old = self.previous?.server_for(key)?;
+        let now = self.server_for(key);
+        match self.previous_now.get(old).copied().flatten() {
+            Some(same) if Some(same) == now => None,
+            _ => Some(old),
         }
     }
 

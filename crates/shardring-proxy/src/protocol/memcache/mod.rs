@@ -24,6 +24,7 @@ mod replicas;
 mod request;
 mod response;
 mod tokens;
+mod warmup;
 
 pub use self::codec::*;
 pub use self::hotkeys::{HotFill, HotInvalidate};
@@ -32,6 +33,7 @@ pub use self::plan::{Finish, Memcache, ResponseScanner, VERSION_REPLY};
 pub use self::replicas::ReplicatedWrite;
 pub use self::request::*;
 pub use self::response::*;
+pub use self::warmup::{CopyResult, WarmGet};
 
 #[cfg(test)]
 mod tests;

@@ -16,11 +16,12 @@ use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
     is_error_reply, parse_response_from, status_code, ResponseKind, ValueBlocks,
 };
+use super::warmup::{self, CopyResult, WarmGet};
 use crate::config::PoolConfig;
 use crate::error::BackendError;
 use crate::protocol::{
-    Answer, FrameError, Incoming, Part, PartReply, PlanContext, Protocol, Reply, ReplyScanner,
-    RequestDecoder, Step,
+    Answer, FrameError, Incoming, Part, PartReply, PlanContext, Protocol, Recovery, Reply,
+    ReplyScanner, RequestDecoder, Step,
 };
 
 /// The reply to `version`: the memcached protocol level the proxy speaks, then its own name and version.
@@ -61,6 +62,10 @@ pub enum Finish {
     Fill(HotFill),
     /// A write of a hot key: invalidate the cache again, then finish as the inner finish says.
     Invalidate(HotInvalidate),
+    /// A warm-up `get` (sent as `mg`): its meta reply becomes a `get` answer.
+    Warm(WarmGet),
+    /// A warm-up copy's reply: counted, then dropped.
+    Copied(CopyResult),
 }
 
 /// What a fan-out merges.
@@ -167,6 +172,11 @@ impl Protocol for Memcache {
     fn finish(finish: Finish, reply: Reply) -> Answer {
         match (reply, finish) {
             (reply, Finish::Invalidate(inv)) => Memcache::finish(inv.done(), reply),
+            (reply, Finish::Warm(w)) => w.finish(reply),
+            (reply, Finish::Copied(c)) => {
+                c.finish(&reply);
+                Answer::Nothing
+            }
             (Err(e), Finish::Fill(_)) => Answer::Failed(e),
             (Ok(bytes), Finish::Fill(fill)) => {
                 fill.fill(&bytes);
@@ -236,11 +246,33 @@ impl Protocol for Memcache {
     fn retry(&self, _finish: &Finish, reply: &Reply) -> bool {
         replicas::retry(self.replica_read_miss, reply)
     }
+
+    fn fall_back(&self, finish: &Finish, reply: &Reply) -> bool {
+        warmup::fall_back(finish, reply)
+    }
+
+    fn recover(&self, finish: Finish, current: Reply, previous: Reply) -> Recovery<Memcache> {
+        warmup::recover(finish, current, previous)
+    }
 }
 
 /// A one-key command: to the key's server, as received (less a stripped `noreply`/`q`); with replicas,
 /// a write to every live replica and a read to the first, failing over to the next.
 fn forward_keyed(
+    req: &Request,
+    key: &Range<usize>,
+    finish: Finish,
+    ctx: &PlanContext<'_>,
+) -> Step<Memcache> {
+    if replicas::is_write(&req.command) && ctx.previous.is_some() {
+        let step = forward_keyed_now(req, key, finish, ctx);
+        return req.with_routing_key(key, |k| warmup::write(k, step, ctx));
+    }
+    forward_keyed_now(req, key, finish, ctx)
+}
+
+/// [`forward_keyed`] without the warm-up's invalidation.
+fn forward_keyed_now(
     req: &Request,
     key: &Range<usize>,
     finish: Finish,
@@ -300,6 +332,11 @@ impl Memcache {
             HotRead::Fill(fill) => Some(fill),
             HotRead::Plain => None,
         };
+        if ctx.previous.is_some() {
+            if let Some(step) = warmup::read(&req, ctx) {
+                return step;
+            }
+        }
         let owners: Vec<Option<usize>> = keys
             .iter()
             .map(|k| ctx.first_replica(req.bytes(k)))
