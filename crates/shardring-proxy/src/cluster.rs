@@ -272,9 +272,15 @@ impl<P: Protocol> Pool<P> {
     pub(crate) fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
         let old = self.current.load_full();
         let window = config.warmup_window;
+        let ring_changed = old.config.servers != config.servers
+            || old.config.hash != config.hash
+            || old.config.hash_tag != config.hash_tag
+            || old.config.distribution != config.distribution;
         let next = Arc::new(Cluster::build(config, Some(&old), &self.shared)?);
-        if let Some(window) = window {
-            self.open_warmup(&old, &next, window);
+        match window {
+            Some(window) if ring_changed => self.open_warmup(&old, &next, window),
+            // An unchanged ring keeps the open window, if any, on the new version.
+            _ => next.previous.store(old.previous.load_full()),
         }
         self.current.store(next);
         if let Some(cache) = self.shared.hot.as_ref().and_then(|h| h.cache()) {
