@@ -282,4 +282,53 @@ mod tests {
         let none = build_placement(spec(&pool), &[false, false, false]).unwrap();
         assert_eq!(none.server_for(b"x"), None);
     }
+
+    #[test]
+    fn replica_lists_start_at_the_owner_and_repeat_no_server() {
+        let pool = PoolConfig::new(
+            "p",
+            "127.0.0.1:0",
+            &[
+                "127.0.0.1:1:1",
+                "127.0.0.1:2:2",
+                "127.0.0.1:3:1",
+                "127.0.0.1:4:1",
+            ],
+        )
+        .unwrap();
+        let all = build_placement(spec(&pool), &[true; 4]).unwrap();
+        let mut out = Vec::new();
+        for i in 0..2000 {
+            let key = format!("key:{i}");
+            all.replicas_into(key.as_bytes(), 3, &mut out);
+            assert_eq!(out.len(), 3);
+            assert_eq!(Some(out[0]), all.server_for(key.as_bytes()));
+            let mut seen = out.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), 3, "{out:?}");
+        }
+    }
+
+    #[test]
+    fn without_its_owner_a_key_goes_to_its_second_replica() {
+        // Why a dead server's keys still hit with two replicas: ketama gives them to the next server
+        // of the ring, which is where the second copy was written.
+        let pool = PoolConfig::new(
+            "p",
+            "127.0.0.1:0",
+            &["127.0.0.1:1:1", "127.0.0.1:2:1", "127.0.0.1:3:1"],
+        )
+        .unwrap();
+        let all = build_placement(spec(&pool), &[true; 3]).unwrap();
+        let two = build_placement(spec(&pool), &[true, false, true]).unwrap();
+        let mut out = Vec::new();
+        for i in 0..2000 {
+            let key = format!("key:{i}");
+            all.replicas_into(key.as_bytes(), 2, &mut out);
+            if out[0] == 1 {
+                assert_eq!(two.server_for(key.as_bytes()), Some(out[1]));
+            }
+        }
+    }
 }

@@ -253,17 +253,22 @@ impl<P: Protocol> Session<P> {
                 // The first try goes out now, with the client's other requests; a retry only when its
                 // reply says so.
                 let rx = cluster.backends[first].send(self.client_id, frame.clone(), kind);
-                let cluster = self.pool.current.load_full();
+                // The servers as this plan numbered them (a reload may renumber the pool meanwhile).
+                let rest: Vec<Arc<Backend<P>>> = servers[1..]
+                    .iter()
+                    .map(|&s| Arc::clone(&cluster.backends[s]))
+                    .collect();
+                let current = self.pool.current.load_full();
                 let stats = Arc::clone(&self.pool.shared.stats);
                 let client_id = self.client_id;
                 Pending::Joined(Box::pin(async move {
                     let mut reply = rx.await.unwrap_or(Err(BackendError::Removed));
-                    for &next in &servers[1..] {
-                        if !cluster.protocol.retry(&finish, &reply) {
+                    for next in &rest {
+                        if !current.protocol.retry(&finish, &reply) {
                             break;
                         }
                         stats.replica_failovers.inc();
-                        let rx = cluster.backends[next].send(client_id, frame.clone(), kind);
+                        let rx = next.send(client_id, frame.clone(), kind);
                         reply = rx.await.unwrap_or(Err(BackendError::Removed));
                     }
                     P::finish(finish, reply)
@@ -291,7 +296,8 @@ impl<P: Protocol> Session<P> {
                 kind,
                 finish,
             } => {
-                let rx = cluster.backends[server].send(self.client_id, frame, kind);
+                let backend = Arc::clone(&cluster.backends[server]);
+                let rx = backend.send(self.client_id, frame, kind);
                 let Some(old) = cluster.previous.load_full() else {
                     return Pending::Single(rx, Some(finish));
                 };
@@ -311,7 +317,7 @@ impl<P: Protocol> Session<P> {
                         .unwrap_or(Err(BackendError::Removed));
                     let recovery = current.protocol.recover(finish, reply, old_reply);
                     if let Some((bytes, kind, finish)) = recovery.follow_up {
-                        let rx = current.backends[server].send(client_id, bytes, kind);
+                        let rx = backend.send(client_id, bytes, kind);
                         tokio::spawn(async move {
                             let reply = rx.await.unwrap_or(Err(BackendError::Removed));
                             drop(P::finish(finish, reply));
