@@ -24,7 +24,7 @@ use crate::cluster::{Cluster, Pool};
 use crate::error::BackendError;
 use crate::net::ClientStream;
 use crate::protocol::{
-    Answer, Incoming, PartReply, PlanContext, Protocol, Reply, RequestDecoder, Step,
+    Answer, Incoming, PartReply, Phase, PlanContext, Protocol, Reply, RequestDecoder, Step,
 };
 
 /// The most requests one client may have in flight; past it the proxy stops reading from that client
@@ -226,7 +226,7 @@ impl<P: Protocol> Session<P> {
     }
 
     /// Sends a planned request on its way.
-    fn start(&self, cluster: &Cluster<P>, step: Step<P>) -> Pending<P> {
+    fn start(&self, cluster: &Arc<Cluster<P>>, step: Step<P>) -> Pending<P> {
         match step {
             Step::Answer(a) | Step::Close(a) => Pending::Ready(Some(a)),
             Step::Forward { server: None, .. } => {
@@ -335,17 +335,51 @@ impl<P: Protocol> Session<P> {
                         (Arc::clone(backend), rx)
                     })
                     .unzip();
+                let cluster = Arc::clone(cluster);
+                let client_id = self.client_id;
                 Pending::Joined(Box::pin(async move {
-                    let replies = futures_util::future::join_all(receivers).await;
-                    let replies = replies
-                        .into_iter()
-                        .zip(&servers)
-                        .map(|(r, server)| PartReply {
-                            reply: r.unwrap_or(Err(BackendError::Removed)),
-                            server: &server.settings().addr,
-                        })
-                        .collect();
-                    P::merge(merge, replies)
+                    let (mut servers, mut receivers, mut merge) = (servers, receivers, merge);
+                    loop {
+                        let replies = futures_util::future::join_all(receivers).await;
+                        let replies = replies
+                            .into_iter()
+                            .zip(&servers)
+                            .map(|(r, server)| PartReply {
+                                reply: r.unwrap_or(Err(BackendError::Removed)),
+                                server: &server.settings().addr,
+                            })
+                            .collect();
+                        let (next, follow_ups) = match cluster.protocol.phase(merge, replies) {
+                            Phase::Done { answer, follow_ups } => (Err(answer), follow_ups),
+                            Phase::Again {
+                                parts,
+                                merge,
+                                follow_ups,
+                            } => (Ok((parts, merge)), follow_ups),
+                        };
+                        for (part, finish) in follow_ups {
+                            let Some(b) = cluster.backends.get(part.server) else {
+                                continue;
+                            };
+                            let rx = b.send(client_id, part.frame, part.kind);
+                            tokio::spawn(async move {
+                                let reply = rx.await.unwrap_or(Err(BackendError::Removed));
+                                drop(P::finish(finish, reply));
+                            });
+                        }
+                        let (parts, next_merge) = match next {
+                            Err(answer) => return answer,
+                            Ok(next) => next,
+                        };
+                        (servers, receivers) = parts
+                            .into_iter()
+                            .filter_map(|part| {
+                                let b = cluster.backends.get(part.server)?;
+                                Some((Arc::clone(b), b.send(client_id, part.frame, part.kind)))
+                            })
+                            .unzip();
+                        merge = next_merge;
+                    }
                 }))
             }
         }

@@ -164,7 +164,12 @@ async fn with_two_replicas_a_dead_server_costs_no_misses_and_no_errors() {
         "with two replicas nothing is lost: {two:?}"
     );
     assert!(two.hits > 10 * KEYS / 10, "the load ran: {two:?}");
-    assert!(proxy.proxy.views()[0].pool.replica_failovers.get() > 0);
+    // How many reads failed over depends on whether the health probe ejected the server before the
+    // load's requests found it dead; either way none was lost.
+    eprintln!(
+        "failovers: {}",
+        proxy.proxy.views()[0].pool.replica_failovers.get()
+    );
 
     // A write while it is down reaches one replica of two: answered, and counted as a disagreement
     // only when the replicas answer differently (here the dead one is not asked).

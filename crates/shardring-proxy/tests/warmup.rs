@@ -233,3 +233,75 @@ async fn a_key_deleted_during_the_window_never_comes_back_and_the_window_closes(
         .await;
     proxy.stop().await;
 }
+
+/// Reads every key with multi-gets of 10 keys, checking that values come back in the client's key
+/// order with their flags; returns the hits.
+async fn read_all_multi(addr: &str) -> usize {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (r, mut w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    let mut hits = 0;
+    for start in (0..KEYS).step_by(10) {
+        let batch: Vec<String> = (start..(start + 10).min(KEYS)).map(key).collect();
+        w.write_all(format!("get {}\r\n", batch.join(" ")).as_bytes())
+            .await
+            .unwrap();
+        let mut next = 0;
+        loop {
+            let mut line = String::new();
+            tokio::time::timeout(Duration::from_secs(10), r.read_line(&mut line))
+                .await
+                .expect("a reply in time")
+                .unwrap();
+            if line == "END\r\n" {
+                break;
+            }
+            let name = line.split(' ').nth(1).unwrap().to_owned();
+            let at = batch[next..]
+                .iter()
+                .position(|k| *k == name)
+                .expect("values in the client's key order")
+                + next;
+            next = at + 1;
+            assert_eq!(line, format!("VALUE {name} 42 6\r\n"));
+            let mut rest = vec![0u8; 8];
+            r.read_exact(&mut rest).await.unwrap();
+            let i: usize = name[5..].parse().unwrap();
+            assert_eq!(rest, format!("v{i:05}\r\n").as_bytes());
+            hits += 1;
+        }
+    }
+    hits
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_gets_warm_up_every_key_that_moved() {
+    let servers = memcacheds(5);
+    let window = Some(Duration::from_secs(60));
+    let proxy = RunningProxy::start(pool(&servers[..4], window)).await;
+    fill(&proxy.addr).await;
+    proxy
+        .proxy
+        .reload(ProxyConfig {
+            pools: vec![pool(&servers, window)],
+        })
+        .unwrap();
+    let hits = read_all_multi(&proxy.addr).await;
+    let stats = &proxy.proxy.views()[0].pool;
+    eprintln!(
+        "multi-gets after adding a 5th server: {hits}/{KEYS} hits ({} fallbacks, {} copies)",
+        stats.warmup_fallbacks.get(),
+        stats.warmup_copies.get()
+    );
+    assert_eq!(
+        hits, KEYS,
+        "every key found, on its new server or its previous one"
+    );
+    let copies = stats.warmup_copies.get();
+    assert!(copies > 0 && copies == stats.warmup_recovered.get());
+    // The copies landed: a second pass finds everything on the new ring.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(read_all_multi(&proxy.addr).await, KEYS);
+    assert_eq!(stats.warmup_fallbacks.get(), copies, "no second fallback");
+    proxy.stop().await;
+}

@@ -89,6 +89,15 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
         reply.is_err()
     }
 
+    /// A [`Step::FanOut`]'s next move after its replies: the answer, or another round trip (a
+    /// multi-get's warm-up fallbacks). By default, [`Protocol::merge`]'s answer.
+    fn phase(&self, merge: Self::Merge, replies: Vec<PartReply<'_>>) -> Phase<Self> {
+        Phase::Done {
+            answer: Self::merge(merge, replies),
+            follow_ups: Vec::new(),
+        }
+    }
+
     /// Whether a [`Step::Fallback`] asks the previous ring after `reply`. By default, never.
     fn fall_back(&self, finish: &Self::Finish, reply: &Reply) -> bool {
         let _ = (finish, reply);
@@ -104,6 +113,28 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
             follow_up: None,
         }
     }
+}
+
+/// What [`Protocol::phase`] decides after a fan-out's replies.
+#[derive(Debug)]
+pub enum Phase<P: Protocol> {
+    /// The answer, and requests to send without waiting (each reply goes to its finish, then is
+    /// dropped).
+    Done {
+        /// The client's answer.
+        answer: Answer,
+        /// Fire-and-forget requests (copies).
+        follow_ups: Vec<(Part<P>, P::Finish)>,
+    },
+    /// Another round trip: send `parts`, then call [`Protocol::phase`] with `merge` and their replies.
+    Again {
+        /// The next round's requests.
+        parts: Vec<Part<P>>,
+        /// What the next round merges.
+        merge: P::Merge,
+        /// Fire-and-forget requests sent now.
+        follow_ups: Vec<(Part<P>, P::Finish)>,
+    },
 }
 
 /// What [`Protocol::recover`] decides.

@@ -16,11 +16,11 @@ use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
     is_error_reply, parse_response_from, status_code, ResponseKind, ValueBlocks,
 };
-use super::warmup::{self, CopyResult, WarmGet};
+use super::warmup::{self, CopyResult, WarmGet, WarmMulti};
 use crate::config::PoolConfig;
 use crate::error::BackendError;
 use crate::protocol::{
-    Answer, FrameError, Incoming, Part, PartReply, PlanContext, Protocol, Recovery, Reply,
+    Answer, FrameError, Incoming, Part, PartReply, Phase, PlanContext, Protocol, Recovery, Reply,
     ReplyScanner, RequestDecoder, Step,
 };
 
@@ -75,6 +75,8 @@ pub enum Merge {
     Get(GetMerge),
     /// A write sent to every live replica of its key.
     Replicated(ReplicatedWrite),
+    /// A multi-get during a warm-up window (answered through [`Protocol::phase`]).
+    WarmMulti(WarmMulti),
     /// `flush_all` sent to every live server.
     FlushAll {
         /// The client asked for no reply.
@@ -203,6 +205,11 @@ impl Protocol for Memcache {
         match merge {
             Merge::Get(get) => get.merge(replies),
             Merge::Replicated(write) => write.merge(replies),
+            // Only reached if a caller skips `phase`: answer with what round one found.
+            Merge::WarmMulti(warm) => match warm.phase(replies) {
+                Phase::Done { answer, .. } => answer,
+                Phase::Again { .. } => Answer::fixed(b"END\r\n"),
+            },
             Merge::FlushAll { noreply } => {
                 let mut failure = None;
                 for r in replies {
@@ -245,6 +252,16 @@ impl Protocol for Memcache {
 
     fn retry(&self, _finish: &Finish, reply: &Reply) -> bool {
         replicas::retry(self.replica_read_miss, reply)
+    }
+
+    fn phase(&self, merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        match merge {
+            Merge::WarmMulti(warm) => warm.phase(replies),
+            merge => Phase::Done {
+                answer: Memcache::merge(merge, replies),
+                follow_ups: Vec::new(),
+            },
+        }
     }
 
     fn fall_back(&self, finish: &Finish, reply: &Reply) -> bool {
@@ -309,13 +326,7 @@ fn forward_keyed_now(
 impl Memcache {
     /// get/gets/gat/gats: as received when every key lives on one server, else one request per server.
     fn get(&self, req: Request, ctx: &PlanContext<'_>) -> Step<Memcache> {
-        let Command::Get {
-            kind,
-            exptime,
-            keys,
-            more,
-        } = &req.command
-        else {
+        let Command::Get { keys, more, .. } = &req.command else {
             unreachable!("get() is only called for retrieval commands")
         };
         let more = *more;
@@ -336,7 +347,31 @@ impl Memcache {
             if let Some(step) = warmup::read(&req, ctx) {
                 return step;
             }
+            return match warmup::read_multi(req, ctx) {
+                Ok(step) => step,
+                Err(req) => self.get_now(req, fill, ctx),
+            };
         }
+        self.get_now(req, fill, ctx)
+    }
+
+    /// [`Memcache::get`] past the hot-key cache and the warm-up.
+    fn get_now(
+        &self,
+        req: Request,
+        fill: Option<HotFill>,
+        ctx: &PlanContext<'_>,
+    ) -> Step<Memcache> {
+        let Command::Get {
+            kind,
+            exptime,
+            keys,
+            more,
+        } = &req.command
+        else {
+            unreachable!("get_now() is only called for retrieval commands")
+        };
+        let more = *more;
         let owners: Vec<Option<usize>> = keys
             .iter()
             .map(|k| ctx.first_replica(req.bytes(k)))

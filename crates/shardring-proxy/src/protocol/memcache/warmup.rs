@@ -20,18 +20,27 @@
 //! proxy may see the empty placeholder.
 //!
 //! While the window is open a write or delete of a moved key is also sent as a `delete` to its previous
-//! server (before the write itself), so a later fallback cannot find the stale copy. Only one-key `get`s
-//! fall back; multi-gets, `gets`, `gat`s and meta reads read the new ring only.
+//! server (before the write itself), so a later fallback cannot find the stale copy.
+//!
+//! A multi-get does the same per key: round one sends the usual `get` lines for the keys that stayed
+//! and one `mg … N2` per moved key (pipelined with them on each new server's connection), round two
+//! one `mg` per missed key to its previous server (pipelined: one round trip per old server, in
+//! parallel), then the copies; values come back in the client's key order ([`WarmMulti`], through
+//! the seam's [`Protocol::phase`]). A multi-get falls back only to previous servers still in the pool.
+//! `gets`, `gat`s and meta reads read the new ring only.
 
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::plan::{Finish, Memcache};
+use super::plan::{Finish, Memcache, Merge};
 use super::request::{Command, GetKind, Request};
 use super::response::ResponseKind;
+use super::response::ValueBlocks;
 use crate::metrics::PoolStats;
-use crate::protocol::{Answer, PlanContext, Protocol, Recovery, Reply, Step};
+use crate::protocol::{
+    Answer, Part, PartReply, Phase, PlanContext, Protocol, Recovery, Reply, Step,
+};
 
 /// How long the reservation of step 1 lives, in seconds.
 const RESERVATION_TTL: u32 = 2;
@@ -227,62 +236,321 @@ impl WarmGet {
 
     /// Steps 2 and 3: the answer from the previous server's reply, and the copy or the release.
     pub(super) fn recover(self, current: &Bytes, previous: Reply) -> Recovery<Memcache> {
-        self.stats.warmup_fallbacks.inc();
-        let reservation = MetaReply::parse(current);
-        let won = reservation.as_ref().is_some_and(|m| m.has(b'W'));
-        let cas = reservation
-            .as_ref()
-            .and_then(|m| m.flag(b'c'))
-            .map(<[u8]>::to_vec);
-        let old = previous.as_ref().ok().and_then(|b| MetaReply::parse(b));
-        let hit = old
-            .as_ref()
-            .filter(|m| m.status == b"VA")
-            .map(|m| (m.data.len(), m.flag(b'f').unwrap_or(b"0"), m.flag(b't')));
-        let answer = match (&previous, hit) {
-            (Ok(bytes), Some(_)) => {
-                self.stats.warmup_recovered.inc();
-                as_get_answer(&self.key, bytes)
+        let (block, follow_up) = recover_key(&self.key, current, &previous, &self.stats);
+        let answer = match block {
+            Some(block) => {
+                let mut out = BytesMut::with_capacity(block.len() + 5);
+                out.extend_from_slice(&block);
+                out.extend_from_slice(b"END\r\n");
+                Answer::Bytes(out.freeze())
             }
-            _ => Answer::fixed(b"END\r\n"),
-        };
-        let follow_up = match (won, cas, hit, &old) {
-            (true, Some(cas), Some((_, flags, ttl)), Some(m)) => {
-                let t: i64 = ttl
-                    .and_then(|t| std::str::from_utf8(t).ok())
-                    .and_then(|t| t.parse().ok())
-                    .unwrap_or(-1);
-                let mut ms = BytesMut::with_capacity(self.key.len() + m.data.len() + 64);
-                ms.extend_from_slice(b"ms ");
-                ms.extend_from_slice(&self.key);
-                ms.extend_from_slice(format!(" {} C", m.data.len()).as_bytes());
-                ms.extend_from_slice(&cas);
-                ms.extend_from_slice(format!(" T{} F", copy_ttl(t)).as_bytes());
-                ms.extend_from_slice(flags);
-                ms.extend_from_slice(b"\r\n");
-                ms.extend_from_slice(m.data);
-                ms.extend_from_slice(b"\r\n");
-                self.stats.warmup_copies.inc();
-                Some((
-                    ms.freeze(),
-                    ResponseKind::Line,
-                    Finish::Copied(CopyResult {
-                        stats: Arc::clone(&self.stats),
-                    }),
-                ))
-            }
-            (true, Some(cas), _, _) => {
-                let mut md = BytesMut::with_capacity(self.key.len() + 32);
-                md.extend_from_slice(b"md ");
-                md.extend_from_slice(&self.key);
-                md.extend_from_slice(b" C");
-                md.extend_from_slice(&cas);
-                md.extend_from_slice(b"\r\n");
-                Some((md.freeze(), ResponseKind::Line, Finish::NoReply))
-            }
-            _ => None,
+            None => Answer::fixed(b"END\r\n"),
         };
         Recovery { answer, follow_up }
+    }
+}
+
+/// A key's `VALUE` block (without `END`) from a meta hit.
+fn value_block(key: &[u8], m: &MetaReply<'_>) -> Bytes {
+    let flags = m.flag(b'f').unwrap_or(b"0");
+    let mut out = BytesMut::with_capacity(key.len() + m.data.len() + 40);
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(key);
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(flags);
+    out.extend_from_slice(format!(" {}\r\n", m.data.len()).as_bytes());
+    out.extend_from_slice(m.data);
+    out.extend_from_slice(b"\r\n");
+    out.freeze()
+}
+
+/// A follow-up request: bytes, reply framing, and the finish its reply goes through.
+type FollowUp = (Bytes, ResponseKind, Finish);
+
+/// Steps 2 and 3 for one key: its `VALUE` block when the previous server had it, and the copy (or the
+/// release of the reservation) to send to the new server. `current` is the new server's reply to
+/// step 1 (the reservation).
+fn recover_key(
+    key: &[u8],
+    current: &Bytes,
+    previous: &Reply,
+    stats: &Arc<PoolStats>,
+) -> (Option<Bytes>, Option<FollowUp>) {
+    stats.warmup_fallbacks.inc();
+    let reservation = MetaReply::parse(current);
+    let won = reservation.as_ref().is_some_and(|m| m.has(b'W'));
+    let cas = reservation.as_ref().and_then(|m| m.flag(b'c'));
+    let old = previous
+        .as_ref()
+        .ok()
+        .and_then(|b| MetaReply::parse(b))
+        .filter(|m| m.status == b"VA");
+    let block = old.as_ref().map(|m| value_block(key, m));
+    if block.is_some() {
+        stats.warmup_recovered.inc();
+    }
+    let follow_up = match (won, cas, &old) {
+        (true, Some(cas), Some(m)) => {
+            let t: i64 = m
+                .flag(b't')
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(-1);
+            let mut ms = BytesMut::with_capacity(key.len() + m.data.len() + 64);
+            ms.extend_from_slice(b"ms ");
+            ms.extend_from_slice(key);
+            ms.extend_from_slice(format!(" {} C", m.data.len()).as_bytes());
+            ms.extend_from_slice(cas);
+            ms.extend_from_slice(format!(" T{} F", copy_ttl(t)).as_bytes());
+            ms.extend_from_slice(m.flag(b'f').unwrap_or(b"0"));
+            ms.extend_from_slice(b"\r\n");
+            ms.extend_from_slice(m.data);
+            ms.extend_from_slice(b"\r\n");
+            stats.warmup_copies.inc();
+            Some((
+                ms.freeze(),
+                ResponseKind::Line,
+                Finish::Copied(CopyResult {
+                    stats: Arc::clone(stats),
+                }),
+            ))
+        }
+        (true, Some(cas), None) => {
+            let mut md = BytesMut::with_capacity(key.len() + 32);
+            md.extend_from_slice(b"md ");
+            md.extend_from_slice(key);
+            md.extend_from_slice(b" C");
+            md.extend_from_slice(cas);
+            md.extend_from_slice(b"\r\n");
+            Some((md.freeze(), ResponseKind::Line, Finish::NoReply))
+        }
+        _ => None,
+    };
+    (block, follow_up)
+}
+
+/// Where one key of a warm multi-get is read.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// In the usual split: this part's `get` line.
+    Normal(usize),
+    /// Moved: this part's `mg` to its new server `new`; `old` is its previous server (index now).
+    Warm {
+        /// The part.
+        part: usize,
+        /// The new server.
+        new: usize,
+        /// The previous server.
+        old: usize,
+    },
+    /// No live server.
+    Unrouted,
+}
+
+/// A multi-get during a warm-up window with keys that moved: one round trip to the new servers (the
+/// usual `get` lines for the keys that stayed, one `mg … N2` per moved key, pipelined), then one to the
+/// previous servers for the moved keys that missed (one `mg` per key, pipelined per server), then the
+/// copies, as for a one-key `get`.
+#[derive(Debug)]
+pub struct WarmMulti {
+    /// The client's request (its keys are ranges of its frame).
+    request: Request,
+    /// Where each key (client order) is read.
+    slots: Vec<Slot>,
+    /// Each key's `VALUE` block once known.
+    values: Vec<Option<Bytes>>,
+    /// Round two: for each of its parts, the key index, its new server and its reservation reply.
+    waiting: Vec<(usize, usize, Bytes)>,
+    /// Where fallbacks, recoveries and copies are counted.
+    stats: Arc<PoolStats>,
+}
+
+/// A multi-get (`get` of several keys) with keys that moved, while a warm-up window is open; the
+/// request back when none moved (or the previous server of each left the pool).
+pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Memcache>, Request> {
+    let Command::Get {
+        kind: GetKind::Get,
+        keys,
+        more: false,
+        ..
+    } = &req.command
+    else {
+        return Err(req);
+    };
+    let moved: Vec<Option<usize>> = keys
+        .iter()
+        .map(|k| {
+            ctx.moved_from(req.bytes(k))
+                .and_then(|old| ctx.previous_now.get(old).copied().flatten())
+        })
+        .collect();
+    if keys.len() < 2 || moved.iter().all(Option::is_none) {
+        return Err(req);
+    }
+    let mut lines: Vec<(usize, BytesMut)> = Vec::new();
+    let mut parts: Vec<Part<Memcache>> = Vec::new();
+    let mut slots = Vec::with_capacity(keys.len());
+    for (k, old) in keys.iter().zip(&moved) {
+        let key = req.bytes(k);
+        let Some(new) = ctx.server_for(key) else {
+            slots.push(Slot::Unrouted);
+            continue;
+        };
+        match *old {
+            Some(old) => {
+                let mut b = BytesMut::with_capacity(key.len() + 24);
+                b.extend_from_slice(b"mg ");
+                b.extend_from_slice(key);
+                b.extend_from_slice(format!(" v f t c N{RESERVATION_TTL}\r\n").as_bytes());
+                parts.push(Part {
+                    server: new,
+                    frame: b.freeze(),
+                    kind: ResponseKind::Meta,
+                });
+                slots.push(Slot::Warm {
+                    part: parts.len() - 1,
+                    new,
+                    old,
+                });
+            }
+            None => {
+                let i = match lines.iter().position(|(s, _)| *s == new) {
+                    Some(i) => i,
+                    None => {
+                        lines.push((new, BytesMut::from(&b"get"[..])));
+                        lines.len() - 1
+                    }
+                };
+                lines[i].1.extend_from_slice(b" ");
+                lines[i].1.extend_from_slice(key);
+                slots.push(Slot::Normal(i));
+            }
+        }
+    }
+    // The get lines follow the mg parts: renumber the slots that read them.
+    let offset = parts.len();
+    for s in &mut slots {
+        if let Slot::Normal(i) = s {
+            *i += offset;
+        }
+    }
+    for (server, mut line) in lines {
+        line.extend_from_slice(b"\r\n");
+        parts.push(Part {
+            server,
+            frame: line.freeze(),
+            kind: ResponseKind::Values,
+        });
+    }
+    let n = keys.len();
+    Ok(Step::FanOut {
+        parts,
+        merge: Merge::WarmMulti(WarmMulti {
+            slots,
+            values: vec![None; n],
+            waiting: Vec::new(),
+            stats: Arc::clone(ctx.stats_handle),
+            request: req,
+        }),
+    })
+}
+
+impl WarmMulti {
+    /// After round one: the values found, and round two for the moved keys that missed; after round
+    /// two: the answer and the copies.
+    pub(super) fn phase(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let Command::Get { keys, .. } = &self.request.command else {
+            return Phase::Done {
+                answer: Answer::fixed(b"END\r\n"),
+                follow_ups: Vec::new(),
+            };
+        };
+        let keys = keys.clone();
+        if !self.waiting.is_empty() {
+            let mut follow_ups = Vec::new();
+            let waiting = std::mem::take(&mut self.waiting);
+            for ((i, new, reservation), reply) in waiting.into_iter().zip(replies) {
+                let key = self.request.bytes(&keys[i]);
+                let (block, follow_up) = recover_key(key, &reservation, &reply.reply, &self.stats);
+                self.values[i] = block;
+                if let Some((frame, kind, finish)) = follow_up {
+                    follow_ups.push((
+                        Part {
+                            server: new,
+                            frame,
+                            kind,
+                        },
+                        finish,
+                    ));
+                }
+            }
+            return Phase::Done {
+                answer: self.assemble(),
+                follow_ups,
+            };
+        }
+        let bodies: Vec<Bytes> = replies
+            .into_iter()
+            .map(|r| r.reply.unwrap_or_default())
+            .collect();
+        let mut cursors: Vec<_> = bodies
+            .iter()
+            .map(|b| ValueBlocks::new(b).peekable())
+            .collect();
+        let mut next = Vec::new();
+        for (i, (k, slot)) in keys.iter().zip(self.slots.clone()).enumerate() {
+            let key = self.request.bytes(k);
+            match slot {
+                Slot::Normal(part) => {
+                    if let Some((got, block)) = cursors[part].peek() {
+                        if *got == key {
+                            self.values[i] = Some(Bytes::copy_from_slice(block));
+                            cursors[part].next();
+                        }
+                    }
+                }
+                Slot::Warm { part, new, old } => match MetaReply::parse(&bodies[part]) {
+                    Some(m) if m.is_reservation() => {
+                        let mut b = BytesMut::with_capacity(key.len() + 16);
+                        b.extend_from_slice(b"mg ");
+                        b.extend_from_slice(key);
+                        b.extend_from_slice(b" v f t\r\n");
+                        next.push(Part {
+                            server: old,
+                            frame: b.freeze(),
+                            kind: ResponseKind::Meta,
+                        });
+                        self.waiting.push((i, new, bodies[part].clone()));
+                    }
+                    Some(m) if m.status == b"VA" => self.values[i] = Some(value_block(key, &m)),
+                    _ => {}
+                },
+                Slot::Unrouted => {}
+            }
+        }
+        drop(cursors);
+        if next.is_empty() {
+            return Phase::Done {
+                answer: self.assemble(),
+                follow_ups: Vec::new(),
+            };
+        }
+        Phase::Again {
+            parts: next,
+            merge: Merge::WarmMulti(self),
+            follow_ups: Vec::new(),
+        }
+    }
+
+    /// The values in the client's key order, then `END`.
+    fn assemble(&self) -> Answer {
+        let total: usize = self.values.iter().flatten().map(Bytes::len).sum();
+        let mut out = BytesMut::with_capacity(total + 5);
+        for v in self.values.iter().flatten() {
+            out.extend_from_slice(v);
+        }
+        out.extend_from_slice(b"END\r\n");
+        Answer::Bytes(out.freeze())
     }
 }
 
