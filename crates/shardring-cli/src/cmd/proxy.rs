@@ -69,10 +69,10 @@ pub struct Args {
     hot_cache_size: Option<usize>,
     /// Keep every key on R servers: its owner (placed as nutcracker places it) and the ring's next
     /// distinct servers. Writes go to all live ones, reads to the first live one and on to the next on
-    /// an error, so a dead server costs no misses.
-    #[arg(long, value_name = "R", default_value_t = 1,
-          value_parser = clap::value_parser!(u16).range(1..=16))]
-    replicas: u16,
+    /// an error, so a dead server costs no misses. `R` applies to every pool, `POOL=R` to one pool
+    /// (repeat the flag for several; a pool's own setting wins over the plain one). [default: 1]
+    #[arg(long, value_name = "[POOL=]R", value_parser = parse_replicas)]
+    replicas: Vec<(Option<String>, u16)>,
     /// With --replicas, a read that misses also tries the next replica (a restarted, empty server then
     /// still reads what its peers kept), at one more round trip per miss.
     #[arg(long)]
@@ -91,6 +91,20 @@ pub struct Args {
     /// flags and remaining TTL, never over a newer write or a delete). Off by default.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     warmup_window: Option<u64>,
+}
+
+/// `R` or `POOL=R` → (pool, R), R between 1 and 16.
+fn parse_replicas(text: &str) -> Result<(Option<String>, u16), String> {
+    let (pool, count) = match text.rsplit_once('=') {
+        Some((pool, count)) if !pool.is_empty() => (Some(pool.to_owned()), count),
+        _ => (None, text),
+    };
+    match count.parse::<u16>() {
+        Ok(r) if (1..=16).contains(&r) => Ok((pool, r)),
+        _ => Err(format!(
+            "not a replica count between 1 and 16: {text:?} (R or POOL=R)"
+        )),
+    }
 }
 
 /// `host:port` or `host:port:weight` → a server (weight 1 when not given).
@@ -137,7 +151,7 @@ struct Overrides {
     hot_keys_window: Duration,
     hot_cache_ttl: Option<Duration>,
     hot_cache_size: Option<usize>,
-    replicas: u16,
+    replicas: Vec<(Option<String>, u16)>,
     replica_read_miss: bool,
     gutter: Vec<TwemproxyServer>,
     gutter_ttl: u32,
@@ -154,7 +168,7 @@ impl Overrides {
             hot_keys_window: Duration::from_millis(args.hot_keys_window),
             hot_cache_ttl: args.hot_cache_ttl.map(Duration::from_millis),
             hot_cache_size: args.hot_cache_size,
-            replicas: args.replicas,
+            replicas: args.replicas.clone(),
             replica_read_miss: args.replica_read_miss,
             gutter: args.gutter.clone(),
             gutter_ttl: args.gutter_ttl,
@@ -174,7 +188,13 @@ impl Overrides {
                 ttl_cap: self.gutter_ttl,
             });
             pool.warmup_window = self.warmup_window;
-            pool.replicas = usize::from(self.replicas);
+            let named = self
+                .replicas
+                .iter()
+                .rev()
+                .find(|(p, _)| p.as_deref() == Some(pool.name.as_str()));
+            let every = self.replicas.iter().rev().find(|(p, _)| p.is_none());
+            pool.replicas = named.or(every).map_or(1, |(_, r)| usize::from(*r));
             pool.replica_read_miss = self.replica_read_miss;
             pool.hot_keys = self.hot_keys.map(|k| {
                 let mut h = HotKeysConfig::new(usize::from(k));
@@ -254,6 +274,15 @@ pub fn run(args: Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replica_counts_name_a_pool_or_every_pool() {
+        assert_eq!(parse_replicas("2"), Ok((None, 2)));
+        assert_eq!(parse_replicas("alpha=3"), Ok((Some("alpha".into()), 3)));
+        for bad in ["0", "17", "x", "alpha=", "=2x", "alpha=0"] {
+            assert!(parse_replicas(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn sizes_read_like_memcacheds() {
