@@ -3,16 +3,16 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shardring::compat::twemproxy_config::Config;
+use shardring_proxy::config::read_pools;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(config) = Config::parse(text) else {
+    let Ok(pools) = read_pools(text) else {
         return;
     };
-    for pool in &config.pools {
+    for pool in &pools {
         if let Ok(placement) = pool.placement() {
             let _ = placement.lookup(b"fuzz-key");
             let _ = placement.lookup(b"");

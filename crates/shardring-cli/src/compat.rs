@@ -3,9 +3,9 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use shardring::compat::twemproxy_config::Config;
 use shardring::compat::CompatMode;
 use shardring::{Node, Placement, Ring};
+use shardring_proxy::{ConfigErrors, ProxyConfig};
 
 /// The placement of one pool of a twemproxy configuration file.
 ///
@@ -14,12 +14,28 @@ use shardring::{Node, Placement, Ring};
 pub fn from_config(path: &Path, pool: Option<&str>) -> Result<Box<dyn Placement>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let config = Config::parse(&text).with_context(|| path.display().to_string())?;
-    let pool = config
-        .pool(pool)
-        .with_context(|| path.display().to_string())?;
+    // The reader alone (not the proxy's own checks): a redis pool is placed like any other.
+    let config = ProxyConfig {
+        pools: shardring_proxy::config::read_pools(&text).map_err(|e| config_problems(path, &e))?,
+    };
+    let pool = config.pool(pool).map_err(|e| config_problems(path, &e))?;
     pool.placement()
         .with_context(|| format!("{}: pool {}", path.display(), pool.name))
+}
+
+/// A configuration file's problems, every one on its own line (with its line in the file).
+pub fn config_problems(path: &Path, e: &ConfigErrors) -> anyhow::Error {
+    anyhow::anyhow!(
+        "configuration file {} has {} problem{}:\n  {}",
+        path.display(),
+        e.problems.len(),
+        if e.problems.len() == 1 { "" } else { "s" },
+        e.problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n  ")
+    )
 }
 
 /// The ring of `nodes` as the program named by `mode` builds it, with its key hash `hash` (the

@@ -8,12 +8,17 @@ use arc_swap::ArcSwap;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use futures_util::future::BoxFuture;
+
 use crate::backend::health::probe;
 use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
 use crate::config::PoolConfig;
 use crate::error::ProxyError;
 use crate::metrics::{PoolStats, PoolView, ServerStats};
+use crate::net::Listener;
+use crate::protocol::memcache::Memcache;
+use crate::protocol::Protocol;
 use crate::router::{build_placement, Router};
 
 /// The probe timeout when the pool has no `timeout`.
@@ -21,18 +26,20 @@ const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A pool's servers and routing for one version of its config.
 #[derive(Debug)]
-pub struct Cluster {
+pub struct Cluster<P: Protocol> {
     /// The config this state was built from.
     pub config: PoolConfig,
+    /// The protocol, with this config's settings.
+    pub protocol: P,
     /// The servers, in config order; the router's indices point here.
-    pub backends: Vec<Arc<Backend>>,
+    pub backends: Vec<Arc<Backend<P>>>,
     /// Key → server index over the servers that are not ejected.
     pub router: Router,
     /// The live set the router was last built with.
     live: Mutex<Vec<bool>>,
 }
 
-impl Cluster {
+impl<P: Protocol> Cluster<P> {
     /// Builds the state for `config`, keeping the servers of `previous` whose address and settings are
     /// unchanged (their connections, tallies and ejection state carry over).
     ///
@@ -42,15 +49,17 @@ impl Cluster {
     /// [`ProxyError::Placement`] when the placement cannot be built.
     pub fn build(
         config: PoolConfig,
-        previous: Option<&Cluster>,
+        previous: Option<&Cluster<P>>,
         shared: &PoolShared,
-    ) -> Result<Cluster, ProxyError> {
+    ) -> Result<Cluster<P>, ProxyError> {
+        let protocol = P::new(&config);
+        let handshake = protocol.handshake();
         let policy = EjectPolicy {
             auto_eject: config.auto_eject_hosts,
             failure_limit: config.server_failure_limit,
             retry_timeout: config.server_retry_timeout,
         };
-        let backends: Vec<Arc<Backend>> = config
+        let backends: Vec<Arc<Backend<P>>> = config
             .servers
             .iter()
             .map(|s| {
@@ -83,7 +92,13 @@ impl Cluster {
                             Arc::clone(&shared.changed),
                             Arc::clone(&shared.stats),
                         ));
-                        Arc::new(Backend::spawn(settings, stats, health, config.preconnect))
+                        Arc::new(Backend::spawn(
+                            settings,
+                            stats,
+                            health,
+                            config.preconnect,
+                            handshake.clone(),
+                        ))
                     }
                 }
             })
@@ -92,6 +107,7 @@ impl Cluster {
         let routing = build_placement(&config, &live)?;
         Ok(Cluster {
             config,
+            protocol,
             backends,
             router: Router::new(routing),
             live: Mutex::new(live),
@@ -132,12 +148,13 @@ impl Cluster {
     /// retry time has come rejoin when they do.
     pub async fn health_round(&self) {
         let timeout = self.config.timeout.unwrap_or(DEFAULT_PROBE_TIMEOUT);
+        let request = self.protocol.probe_request();
         let probes = self.backends.iter().map(|b| async move {
             let ejected = b.health.is_ejected();
             if ejected && !b.health.retry_due() {
                 return;
             }
-            let ok = probe(&b.settings().addr, timeout).await;
+            let ok = probe::<P>(&b.settings().addr, request, timeout).await;
             if ejected {
                 b.health.rejoin_result(ok, &b.stats);
             } else if ok {
@@ -164,19 +181,19 @@ pub struct PoolShared {
 
 /// A pool: the current [`Cluster`], swapped whole on reload.
 #[derive(Debug)]
-pub struct Pool {
+pub struct Pool<P: Protocol> {
     /// The current state; each request loads it once.
-    pub current: ArcSwap<Cluster>,
+    pub current: ArcSwap<Cluster<P>>,
     /// What survives reloads.
     pub shared: PoolShared,
 }
 
-impl Pool {
+impl<P: Protocol> Pool<P> {
     /// Builds a pool from `config`. Must run inside a tokio runtime.
     ///
     /// # Errors
     /// [`ProxyError::Placement`] when the placement cannot be built.
-    pub fn new(config: PoolConfig) -> Result<Pool, ProxyError> {
+    pub fn new(config: PoolConfig) -> Result<Pool<P>, ProxyError> {
         let shared = PoolShared {
             stats: Arc::new(PoolStats::new(&config.name)),
             changed: Arc::new(Notify::new()),
@@ -211,7 +228,7 @@ impl Pool {
 
     /// Runs health checks until `stop`: a probe round every `health_check_interval`, and a placement
     /// rebuild whenever a server is ejected or rejoins.
-    pub async fn run_health(self: Arc<Pool>, stop: CancellationToken) {
+    pub async fn run_health(self: Arc<Pool<P>>, stop: CancellationToken) {
         loop {
             let interval = self.current.load().config.health_check_interval;
             tokio::select! {
@@ -225,4 +242,72 @@ impl Pool {
             self.current.load().refresh_routing();
         }
     }
+}
+
+/// A pool of any protocol, as the proxy runs it: what [`crate::Proxy`] needs of each pool without
+/// knowing its protocol.
+pub trait ServedPool: Send + Sync + std::fmt::Debug {
+    /// The pool's current config.
+    fn config(&self) -> PoolConfig;
+    /// Swaps in `config`; requests already routed finish on the old state.
+    ///
+    /// # Errors
+    /// [`ProxyError::Placement`]; the old state is kept.
+    fn reload(&self, config: PoolConfig) -> Result<(), ProxyError>;
+    /// The tallies for rendering.
+    fn view(&self) -> PoolView;
+    /// The server (index in the config's server list) that owns `key` now; `None` when none is live.
+    fn server_for(&self, key: &[u8]) -> Option<usize>;
+    /// How many servers the pool has, live or not.
+    fn server_count(&self) -> usize;
+    /// Serves clients from `listener` until `stop`, then drains them.
+    fn serve(
+        self: Arc<Self>,
+        listener: Listener,
+        stop: CancellationToken,
+    ) -> BoxFuture<'static, ()>;
+    /// Runs the health checks until `stop`.
+    fn health(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()>;
+}
+
+impl<P: Protocol> ServedPool for Pool<P> {
+    fn config(&self) -> PoolConfig {
+        self.current.load().config.clone()
+    }
+
+    fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
+        Pool::reload(self, config)
+    }
+
+    fn view(&self) -> PoolView {
+        Pool::view(self)
+    }
+
+    fn server_for(&self, key: &[u8]) -> Option<usize> {
+        self.current.load().router.load().server_for(key)
+    }
+
+    fn server_count(&self) -> usize {
+        self.current.load().backends.len()
+    }
+
+    fn serve(
+        self: Arc<Self>,
+        listener: Listener,
+        stop: CancellationToken,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(crate::server::run(listener, self, stop.cancelled_owned()))
+    }
+
+    fn health(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(self.run_health(stop))
+    }
+}
+
+/// Builds a pool speaking the protocol its config names. This is where a pool picks its protocol.
+///
+/// # Errors
+/// [`ProxyError::Placement`] when the placement cannot be built.
+pub fn build_pool(config: PoolConfig) -> Result<Arc<dyn ServedPool>, ProxyError> {
+    Ok(Arc::new(Pool::<Memcache>::new(config)?))
 }

@@ -40,10 +40,12 @@ pub mod cluster;
 pub mod config;
 mod error;
 pub mod metrics;
+pub mod net;
 pub mod protocol;
 pub mod reload;
 pub mod router;
-pub mod server;
+mod server;
+mod session;
 pub mod shutdown;
 
 use std::future::Future;
@@ -55,15 +57,18 @@ use tokio_util::sync::CancellationToken;
 pub use crate::config::{ConfigErrors, PoolConfig, ProxyConfig};
 pub use crate::error::{BackendError, ProxyError};
 
-use crate::cluster::Pool;
+use crate::cluster::{build_pool, ServedPool};
 use crate::metrics::PoolView;
-use crate::server::Listener;
+use crate::net::Listener;
+
+/// The proxy's version, as stats and `version` replies show it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The proxy: every pool of a config, each with its servers and health task.
 #[derive(Debug)]
 pub struct Proxy {
     /// The pools, in config order (reload matches them by position and name).
-    pools: Vec<Arc<Pool>>,
+    pools: Vec<Arc<dyn ServedPool>>,
     /// When the proxy started, for uptime in stats.
     started: Instant,
 }
@@ -79,7 +84,7 @@ impl Proxy {
         let pools = config
             .pools
             .into_iter()
-            .map(|p| Pool::new(p).map(Arc::new))
+            .map(build_pool)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Proxy {
             pools,
@@ -88,7 +93,7 @@ impl Proxy {
     }
 
     /// The pools.
-    pub fn pools(&self) -> &[Arc<Pool>] {
+    pub fn pools(&self) -> &[Arc<dyn ServedPool>] {
         &self.pools
     }
 
@@ -99,8 +104,8 @@ impl Proxy {
     pub async fn bind(&self) -> Result<Vec<Listener>, ProxyError> {
         let mut out = Vec::with_capacity(self.pools.len());
         for p in &self.pools {
-            let c = p.current.load();
-            out.push(server::bind(&c.config.listen, c.config.backlog).await?);
+            let c = p.config();
+            out.push(net::bind(&c.listen, c.backlog).await?);
         }
         Ok(out)
     }
@@ -111,10 +116,8 @@ impl Proxy {
         let stop = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
         for (pool, listener) in self.pools.iter().zip(listeners) {
-            let p = Arc::clone(pool);
-            let s = stop.clone();
-            tasks.spawn(async move { server::run(listener, p, s.cancelled_owned()).await });
-            tasks.spawn(Arc::clone(pool).run_health(stop.clone()));
+            tasks.spawn(Arc::clone(pool).serve(listener, stop.clone()));
+            tasks.spawn(Arc::clone(pool).health(stop.clone()));
         }
         shutdown.await;
         stop.cancel();

@@ -29,14 +29,20 @@ impl Proxy {
             );
         }
         for (new, pool) in config.pools.iter().zip(&self.pools) {
-            let old = pool.current.load();
-            if new.name != old.config.name {
+            let old = pool.config();
+            if new.name != old.name {
                 errors.push(
                     &new.name,
-                    format!("a reload cannot rename pool {}", old.config.name),
+                    format!("a reload cannot rename pool {}", old.name),
                 );
             }
-            if new.listen != old.config.listen {
+            if new.redis != old.redis {
+                errors.push(
+                    &new.name,
+                    "a reload cannot change a pool's protocol (redis); restart for that".into(),
+                );
+            }
+            if new.listen != old.listen {
                 errors.push(
                     &new.name,
                     "a reload cannot change listen; restart for that".into(),

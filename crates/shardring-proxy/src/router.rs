@@ -41,9 +41,21 @@ impl Routing {
         }
     }
 
+    /// The owners of many keys (`out[i]` for `keys[i]`), as [`Routing::server_for`] gives them.
+    pub fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
+        for (key, o) in keys.iter().zip(out.iter_mut()) {
+            *o = self.server_for(key);
+        }
+    }
+
     /// How many servers the placement holds.
     pub fn live_servers(&self) -> usize {
         self.servers.len()
+    }
+
+    /// The servers the placement holds (indices in the pool's server list).
+    pub fn servers(&self) -> &[usize] {
+        &self.servers
     }
 }
 

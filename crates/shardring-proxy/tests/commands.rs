@@ -405,7 +405,8 @@ async fn a_pool_can_listen_on_a_unix_socket() {
     let path =
         std::env::temp_dir().join(format!("shardring-proxy-test-{}.sock", std::process::id()));
     let mut config = pool_config(&servers);
-    config.listen = shardring_proxy::config::parse_listen(&format!("{} 0600", path.display()));
+    config.listen =
+        shardring_proxy::config::parse_listen(&format!("{} 0600", path.display())).unwrap();
     let proxy = RunningProxy::start(config).await;
     let mode = std::fs::metadata(&path).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -576,8 +577,10 @@ async fn unix_socket_servers_serve_like_tcp_ones() {
     assert_eq!(values, keys.len());
     // The health check's probe reaches unix-socket servers too (a dead path is not alive).
     let second = std::time::Duration::from_secs(1);
-    assert!(shardring_proxy::backend::health::probe(&servers[0].addr, second).await);
-    assert!(!shardring_proxy::backend::health::probe("/nonexistent/shardring.sock", second).await);
+    use shardring_proxy::backend::health::probe;
+    use shardring_proxy::protocol::memcache::Memcache;
+    assert!(probe::<Memcache>(&servers[0].addr, b"version\r\n", second).await);
+    assert!(!probe::<Memcache>("/nonexistent/shardring.sock", b"version\r\n", second).await);
     // Every server, unix or TCP, took keys.
     let views = proxy.proxy.views();
     assert!(

@@ -13,12 +13,10 @@ use tokio::net::TcpListener;
 /// Keys owned by server `index` of the running proxy's pool, and keys owned by others.
 fn keys_by_owner(proxy: &RunningProxy, index: usize, n: usize) -> (Vec<String>, Vec<String>) {
     let pool = &proxy.proxy.pools()[0];
-    let cluster = pool.current.load();
-    let routing = cluster.router.load();
     let (mut mine, mut other) = (Vec::new(), Vec::new());
     for i in 0.. {
         let k = format!("key{i}");
-        if routing.server_for(k.as_bytes()) == Some(index) {
+        if pool.server_for(k.as_bytes()) == Some(index) {
             if mine.len() < n {
                 mine.push(k);
             }
@@ -312,7 +310,7 @@ async fn reload_swaps_servers_and_refuses_a_bad_config() {
         .reload(ProxyConfig { pools: vec![bad] })
         .unwrap_err();
     assert!(err.to_string().contains("redis"), "{err}");
-    assert_eq!(proxy.proxy.pools()[0].current.load().backends.len(), 2);
+    assert_eq!(proxy.proxy.pools()[0].server_count(), 2);
     // A good one adds the third server; the client connection stays open.
     proxy
         .proxy
@@ -320,7 +318,7 @@ async fn reload_swaps_servers_and_refuses_a_bad_config() {
             pools: vec![md5(&servers)],
         })
         .unwrap();
-    assert_eq!(proxy.proxy.pools()[0].current.load().backends.len(), 3);
+    assert_eq!(proxy.proxy.pools()[0].server_count(), 3);
     let mut found = 0;
     for i in 0..200 {
         c.send(format!("get r{i}\r\n").as_bytes()).await;

@@ -54,12 +54,6 @@ pub enum Error {
         /// The names that are accepted, comma-separated.
         known: String,
     },
-    /// A configuration file has problems; every one found is listed, in file order.
-    #[error("{}", ConfigProblem::render(problems))]
-    InvalidConfig {
-        /// Each problem with its line and key.
-        problems: Vec<ConfigProblem>,
-    },
     /// The placement algorithm does not support this operation (e.g. weights for jump hash).
     #[error("{algorithm} does not support {what}")]
     Unsupported {
@@ -74,42 +68,4 @@ pub enum Error {
         /// What the operating system said.
         reason: String,
     },
-}
-
-/// One problem of a configuration file: where it is and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigProblem {
-    /// The 1-based line of the file the problem is on (0 when it concerns the whole file).
-    pub line: usize,
-    /// The key concerned, as `POOL.KEY` (or `POOL`, or empty for the whole file).
-    pub key: String,
-    /// What is wrong, in nutcracker's words where it has some.
-    pub message: String,
-}
-
-impl ConfigProblem {
-    fn render(problems: &[ConfigProblem]) -> String {
-        let mut out = format!(
-            "{} problem{} in the configuration:",
-            problems.len(),
-            if problems.len() == 1 { "" } else { "s" }
-        );
-        for p in problems {
-            out.push_str("\n  ");
-            out.push_str(&p.to_string());
-        }
-        out
-    }
-}
-
-impl std::fmt::Display for ConfigProblem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.line > 0 {
-            write!(f, "line {}: ", self.line)?;
-        }
-        if !self.key.is_empty() {
-            write!(f, "{}: ", self.key)?;
-        }
-        f.write_str(&self.message)
-    }
 }

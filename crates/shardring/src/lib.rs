@@ -9,8 +9,8 @@
 //! - [`hash`]: deterministic key hashes (xxh3, CRC32, FNV, Murmur3, MD5), selectable by name.
 //! - [`Placement`]: the trait every placement algorithm implements.
 //! - [`analysis`]: spread and key-movement measurements over any placement.
-//! - [`compat`]: byte-exact rings of twemproxy, libmemcached, libketama, uhashring and nginx, and a
-//!   twemproxy configuration reader.
+//! - [`compat`]: byte-exact rings of twemproxy, libmemcached, libketama, uhashring and nginx (the
+//!   twemproxy YAML reader lives in the proxy crate, `shardring_proxy::config`).
 //! - [`shared`]: [`SharedRing`](shared::SharedRing), a placement shared by many threads with lock-free
 //!   reads and copy-on-write changes.
 //! - [`bounded`]: bounded-load lookups that cap every node's requests in flight at c × the average.
@@ -41,10 +41,10 @@
 //!   lookup on an empty ring is `None`.
 //! - Lookups are allocation-free and, with the top-bits index, a few nanoseconds past the key hash.
 //!
-//! ## Cargo features
-//! - `twemproxy-config` (default): [`compat::twemproxy_config`], the twemproxy YAML reader. It adds a
-//!   YAML parser to the dependencies; without it the library depends only on hash crates, `thiserror`
-//!   and `arc-swap` (for [`SharedRing`](shared::SharedRing)'s lock-free snapshots).
+//! ## Dependencies
+//! The library has no cargo features and depends only on hash crates, `thiserror` and `arc-swap` (for
+//! [`SharedRing`](shared::SharedRing)'s lock-free snapshots): no async runtime, no I/O, no configuration
+//! formats.
 //!
 //! ## Concurrency
 //! [`SharedRing`](shared::SharedRing) serves lookups from any number of threads while membership changes:
@@ -70,7 +70,7 @@ pub mod ring;
 pub mod shared;
 pub mod simulate;
 
-pub use crate::error::{ConfigProblem, Error};
+pub use crate::error::Error;
 pub use crate::hash::{HashFunction, KeyHash};
 pub use crate::node::Node;
 pub use crate::placement::Placement;

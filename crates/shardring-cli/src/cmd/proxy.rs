@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use shardring_proxy::{metrics, shutdown, ConfigErrors, Proxy, ProxyConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -108,20 +108,16 @@ impl Overrides {
 }
 
 fn load(path: &Path) -> Result<ProxyConfig, ConfigErrors> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
-        problems: vec![format!("cannot read {}: {e}", path.display())],
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        let mut errors = ConfigErrors::default();
+        errors.push("", format!("cannot read {}: {e}", path.display()));
+        errors
     })?;
     ProxyConfig::from_yaml(&text)
 }
 
 fn config_error(path: &Path, e: &ConfigErrors) -> anyhow::Error {
-    anyhow!(
-        "configuration file {} has {} problem{}:\n  {}",
-        path.display(),
-        e.problems.len(),
-        if e.problems.len() == 1 { "" } else { "s" },
-        e.problems.join("\n  ")
-    )
+    crate::compat::config_problems(path, e)
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -181,7 +177,7 @@ async fn serve(args: Args, overrides: Overrides, config: ProxyConfig) -> Result<
         None => None,
     };
     for (pool, l) in proxy.pools().iter().zip(&listeners) {
-        tracing::info!(pool = %pool.current.load().config.name, listen = %l.local_addr().unwrap_or_default(), "serving");
+        tracing::info!(pool = %pool.config().name, listen = %l.local_addr().unwrap_or_default(), "serving");
     }
     tracing::info!(stats = %stats_addr, metrics = ?args.metrics_addr, "stats");
 

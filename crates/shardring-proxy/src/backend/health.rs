@@ -1,5 +1,6 @@
 //! Server health: consecutive-failure counting with twemproxy's `auto_eject_hosts`,
-//! `server_failure_limit` and `server_retry_timeout`, plus an active `version` probe.
+//! `server_failure_limit` and `server_retry_timeout`, plus an active probe (the protocol's: `version` for
+//! memcached).
 //!
 //! twemproxy ejects a server after `server_failure_limit` failed requests and puts it back blindly once
 //! `server_retry_timeout` has passed, so a still-dead server keeps failing requests every retry period and
@@ -17,6 +18,7 @@ use super::stream::ServerStream;
 use tokio::sync::Notify;
 
 use crate::metrics::{unix_time, PoolStats, ServerStats};
+use crate::protocol::Protocol;
 
 /// When to eject a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,21 +132,25 @@ impl ServerHealth {
     }
 }
 
-/// Sends `version` on a fresh connection and waits for `VERSION …`, all within `timeout`.
-pub async fn probe(addr: &str, timeout: Duration) -> bool {
+/// Sends the protocol's probe on a fresh connection and waits for a healthy answer, all within
+/// `timeout`.
+pub async fn probe<P: Protocol>(addr: &str, request: &[u8], timeout: Duration) -> bool {
     let attempt = async {
         match ServerStream::connect(addr).await? {
-            ServerStream::Tcp(mut s) => ask_version(&mut s).await,
-            ServerStream::Unix(mut s) => ask_version(&mut s).await,
+            ServerStream::Tcp(mut s) => ask::<P>(&mut s, request).await,
+            ServerStream::Unix(mut s) => ask::<P>(&mut s, request).await,
         }
     };
     matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(true)))
 }
 
-/// Whether the server answers `version` with `VERSION …`.
-async fn ask_version(s: &mut (impl AsyncRead + AsyncWrite + Unpin)) -> std::io::Result<bool> {
-    s.write_all(b"version\r\n").await?;
-    let mut buf = [0u8; 128];
+/// Whether the server answers `request` as the protocol says a healthy server does.
+async fn ask<P: Protocol>(
+    s: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    request: &[u8],
+) -> std::io::Result<bool> {
+    s.write_all(request).await?;
+    let mut buf = [0u8; 512];
     let mut len = 0;
     while len < buf.len() {
         let n = s.read(&mut buf[len..]).await?;
@@ -152,9 +158,9 @@ async fn ask_version(s: &mut (impl AsyncRead + AsyncWrite + Unpin)) -> std::io::
             break;
         }
         len += n;
-        if buf[..len].ends_with(b"\r\n") {
-            break;
+        if let Some(healthy) = P::probe_answered(&buf[..len]) {
+            return Ok(healthy);
         }
     }
-    Ok(buf[..len].starts_with(b"VERSION "))
+    Ok(P::probe_answered(&buf[..len]).unwrap_or(false))
 }

@@ -5,4 +5,4 @@ pub mod pool;
 pub mod stream;
 
 pub use self::health::{EjectPolicy, ServerHealth};
-pub use self::pool::{Backend, BackendSettings, Reply};
+pub use self::pool::{Backend, BackendSettings};

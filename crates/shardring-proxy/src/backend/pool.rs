@@ -17,23 +17,20 @@ use super::health::ServerHealth;
 use super::stream::ServerStream;
 use crate::error::BackendError;
 use crate::metrics::ServerStats;
-use crate::protocol::memcache::{parse_response_from, ResponseKind};
+use crate::protocol::{Protocol, Reply, ReplyScanner};
 
 /// The most requests one server connection has in flight; more wait in its queue.
 const MAX_IN_FLIGHT: usize = 1024;
 /// The most request bytes buffered for writing on one server connection.
 const MAX_WRITE_BUFFER: usize = 4 << 20;
 
-/// A server's reply, or why there is none.
-pub type Reply = Result<Bytes, BackendError>;
-
 /// A request for a server connection task.
 #[derive(Debug)]
-struct Job {
+struct Job<P: Protocol> {
     /// The bytes to send.
     frame: Bytes,
     /// How to frame the reply.
-    kind: ResponseKind,
+    kind: P::ReplyKind,
     /// Where the reply goes.
     reply: oneshot::Sender<Reply>,
 }
@@ -55,36 +52,38 @@ pub struct BackendSettings {
 
 /// A server: its connection tasks, tallies and health.
 #[derive(Debug)]
-pub struct Backend {
+pub struct Backend<P: Protocol> {
     /// What the connections were made with (a reload keeps the backend when these are unchanged).
     settings: BackendSettings,
     /// One queue per connection task; dropping them ends the tasks once their replies are in.
-    queues: Vec<mpsc::UnboundedSender<Job>>,
+    queues: Vec<mpsc::UnboundedSender<Job<P>>>,
     /// Tallies, shared with the stats renderers.
     pub stats: Arc<ServerStats>,
     /// Failure counting and ejection state.
     pub health: Arc<ServerHealth>,
 }
 
-impl Backend {
+impl<P: Protocol> Backend<P> {
     /// Starts the connection tasks (they connect on first use, or now when `preconnect`).
     pub fn spawn(
         settings: BackendSettings,
         stats: Arc<ServerStats>,
         health: Arc<ServerHealth>,
         preconnect: bool,
-    ) -> Backend {
+        handshake: Vec<(Bytes, P::ReplyKind)>,
+    ) -> Backend<P> {
         let queues = (0..settings.connections.max(1))
             .map(|_| {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let conn = Connection {
+                let conn = Connection::<P> {
                     settings: settings.clone(),
+                    handshake: handshake.clone(),
                     stats: Arc::clone(&stats),
                     health: Arc::clone(&health),
                     in_flight: VecDeque::new(),
                     rbuf: BytesMut::with_capacity(16 << 10),
                     wbuf: BytesMut::with_capacity(16 << 10),
-                    resume: 0,
+                    scanner: P::ReplyScanner::default(),
                 };
                 tokio::spawn(conn.run(rx, preconnect));
                 tx
@@ -109,7 +108,7 @@ impl Backend {
         &self,
         client_id: u64,
         frame: Bytes,
-        kind: ResponseKind,
+        kind: P::ReplyKind,
     ) -> oneshot::Receiver<Reply> {
         let (tx, rx) = oneshot::channel();
         let i = (client_id % self.queues.len() as u64) as usize;
@@ -129,9 +128,9 @@ impl Backend {
 
 /// A request written and awaiting its reply.
 #[derive(Debug)]
-struct InFlight {
+struct InFlight<P: Protocol> {
     /// How to frame the reply.
-    kind: ResponseKind,
+    kind: P::ReplyKind,
     /// Where it goes.
     reply: oneshot::Sender<Reply>,
     /// When the connection task took it (one clock read per batch, not per request): the start of its
@@ -141,21 +140,23 @@ struct InFlight {
 
 /// One server connection's state, owned by its task.
 #[derive(Debug)]
-struct Connection {
+struct Connection<P: Protocol> {
     /// Where and how.
     settings: BackendSettings,
+    /// Requests sent first on every new connection (the protocol's [`Protocol::handshake`]).
+    handshake: Vec<(Bytes, P::ReplyKind)>,
     /// Tallies.
     stats: Arc<ServerStats>,
     /// Failure counting.
     health: Arc<ServerHealth>,
     /// Requests written (or buffered for writing), oldest first: replies come back in this order.
-    in_flight: VecDeque<InFlight>,
+    in_flight: VecDeque<InFlight<P>>,
     /// Reply bytes read and not yet framed.
     rbuf: BytesMut,
     /// Request bytes not yet written.
     wbuf: BytesMut,
-    /// How much of the oldest request's values reply has been checked already.
-    resume: usize,
+    /// Frames the replies; may keep state across reads of the oldest reply.
+    scanner: P::ReplyScanner,
 }
 
 /// Why a connection ended.
@@ -166,8 +167,8 @@ enum End {
     Failed(BackendError),
 }
 
-impl Connection {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>, preconnect: bool) {
+impl<P: Protocol> Connection<P> {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job<P>>, preconnect: bool) {
         let mut first = None;
         let mut try_now = preconnect;
         loop {
@@ -201,7 +202,7 @@ impl Connection {
             self.stats.server_connections.dec();
             self.rbuf.clear();
             self.wbuf.clear();
-            self.resume = 0;
+            self.scanner.reset();
             match end {
                 End::Done => return,
                 End::Failed(err) => {
@@ -232,10 +233,10 @@ impl Connection {
             },
             None => attempt.await,
         };
-        result
+        let mut stream = result
             .inspect(|s| {
                 if let (ServerStream::Tcp(s), true) = (s, self.settings.keepalive) {
-                    crate::server::set_keepalive(s);
+                    crate::net::set_keepalive(s);
                 }
             })
             .map_err(|e| {
@@ -244,15 +245,77 @@ impl Connection {
                     addr: addr.clone(),
                     reason: e.to_string(),
                 }
-            })
+            })?;
+        if !self.handshake.is_empty() {
+            let greeting = async {
+                match &mut stream {
+                    ServerStream::Tcp(s) => self.greet(s).await,
+                    ServerStream::Unix(s) => self.greet(s).await,
+                }
+            };
+            let outcome = match self.settings.timeout {
+                Some(t) => tokio::time::timeout(t, greeting)
+                    .await
+                    .unwrap_or_else(|_| Err("timed out".into())),
+                None => greeting.await,
+            };
+            outcome.map_err(|reason| {
+                self.stats.server_err.inc();
+                BackendError::Connect {
+                    addr: addr.clone(),
+                    reason,
+                }
+            })?;
+        }
+        Ok(stream)
     }
 
-    fn fail_job(&self, job: Job, err: &BackendError) {
+    /// Sends the protocol's handshake and checks each reply: an error reply fails the connection.
+    async fn greet(
+        &self,
+        s: &mut (impl AsyncRead + AsyncWrite + Unpin + Send),
+    ) -> Result<(), String> {
+        let mut out = BytesMut::new();
+        for (frame, _) in &self.handshake {
+            out.extend_from_slice(frame);
+        }
+        s.write_all(&out).await.map_err(|e| e.to_string())?;
+        let mut scanner = P::ReplyScanner::default();
+        let mut buf = BytesMut::with_capacity(512);
+        for (_, kind) in &self.handshake {
+            loop {
+                match scanner.frame(&buf, *kind, self.settings.max_value_len) {
+                    Ok(Some(len)) => {
+                        scanner.reset();
+                        let reply = buf.split_to(len);
+                        if P::is_error_reply(&reply) {
+                            return Err(format!(
+                                "handshake refused: {}",
+                                String::from_utf8_lossy(
+                                    reply.strip_suffix(b"\r\n").unwrap_or(&reply)
+                                )
+                            ));
+                        }
+                        break;
+                    }
+                    Ok(None) => {
+                        if s.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                            return Err("closed during the handshake".into());
+                        }
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fail_job(&self, job: Job<P>, err: &BackendError) {
         self.stats.in_queue.dec();
         let _ = job.reply.send(Err(err.clone()));
     }
 
-    fn enqueue(&mut self, job: Job, now: Instant) {
+    fn enqueue(&mut self, job: Job<P>, now: Instant) {
         self.stats.requests.inc();
         self.stats.request_bytes.add(job.frame.len() as u64);
         self.wbuf.extend_from_slice(&job.frame);
@@ -263,7 +326,11 @@ impl Connection {
         });
     }
 
-    async fn serve(&mut self, stream: ServerStream, rx: &mut mpsc::UnboundedReceiver<Job>) -> End {
+    async fn serve(
+        &mut self,
+        stream: ServerStream,
+        rx: &mut mpsc::UnboundedReceiver<Job<P>>,
+    ) -> End {
         match stream {
             ServerStream::Tcp(mut s) => {
                 let (rd, wr) = s.split();
@@ -282,7 +349,7 @@ impl Connection {
         &mut self,
         mut rd: impl AsyncRead + Unpin,
         mut wr: impl AsyncWrite + Unpin,
-        rx: &mut mpsc::UnboundedReceiver<Job>,
+        rx: &mut mpsc::UnboundedReceiver<Job<P>>,
     ) -> End {
         let addr = self.settings.addr.clone();
         let mut queues_open = true;
@@ -352,15 +419,13 @@ impl Connection {
     fn deliver(&mut self) -> Result<(), BackendError> {
         let mut now = None;
         while let Some(front) = self.in_flight.front() {
-            match parse_response_from(
-                &self.rbuf,
-                front.kind,
-                self.settings.max_value_len,
-                &mut self.resume,
-            ) {
+            match self
+                .scanner
+                .frame(&self.rbuf, front.kind, self.settings.max_value_len)
+            {
                 Ok(None) => break,
                 Ok(Some(len)) => {
-                    self.resume = 0;
+                    self.scanner.reset();
                     let reply = self.rbuf.split_to(len).freeze();
                     let Some(f) = self.in_flight.pop_front() else {
                         break;

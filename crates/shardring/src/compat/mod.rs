@@ -17,14 +17,13 @@
 //! | `uhashring` | uhashring (PyPI), `hash_fn="ketama"` | [`libketama`] |
 //! | `nginx` | nginx 1.22, `hash $key consistent` | [`nginx`] |
 //!
-//! The twemproxy configuration reader is [`twemproxy_config`] (cargo feature `twemproxy-config`).
+//! twemproxy's YAML configuration is read by the proxy crate (`shardring_proxy::config`), which keeps
+//! the library free of configuration formats; the library keeps the byte-exact placement.
 
 pub mod libketama;
 pub mod libmemcached;
 pub mod nginx;
 pub mod twemproxy;
-#[cfg(feature = "twemproxy-config")]
-pub mod twemproxy_config;
 
 use std::fmt;
 use std::str::FromStr;

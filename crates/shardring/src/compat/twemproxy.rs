@@ -90,7 +90,7 @@ impl fmt::Display for TwemproxyServer {
 }
 
 /// nutcracker's `nc_atoi`: decimal digits only, non-empty, fits an `int`.
-pub(crate) fn nc_atoi(s: &str) -> Option<i64> {
+pub fn nc_atoi(s: &str) -> Option<i64> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }

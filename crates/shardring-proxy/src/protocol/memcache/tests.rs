@@ -1,5 +1,7 @@
 use super::*;
+use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
+use tokio_util::codec::Decoder;
 
 fn parse(input: &[u8]) -> Result<Option<Parsed>, RequestError> {
     parse_request(input, &Limits::default())

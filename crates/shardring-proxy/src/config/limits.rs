@@ -1,0 +1,33 @@
+//! Request size limits: every buffer the proxy keeps per connection is bounded by them.
+
+/// The longest key memcached accepts.
+pub const MAX_KEY_LEN: usize = 250;
+
+/// Input size limits *(proxy-only settings)*.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest key. By default, this is 250 (memcached's `KEY_MAX_LENGTH`).
+    pub max_key_len: usize,
+    /// The largest value in a storage command. By default, this is 1 MiB (memcached's default item size).
+    pub max_value_len: usize,
+    /// The longest command line other than a retrieval command's (whose keys stream through without a
+    /// line limit). By default, this is 64 KiB.
+    pub max_line_len: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_key_len: MAX_KEY_LEN,
+            max_value_len: 1 << 20,
+            max_line_len: 64 << 10,
+        }
+    }
+}
+
+impl Limits {
+    /// The most bytes one request can occupy in a buffer: a line, a value and its `\r\n`.
+    pub fn max_request_len(&self) -> usize {
+        self.max_line_len + self.max_value_len + 2
+    }
+}

@@ -1,0 +1,237 @@
+//! One pool's configuration: twemproxy's keys with nutcracker's defaults (typed), plus the settings
+//! twemproxy has no key for (each marked *proxy-only*). Every default is resolved here, once.
+
+use std::fmt;
+use std::time::Duration;
+
+use shardring::compat::twemproxy::{Distribution, TwemproxyServer};
+use shardring::hash::TwemproxyHash;
+
+use super::problem::ConfigErrors;
+use super::twemproxy_keys::parse_listen;
+use super::Limits;
+
+/// Where a pool accepts clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// `host:port` (the host is not resolved until the proxy binds it).
+    Tcp {
+        /// The host or address as written (an IPv6 address without brackets).
+        host: String,
+        /// The port.
+        port: u16,
+    },
+    /// A unix socket path, with the permissions to give it (0 when not given: the umask's).
+    Unix {
+        /// The socket path.
+        path: String,
+        /// Octal permissions, at most 0777.
+        permissions: u32,
+    },
+}
+
+impl fmt::Display for Listen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Listen::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            Listen::Tcp { host, port } => write!(f, "{host}:{port}"),
+            Listen::Unix {
+                path,
+                permissions: 0,
+            } => f.write_str(path),
+            Listen::Unix { path, permissions } => write!(f, "{path} {permissions:o}"),
+        }
+    }
+}
+
+/// One pool: a listen address, servers, and how keys are placed on them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    /// The pool's name (the YAML mapping key); stats are keyed by it.
+    pub name: String,
+    /// The line of the file the pool starts on (0 for a pool built in code).
+    pub line: usize,
+    /// `listen`.
+    pub listen: Listen,
+    /// `hash`: the key hash. By default, this is `fnv1a_64`.
+    pub hash: TwemproxyHash,
+    /// `hash_tag`: two bytes; when both occur in a key, only the part between them is hashed.
+    pub hash_tag: Option<[u8; 2]>,
+    /// `distribution`. By default, this is ketama.
+    pub distribution: Distribution,
+    /// `timeout`: connect and response timeout. By default, none (twemproxy waits forever).
+    pub timeout: Option<Duration>,
+    /// `backlog`: the listen queue. By default, this is 512.
+    pub backlog: u32,
+    /// `client_connections`: the most clients at once; 0 means [`DEFAULT_CLIENT_CONNECTIONS`].
+    /// nutcracker 0.5.0 reads this key and then ignores it; this proxy enforces it.
+    pub client_connections: u32,
+    /// `redis`: the pool speaks the Redis protocol. By default, false (memcached).
+    pub redis: bool,
+    /// `redis_auth`: the password clients must AUTH with, and that the proxy AUTHs its server
+    /// connections with. By default, none.
+    pub redis_auth: Option<String>,
+    /// `redis_db`: the database the proxy SELECTs on its server connections. By default, 0.
+    pub redis_db: u32,
+    /// `preconnect`: connect to every server at start. By default, false.
+    pub preconnect: bool,
+    /// `auto_eject_hosts`: take failing servers out of the placement. By default, false.
+    pub auto_eject_hosts: bool,
+    /// `server_connections`: connections per server. By default, this is 1.
+    pub server_connections: u32,
+    /// `server_retry_timeout`: how long an ejected server stays out before it is probed again. By
+    /// default, this is 30 s.
+    pub server_retry_timeout: Duration,
+    /// `server_failure_limit`: consecutive failures that eject a server. By default, this is 2.
+    pub server_failure_limit: u32,
+    /// `tcpkeepalive`: turn on TCP keepalive (`SO_KEEPALIVE`) on server connections and on the pool's
+    /// client connections, as nutcracker does, so a peer that vanished without a FIN is noticed. By
+    /// default, false.
+    pub tcpkeepalive: bool,
+    /// `servers`: `host:port:weight [name]`, in file order.
+    pub servers: Vec<TwemproxyServer>,
+    /// *proxy-only*: how often every server is probed (on a fresh connection, answered within the
+    /// pool's `timeout`, or 1 s when it has none). By default, this is 1 s.
+    /// `shardring proxy --health-check-interval` sets it for every pool.
+    pub health_check_interval: Duration,
+    /// *proxy-only*: a multi-get fails whole when one server fails (twemproxy's behaviour). By default,
+    /// false: the keys that could be fetched are returned. `shardring proxy --multiget-all-or-nothing`.
+    pub multiget_all_or_nothing: bool,
+    /// *proxy-only*: key, value and line limits (`shardring proxy --max-value-size` sets the value limit).
+    pub limits: Limits,
+}
+
+/// The client cap when `client_connections` is 0.
+pub const DEFAULT_CLIENT_CONNECTIONS: u32 = 16_384;
+
+impl PoolConfig {
+    /// A pool with twemproxy's defaults listening on `listen` (`host:port`, or `/path [mode]`), serving
+    /// `servers` (`host:port:weight [name]` strings). Unlike in a file, port 0 is accepted: the system
+    /// picks a free port (tests use it).
+    ///
+    /// # Errors
+    /// The listen address and servers that do not parse.
+    pub fn new(name: &str, listen: &str, servers: &[&str]) -> Result<PoolConfig, ConfigErrors> {
+        let mut errors = ConfigErrors::default();
+        let any_port = listen
+            .rsplit_once(':')
+            .filter(|(host, port)| *port == "0" && !host.starts_with('/'))
+            .map(|(host, _)| Listen::Tcp {
+                host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+                port: 0,
+            });
+        let listen = any_port.map_or_else(|| parse_listen(listen), Ok).unwrap_or_else(|e| {
+            errors.push(name, format!("listen {listen:?} {e}"));
+            Listen::Unix {
+                path: String::new(),
+                permissions: 0,
+            }
+        });
+        let mut parsed = Vec::new();
+        for s in servers {
+            match s.parse::<TwemproxyServer>() {
+                Ok(sc) => parsed.push(sc),
+                Err(e) => errors.push(name, format!("server {s:?}: {e}")),
+            }
+        }
+        errors.into_result()?;
+        Ok(PoolConfig::with_defaults(
+            name.to_owned(),
+            0,
+            listen,
+            parsed,
+        ))
+    }
+
+    /// A pool with every default.
+    pub(super) fn with_defaults(
+        name: String,
+        line: usize,
+        listen: Listen,
+        servers: Vec<TwemproxyServer>,
+    ) -> PoolConfig {
+        PoolConfig {
+            name,
+            line,
+            listen,
+            hash: TwemproxyHash::Fnv1a64,
+            hash_tag: None,
+            distribution: Distribution::Ketama,
+            timeout: None,
+            backlog: 512,
+            client_connections: 0,
+            redis: false,
+            redis_auth: None,
+            redis_db: 0,
+            preconnect: false,
+            auto_eject_hosts: false,
+            server_connections: 1,
+            server_retry_timeout: Duration::from_secs(30),
+            server_failure_limit: 2,
+            tcpkeepalive: false,
+            servers,
+            health_check_interval: Duration::from_secs(1),
+            multiget_all_or_nothing: false,
+            limits: Limits::default(),
+        }
+    }
+
+    /// The client connection limit nutcracker 0.5.0 applies: always 0 (none), whatever the file says.
+    pub fn nutcracker_client_connections(&self) -> u32 {
+        0
+    }
+
+    /// The pool's placement with every server in: where nutcracker sends each key (names: the server's
+    /// name, else `host:port`).
+    ///
+    /// # Errors
+    /// The library's, e.g. for `distribution: random`, which places no key reproducibly.
+    pub fn placement(&self) -> Result<Box<dyn shardring::Placement>, shardring::Error> {
+        shardring::compat::twemproxy::placement(
+            &self.servers,
+            self.hash,
+            self.hash_tag,
+            self.distribution,
+        )
+    }
+
+    /// Every problem with this pool that the file's reader does not see (settings made in code or by
+    /// flags), all at once.
+    pub fn validate(&self, errors: &mut ConfigErrors) {
+        let n = &self.name;
+        if self.redis {
+            errors.push(
+                n,
+                "redis: true is not supported: shardring proxy speaks the memcached protocol only"
+                    .into(),
+            );
+        }
+        if matches!(&self.listen, Listen::Unix { path, .. } if path.is_empty()) {
+            errors.push(n, "listen: no address".into());
+        }
+        if self.servers.is_empty() {
+            errors.push(n, "servers: at least one server is needed".into());
+        }
+        if self.server_connections == 0 {
+            errors.push(n, "server_connections must be at least 1".into());
+        }
+        if self.auto_eject_hosts && self.server_failure_limit == 0 {
+            errors.push(n, "server_failure_limit must be at least 1".into());
+        }
+        if self.limits.max_key_len == 0 || self.limits.max_key_len > 250 {
+            errors.push(n, "the key limit must be between 1 and 250".into());
+        }
+        if self.health_check_interval.is_zero() {
+            errors.push(n, "the health check interval must be greater than 0".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for s in &self.servers {
+            if s.weight == 0 {
+                errors.push(n, format!("server {s}: weight must be at least 1"));
+            }
+            if !seen.insert(s.display_name()) {
+                errors.push(n, format!("server {s}: duplicate server name or address"));
+            }
+        }
+    }
+}

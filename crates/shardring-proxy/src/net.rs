@@ -1,0 +1,155 @@
+//! Network helpers shared by the client listeners, the server connections and the stats listeners:
+//! binding a pool's `listen` address, accepting with back-off, and socket options.
+
+use std::io;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpSocket, UnixListener};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Listen;
+use crate::error::ProxyError;
+
+/// How long an accept loop pauses after a failed accept (out of file descriptors and the like), instead
+/// of spinning on the error.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// A bound listener: TCP or a unix socket.
+#[derive(Debug)]
+pub enum Listener {
+    /// TCP.
+    Tcp(TcpListener),
+    /// A unix socket.
+    Unix(UnixListener),
+}
+
+/// What a client connection is: bytes both ways.
+pub(crate) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> ClientStream for T {}
+
+impl Listener {
+    /// The local address, for logs and tests.
+    ///
+    /// # Errors
+    /// The socket's.
+    pub fn local_addr(&self) -> io::Result<String> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()),
+            Listener::Unix(l) => l.local_addr().map(|a| format!("{:?}", a.as_pathname())),
+        }
+    }
+
+    /// The next client, set up for serving (`TCP_NODELAY`, and keepalive when asked), or `None` once
+    /// `stop` is cancelled.
+    pub(crate) async fn accept(
+        &self,
+        keepalive: bool,
+        stop: &CancellationToken,
+    ) -> Option<Box<dyn ClientStream>> {
+        match self {
+            Listener::Tcp(l) => accept_with_backoff(l, stop, "clients").await.map(|s| {
+                let _ = s.set_nodelay(true);
+                if keepalive {
+                    set_keepalive(&s);
+                }
+                Box::new(s) as Box<dyn ClientStream>
+            }),
+            Listener::Unix(l) => loop {
+                tokio::select! {
+                    () = stop.cancelled() => return None,
+                    a = l.accept() => match a {
+                        Ok((s, _)) => return Some(Box::new(s)),
+                        Err(e) => backoff(&e, "clients").await,
+                    },
+                }
+            },
+        }
+    }
+}
+
+/// The next connection on a TCP listener, or `None` once `stop` is cancelled. Accept errors are logged
+/// and retried after a pause.
+pub(crate) async fn accept_with_backoff(
+    listener: &TcpListener,
+    stop: &CancellationToken,
+    what: &str,
+) -> Option<tokio::net::TcpStream> {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return None,
+            a = listener.accept() => match a {
+                Ok((s, _)) => return Some(s),
+                Err(e) => backoff(&e, what).await,
+            },
+        }
+    }
+}
+
+async fn backoff(e: &io::Error, what: &str) {
+    tracing::warn!(error = %e, listener = what, "accept failed");
+    tokio::time::sleep(ACCEPT_BACKOFF).await;
+}
+
+/// Binds a pool's `listen` address with its `backlog`.
+///
+/// # Errors
+/// [`ProxyError::Bind`].
+pub async fn bind(listen: &Listen, backlog: u32) -> Result<Listener, ProxyError> {
+    let bind_err = |source| ProxyError::Bind {
+        addr: listen.to_string(),
+        source,
+    };
+    match listen {
+        Listen::Tcp { .. } => {
+            let sock_addr = tokio::net::lookup_host(listen.to_string())
+                .await
+                .map_err(bind_err)?
+                .next()
+                .ok_or_else(|| bind_err(io::Error::new(io::ErrorKind::NotFound, "no address")))?;
+            let socket = if sock_addr.is_ipv4() {
+                TcpSocket::new_v4()
+            } else {
+                TcpSocket::new_v6()
+            }
+            .map_err(bind_err)?;
+            socket.set_reuseaddr(true).map_err(bind_err)?;
+            socket.bind(sock_addr).map_err(bind_err)?;
+            Ok(Listener::Tcp(socket.listen(backlog).map_err(bind_err)?))
+        }
+        Listen::Unix { path, permissions } => {
+            let _ = std::fs::remove_file(path);
+            let l = UnixListener::bind(path).map_err(bind_err)?;
+            if *permissions != 0 {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(*permissions))
+                    .map_err(bind_err)?;
+            }
+            Ok(Listener::Unix(l))
+        }
+    }
+}
+
+/// Turns on TCP keepalive (`SO_KEEPALIVE`, the kernel's probe timings) on a connection; a failure is
+/// logged, never fatal (the connection works without it).
+pub(crate) fn set_keepalive(stream: &tokio::net::TcpStream) {
+    if let Err(e) = socket2::SockRef::from(stream).set_keepalive(true) {
+        tracing::warn!(error = %e, "could not turn on TCP keepalive");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn keepalive_is_turned_on() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        assert!(!socket2::SockRef::from(&client).keepalive().unwrap());
+        set_keepalive(&client);
+        assert!(socket2::SockRef::from(&client).keepalive().unwrap());
+    }
+}

@@ -1,0 +1,31 @@
+//! The memcached text protocol: a pure request parser (what clients send), a pure response framer (what
+//! servers send back), and a [`Decoder`] wrapping the request parser for connections.
+//!
+//! Nothing here does I/O. Incomplete input is a normal state (`Ok(None)`), never an error: the caller reads
+//! more and asks again. Parsed requests do not copy: a [`Request`] is the frame's bytes plus the byte ranges
+//! of its keys inside them.
+//!
+//! What a malformed request gets, and whether the connection can go on afterwards:
+//!
+//! | input | reply | then |
+//! |---|---|---|
+//! | unknown command | `ERROR` | next line |
+//! | bad token count, bad number, key over 250 bytes | `CLIENT_ERROR <reason>` (memcached's reasons where it has one: `invalid numeric delta argument`, `invalid exptime argument`, `error decoding key`) | next line; a storage command whose length parsed has its data block skipped too |
+//! | value over the configured maximum | `SERVER_ERROR object too large for cache` (memcached's words) | the data block is skipped as it arrives, never buffered |
+//! | data block not followed by `\r\n` | `CLIENT_ERROR bad data chunk` | connection closed: where the next request starts is unknowable |
+//! | line longer than the line limit | `CLIENT_ERROR line too long` | connection closed |
+
+mod codec;
+mod parse;
+mod plan;
+mod request;
+mod response;
+
+pub use self::codec::*;
+pub use self::parse::parse_request;
+pub use self::plan::{Finish, Memcache, ResponseScanner, VERSION_REPLY};
+pub use self::request::*;
+pub use self::response::*;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,426 @@
+//! The memcached protocol on the seam: what each request becomes ([`Step`]), how replies become answers,
+//! and what the proxy answers itself (`version`, `stats`, `mn`, `verbosity`).
+//!
+//! Retrieval commands whose keys live on several servers are split into one request per server (keys in
+//! the client's order) and merged back in the client's order; `flush_all` goes to every live server.
+
+use std::ops::Range;
+
+use bytes::{Bytes, BytesMut};
+
+use super::codec::{Decoded, RequestCodec};
+use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
+use super::response::{
+    is_error_reply, parse_response_from, status_code, ResponseKind, ValueBlocks,
+};
+use crate::config::PoolConfig;
+use crate::error::BackendError;
+use crate::protocol::{
+    Answer, FrameError, Incoming, Part, PartReply, PlanContext, Protocol, Reply, ReplyScanner,
+    RequestDecoder, Step,
+};
+
+/// The reply to `version`: the memcached protocol level the proxy speaks, then its own name and version.
+/// Clients read the first word as `major.minor.micro` and refuse a reply that does not start so
+/// (libmemcached's `memcached_version`, used by `memcping` and `memcstat`, fails on
+/// `VERSION shardring-proxy-…`); some enable features by it (1.6 has the meta commands).
+pub const VERSION_REPLY: &[u8] = concat!(
+    "VERSION 1.6.0 shardring-proxy-",
+    env!("CARGO_PKG_VERSION"),
+    "\r\n"
+)
+.as_bytes();
+
+/// The memcached text protocol, with a pool's limits and multi-get policy.
+#[derive(Debug, Clone)]
+pub struct Memcache {
+    /// Key, value and line limits.
+    limits: Limits,
+    /// A multi-get fails whole when one of its servers fails (twemproxy's behaviour).
+    all_or_nothing: bool,
+}
+
+/// How a single server's reply becomes the client's answer.
+#[derive(Debug, Clone, Copy)]
+pub enum Finish {
+    /// As it is.
+    Plain,
+    /// Hidden (the client sent `noreply`).
+    NoReply,
+    /// A quiet meta command: hidden when its status is one `q` hides.
+    Quiet(MetaKind),
+}
+
+/// What a fan-out merges.
+#[derive(Debug)]
+pub enum Merge {
+    /// A split multi-get.
+    Get(GetMerge),
+    /// `flush_all` sent to every live server.
+    FlushAll {
+        /// The client asked for no reply.
+        noreply: bool,
+    },
+}
+
+/// A split multi-get: the request, and which part holds each key.
+#[derive(Debug)]
+pub struct GetMerge {
+    /// The client's request (its keys are ranges of its frame).
+    request: Request,
+    /// For each key in the client's order, the index of the part that asked for it; `None` when no
+    /// server was live for it.
+    part_of: Vec<Option<usize>>,
+    /// Fail whole when a part fails.
+    all_or_nothing: bool,
+}
+
+impl Protocol for Memcache {
+    type Decoder = RequestCodec;
+    type Request = Request;
+    type ReplyKind = ResponseKind;
+    type ReplyScanner = ResponseScanner;
+    type Finish = Finish;
+    type Merge = Merge;
+
+    fn new(config: &PoolConfig) -> Memcache {
+        Memcache {
+            limits: config.limits,
+            all_or_nothing: config.multiget_all_or_nothing,
+        }
+    }
+
+    fn decoder(&self) -> RequestCodec {
+        RequestCodec::new(self.limits)
+    }
+
+    fn plan(&self, req: Request, ctx: &PlanContext<'_>) -> Step<Memcache> {
+        match &req.command {
+            Command::Get { .. } => self.get(req, ctx),
+            Command::Keyed { key, noreply } => {
+                let finish = if *noreply {
+                    Finish::NoReply
+                } else {
+                    Finish::Plain
+                };
+                forward_keyed(&req, key, finish, ctx)
+            }
+            Command::Meta {
+                kind, key, quiet, ..
+            } => {
+                let finish = if *quiet {
+                    Finish::Quiet(*kind)
+                } else {
+                    Finish::Plain
+                };
+                forward_keyed(&req, key, finish, ctx)
+            }
+            Command::MetaNoop => Step::Answer(Answer::fixed(b"MN\r\n")),
+            Command::Version => Step::Answer(Answer::fixed(VERSION_REPLY)),
+            Command::Quit => Step::Close(Answer::Nothing),
+            Command::Verbosity { noreply: true } => Step::Answer(Answer::Nothing),
+            Command::Verbosity { noreply: false } => Step::Answer(Answer::fixed(b"OK\r\n")),
+            Command::FlushAll { noreply } => {
+                let noreply = *noreply;
+                let frame = req.to_forward();
+                let parts = ctx
+                    .live_servers()
+                    .iter()
+                    .map(|&server| Part {
+                        server,
+                        frame: frame.clone(),
+                        kind: ResponseKind::Line,
+                    })
+                    .collect();
+                Step::FanOut {
+                    parts,
+                    merge: Merge::FlushAll { noreply },
+                }
+            }
+            Command::Stats(request) => Step::Answer(match request {
+                StatsRequest::Proxy => Answer::Bytes(local_stats(ctx)),
+                StatsRequest::Reset => Answer::fixed(b"RESET\r\n"),
+                StatsRequest::Toggle => Answer::fixed(b"OK\r\n"),
+                StatsRequest::PerServer => Answer::fixed(b"END\r\n"),
+            }),
+        }
+    }
+
+    fn finish(finish: Finish, reply: Reply) -> Answer {
+        match (reply, finish) {
+            (_, Finish::NoReply) => Answer::Nothing,
+            (Err(e), _) => Answer::Failed(e),
+            (Ok(bytes), Finish::Plain) => Answer::Bytes(bytes),
+            (Ok(bytes), Finish::Quiet(kind)) => {
+                if kind.quiet_hides(status_code(&bytes)) {
+                    Answer::Nothing
+                } else {
+                    Answer::Bytes(bytes)
+                }
+            }
+        }
+    }
+
+    fn merge(merge: Merge, replies: Vec<PartReply<'_>>) -> Answer {
+        match merge {
+            Merge::Get(get) => get.merge(replies),
+            Merge::FlushAll { noreply } => {
+                let mut failure = None;
+                for r in replies {
+                    match r.reply {
+                        Ok(b) if &b[..] == b"OK\r\n" => {}
+                        Ok(b) => failure = Some(refused(r.server, &b)),
+                        Err(e) => failure = Some(e),
+                    }
+                }
+                match (failure, noreply) {
+                    (_, true) => Answer::Nothing,
+                    (Some(e), false) => Answer::Failed(e),
+                    (None, false) => Answer::fixed(b"OK\r\n"),
+                }
+            }
+        }
+    }
+
+    fn encode_failure(error: &BackendError, out: &mut BytesMut) {
+        out.extend_from_slice(b"SERVER_ERROR ");
+        out.extend_from_slice(error.to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+
+    fn probe_request(&self) -> &'static [u8] {
+        b"version\r\n"
+    }
+
+    fn probe_answered(reply: &[u8]) -> Option<bool> {
+        if reply.ends_with(b"\r\n") || reply.len() >= 128 {
+            Some(reply.starts_with(b"VERSION "))
+        } else {
+            None
+        }
+    }
+
+    fn is_error_reply(reply: &[u8]) -> bool {
+        is_error_reply(reply)
+    }
+}
+
+/// A one-key command: to the key's server, as received (less a stripped `noreply`/`q`).
+fn forward_keyed(
+    req: &Request,
+    key: &Range<usize>,
+    finish: Finish,
+    ctx: &PlanContext<'_>,
+) -> Step<Memcache> {
+    Step::Forward {
+        server: req.with_routing_key(key, |k| ctx.server_for(k)),
+        frame: req.to_forward(),
+        kind: req.command.response_kind(),
+        finish,
+    }
+}
+
+impl Memcache {
+    /// get/gets/gat/gats: as received when every key lives on one server, else one request per server.
+    fn get(&self, req: Request, ctx: &PlanContext<'_>) -> Step<Memcache> {
+        let Command::Get {
+            kind,
+            exptime,
+            keys,
+        } = &req.command
+        else {
+            unreachable!("get() is only called for retrieval commands")
+        };
+        let owners: Vec<Option<usize>> =
+            keys.iter().map(|k| ctx.server_for(req.bytes(k))).collect();
+        let first = owners[0];
+        if first.is_some() && owners.iter().all(|&o| o == first) {
+            return Step::Forward {
+                server: first,
+                frame: req.frame.clone(),
+                kind: ResponseKind::Values,
+                finish: Finish::Plain,
+            };
+        }
+        // Split: one request per server, keys in the client's order.
+        let mut lines: Vec<(usize, BytesMut)> = Vec::new();
+        let mut part_of = Vec::with_capacity(keys.len());
+        for (k, owner) in keys.iter().zip(&owners) {
+            let Some(owner) = *owner else {
+                part_of.push(None);
+                continue;
+            };
+            let part = match lines.iter().position(|(s, _)| *s == owner) {
+                Some(p) => p,
+                None => {
+                    lines.push((
+                        owner,
+                        get_line_start(*kind, exptime.as_ref().map(|e| req.bytes(e))),
+                    ));
+                    lines.len() - 1
+                }
+            };
+            lines[part].1.extend_from_slice(b" ");
+            lines[part].1.extend_from_slice(req.bytes(k));
+            part_of.push(Some(part));
+        }
+        ctx.stats.fragments.add(lines.len() as u64);
+        let parts = lines
+            .into_iter()
+            .map(|(server, mut line)| {
+                line.extend_from_slice(b"\r\n");
+                Part {
+                    server,
+                    frame: line.freeze(),
+                    kind: ResponseKind::Values,
+                }
+            })
+            .collect();
+        Step::FanOut {
+            parts,
+            merge: Merge::Get(GetMerge {
+                request: req,
+                part_of,
+                all_or_nothing: self.all_or_nothing,
+            }),
+        }
+    }
+}
+
+/// The start of a split get's line: its command word and, for gat/gats, the exptime.
+fn get_line_start(kind: GetKind, exptime: Option<&[u8]>) -> BytesMut {
+    let mut line = BytesMut::with_capacity(256);
+    line.extend_from_slice(kind.word().as_bytes());
+    if let Some(e) = exptime {
+        line.extend_from_slice(b" ");
+        line.extend_from_slice(e);
+    }
+    line
+}
+
+impl GetMerge {
+    /// The `VALUE` blocks of every part in the client's key order, then `END`. A failed part's keys are
+    /// left out (they read as misses), unless `all_or_nothing` or every part failed.
+    fn merge(self, replies: Vec<PartReply<'_>>) -> Answer {
+        let replies: Vec<Reply> = replies
+            .into_iter()
+            .map(|r| match r.reply {
+                Ok(b) if is_error_reply(&b) => Err(refused(r.server, &b)),
+                other => other,
+            })
+            .collect();
+        if let Some(err) = replies.iter().find_map(|r| r.as_ref().err()) {
+            if self.all_or_nothing || replies.iter().all(Result::is_err) {
+                return Answer::Failed(err.clone());
+            }
+        }
+        let any_unrouted = self.part_of.contains(&None);
+        if replies.is_empty() || (self.all_or_nothing && any_unrouted) {
+            return Answer::Failed(BackendError::NoServer);
+        }
+        let Command::Get { keys, .. } = &self.request.command else {
+            return Answer::Failed(BackendError::NoServer);
+        };
+        let mut cursors: Vec<_> = replies
+            .iter()
+            .map(|r| ValueBlocks::new(r.as_deref().unwrap_or_default()).peekable())
+            .collect();
+        let total: usize = replies
+            .iter()
+            .map(|r| r.as_ref().map_or(0, Bytes::len))
+            .sum();
+        let mut out = BytesMut::with_capacity(total + 5);
+        for (k, part) in keys.iter().zip(&self.part_of) {
+            let Some(part) = *part else {
+                continue;
+            };
+            let cursor = &mut cursors[part];
+            if let Some((key, block)) = cursor.peek() {
+                if *key == self.request.bytes(k) {
+                    out.extend_from_slice(block);
+                    cursor.next();
+                }
+            }
+        }
+        out.extend_from_slice(b"END\r\n");
+        Answer::Bytes(out.freeze())
+    }
+}
+
+/// A server's error reply to a request the proxy split or broadcast, as a [`BackendError`].
+fn refused(server: &str, reply: &[u8]) -> BackendError {
+    BackendError::Refused {
+        addr: server.to_owned(),
+        reply: String::from_utf8_lossy(reply.strip_suffix(b"\r\n").unwrap_or(reply)).into_owned(),
+    }
+}
+
+/// `stats` answered by the proxy: its own counters, memcached's names where they exist.
+fn local_stats(ctx: &PlanContext<'_>) -> Bytes {
+    use std::fmt::Write as _;
+    let st = ctx.stats;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "STAT pid {}\r\nSTAT uptime {}\r\nSTAT time {}\r\nSTAT version shardring-proxy-{}\r\n\
+         STAT curr_connections {}\r\nSTAT total_connections {}\r\nSTAT cmd_total {}\r\n\
+         STAT forward_error {}\r\nSTAT servers {}\r\nSTAT servers_live {}\r\nEND\r\n",
+        std::process::id(),
+        ctx.started.elapsed().as_secs(),
+        crate::metrics::unix_time(),
+        crate::VERSION,
+        st.client_connections.get(),
+        st.total_connections.get(),
+        st.requests.get(),
+        st.forward_error.get(),
+        ctx.servers,
+        ctx.live_servers().len(),
+    );
+    Bytes::from(s)
+}
+
+/// The memcached reply framer of one server connection: resumes a long multi-get reply where the last
+/// read left off.
+#[derive(Debug, Default)]
+pub struct ResponseScanner {
+    /// How much of the front reply's `VALUE` blocks has been checked.
+    resume: usize,
+}
+
+impl ReplyScanner for ResponseScanner {
+    type Kind = ResponseKind;
+
+    fn frame(
+        &mut self,
+        buf: &[u8],
+        kind: ResponseKind,
+        max_value_len: usize,
+    ) -> Result<Option<usize>, FrameError> {
+        parse_response_from(buf, kind, max_value_len, &mut self.resume)
+    }
+
+    fn reset(&mut self) {
+        self.resume = 0;
+    }
+}
+
+impl RequestDecoder for RequestCodec {
+    type Request = Request;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> std::io::Result<Option<Incoming<Request>>> {
+        Ok(
+            tokio_util::codec::Decoder::decode(self, buf)?.map(|d| match d {
+                Decoded::Request(r) => Incoming::Request(r),
+                Decoded::Refused(err) => Incoming::Refused {
+                    reply: Bytes::from_static(err.kind.reply()),
+                    reason: err.kind.to_string(),
+                    close: err.close,
+                },
+            }),
+        )
+    }
+
+    fn max_buffer(&self) -> usize {
+        self.limits().max_request_len()
+    }
+}

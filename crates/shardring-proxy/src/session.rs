@@ -1,0 +1,266 @@
+//! One client connection, generic over the protocol: decode requests, plan each, send it on at once
+//! (pipelined requests are all in flight together), and write the answers in request order.
+//!
+//! Only the oldest pending answer is polled: an answer makes progress without being polled (its server
+//! connection task completes it), so polling the head is enough to write in order, and saves a task per
+//! request.
+
+use std::collections::VecDeque;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::BytesMut;
+use futures_util::FutureExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::Backend;
+use crate::cluster::{Cluster, Pool};
+use crate::error::BackendError;
+use crate::net::ClientStream;
+use crate::protocol::{
+    Answer, Incoming, PartReply, PlanContext, Protocol, Reply, RequestDecoder, Step,
+};
+
+/// The most requests one client may have in flight; past it the proxy stops reading from that client
+/// until answers go out, which bounds each client's memory.
+const MAX_PIPELINE: usize = 256;
+
+/// Write out once this many answer bytes are ready, even if more answers are ready too.
+const MAX_WRITE_BATCH: usize = 1 << 20;
+
+/// Numbers clients, so each client's requests to a server share one server connection.
+static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// Serves one client until it closes, fails, or `stop` is cancelled (then in-flight requests finish).
+pub(crate) async fn serve_client<P: Protocol>(
+    stream: Box<dyn ClientStream>,
+    pool: Arc<Pool<P>>,
+    stop: CancellationToken,
+) {
+    let stats = Arc::clone(&pool.shared.stats);
+    stats.client_connections.inc();
+    stats.total_connections.inc();
+    let decoder = pool.current.load().protocol.decoder();
+    let mut session = Session {
+        stream,
+        rbuf: BytesMut::with_capacity(16 << 10),
+        out: BytesMut::with_capacity(16 << 10),
+        max_buffer: decoder.max_buffer(),
+        decoder,
+        pool,
+        client_id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+        pending: VecDeque::with_capacity(16),
+    };
+    match session.run(stop).await {
+        Ok(()) => stats.client_eof.inc(),
+        Err(e) => {
+            stats.client_err.inc();
+            tracing::debug!(error = %e, "client connection ended");
+        }
+    }
+    stats.client_connections.dec();
+}
+
+/// An answer on its way, in the client's request order.
+enum Pending<P: Protocol> {
+    /// Known already.
+    Ready(Option<Answer>),
+    /// One server's reply, and how it becomes the answer.
+    Single(oneshot::Receiver<Reply>, P::Finish),
+    /// A fan-out's replies, merged.
+    Joined(Pin<Box<dyn Future<Output = Answer> + Send>>),
+}
+
+impl<P: Protocol> Future for Pending<P> {
+    type Output = Answer;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        match self.get_mut() {
+            Pending::Ready(a) => Poll::Ready(a.take().unwrap_or(Answer::Nothing)),
+            Pending::Single(rx, finish) => match Pin::new(rx).poll(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(reply) => Poll::Ready(P::finish(
+                    *finish,
+                    reply.unwrap_or(Err(BackendError::Removed)),
+                )),
+            },
+            Pending::Joined(f) => f.as_mut().poll(cx),
+        }
+    }
+}
+
+/// One client connection's state.
+struct Session<P: Protocol> {
+    /// The client.
+    stream: Box<dyn ClientStream>,
+    /// Bytes read and not yet decoded; at most `max_buffer` (plus one read).
+    rbuf: BytesMut,
+    /// Answers ready to write.
+    out: BytesMut,
+    /// Stop reading past this many buffered bytes: a whole request of the largest size fits.
+    max_buffer: usize,
+    /// The request decoder.
+    decoder: P::Decoder,
+    /// The pool served.
+    pool: Arc<Pool<P>>,
+    /// Which connection of each server this client uses.
+    client_id: u64,
+    /// Answers in request order.
+    pending: VecDeque<Pending<P>>,
+}
+
+impl<P: Protocol> Session<P> {
+    async fn run(&mut self, stop: CancellationToken) -> io::Result<()> {
+        let mut closing = false;
+        // One registration for the connection's life, not one per loop turn: the token's waiter list is
+        // shared by every client.
+        let stopped = stop.cancelled();
+        tokio::pin!(stopped);
+        loop {
+            while !closing && self.pending.len() < MAX_PIPELINE {
+                match self.decoder.decode(&mut self.rbuf)? {
+                    None => break,
+                    Some(Incoming::Request(req)) => {
+                        self.pool.shared.stats.requests.inc();
+                        let cluster = self.pool.current.load();
+                        let step = self.plan(&cluster, req);
+                        if let Step::Close(answer) = step {
+                            self.pending.push_back(Pending::Ready(Some(answer)));
+                            closing = true;
+                            break;
+                        }
+                        let p = self.start(&cluster, step);
+                        self.pending.push_back(p);
+                    }
+                    Some(Incoming::Refused {
+                        reply,
+                        reason,
+                        close,
+                    }) => {
+                        self.pool.shared.stats.client_errors.inc();
+                        self.pending
+                            .push_back(Pending::Ready(Some(Answer::Bytes(reply))));
+                        if close {
+                            tracing::info!(
+                                %reason,
+                                "closing a client connection: its input cannot be resynchronised"
+                            );
+                            closing = true;
+                        }
+                    }
+                }
+            }
+            if closing && self.pending.is_empty() {
+                self.stream.flush().await?;
+                let _ = self.stream.shutdown().await;
+                return Ok(());
+            }
+            let can_read =
+                !closing && self.pending.len() < MAX_PIPELINE && self.rbuf.len() < self.max_buffer;
+            if can_read && self.rbuf.capacity() - self.rbuf.len() < 4096 {
+                self.rbuf.reserve(16 << 10);
+            }
+            tokio::select! {
+                biased;
+                answer = poll_fn(|cx| match self.pending.front_mut() {
+                    Some(p) => Pin::new(p).poll(cx),
+                    None => Poll::Pending,
+                }), if !self.pending.is_empty() => {
+                    self.pending.pop_front();
+                    self.write_answer(answer);
+                    while let Some(front) = self.pending.front_mut() {
+                        let Some(a) = front.now_or_never() else {
+                            break;
+                        };
+                        self.pending.pop_front();
+                        self.write_answer(a);
+                        if self.out.len() > MAX_WRITE_BATCH {
+                            break;
+                        }
+                    }
+                    if !self.out.is_empty() {
+                        self.stream.write_all(&self.out).await?;
+                        self.out.clear();
+                    }
+                }
+                read = self.stream.read_buf(&mut self.rbuf), if can_read => {
+                    if read? == 0 {
+                        closing = true;
+                    }
+                }
+                () = &mut stopped, if !closing => closing = true,
+            }
+        }
+    }
+
+    /// Asks the protocol what to do with `req`, against the current placement.
+    fn plan(&self, cluster: &Cluster<P>, req: P::Request) -> Step<P> {
+        let routing = cluster.router.load();
+        let ctx = PlanContext {
+            routing: &routing,
+            stats: &self.pool.shared.stats,
+            config: &cluster.config,
+            servers: cluster.backends.len(),
+            started: self.pool.shared.started,
+        };
+        cluster.protocol.plan(req, &ctx)
+    }
+
+    /// Sends a planned request on its way.
+    fn start(&self, cluster: &Cluster<P>, step: Step<P>) -> Pending<P> {
+        match step {
+            Step::Answer(a) | Step::Close(a) => Pending::Ready(Some(a)),
+            Step::Forward { server: None, .. } => {
+                Pending::Ready(Some(Answer::Failed(BackendError::NoServer)))
+            }
+            Step::Forward {
+                server: Some(server),
+                frame,
+                kind,
+                finish,
+            } => {
+                let rx = cluster.backends[server].send(self.client_id, frame, kind);
+                Pending::Single(rx, finish)
+            }
+            Step::FanOut { parts, merge } => {
+                let (servers, receivers): (Vec<Arc<Backend<P>>>, Vec<_>) = parts
+                    .into_iter()
+                    .map(|part| {
+                        let backend = &cluster.backends[part.server];
+                        let rx = backend.send(self.client_id, part.frame, part.kind);
+                        (Arc::clone(backend), rx)
+                    })
+                    .unzip();
+                Pending::Joined(Box::pin(async move {
+                    let replies = futures_util::future::join_all(receivers).await;
+                    let replies = replies
+                        .into_iter()
+                        .zip(&servers)
+                        .map(|(r, server)| PartReply {
+                            reply: r.unwrap_or(Err(BackendError::Removed)),
+                            server: &server.settings().addr,
+                        })
+                        .collect();
+                    P::merge(merge, replies)
+                }))
+            }
+        }
+    }
+
+    fn write_answer(&mut self, a: Answer) {
+        match a {
+            Answer::Bytes(b) => self.out.extend_from_slice(&b),
+            Answer::Nothing => {}
+            Answer::Failed(e) => {
+                self.pool.shared.stats.forward_error.inc();
+                P::encode_failure(&e, &mut self.out);
+            }
+        }
+    }
+}
