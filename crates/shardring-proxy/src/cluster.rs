@@ -18,6 +18,7 @@ use crate::error::ProxyError;
 use crate::metrics::{PoolStats, PoolView, ServerStats};
 use crate::net::Listener;
 use crate::protocol::memcache::Memcache;
+use crate::protocol::redis::Redis;
 use crate::protocol::Protocol;
 use crate::router::{build_placement, Router};
 
@@ -53,7 +54,7 @@ impl<P: Protocol> Cluster<P> {
         shared: &PoolShared,
     ) -> Result<Cluster<P>, ProxyError> {
         let protocol = P::new(&config);
-        let handshake = protocol.handshake();
+        let handshakes = protocol.handshakes();
         let policy = EjectPolicy {
             auto_eject: config.auto_eject_hosts,
             failure_limit: config.server_failure_limit,
@@ -97,7 +98,7 @@ impl<P: Protocol> Cluster<P> {
                             stats,
                             health,
                             config.preconnect,
-                            handshake.clone(),
+                            handshakes.clone(),
                         ))
                     }
                 }
@@ -309,5 +310,8 @@ impl<P: Protocol> ServedPool for Pool<P> {
 /// # Errors
 /// [`ProxyError::Placement`] when the placement cannot be built.
 pub fn build_pool(config: PoolConfig) -> Result<Arc<dyn ServedPool>, ProxyError> {
+    if config.redis {
+        return Ok(Arc::new(Pool::<Redis>::new(config)?));
+    }
     Ok(Arc::new(Pool::<Memcache>::new(config)?))
 }

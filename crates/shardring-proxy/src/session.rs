@@ -56,6 +56,8 @@ pub(crate) async fn serve_client<P: Protocol>(
         pool,
         client_id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
         pending: VecDeque::with_capacity(16),
+        state: P::Session::default(),
+        lane: 0,
     };
     match session.run(stop).await {
         Ok(()) => stats.client_eof.inc(),
@@ -113,6 +115,10 @@ struct Session<P: Protocol> {
     client_id: u64,
     /// Answers in request order.
     pending: VecDeque<Pending<P>>,
+    /// What the protocol keeps about this client between requests.
+    state: P::Session,
+    /// The set of server connections this client's requests take ([`Protocol::lane`]).
+    lane: usize,
 }
 
 impl<P: Protocol> Session<P> {
@@ -124,6 +130,14 @@ impl<P: Protocol> Session<P> {
         tokio::pin!(stopped);
         loop {
             while !closing && self.pending.len() < MAX_PIPELINE {
+                // After a change of connection set, nothing is sent until the answers in flight on the
+                // old set are in: a request must not overtake an earlier one on another connection.
+                if P::lane(&self.state) != self.lane {
+                    if !self.pending.is_empty() {
+                        break;
+                    }
+                    self.lane = P::lane(&self.state);
+                }
                 match self.decoder.decode(&mut self.rbuf)? {
                     None => break,
                     Some(Incoming::Request(req)) => {
@@ -200,7 +214,7 @@ impl<P: Protocol> Session<P> {
     }
 
     /// Asks the protocol what to do with `req`, against the current placement.
-    fn plan(&self, cluster: &Cluster<P>, req: P::Request) -> Step<P> {
+    fn plan(&mut self, cluster: &Cluster<P>, req: P::Request) -> Step<P> {
         let routing = cluster.router.load();
         let ctx = PlanContext {
             routing: &routing,
@@ -209,7 +223,7 @@ impl<P: Protocol> Session<P> {
             servers: cluster.backends.len(),
             started: self.pool.shared.started,
         };
-        cluster.protocol.plan(req, &ctx)
+        cluster.protocol.plan(req, &mut self.state, &ctx)
     }
 
     /// Sends a planned request on its way.
@@ -225,7 +239,7 @@ impl<P: Protocol> Session<P> {
                 kind,
                 finish,
             } => {
-                let rx = cluster.backends[server].send(self.client_id, frame, kind);
+                let rx = cluster.backends[server].send(self.client_id, self.lane, frame, kind);
                 Pending::Single(rx, finish)
             }
             Step::FanOut { parts, merge } => {
@@ -233,7 +247,7 @@ impl<P: Protocol> Session<P> {
                     .into_iter()
                     .map(|part| {
                         let backend = &cluster.backends[part.server];
-                        let rx = backend.send(self.client_id, part.frame, part.kind);
+                        let rx = backend.send(self.client_id, self.lane, part.frame, part.kind);
                         (Arc::clone(backend), rx)
                     })
                     .unzip();

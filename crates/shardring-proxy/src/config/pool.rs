@@ -117,16 +117,21 @@ impl PoolConfig {
             .rsplit_once(':')
             .filter(|(host, port)| *port == "0" && !host.starts_with('/'))
             .map(|(host, _)| Listen::Tcp {
-                host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+                host: host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
                 port: 0,
             });
-        let listen = any_port.map_or_else(|| parse_listen(listen), Ok).unwrap_or_else(|e| {
-            errors.push(name, format!("listen {listen:?} {e}"));
-            Listen::Unix {
-                path: String::new(),
-                permissions: 0,
-            }
-        });
+        let listen = any_port
+            .map_or_else(|| parse_listen(listen), Ok)
+            .unwrap_or_else(|e| {
+                errors.push(name, format!("listen {listen:?} {e}"));
+                Listen::Unix {
+                    path: String::new(),
+                    permissions: 0,
+                }
+            });
         let mut parsed = Vec::new();
         for s in servers {
             match s.parse::<TwemproxyServer>() {
@@ -199,13 +204,6 @@ impl PoolConfig {
     /// flags), all at once.
     pub fn validate(&self, errors: &mut ConfigErrors) {
         let n = &self.name;
-        if self.redis {
-            errors.push(
-                n,
-                "redis: true is not supported: shardring proxy speaks the memcached protocol only"
-                    .into(),
-            );
-        }
         if matches!(&self.listen, Listen::Unix { path, .. } if path.is_empty()) {
             errors.push(n, "listen: no address".into());
         }

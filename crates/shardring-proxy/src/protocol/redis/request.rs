@@ -494,6 +494,11 @@ impl RequestCodec {
             closed: false,
         }
     }
+
+    /// The limits it enforces.
+    pub fn limits(&self) -> &Limits {
+        self.scanner.limits()
+    }
 }
 
 impl Decoder for RequestCodec {
