@@ -4,7 +4,9 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use shardring_proxy::protocol::memcache::{Decoded, Limits, RequestCodec, RequestErrorKind};
+use shardring_proxy::protocol::memcache::{
+    Command, Decoded, Limits, RequestCodec, RequestErrorKind,
+};
 use tokio_util::codec::Decoder;
 
 fn decode_all(codec: &mut RequestCodec, buf: &mut BytesMut, out: &mut Vec<Decoded>) {
@@ -24,6 +26,36 @@ fn decode_all(codec: &mut RequestCodec, buf: &mut BytesMut, out: &mut Vec<Decode
         }
         out.push(d);
     }
+}
+
+/// The requests a client made: a streamed retrieval line's pieces merged back into one (kind, keys).
+fn logical(items: &[Decoded]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut open = false;
+    for d in items {
+        if let Decoded::Request(r) = d {
+            if let Command::Get { kind, keys, more, .. } = &r.command {
+                let keys: Vec<String> = keys
+                    .iter()
+                    .map(|k| String::from_utf8_lossy(r.bytes(k)).into_owned())
+                    .collect();
+                match out.last_mut() {
+                    Some(last) if open => {
+                        for k in keys {
+                            last.push(' ');
+                            last.push_str(&k);
+                        }
+                    }
+                    _ => out.push(format!("{kind:?} {}", keys.join(" "))),
+                }
+                open = *more;
+                continue;
+            }
+        }
+        open = false;
+        out.push(format!("{d:?}"));
+    }
+    out
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -61,5 +93,7 @@ fuzz_target!(|data: &[u8]| {
             .unwrap_or(v.len())
     };
     let n = upto(&expect).min(upto(&got));
-    assert_eq!(&expect[..n], &got[..n]);
+    // A retrieval line past the line limit is streamed in pieces that depend on how it arrived: compare
+    // what was asked (each line's keys in order), not the pieces.
+    assert_eq!(logical(&expect[..n]), logical(&got[..n]));
 });

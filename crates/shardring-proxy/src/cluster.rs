@@ -8,17 +8,12 @@ use arc_swap::ArcSwap;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use futures_util::future::BoxFuture;
-
 use crate::backend::health::probe;
 use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
 use crate::config::PoolConfig;
 use crate::error::ProxyError;
 use crate::metrics::{PoolStats, PoolView, ServerStats};
-use crate::net::Listener;
-use crate::protocol::memcache::Memcache;
-use crate::protocol::redis::Redis;
 use crate::protocol::Protocol;
 use crate::router::{build_placement, Router};
 
@@ -105,7 +100,11 @@ impl<P: Protocol> Cluster<P> {
             })
             .collect();
         let live: Vec<bool> = backends.iter().map(|b| !b.health.is_ejected()).collect();
-        let routing = build_placement(&config, &live)?;
+        let routing =
+            build_placement(config.placement_spec(), &live).map_err(|e| ProxyError::Placement {
+                pool: config.name.clone(),
+                reason: e.to_string(),
+            })?;
         Ok(Cluster {
             config,
             protocol,
@@ -128,7 +127,7 @@ impl<P: Protocol> Cluster<P> {
         if *current == live {
             return;
         }
-        match build_placement(&self.config, &live) {
+        match build_placement(self.config.placement_spec(), &live) {
             Ok(routing) => {
                 tracing::info!(
                     pool = %self.config.name,
@@ -243,75 +242,4 @@ impl<P: Protocol> Pool<P> {
             self.current.load().refresh_routing();
         }
     }
-}
-
-/// A pool of any protocol, as the proxy runs it: what [`crate::Proxy`] needs of each pool without
-/// knowing its protocol.
-pub trait ServedPool: Send + Sync + std::fmt::Debug {
-    /// The pool's current config.
-    fn config(&self) -> PoolConfig;
-    /// Swaps in `config`; requests already routed finish on the old state.
-    ///
-    /// # Errors
-    /// [`ProxyError::Placement`]; the old state is kept.
-    fn reload(&self, config: PoolConfig) -> Result<(), ProxyError>;
-    /// The tallies for rendering.
-    fn view(&self) -> PoolView;
-    /// The server (index in the config's server list) that owns `key` now; `None` when none is live.
-    fn server_for(&self, key: &[u8]) -> Option<usize>;
-    /// How many servers the pool has, live or not.
-    fn server_count(&self) -> usize;
-    /// Serves clients from `listener` until `stop`, then drains them.
-    fn serve(
-        self: Arc<Self>,
-        listener: Listener,
-        stop: CancellationToken,
-    ) -> BoxFuture<'static, ()>;
-    /// Runs the health checks until `stop`.
-    fn health(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()>;
-}
-
-impl<P: Protocol> ServedPool for Pool<P> {
-    fn config(&self) -> PoolConfig {
-        self.current.load().config.clone()
-    }
-
-    fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
-        Pool::reload(self, config)
-    }
-
-    fn view(&self) -> PoolView {
-        Pool::view(self)
-    }
-
-    fn server_for(&self, key: &[u8]) -> Option<usize> {
-        self.current.load().router.load().server_for(key)
-    }
-
-    fn server_count(&self) -> usize {
-        self.current.load().backends.len()
-    }
-
-    fn serve(
-        self: Arc<Self>,
-        listener: Listener,
-        stop: CancellationToken,
-    ) -> BoxFuture<'static, ()> {
-        Box::pin(crate::server::run(listener, self, stop.cancelled_owned()))
-    }
-
-    fn health(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()> {
-        Box::pin(self.run_health(stop))
-    }
-}
-
-/// Builds a pool speaking the protocol its config names. This is where a pool picks its protocol.
-///
-/// # Errors
-/// [`ProxyError::Placement`] when the placement cannot be built.
-pub fn build_pool(config: PoolConfig) -> Result<Arc<dyn ServedPool>, ProxyError> {
-    if config.redis {
-        return Ok(Arc::new(Pool::<Redis>::new(config)?));
-    }
-    Ok(Arc::new(Pool::<Memcache>::new(config)?))
 }

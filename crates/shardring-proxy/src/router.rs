@@ -4,11 +4,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
-use shardring::compat::twemproxy::{self, TwemproxyServer};
+use shardring::compat::twemproxy::{self, Distribution, TwemproxyServer};
+use shardring::hash::TwemproxyHash;
 use shardring::Placement;
-
-use crate::config::{Distribution, PoolConfig};
-use crate::error::ProxyError;
 
 /// One state of a pool's placement.
 #[derive(Debug)]
@@ -72,46 +70,54 @@ fn random_u64() -> u64 {
     z ^ (z >> 31)
 }
 
-/// Builds the placement of `pool` over the servers whose `live` flag is set: nutcracker's own placement
+/// How a pool places keys: its servers and twemproxy's placement settings.
+#[derive(Debug, Clone, Copy)]
+pub struct PlacementSpec<'a> {
+    /// The pool's servers, in config order.
+    pub servers: &'a [TwemproxyServer],
+    /// `hash`.
+    pub hash: TwemproxyHash,
+    /// `hash_tag`.
+    pub hash_tag: Option<[u8; 2]>,
+    /// `distribution`.
+    pub distribution: Distribution,
+}
+
+/// Builds the placement of `spec` over the servers whose `live` flag is set: nutcracker's own placement
 /// (the library's byte-exact `ketama` and `modula`), so with every server live a key goes where
 /// nutcracker sends it, and with some ejected it goes where nutcracker sends it after ejecting the same
 /// servers (nutcracker too rebuilds its continuum over the live servers only).
 ///
 /// # Errors
-/// [`ProxyError::Placement`] for servers the library refuses (duplicate names, weight 0).
-pub fn build_placement(pool: &PoolConfig, live: &[bool]) -> Result<Routing, ProxyError> {
-    let picked: Vec<usize> = (0..pool.servers.len())
+/// The library's, for servers it refuses (duplicate names, weight 0).
+pub fn build_placement(
+    spec: PlacementSpec<'_>,
+    live: &[bool],
+) -> Result<Routing, shardring::Error> {
+    let picked: Vec<usize> = (0..spec.servers.len())
         .filter(|&i| live.get(i).copied().unwrap_or(false))
         .collect();
-    if pool.distribution == Distribution::Random {
+    if spec.distribution == Distribution::Random {
         return Ok(Routing {
             how: How::Random,
             servers: picked,
         });
     }
     let live_servers: Vec<TwemproxyServer> =
-        picked.iter().map(|&i| pool.servers[i].clone()).collect();
+        picked.iter().map(|&i| spec.servers[i].clone()).collect();
     let placement =
-        twemproxy::placement(&live_servers, pool.hash, pool.hash_tag, pool.distribution).map_err(
-            |e| ProxyError::Placement {
-                pool: pool.name.clone(),
-                reason: e.to_string(),
-            },
-        )?;
-    // The placement orders its nodes by its own rules: map them back to server indices by name.
+        twemproxy::placement(&live_servers, spec.hash, spec.hash_tag, spec.distribution)?;
+    // The placement orders its nodes by its own rules: map them back to server indices by name (names
+    // are unique: the library refused the servers otherwise).
     let servers = placement
         .nodes()
         .iter()
-        .map(|n| {
-            pool.servers
+        .filter_map(|n| {
+            spec.servers
                 .iter()
                 .position(|s| s.display_name() == n.name())
-                .ok_or_else(|| ProxyError::Placement {
-                    pool: pool.name.clone(),
-                    reason: format!("placement node {} is not a configured server", n.name()),
-                })
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     Ok(Routing {
         how: How::Placement(placement),
         servers,
@@ -147,6 +153,16 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::PoolConfig;
+
+    fn spec(pool: &PoolConfig) -> PlacementSpec<'_> {
+        PlacementSpec {
+            servers: &pool.servers,
+            hash: pool.hash,
+            hash_tag: pool.hash_tag,
+            distribution: pool.distribution,
+        }
+    }
 
     #[test]
     fn placement_is_nutcrackers() {
@@ -157,7 +173,7 @@ mod tests {
         )
         .unwrap();
         pool.hash_tag = Some(*b"{}");
-        let r = build_placement(&pool, &[true, true]).unwrap();
+        let r = build_placement(spec(&pool), &[true, true]).unwrap();
         let lib = twemproxy::placement(&pool.servers, pool.hash, pool.hash_tag, pool.distribution)
             .unwrap();
         for i in 0..500 {
@@ -178,7 +194,7 @@ mod tests {
         let mut pool =
             PoolConfig::new("p", "127.0.0.1:0", &["127.0.0.1:1:1", "127.0.0.1:2:1"]).unwrap();
         pool.distribution = Distribution::Random;
-        let r = build_placement(&pool, &[false, true]).unwrap();
+        let r = build_placement(spec(&pool), &[false, true]).unwrap();
         assert!((0..100).all(|i| r.server_for(format!("{i}").as_bytes()) == Some(1)));
     }
 
@@ -190,8 +206,8 @@ mod tests {
             &["127.0.0.1:1:1", "127.0.0.1:2:1", "127.0.0.1:3:1"],
         )
         .unwrap();
-        let all = build_placement(&pool, &[true, true, true]).unwrap();
-        let two = build_placement(&pool, &[true, false, true]).unwrap();
+        let all = build_placement(spec(&pool), &[true, true, true]).unwrap();
+        let two = build_placement(spec(&pool), &[true, false, true]).unwrap();
         for i in 0..2000 {
             let key = format!("key:{i}");
             let before = all.server_for(key.as_bytes()).unwrap();
@@ -201,7 +217,7 @@ mod tests {
                 assert_eq!(before, after);
             }
         }
-        let none = build_placement(&pool, &[false, false, false]).unwrap();
+        let none = build_placement(spec(&pool), &[false, false, false]).unwrap();
         assert_eq!(none.server_for(b"x"), None);
     }
 }

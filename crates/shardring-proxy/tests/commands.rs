@@ -189,11 +189,8 @@ async fn local_commands() {
         .read_line()
         .await
         .starts_with("VERSION 1.6.0 shardring-proxy-"));
-    c.check(
-        b"verbosity\r\n",
-        b"CLIENT_ERROR bad command line format\r\n",
-    )
-    .await;
+    // memcached 1.6 answers a command with too few tokens ERROR.
+    c.check(b"verbosity\r\n", b"ERROR\r\n").await;
     c.send(b"quit now\r\n").await;
     c.expect_closed().await;
     let mut c = proxy.client().await;
@@ -339,10 +336,9 @@ async fn malformed_input_gets_errors_and_the_connection_goes_on() {
     let proxy = RunningProxy::start(pool_config(&servers)).await;
     let mut c = proxy.client().await;
     c.check(b"bogus\r\n", b"ERROR\r\n").await;
-    c.check(b"\r\n", b"CLIENT_ERROR bad command line format\r\n")
-        .await;
-    c.check(b"get\r\n", b"CLIENT_ERROR bad command line format\r\n")
-        .await;
+    // An empty line and a get without keys: ERROR, as memcached 1.6 answers them.
+    c.check(b"\r\n", b"ERROR\r\n").await;
+    c.check(b"get\r\n", b"ERROR\r\n").await;
     c.check(
         b"incr k x\r\n",
         b"CLIENT_ERROR invalid numeric delta argument\r\n",
@@ -373,11 +369,9 @@ async fn malformed_input_gets_errors_and_the_connection_goes_on() {
         b"CLIENT_ERROR bad command line format\r\n",
     )
     .await;
-    c.check(
-        b"set x 0 0 1 maybe\r\n",
-        b"CLIENT_ERROR bad command line format\r\n",
-    )
-    .await;
+    // An extra last token that is not noreply is ignored, as memcached 1.6 ignores it.
+    c.check(b"set maybe 0 0 1 maybe\r\n1\r\n", b"STORED\r\n")
+        .await;
     c.check(
         b"touch x soon\r\n",
         b"CLIENT_ERROR invalid exptime argument\r\n",

@@ -8,15 +8,10 @@
 //! default.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use shardring_proxy::{metrics, shutdown, ConfigErrors, Proxy, ProxyConfig};
-use tokio_util::sync::CancellationToken;
-
-/// How long in-flight requests get to finish after SIGINT/SIGTERM.
-const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+use shardring_proxy::{ConfigErrors, ProxyConfig, RunOptions};
 
 /// Flags named like nutcracker's where it has them (`-c`, `-t`, `-s`, `-a`).
 #[derive(Debug, clap::Args)]
@@ -156,82 +151,16 @@ pub fn run(args: Args) -> Result<()> {
             .build(),
     }
     .context("starting the runtime")?;
-    runtime.block_on(serve(args, overrides, config))
-}
-
-async fn serve(args: Args, overrides: Overrides, config: ProxyConfig) -> Result<()> {
-    let proxy = Arc::new(Proxy::new(config)?);
-    let listeners = proxy.bind().await?;
-    let stop = CancellationToken::new();
-
-    let stats_addr = format!("{}:{}", args.stats_addr, args.stats_port);
-    let stats = tokio::net::TcpListener::bind(&stats_addr)
-        .await
-        .with_context(|| format!("cannot listen on the stats address {stats_addr}"))?;
-    let metrics_listener = match &args.metrics_addr {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on the metrics address {addr}"))?,
-        ),
-        None => None,
+    let options = RunOptions {
+        stats_addr: format!("{}:{}", args.stats_addr, args.stats_port),
+        metrics_addr: args.metrics_addr.clone(),
+        ..RunOptions::default()
     };
-    for (pool, l) in proxy.pools().iter().zip(&listeners) {
-        tracing::info!(pool = %pool.config().name, listen = %l.local_addr().unwrap_or_default(), "serving");
-    }
-    tracing::info!(stats = %stats_addr, metrics = ?args.metrics_addr, "stats");
-
-    let p = Arc::clone(&proxy);
-    tokio::spawn(metrics::serve_json(
-        stats,
-        proxy.started(),
-        move || p.views(),
-        stop.clone(),
-    ));
-    if let Some(l) = metrics_listener {
-        let p = Arc::clone(&proxy);
-        tokio::spawn(metrics::serve_prometheus(
-            l,
-            proxy.started(),
-            move || p.views(),
-            stop.clone(),
-        ));
-    }
-    let p = Arc::clone(&proxy);
     let path = args.config.clone();
-    let reload_stop = stop.clone();
-    tokio::spawn(async move {
-        let reload = p.reload_on_sighup(
-            || load(&path).map(|c| overrides.apply(c)),
-            reload_stop.cancelled_owned(),
-        );
-        if let Err(e) = reload.await {
-            tracing::error!(error = %e, "cannot handle SIGHUP; reload disabled");
-        }
-    });
-
-    let (drain, drain_rx) = tokio::sync::oneshot::channel::<()>();
-    let serving = proxy.serve(listeners, async {
-        let _ = drain_rx.await;
-    });
-    tokio::pin!(serving);
-    tokio::select! {
-        () = &mut serving => {}
-        signal = shutdown::signal_received() => {
-            let signal = signal?;
-            tracing::info!(signal, "shutting down: draining in-flight requests");
-        }
-    }
-    let _ = drain.send(());
-    tokio::select! {
-        () = serving => {}
-        () = tokio::time::sleep(DRAIN_LIMIT) => tracing::warn!("drain limit reached; exiting"),
-        second = shutdown::signal_received() => {
-            tracing::warn!(signal = ?second.ok(), "second signal; exiting now");
-        }
-    }
-    stop.cancel();
-    Ok(())
+    let reload = move || load(&path).map(|c| overrides.apply(c));
+    runtime
+        .block_on(shardring_proxy::run(config, options, reload))
+        .context("shardring proxy")
 }
 
 #[cfg(test)]

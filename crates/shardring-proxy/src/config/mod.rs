@@ -8,14 +8,15 @@
 mod limits;
 mod pool;
 mod problem;
+mod twemproxy_file;
 pub(crate) mod twemproxy_keys;
 mod yaml;
 
 pub use self::limits::{Limits, MAX_KEY_LEN};
 pub use self::pool::{Listen, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 pub use self::problem::{ConfigErrors, ConfigProblem};
+pub use self::twemproxy_file::read_pools;
 pub use self::twemproxy_keys::parse_listen;
-pub use self::yaml::read_pools;
 pub use shardring::compat::twemproxy::Distribution;
 pub use shardring::hash::TwemproxyHash;
 

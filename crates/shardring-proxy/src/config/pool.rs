@@ -200,6 +200,16 @@ impl PoolConfig {
         )
     }
 
+    /// The placement settings, for the router.
+    pub fn placement_spec(&self) -> crate::router::PlacementSpec<'_> {
+        crate::router::PlacementSpec {
+            servers: &self.servers,
+            hash: self.hash,
+            hash_tag: self.hash_tag,
+            distribution: self.distribution,
+        }
+    }
+
     /// Every problem with this pool that the file's reader does not see (settings made in code or by
     /// flags), all at once.
     pub fn validate(&self, errors: &mut ConfigErrors) {

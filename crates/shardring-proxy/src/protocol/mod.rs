@@ -5,7 +5,7 @@
 //! protocol decodes client requests (within its limits), plans each one ([`Step`]: answer here, send to one
 //! server, or fan out to several and merge), frames server replies ([`ReplyScanner`]), encodes the proxy's
 //! own errors, and says what its health probe sends and accepts. Adding a protocol is new files under
-//! `protocol/` plus the one line in [`crate::cluster::build_pool`] where a pool picks its protocol.
+//! `protocol/` plus the one line in [`crate::pools::build_pool`] where a pool picks its protocol.
 //!
 //! The request path reads in one direction: socket → [`RequestDecoder::decode`] → [`Protocol::plan`]
 //! (router, placement) → backend connection ([`ReplyScanner::frame`]) → [`Protocol::finish`] or

@@ -3,7 +3,9 @@
 use bytes::{Buf, BytesMut};
 use tokio_util::codec::Decoder;
 
-use super::parse::parse_request;
+use bytes::Bytes;
+
+use super::parse::{parse_get_continuation, parse_get_prefix, parse_request, retrieval_word};
 use super::request::*;
 
 /// One item out of the request decoder.
@@ -17,6 +19,11 @@ pub enum Decoded {
 
 /// The request parser as a [`Decoder`]: frames requests, refuses bad ones, and drops refused data blocks
 /// as they arrive, so no buffer grows past [`Limits::max_request_len`].
+///
+/// A retrieval line longer than the line limit is not refused (memcached and nutcracker take a `get` of
+/// 10,000 keys): once the limit's worth of it is buffered, the keys wholly received go out as a request
+/// of their own marked `more`, and so on until the line ends, so memory is bounded by what is in flight
+/// rather than by the line.
 #[derive(Debug, Clone, Default)]
 pub struct RequestCodec {
     /// The limits the parser enforces.
@@ -25,6 +32,10 @@ pub struct RequestCodec {
     skip: u64,
     /// A refusal that closes the stream was returned: give nothing more.
     closed: bool,
+    /// A retrieval line being streamed through: its command and `gat` exptime.
+    streaming: Option<(GetKind, Option<Bytes>)>,
+    /// Drop input up to the end of the current line (a refused piece of a streamed line).
+    discard_line: bool,
 }
 
 impl RequestCodec {
@@ -32,14 +43,43 @@ impl RequestCodec {
     pub fn new(limits: Limits) -> RequestCodec {
         RequestCodec {
             limits,
-            skip: 0,
-            closed: false,
+            ..RequestCodec::default()
         }
     }
 
     /// The limits it enforces.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Takes a piece of a streamed retrieval line off `buf`, and notes whether the line goes on.
+    fn streamed(
+        &mut self,
+        buf: &mut BytesMut,
+        piece: Result<Option<(Request, usize)>, RequestError>,
+    ) -> Option<Decoded> {
+        match piece {
+            Ok(None) => None,
+            Ok(Some((request, taken))) => {
+                buf.advance(taken);
+                self.streaming = match &request.command {
+                    Command::Get {
+                        kind,
+                        exptime,
+                        more: true,
+                        ..
+                    } => Some((*kind, exptime.clone().map(|e| request.frame.slice(e)))),
+                    _ => None,
+                };
+                Some(Decoded::Request(request))
+            }
+            Err(err) => {
+                // The rest of the line is dropped; the next line is read in step.
+                self.streaming = None;
+                self.discard_line = true;
+                Some(Decoded::Refused(err))
+            }
+        }
     }
 }
 
@@ -62,8 +102,46 @@ impl Decoder for RequestCodec {
                 return Ok(None);
             }
         }
+        if self.discard_line {
+            match memchr::memchr(b'\n', buf) {
+                Some(nl) => {
+                    buf.advance(nl + 1);
+                    self.discard_line = false;
+                }
+                None => {
+                    buf.clear();
+                    return Ok(None);
+                }
+            }
+        }
+        if let Some((kind, exptime)) = &self.streaming {
+            let whole_line = memchr::memchr(b'\n', buf).is_some();
+            if !whole_line && buf.len() < self.limits.max_line_len {
+                return Ok(None);
+            }
+            let piece = parse_get_continuation(buf, *kind, exptime.as_deref(), &self.limits);
+            return Ok(self.streamed(buf, piece));
+        }
         match parse_request(buf, &self.limits) {
-            Ok(None) => Ok(None),
+            Ok(None) => {
+                if buf.len() <= self.limits.max_line_len {
+                    return Ok(None);
+                }
+                let Some(kind) = retrieval_word(buf) else {
+                    return Ok(None);
+                };
+                let piece = match parse_get_prefix(buf, kind, &self.limits) {
+                    // Past the line limit and not one key yet: a key longer than any limit.
+                    Ok(None) => Err(RequestError {
+                        kind: RequestErrorKind::KeyTooLong,
+                        consumed: 0,
+                        skip: 0,
+                        close: false,
+                    }),
+                    other => other,
+                };
+                Ok(self.streamed(buf, piece))
+            }
             Ok(Some(Parsed {
                 len,
                 command,

@@ -20,6 +20,7 @@ mod parse;
 mod plan;
 mod request;
 mod response;
+mod tokens;
 
 pub use self::codec::*;
 pub use self::parse::parse_request;

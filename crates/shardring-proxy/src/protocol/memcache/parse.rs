@@ -1,431 +1,473 @@
 //! The request parser: one memcached request from the front of a buffer, one function per command family.
+//!
+//! Token counts follow memcached 1.6's `process_command_ascii`: a command with too few or too many
+//! tokens is answered `ERROR` (its `WANT_TOKENS` check), a token that does not parse gets
+//! `CLIENT_ERROR <reason>`, and an extra last token that is not `noreply` is ignored where memcached
+//! ignores it (storage commands, `incr`/`decr`/`touch`, `verbosity`).
 
 use std::ops::Range;
 
 use super::request::*;
+use super::tokens::{line_end, parse_i64, parse_u64, spaced_tokens, Tokens};
 
-/// Finds the end of the first line: `(line without its terminator, length including it)`.
-fn line_end(buf: &[u8]) -> Option<(usize, usize)> {
-    let nl = memchr::memchr(b'\n', buf)?;
-    let end = if nl > 0 && buf[nl - 1] == b'\r' {
-        nl - 1
-    } else {
-        nl
-    };
-    Some((end, nl + 1))
-}
-
-/// Up to 24 tokens of a line (memcached's `MAX_TOKENS`); more are counted but not stored.
-pub(super) struct Tokens {
-    ranges: [Range<usize>; 24],
-    pub(super) len: usize,
-}
-
-impl Tokens {
-    pub(super) fn split(line: &[u8], max: usize) -> Tokens {
-        const EMPTY: Range<usize> = 0..0;
-        let mut t = Tokens {
-            ranges: [EMPTY; 24],
-            len: 0,
-        };
-        let mut i = 0;
-        while i < line.len() {
-            while i < line.len() && line[i] == b' ' {
-                i += 1;
-            }
-            if i >= line.len() {
-                break;
-            }
-            let start = i;
-            while i < line.len() && line[i] != b' ' {
-                i += 1;
-            }
-            if t.len < max.min(24) {
-                t.ranges[t.len] = start..i;
-            }
-            t.len += 1;
-        }
-        t
-    }
-
-    pub(super) fn get(&self, i: usize) -> Range<usize> {
-        self.ranges[i].clone()
-    }
-}
-
-pub(super) fn parse_u64(b: &[u8]) -> Option<u64> {
-    if b.is_empty() || b.len() > 20 {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &c in b {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-    }
-    Some(v)
-}
-
-fn parse_i64(b: &[u8]) -> Option<i64> {
-    match b.split_first() {
-        Some((b'-', rest)) => parse_u64(rest)
-            .and_then(|v| i64::try_from(v).ok())
-            .map(|v| -v),
-        _ => parse_u64(b).and_then(|v| i64::try_from(v).ok()),
-    }
-}
+use RequestErrorKind as E;
 
 /// Parses the first request in `buf`.
 ///
 /// Returns `Ok(None)` when `buf` does not yet hold a whole request (and is within the limits),
-/// `Ok(Some(parsed))` for a request occupying `buf[..parsed.len]`, and `Err` for a refused one.
+/// `Ok(Some(parsed))` for a request occupying `buf[..parsed.len]`, and `Err` for a refused one. A
+/// retrieval command's line has no length limit here: the codec streams long ones through
+/// ([`parse_get_prefix`]).
 ///
 /// # Errors
 /// A [`RequestError`] saying what to reply and how much input to drop.
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, RequestError> {
-    use RequestErrorKind as E;
     let Some((end, line_len)) = line_end(buf) else {
-        if buf.len() > limits.max_line_len {
-            return Err(RequestError {
-                kind: E::LineTooLong,
-                consumed: buf.len(),
-                skip: 0,
-                close: true,
-            });
+        if buf.len() > limits.max_line_len && retrieval_word(buf).is_none() {
+            return Err(RequestError::closing(E::LineTooLong, buf.len()));
         }
         return Ok(None);
     };
-    if end > limits.max_line_len {
-        return Err(RequestError {
-            kind: E::LineTooLong,
-            consumed: line_len,
-            skip: 0,
-            close: true,
-        });
-    }
-    let line = &buf[..end];
-    let tokens = Tokens::split(line, 24);
+    let text = &buf[..end];
+    let tokens = Tokens::split(text, 24);
     if tokens.len == 0 {
-        return Err(RequestError::line(E::BadFormat, line_len));
+        return Err(RequestError::line(E::UnknownCommand, line_len));
     }
-    let bad = |kind| Err(RequestError::line(kind, line_len));
-    let n = tokens.len;
-    let word = &line[tokens.get(0)];
-    let key_ok = |r: &Range<usize>| r.len() <= limits.max_key_len;
-    // `noreply` as the last token: its range with the space before it.
-    let noreply_at = |i: usize| -> Option<Range<usize>> {
-        (n == i + 1 && n <= 24 && &line[tokens.get(i)] == b"noreply").then(|| {
-            let r = tokens.get(i);
-            r.start - 1..r.end
-        })
+    let line = Line {
+        buf,
+        text,
+        len: line_len,
+        tokens,
+        limits,
     };
+    let word = &text[line.tokens.get(0)];
+    if let Some(kind) = GetKind::from_word(word) {
+        return line.retrieval(kind);
+    }
+    if end > limits.max_line_len {
+        return Err(RequestError::closing(E::LineTooLong, line_len));
+    }
     match word {
-        b"get" | b"gets" | b"gat" | b"gats" => {
-            let kind = match word {
-                b"get" => GetKind::Get,
-                b"gets" => GetKind::Gets,
-                b"gat" => GetKind::Gat,
-                _ => GetKind::Gats,
-            };
-            let touch = matches!(kind, GetKind::Gat | GetKind::Gats);
-            let first_key = if touch { 2 } else { 1 };
-            if n <= first_key {
-                return bad(E::BadFormat);
-            }
-            let exptime = if touch {
-                let r = tokens.get(1);
-                if parse_i64(&line[r.clone()]).is_none() {
-                    return bad(E::InvalidExptime);
-                }
-                Some(r)
-            } else {
-                None
-            };
-            // A get line may hold more than 24 tokens: walk it again without the token cap.
-            let mut keys = Vec::with_capacity(n - first_key);
-            let mut i = 0;
-            let mut index = 0;
-            while i < line.len() {
-                while i < line.len() && line[i] == b' ' {
-                    i += 1;
-                }
-                if i >= line.len() {
-                    break;
-                }
-                let start = i;
-                while i < line.len() && line[i] != b' ' {
-                    i += 1;
-                }
-                if index >= first_key {
-                    if i - start > limits.max_key_len {
-                        return bad(E::KeyTooLong);
-                    }
-                    keys.push(start..i);
-                }
-                index += 1;
-            }
-            Ok(Some(Parsed {
-                len: line_len,
-                command: Command::Get {
-                    kind,
-                    exptime,
-                    keys,
-                },
-                strip: None,
-            }))
-        }
-        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
-            let cas = word == b"cas";
-            let base = if cas { 6 } else { 5 };
-            if n != base && n != base + 1 {
-                return bad(E::BadFormat);
-            }
-            let strip = if n == base + 1 {
-                match noreply_at(base) {
-                    Some(r) => Some(r),
-                    None => return bad(E::BadFormat),
-                }
-            } else {
-                None
-            };
-            let key = tokens.get(1);
-            let vlen = parse_u64(&line[tokens.get(4)]);
-            let numbers_ok = parse_u64(&line[tokens.get(2)])
-                .is_some_and(|f| f <= u64::from(u32::MAX))
-                && parse_i64(&line[tokens.get(3)]).is_some()
-                && (!cas || parse_u64(&line[tokens.get(5)]).is_some());
-            let Some(vlen) = vlen else {
-                // The data block's length is unknown: its bytes will be read as commands (as memcached does).
-                return bad(E::BadFormat);
-            };
-            let refuse = |kind| Err(RequestError::with_block(kind, line_len, vlen));
-            if !key_ok(&key) {
-                return refuse(E::KeyTooLong);
-            }
-            if !numbers_ok {
-                return refuse(E::BadFormat);
-            }
-            if vlen > limits.max_value_len as u64 {
-                return refuse(E::ValueTooLarge);
-            }
-            data_block(buf, line_len, vlen as usize).map(|o| {
-                o.map(|total| Parsed {
-                    len: total,
-                    command: Command::Keyed {
-                        key,
-                        noreply: strip.is_some(),
-                    },
-                    strip,
-                })
-            })
-        }
-        b"delete" | b"incr" | b"decr" | b"touch" => {
-            // delete <key> [0] [noreply] (a time of 0 is still accepted by memcached)
-            let (min, max) = if word == b"delete" { (2, 4) } else { (3, 4) };
-            if n < min || n > max {
-                return bad(E::BadFormat);
-            }
-            let strip = noreply_at(n - 1);
-            let args = n - usize::from(strip.is_some());
-            let key = tokens.get(1);
-            if !key_ok(&key) {
-                return bad(E::KeyTooLong);
-            }
-            match word {
-                b"delete" => {
-                    if args == 3 && &line[tokens.get(2)] != b"0" {
-                        return bad(E::BadFormat);
-                    }
-                    if args > 3 {
-                        return bad(E::BadFormat);
-                    }
-                }
-                b"touch" => {
-                    if args != 3 {
-                        return bad(E::BadFormat);
-                    }
-                    if parse_i64(&line[tokens.get(2)]).is_none() {
-                        return bad(E::InvalidExptime);
-                    }
-                }
-                _ => {
-                    if args != 3 {
-                        return bad(E::BadFormat);
-                    }
-                    if parse_u64(&line[tokens.get(2)]).is_none() {
-                        return bad(E::InvalidDelta);
-                    }
-                }
-            }
-            Ok(Some(Parsed {
-                len: line_len,
-                command: Command::Keyed {
-                    key,
-                    noreply: strip.is_some(),
-                },
-                strip,
-            }))
-        }
-        b"mg" | b"ms" | b"md" | b"ma" | b"me" => {
-            let kind = match word {
-                b"mg" => MetaKind::Get,
-                b"ms" => MetaKind::Set,
-                b"md" => MetaKind::Delete,
-                b"ma" => MetaKind::Arithmetic,
-                _ => MetaKind::Debug,
-            };
-            if !(2..=24).contains(&n) {
-                return bad(E::BadFormat);
-            }
-            let key = tokens.get(1);
-            let first_flag = if kind == MetaKind::Set { 3 } else { 2 };
-            let mut strip = None;
-            let mut base64 = false;
-            for i in first_flag..n {
-                let r = tokens.get(i);
-                if r.len() == 1 && line[r.start] == b'q' {
-                    strip = Some(r.start - 1..r.end);
-                }
-                base64 |= r.len() == 1 && line[r.start] == b'b';
-            }
-            // The `b` flag: the key token is base64, and the server stores the decoded bytes. Routing
-            // hashes the decoded key, so `mg <base64> b` finds what `get <key>` stored.
-            let key_error = if !key_ok(&key) {
-                Some(E::KeyTooLong)
-            } else if base64
-                && decode_base64_key(&line[key.clone()], &mut [0u8; MAX_KEY_LEN]).is_none()
-            {
-                Some(E::BadBase64Key)
-            } else {
-                None
-            };
-            if kind == MetaKind::Set {
-                if n < 3 {
-                    return bad(E::BadFormat);
-                }
-                let Some(vlen) = parse_u64(&line[tokens.get(2)]) else {
-                    return bad(E::BadNumber);
-                };
-                // A refused `ms` has its data block skipped too, as a refused `set` has.
-                if let Some(kind) = key_error {
-                    return Err(RequestError::with_block(kind, line_len, vlen));
-                }
-                if vlen > limits.max_value_len as u64 {
-                    return Err(RequestError::with_block(E::ValueTooLarge, line_len, vlen));
-                }
-                let quiet = strip.is_some();
-                return data_block(buf, line_len, vlen as usize).map(|o| {
-                    o.map(|total| Parsed {
-                        len: total,
-                        command: Command::Meta {
-                            kind,
-                            key,
-                            quiet,
-                            base64,
-                        },
-                        strip,
-                    })
-                });
-            }
-            if let Some(kind) = key_error {
-                return bad(kind);
-            }
-            let quiet = strip.is_some();
-            Ok(Some(Parsed {
-                len: line_len,
-                command: Command::Meta {
-                    kind,
-                    key,
-                    quiet,
-                    base64,
-                },
-                strip,
-            }))
-        }
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" => line.storage(false),
+        b"cas" => line.storage(true),
+        b"delete" => line.delete(),
+        b"incr" | b"decr" => line.arithmetic(),
+        b"touch" => line.touch(),
+        b"mg" => line.meta(MetaKind::Get),
+        b"ms" => line.meta(MetaKind::Set),
+        b"md" => line.meta(MetaKind::Delete),
+        b"ma" => line.meta(MetaKind::Arithmetic),
+        b"me" => line.meta(MetaKind::Debug),
         // Commands without arguments; like memcached 1.6, extra tokens are ignored.
-        b"mn" | b"version" | b"quit" => {
-            let command = match word {
-                b"mn" => Command::MetaNoop,
-                b"version" => Command::Version,
-                _ => Command::Quit,
-            };
-            Ok(Some(Parsed {
-                len: line_len,
-                command,
-                strip: None,
-            }))
-        }
-        b"verbosity" => {
-            // memcached 1.6: `verbosity <level> [anything]`, silent when the last token is `noreply`
-            // (`verbosity noreply` included); the level itself is the server's business.
-            if !(2..=3).contains(&n) {
-                return bad(E::BadFormat);
-            }
-            let strip = noreply_at(n - 1);
-            if strip.is_none() && parse_u64(&line[tokens.get(1)]).is_none() {
-                return bad(E::BadFormat);
-            }
-            Ok(Some(Parsed {
-                len: line_len,
-                command: Command::Verbosity {
-                    noreply: strip.is_some(),
-                },
-                strip,
-            }))
-        }
-        b"flush_all" => {
-            let strip = noreply_at(n - 1);
-            let args = n - usize::from(strip.is_some());
-            if args > 2 {
-                return bad(E::BadFormat);
-            }
-            if args == 2 && parse_i64(&line[tokens.get(1)]).is_none() {
-                return bad(E::InvalidExptime);
-            }
-            Ok(Some(Parsed {
-                len: line_len,
-                command: Command::FlushAll {
-                    noreply: strip.is_some(),
-                },
-                strip,
-            }))
-        }
-        b"stats" => {
-            let request = match (n > 1).then(|| &line[tokens.get(1)]) {
-                None => StatsRequest::Proxy,
-                Some(b"reset") if n == 2 => StatsRequest::Reset,
-                Some(b"detail") if n == 3 && &line[tokens.get(2)] != b"dump" => {
-                    StatsRequest::Toggle
-                }
-                Some(
-                    b"settings" | b"items" | b"slabs" | b"sizes" | b"conns" | b"detail"
-                    | b"cachedump" | b"extstore",
-                ) => StatsRequest::PerServer,
-                // `stats noreply`, `stats foo`: memcached answers ERROR.
-                Some(_) => return bad(E::UnknownCommand),
-            };
-            Ok(Some(Parsed {
-                len: line_len,
-                command: Command::Stats(request),
-                strip: None,
-            }))
-        }
-        _ => bad(E::UnknownCommand),
+        b"mn" => line.simple(Command::MetaNoop),
+        b"version" => line.simple(Command::Version),
+        b"quit" => line.simple(Command::Quit),
+        b"verbosity" => line.verbosity(),
+        b"flush_all" => line.flush_all(),
+        b"stats" => line.stats(),
+        _ => line.refuse(E::UnknownCommand),
     }
 }
 
-/// Decodes a base64 key (standard alphabet, padded, as memcached's `b` flag wants) into `out`; `None`
-/// when it is not base64 or decodes to nothing.
-pub(super) fn decode_base64_key<'a>(
-    token: &[u8],
-    out: &'a mut [u8; MAX_KEY_LEN],
-) -> Option<&'a [u8]> {
-    use base64::Engine as _;
-    let len = base64::engine::general_purpose::STANDARD
-        .decode_slice(token, out)
-        .ok()?;
-    (len > 0).then(|| &out[..len])
+/// The retrieval command a buffer starts with (its word and a space), if any: such a line may be
+/// longer than any limit, since it is streamed through key by key.
+pub(super) fn retrieval_word(buf: &[u8]) -> Option<GetKind> {
+    let space = buf.iter().take(5).position(|&c| c == b' ')?;
+    GetKind::from_word(&buf[..space])
+}
+
+/// The front of a retrieval line too long to wait for: its command, and the keys wholly received (each
+/// followed by a space), as a request that more keys follow. `None` when not even one key is whole yet.
+///
+/// Returns the request and the bytes of `buf` it took (the rest starts at the next key).
+///
+/// # Errors
+/// A key over the key limit, or a bad `gat` exptime.
+pub(super) fn parse_get_prefix(
+    buf: &[u8],
+    kind: GetKind,
+    limits: &Limits,
+) -> Result<Option<(Request, usize)>, RequestError> {
+    let Some(last_space) = buf.iter().rposition(|&c| c == b' ') else {
+        return Ok(None);
+    };
+    let text = &buf[..last_space];
+    let mut tokens = spaced_tokens(text).map(|(_, t)| t);
+    tokens.next(); // the command word
+    let exptime = match kind {
+        GetKind::Gat | GetKind::Gats => match tokens.next() {
+            Some(e) if parse_i64(e).is_some() => Some(e),
+            Some(_) => return Err(RequestError::line(E::InvalidExptime, 0)),
+            None => return Ok(None),
+        },
+        GetKind::Get | GetKind::Gets => None,
+    };
+    get_chunk(kind, exptime, tokens, true, limits).map(|r| Some((r, last_space + 1)))
+}
+
+/// Keys of a retrieval line already under way (its command was in an earlier chunk): up to the end of
+/// the line when it is in `buf`, else the keys wholly received. Returns the request and the bytes it
+/// took; `None` when nothing can be taken yet.
+///
+/// # Errors
+/// A key over the key limit.
+pub(super) fn parse_get_continuation(
+    buf: &[u8],
+    kind: GetKind,
+    exptime: Option<&[u8]>,
+    limits: &Limits,
+) -> Result<Option<(Request, usize)>, RequestError> {
+    let (text, taken, more) = match line_end(buf) {
+        Some((end, len)) => (&buf[..end], len, false),
+        None => match buf.iter().rposition(|&c| c == b' ') {
+            Some(last_space) => (&buf[..last_space], last_space + 1, true),
+            None if buf.len() > limits.max_key_len => {
+                return Err(RequestError::line(E::KeyTooLong, buf.len()))
+            }
+            None => return Ok(None),
+        },
+    };
+    let keys = spaced_tokens(text).map(|(_, t)| t);
+    get_chunk(kind, exptime, keys, more, limits).map(|r| Some((r, taken)))
+}
+
+/// A retrieval request for some of a long line's keys, framed as a line of its own.
+fn get_chunk<'a>(
+    kind: GetKind,
+    exptime: Option<&[u8]>,
+    keys: impl Iterator<Item = &'a [u8]>,
+    more: bool,
+    limits: &Limits,
+) -> Result<Request, RequestError> {
+    let mut frame = Vec::with_capacity(4096);
+    frame.extend_from_slice(kind.word().as_bytes());
+    let exptime = exptime.map(|e| {
+        frame.push(b' ');
+        frame.extend_from_slice(e);
+        frame.len() - e.len()..frame.len()
+    });
+    let mut ranges = Vec::new();
+    for key in keys {
+        if key.len() > limits.max_key_len {
+            return Err(RequestError::line(E::KeyTooLong, 0));
+        }
+        frame.push(b' ');
+        frame.extend_from_slice(key);
+        ranges.push(frame.len() - key.len()..frame.len());
+    }
+    frame.extend_from_slice(b"\r\n");
+    Ok(Request {
+        frame: frame.into(),
+        command: Command::Get {
+            kind,
+            exptime,
+            keys: ranges,
+            more,
+        },
+        strip: None,
+    })
+}
+
+/// One whole command line at the front of the buffer.
+struct Line<'a> {
+    /// The whole input (a storage command's data block follows the line).
+    buf: &'a [u8],
+    /// The line without its terminator.
+    text: &'a [u8],
+    /// The line's length with its terminator.
+    len: usize,
+    /// Its first 24 tokens (and their count).
+    tokens: Tokens,
+    /// The limits.
+    limits: &'a Limits,
+}
+
+impl Line<'_> {
+    /// How many tokens the line has.
+    fn count(&self) -> usize {
+        self.tokens.len
+    }
+
+    /// The bytes of token `i`.
+    fn token(&self, i: usize) -> &[u8] {
+        &self.text[self.tokens.get(i)]
+    }
+
+    fn refuse<T>(&self, kind: RequestErrorKind) -> Result<T, RequestError> {
+        Err(RequestError::line(kind, self.len))
+    }
+
+    /// A one-line request.
+    fn request(
+        &self,
+        command: Command,
+        strip: Option<Range<usize>>,
+    ) -> Result<Option<Parsed>, RequestError> {
+        Ok(Some(Parsed {
+            len: self.len,
+            command,
+            strip,
+        }))
+    }
+
+    /// `noreply` as token `i` when it is the last: its range with the space before it.
+    fn noreply_at(&self, i: usize) -> Option<Range<usize>> {
+        (self.count() == i + 1 && i < 24 && self.token(i) == b"noreply").then(|| {
+            let r = self.tokens.get(i);
+            r.start - 1..r.end
+        })
+    }
+
+    fn key_ok(&self, key: &Range<usize>) -> bool {
+        key.len() <= self.limits.max_key_len
+    }
+
+    /// get/gets `<key>+`, gat/gats `<exptime> <key>*` (a gat without keys is answered `END`, as by
+    /// memcached). The line is walked again without the token cap: it may hold any number of keys.
+    fn retrieval(&self, kind: GetKind) -> Result<Option<Parsed>, RequestError> {
+        let touch = matches!(kind, GetKind::Gat | GetKind::Gats);
+        let first_key = if touch { 2 } else { 1 };
+        if self.count() < 2 {
+            return self.refuse(E::UnknownCommand);
+        }
+        let exptime = if touch {
+            let r = self.tokens.get(1);
+            if parse_i64(&self.text[r.clone()]).is_none() {
+                return self.refuse(E::InvalidExptime);
+            }
+            Some(r)
+        } else {
+            None
+        };
+        let mut keys = Vec::with_capacity(self.count().saturating_sub(first_key));
+        for (index, (start, key)) in spaced_tokens(self.text).enumerate() {
+            if index >= first_key {
+                if key.len() > self.limits.max_key_len {
+                    return self.refuse(E::KeyTooLong);
+                }
+                keys.push(start..start + key.len());
+            }
+        }
+        self.request(
+            Command::Get {
+                kind,
+                exptime,
+                keys,
+                more: false,
+            },
+            None,
+        )
+    }
+
+    /// set/add/replace/append/prepend `<key> <flags> <exptime> <bytes> [noreply]`, cas with `<cas>`
+    /// before `[noreply]`; then a data block.
+    fn storage(&self, cas: bool) -> Result<Option<Parsed>, RequestError> {
+        let base = if cas { 6 } else { 5 };
+        if self.count() != base && self.count() != base + 1 {
+            return self.refuse(E::UnknownCommand);
+        }
+        let strip = self.noreply_at(base);
+        let key = self.tokens.get(1);
+        let Some(vlen) = parse_u64(self.token(4)) else {
+            // The data block's length is unknown: its bytes will be read as commands (as memcached does).
+            return self.refuse(E::BadFormat);
+        };
+        let numbers_ok = parse_u64(self.token(2)).is_some_and(|f| f <= u64::from(u32::MAX))
+            && parse_i64(self.token(3)).is_some()
+            && (!cas || parse_u64(self.token(5)).is_some());
+        let refuse = |kind| Err(RequestError::with_block(kind, self.len, vlen));
+        if !self.key_ok(&key) {
+            return refuse(E::KeyTooLong);
+        }
+        if !numbers_ok {
+            return refuse(E::BadFormat);
+        }
+        if vlen > self.limits.max_value_len as u64 {
+            return refuse(E::ValueTooLarge);
+        }
+        let noreply = strip.is_some();
+        self.with_data_block(vlen, Command::Keyed { key, noreply }, strip)
+    }
+
+    /// The request once its data block of `vlen` bytes is in.
+    fn with_data_block(
+        &self,
+        vlen: u64,
+        command: Command,
+        strip: Option<Range<usize>>,
+    ) -> Result<Option<Parsed>, RequestError> {
+        data_block(self.buf, self.len, vlen as usize).map(|o| {
+            o.map(|total| Parsed {
+                len: total,
+                command,
+                strip,
+            })
+        })
+    }
+
+    /// `delete <key> [0] [noreply]` (a time of 0 is still accepted by memcached 1.6).
+    fn delete(&self) -> Result<Option<Parsed>, RequestError> {
+        let n = self.count();
+        if !(2..=4).contains(&n) {
+            return self.refuse(E::UnknownCommand);
+        }
+        let strip = self.noreply_at(n - 1);
+        let valid = match n {
+            2 => true,
+            3 => self.token(2) == b"0" || strip.is_some(),
+            _ => self.token(2) == b"0" && strip.is_some(),
+        };
+        if !valid {
+            return self.refuse(E::DeleteUsage);
+        }
+        self.keyed(strip)
+    }
+
+    /// `incr|decr <key> <delta> [noreply]`.
+    fn arithmetic(&self) -> Result<Option<Parsed>, RequestError> {
+        if !(3..=4).contains(&self.count()) {
+            return self.refuse(E::UnknownCommand);
+        }
+        if parse_u64(self.token(2)).is_none() {
+            return self.refuse(E::InvalidDelta);
+        }
+        self.keyed(self.noreply_at(3))
+    }
+
+    /// `touch <key> <exptime> [noreply]`.
+    fn touch(&self) -> Result<Option<Parsed>, RequestError> {
+        if !(3..=4).contains(&self.count()) {
+            return self.refuse(E::UnknownCommand);
+        }
+        if parse_i64(self.token(2)).is_none() {
+            return self.refuse(E::InvalidExptime);
+        }
+        self.keyed(self.noreply_at(3))
+    }
+
+    /// A one-key, one-line command whose arguments are checked.
+    fn keyed(&self, strip: Option<Range<usize>>) -> Result<Option<Parsed>, RequestError> {
+        let key = self.tokens.get(1);
+        if !self.key_ok(&key) {
+            return self.refuse(E::KeyTooLong);
+        }
+        let noreply = strip.is_some();
+        self.request(Command::Keyed { key, noreply }, strip)
+    }
+
+    /// mg/ms/md/ma/me `<key> <flags>*` (ms: `<key> <datalen> <flags>*` and a data block), flags passed
+    /// through; `q` is stripped (the proxy hides what it hides), `b` means a base64 key.
+    fn meta(&self, kind: MetaKind) -> Result<Option<Parsed>, RequestError> {
+        let n = self.count();
+        if n < 2 {
+            // memcached 1.6 answers a bare `me` with a format error, the others with ERROR.
+            let kind = if kind == MetaKind::Debug {
+                E::BadFormat
+            } else {
+                E::UnknownCommand
+            };
+            return self.refuse(kind);
+        }
+        if n > 24 {
+            return self.refuse(E::BadFormat);
+        }
+        let key = self.tokens.get(1);
+        let first_flag = if kind == MetaKind::Set { 3 } else { 2 };
+        let mut strip = None;
+        let mut base64 = false;
+        for i in first_flag..n {
+            let r = self.tokens.get(i);
+            if r.len() == 1 && self.text[r.start] == b'q' {
+                strip = Some(r.start - 1..r.end);
+            }
+            base64 |= r.len() == 1 && self.text[r.start] == b'b';
+        }
+        // The `b` flag: the key token is base64, and the server stores the decoded bytes. Routing
+        // hashes the decoded key, so `mg <base64> b` finds what `get <key>` stored.
+        let key_error = if !self.key_ok(&key) {
+            Some(E::KeyTooLong)
+        } else if base64
+            && decode_base64_key(&self.text[key.clone()], &mut [0u8; MAX_KEY_LEN]).is_none()
+        {
+            Some(E::BadBase64Key)
+        } else {
+            None
+        };
+        let command = Command::Meta {
+            kind,
+            key,
+            quiet: strip.is_some(),
+            base64,
+        };
+        if kind == MetaKind::Set {
+            let Some(vlen) = (n >= 3).then(|| parse_u64(self.token(2))).flatten() else {
+                return self.refuse(E::BadFormat);
+            };
+            // A refused `ms` has its data block skipped too, as a refused `set` has.
+            if let Some(kind) = key_error {
+                return Err(RequestError::with_block(kind, self.len, vlen));
+            }
+            if vlen > self.limits.max_value_len as u64 {
+                return Err(RequestError::with_block(E::ValueTooLarge, self.len, vlen));
+            }
+            return self.with_data_block(vlen, command, strip);
+        }
+        if let Some(kind) = key_error {
+            return self.refuse(kind);
+        }
+        self.request(command, strip)
+    }
+
+    fn simple(&self, command: Command) -> Result<Option<Parsed>, RequestError> {
+        self.request(command, None)
+    }
+
+    /// `verbosity <level> [noreply]`: silent when the last token is `noreply` (`verbosity noreply`
+    /// included); the level itself is the server's business.
+    fn verbosity(&self) -> Result<Option<Parsed>, RequestError> {
+        let n = self.count();
+        if !(2..=3).contains(&n) {
+            return self.refuse(E::UnknownCommand);
+        }
+        let strip = self.noreply_at(n - 1);
+        if strip.is_none() && parse_u64(self.token(1)).is_none() {
+            return self.refuse(E::BadFormat);
+        }
+        let noreply = strip.is_some();
+        self.request(Command::Verbosity { noreply }, strip)
+    }
+
+    /// `flush_all [delay] [noreply]`.
+    fn flush_all(&self) -> Result<Option<Parsed>, RequestError> {
+        let n = self.count();
+        if n > 3 {
+            return self.refuse(E::UnknownCommand);
+        }
+        let strip = self.noreply_at(n - 1);
+        let args = n - usize::from(strip.is_some());
+        if args >= 2 && parse_i64(self.token(1)).is_none() {
+            return self.refuse(E::InvalidExptime);
+        }
+        let noreply = strip.is_some();
+        self.request(Command::FlushAll { noreply }, strip)
+    }
+
+    /// `stats [what]`, answered by the proxy.
+    fn stats(&self) -> Result<Option<Parsed>, RequestError> {
+        let n = self.count();
+        let request = match (n > 1).then(|| self.token(1)) {
+            None => StatsRequest::Proxy,
+            Some(b"reset") if n == 2 => StatsRequest::Reset,
+            Some(b"detail") if n == 3 && self.token(2) != b"dump" => StatsRequest::Toggle,
+            Some(
+                b"settings" | b"items" | b"slabs" | b"sizes" | b"conns" | b"detail" | b"cachedump"
+                | b"extstore",
+            ) => StatsRequest::PerServer,
+            // `stats noreply`, `stats foo`: memcached answers ERROR.
+            Some(_) => return self.refuse(E::UnknownCommand),
+        };
+        self.request(Command::Stats(request), None)
+    }
 }
 
 /// The total length of a request whose line is `line_len` bytes and whose data block is `vlen` bytes, once
@@ -436,12 +478,7 @@ fn data_block(buf: &[u8], line_len: usize, vlen: usize) -> Result<Option<usize>,
         return Ok(None);
     }
     if &buf[line_len + vlen..total] != b"\r\n" {
-        return Err(RequestError {
-            kind: RequestErrorKind::BadDataChunk,
-            consumed: total,
-            skip: 0,
-            close: true,
-        });
+        return Err(RequestError::closing(E::BadDataChunk, total));
     }
     Ok(Some(total))
 }

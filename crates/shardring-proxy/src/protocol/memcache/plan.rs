@@ -49,6 +49,9 @@ pub enum Finish {
     NoReply,
     /// A quiet meta command: hidden when its status is one `q` hides.
     Quiet(MetaKind),
+    /// A piece of a streamed retrieval line: its `VALUE` blocks without the `END` (the last piece ends
+    /// the answer).
+    WithoutEnd,
 }
 
 /// What a fan-out merges.
@@ -152,6 +155,10 @@ impl Protocol for Memcache {
             (_, Finish::NoReply) => Answer::Nothing,
             (Err(e), _) => Answer::Failed(e),
             (Ok(bytes), Finish::Plain) => Answer::Bytes(bytes),
+            (Ok(bytes), Finish::WithoutEnd) => match bytes.strip_suffix(b"END\r\n") {
+                Some(values) => Answer::Bytes(bytes.slice(..values.len())),
+                None => Answer::Bytes(bytes),
+            },
             (Ok(bytes), Finish::Quiet(kind)) => {
                 if kind.quiet_hides(status_code(&bytes)) {
                     Answer::Nothing
@@ -228,10 +235,20 @@ impl Memcache {
             kind,
             exptime,
             keys,
+            more,
         } = &req.command
         else {
             unreachable!("get() is only called for retrieval commands")
         };
+        let more = *more;
+        if keys.is_empty() {
+            // `gat <exptime>` alone (memcached answers END), or a streamed line's last piece.
+            return Step::Answer(if more {
+                Answer::Nothing
+            } else {
+                Answer::fixed(b"END\r\n")
+            });
+        }
         let owners: Vec<Option<usize>> =
             keys.iter().map(|k| ctx.server_for(req.bytes(k))).collect();
         let first = owners[0];
@@ -240,7 +257,11 @@ impl Memcache {
                 server: first,
                 frame: req.frame.clone(),
                 kind: ResponseKind::Values,
-                finish: Finish::Plain,
+                finish: if more {
+                    Finish::WithoutEnd
+                } else {
+                    Finish::Plain
+                },
             };
         }
         // Split: one request per server, keys in the client's order.
@@ -319,7 +340,7 @@ impl GetMerge {
         if replies.is_empty() || (self.all_or_nothing && any_unrouted) {
             return Answer::Failed(BackendError::NoServer);
         }
-        let Command::Get { keys, .. } = &self.request.command else {
+        let Command::Get { keys, more, .. } = &self.request.command else {
             return Answer::Failed(BackendError::NoServer);
         };
         let mut cursors: Vec<_> = replies
@@ -343,7 +364,9 @@ impl GetMerge {
                 }
             }
         }
-        out.extend_from_slice(b"END\r\n");
+        if !more {
+            out.extend_from_slice(b"END\r\n");
+        }
         Answer::Bytes(out.freeze())
     }
 }

@@ -4,7 +4,6 @@ use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
 
-use super::parse::decode_base64_key;
 use super::response::ResponseKind;
 
 pub use crate::config::{Limits, MAX_KEY_LEN};
@@ -23,6 +22,17 @@ pub enum GetKind {
 }
 
 impl GetKind {
+    /// The retrieval command named by `word`.
+    pub fn from_word(word: &[u8]) -> Option<GetKind> {
+        match word {
+            b"get" => Some(GetKind::Get),
+            b"gets" => Some(GetKind::Gets),
+            b"gat" => Some(GetKind::Gat),
+            b"gats" => Some(GetKind::Gats),
+            _ => None,
+        }
+    }
+
     /// The command word.
     pub fn word(self) -> &'static str {
         match self {
@@ -72,6 +82,9 @@ pub enum Command {
         exptime: Option<Range<usize>>,
         /// The keys, in the client's order (repeats kept).
         keys: Vec<Range<usize>>,
+        /// More keys of the same client line follow in further requests (a line too long to wait for is
+        /// streamed through in pieces): this piece's answer has no `END`.
+        more: bool,
     },
     /// set/add/replace/append/prepend/cas with a data block; delete; incr/decr; touch: one key, one reply
     /// line.
@@ -191,12 +204,16 @@ impl Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestErrorKind {
-    /// Not a command this proxy knows.
+    /// Not a command this proxy knows, or a known one with too few or too many tokens (memcached answers
+    /// both `ERROR`).
     #[error("unknown command")]
     UnknownCommand,
-    /// Wrong number of tokens, or an empty line.
+    /// A token that does not parse (memcached's words).
     #[error("bad command line format")]
     BadFormat,
+    /// `delete` with a time other than 0, or an extra token other than `noreply` (memcached's words).
+    #[error("bad command line format.  Usage: delete <key> [noreply]")]
+    DeleteUsage,
     /// A numeric field did not parse.
     #[error("bad number")]
     BadNumber,
@@ -229,6 +246,9 @@ impl RequestErrorKind {
         match self {
             RequestErrorKind::UnknownCommand => b"ERROR\r\n",
             RequestErrorKind::BadFormat => b"CLIENT_ERROR bad command line format\r\n",
+            RequestErrorKind::DeleteUsage => {
+                b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
+            }
             RequestErrorKind::BadNumber => b"CLIENT_ERROR bad number\r\n",
             RequestErrorKind::InvalidDelta => b"CLIENT_ERROR invalid numeric delta argument\r\n",
             RequestErrorKind::InvalidExptime => b"CLIENT_ERROR invalid exptime argument\r\n",
@@ -266,6 +286,16 @@ impl RequestError {
         }
     }
 
+    /// A refusal after which the stream cannot be resynchronised.
+    pub(super) fn closing(kind: RequestErrorKind, consumed: usize) -> RequestError {
+        RequestError {
+            kind,
+            consumed,
+            skip: 0,
+            close: true,
+        }
+    }
+
     pub(super) fn line(kind: RequestErrorKind, consumed: usize) -> RequestError {
         RequestError {
             kind,
@@ -285,4 +315,17 @@ pub struct Parsed {
     pub command: Command,
     /// The token to strip before forwarding (see [`Request::strip`]).
     pub strip: Option<Range<usize>>,
+}
+
+/// Decodes a base64 key (standard alphabet, padded, as memcached's `b` flag wants) into `out`; `None`
+/// when it is not base64 or decodes to nothing.
+pub(super) fn decode_base64_key<'a>(
+    token: &[u8],
+    out: &'a mut [u8; MAX_KEY_LEN],
+) -> Option<&'a [u8]> {
+    use base64::Engine as _;
+    let len = base64::engine::general_purpose::STANDARD
+        .decode_slice(token, out)
+        .ok()?;
+    (len > 0).then(|| &out[..len])
 }

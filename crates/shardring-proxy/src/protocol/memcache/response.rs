@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use super::parse::{parse_u64, Tokens};
+use super::tokens::{parse_u64, Tokens};
 use crate::protocol::FrameError;
 
 /// The framing of a server's reply, which depends on the request.

@@ -1,0 +1,87 @@
+//! The pools of a proxy, whatever their protocol: what [`crate::Proxy`] needs of each pool, and the one
+//! place where a pool picks its protocol ([`build_pool`]).
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::Pool;
+use crate::config::PoolConfig;
+use crate::error::ProxyError;
+use crate::metrics::PoolView;
+use crate::net::Listener;
+use crate::protocol::memcache::Memcache;
+use crate::protocol::redis::Redis;
+use crate::protocol::Protocol;
+
+/// A pool of any protocol, as the proxy runs it: what [`crate::Proxy`] needs of each pool without
+/// knowing its protocol.
+pub trait ServedPool: Send + Sync + std::fmt::Debug {
+    /// The pool's current config.
+    fn config(&self) -> PoolConfig;
+    /// Swaps in `config`; requests already routed finish on the old state.
+    ///
+    /// # Errors
+    /// [`ProxyError::Placement`]; the old state is kept.
+    fn reload(&self, config: PoolConfig) -> Result<(), ProxyError>;
+    /// The tallies for rendering.
+    fn view(&self) -> PoolView;
+    /// The server (index in the config's server list) that owns `key` now; `None` when none is live.
+    fn server_for(&self, key: &[u8]) -> Option<usize>;
+    /// How many servers the pool has, live or not.
+    fn server_count(&self) -> usize;
+    /// Serves clients from `listener` until `stop`, then drains them.
+    fn serve(
+        self: Arc<Self>,
+        listener: Listener,
+        stop: CancellationToken,
+    ) -> BoxFuture<'static, ()>;
+    /// Runs the health checks until `stop`.
+    fn health(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()>;
+}
+
+impl<P: Protocol> ServedPool for Pool<P> {
+    fn config(&self) -> PoolConfig {
+        self.current.load().config.clone()
+    }
+
+    fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
+        Pool::reload(self, config)
+    }
+
+    fn view(&self) -> PoolView {
+        Pool::view(self)
+    }
+
+    fn server_for(&self, key: &[u8]) -> Option<usize> {
+        self.current.load().router.load().server_for(key)
+    }
+
+    fn server_count(&self) -> usize {
+        self.current.load().backends.len()
+    }
+
+    fn serve(
+        self: Arc<Self>,
+        listener: Listener,
+        stop: CancellationToken,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(crate::server::run(listener, self, stop.cancelled_owned()))
+    }
+
+    fn health(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(self.run_health(stop))
+    }
+}
+
+/// Builds a pool speaking the protocol its config names. This is where a pool picks its protocol.
+///
+/// # Errors
+/// [`ProxyError::Placement`] when the placement cannot be built.
+pub fn build_pool(config: PoolConfig) -> Result<Arc<dyn ServedPool>, ProxyError> {
+    if config.redis {
+        return Ok(Arc::new(Pool::<Redis>::new(config)?));
+    }
+    Ok(Arc::new(Pool::<Memcache>::new(config)?))
+}

@@ -1,0 +1,132 @@
+//! The proxy: every pool of a config, each with its servers and health task; bound, served, reloaded
+//! and drained as one.
+//!
+//! Reload swaps each pool's servers and placement atomically. A new config is validated whole before
+//! anything changes: if it has any problem, every problem is reported and the running config stays.
+//! Client connections stay open; requests already sent to a server finish there; servers whose address
+//! and settings are unchanged keep their connections, tallies and ejection state. What a reload cannot
+//! change (pool names, `listen` addresses, a pool's protocol) is refused like any other problem.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ConfigErrors, ProxyConfig};
+use crate::error::ProxyError;
+use crate::metrics::PoolView;
+use crate::net::{self, Listener};
+use crate::pools::{build_pool, ServedPool};
+
+/// The proxy: every pool of a config, each with its servers and health task.
+#[derive(Debug)]
+pub struct Proxy {
+    /// The pools, in config order (reload matches them by position and name).
+    pools: Vec<Arc<dyn ServedPool>>,
+    /// When the proxy started, for uptime in stats.
+    started: Instant,
+}
+
+impl Proxy {
+    /// Validates `config` (every problem at once) and builds its pools. Must run inside a tokio runtime:
+    /// server connection tasks are spawned (they connect on first use unless `preconnect`).
+    ///
+    /// # Errors
+    /// [`ProxyError::Config`] with every problem.
+    pub fn new(config: ProxyConfig) -> Result<Proxy, ProxyError> {
+        config.validate()?;
+        let pools = config
+            .pools
+            .into_iter()
+            .map(build_pool)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Proxy {
+            pools,
+            started: Instant::now(),
+        })
+    }
+
+    /// The pools.
+    pub fn pools(&self) -> &[Arc<dyn ServedPool>] {
+        &self.pools
+    }
+
+    /// Binds every pool's `listen` address, in pool order.
+    ///
+    /// # Errors
+    /// [`ProxyError::Bind`] for the first address that cannot be bound.
+    pub async fn bind(&self) -> Result<Vec<Listener>, ProxyError> {
+        let mut out = Vec::with_capacity(self.pools.len());
+        for p in &self.pools {
+            let c = p.config();
+            out.push(net::bind(&c.listen, c.backlog).await?);
+        }
+        Ok(out)
+    }
+
+    /// Serves every pool on its listener (in pool order) and runs the health checks, until `shutdown`
+    /// completes; then drains every client's in-flight requests and returns.
+    pub async fn serve(&self, listeners: Vec<Listener>, shutdown: impl Future<Output = ()>) {
+        let stop = CancellationToken::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        for (pool, listener) in self.pools.iter().zip(listeners) {
+            tasks.spawn(Arc::clone(pool).serve(listener, stop.clone()));
+            tasks.spawn(Arc::clone(pool).health(stop.clone()));
+        }
+        shutdown.await;
+        stop.cancel();
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// Every pool's tallies, for the stats renderers.
+    pub fn views(&self) -> Vec<PoolView> {
+        self.pools.iter().map(|p| p.view()).collect()
+    }
+
+    /// When the proxy started.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Swaps in `config` for every pool, or changes nothing.
+    ///
+    /// # Errors
+    /// [`ProxyError::Config`] listing every problem; the running config is kept.
+    pub fn reload(&self, config: ProxyConfig) -> Result<(), ProxyError> {
+        config.validate()?;
+        let mut errors = ConfigErrors::default();
+        if config.pools.len() != self.pools.len() {
+            errors.push(
+                "",
+                "a reload cannot add or remove pools; restart for that".into(),
+            );
+        }
+        for (new, pool) in config.pools.iter().zip(&self.pools) {
+            let old = pool.config();
+            if new.name != old.name {
+                errors.push(
+                    &new.name,
+                    format!("a reload cannot rename pool {}", old.name),
+                );
+            }
+            if new.redis != old.redis {
+                errors.push(
+                    &new.name,
+                    "a reload cannot change a pool's protocol (redis); restart for that".into(),
+                );
+            }
+            if new.listen != old.listen {
+                errors.push(
+                    &new.name,
+                    "a reload cannot change listen; restart for that".into(),
+                );
+            }
+        }
+        errors.into_result()?;
+        for (new, pool) in config.pools.into_iter().zip(&self.pools) {
+            pool.reload(new)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,145 @@
+//! The proxy as a process runs it: the composition root. [`run`] binds every pool and the stats
+//! listeners, reloads on SIGHUP, and on SIGINT/SIGTERM stops accepting and drains in-flight requests
+//! (at most [`RunOptions::drain_limit`]); a second signal ends it at once.
+//!
+//! The CLI (`shardring proxy`) only parses flags and calls [`run`], as mini-redis's `bin/server.rs` does.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ConfigErrors, ProxyConfig};
+use crate::error::ProxyError;
+use crate::{metrics, shutdown, Proxy};
+
+/// How the process around the pools is set up.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Where twemproxy's stats JSON is served (`host:port`). By default, `127.0.0.1:22222` (stats are
+    /// not for the world).
+    pub stats_addr: String,
+    /// Where Prometheus text is served at `/metrics`, if anywhere. By default, nowhere.
+    pub metrics_addr: Option<String>,
+    /// How long in-flight requests get to finish after SIGINT/SIGTERM. By default, 30 s.
+    pub drain_limit: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> RunOptions {
+        RunOptions {
+            stats_addr: "127.0.0.1:22222".into(),
+            metrics_addr: None,
+            drain_limit: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Runs `config`'s pools until SIGINT or SIGTERM, reloading with `load`'s config on every SIGHUP.
+/// Must run inside a tokio runtime.
+///
+/// # Errors
+/// A refused config, an address that cannot be bound, or signal handlers that cannot be installed.
+pub async fn run<L>(config: ProxyConfig, options: RunOptions, load: L) -> Result<(), ProxyError>
+where
+    L: FnMut() -> Result<ProxyConfig, ConfigErrors> + Send + 'static,
+{
+    let proxy = Arc::new(Proxy::new(config)?);
+    let listeners = proxy.bind().await?;
+    let bind_err = |addr: &str| {
+        let addr = addr.to_owned();
+        move |source| ProxyError::Bind { addr, source }
+    };
+    let stats = tokio::net::TcpListener::bind(&options.stats_addr)
+        .await
+        .map_err(bind_err(&options.stats_addr))?;
+    let metrics_listener = match &options.metrics_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(bind_err(addr))?,
+        ),
+        None => None,
+    };
+    for (pool, l) in proxy.pools().iter().zip(&listeners) {
+        tracing::info!(pool = %pool.config().name, listen = %l.local_addr().unwrap_or_default(), "serving");
+    }
+    tracing::info!(stats = %options.stats_addr, metrics = ?options.metrics_addr, "stats");
+
+    let stop = CancellationToken::new();
+    let p = Arc::clone(&proxy);
+    tokio::spawn(metrics::serve_json(
+        stats,
+        proxy.started(),
+        move || p.views(),
+        stop.clone(),
+    ));
+    if let Some(l) = metrics_listener {
+        let p = Arc::clone(&proxy);
+        tokio::spawn(metrics::serve_prometheus(
+            l,
+            proxy.started(),
+            move || p.views(),
+            stop.clone(),
+        ));
+    }
+    let hangups = signal(SignalKind::hangup())?;
+    tokio::spawn(reload_on_sighup(
+        Arc::clone(&proxy),
+        load,
+        hangups,
+        stop.clone().cancelled_owned(),
+    ));
+
+    let (drain, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = proxy.serve(listeners, async {
+        let _ = drain_rx.await;
+    });
+    tokio::pin!(serving);
+    tokio::select! {
+        () = &mut serving => {}
+        signal = shutdown::signal_received() => {
+            tracing::info!(signal = signal?, "shutting down: draining in-flight requests");
+        }
+    }
+    let _ = drain.send(());
+    tokio::select! {
+        () = serving => {}
+        () = tokio::time::sleep(options.drain_limit) => tracing::warn!("drain limit reached; exiting"),
+        second = shutdown::signal_received() => {
+            tracing::warn!(signal = ?second.ok(), "second signal; exiting now");
+        }
+    }
+    stop.cancel();
+    Ok(())
+}
+
+/// Reloads `proxy` with the config `load` returns on every SIGHUP, until `stop` completes. A refused
+/// config is logged with every problem, and the running one stays.
+async fn reload_on_sighup<L>(
+    proxy: Arc<Proxy>,
+    mut load: L,
+    mut hangups: Signal,
+    stop: impl Future<Output = ()>,
+) where
+    L: FnMut() -> Result<ProxyConfig, ConfigErrors>,
+{
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            got = hangups.recv() => {
+                if got.is_none() {
+                    return;
+                }
+                tracing::info!("SIGHUP: reloading the configuration");
+                match load().map_err(ProxyError::from).and_then(|c| proxy.reload(c)) {
+                    Ok(()) => tracing::info!("configuration reloaded"),
+                    Err(e) => tracing::error!(error = %e, "reload refused; the running configuration stays"),
+                }
+            }
+        }
+    }
+}
