@@ -738,3 +738,99 @@ async fn redis_cli_and_redis_benchmark_work_unmodified() {
     assert!(!text.to_lowercase().contains("error"), "{text}");
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_and_restarted_server_under_pipelined_load_misroutes_nothing() {
+    let Some(mut servers) = redises(3, &[]) else {
+        return;
+    };
+    let proxy = RunningProxy::start(pool(&servers, "  timeout: 300\n  hash: md5\n")).await;
+    let mut c = proxy.client().await;
+    let mut errors = 0;
+    for round in 0..30 {
+        if round == 10 {
+            servers[2].kill();
+        }
+        if round == 20 {
+            servers[2].restart();
+        }
+        // 100 pipelined SET/GET pairs of unique values: each GET is its own value or an error, never
+        // another key's value or a nil for a key just set.
+        let mut pipeline = Vec::new();
+        for i in 0..100 {
+            let (k, v) = (format!("r{round}:{i}"), format!("v{round}:{i}:{}", i * 31));
+            pipeline.extend_from_slice(&Request::from_args(&["SET", &k, &v]).frame);
+            pipeline.extend_from_slice(&Request::from_args(&["GET", &k]).frame);
+        }
+        c.send(&pipeline).await;
+        let replies = read_replies(&mut c, 200).await;
+        for i in 0..100 {
+            let v = format!("v{round}:{i}:{}", i * 31);
+            let (set, get) = (
+                String::from_utf8_lossy(&replies[2 * i]).into_owned(),
+                String::from_utf8_lossy(&replies[2 * i + 1]).into_owned(),
+            );
+            if set.starts_with("-ERR ") {
+                errors += 1;
+                assert!(get.starts_with("-ERR ") || get == bulk(&v), "{get}");
+            } else {
+                assert_eq!(set, "+OK\r\n");
+                assert!(
+                    get == bulk(&v) || get.starts_with("-ERR "),
+                    "round {round}: {get}"
+                );
+            }
+        }
+        if round >= 20 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert!(
+        errors > 0,
+        "the dead server's keys failed while it was down"
+    );
+    // Back: every server answers again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut mget = vec!["MGET".to_string()];
+        mget.extend((0..100).map(|i| format!("r29:{i}")));
+        let args: Vec<&str> = mget.iter().map(String::as_str).collect();
+        if !cmds(&mut c, &args).await.contains("-ERR") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restarted server serves again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_a_server_to_a_redis_pool() {
+    let Some(servers) = redises(3, &[]) else {
+        return;
+    };
+    let two = pool(&servers[..2], "  hash: md5\n");
+    let mut three = pool(&servers, "  hash: md5\n");
+    three.listen = two.listen.clone();
+    let proxy = RunningProxy::start(two).await;
+    let mut c = proxy.client().await;
+    assert_eq!(cmds(&mut c, &["SET", "before", "1"]).await, "+OK\r\n");
+    proxy.proxy.pools()[0].reload(three).expect("reload");
+    assert_eq!(proxy.proxy.pools()[0].server_count(), 3);
+    for i in 0..60 {
+        assert_eq!(
+            cmds(&mut c, &["SET", &format!("after{i}"), "2"]).await,
+            "+OK\r\n"
+        );
+    }
+    let mut third = direct(&servers[2]).await;
+    assert_ne!(
+        cmds(&mut third, &["DBSIZE"]).await,
+        ":0\r\n",
+        "the new server takes keys"
+    );
+    proxy.stop().await;
+}
