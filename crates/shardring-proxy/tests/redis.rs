@@ -818,7 +818,10 @@ async fn a_reload_adds_a_server_to_a_redis_pool() {
     let proxy = RunningProxy::start(two).await;
     let mut c = proxy.client().await;
     assert_eq!(cmds(&mut c, &["SET", "before", "1"]).await, "+OK\r\n");
-    proxy.proxy.pools()[0].reload(three).expect("reload");
+    proxy
+        .proxy
+        .reload(ProxyConfig { pools: vec![three] })
+        .expect("reload");
     assert_eq!(proxy.proxy.pools()[0].server_count(), 3);
     for i in 0..60 {
         assert_eq!(
