@@ -837,3 +837,47 @@ async fn a_reload_adds_a_server_to_a_redis_pool() {
     );
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_word_for_word_those_of_the_redis_server() {
+    let Some(servers) = redises(2, &[]) else {
+        return;
+    };
+    let proxy = RunningProxy::start(pool(&servers, "")).await;
+    let mut via_us = proxy.client().await;
+    let mut redis = direct(&servers[0]).await;
+    let (x200, y100) = ("x".repeat(200), "y".repeat(100));
+    let cases: &[&[&str]] = &[
+        &["foo"],
+        &["foo", "a", "b"],
+        &["FoO", &x200, "b"],
+        &["foo", &y100, "abcdefghijklmnopqrstuvwxyz0123456789", "c"],
+        &["foo", "a\r\nb"],
+        &["get"],
+        &["GET", "a", "b"],
+        &["set", "k"],
+        &["mset", "a", "1", "b"],
+        &["expire", "k"],
+        &["hello", "4"],
+        &["hello", "x"],
+        &["hello", "3", "foo"],
+        &["client", "foo"],
+        &["client", "setname"],
+        &["client", "setname", "a b"],
+        &["select", "x"],
+        &["ping", "a", "b"],
+        &["echo"],
+        &["eval", "return 1", "x"],
+        &["eval", "return 1", "5", "a"],
+        &["zunionstore", "d", "0", "a"],
+        &["xread", "streams", "a"],
+    ];
+    for case in cases {
+        assert_eq!(
+            cmds(&mut via_us, case).await,
+            cmds(&mut redis, case).await,
+            "{case:?}"
+        );
+    }
+    proxy.stop().await;
+}
