@@ -1,11 +1,45 @@
-//! Placements that reproduce other programs: `--config nutcracker.yml` and `--compat MODE`.
+//! Placements that reproduce other programs: `--config nutcracker.yml`, `--compat MODE`, and
+//! `--compat template` with the flags that describe an article-style ring.
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use shardring::compat::CompatMode;
-use shardring::{Node, Placement, Ring};
+use shardring::ring::{TemplateDigest, TemplateRingBuilder, TieRule};
+use shardring::{HashFunction, Node, Placement, Ring};
 use shardring_proxy::{ConfigErrors, ProxyConfig};
+
+/// The `--compat` flags of `shardring lookup`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CompatArgs {
+    /// Reproduce another program's ring byte for byte: twemproxy, libmemcached,
+    /// libmemcached-weighted, libmemcached-spy, libmemcached-spy-weighted, libketama, uhashring, nginx,
+    /// spymemcached, spymemcached-weighted, groupcache; or `template` (see --template). --hash then
+    /// takes that program's hash names (twemproxy: one_at_a_time, md5, crc16, crc32, crc32a, fnv1_64,
+    /// fnv1a_64, fnv1_32, fnv1a_32, hsieh, murmur, jenkins; libmemcached: default, md5, crc, fnv1_64,
+    /// fnv1a_64, fnv1_32, fnv1a_32, murmur, jenkins, murmur3; spymemcached: KETAMA_HASH, NATIVE_HASH,
+    /// FNV1_32_HASH, FNV1A_32_HASH, FNV1_64_HASH, FNV1A_64_HASH, CRC_HASH) and defaults to the
+    /// program's own. spymemcached nodes are the text Java prints for each InetSocketAddress
+    /// (`/10.0.0.1:11211`, `cache1/10.0.0.1:11211`; the leading `/` may be left out); a weight other
+    /// than 1 means a weights map (spymemcached-weighted: one even for equal weights). --vnodes sets
+    /// groupcache's replicas (50 by default) and spymemcached's node repetitions (160).
+    #[arg(long, value_name = "MODE", conflicts_with = "algo")]
+    pub compat: Option<String>,
+    /// With --compat template: the point-name template, with `{name}` (the node) and `{i}` (the point
+    /// or digest number from 0); `{{`/`}}` are literal braces. E.g. `{name}&&{i}` (the Java
+    /// ketama of articles: add --digest md5x4le --vnodes 160), `{name}-{i}`, `{i}{name}`.
+    #[arg(long, value_name = "TEMPLATE", requires = "compat")]
+    pub template: Option<String>,
+    /// With --compat template: how a point name becomes positions: md5x4le (four little-endian
+    /// words of its MD5, the default), md5x4be, or a hash name (xxh3, crc32, fnv1a-32, ...: one point
+    /// per name). Keys use --hash: md5 by default after an MD5 split, else this hash.
+    #[arg(long, value_name = "DIGEST", requires = "template")]
+    pub digest: Option<String>,
+    /// With --compat template: which node keeps a point two nodes share: last (added later, what
+    /// Java's TreeMap.put and Go's map do; the default) or first.
+    #[arg(long, value_name = "RULE", requires = "template")]
+    pub ties: Option<String>,
+}
 
 /// The placement of one pool of a twemproxy configuration file.
 ///
@@ -38,16 +72,72 @@ pub fn config_problems(path: &Path, e: &ConfigErrors) -> anyhow::Error {
     )
 }
 
-/// The ring of `nodes` as the program named by `mode` builds it, with its key hash `hash` (the
-/// program's name for it) or its default.
-pub fn from_nodes(mode: &str, nodes: &[Node], hash: Option<&str>) -> Result<Box<dyn Placement>> {
-    Ok(Box::new(ring_from_nodes(mode, nodes, hash)?))
+/// The ring of `nodes` as `args` describe it: a program's (`--compat MODE`, with its key hash `hash`
+/// named as the program names it, or its default, and its points-per-node setting `vnodes` where it
+/// has one) or a template ring.
+pub fn from_args(
+    args: &CompatArgs,
+    nodes: &[Node],
+    hash: Option<&str>,
+    vnodes: Option<u32>,
+) -> Result<Box<dyn Placement>> {
+    Ok(Box::new(ring_from_args(args, nodes, hash, vnodes)?))
 }
 
-/// As [`from_nodes`], as the ring itself (for `shardring ring`).
-pub fn ring_from_nodes(mode: &str, nodes: &[Node], hash: Option<&str>) -> Result<Ring> {
+/// As [`from_args`], as the ring itself.
+pub fn ring_from_args(
+    args: &CompatArgs,
+    nodes: &[Node],
+    hash: Option<&str>,
+    vnodes: Option<u32>,
+) -> Result<Ring> {
+    let mode = args.compat.as_deref().unwrap_or_default();
+    if mode.trim().eq_ignore_ascii_case("template") {
+        return template_ring(args, nodes, hash, vnodes).context("--compat template");
+    }
+    if args.template.is_some() {
+        bail!("--template describes a ring of --compat template, not of --compat {mode}");
+    }
     let mode: CompatMode = mode.parse()?;
     let list: Vec<(&str, f64)> = nodes.iter().map(|n| (n.name(), n.weight())).collect();
-    mode.build(&list, hash)
+    mode.build_with_vnodes(&list, hash, vnodes)
         .with_context(|| format!("--compat {mode}"))
+}
+
+/// As [`ring_from_args`] for a bare `--compat MODE` with the program's default points (for
+/// `shardring ring`).
+pub fn ring_from_nodes(mode: &str, nodes: &[Node], hash: Option<&str>) -> Result<Ring> {
+    let args = CompatArgs {
+        compat: Some(mode.to_string()),
+        ..CompatArgs::default()
+    };
+    ring_from_args(&args, nodes, hash, None)
+}
+
+fn template_ring(
+    args: &CompatArgs,
+    nodes: &[Node],
+    hash: Option<&str>,
+    vnodes: Option<u32>,
+) -> Result<Ring> {
+    let Some(template) = &args.template else {
+        bail!("needs --template (a flag of shardring lookup), e.g. --template '{{name}}&&{{i}}' --digest md5x4le");
+    };
+    let mut b = TemplateRingBuilder::new(template.as_str());
+    if let Some(d) = &args.digest {
+        b = b.digest(d.parse::<TemplateDigest>()?);
+    }
+    if let Some(t) = &args.ties {
+        b = b.ties(t.parse::<TieRule>()?);
+    }
+    if let Some(h) = hash {
+        b = b.hash(h.parse::<HashFunction>()?);
+    }
+    if let Some(v) = vnodes {
+        b = b.vnodes(v);
+    }
+    Ok(nodes
+        .iter()
+        .fold(b, |b, n| b.node(n.name(), n.weight()))
+        .build()?)
 }

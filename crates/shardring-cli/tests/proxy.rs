@@ -106,7 +106,13 @@ fn roundtrip(stream: &mut TcpStream, req: &[u8], expect: &[u8]) {
 fn http_get(addr: &str, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    // It reads to EOF, so it asks for the close that HTTP/1.1 keep-alive would otherwise leave to the
+    // server's idle timeout.
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out

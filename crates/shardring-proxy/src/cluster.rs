@@ -22,7 +22,7 @@ const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A pool's servers and routing for one version of its config.
 #[derive(Debug)]
-pub struct Cluster<P: Protocol> {
+pub(crate) struct Cluster<P: Protocol> {
     /// The config this state was built from.
     pub config: PoolConfig,
     /// The protocol, with this config's settings.
@@ -43,7 +43,7 @@ impl<P: Protocol> Cluster<P> {
     ///
     /// # Errors
     /// [`ProxyError::Placement`] when the placement cannot be built.
-    pub fn build(
+    pub(crate) fn build(
         config: PoolConfig,
         previous: Option<&Cluster<P>>,
         shared: &PoolShared,
@@ -115,7 +115,7 @@ impl<P: Protocol> Cluster<P> {
     }
 
     /// Rebuilds the router when a server was ejected or rejoined since the last build.
-    pub fn refresh_routing(&self) {
+    pub(crate) fn refresh_routing(&self) {
         let live: Vec<bool> = self
             .backends
             .iter()
@@ -146,7 +146,7 @@ impl<P: Protocol> Cluster<P> {
 
     /// Probes every server once: live ones count a failure when they do not answer, ejected ones whose
     /// retry time has come rejoin when they do.
-    pub async fn health_round(&self) {
+    pub(crate) async fn health_round(&self) {
         let timeout = self.config.timeout.unwrap_or(DEFAULT_PROBE_TIMEOUT);
         let request = self.protocol.probe_request();
         let probes = self.backends.iter().map(|b| async move {
@@ -170,7 +170,7 @@ impl<P: Protocol> Cluster<P> {
 
 /// What a pool keeps across reloads: its tallies and the wake-up for its health task.
 #[derive(Debug)]
-pub struct PoolShared {
+pub(crate) struct PoolShared {
     /// The pool's client-side tallies.
     pub stats: Arc<PoolStats>,
     /// Woken on ejection or rejoin.
@@ -181,7 +181,7 @@ pub struct PoolShared {
 
 /// A pool: the current [`Cluster`], swapped whole on reload.
 #[derive(Debug)]
-pub struct Pool<P: Protocol> {
+pub(crate) struct Pool<P: Protocol> {
     /// The current state; each request loads it once.
     pub current: ArcSwap<Cluster<P>>,
     /// What survives reloads.
@@ -193,7 +193,7 @@ impl<P: Protocol> Pool<P> {
     ///
     /// # Errors
     /// [`ProxyError::Placement`] when the placement cannot be built.
-    pub fn new(config: PoolConfig) -> Result<Pool<P>, ProxyError> {
+    pub(crate) fn new(config: PoolConfig) -> Result<Pool<P>, ProxyError> {
         let shared = PoolShared {
             stats: Arc::new(PoolStats::new(&config.name)),
             changed: Arc::new(Notify::new()),
@@ -210,7 +210,7 @@ impl<P: Protocol> Pool<P> {
     ///
     /// # Errors
     /// [`ProxyError::Placement`]; the old state is kept.
-    pub fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
+    pub(crate) fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
         let old = self.current.load_full();
         let next = Cluster::build(config, Some(&old), &self.shared)?;
         self.current.store(Arc::new(next));
@@ -218,7 +218,7 @@ impl<P: Protocol> Pool<P> {
     }
 
     /// The tallies for rendering.
-    pub fn view(&self) -> PoolView {
+    pub(crate) fn view(&self) -> PoolView {
         let c = self.current.load();
         PoolView {
             pool: Arc::clone(&self.shared.stats),
@@ -228,7 +228,7 @@ impl<P: Protocol> Pool<P> {
 
     /// Runs health checks until `stop`: a probe round every `health_check_interval`, and a placement
     /// rebuild whenever a server is ejected or rejoins.
-    pub async fn run_health(self: Arc<Pool<P>>, stop: CancellationToken) {
+    pub(crate) async fn run_health(self: Arc<Pool<P>>, stop: CancellationToken) {
         loop {
             let interval = self.current.load().config.health_check_interval;
             tokio::select! {

@@ -15,12 +15,12 @@
 //! - multi-threaded (tokio).
 //!
 //! ## Layout
-//! A request's path, in one direction: [`net`] (listeners) → `server` (accept loop) → `session` (one
+//! A request's path, in one direction: `net` (listeners) → `server` (accept loop) → `session` (one
 //! client: decode, plan, answer in order) → [`protocol`] (the seam, and [`protocol::memcache`]: pure
-//! decoder, planner, reply framer) → [`router`] (key → server) → [`backend`] (each server's pipelined
+//! decoder, planner, reply framer) → `router` (key → server) → `backend` (each server's pipelined
 //! connections, health probes, ejection) → back through the protocol's framer and merge to the session.
-//! Around it: [`config`] (twemproxy's YAML, one type per pool), [`cluster`] (a pool at run time, swapped
-//! whole on reload), [`pools`] (pools of any protocol), [`Proxy`], [`metrics`], and [`run`] (the process:
+//! Around it: [`config`] (twemproxy's YAML, one type per pool), `cluster` (a pool at run time, swapped
+//! whole on reload), `pools` (pools of any protocol), [`Proxy`], [`metrics`], and [`run`] (the process:
 //! stats listeners, SIGHUP reload, SIGTERM drain).
 //!
 //! ## Example
@@ -36,23 +36,28 @@
 //! # }
 //! ```
 
-pub mod backend;
-pub mod cluster;
+#![warn(unreachable_pub)]
+
+mod backend;
+mod cluster;
 pub mod config;
 mod error;
 pub mod metrics;
-pub mod net;
-pub mod pools;
+mod net;
+mod pools;
 pub mod protocol;
 mod proxy;
-pub mod router;
+mod router;
 mod run;
 mod server;
 mod session;
 pub mod shutdown;
+pub mod workers;
 
 pub use crate::config::{ConfigErrors, PoolConfig, ProxyConfig};
 pub use crate::error::{BackendError, ProxyError};
+pub use crate::net::Listener;
+pub use crate::pools::ServedPool;
 pub use crate::proxy::Proxy;
 pub use crate::run::{run, RunOptions};
 

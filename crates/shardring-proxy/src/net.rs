@@ -95,7 +95,7 @@ async fn backoff(e: &io::Error, what: &str) {
 ///
 /// # Errors
 /// [`ProxyError::Bind`].
-pub async fn bind(listen: &Listen, backlog: u32) -> Result<Listener, ProxyError> {
+pub(crate) async fn bind(listen: &Listen, backlog: u32) -> Result<Listener, ProxyError> {
     let bind_err = |source| ProxyError::Bind {
         addr: listen.to_string(),
         source,

@@ -79,7 +79,7 @@ impl<P: Protocol> ServedPool for Pool<P> {
 ///
 /// # Errors
 /// [`ProxyError::Placement`] when the placement cannot be built.
-pub fn build_pool(config: PoolConfig) -> Result<Arc<dyn ServedPool>, ProxyError> {
+pub(crate) fn build_pool(config: PoolConfig) -> Result<Arc<dyn ServedPool>, ProxyError> {
     if config.redis {
         return Ok(Arc::new(Pool::<Redis>::new(config)?));
     }

@@ -6,11 +6,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arc_swap::ArcSwap;
 use shardring::compat::twemproxy::{self, Distribution, TwemproxyServer};
 use shardring::hash::TwemproxyHash;
+use shardring::splitmix::{SplitMix64, GOLDEN_GAMMA};
 use shardring::Placement;
 
 /// One state of a pool's placement.
 #[derive(Debug)]
-pub struct Routing {
+pub(crate) struct Routing {
     /// How keys find servers.
     how: How,
     /// For each placement node index (or random pick), the server's index in the pool's server list.
@@ -28,7 +29,7 @@ enum How {
 
 impl Routing {
     /// The index (in the pool's server list) of the server that owns `key`; `None` when no server is live.
-    pub fn server_for(&self, key: &[u8]) -> Option<usize> {
+    pub(crate) fn server_for(&self, key: &[u8]) -> Option<usize> {
         match &self.how {
             How::Placement(p) => p.locate(key).map(|i| self.servers[i]),
             How::Random if self.servers.is_empty() => None,
@@ -40,34 +41,32 @@ impl Routing {
     }
 
     /// The owners of many keys (`out[i]` for `keys[i]`), as [`Routing::server_for`] gives them.
-    pub fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
+    pub(crate) fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
         for (key, o) in keys.iter().zip(out.iter_mut()) {
             *o = self.server_for(key);
         }
     }
 
     /// How many servers the placement holds.
-    pub fn live_servers(&self) -> usize {
+    pub(crate) fn live_servers(&self) -> usize {
         self.servers.len()
     }
 
     /// The servers the placement holds (indices in the pool's server list).
-    pub fn servers(&self) -> &[usize] {
+    pub(crate) fn servers(&self) -> &[usize] {
         &self.servers
     }
 }
 
-/// A cheap, well-mixed per-call number for `distribution: random` (splitmix64 over a counter); nothing
-/// here needs unpredictability.
+/// A cheap, well-mixed per-call number for `distribution: random` (the library's SplitMix64 over a
+/// shared counter); nothing here needs unpredictability.
 fn random_u64() -> u64 {
     static STATE: AtomicU64 = AtomicU64::new(0x853c_49e6_748f_ea9b);
     // Relaxed: each caller only needs a distinct counter value, nothing is published through it.
-    let mut z = STATE
-        .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
-        .wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    let state = STATE
+        .fetch_add(GOLDEN_GAMMA, Ordering::Relaxed)
+        .wrapping_add(GOLDEN_GAMMA);
+    SplitMix64::mix(state)
 }
 
 /// How a pool places keys: its servers and twemproxy's placement settings.
@@ -90,7 +89,7 @@ pub struct PlacementSpec<'a> {
 ///
 /// # Errors
 /// The library's, for servers it refuses (duplicate names, weight 0).
-pub fn build_placement(
+pub(crate) fn build_placement(
     spec: PlacementSpec<'_>,
     live: &[bool],
 ) -> Result<Routing, shardring::Error> {
@@ -126,26 +125,26 @@ pub fn build_placement(
 
 /// A pool's current routing, swapped atomically.
 #[derive(Debug)]
-pub struct Router {
+pub(crate) struct Router {
     /// The published state.
     current: ArcSwap<Routing>,
 }
 
 impl Router {
     /// A router starting at `routing`.
-    pub fn new(routing: Routing) -> Router {
+    pub(crate) fn new(routing: Routing) -> Router {
         Router {
             current: ArcSwap::from_pointee(routing),
         }
     }
 
     /// The current routing (a cheap snapshot; hold it for one request).
-    pub fn load(&self) -> arc_swap::Guard<std::sync::Arc<Routing>> {
+    pub(crate) fn load(&self) -> arc_swap::Guard<std::sync::Arc<Routing>> {
         self.current.load()
     }
 
     /// Publishes a new routing; requests already routed keep their servers.
-    pub fn store(&self, routing: Routing) {
+    pub(crate) fn store(&self, routing: Routing) {
         self.current.store(std::sync::Arc::new(routing));
     }
 }

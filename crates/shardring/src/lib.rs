@@ -9,8 +9,10 @@
 //! - [`hash`]: deterministic key hashes (xxh3, CRC32, FNV, Murmur3, MD5), selectable by name.
 //! - [`Placement`]: the trait every placement algorithm implements.
 //! - [`analysis`]: spread and key-movement measurements over any placement.
-//! - [`compat`]: byte-exact rings of twemproxy, libmemcached, libketama, uhashring and nginx (the
-//!   twemproxy YAML reader lives in the proxy crate, `shardring_proxy::config`).
+//! - [`compat`]: byte-exact rings of twemproxy, libmemcached, libketama, uhashring, nginx, spymemcached
+//!   (Java) and groupcache (Go); article-style rings from a point-name template in
+//!   [`ring::TemplateRingBuilder`] (the twemproxy YAML reader lives in the proxy crate,
+//!   `shardring_proxy::config`).
 //! - [`shared`]: [`SharedRing`](shared::SharedRing), a placement shared by many threads with lock-free
 //!   reads and copy-on-write changes.
 //! - [`bounded`]: bounded-load lookups that cap every node's requests in flight at c × the average.
@@ -69,6 +71,7 @@ pub mod rebalance;
 pub mod ring;
 pub mod shared;
 pub mod simulate;
+pub mod splitmix;
 
 pub use crate::error::Error;
 pub use crate::hash::{HashFunction, KeyHash};

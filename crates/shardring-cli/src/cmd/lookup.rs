@@ -33,14 +33,8 @@ pub struct Args {
     /// The pool of --config to use (needed when the file has several).
     #[arg(long, value_name = "NAME", requires = "config")]
     pool: Option<String>,
-    /// Reproduce another program's ring byte for byte: twemproxy, libmemcached,
-    /// libmemcached-weighted, libmemcached-spy, libmemcached-spy-weighted, libketama, uhashring, nginx.
-    /// --hash then takes that program's hash names (twemproxy: one_at_a_time, md5, crc16, crc32,
-    /// crc32a, fnv1_64, fnv1a_64, fnv1_32, fnv1a_32, hsieh, murmur, jenkins; libmemcached: default,
-    /// md5, crc, fnv1_64, fnv1a_64, fnv1_32, fnv1a_32, murmur, jenkins, murmur3) and defaults to the
-    /// program's own.
-    #[arg(long, value_name = "MODE", conflicts_with_all = ["algo", "vnodes"])]
-    compat: Option<String>,
+    #[command(flatten)]
+    compat: compat::CompatArgs,
     /// Print this many distinct nodes per key, the owner first.
     #[arg(long, default_value_t = 1)]
     replicas: usize,
@@ -51,9 +45,10 @@ pub struct Args {
     /// twemproxy:NAME); xxh3 by default. With --compat, the program's hash names (see there).
     #[arg(long)]
     hash: Option<String>,
-    /// Ring points per node of weight 1.
-    #[arg(long, default_value_t = 160)]
-    vnodes: u32,
+    /// Ring points per node of weight 1 (160 by default). With --compat: groupcache's replicas,
+    /// spymemcached's node repetitions, a template ring's points.
+    #[arg(long)]
+    vnodes: Option<u32>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -110,8 +105,8 @@ fn build(args: &Args) -> Result<Box<dyn Placement>> {
         bail!("--pool selects a pool of --config; there is no --config");
     }
     let nodes = parse_node_list(args.nodes.as_deref().unwrap_or_default())?;
-    if let Some(mode) = &args.compat {
-        return compat::from_nodes(mode, &nodes, args.hash.as_deref());
+    if args.compat.compat.is_some() {
+        return compat::from_args(&args.compat, &nodes, args.hash.as_deref(), args.vnodes);
     }
     let algorithm: Algorithm = args.algo.parse()?;
     let mut options = AlgorithmOptions::default();
@@ -120,7 +115,7 @@ fn build(args: &Args) -> Result<Box<dyn Placement>> {
         .as_deref()
         .unwrap_or("xxh3")
         .parse::<HashFunction>()?;
-    options.vnodes = args.vnodes;
+    options.vnodes = args.vnodes.unwrap_or(160);
     Ok(algo::build(algorithm, &nodes, &options)?)
 }
 

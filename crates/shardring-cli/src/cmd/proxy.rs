@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use shardring_proxy::{ConfigErrors, ProxyConfig, RunOptions};
+use shardring_proxy::{workers, ConfigErrors, ProxyConfig, RunOptions};
 
 /// Flags named like nutcracker's where it has them (`-c`, `-t`, `-s`, `-a`).
 #[derive(Debug, clap::Args)]
@@ -31,9 +31,9 @@ pub struct Args {
     /// Serve Prometheus text at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
-    /// Worker threads (default: one per CPU). `--threads 1` runs everything on one thread, as
-    /// nutcracker does: the least CPU per request when the proxy shares a small machine with its
-    /// servers and clients; more threads serve more requests when it has cores of its own.
+    /// Worker threads. By default: one on a machine with up to 4 CPUs (everything on one thread, as
+    /// nutcracker runs: the least CPU per request when the proxy shares a small machine with its
+    /// servers and clients), else half the CPUs, at most 32 (CPUs as cgroup quotas and affinity allow).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// The largest value a client may store, for every pool (memcached's `-I`): bytes, or with a
@@ -136,21 +136,12 @@ pub fn run(args: Args) -> Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let runtime = match args.threads {
-        // One thread: no work stealing and no cross-thread wake-ups between a client's task and its
-        // server connection's task.
-        Some(1) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
-        Some(n) => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(usize::from(n))
-            .enable_all()
-            .build(),
-        None => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build(),
-    }
-    .context("starting the runtime")?;
+    let workers = args.threads.map_or_else(
+        || workers::default_workers(workers::available_cpus()),
+        usize::from,
+    );
+    tracing::info!(workers, "starting");
+    let runtime = workers::runtime(workers).context("starting the runtime")?;
     let options = RunOptions {
         stats_addr: format!("{}:{}", args.stats_addr, args.stats_port),
         metrics_addr: args.metrics_addr.clone(),

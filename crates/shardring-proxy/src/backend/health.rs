@@ -22,7 +22,7 @@ use crate::protocol::Protocol;
 
 /// When to eject a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EjectPolicy {
+pub(crate) struct EjectPolicy {
     /// `auto_eject_hosts`.
     pub auto_eject: bool,
     /// `server_failure_limit`.
@@ -33,7 +33,7 @@ pub struct EjectPolicy {
 
 /// One server's failure count and ejection state.
 #[derive(Debug)]
-pub struct ServerHealth {
+pub(crate) struct ServerHealth {
     /// Failures since the last success.
     failures: AtomicU32,
     /// The pool's policy.
@@ -48,7 +48,7 @@ pub struct ServerHealth {
 
 impl ServerHealth {
     /// A healthy server under `policy`.
-    pub fn new(
+    pub(crate) fn new(
         policy: EjectPolicy,
         changed: Arc<Notify>,
         pool_stats: Arc<PoolStats>,
@@ -63,12 +63,12 @@ impl ServerHealth {
     }
 
     /// The policy.
-    pub fn policy(&self) -> EjectPolicy {
+    pub(crate) fn policy(&self) -> EjectPolicy {
         self.policy
     }
 
     /// Whether the server is ejected now.
-    pub fn is_ejected(&self) -> bool {
+    pub(crate) fn is_ejected(&self) -> bool {
         self.ejected_since
             .lock()
             .map(|g| g.is_some())
@@ -76,7 +76,7 @@ impl ServerHealth {
     }
 
     /// A request (or probe) succeeded.
-    pub fn record_success(&self) {
+    pub(crate) fn record_success(&self) {
         // Relaxed: the count is this value alone; nothing else is published through it. Read first so
         // the common case (no failures) does not write a cache line shared with other threads.
         if self.failures.load(Ordering::Relaxed) != 0 {
@@ -85,7 +85,7 @@ impl ServerHealth {
     }
 
     /// A request, connection or probe failed: ejects the server when the policy says so.
-    pub fn record_failure(&self, stats: &ServerStats) {
+    pub(crate) fn record_failure(&self, stats: &ServerStats) {
         let n = self
             .failures
             .fetch_add(1, Ordering::Relaxed)
@@ -108,7 +108,7 @@ impl ServerHealth {
     }
 
     /// Whether an ejected server is due a rejoin probe.
-    pub fn retry_due(&self) -> bool {
+    pub(crate) fn retry_due(&self) -> bool {
         self.ejected_since
             .lock()
             .map(|g| g.is_some_and(|t| t.elapsed() >= self.policy.retry_timeout))
@@ -116,7 +116,7 @@ impl ServerHealth {
     }
 
     /// The rejoin probe's result: back in when it answered, else out for another retry period.
-    pub fn rejoin_result(&self, answered: bool, stats: &ServerStats) {
+    pub(crate) fn rejoin_result(&self, answered: bool, stats: &ServerStats) {
         let Ok(mut since) = self.ejected_since.lock() else {
             return;
         };
@@ -134,7 +134,7 @@ impl ServerHealth {
 
 /// Sends the protocol's probe on a fresh connection and waits for a healthy answer, all within
 /// `timeout`.
-pub async fn probe<P: Protocol>(addr: &str, request: &[u8], timeout: Duration) -> bool {
+pub(crate) async fn probe<P: Protocol>(addr: &str, request: &[u8], timeout: Duration) -> bool {
     let attempt = async {
         match ServerStream::connect(addr).await? {
             ServerStream::Tcp(mut s) => ask::<P>(&mut s, request).await,
@@ -163,4 +163,32 @@ async fn ask<P: Protocol>(
         }
     }
     Ok(P::probe_answered(&buf[..len]).unwrap_or(false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::memcache::Memcache;
+
+    /// The health check's probe reaches unix-socket servers too (a dead path is not alive).
+    #[tokio::test]
+    async fn the_probe_reaches_unix_socket_servers() {
+        let dir = std::env::temp_dir().join(format!("shardring-probe-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("server.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 64];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(b"VERSION 1.6.18\r\n").await;
+            }
+        });
+        let second = Duration::from_secs(1);
+        let addr = path.to_str().unwrap();
+        assert!(probe::<Memcache>(addr, b"version\r\n", second).await);
+        assert!(!probe::<Memcache>("/nonexistent/shardring.sock", b"version\r\n", second).await);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

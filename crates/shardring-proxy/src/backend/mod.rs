@@ -1,8 +1,8 @@
 //! Servers: each one's connection pool ([`pool`]), health ([`health`]) and connections ([`stream`]).
 
-pub mod health;
-pub mod pool;
-pub mod stream;
+pub(crate) mod health;
+pub(crate) mod pool;
+pub(crate) mod stream;
 
-pub use self::health::{EjectPolicy, ServerHealth};
-pub use self::pool::{Backend, BackendSettings};
+pub(crate) use self::health::{EjectPolicy, ServerHealth};
+pub(crate) use self::pool::{Backend, BackendSettings};

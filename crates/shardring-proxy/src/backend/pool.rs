@@ -37,7 +37,7 @@ struct Job<P: Protocol> {
 
 /// How a server's connections behave; from the pool's config.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BackendSettings {
+pub(crate) struct BackendSettings {
     /// `host:port`, or a unix socket's path.
     pub addr: String,
     /// Connect and reply timeout; `None` waits forever (twemproxy's default).
@@ -52,7 +52,7 @@ pub struct BackendSettings {
 
 /// A server: its connection tasks, tallies and health.
 #[derive(Debug)]
-pub struct Backend<P: Protocol> {
+pub(crate) struct Backend<P: Protocol> {
     /// What the connections were made with (a reload keeps the backend when these are unchanged).
     settings: BackendSettings,
     /// One queue per connection task, for each set of connections ([`Protocol::lane`]); dropping them
@@ -67,7 +67,7 @@ pub struct Backend<P: Protocol> {
 impl<P: Protocol> Backend<P> {
     /// Starts the connection tasks, `connections` for each handshake (a set per [`Protocol::lane`]).
     /// They connect on first use, or now when `preconnect` (the first set only).
-    pub fn spawn(
+    pub(crate) fn spawn(
         settings: BackendSettings,
         stats: Arc<ServerStats>,
         health: Arc<ServerHealth>,
@@ -111,14 +111,14 @@ impl<P: Protocol> Backend<P> {
     }
 
     /// The settings the backend runs with.
-    pub fn settings(&self) -> &BackendSettings {
+    pub(crate) fn settings(&self) -> &BackendSettings {
         &self.settings
     }
 
     /// Queues `frame` on the connection for client `client_id` in the set `lane` and returns where its
     /// reply will arrive. Never waits: requests from one client reach the server in the order they were
     /// sent.
-    pub fn send(
+    pub(crate) fn send(
         &self,
         client_id: u64,
         lane: usize,

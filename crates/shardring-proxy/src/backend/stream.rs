@@ -7,7 +7,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 /// An open connection to a server.
 #[derive(Debug)]
-pub enum ServerStream {
+pub(crate) enum ServerStream {
     /// `host:port`.
     Tcp(TcpStream),
     /// A unix-socket path.
@@ -15,7 +15,7 @@ pub enum ServerStream {
 }
 
 /// Whether `addr` names a unix socket (an absolute path, as twemproxy writes them).
-pub fn is_unix_path(addr: &str) -> bool {
+pub(crate) fn is_unix_path(addr: &str) -> bool {
     addr.starts_with('/')
 }
 
@@ -25,7 +25,7 @@ impl ServerStream {
     ///
     /// # Errors
     /// The connect's.
-    pub async fn connect(addr: &str) -> io::Result<ServerStream> {
+    pub(crate) async fn connect(addr: &str) -> io::Result<ServerStream> {
         if is_unix_path(addr) {
             return UnixStream::connect(addr).await.map(ServerStream::Unix);
         }

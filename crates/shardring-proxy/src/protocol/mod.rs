@@ -1,11 +1,11 @@
 //! The protocol seam: what a wire protocol gives the proxy, and the protocols themselves.
 //!
-//! The client session ([`crate::session`]), the accept loop ([`crate::server`]) and the server
-//! connections ([`crate::backend`]) are generic over [`Protocol`] and know nothing of any wire format. A
+//! The client session (`session.rs`), the accept loop (`server.rs`) and the server
+//! connections (`backend/`) are generic over [`Protocol`] and know nothing of any wire format. A
 //! protocol decodes client requests (within its limits), plans each one ([`Step`]: answer here, send to one
 //! server, or fan out to several and merge), frames server replies ([`ReplyScanner`]), encodes the proxy's
 //! own errors, and says what its health probe sends and accepts. Adding a protocol is new files under
-//! `protocol/` plus the one line in [`crate::pools::build_pool`] where a pool picks its protocol.
+//! `protocol/` plus the one line in `pools.rs`'s `build_pool` where a pool picks its protocol.
 //!
 //! The request path reads in one direction: socket → [`RequestDecoder::decode`] → [`Protocol::plan`]
 //! (router, placement) → backend connection ([`ReplyScanner::frame`]) → [`Protocol::finish`] or

@@ -31,6 +31,7 @@ use crate::algo::{
     check_count, check_new, check_unique, position, replicas_by_rehash, require_unit_weight,
 };
 use crate::hash::{HashFunction, KeyHash};
+use crate::splitmix::SplitMix64;
 use crate::{Error, Node, Placement};
 
 /// The jump consistent hash of `key` over `buckets` buckets: a bucket in `0..buckets`, or `None` when
@@ -67,25 +68,6 @@ pub fn jump_hash(mut key: u64, buckets: u32) -> Option<u32> {
     Some(b as u32)
 }
 
-/// SplitMix64 (Steele, Lea, Flood 2014): the standard, tiny pseudorandom generator JumpBackHash draws
-/// from, seeded with the key.
-#[derive(Debug, Clone)]
-struct SplitMix64 {
-    /// The generator's state, advanced by the golden-ratio increment on every draw.
-    state: u64,
-}
-
-impl SplitMix64 {
-    #[inline]
-    fn next(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 /// JumpBackHash (Ertl, "JumpBackHash: Say Goodbye to the Modulo Operation to Distribute Keys
 /// Uniformly to Buckets", 2024): the same guarantees as [`jump_hash`] (even spread; growing to
 /// `n + 1` buckets moves keys only to bucket `n`) in expected constant time with integer arithmetic
@@ -111,8 +93,8 @@ pub fn jump_back_hash(key: u64, buckets: u32) -> Option<u32> {
         _ => {}
     }
     let n = buckets;
-    let mut rng = SplitMix64 { state: key };
-    let v = rng.next();
+    let mut rng = SplitMix64::new(key);
+    let v = rng.next_u64();
     // The candidate bits: one per power of two below n, from a 32-bit fold of v.
     let mut u = ((v ^ (v >> 32)) as u32) & (u32::MAX >> (n - 1).leading_zeros());
     while u != 0 {
@@ -130,7 +112,7 @@ pub fn jump_back_hash(key: u64, buckets: u32) -> Option<u32> {
                 return Some(b);
             }
             // b is past the end: draw again within [0, 2q); below q means no jump in [q, n).
-            let w = rng.next();
+            let w = rng.next_u64();
             b = w as u32 & mask;
             if b < q {
                 break;

@@ -30,8 +30,9 @@
 //! - The SPY modes are libmemcached's idea of Java's spymemcached: points of `/host:port-i`, with the
 //!   host as given to libmemcached. libmemcached's own comment says spymemcached writes
 //!   `hostname/ip:port-index` (or `/ip:port-index` without a host name), so the two can agree only for
-//!   some ways of naming servers. These modes are proven against libmemcached; spymemcached itself was
-//!   not checked.
+//!   some ways of naming servers. These modes are proven against libmemcached. Real spymemcached 2.12
+//!   differs (no leading `/`, 160 MD5 points, last-listed wins ties): see [`super::spymemcached`], which
+//!   is proven against the Java library.
 //!
 //! Proven on `testdata/libmemcached/` (made by `scripts/regen-golden/libmemcached.py` with a small C
 //! program calling `memcached_generate_hash`).

@@ -16,19 +16,27 @@
 //! | `libketama` | last.fm libketama | [`libketama`] |
 //! | `uhashring` | uhashring (PyPI), `hash_fn="ketama"` | [`libketama`] |
 //! | `nginx` | nginx 1.22, `hash $key consistent` | [`nginx`] |
+//! | `spymemcached` | spymemcached 2.12 (Java), `KetamaNodeLocator`, no weights map | [`spymemcached`] |
+//! | `spymemcached-weighted` | spymemcached 2.12, `KetamaNodeLocator` with a weights map | [`spymemcached`] |
+//! | `groupcache` | groupcache `consistenthash` (Go), `New(replicas, nil)` | [`groupcache`] |
+//!
+//! Rings written from an article (a point-name template, MD5 split in four or one hash per point) are
+//! not a program and so not a mode: build them with [`TemplateRingBuilder`](crate::ring::TemplateRingBuilder).
 //!
 //! twemproxy's YAML configuration is read by the proxy crate (`shardring_proxy::config`), which keeps
 //! the library free of configuration formats; the library keeps the byte-exact placement.
 
+pub mod groupcache;
 pub mod libketama;
 pub mod libmemcached;
 pub mod nginx;
+pub mod spymemcached;
 pub mod twemproxy;
 
 use std::fmt;
 use std::str::FromStr;
 
-use crate::hash::TwemproxyHash;
+use crate::hash::{JavaHash, TwemproxyHash};
 use crate::{Error, Ring};
 
 use self::libmemcached::{LibmemcachedBuilder, LibmemcachedMode};
@@ -48,6 +56,12 @@ pub enum CompatMode {
     Uhashring,
     /// nginx `hash … consistent`.
     Nginx,
+    /// spymemcached's `KetamaNodeLocator` without a weights map (weights other than 1 give it one).
+    Spymemcached,
+    /// spymemcached's `KetamaNodeLocator` with a weights map, even of equal weights.
+    SpymemcachedWeighted,
+    /// groupcache's `consistenthash`.
+    Groupcache,
 }
 
 impl CompatMode {
@@ -61,6 +75,9 @@ impl CompatMode {
         CompatMode::Libketama,
         CompatMode::Uhashring,
         CompatMode::Nginx,
+        CompatMode::Spymemcached,
+        CompatMode::SpymemcachedWeighted,
+        CompatMode::Groupcache,
     ];
 
     /// The mode's name.
@@ -71,19 +88,59 @@ impl CompatMode {
             CompatMode::Libketama => "libketama",
             CompatMode::Uhashring => "uhashring",
             CompatMode::Nginx => "nginx",
+            CompatMode::Spymemcached => "spymemcached",
+            CompatMode::SpymemcachedWeighted => "spymemcached-weighted",
+            CompatMode::Groupcache => "groupcache",
         }
     }
 
     /// Builds the ring of `nodes`, each `(address, weight)` with the address as the program is given it
-    /// (`host:port` for twemproxy and libmemcached; any name for libketama, uhashring and nginx), and the
-    /// key hash named as the program names it (`None`: the program's default; only twemproxy and
-    /// libmemcached take one).
+    /// (`host:port` for twemproxy and libmemcached; the `InetSocketAddress` text Java prints for
+    /// spymemcached; any name for libketama, uhashring, nginx and groupcache), and the key hash named as
+    /// the program names it (`None`: the program's default; twemproxy, libmemcached and spymemcached
+    /// take one). Points per node are the program's default; see
+    /// [`build_with_vnodes`](CompatMode::build_with_vnodes).
     ///
     /// # Errors
     /// [`Error::UnknownHash`], [`Error::InvalidSetting`] (an address without a port where one is needed,
     /// a hash given to a mode without a choice, or a weight that is not a whole number: the programs
     /// take integers), [`Error::InvalidWeight`], [`Error::DuplicateNode`].
     pub fn build(self, nodes: &[(&str, f64)], hash: Option<&str>) -> Result<Ring, Error> {
+        self.build_with_vnodes(nodes, hash, None)
+    }
+
+    /// Whether the program has a setting for points per node that
+    /// [`build_with_vnodes`](CompatMode::build_with_vnodes) can take: groupcache's replicas and
+    /// spymemcached's node repetitions.
+    pub const fn takes_vnodes(self) -> bool {
+        matches!(
+            self,
+            CompatMode::Groupcache | CompatMode::Spymemcached | CompatMode::SpymemcachedWeighted
+        )
+    }
+
+    /// As [`build`](CompatMode::build), with the program's points-per-node setting when it has one
+    /// ([`takes_vnodes`](CompatMode::takes_vnodes)): groupcache's `replicas` (default 50, its
+    /// `HTTPPool`'s) or spymemcached's node repetitions (default 160).
+    ///
+    /// # Errors
+    /// As for [`build`](CompatMode::build); also [`Error::InvalidSetting`] for `vnodes` given to a mode
+    /// without the setting.
+    pub fn build_with_vnodes(
+        self,
+        nodes: &[(&str, f64)],
+        hash: Option<&str>,
+        vnodes: Option<u32>,
+    ) -> Result<Ring, Error> {
+        if let (Some(v), false) = (vnodes, self.takes_vnodes()) {
+            return Err(Error::InvalidSetting {
+                setting: "vnodes",
+                reason: format!(
+                    "{} has no setting for points per node; cannot use {v}",
+                    self.name()
+                ),
+            });
+        }
         let mut weights = Vec::with_capacity(nodes.len());
         for &(name, w) in nodes {
             if !(w.is_finite() && w > 0.0) {
@@ -157,6 +214,32 @@ impl CompatMode {
             CompatMode::Nginx => {
                 no_hash("nginx")?;
                 nginx::ring(&weights)
+            }
+            CompatMode::Spymemcached | CompatMode::SpymemcachedWeighted => {
+                let mut b = spymemcached::SpymemcachedBuilder::new()
+                    .repetitions(vnodes.unwrap_or(spymemcached::DEFAULT_REPETITIONS));
+                if self == CompatMode::SpymemcachedWeighted {
+                    b = b.weighted(true);
+                }
+                if let Some(h) = hash {
+                    let bare = h.trim().strip_prefix("spymemcached:").unwrap_or(h);
+                    b = b.hash(bare.parse::<JavaHash>()?);
+                }
+                weights
+                    .iter()
+                    .fold(b, |b, &(name, weight)| b.node(name, weight))
+                    .build()
+            }
+            CompatMode::Groupcache => {
+                no_hash("groupcache")?;
+                if let Some(&(name, w)) = weights.iter().find(|&&(_, w)| w != 1) {
+                    return Err(Error::InvalidSetting {
+                        setting: "weight",
+                        reason: format!("groupcache has no weights; node {name:?} has weight {w}"),
+                    });
+                }
+                let names: Vec<&str> = weights.iter().map(|&(n, _)| n).collect();
+                groupcache::ring(&names, vnodes.unwrap_or(groupcache::DEFAULT_REPLICAS))
             }
         }
     }

@@ -18,9 +18,11 @@
 //! | `md5` | MD5; the first four digest bytes read little-endian (ketama's convention) | 32 |
 //! | `twemproxy:NAME` | twemproxy's twelve hashes, byte-exact ([`twemproxy`]; NAME as in its config) | 32 |
 //! | `hashkit-murmur3` | libmemcached's `murmur3` ([`twemproxy::hashkit_murmur3`]) | 32 |
+//! | `spymemcached:NAME` | spymemcached's `DefaultHashAlgorithm`s over Java strings ([`java`]) | 32 |
 
 mod crc;
 mod fnv;
+pub mod java;
 mod md5;
 mod murmur;
 pub mod twemproxy;
@@ -31,6 +33,7 @@ use std::str::FromStr;
 
 pub use self::crc::crc32;
 pub use self::fnv::{fnv1_32, fnv1_64, fnv1a_32, fnv1a_64};
+pub use self::java::JavaHash;
 pub use self::md5::{md5_digest, md5_u32};
 pub use self::murmur::murmur3_32;
 pub use self::twemproxy::TwemproxyHash;
@@ -84,6 +87,8 @@ pub enum HashFunction {
     Twemproxy(TwemproxyHash),
     /// libmemcached's `murmur3`: MurmurHash3 x86_32 seeded with `0xdeadbeef × length`.
     HashkitMurmur3,
+    /// One of spymemcached's hashes, over the key read as a Java string. Named `spymemcached:NAME`.
+    Java(JavaHash),
 }
 
 impl HashFunction {
@@ -112,6 +117,7 @@ impl HashFunction {
             HashFunction::Md5 => "md5",
             HashFunction::Twemproxy(h) => h.qualified_name(),
             HashFunction::HashkitMurmur3 => "hashkit-murmur3",
+            HashFunction::Java(h) => h.qualified_name(),
         }
     }
 
@@ -119,6 +125,7 @@ impl HashFunction {
         let mut names: Vec<&str> = HashFunction::ALL.iter().map(|h| h.name()).collect();
         names.extend(TwemproxyHash::ALL.iter().map(|h| h.qualified_name()));
         names.push(HashFunction::HashkitMurmur3.name());
+        names.extend(JavaHash::ALL.iter().map(|h| h.qualified_name()));
         names.join(", ")
     }
 }
@@ -137,6 +144,7 @@ impl KeyHash for HashFunction {
             HashFunction::Md5 => md5_u32(key),
             HashFunction::Twemproxy(h) => h.hash32(key),
             HashFunction::HashkitMurmur3 => twemproxy::hashkit_murmur3(key),
+            HashFunction::Java(h) => h.hash32(key),
         }
     }
 
@@ -165,6 +173,15 @@ impl FromStr for HashFunction {
             return bare
                 .parse::<TwemproxyHash>()
                 .map(HashFunction::Twemproxy)
+                .map_err(|_| Error::UnknownHash {
+                    name: s.to_string(),
+                    known: HashFunction::known_names(),
+                });
+        }
+        if let Some(bare) = s.trim().strip_prefix("spymemcached:") {
+            return bare
+                .parse::<JavaHash>()
+                .map(HashFunction::Java)
                 .map_err(|_| Error::UnknownHash {
                     name: s.to_string(),
                     known: HashFunction::known_names(),
@@ -221,6 +238,10 @@ mod tests {
             "hashkit-murmur3".parse::<HashFunction>().unwrap(),
             HashFunction::HashkitMurmur3
         );
+        for &j in JavaHash::ALL {
+            let h = HashFunction::Java(j);
+            assert_eq!(h.name().parse::<HashFunction>().unwrap(), h);
+        }
         let err = "sha1".parse::<HashFunction>().unwrap_err();
         assert!(err.to_string().contains("xxh3"), "{err}");
     }

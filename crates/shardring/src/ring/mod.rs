@@ -20,11 +20,15 @@ mod index;
 mod migration;
 mod replicas;
 mod scheme;
+pub mod template;
 
 pub use self::builder::{RingBuilder, DEFAULT_MAX_POINTS, DEFAULT_VNODES};
 pub use self::migration::Migration;
 pub use self::replicas::Replicas;
-pub use self::scheme::PointScheme;
+pub use self::scheme::{PointScheme, SpymemcachedKeyFormat};
+pub use self::template::{
+    PointTemplate, TemplateDigest, TemplateRingBuilder, TemplateScheme, TieRule,
+};
 
 use std::num::NonZeroUsize;
 use std::ops::Range;

@@ -4,7 +4,8 @@
 use std::cmp::Ordering;
 use std::ops::Range;
 
-use crate::hash::{md5_digest, HashFunction, KeyHash, Xxh3Numbered};
+use super::template::{TemplateScheme, TieRule};
+use crate::hash::{md5_digest, HashFunction, JavaHash, KeyHash, Xxh3Numbered};
 use crate::Node;
 
 /// The rule that turns a node into its positions on the 32-bit circle.
@@ -56,7 +57,8 @@ pub enum PointScheme {
     /// [`LibmemcachedWeighted`](PointScheme::LibmemcachedWeighted) with the identity `"/{host}:{port}"`.
     /// libmemcached means this to match Java's spymemcached (its source comment gives spymemcached's
     /// format as `hostname/ip:port-index`, or `/ip:port-index` without a host name); proven here against
-    /// libmemcached, not against spymemcached.
+    /// libmemcached. Real spymemcached 2.12 strips the `/` and differs in more: see
+    /// [`Spymemcached`](PointScheme::Spymemcached).
     LibmemcachedSpyWeighted,
     /// The original last.fm libketama: a server with `m` of the total memory `M` over `n` servers gets
     /// `floorf(m/M × 40 × n)` MD5 digests of `"{identity}-{k}"`, four points each. Keys are C strings:
@@ -73,6 +75,24 @@ pub enum PointScheme {
     /// bytes (0 for the first). Keys are hashed with CRC-32. Of equal points, the server configured first
     /// keeps the point.
     Nginx,
+    /// spymemcached 2.12's `KetamaNodeLocator` (Java). The identity is the node's
+    /// `InetSocketAddress.toString()` text, from which the key format makes the node key (see
+    /// [`SpymemcachedKeyFormat`]); point names are `"{key}-{i}"`. Unweighted with `KETAMA_HASH` keys: `vnodes / 4` MD5
+    /// digests (node repetitions, 160 by default), four little-endian words each; unweighted with any
+    /// other key hash: `vnodes` points, that hash of each name. Weighted (a weights map was given):
+    /// [`Twemproxy`](PointScheme::Twemproxy)'s single-precision count with `vnodes` in place of 160,
+    /// always MD5 points whatever the key hash. Keys use the ring's hash, a
+    /// [`HashFunction::Java`]. Of equal points the node listed last wins (`TreeMap.put` overwrites).
+    Spymemcached {
+        /// Whether spymemcached was given a weights map (then even equal weights take the weighted
+        /// count).
+        weighted: bool,
+        /// `KetamaNodeKeyFormatter.Format`: how a node's address becomes its key.
+        key_format: SpymemcachedKeyFormat,
+    },
+    /// A ring described by a point-name template, a digest split and a tie rule
+    /// ([`ring::template`](super::template)); groupcache's `consistenthash` is one (`{i}{name}`, CRC-32).
+    Template(TemplateScheme),
 }
 
 /// What a scheme may look at when it places a node's points.
@@ -100,6 +120,11 @@ impl PointScheme {
                 | PointScheme::Libmemcached
                 | PointScheme::LibmemcachedSpy
                 | PointScheme::Nginx
+                | PointScheme::Template(_)
+                | PointScheme::Spymemcached {
+                    weighted: false,
+                    ..
+                }
         )
     }
 
@@ -115,13 +140,18 @@ impl PointScheme {
             PointScheme::Libketama => "libketama",
             PointScheme::Uhashring => "uhashring",
             PointScheme::Nginx => "nginx",
+            PointScheme::Spymemcached {
+                weighted: false, ..
+            } => "spymemcached",
+            PointScheme::Spymemcached { weighted: true, .. } => "spymemcached-weighted",
+            PointScheme::Template(_) => "template",
         }
     }
 
     /// The ring position of `key` under this scheme with key hash `hash`.
     #[inline]
-    pub(crate) fn key_position(self, hash: HashFunction, key: &[u8]) -> u32 {
-        match self {
+    pub(crate) fn key_position(&self, hash: HashFunction, key: &[u8]) -> u32 {
+        match *self {
             PointScheme::Twemproxy { hash_tag } => {
                 let key = match hash_tag {
                     Some(tag) => twemproxy_hash_tag(key, tag),
@@ -153,13 +183,21 @@ impl PointScheme {
                 // `as` saturates for floats beyond u64's range; the caller checks the limit.
                 (wanted as u64).max(1)
             }
-            PointScheme::Twemproxy { .. } => {
-                // float pct = (float)weight / (float)total_weight;
-                // floorf((float)(pct * 160 / 4 * (float)n + 0.0000000001)) * 4   (the + is in double)
-                let pct = node.weight() as f32 / input.total_weight as f32;
-                let t = pct * 160.0f32 / 4.0f32 * (n as f32);
-                let v = ((f64::from(t) + 0.000_000_000_1) as f32).floor();
-                (v as u64) * 4
+            PointScheme::Twemproxy { .. } => ketama_weighted_count(node, input, 160),
+            PointScheme::Spymemcached { weighted: true, .. } => {
+                // spymemcached: the same float expression with getNodeRepetitions() for 160, then
+                // (int)(Math.floor(...) * 4) points, of which pointerPerServer / 4 digests are made.
+                ketama_weighted_count(node, input, input.vnodes)
+            }
+            PointScheme::Spymemcached {
+                weighted: false, ..
+            } => match input.hash {
+                HashFunction::Java(JavaHash::Ketama) => u64::from(input.vnodes / 4) * 4,
+                _ => u64::from(input.vnodes),
+            },
+            PointScheme::Template(t) => {
+                let wanted = (f64::from(input.vnodes) * node.weight()).round();
+                t.point_count((wanted as u64).max(1))
             }
             PointScheme::LibmemcachedWeighted | PointScheme::LibmemcachedSpyWeighted => {
                 // floor((float)(pct * 160 / 4 * (float)live + 0.0000000001F)) * 4   (all in float)
@@ -207,6 +245,22 @@ impl PointScheme {
                     out.push(input.hash.hash32(name.as_bytes()));
                 }
             }
+            PointScheme::Spymemcached {
+                weighted,
+                key_format,
+            } => {
+                let key = key_format.node_key(node.identity());
+                let key = key.as_ref();
+                if weighted || input.hash == HashFunction::Java(JavaHash::Ketama) {
+                    md5_quads(key, count, None, out);
+                } else {
+                    for i in 0..count {
+                        let name = format!("{key}-{i}");
+                        out.push(input.hash.hash32(name.as_bytes()));
+                    }
+                }
+            }
+            PointScheme::Template(t) => t.positions(node.identity(), count, out),
             PointScheme::Nginx => {
                 let (host, port) = nginx_host_port(node.identity().as_bytes());
                 let mut base = crc32fast::Hasher::new();
@@ -267,9 +321,73 @@ impl PointScheme {
             | PointScheme::LibmemcachedSpyWeighted
             | PointScheme::Libketama
             | PointScheme::Nginx => a.rank().cmp(&b.rank()).then_with(|| a.name().cmp(b.name())),
-            // uhashring maps each point to a node in a dict, so the node added last overwrites the others.
-            PointScheme::Uhashring => b.rank().cmp(&a.rank()).then_with(|| a.name().cmp(b.name())),
+            // uhashring maps each point to a node in a dict, spymemcached in a TreeMap (`put`
+            // overwrites), so the node added last overwrites the others.
+            PointScheme::Uhashring | PointScheme::Spymemcached { .. } => {
+                b.rank().cmp(&a.rank()).then_with(|| a.name().cmp(b.name()))
+            }
+            PointScheme::Template(t) => match t.ties {
+                TieRule::LastAdded => b.rank().cmp(&a.rank()).then_with(|| a.name().cmp(b.name())),
+                TieRule::FirstAdded => a.rank().cmp(&b.rank()).then_with(|| a.name().cmp(b.name())),
+            },
             PointScheme::Plain => a.name().cmp(b.name()),
+        }
+    }
+}
+
+/// The ketama weighted point count of twemproxy, libmemcached's predecessor code and spymemcached, with
+/// `reps` points for a server of average weight:
+/// `float pct = (float)w / (float)W; floorf((float)(pct * reps / 4 * (float)n + 0.0000000001)) * 4`
+/// (the `+` in double precision, everything else in single).
+fn ketama_weighted_count(node: &Node, input: SchemeInput, reps: u32) -> u64 {
+    let n = input.node_count.max(1);
+    let pct = node.weight() as f32 / input.total_weight as f32;
+    let t = pct * reps as f32 / 4.0f32 * (n as f32);
+    let v = ((f64::from(t) + 0.000_000_000_1) as f32).floor();
+    (v as u64) * 4
+}
+
+/// spymemcached's `KetamaNodeKeyFormatter.Format`: how a node's `InetSocketAddress` becomes the key
+/// its point names start with. The node's identity is the address as Java prints it
+/// (`hostname/address:port`, the host name empty for an address given as a literal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SpymemcachedKeyFormat {
+    /// `SPYMEMCACHED`, the default: `String.valueOf(address)` less one leading `/`
+    /// (`10.0.0.1:11211`, `cache1/10.0.0.1:11211`).
+    #[default]
+    Spymemcached,
+    /// `LIBMEMCACHED`: `address.getHostName()`, then `:port` unless the port is 11211 — libmemcached's
+    /// own point names. `getHostName()` is the host name when there is one; for an address given as a
+    /// literal Java asks reverse DNS, and this format assumes the lookup fails (the address itself,
+    /// IPv6 without brackets), so name such servers by host name to be sure.
+    Libmemcached,
+}
+
+impl SpymemcachedKeyFormat {
+    /// The node key of the address text `identity`.
+    pub fn node_key(self, identity: &str) -> std::borrow::Cow<'_, str> {
+        match self {
+            SpymemcachedKeyFormat::Spymemcached => {
+                std::borrow::Cow::Borrowed(identity.strip_prefix('/').unwrap_or(identity))
+            }
+            SpymemcachedKeyFormat::Libmemcached => {
+                let (host, port) = match identity.rsplit_once(':') {
+                    Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty() => {
+                        (h, p)
+                    }
+                    _ => (identity, ""),
+                };
+                let host = match host.split_once('/') {
+                    Some((name, _)) if !name.is_empty() => name,
+                    Some((_, addr)) => addr.trim_start_matches('[').trim_end_matches(']'),
+                    None => host,
+                };
+                if port.is_empty() || port == "11211" {
+                    std::borrow::Cow::Borrowed(host)
+                } else {
+                    std::borrow::Cow::Owned(format!("{host}:{port}"))
+                }
+            }
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The memcached text protocol: a pure request parser (what clients send), a pure response framer (what
-//! servers send back), and a [`Decoder`] wrapping the request parser for connections.
+//! servers send back), and a [`tokio_util::codec::Decoder`] wrapping the request parser for connections.
 //!
 //! Nothing here does I/O. Incomplete input is a normal state (`Ok(None)`), never an error: the caller reads
 //! more and asks again. Parsed requests do not copy: a [`Request`] is the frame's bytes plus the byte ranges

@@ -17,7 +17,7 @@ use RequestErrorKind as E;
 /// Returns `Ok(None)` when `buf` does not yet hold a whole request (and is within the limits),
 /// `Ok(Some(parsed))` for a request occupying `buf[..parsed.len]`, and `Err` for a refused one. A
 /// retrieval command's line has no length limit here: the codec streams long ones through
-/// ([`parse_get_prefix`]).
+/// ([`RequestCodec`](super::RequestCodec)).
 ///
 /// # Errors
 /// A [`RequestError`] saying what to reply and how much input to drop.

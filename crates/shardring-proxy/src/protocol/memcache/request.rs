@@ -306,7 +306,7 @@ impl RequestError {
     }
 }
 
-/// A request found by [`parse_request`].
+/// A request found by [`parse_request`](super::parse_request).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Parsed {
     /// Its length in the input: the line and its data block.

@@ -1,0 +1,186 @@
+//! The tallies the request path bumps: per pool ([`PoolStats`]) and per server ([`ServerStats`]).
+//!
+//! Counters are relaxed atomics: each is an independent tally read for reporting, no other memory is
+//! published through them, so no ordering stronger than `Relaxed` is needed. Nothing here knows about an
+//! output format; the renderers read these at scrape time.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Latency bucket bounds in microseconds (Prometheus `le` in seconds).
+pub(crate) const BUCKETS_US: [u64; 14] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000,
+];
+
+/// A fixed-bucket latency histogram.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Per-bucket counts (not cumulative); the last is `+Inf`.
+    buckets: [AtomicU64; BUCKETS_US.len() + 1],
+    /// The sum of observations in microseconds.
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let i = BUCKETS_US
+            .iter()
+            .position(|&b| us <= b)
+            .unwrap_or(BUCKETS_US.len());
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_us.fetch_add(us, Relaxed);
+    }
+
+    /// The per-bucket counts (not cumulative; the last is `+Inf`) and the sum in microseconds, read once
+    /// each. A scrape racing an observation may see the bucket without the sum or the other way round;
+    /// the count is the buckets' total, so it always matches them.
+    pub(crate) fn read(&self) -> ([u64; BUCKETS_US.len() + 1], u64) {
+        let buckets = std::array::from_fn(|i| self.buckets[i].load(Relaxed));
+        (buckets, self.sum_us.load(Relaxed))
+    }
+}
+
+/// A counter: a relaxed atomic with short methods.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Relaxed);
+    }
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+    /// Subtracts one (gauges).
+    pub fn dec(&self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+    /// The value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+    /// Sets the value (gauges).
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Relaxed);
+    }
+}
+
+/// One server's tallies. Kept across reloads while the server stays in its pool.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// The server's name in stats: its configured name, else `host:port`.
+    pub name: String,
+    /// Connections the server closed.
+    pub server_eof: Counter,
+    /// Connections that failed (connect errors, resets, unframeable replies).
+    pub server_err: Counter,
+    /// Requests that timed out.
+    pub server_timedout: Counter,
+    /// Open connections (gauge).
+    pub server_connections: Counter,
+    /// Unix time of the last ejection, 0 if never.
+    pub server_ejected_at: Counter,
+    /// Times the server was ejected.
+    pub ejections: Counter,
+    /// Whether it is ejected now.
+    pub ejected: AtomicBool,
+    /// Requests sent.
+    pub requests: Counter,
+    /// Bytes sent.
+    pub request_bytes: Counter,
+    /// Replies received.
+    pub responses: Counter,
+    /// Bytes received.
+    pub response_bytes: Counter,
+    /// Requests queued and not yet answered (gauge).
+    pub in_queue: Counter,
+    /// Request round-trip latency.
+    pub latency: Histogram,
+}
+
+impl ServerStats {
+    /// Fresh tallies for the server `name`.
+    pub fn new(name: &str) -> ServerStats {
+        ServerStats {
+            name: name.to_owned(),
+            ..ServerStats::default()
+        }
+    }
+}
+
+/// One pool's client-side tallies. Kept across reloads.
+#[derive(Debug, Default)]
+pub struct PoolStats {
+    /// The pool's name.
+    pub name: String,
+    /// Clients that closed their connection.
+    pub client_eof: Counter,
+    /// Client connections ended by an error.
+    pub client_err: Counter,
+    /// Open client connections (gauge).
+    pub client_connections: Counter,
+    /// Client connections ever accepted.
+    pub total_connections: Counter,
+    /// Servers ejected.
+    pub server_ejects: Counter,
+    /// Requests answered with `SERVER_ERROR` because a server failed.
+    pub forward_error: Counter,
+    /// Server requests made by splitting multi-gets.
+    pub fragments: Counter,
+    /// Client requests parsed.
+    pub requests: Counter,
+    /// Client requests refused by the parser.
+    pub client_errors: Counter,
+}
+
+impl PoolStats {
+    /// Fresh tallies for the pool `name`.
+    pub fn new(name: &str) -> PoolStats {
+        PoolStats {
+            name: name.to_owned(),
+            ..PoolStats::default()
+        }
+    }
+}
+
+/// One pool's tallies with its current servers', for rendering.
+#[derive(Debug, Clone)]
+pub struct PoolView {
+    /// The pool.
+    pub pool: Arc<PoolStats>,
+    /// Its servers, in config order.
+    pub servers: Vec<Arc<ServerStats>>,
+}
+
+/// Unix time now, in seconds (for `server_ejected_at`); 0 if the clock is before 1970.
+pub fn unix_time() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_inclusive_upper_bounds_and_overflow_lands_in_inf() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(50));
+        h.observe(Duration::from_micros(51));
+        h.observe(Duration::from_secs(5));
+        let (buckets, sum_us) = h.read();
+        assert_eq!(buckets[0], 1, "50us is in le=50us");
+        assert_eq!(buckets[1], 1, "51us is in le=100us");
+        assert_eq!(buckets[BUCKETS_US.len()], 1, "5s is only in +Inf");
+        assert_eq!(buckets.iter().sum::<u64>(), 3);
+        assert_eq!(sum_us, 5_000_101);
+    }
+}

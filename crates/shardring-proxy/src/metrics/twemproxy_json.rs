@@ -1,0 +1,127 @@
+//! twemproxy's stats JSON, and the listener that serves it the way nutcracker does: every connection gets
+//! the JSON, then is closed (no HTTP; `nc host 22222` and nutcracker's own scrapers read it like that).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+
+use super::counters::{unix_time, PoolView};
+
+/// How long a stats client gets to read the JSON before its connection is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// twemproxy's stats JSON: `service, source, version, uptime, timestamp, total_connections,
+/// curr_connections`, then one object per pool with its counters and one object per server.
+pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
+    let mut top = Map::new();
+    top.insert("service".into(), json!("nutcracker"));
+    top.insert("source".into(), json!(hostname()));
+    top.insert(
+        "version".into(),
+        json!(concat!("shardring-", env!("CARGO_PKG_VERSION"))),
+    );
+    top.insert("uptime".into(), json!(started.elapsed().as_secs()));
+    top.insert("timestamp".into(), json!(unix_time()));
+    let total: u64 = pools.iter().map(|p| p.pool.total_connections.get()).sum();
+    let curr: u64 = pools.iter().map(|p| p.pool.client_connections.get()).sum();
+    top.insert("total_connections".into(), json!(total));
+    top.insert("curr_connections".into(), json!(curr));
+    for view in pools {
+        let p = &view.pool;
+        let mut pool = Map::new();
+        pool.insert("client_eof".into(), json!(p.client_eof.get()));
+        pool.insert("client_err".into(), json!(p.client_err.get()));
+        pool.insert(
+            "client_connections".into(),
+            json!(p.client_connections.get()),
+        );
+        pool.insert("server_ejects".into(), json!(p.server_ejects.get()));
+        pool.insert("forward_error".into(), json!(p.forward_error.get()));
+        pool.insert("fragments".into(), json!(p.fragments.get()));
+        for s in &view.servers {
+            let server: Value = json!({
+                "server_eof": s.server_eof.get(),
+                "server_err": s.server_err.get(),
+                "server_timedout": s.server_timedout.get(),
+                "server_connections": s.server_connections.get(),
+                "server_ejected_at": s.server_ejected_at.get(),
+                "requests": s.requests.get(),
+                "request_bytes": s.request_bytes.get(),
+                "responses": s.responses.get(),
+                "response_bytes": s.response_bytes.get(),
+                "in_queue": s.in_queue.get(),
+                "in_queue_bytes": 0,
+                "out_queue": 0,
+                "out_queue_bytes": 0,
+            });
+            pool.insert(s.name.clone(), server);
+        }
+        top.insert(p.name.clone(), Value::Object(pool));
+    }
+    Value::Object(top).to_string()
+}
+
+/// Serves twemproxy's stats: every connection gets the JSON, then is closed (as nutcracker does).
+pub async fn serve_json<F>(
+    listener: tokio::net::TcpListener,
+    started: Instant,
+    views: F,
+    stop: CancellationToken,
+) where
+    F: Fn() -> Vec<PoolView>,
+{
+    while let Some(mut s) = crate::net::accept_with_backoff(&listener, &stop, "stats").await {
+        let body = render_twemproxy_json(started, &views());
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(WRITE_TIMEOUT, s.write_all(body.as_bytes())).await;
+            let _ = s.shutdown().await;
+        });
+    }
+}
+
+/// The machine's name for `source`, as nutcracker reports it.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::metrics::{PoolStats, ServerStats};
+
+    fn view() -> Vec<PoolView> {
+        let pool = Arc::new(PoolStats::new("alpha"));
+        pool.total_connections.add(3);
+        let s = Arc::new(ServerStats::new("cache-a"));
+        s.requests.add(7);
+        vec![PoolView {
+            pool,
+            servers: vec![s],
+        }]
+    }
+
+    #[test]
+    fn json_has_twemproxys_field_names() {
+        let v: serde_json::Value =
+            serde_json::from_str(&render_twemproxy_json(Instant::now(), &view())).unwrap();
+        assert_eq!(v["service"], "nutcracker");
+        assert_eq!(v["total_connections"], 3);
+        assert_eq!(v["alpha"]["cache-a"]["requests"], 7);
+        for f in [
+            "client_eof",
+            "client_err",
+            "client_connections",
+            "server_ejects",
+            "forward_error",
+            "fragments",
+        ] {
+            assert!(v["alpha"][f].is_u64(), "{f}");
+        }
+    }
+}
