@@ -514,6 +514,27 @@ async fn hello_3_is_served_over_resp3_server_connections() {
         cmds(&mut c3, &["HELLO", "4"]).await,
         "-NOPROTO unsupported protocol version\r\n"
     );
+    // Switching in the middle of a pipeline: what follows HELLO waits for what came before, so a STRLEN
+    // on a RESP3 connection sees the (slow, 8 MiB) SET sent just before on a RESP2 one.
+    let mut c = proxy.client().await;
+    let big = "v".repeat(8 << 20);
+    for i in 0..4 {
+        let k = format!("sw{i}");
+        assert_eq!(cmds(&mut c, &["SET", &k, "old"]).await, "+OK\r\n");
+        let mut pipeline = Vec::new();
+        pipeline.extend_from_slice(&Request::from_args(&["SET", &k, &big]).frame);
+        let version = if i % 2 == 0 { "3" } else { "2" };
+        pipeline.extend_from_slice(&Request::from_args(&["HELLO", version]).frame);
+        pipeline.extend_from_slice(&Request::from_args(&["STRLEN", &k]).frame);
+        c.send(&pipeline).await;
+        let replies = read_replies(&mut c, 3).await;
+        assert_eq!(replies[0], b"+OK\r\n");
+        assert_eq!(
+            String::from_utf8_lossy(&replies[2]),
+            format!(":{}\r\n", big.len()),
+            "STRLEN sw{i} after the switch"
+        );
+    }
     proxy.stop().await;
 }
 
