@@ -195,7 +195,7 @@ impl<P: Protocol> Pool<P> {
     /// [`ProxyError::Placement`] when the placement cannot be built.
     pub(crate) fn new(config: PoolConfig) -> Result<Pool<P>, ProxyError> {
         let shared = PoolShared {
-            stats: Arc::new(PoolStats::new(&config.name)),
+            stats: Arc::new(PoolStats::with_commands(&config.name, P::command_names())),
             changed: Arc::new(Notify::new()),
             started: std::time::Instant::now(),
         };

@@ -56,6 +56,7 @@ pub(crate) async fn serve_client<P: Protocol>(
         pool,
         client_id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
         pending: VecDeque::with_capacity(16),
+        timings: VecDeque::with_capacity(16),
         state: P::Session::default(),
         lane: 0,
     };
@@ -115,6 +116,9 @@ struct Session<P: Protocol> {
     client_id: u64,
     /// Answers in request order.
     pending: VecDeque<Pending<P>>,
+    /// For each entry of `pending`, in step: the command (one of [`Protocol::command_names`]) and when its
+    /// request was decoded, for the per-command latency; `None` for what is not tallied.
+    timings: VecDeque<Option<(usize, std::time::Instant)>>,
     /// What the protocol keeps about this client between requests.
     state: P::Session,
     /// The set of server connections this client's requests take ([`Protocol::lane`]).
@@ -142,15 +146,16 @@ impl<P: Protocol> Session<P> {
                     None => break,
                     Some(Incoming::Request(req)) => {
                         self.pool.shared.stats.requests.inc();
+                        let timed = P::command_index(&req).map(|i| (i, std::time::Instant::now()));
                         let cluster = self.pool.current.load();
                         let step = self.plan(&cluster, req);
                         if let Step::Close(answer) = step {
-                            self.pending.push_back(Pending::Ready(Some(answer)));
+                            self.push(Pending::Ready(Some(answer)), timed);
                             closing = true;
                             break;
                         }
                         let p = self.start(&cluster, step);
-                        self.pending.push_back(p);
+                        self.push(p, timed);
                     }
                     Some(Incoming::Refused {
                         reply,
@@ -158,8 +163,7 @@ impl<P: Protocol> Session<P> {
                         close,
                     }) => {
                         self.pool.shared.stats.client_errors.inc();
-                        self.pending
-                            .push_back(Pending::Ready(Some(Answer::Bytes(reply))));
+                        self.push(Pending::Ready(Some(Answer::Bytes(reply))), None);
                         if close {
                             tracing::info!(
                                 %reason,
@@ -186,13 +190,13 @@ impl<P: Protocol> Session<P> {
                     Some(p) => Pin::new(p).poll(cx),
                     None => Poll::Pending,
                 }), if !self.pending.is_empty() => {
-                    self.pending.pop_front();
+                    self.pop();
                     self.write_answer(answer);
                     while let Some(front) = self.pending.front_mut() {
                         let Some(a) = front.now_or_never() else {
                             break;
                         };
-                        self.pending.pop_front();
+                        self.pop();
                         self.write_answer(a);
                         if self.out.len() > MAX_WRITE_BATCH {
                             break;
@@ -209,6 +213,22 @@ impl<P: Protocol> Session<P> {
                     }
                 }
                 () = &mut stopped, if !closing => closing = true,
+            }
+        }
+    }
+
+    /// Queues an answer on its way, with what its latency is tallied under.
+    fn push(&mut self, p: Pending<P>, timed: Option<(usize, std::time::Instant)>) {
+        self.pending.push_back(p);
+        self.timings.push_back(timed);
+    }
+
+    /// Drops the front answer (it is ready), tallying its command's latency.
+    fn pop(&mut self) {
+        self.pending.pop_front();
+        if let Some(Some((i, since))) = self.timings.pop_front() {
+            if let Some(c) = self.pool.shared.stats.commands.get(i) {
+                c.latency.observe(since.elapsed());
             }
         }
     }

@@ -902,3 +902,56 @@ async fn errors_are_word_for_word_those_of_the_redis_server() {
     }
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_shows_each_commands_latency() {
+    let Some(servers) = redises(2, &[]) else {
+        return;
+    };
+    let proxy = RunningProxy::start(pool(&servers, "")).await;
+    let mut c = proxy.client().await;
+    for i in 0..7 {
+        cmds(&mut c, &["SET", &format!("m{i}"), "1"]).await;
+    }
+    for _ in 0..3 {
+        cmds(&mut c, &["MGET", "m0", "m1", "m2", "m3"]).await;
+    }
+    cmds(&mut c, &["NOSUCH"]).await;
+    let text =
+        shardring_proxy::metrics::render_prometheus(proxy.proxy.started(), &proxy.proxy.views());
+    for (command, n) in [("set", 7), ("mget", 3)] {
+        let line = format!(
+            "shardring_proxy_command_latency_seconds_count{{pool=\"alpha\",command=\"{command}\"}} {n}"
+        );
+        assert!(text.contains(&line), "{line} missing from:\n{text}");
+    }
+    assert!(
+        !text.contains("command=\"get\""),
+        "commands not sent are left out"
+    );
+    assert!(!text.contains("NOSUCH") && !text.contains("nosuch"));
+    // Prometheus's own checker reads it (when installed: .ci/run installs it).
+    if let Ok(mut child) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !said.contains("error"),
+            "promtool: {said}"
+        );
+    }
+    proxy.stop().await;
+}

@@ -17,7 +17,9 @@ mod http;
 mod prometheus;
 mod twemproxy_json;
 
-pub use counters::{unix_time, Counter, Histogram, PoolStats, PoolView, ServerStats};
+pub use counters::{
+    unix_time, CommandLatency, Counter, Histogram, PoolStats, PoolView, ServerStats,
+};
 pub use http::{serve_http, Reply, Request, Router};
 pub use prometheus::{
     metrics_endpoint, render, render_openmetrics, render_prometheus, serve_prometheus, Format,

@@ -102,6 +102,17 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
         vec![self.handshake()]
     }
 
+    /// The commands whose latency the pool tallies (the `command` label of
+    /// `shardring_proxy_command_latency_seconds`). By default, none.
+    fn command_names() -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Which of [`Protocol::command_names`] `request` is; `None` when it is not tallied. By default, none.
+    fn command_index(_request: &Self::Request) -> Option<usize> {
+        None
+    }
+
     /// Whether a framed reply is an error reply (a failed handshake step, a refused fan-out part).
     fn is_error_reply(reply: &[u8]) -> bool;
 }

@@ -477,6 +477,11 @@ const MAX_NAME: usize = 24;
 
 /// The table's entry for a command name, matched without regard to case.
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    index_of(name).map(|i| &TABLE[i])
+}
+
+/// The index in [`TABLE`] of a command name, matched without regard to case.
+pub fn index_of(name: &[u8]) -> Option<usize> {
     if name.len() > MAX_NAME {
         return None;
     }
@@ -488,7 +493,6 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
     TABLE
         .binary_search_by(|spec| spec.name.as_bytes().cmp(lower))
         .ok()
-        .map(|i| &TABLE[i])
 }
 
 /// Where a request goes, once its keys are found.

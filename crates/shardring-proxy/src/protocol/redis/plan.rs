@@ -278,6 +278,15 @@ impl Protocol for Redis {
     fn is_error_reply(reply: &[u8]) -> bool {
         matches!(reply.first(), Some(b'-' | b'!'))
     }
+
+    fn command_names() -> &'static [&'static str] {
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        NAMES.get_or_init(|| command::TABLE.iter().map(|s| s.name).collect())
+    }
+
+    fn command_index(request: &Request) -> Option<usize> {
+        command::index_of(request.arg(0)?)
+    }
 }
 
 impl Redis {
