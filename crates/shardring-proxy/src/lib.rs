@@ -38,6 +38,14 @@
 
 #![warn(unreachable_pub)]
 
+/// The proxy's name and version (`shardring-proxy-0.1.0`) as a literal, for `concat!`: the one place
+/// the string is made, for the `version` reply, `stats` and the stats JSON.
+macro_rules! name_version {
+    () => {
+        concat!("shardring-proxy-", env!("CARGO_PKG_VERSION"))
+    };
+}
+
 mod backend;
 mod cluster;
 pub mod config;
@@ -61,5 +69,5 @@ pub use crate::pools::ServedPool;
 pub use crate::proxy::Proxy;
 pub use crate::run::{run, RunOptions};
 
-/// The proxy's version, as stats and `version` replies show it.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The proxy's name and version, as `stats`, the stats JSON and the `version` reply show it.
+pub const NAME_VERSION: &str = name_version!();

@@ -24,9 +24,12 @@ mod crc;
 mod fnv;
 pub mod java;
 mod md5;
-mod murmur;
-pub mod twemproxy;
+pub(crate) mod murmur;
 mod xxh;
+
+/// twemproxy's twelve key hashes: they live with the rest of twemproxy's knowledge, in
+/// [`crate::compat::twemproxy::hash`], and are found here too.
+pub use crate::compat::twemproxy::hash as twemproxy;
 
 use std::fmt;
 use std::str::FromStr;

@@ -28,7 +28,7 @@ pub fn murmur3_32(key: &[u8], seed: u32) -> u32 {
 /// The 1–3 bytes left after the 4-byte blocks, read little-endian into a `u32`: the tail step shared by
 /// MurmurHash3 and twemproxy's MurmurHash2 (both C versions do it with a fall-through switch).
 #[inline]
-pub(super) fn tail_le(tail: &[u8]) -> u32 {
+pub(crate) fn tail_le(tail: &[u8]) -> u32 {
     tail.iter()
         .rev()
         .fold(0u32, |acc, &b| (acc << 8) | u32::from(b))

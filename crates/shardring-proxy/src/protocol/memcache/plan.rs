@@ -24,12 +24,7 @@ use crate::protocol::{
 /// Clients read the first word as `major.minor.micro` and refuse a reply that does not start so
 /// (libmemcached's `memcached_version`, used by `memcping` and `memcstat`, fails on
 /// `VERSION shardring-proxy-…`); some enable features by it (1.6 has the meta commands).
-pub const VERSION_REPLY: &[u8] = concat!(
-    "VERSION 1.6.0 shardring-proxy-",
-    env!("CARGO_PKG_VERSION"),
-    "\r\n"
-)
-.as_bytes();
+pub const VERSION_REPLY: &[u8] = concat!("VERSION 1.6.0 ", name_version!(), "\r\n").as_bytes();
 
 /// The memcached text protocol, with a pool's limits and multi-get policy.
 #[derive(Debug, Clone)]
@@ -249,20 +244,28 @@ impl Memcache {
                 Answer::fixed(b"END\r\n")
             });
         }
-        let owners: Vec<Option<usize>> =
-            keys.iter().map(|k| ctx.server_for(req.bytes(k))).collect();
+        // As received, to the one server of every key.
+        let forward = |server| Step::Forward {
+            server,
+            frame: req.frame.clone(),
+            kind: ResponseKind::Values,
+            finish: if more {
+                Finish::WithoutEnd
+            } else {
+                Finish::Plain
+            },
+        };
+        if let [key] = keys.as_slice() {
+            // The common case: one key, no allocation.
+            return forward(ctx.server_for(req.bytes(key)));
+        }
+        // Placed as one batch: the placement can overlap the cache misses of many lookups.
+        let key_bytes: Vec<&[u8]> = keys.iter().map(|k| req.bytes(k)).collect();
+        let mut owners = vec![None; keys.len()];
+        ctx.servers_for(&key_bytes, &mut owners);
         let first = owners[0];
         if first.is_some() && owners.iter().all(|&o| o == first) {
-            return Step::Forward {
-                server: first,
-                frame: req.frame.clone(),
-                kind: ResponseKind::Values,
-                finish: if more {
-                    Finish::WithoutEnd
-                } else {
-                    Finish::Plain
-                },
-            };
+            return forward(first);
         }
         // Split: one request per server, keys in the client's order.
         let mut lines: Vec<(usize, BytesMut)> = Vec::new();
@@ -386,13 +389,13 @@ fn local_stats(ctx: &PlanContext<'_>) -> Bytes {
     let mut s = String::new();
     let _ = write!(
         s,
-        "STAT pid {}\r\nSTAT uptime {}\r\nSTAT time {}\r\nSTAT version shardring-proxy-{}\r\n\
+        "STAT pid {}\r\nSTAT uptime {}\r\nSTAT time {}\r\nSTAT version {}\r\n\
          STAT curr_connections {}\r\nSTAT total_connections {}\r\nSTAT cmd_total {}\r\n\
          STAT forward_error {}\r\nSTAT servers {}\r\nSTAT servers_live {}\r\nEND\r\n",
         std::process::id(),
         ctx.started.elapsed().as_secs(),
         crate::metrics::unix_time(),
-        crate::VERSION,
+        crate::NAME_VERSION,
         st.client_connections.get(),
         st.total_connections.get(),
         st.requests.get(),

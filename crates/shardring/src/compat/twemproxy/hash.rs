@@ -29,8 +29,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::murmur::tail_le;
-use super::KeyHash;
+use crate::hash::murmur::tail_le;
+use crate::hash::KeyHash;
 use crate::Error;
 
 /// Widens a key byte the way C does on x86-64 when it reads a `char`: as a signed value.
@@ -54,7 +54,7 @@ pub fn one_at_a_time(key: &[u8]) -> u32 {
 
 /// MD5 of the key, the first four digest bytes read little-endian.
 pub fn md5(key: &[u8]) -> u32 {
-    super::md5_u32(key)
+    crate::hash::md5_u32(key)
 }
 
 const fn crc16_table() -> [u16; 256] {
@@ -90,12 +90,12 @@ pub fn crc16(key: &[u8]) -> u32 {
 
 /// twemproxy's (and libmemcached's) `crc32`: bits 16..30 of the standard CRC-32, a value below 2^15.
 pub fn crc32(key: &[u8]) -> u32 {
-    (super::crc32(key) >> 16) & 0x7fff
+    (crate::hash::crc32(key) >> 16) & 0x7fff
 }
 
 /// twemproxy's `crc32a`: the standard CRC-32 (zlib's `crc32`).
 pub fn crc32a(key: &[u8]) -> u32 {
-    super::crc32(key)
+    crate::hash::crc32(key)
 }
 
 /// twemproxy's `fnv1_64`: FNV-1 in 64 bits over sign-extended bytes, low 32 bits returned.
@@ -268,7 +268,7 @@ pub fn jenkins(key: &[u8]) -> u32 {
 /// libhashkit's `murmur3` (libmemcached's `MEMCACHED_HASH_MURMUR3`; twemproxy has no such hash):
 /// MurmurHash3 x86_32 with the seed `0xdeadbeef × length`.
 pub fn hashkit_murmur3(key: &[u8]) -> u32 {
-    super::murmur3_32(key, 0xdead_beefu32.wrapping_mul(key.len() as u32))
+    crate::hash::murmur3_32(key, 0xdead_beefu32.wrapping_mul(key.len() as u32))
 }
 
 /// One of twemproxy's twelve `hash:` values, selectable by the name twemproxy's configuration uses.
@@ -342,7 +342,7 @@ impl TwemproxyHash {
         }
     }
 
-    /// The name qualified with `twemproxy:`, as [`HashFunction`](super::HashFunction) spells it (plain
+    /// The name qualified with `twemproxy:`, as [`HashFunction`](crate::hash::HashFunction) spells it (plain
     /// names like `fnv1a_64` already mean the textbook functions there).
     pub const fn qualified_name(self) -> &'static str {
         match self {
@@ -458,9 +458,9 @@ mod tests {
             fnv1a_32(&[0x80]),
             (0x811c_9dc5u32 ^ 0xffff_ff80).wrapping_mul(0x0100_0193)
         );
-        assert_ne!(fnv1a_32(&[0x80]), super::super::fnv1a_32(&[0x80]));
+        assert_ne!(fnv1a_32(&[0x80]), crate::hash::fnv1a_32(&[0x80]));
         // Below 0x80 they agree.
-        assert_eq!(fnv1a_32(&[0x7f]), super::super::fnv1a_32(&[0x7f]));
+        assert_eq!(fnv1a_32(&[0x7f]), crate::hash::fnv1a_32(&[0x7f]));
     }
 
     #[test]

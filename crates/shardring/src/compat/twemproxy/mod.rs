@@ -25,6 +25,8 @@
 //!   exactly nutcracker's continuum while it is out (checked on `testdata/twemproxy/ketama-ejected-*`),
 //!   and adding it back gives the original.
 
+pub mod hash;
+
 use std::fmt;
 use std::str::FromStr;
 
