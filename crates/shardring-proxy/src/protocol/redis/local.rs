@@ -348,11 +348,11 @@ fn command_info(req: &Request, flavor: Flavor) -> Step<Redis> {
 fn info(flavor: Flavor, proxy: &Redis, ctx: &PlanContext<'_>) -> Step<Redis> {
     let st = ctx.stats;
     let text = format!(
-        "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\nproxy:shardring-proxy-{}\r\n\
+        "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\nproxy:{}\r\n\
          process_id:{}\r\nuptime_in_seconds:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n\
          # Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\r\n\
          # Keyspace\r\n# db:{} servers:{} live:{}\r\n",
-        crate::VERSION,
+        crate::NAME_VERSION,
         std::process::id(),
         ctx.started.elapsed().as_secs(),
         st.client_connections.get(),
