@@ -201,6 +201,17 @@ proptest! {
         let cut = cut.index(bytes.len());
         prop_assert_eq!(our_reply_len(&bytes[..cut]), Ok(None));
     }
+}
+
+proptest! {
+    // A fixed seed: the oracle refuses some well-framed replies for their meaning (listed below, by its
+    // error words); a new such refusal met by a random seed would fail CI for the oracle's sake. Soak
+    // with more cases and other seeds by hand (`rng_seed`), and list what is found.
+    #![proptest_config(ProptestConfig {
+        cases: 4000,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(12),
+        ..ProptestConfig::default()
+    })]
 
     /// On mutated encodings and garbage: whatever we frame, the oracle decodes to the same length.
     #[test]
