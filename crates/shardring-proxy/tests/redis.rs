@@ -955,3 +955,60 @@ async fn prometheus_shows_each_commands_latency() {
     }
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_clients_probe_at_connect_is_answered_by_the_proxy() {
+    let Some(servers) = redises(2, &[]) else {
+        return;
+    };
+    let proxy = RunningProxy::start(pool(&servers, "")).await;
+    let mut c = proxy.client().await;
+    assert_eq!(
+        cmds(&mut c, &["CONFIG", "GET", "save"]).await,
+        "*2\r\n$4\r\nsave\r\n$0\r\n\r\n"
+    );
+    assert_eq!(
+        cmds(&mut c, &["CONFIG", "GET", "appendonly", "nosuch"]).await,
+        "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n"
+    );
+    assert!(cmds(&mut c, &["CONFIG", "SET", "save", ""])
+        .await
+        .starts_with("-ERR CONFIG SET is not supported"));
+    let count = cmds(&mut c, &["COMMAND", "COUNT"]).await;
+    assert!(
+        count.trim_start_matches(':').trim().parse::<u32>().unwrap() >= 200,
+        "{count}"
+    );
+    assert_eq!(
+        cmds(&mut c, &["COMMAND", "INFO", "get", "nosuch"]).await,
+        "*2\r\n*6\r\n$3\r\nget\r\n:2\r\n*0\r\n:1\r\n:1\r\n:1\r\n$-1\r\n"
+    );
+    assert_eq!(
+        cmds(&mut c, &["CLIENT", "SETINFO", "lib-name", "redis-py"]).await,
+        "+OK\r\n"
+    );
+    assert_eq!(
+        cmds(&mut c, &["CLIENT", "SETINFO", "lib-ver", "5.3.1"]).await,
+        "+OK\r\n"
+    );
+    assert_eq!(
+        cmds(&mut c, &["CLIENT", "SETNAME", "worker-1"]).await,
+        "+OK\r\n"
+    );
+    assert_eq!(cmds(&mut c, &["CLIENT", "GETNAME"]).await, bulk("worker-1"));
+    assert!(cmds(&mut c, &["CLIENT", "ID"]).await.starts_with(':'));
+    assert!(cmds(&mut c, &["INFO"]).await.contains("redis_version:"));
+    assert_eq!(cmds(&mut c, &["SELECT", "0"]).await, "+OK\r\n");
+    assert_eq!(cmds(&mut c, &["PING", "hi"]).await, bulk("hi"));
+    let mut c3 = proxy.client().await;
+    cmds(&mut c3, &["HELLO", "3"]).await;
+    assert_eq!(
+        cmds(&mut c3, &["CONFIG", "GET", "save"]).await,
+        "%1\r\n$4\r\nsave\r\n$0\r\n\r\n"
+    );
+    assert!(
+        cmds(&mut c3, &["INFO"]).await.starts_with('='),
+        "a verbatim string in RESP3"
+    );
+    proxy.stop().await;
+}
