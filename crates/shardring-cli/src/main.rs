@@ -33,6 +33,8 @@ enum Command {
     Simulate(cmd::simulate::Args),
     /// Run the pools of a twemproxy (nutcracker) YAML file as a memcached sharding proxy.
     Proxy(cmd::proxy::Args),
+    /// A pool's servers in etcd: publish a YAML pool, list, add, remove, re-weight, watch.
+    Members(cmd::members::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Command::Ring(args) => cmd::ring::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Proxy(args) => cmd::proxy::run(args),
+        Command::Members(args) => cmd::members::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -26,6 +26,9 @@ pub enum ProxyError {
         #[source]
         source: io::Error,
     },
+    /// The pools' membership could not be read from the config store at start.
+    #[error("membership: {0}")]
+    Membership(String),
     /// Another I/O failure.
     #[error("I/O error")]
     Io(#[from] io::Error),

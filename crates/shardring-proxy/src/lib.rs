@@ -50,6 +50,8 @@ mod backend;
 mod cluster;
 pub mod config;
 mod error;
+#[cfg(feature = "etcd")]
+pub mod membership;
 pub mod metrics;
 mod net;
 mod pools;

@@ -25,6 +25,10 @@ pub struct RunOptions {
     pub metrics_addr: Option<String>,
     /// How long in-flight requests get to finish after SIGINT/SIGTERM. By default, 30 s.
     pub drain_limit: Duration,
+    /// Take every pool's servers from etcd instead of the file (a reload then changes the file's other
+    /// settings only). By default, none: the file's servers.
+    #[cfg(feature = "etcd")]
+    pub membership: Option<crate::membership::EtcdMembership>,
 }
 
 impl Default for RunOptions {
@@ -33,6 +37,8 @@ impl Default for RunOptions {
             stats_addr: "127.0.0.1:22222".into(),
             metrics_addr: None,
             drain_limit: Duration::from_secs(30),
+            #[cfg(feature = "etcd")]
+            membership: None,
         }
     }
 }
@@ -42,12 +48,36 @@ impl Default for RunOptions {
 ///
 /// # Errors
 /// A refused config, an address that cannot be bound, or signal handlers that cannot be installed.
-pub async fn run<L>(config: ProxyConfig, options: RunOptions, load: L) -> Result<(), ProxyError>
+pub async fn run<L>(config: ProxyConfig, options: RunOptions, mut load: L) -> Result<(), ProxyError>
 where
     L: FnMut() -> Result<ProxyConfig, ConfigErrors> + Send + 'static,
 {
     let proxy = Arc::new(Proxy::new(config)?);
     let listeners = proxy.bind().await?;
+    let stop = CancellationToken::new();
+    #[cfg(feature = "etcd")]
+    let follows_etcd = match &options.membership {
+        Some(settings) => {
+            crate::membership::start(proxy.pools(), settings, stop.clone())
+                .await
+                .map_err(|e| ProxyError::Membership(e.to_string()))?;
+            true
+        }
+        None => false,
+    };
+    #[cfg(not(feature = "etcd"))]
+    let follows_etcd = false;
+    let pools = Arc::clone(&proxy);
+    let load = move || {
+        let config = load()?;
+        #[cfg(feature = "etcd")]
+        if follows_etcd {
+            // The servers stay etcd's: a reload changes the file's other settings.
+            return Ok(crate::membership::keep_servers(pools.pools(), config));
+        }
+        let _ = (&pools, follows_etcd);
+        Ok(config)
+    };
     let bind_err = |addr: &str| {
         let addr = addr.to_owned();
         move |source| ProxyError::Bind { addr, source }
@@ -68,7 +98,6 @@ where
     }
     tracing::info!(stats = %options.stats_addr, metrics = ?options.metrics_addr, "stats");
 
-    let stop = CancellationToken::new();
     let p = Arc::clone(&proxy);
     tokio::spawn(metrics::serve_json(
         stats,

@@ -15,6 +15,9 @@
 //!   `shardring_proxy::config`).
 //! - [`shared`]: [`SharedRing`](shared::SharedRing), a placement shared by many threads with lock-free
 //!   reads and copy-on-write changes.
+//! - [`membership`]: a pool's members as whole snapshots, and a follower that makes a
+//!   [`SharedRing`](shared::SharedRing) follow a stream of them atomically (no I/O; etcd is
+//!   `shardring-etcd`).
 //! - [`bounded`]: bounded-load lookups that cap every node's requests in flight at c × the average.
 //! - [`load`]: striped per-node request counters and load statistics.
 //! - [`simulate`]: replays synthetic uniform or Zipf traffic round by round, with the rebalancer and/or
@@ -65,6 +68,7 @@ mod decimal;
 mod error;
 pub mod hash;
 pub mod load;
+pub mod membership;
 mod node;
 mod placement;
 pub mod rebalance;

@@ -2,6 +2,7 @@
 
 pub mod analyze;
 pub mod lookup;
+pub mod members;
 pub mod proxy;
 pub mod ring;
 pub mod simulate;

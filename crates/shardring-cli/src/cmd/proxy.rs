@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use shardring_proxy::{workers, ConfigErrors, ProxyConfig, RunOptions};
+use shardring_proxy::{membership, workers, ConfigErrors, ProxyConfig, RunOptions};
 
 /// Flags named like nutcracker's where it has them (`-c`, `-t`, `-s`, `-a`).
 #[derive(Debug, clap::Args)]
@@ -49,6 +49,24 @@ pub struct Args {
     #[arg(long, value_name = "MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     health_check_interval: u64,
+    /// Take every pool's servers from etcd (comma-separated endpoints) instead of the file; the file
+    /// still gives each pool's listen address and settings. See `shardring members`.
+    #[arg(long, value_name = "URL[,URL...]")]
+    etcd: Option<String>,
+    /// The etcd key prefix: a pool's servers are <P><pool>/servers/<name> = host:port[:weight].
+    #[arg(
+        long,
+        value_name = "P",
+        default_value = "/shardring/",
+        requires = "etcd"
+    )]
+    etcd_prefix: String,
+    /// When etcd cannot be read at start, start from the file's servers (and keep retrying).
+    #[arg(long, requires = "etcd")]
+    etcd_fallback: bool,
+    /// Apply a pool with no servers in etcd instead of refusing it (by default the servers are kept).
+    #[arg(long, requires = "etcd")]
+    allow_empty: bool,
 }
 
 /// The largest `--max-value-size`: memcached's own limit for `-I`.
@@ -145,6 +163,12 @@ pub fn run(args: Args) -> Result<()> {
     let options = RunOptions {
         stats_addr: format!("{}:{}", args.stats_addr, args.stats_port),
         metrics_addr: args.metrics_addr.clone(),
+        membership: args.etcd.as_ref().map(|urls| {
+            membership::EtcdMembership::new(urls.split(',').map(str::trim))
+                .prefix(args.etcd_prefix.as_str())
+                .fallback(args.etcd_fallback)
+                .allow_empty(args.allow_empty)
+        }),
         ..RunOptions::default()
     };
     let path = args.config.clone();

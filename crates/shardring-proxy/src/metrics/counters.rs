@@ -137,6 +137,15 @@ pub struct PoolStats {
     pub requests: Counter,
     /// Client requests refused by the parser.
     pub client_errors: Counter,
+    /// Membership from a config store (etcd): the revision of the servers in use (gauge; 0 while the
+    /// pool runs on its file's servers).
+    pub membership_revision: Counter,
+    /// When membership last swapped the pool's servers, in Unix seconds (gauge; 0: never).
+    pub membership_updated: Counter,
+    /// Refused membership snapshots, failed swaps and lost config-store connections.
+    pub membership_errors: Counter,
+    /// Malformed server values in the config store (each skipped).
+    pub membership_malformed: Counter,
     /// Each command's latency, from its request decoded to its answer ready (for protocols that name
     /// their commands: Redis); empty otherwise.
     pub commands: Box<[CommandLatency]>,

@@ -140,7 +140,7 @@ enum Kind {
 type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-const POOL_FAMILIES: [PoolFamily; 8] = [
+const POOL_FAMILIES: [PoolFamily; 12] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -188,6 +188,30 @@ const POOL_FAMILIES: [PoolFamily; 8] = [
         Kind::Counter,
         "Server ejections.",
         |p| p.server_ejects.get(),
+    ),
+    (
+        "shardring_proxy_pool_membership_revision",
+        Kind::Gauge,
+        "The config-store (etcd) revision of the pool's servers; 0 while on the file's servers.",
+        |p| p.membership_revision.get(),
+    ),
+    (
+        "shardring_proxy_pool_membership_updated_timestamp_seconds",
+        Kind::Gauge,
+        "When membership last changed the pool's servers (Unix time; 0: never).",
+        |p| p.membership_updated.get(),
+    ),
+    (
+        "shardring_proxy_pool_membership_errors",
+        Kind::Counter,
+        "Refused membership snapshots, failed swaps and lost config-store connections.",
+        |p| p.membership_errors.get(),
+    ),
+    (
+        "shardring_proxy_pool_membership_malformed",
+        Kind::Counter,
+        "Malformed server values in the config store (each skipped).",
+        |p| p.membership_malformed.get(),
     ),
 ];
 
@@ -553,6 +577,10 @@ mod tests {
             "shardring_proxy_pool_client_errors_total",
             "shardring_proxy_pool_forward_errors_total",
             "shardring_proxy_pool_server_ejects_total",
+            "shardring_proxy_pool_membership_revision",
+            "shardring_proxy_pool_membership_updated_timestamp_seconds",
+            "shardring_proxy_pool_membership_errors_total",
+            "shardring_proxy_pool_membership_malformed_total",
             "shardring_proxy_server_requests_total",
             "shardring_proxy_server_responses_total",
             "shardring_proxy_server_request_bytes_total",

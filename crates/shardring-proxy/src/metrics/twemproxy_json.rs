@@ -37,6 +37,19 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
         pool.insert("server_ejects".into(), json!(p.server_ejects.get()));
         pool.insert("forward_error".into(), json!(p.forward_error.get()));
         pool.insert("fragments".into(), json!(p.fragments.get()));
+        pool.insert(
+            "membership_revision".into(),
+            json!(p.membership_revision.get()),
+        );
+        pool.insert(
+            "membership_updated".into(),
+            json!(p.membership_updated.get()),
+        );
+        pool.insert("membership_errors".into(), json!(p.membership_errors.get()));
+        pool.insert(
+            "membership_malformed".into(),
+            json!(p.membership_malformed.get()),
+        );
         for s in &view.servers {
             let server: Value = json!({
                 "server_eof": s.server_eof.get(),

@@ -100,7 +100,7 @@ pub fn jump_back_hash(key: u64, buckets: u32) -> Option<u32> {
     while u != 0 {
         // The highest remaining power of two q = 2^m: the key's last jump inside [q, 2q), if any.
         let q = 1u32 << (31 - u.leading_zeros());
-        let low = if u.count_ones() % 2 == 0 {
+        let low = if u.count_ones().is_multiple_of(2) {
             v as u32
         } else {
             (v >> 32) as u32

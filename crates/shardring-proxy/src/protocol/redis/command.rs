@@ -602,7 +602,7 @@ fn find_keys(req: &Request, spec: &Spec) -> Option<Vec<usize>> {
             if first > last {
                 return Some(Vec::new());
             }
-            if step == 2 && (last - first + 1) % 2 != 0 {
+            if step == 2 && !(last - first + 1).is_multiple_of(2) {
                 // `MSET k v k`: Redis answers `wrong number of arguments`; so does [`route`].
                 return None;
             }
@@ -624,7 +624,7 @@ fn find_keys(req: &Request, spec: &Spec) -> Option<Vec<usize>> {
                 let a = req.arg(i)?;
                 if eq_ignore_case(a, b"streams") {
                     let rest = argc - i - 1;
-                    if rest == 0 || rest % 2 != 0 {
+                    if rest == 0 || !rest.is_multiple_of(2) {
                         return None;
                     }
                     return Some((i + 1..i + 1 + rest / 2).collect());

@@ -127,7 +127,7 @@ fn check_auth(proxy: &Redis, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'s
     match &proxy.auth {
         None => Err(b"-ERR Client sent AUTH, but no password is set\r\n"),
         Some(expected) => {
-            let user_ok = user.map_or(true, |u| u == b"default");
+            let user_ok = user.is_none_or(|u| u == b"default");
             if user_ok && pass == expected.as_bytes() {
                 Ok(())
             } else {

@@ -314,7 +314,7 @@ impl Modula {
             .nodes
             .iter()
             .enumerate()
-            .flat_map(|(i, n)| std::iter::repeat(i as u32).take(n.weight() as usize))
+            .flat_map(|(i, n)| std::iter::repeat_n(i as u32, n.weight() as usize))
             .collect();
         Ok(())
     }

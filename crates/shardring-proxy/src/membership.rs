@@ -1,0 +1,366 @@
+//! Pools whose servers come from etcd (`shardring proxy --etcd URL`): each pool keeps its listen address
+//! and settings from the YAML file and takes its servers from `<prefix><pool>/servers/` (the layout of
+//! [`shardring_etcd::layout`]).
+//!
+//! A change in etcd is applied exactly as a SIGHUP reload applies a new file: [`ServedPool::reload`] with the
+//! pool's current config and the new servers, one atomic swap; client connections stay open, requests
+//! already routed finish on the old servers, servers whose address is unchanged keep their connections.
+//! The rules are those of [`shardring::membership::Follower`]: a snapshot equal to the current servers
+//! changes nothing, an older one is ignored, an empty one is refused (the servers kept) unless
+//! `--allow-empty`.
+//!
+//! At start every pool is read once: when etcd cannot be reached that is an error, unless
+//! `--etcd-fallback` asks to start from the YAML's servers (and keep retrying in the background). Once
+//! running, losing etcd keeps the current servers; the source reconnects with back-off and resumes
+//! from its last revision (see [`shardring_etcd::EtcdSource`]).
+//!
+//! Each pool's [`MembershipStats`] (revision, last update time, errors, malformed values) are the pool's
+//! own tallies: the stats JSON shows them as `membership_*` fields and `/metrics` as
+//! `shardring_proxy_pool_membership_*`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use shardring::membership::{Member, MembershipSnapshot};
+use shardring_etcd::{twemproxy_servers, EtcdError, EtcdSource, Update};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ProxyConfig;
+use crate::metrics::PoolStats;
+use crate::pools::ServedPool;
+
+/// What `--etcd`, `--etcd-prefix`, `--etcd-fallback` and `--allow-empty` ask for.
+#[derive(Debug, Clone)]
+pub struct EtcdMembership {
+    /// The etcd endpoints.
+    endpoints: Vec<String>,
+    /// The key prefix pools live under.
+    prefix: String,
+    /// Start from the YAML's servers when etcd cannot be read at start.
+    fallback: bool,
+    /// Apply a snapshot with no servers instead of refusing it.
+    allow_empty: bool,
+    /// How long bursts of changes are folded into one ring swap.
+    debounce: Duration,
+    /// The longest back-off between reconnection attempts.
+    retry_max: Duration,
+}
+
+impl EtcdMembership {
+    /// Servers from etcd at `endpoints`. By default the prefix is `/shardring/`, there is no fallback,
+    /// empty snapshots are refused, the debounce is 100 ms and the back-off grows to 5 s.
+    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> EtcdMembership {
+        EtcdMembership {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            prefix: shardring_etcd::layout::DEFAULT_PREFIX.to_string(),
+            fallback: false,
+            allow_empty: false,
+            debounce: Duration::from_millis(100),
+            retry_max: Duration::from_secs(5),
+        }
+    }
+
+    /// The key prefix. By default, this is `/shardring/`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> EtcdMembership {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Start from the YAML's servers when etcd cannot be read at start. By default, this is `false`:
+    /// that is an error.
+    pub fn fallback(mut self, yes: bool) -> EtcdMembership {
+        self.fallback = yes;
+        self
+    }
+
+    /// Apply a snapshot with no servers (every request then fails). By default, this is `false`: it is
+    /// refused and the servers kept.
+    pub fn allow_empty(mut self, yes: bool) -> EtcdMembership {
+        self.allow_empty = yes;
+        self
+    }
+
+    /// The debounce. By default, this is 100 ms.
+    pub fn debounce(mut self, debounce: Duration) -> EtcdMembership {
+        self.debounce = debounce;
+        self
+    }
+
+    /// The longest back-off between reconnection attempts. By default, this is 5 s.
+    pub fn retry_max(mut self, wait: Duration) -> EtcdMembership {
+        self.retry_max = wait;
+        self
+    }
+
+    fn source(&self, pool: &str) -> EtcdSource {
+        EtcdSource::builder(&self.endpoints, pool)
+            .prefix(self.prefix.as_str())
+            .debounce(self.debounce)
+            .retry_max(self.retry_max)
+            .build()
+    }
+}
+
+/// Why membership could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MembershipStartError {
+    /// etcd could not be read and there is no fallback.
+    #[error("pool {pool}: cannot read its servers from etcd (--etcd-fallback starts from the file's servers instead)")]
+    Unreachable {
+        /// The pool.
+        pool: String,
+        /// Why.
+        #[source]
+        source: EtcdError,
+    },
+    /// etcd has no servers for the pool and empty pools are not allowed.
+    #[error("pool {pool}: etcd has no servers under {prefix} (publish them with `shardring members publish`, or pass --allow-empty)")]
+    Empty {
+        /// The pool.
+        pool: String,
+        /// The key prefix read.
+        prefix: String,
+    },
+    /// The servers from etcd could not be swapped in.
+    #[error("pool {pool}: the servers from etcd were refused: {reason}")]
+    Refused {
+        /// The pool.
+        pool: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One pool's membership counters: the pool's own tallies ([`PoolStats`]'s `membership_*`), which the
+/// stats JSON and `/metrics` render, read through named methods.
+#[derive(Debug)]
+pub struct MembershipStats {
+    /// The pool's tallies.
+    counters: Arc<PoolStats>,
+}
+
+impl MembershipStats {
+    fn new(counters: Arc<PoolStats>) -> MembershipStats {
+        MembershipStats { counters }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &str {
+        &self.counters.name
+    }
+
+    /// The etcd revision of the servers in use.
+    pub fn revision(&self) -> u64 {
+        self.counters.membership_revision.get()
+    }
+
+    /// When the servers were last swapped (Unix seconds; 0 when never).
+    pub fn updated_unix(&self) -> u64 {
+        self.counters.membership_updated.get()
+    }
+
+    /// Refused snapshots, failed swaps and lost connections so far.
+    pub fn errors(&self) -> u64 {
+        self.counters.membership_errors.get()
+    }
+
+    /// Malformed server values seen so far.
+    pub fn malformed(&self) -> u64 {
+        self.counters.membership_malformed.get()
+    }
+
+    fn error(&self) {
+        self.counters.membership_errors.inc();
+    }
+}
+
+/// One pool following etcd.
+struct Following {
+    /// The pool whose servers are swapped.
+    pool: Arc<dyn ServedPool>,
+    /// Its counters.
+    stats: Arc<MembershipStats>,
+    /// The servers in use as a snapshot (the file's at revision 0 until etcd is read).
+    current: Mutex<MembershipSnapshot>,
+    /// Whether empty snapshots apply.
+    allow_empty: bool,
+}
+
+impl Following {
+    /// Swaps in `snapshot`'s servers unless it is older, equal, or refused.
+    fn apply(&self, snapshot: MembershipSnapshot) -> Result<(), String> {
+        let Ok(mut current) = self.current.lock() else {
+            return Err("membership state poisoned".into());
+        };
+        let name = self.stats.pool();
+        if snapshot.revision() < current.revision() {
+            return Ok(());
+        }
+        if current.same_members(&snapshot) {
+            self.stats
+                .counters
+                .membership_revision
+                .set(snapshot.revision());
+            *current = snapshot;
+            return Ok(());
+        }
+        if snapshot.is_empty() && !self.allow_empty {
+            self.stats.error();
+            tracing::error!(pool = %name, revision = snapshot.revision(), "etcd has no servers for the pool; refused, the current servers stay (--allow-empty applies it)");
+            return Err("empty".into());
+        }
+        let servers = twemproxy_servers(snapshot.members()).map_err(|e| e.to_string())?;
+        let mut config = self.pool.config();
+        config.servers = servers;
+        if let Err(e) = self.pool.reload(config) {
+            self.stats.error();
+            tracing::error!(pool = %name, error = %e, "servers from etcd refused; the current servers stay");
+            return Err(e.to_string());
+        }
+        tracing::info!(pool = %name, revision = snapshot.revision(), servers = snapshot.members().len(), "servers from etcd swapped in");
+        let counters = &self.stats.counters;
+        counters.membership_revision.set(snapshot.revision());
+        counters.membership_updated.set(crate::metrics::unix_time());
+        *current = snapshot;
+        Ok(())
+    }
+
+    fn on_update(&self, update: Update) {
+        match update {
+            Update::Snapshot(s) => {
+                let _ = self.apply(s);
+            }
+            Update::Malformed(bad) => {
+                self.stats.counters.membership_malformed.inc();
+                tracing::warn!(pool = %self.stats.pool(), %bad, "skipping a malformed server in etcd");
+            }
+            Update::Lost { .. } => {
+                self.stats.error();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Reads every pool's servers from etcd, swaps them in, and spawns one task per pool that follows etcd
+/// until `stop`. Returns each pool's counters, in pool order. Must run inside a tokio runtime.
+///
+/// # Errors
+/// [`MembershipStartError`] for the first pool that cannot start (nothing keeps running then).
+pub async fn start(
+    pools: &[Arc<dyn ServedPool>],
+    settings: &EtcdMembership,
+    stop: CancellationToken,
+) -> Result<Vec<Arc<MembershipStats>>, MembershipStartError> {
+    let mut followers = Vec::with_capacity(pools.len());
+    for pool in pools {
+        let config = pool.config();
+        let name = config.name.clone();
+        let stats = Arc::new(MembershipStats::new(pool.view().pool));
+        // The file's servers as a snapshot: an equal set in etcd then changes nothing.
+        let from_file = config
+            .servers
+            .iter()
+            .map(Member::from_twemproxy)
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(|m| MembershipSnapshot::new(0, m))
+            .map_err(|e| MembershipStartError::Refused {
+                pool: name.clone(),
+                reason: e.to_string(),
+            })?;
+        let following = Arc::new(Following {
+            pool: Arc::clone(pool),
+            stats: Arc::clone(&stats),
+            current: Mutex::new(from_file),
+            allow_empty: settings.allow_empty,
+        });
+        let source = settings.source(&name);
+        match source.read().await {
+            Ok(read) => {
+                for bad in read.malformed {
+                    following.on_update(Update::Malformed(bad));
+                }
+                if read.snapshot.is_empty() && !settings.allow_empty {
+                    if !settings.fallback {
+                        return Err(MembershipStartError::Empty {
+                            pool: name,
+                            prefix: source.keys().servers_prefix().to_string(),
+                        });
+                    }
+                    stats.error();
+                    tracing::warn!(pool = %name, "etcd has no servers for the pool; starting from the file's servers");
+                } else {
+                    following.apply(read.snapshot).map_err(|reason| {
+                        MembershipStartError::Refused {
+                            pool: name.clone(),
+                            reason,
+                        }
+                    })?;
+                }
+            }
+            Err(e) if settings.fallback => {
+                stats.error();
+                tracing::warn!(pool = %name, error = %e, "etcd unreachable; starting from the file's servers and retrying");
+            }
+            Err(source) => {
+                return Err(MembershipStartError::Unreachable { pool: name, source });
+            }
+        }
+        followers.push((following, source));
+    }
+    let mut out = Vec::with_capacity(followers.len());
+    for (following, source) in followers {
+        out.push(Arc::clone(&following.stats));
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            source.watch(|u| following.on_update(u), stop).await;
+        });
+    }
+    Ok(out)
+}
+
+/// `config` (re-read on SIGHUP) with each pool's servers replaced by the ones in use, so that a reload
+/// changes the file's settings but leaves the servers to etcd.
+pub fn keep_servers(pools: &[Arc<dyn ServedPool>], mut config: ProxyConfig) -> ProxyConfig {
+    for new in &mut config.pools {
+        if let Some(current) = pools
+            .iter()
+            .map(|p| p.config())
+            .find(|c| c.name == new.name)
+        {
+            new.servers = current.servers;
+        }
+    }
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_are_the_pools_own_tallies() {
+        let counters = Arc::new(PoolStats::new("alpha"));
+        let s = MembershipStats::new(Arc::clone(&counters));
+        counters.membership_revision.set(42);
+        s.error();
+        s.error();
+        assert_eq!((s.pool(), s.revision(), s.errors()), ("alpha", 42, 2));
+        let text = crate::metrics::render_prometheus(
+            std::time::Instant::now(),
+            &[crate::metrics::PoolView {
+                pool: counters,
+                servers: Vec::new(),
+            }],
+        );
+        assert!(
+            text.contains("shardring_proxy_pool_membership_revision{pool=\"alpha\"} 42\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("shardring_proxy_pool_membership_errors_total{pool=\"alpha\"} 2\n"),
+            "{text}"
+        );
+    }
+}
