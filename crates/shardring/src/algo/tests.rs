@@ -283,7 +283,7 @@ fn long_histories_move_exactly_the_changed_nodes_keys() {
                 .map(|k| p.lookup(&k.to_le_bytes()).unwrap().name().to_string())
                 .collect();
             let n = p.nodes().len();
-            let remove = n > 1 && (n >= 80 || (rng >> 40) % 2 == 0);
+            let remove = n > 1 && (n >= 80 || (rng >> 40).is_multiple_of(2));
             let changed = if remove {
                 let name = p.nodes()[(rng >> 20) as usize % n].name().to_string();
                 p.remove(&name).unwrap();

@@ -652,7 +652,7 @@ mod tests {
         }
         // Even shares of even nodes.
         let plan = BucketPlan::new(1000 * 160, 2);
-        let shares = plan.shares(std::iter::repeat(160).take(1000));
+        let shares = plan.shares(std::iter::repeat_n(160, 1000));
         assert!(shares.iter().all(|s| s.ranks.len() == 125), "{shares:?}");
     }
 
