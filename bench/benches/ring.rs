@@ -2,14 +2,17 @@
 //! crates, at 10, 100, 1000 and 10,000 nodes (160 points per node for rings), with the bare xxh3-64 of
 //! the same keys as the floor.
 //!
-//! Keys come from fixed pools made before any timed loop (`shardring_bench::key_pool`); an iteration
-//! takes the next key of the pool. Two lookup modes:
+//! Keys come from fixed pools made before any timed loop (`shardring_bench::key_pool`): the hot pool
+//! of 4096 keys, whose ring positions stay cached, and the cold pool of 2,097,152 keys (32 MiB of
+//! 16-byte keys), whose do not. An iteration takes the next key of the pool. Three lookup modes:
 //! - `independent`: the next key does not depend on the answer, so the CPU may overlap lookups
 //!   (throughput);
 //! - `chain`: the next key's index depends on the previous answer, so each lookup waits for the last
-//!   (latency).
+//!   (latency);
+//! - `batch`: 64 keys a call through the batch API (`Ring::lookup_many`, `Placement::locate_many`),
+//!   ours only (no peer has one); criterion's throughput is set to 64 elements, and the report divides.
 //!
-//! Criterion ids are `<group>.<mode>.k<key bytes>/<impl>/<nodes>`; `scripts/bench-report` reads them
+//! Criterion ids are `<group>.<mode>.k<key bytes>.<pool>/<impl>/<nodes>`; `scripts/bench-report` reads them
 //! back from `target/criterion/**/new/benchmark.json`. `SHARDRING_BENCH=quick` shortens every
 //! measurement (the report's `--quick`).
 
@@ -24,12 +27,12 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{
     criterion_group, criterion_main, BatchSize, BenchmarkGroup, BenchmarkId, Criterion,
-    SamplingMode,
+    SamplingMode, Throughput,
 };
 use shardring::{HashFunction, Ring};
 use shardring_bench::peers::{self, peer};
 use shardring_bench::{
-    key_pool, node_name, node_names, ours, KeyPool, Subject, KEY_BYTES, NODE_COUNTS,
+    key_pool, node_name, node_names, ours, KeyPool, Pool, Subject, KEY_BYTES, NODE_COUNTS,
 };
 
 /// Whether `SHARDRING_BENCH=quick` asks for short measurements.
@@ -81,21 +84,55 @@ fn peer_sizes(name: &str, build: bool) -> impl Iterator<Item = usize> {
     sizes().into_iter().filter(move |&n| n <= max)
 }
 
-/// Folds a node id (an index, or pingora's packed address) into a small step for the chain.
+/// Folds a node id (an index, or pingora's packed address) into a small step for the chain over the
+/// hot pool: 1 to 256 keys on.
 #[inline(always)]
 fn step(r: usize) -> usize {
     1 + ((r ^ (r >> 16) ^ (r >> 32)) & 0xff)
 }
 
-/// Runs the four lookup benchmarks (16/64-byte keys × independent/chain) of one built subject.
+/// The chain's step over the cold pool: always the next key (no node id reaches bit 60), but through a
+/// data dependency on the answer, so each lookup still waits for the last. A jump of up to 256 keys, as
+/// over the hot pool, would add a cache miss on the key itself to every lookup; a client placing a key
+/// it has just received has the key in cache.
+#[inline(always)]
+fn step_cold(r: usize) -> usize {
+    1 + (r >> 60)
+}
+
+/// Keys per call in the batched mode: about a large multi-get's worth.
+const BATCH_KEYS: usize = 64;
+
+/// Runs the lookup benchmarks of one built subject: both pools × 16/64-byte keys × independent/chain,
+/// and batched when the subject has a batch API.
 fn lookups<S: Subject>(c: &mut Criterion, name: &str, nodes: usize, subject: &S) {
-    for bytes in KEY_BYTES {
-        let pool: &'static KeyPool = key_pool(bytes);
-        for chain in [false, true] {
-            let mode = if chain { "chain" } else { "independent" };
-            let mut group = c.benchmark_group(format!("lookup.{mode}.k{bytes}"));
-            bench_lookup(&mut group, name, nodes, subject, pool, chain);
-            group.finish();
+    let mut out = [None; BATCH_KEYS];
+    let batched = subject.locate_many(&[key_pool(Pool::Hot, 16).key(0)], &mut out[..1]);
+    for pool in Pool::ALL {
+        for bytes in KEY_BYTES {
+            let keys: &'static KeyPool = key_pool(pool, bytes);
+            for chain in [false, true] {
+                let mode = if chain { "chain" } else { "independent" };
+                let mut group =
+                    c.benchmark_group(format!("lookup.{mode}.k{bytes}.{}", pool.name()));
+                bench_lookup(&mut group, name, nodes, subject, keys, pool, chain);
+                group.finish();
+            }
+            if batched {
+                let mut group = c.benchmark_group(format!("lookup.batch.k{bytes}.{}", pool.name()));
+                group.throughput(Throughput::Elements(BATCH_KEYS as u64));
+                group.bench_function(BenchmarkId::new(name, nodes), |b| {
+                    let mut i = 0usize;
+                    b.iter(|| {
+                        let batch: [&'static [u8]; BATCH_KEYS] =
+                            std::array::from_fn(|j| keys.key(i.wrapping_add(j)));
+                        i = i.wrapping_add(BATCH_KEYS);
+                        subject.locate_many(black_box(&batch), &mut out);
+                        out[BATCH_KEYS - 1]
+                    })
+                });
+                group.finish();
+            }
         }
     }
 }
@@ -105,44 +142,48 @@ fn bench_lookup<S: Subject>(
     name: &str,
     nodes: usize,
     subject: &S,
-    pool: &'static KeyPool,
+    keys: &'static KeyPool,
+    pool: Pool,
     chain: bool,
 ) {
     group.bench_function(BenchmarkId::new(name, nodes), |b| {
         let mut i = 0usize;
         if chain {
             let mut r = 0usize;
+            let step = if pool == Pool::Hot { step } else { step_cold };
             b.iter(|| {
                 i = i.wrapping_add(step(r));
-                r = subject.locate(pool.key(i));
+                r = subject.locate(keys.key(i));
                 r
             })
         } else {
             b.iter(|| {
                 i = i.wrapping_add(1);
-                subject.locate(black_box(pool.key(i)))
+                subject.locate(black_box(keys.key(i)))
             })
         }
     });
 }
 
-/// Three distinct replicas per key, 16-byte keys, independent.
+/// Three distinct replicas per key, 16-byte keys, independent, over both pools.
 fn replicas<S: Subject>(c: &mut Criterion, name: &str, nodes: usize, subject: &S) {
-    let pool = key_pool(16);
     let mut out = Vec::with_capacity(8);
-    if !subject.replicas(pool.key(0), 3, &mut out) {
-        return;
+    for pool in Pool::ALL {
+        let keys = key_pool(pool, 16);
+        if !subject.replicas(keys.key(0), 3, &mut out) {
+            return;
+        }
+        let mut group = c.benchmark_group(format!("replicas.independent.k16.{}", pool.name()));
+        group.bench_function(BenchmarkId::new(name, nodes), |b| {
+            let mut i = 0usize;
+            b.iter(|| {
+                i = i.wrapping_add(1);
+                subject.replicas(black_box(keys.key(i)), 3, &mut out);
+                out.len()
+            })
+        });
+        group.finish();
     }
-    let mut group = c.benchmark_group("replicas.independent.k16");
-    group.bench_function(BenchmarkId::new(name, nodes), |b| {
-        let mut i = 0usize;
-        b.iter(|| {
-            i = i.wrapping_add(1);
-            subject.replicas(black_box(pool.key(i)), 3, &mut out);
-            out.len()
-        })
-    });
-    group.finish();
 }
 
 /// Lookups and replicas of one subject.
@@ -151,31 +192,41 @@ fn all<S: Subject>(c: &mut Criterion, name: &str, nodes: usize, subject: &S) {
     replicas(c, name, nodes, subject);
 }
 
-/// The floor: xxh3-64 of the same keys, both modes. Measured right before the 1000-node lookups (the
-/// size the targets are set at), so floor and ring see the same machine load.
+/// The floor: xxh3-64 of the same keys, both pools and modes. Measured right before the 1000-node
+/// lookups (the size the targets are set at), so floor and ring see the same machine load.
 fn hash(c: &mut Criterion) {
-    for bytes in KEY_BYTES {
-        let pool = key_pool(bytes);
-        for chain in [false, true] {
-            let mode = if chain { "chain" } else { "independent" };
-            let mut group = c.benchmark_group(format!("hash.{mode}.k{bytes}"));
-            // xxh3, our default; CRC-32 (crc32fast), the hash of the crc32 ring comparisons. Each is a
-            // closure of its own type, so the timed loop calls it inline, not through a pointer.
-            bench_hash(&mut group, "xxh3", pool, chain, xxhash_rust::xxh3::xxh3_64);
-            bench_hash(&mut group, "crc32", pool, chain, |key| {
-                u64::from(crc32fast::hash(key))
-            });
-            group.finish();
+    for pool in Pool::ALL {
+        for bytes in KEY_BYTES {
+            let keys = key_pool(pool, bytes);
+            for chain in [false, true] {
+                let mode = if chain { "chain" } else { "independent" };
+                let mut group = c.benchmark_group(format!("hash.{mode}.k{bytes}.{}", pool.name()));
+                // xxh3, our default; CRC-32 (crc32fast), the hash of the crc32 ring comparisons. Each is
+                // a closure of its own type, so the timed loop calls it inline, not through a pointer.
+                bench_hash(
+                    &mut group,
+                    "xxh3",
+                    keys,
+                    pool,
+                    chain,
+                    xxhash_rust::xxh3::xxh3_64,
+                );
+                bench_hash(&mut group, "crc32", keys, pool, chain, |key| {
+                    u64::from(crc32fast::hash(key))
+                });
+                group.finish();
+            }
         }
     }
 }
 
-/// One bare hash over the key pool: independent calls, or a chain where the next key depends on the
-/// last hash.
+/// One bare hash over a key pool: independent calls, or a chain where the next key depends on the
+/// last hash (with the lookups' steps).
 fn bench_hash(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     name: &str,
-    pool: &KeyPool,
+    keys: &KeyPool,
+    pool: Pool,
     chain: bool,
     hash: impl Fn(&[u8]) -> u64,
 ) {
@@ -183,15 +234,21 @@ fn bench_hash(
         let mut i = 0usize;
         if chain {
             let mut r = 0usize;
+            // The cold step expects node ids below bit 60; a hash spans all 64 bits.
+            let (step, mask) = if pool == Pool::Hot {
+                (step as fn(usize) -> usize, usize::MAX)
+            } else {
+                (step_cold as fn(usize) -> usize, 0xffff_ffff)
+            };
             b.iter(|| {
                 i = i.wrapping_add(step(r));
-                r = hash(pool.key(i)) as usize;
+                r = hash(keys.key(i)) as usize & mask;
                 r
             })
         } else {
             b.iter(|| {
                 i = i.wrapping_add(1);
-                hash(black_box(pool.key(i)))
+                hash(black_box(keys.key(i)))
             })
         }
     });

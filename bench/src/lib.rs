@@ -1,4 +1,5 @@
-//! Shared helpers of the benchmarks in `benches/` and of the `memory` binary: the fixed key pools and
+//! Shared helpers of the benchmarks in `benches/` and of the `memory` binary: the fixed key pools (hot and
+//! cold) and
 //! node names, a std `Hasher` that is xxh3-64 (so peers with a pluggable hash hash keys exactly as we
 //! do), and one [`Subject`] trait over our placements and every peer crate, each configured as alike
 //! as its API allows.
@@ -16,8 +17,16 @@ use std::sync::{Mutex, OnceLock};
 /// Points (virtual nodes) per node for every ring, ours and the peers'.
 pub const VNODES: u32 = 160;
 
-/// Keys in each pool: a power of two, so the next index is a mask away.
-pub const POOL: usize = 1 << 12;
+/// Keys in the hot pool: a power of two, so the next index is a mask away. 4096 keys touch at most
+/// 4096 ring positions, which stay in the L1/L2 caches across iterations: the figure of a workload
+/// that keeps asking for the same few thousand keys, and the best case of every implementation.
+pub const HOT_POOL: usize = 1 << 12;
+
+/// Keys in the cold pool: 2,097,152 keys (32 MiB at 16 bytes, 128 MiB at 64), at least the size of
+/// this machine's last-level cache (32 MiB L3), iterated cyclically. Every lookup then lands on a ring
+/// position the caches have not kept: what a cache proxy or client placing millions of distinct keys
+/// sees.
+pub const COLD_POOL: usize = 1 << 21;
 
 /// The node counts every group is measured at.
 pub const NODE_COUNTS: [usize; 4] = [10, 100, 1000, 10_000];
@@ -25,16 +34,47 @@ pub const NODE_COUNTS: [usize; 4] = [10, 100, 1000, 10_000];
 /// The key lengths measured, in bytes.
 pub const KEY_BYTES: [usize; 2] = [16, 64];
 
-/// A fixed pool of `POOL` pseudo-random keys of `len` bytes (SplitMix64 from a fixed seed), in one
-/// flat buffer. Made once, outside every timed loop, and leaked so that peers whose key type carries
-/// a lifetime (anchorhash) can take it.
-pub fn key_pool(len: usize) -> &'static KeyPool {
-    static POOLS: OnceLock<Mutex<HashMap<usize, &'static KeyPool>>> = OnceLock::new();
+/// Which key pool a benchmark iterates over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pool {
+    /// [`HOT_POOL`] keys: every structure a lookup touches stays cached.
+    Hot,
+    /// [`COLD_POOL`] keys: lookups miss the caches, as they do under real traffic.
+    Cold,
+}
+
+impl Pool {
+    /// Both pools, hot first.
+    pub const ALL: [Pool; 2] = [Pool::Hot, Pool::Cold];
+
+    /// The pool's name in benchmark ids and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pool::Hot => "hot",
+            Pool::Cold => "cold",
+        }
+    }
+
+    /// How many keys the pool holds.
+    pub fn keys(self) -> usize {
+        match self {
+            Pool::Hot => HOT_POOL,
+            Pool::Cold => COLD_POOL,
+        }
+    }
+}
+
+/// A fixed pool of pseudo-random keys of `len` bytes (SplitMix64 from a fixed seed), in one flat
+/// buffer. Made once, outside every timed loop, and leaked so that peers whose key type carries a
+/// lifetime (anchorhash) can take it. The hot pool is the cold pool's first [`HOT_POOL`] keys.
+pub fn key_pool(pool: Pool, len: usize) -> &'static KeyPool {
+    static POOLS: OnceLock<Mutex<HashMap<(Pool, usize), &'static KeyPool>>> = OnceLock::new();
     let mut pools = POOLS.get_or_init(Default::default).lock().unwrap();
-    pools.entry(len).or_insert_with(|| {
+    pools.entry((pool, len)).or_insert_with(|| {
+        let count = pool.keys();
         let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ len as u64;
-        let mut bytes = Vec::with_capacity(POOL * len);
-        while bytes.len() < POOL * len {
+        let mut bytes = Vec::with_capacity(count * len + 8);
+        while bytes.len() < count * len {
             state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
             let mut z = state;
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -42,34 +82,47 @@ pub fn key_pool(len: usize) -> &'static KeyPool {
             z ^= z >> 31;
             bytes.extend_from_slice(&z.to_le_bytes());
         }
-        bytes.truncate(POOL * len);
+        bytes.truncate(count * len);
         Box::leak(Box::new(KeyPool {
             len,
+            mask: count - 1,
             bytes: bytes.leak(),
         }))
     })
 }
 
-/// `POOL` keys of one length, back to back.
+/// A pool's keys of one length, back to back.
 #[derive(Debug)]
 pub struct KeyPool {
     /// The length of every key.
     len: usize,
+    /// The number of keys minus one (the count is a power of two).
+    mask: usize,
     /// The keys, `len` bytes each.
     bytes: &'static [u8],
 }
 
 impl KeyPool {
-    /// Key `i` (taken modulo `POOL`).
+    /// Key `i` (taken modulo the pool's size).
     #[inline(always)]
     pub fn key(&self, i: usize) -> &'static [u8] {
-        let start = (i & (POOL - 1)) * self.len;
+        let start = (i & self.mask) * self.len;
         &self.bytes[start..start + self.len]
     }
 
     /// The length of every key.
     pub fn key_len(&self) -> usize {
         self.len
+    }
+
+    /// How many keys the pool holds.
+    pub fn len(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Never: a pool holds at least one key.
+    pub fn is_empty(&self) -> bool {
+        false
     }
 }
 
@@ -166,6 +219,13 @@ pub trait Subject {
     /// when the implementation has no replica API.
     fn replicas(&self, key: &'static [u8], count: usize, out: &mut Vec<usize>) -> bool {
         let _ = (key, count, out);
+        false
+    }
+
+    /// Places a batch, `out[i]` the node of `keys[i]` as [`locate`](Subject::locate) numbers it; returns
+    /// false when the implementation has no batch API (no peer has one).
+    fn locate_many(&self, keys: &[&'static [u8]], out: &mut [Option<usize>]) -> bool {
+        let _ = (keys, out);
         false
     }
 }

@@ -38,6 +38,12 @@ impl Subject for Ring {
         self.replicas_into(key, count, out);
         true
     }
+
+    #[inline]
+    fn locate_many(&self, keys: &[&'static [u8]], out: &mut [Option<usize>]) -> bool {
+        self.lookup_many(keys, out);
+        true
+    }
 }
 
 /// One of our algorithms behind `Box<dyn Placement>`, as [`algo::build`] returns it (a virtual call
@@ -53,6 +59,12 @@ impl Subject for Dyn {
 
     fn replicas(&self, key: &'static [u8], count: usize, out: &mut Vec<usize>) -> bool {
         self.0.replicas_into(key, count, out);
+        true
+    }
+
+    #[inline]
+    fn locate_many(&self, keys: &[&'static [u8]], out: &mut [Option<usize>]) -> bool {
+        self.0.locate_many(keys, out);
         true
     }
 }

@@ -4,14 +4,14 @@
 
 use shardring::HashFunction;
 use shardring_bench::peers::{self};
-use shardring_bench::{key_pool, node_names, ours, Subject, POOL};
+use shardring_bench::{key_pool, node_names, ours, Pool, Subject, HOT_POOL as POOL};
 
 const NODES: usize = 50;
 
 /// Checks `subject` over the 16-byte pool: every owner in `0..NODES` (after `map`), every node owns
 /// some keys, and no node owns more than 4× its fair share.
 fn check_spread(name: &str, subject: &impl Subject, map: impl Fn(usize) -> usize) {
-    let pool = key_pool(16);
+    let pool = key_pool(Pool::Hot, 16);
     let mut counts = vec![0usize; NODES];
     for i in 0..POOL {
         let owner = map(subject.locate(pool.key(i)));
@@ -25,7 +25,7 @@ fn check_spread(name: &str, subject: &impl Subject, map: impl Fn(usize) -> usize
 }
 
 fn check_replicas(name: &str, subject: &impl Subject, first_is_owner: bool) {
-    let pool = key_pool(16);
+    let pool = key_pool(Pool::Hot, 16);
     let mut out = Vec::new();
     for i in 0..256 {
         if !subject.replicas(pool.key(i), 3, &mut out) {
@@ -42,6 +42,31 @@ fn check_replicas(name: &str, subject: &impl Subject, first_is_owner: bool) {
     }
 }
 
+/// `subject`'s batch API (if it has one) places the cold pool's first keys as `locate` does.
+fn check_batch(name: &str, subject: &impl Subject) {
+    let pool = key_pool(Pool::Cold, 16);
+    let keys: Vec<&'static [u8]> = (0..1000).map(|i| pool.key(i * 2003)).collect();
+    let mut out = vec![None; keys.len()];
+    if !subject.locate_many(&keys, &mut out) {
+        return;
+    }
+    for (key, got) in keys.iter().zip(out) {
+        assert_eq!(got, Some(subject.locate(key)), "{name}");
+    }
+}
+
+#[test]
+fn the_hot_pool_is_the_start_of_the_cold_pool() {
+    for len in [16, 64] {
+        let (hot, cold) = (key_pool(Pool::Hot, len), key_pool(Pool::Cold, len));
+        assert_eq!((hot.len(), cold.len()), (4096, 1 << 21));
+        assert_eq!(hot.key(4095), cold.key(4095));
+        assert_eq!(hot.key(4096), cold.key(0));
+        assert_ne!(cold.key(4096), cold.key(0));
+        assert_eq!(cold.key(1 << 21).len(), len);
+    }
+}
+
 #[test]
 fn every_subject_answers_sensibly() {
     let names = node_names(NODES);
@@ -54,12 +79,14 @@ fn every_subject_answers_sensibly() {
         let ring = ours::ring(names, hash, index);
         check_spread("ring", &ring, index_of);
         check_replicas("ring", &ring, true);
+        check_batch("ring", &ring);
     }
     let members = ours::nodes(names);
     for algorithm in ours::algorithms() {
         let p = ours::build(algorithm, &members);
         check_spread(algorithm.name(), &p, index_of);
         check_replicas(algorithm.name(), &p, true);
+        check_batch(algorithm.name(), &p);
     }
     // pingora answers with addresses 10.0.0.i:11211: the last octet is the index.
     let pingora = peers::Pingora::build(&peers::Pingora::buckets(names));
@@ -85,7 +112,7 @@ fn every_subject_answers_sensibly() {
     // Alike where the configuration allows it to be identical: jumphash with xxh3 is our jump.
     let jump = ours::build(shardring::algo::Algorithm::Jump, &members);
     let peer_jump = peers::JumpHash::build(NODES);
-    let pool = key_pool(16);
+    let pool = key_pool(Pool::Hot, 16);
     let same = (0..POOL)
         .filter(|&i| jump.locate(pool.key(i)) == peer_jump.locate(pool.key(i)))
         .count();

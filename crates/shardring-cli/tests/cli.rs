@@ -54,6 +54,44 @@ fn lookup_agrees_with_the_library() {
 }
 
 #[test]
+fn lookup_prints_the_same_whatever_the_batch() {
+    // Empty lines, CRLF, no newline at the end; more keys than a batch; every algorithm.
+    let mut input: Vec<u8> = (0..3000)
+        .flat_map(|i| match i % 7 {
+            0 => b"\n".to_vec(),
+            1 => format!("crlf:{i}\r\n").into_bytes(),
+            _ => format!("user:{i}\n").into_bytes(),
+        })
+        .collect();
+    input.extend_from_slice(b"last-without-newline");
+    for algo in ["ring", "jump", "maglev", "anchor"] {
+        let run = |batch: &str| {
+            let out = shardring()
+                .args([
+                    "lookup", "--nodes", "a,b,c,d", "--algo", algo, "--batch", batch,
+                ])
+                .write_stdin(input.clone())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{algo} {batch}");
+            out.stdout
+        };
+        let one = run("1");
+        let lines: Vec<&[u8]> = one.split(|&b| b == b'\n').collect();
+        assert_eq!(lines.len(), 3002, "{algo}");
+        assert!(lines[0].starts_with(b"\t"), "{algo}: an empty key");
+        assert!(lines[1].starts_with(b"crlf:1\t"), "{algo}: CR dropped");
+        assert!(lines[3000].starts_with(b"last-without-newline\t"), "{algo}");
+        for batch in ["2", "16", "1024"] {
+            assert!(
+                run(batch) == one,
+                "{algo}: --batch {batch} differs from --batch 1"
+            );
+        }
+    }
+}
+
+#[test]
 fn lookup_reads_raw_bytes_from_stdin_and_drops_crlf() {
     let out = shardring()
         .args(["lookup", "--nodes", "a,b"])
@@ -122,6 +160,7 @@ fn bad_input_exits_2_with_a_reason_and_no_stdout() {
         &["lookup", "--nodes", "a", "--algo", "nope", "k"],
         &["lookup", "--nodes", "a", "--vnodes", "0", "k"],
         &["lookup", "--nodes", "a", "--replicas", "0", "k"],
+        &["lookup", "--nodes", "a", "--batch", "0", "k"],
         &["lookup", "k"],
         &["lookup", "--nodes", "a", "--file", "/nonexistent/keys.txt"],
         &["lookup", "--nodes", "a", "--vnodes", "4000000000", "k"],
@@ -271,6 +310,8 @@ fn analyze_json_has_the_contract_fields() {
             "moved_on_remove",
             "ideal_on_remove",
             "lookup_ns",
+            "lookup_batch_ns",
+            "lookup_pool",
         ] {
             assert!(row.get(field).is_some(), "missing {field} in {row}");
         }

@@ -82,11 +82,17 @@ fn config_reproduces_nutcracker() {
         "modula-many40-md5",
     ] {
         let (rows, _) = golden(&format!("twemproxy/{pool}.tsv"));
-        let mut cmd = shardring();
-        cmd.arg("lookup")
-            .arg("--config")
-            .arg(testdata(&format!("twemproxy/{pool}.yml")));
-        check(cmd, &rows);
+        // Batched (the default), one key at a time, and batches that end mid-file.
+        for batch in [None, Some("1"), Some("7")] {
+            let mut cmd = shardring();
+            cmd.arg("lookup")
+                .arg("--config")
+                .arg(testdata(&format!("twemproxy/{pool}.yml")));
+            if let Some(batch) = batch {
+                cmd.args(["--batch", batch]);
+            }
+            check(cmd, &rows);
+        }
     }
 }
 

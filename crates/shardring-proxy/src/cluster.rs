@@ -13,9 +13,10 @@ use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
 use crate::config::PoolConfig;
 use crate::error::ProxyError;
-use crate::metrics::{PoolStats, PoolView, ServerStats};
+use crate::hotkeys::{HotKeys, TickState};
+use crate::metrics::{HotKeyRow, HotKeysReport, PoolStats, PoolView, ServerStats};
 use crate::protocol::Protocol;
-use crate::router::{build_placement, Router};
+use crate::router::{build_placement, Gutter, Router, Routing};
 
 /// The probe timeout when the pool has no `timeout`.
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -31,8 +32,20 @@ pub(crate) struct Cluster<P: Protocol> {
     pub backends: Vec<Arc<Backend<P>>>,
     /// Key → server index over the servers that are not ejected.
     pub router: Router,
+    /// The placement over every server, ejected or not, when keys have replicas: replica lists stay
+    /// put while servers come and go (only which of them are live changes).
+    pub full: Option<Routing>,
+    /// The gutter pool's placement, when the pool has one; its servers follow the pool's in
+    /// `backends`.
+    pub gutter: Option<Gutter>,
     /// The live set the router was last built with.
     live: Mutex<Vec<bool>>,
+    /// The previous version of the pool while a warm-up window is open (`--warmup-window`): misses on
+    /// a key's new server are retried on its server there. Emptied when the window closes, which
+    /// frees the old ring.
+    pub previous: arc_swap::ArcSwapOption<Cluster<P>>,
+    /// For each server of the version this one replaced, its index here (`None`: it left the pool).
+    pub previous_now: Vec<Option<usize>>,
 }
 
 impl<P: Protocol> Cluster<P> {
@@ -46,7 +59,7 @@ impl<P: Protocol> Cluster<P> {
     pub(crate) fn build(
         config: PoolConfig,
         previous: Option<&Cluster<P>>,
-        shared: &PoolShared,
+        shared: &PoolShared<P>,
     ) -> Result<Cluster<P>, ProxyError> {
         let protocol = P::new(&config);
         let handshakes = protocol.handshakes();
@@ -55,9 +68,11 @@ impl<P: Protocol> Cluster<P> {
             failure_limit: config.server_failure_limit,
             retry_timeout: config.server_retry_timeout,
         };
+        let gutter_servers = config.gutter.as_ref().map_or(&[][..], |g| &g.servers[..]);
         let backends: Vec<Arc<Backend<P>>> = config
             .servers
             .iter()
+            .chain(gutter_servers)
             .map(|s| {
                 let settings = BackendSettings {
                     addr: if is_unix_path(&s.host) {
@@ -105,10 +120,44 @@ impl<P: Protocol> Cluster<P> {
                 pool: config.name.clone(),
                 reason: e.to_string(),
             })?;
+        let gutter = match &config.gutter {
+            Some(g) => Some(
+                Gutter::build(&config, g).map_err(|e| ProxyError::Placement {
+                    pool: config.name.clone(),
+                    reason: format!("gutter: {e}"),
+                })?,
+            ),
+            None => None,
+        };
+        let full = if config.replicas > 1 || gutter.is_some() {
+            let all = vec![true; backends.len()];
+            Some(build_placement(config.placement_spec(), &all).map_err(|e| {
+                ProxyError::Placement {
+                    pool: config.name.clone(),
+                    reason: e.to_string(),
+                }
+            })?)
+        } else {
+            None
+        };
+        let previous_now = previous.map_or_else(Vec::new, |p| {
+            p.backends
+                .iter()
+                .map(|old| {
+                    backends
+                        .iter()
+                        .position(|b| b.settings().addr == old.settings().addr)
+                })
+                .collect()
+        });
         Ok(Cluster {
+            previous: arc_swap::ArcSwapOption::empty(),
+            previous_now,
             config,
             protocol,
             backends,
+            full,
+            gutter,
             router: Router::new(routing),
             live: Mutex::new(live),
         })
@@ -170,13 +219,17 @@ impl<P: Protocol> Cluster<P> {
 
 /// What a pool keeps across reloads: its tallies and the wake-up for its health task.
 #[derive(Debug)]
-pub(crate) struct PoolShared {
+pub(crate) struct PoolShared<P: Protocol> {
     /// The pool's client-side tallies.
     pub stats: Arc<PoolStats>,
     /// Woken on ejection or rejoin.
     pub changed: Arc<Notify>,
     /// When the pool started, for `stats`' uptime.
     pub started: std::time::Instant,
+    /// Hot-key detection and cache, when on (settings read at start).
+    pub hot: Option<Arc<HotKeys>>,
+    /// The previous ring of the last warm-up window, weakly (to tell when it is freed).
+    pub warm_previous: Mutex<std::sync::Weak<Cluster<P>>>,
 }
 
 /// A pool: the current [`Cluster`], swapped whole on reload.
@@ -185,7 +238,7 @@ pub(crate) struct Pool<P: Protocol> {
     /// The current state; each request loads it once.
     pub current: ArcSwap<Cluster<P>>,
     /// What survives reloads.
-    pub shared: PoolShared,
+    pub shared: PoolShared<P>,
 }
 
 impl<P: Protocol> Pool<P> {
@@ -194,10 +247,16 @@ impl<P: Protocol> Pool<P> {
     /// # Errors
     /// [`ProxyError::Placement`] when the placement cannot be built.
     pub(crate) fn new(config: PoolConfig) -> Result<Pool<P>, ProxyError> {
+        let stats = Arc::new(PoolStats::with_commands(&config.name, P::command_names()));
         let shared = PoolShared {
-            stats: Arc::new(PoolStats::with_commands(&config.name, P::command_names())),
+            hot: config
+                .hot_keys
+                .as_ref()
+                .map(|h| Arc::new(HotKeys::new(h, Arc::clone(&stats)))),
+            stats,
             changed: Arc::new(Notify::new()),
             started: std::time::Instant::now(),
+            warm_previous: Mutex::new(std::sync::Weak::new()),
         };
         let cluster = Cluster::build(config, None, &shared)?;
         Ok(Pool {
@@ -212,9 +271,55 @@ impl<P: Protocol> Pool<P> {
     /// [`ProxyError::Placement`]; the old state is kept.
     pub(crate) fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
         let old = self.current.load_full();
-        let next = Cluster::build(config, Some(&old), &self.shared)?;
-        self.current.store(Arc::new(next));
+        let window = config.warmup_window;
+        let ring_changed = old.config.servers != config.servers
+            || old.config.hash != config.hash
+            || old.config.hash_tag != config.hash_tag
+            || old.config.distribution != config.distribution;
+        let next = Arc::new(Cluster::build(config, Some(&old), &self.shared)?);
+        match window {
+            Some(window) if ring_changed => self.open_warmup(&old, &next, window),
+            // An unchanged ring keeps the open window, if any, on the new version.
+            _ => next.previous.store(old.previous.load_full()),
+        }
+        self.current.store(next);
+        if let Some(cache) = self.shared.hot.as_ref().and_then(|h| h.cache()) {
+            cache.clear();
+        }
         Ok(())
+    }
+
+    /// Keeps `old` as `next`'s previous ring for `window`, then drops it.
+    fn open_warmup(&self, old: &Arc<Cluster<P>>, next: &Arc<Cluster<P>>, window: Duration) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // One previous ring at a time: the old one's own previous (an earlier window) goes now.
+        old.previous.store(None);
+        next.previous.store(Some(Arc::clone(old)));
+        if let Ok(mut w) = self.shared.warm_previous.lock() {
+            *w = Arc::downgrade(old);
+        }
+        self.shared.stats.warmup_open.set(1);
+        let next = Arc::downgrade(next);
+        let stats = Arc::clone(&self.shared.stats);
+        runtime.spawn(async move {
+            tokio::time::sleep(window).await;
+            if let Some(next) = next.upgrade() {
+                next.previous.store(None);
+            }
+            stats.warmup_open.set(0);
+        });
+    }
+
+    /// Whether the previous ring of the last warm-up window is still in memory (tests check that a
+    /// closed window frees it).
+    pub(crate) fn previous_ring_alive(&self) -> bool {
+        self.shared
+            .warm_previous
+            .lock()
+            .map(|w| w.strong_count() > 0)
+            .unwrap_or(false)
     }
 
     /// The tallies for rendering.
@@ -240,6 +345,47 @@ impl<P: Protocol> Pool<P> {
                 }
             }
             self.current.load().refresh_routing();
+        }
+    }
+
+    /// Runs the hot-key ticker until `stop` (returns at once when detection is off): the coarse clock,
+    /// the re-ranking, the window's slide, and the ranking published to the stats with each key's
+    /// server.
+    pub(crate) async fn run_hot_keys(self: Arc<Pool<P>>, stop: CancellationToken) {
+        let Some(hot) = self.shared.hot.clone() else {
+            return;
+        };
+        let mut ticks = tokio::time::interval(hot.tick_period());
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut state = TickState::default();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = ticks.tick() => {}
+            }
+            if hot.tick(&mut state) {
+                let set = hot.current();
+                let cluster = self.current.load();
+                let routing = cluster.router.load();
+                let rows = set
+                    .top
+                    .iter()
+                    .map(|r| HotKeyRow {
+                        key: String::from_utf8_lossy(&r.key).into_owned(),
+                        count: u64::from(r.count),
+                        server: routing
+                            .server_for(&r.key)
+                            .map(|i| cluster.backends[i].stats.name.clone()),
+                    })
+                    .collect();
+                self.shared
+                    .stats
+                    .hot_keys
+                    .store(Some(Arc::new(HotKeysReport {
+                        window_ms: u64::try_from(hot.window().as_millis()).unwrap_or(u64::MAX),
+                        keys: rows,
+                    })));
+            }
         }
     }
 }

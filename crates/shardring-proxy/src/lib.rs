@@ -50,6 +50,7 @@ mod backend;
 mod cluster;
 pub mod config;
 mod error;
+mod hotkeys;
 #[cfg(feature = "etcd")]
 pub mod membership;
 pub mod metrics;

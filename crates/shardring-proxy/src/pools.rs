@@ -31,6 +31,8 @@ pub trait ServedPool: Send + Sync + std::fmt::Debug {
     fn server_for(&self, key: &[u8]) -> Option<usize>;
     /// How many servers the pool has, live or not.
     fn server_count(&self) -> usize;
+    /// Whether the previous ring of the last warm-up window is still in memory.
+    fn previous_ring_alive(&self) -> bool;
     /// Serves clients from `listener` until `stop`, then drains them.
     fn serve(
         self: Arc<Self>,
@@ -62,6 +64,10 @@ impl<P: Protocol> ServedPool for Pool<P> {
         self.current.load().backends.len()
     }
 
+    fn previous_ring_alive(&self) -> bool {
+        Pool::previous_ring_alive(self)
+    }
+
     fn serve(
         self: Arc<Self>,
         listener: Listener,
@@ -71,7 +77,10 @@ impl<P: Protocol> ServedPool for Pool<P> {
     }
 
     fn health(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()> {
-        Box::pin(self.run_health(stop))
+        Box::pin(async move {
+            let hot = Arc::clone(&self).run_hot_keys(stop.clone());
+            futures_util::future::join(self.run_health(stop), hot).await;
+        })
     }
 }
 

@@ -16,6 +16,8 @@ pub(crate) struct Routing {
     how: How,
     /// For each placement node index (or random pick), the server's index in the pool's server list.
     servers: Vec<usize>,
+    /// For each server of the pool (by index), whether this placement holds it.
+    live: Vec<bool>,
 }
 
 /// The placement kinds.
@@ -42,9 +44,41 @@ impl Routing {
 
     /// The owners of many keys (`out[i]` for `keys[i]`), as [`Routing::server_for`] gives them.
     pub(crate) fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
-        for (key, o) in keys.iter().zip(out.iter_mut()) {
-            *o = self.server_for(key);
+        match &self.how {
+            // One batch through the placement: a ring overlaps the keys' cache misses.
+            How::Placement(p) => {
+                p.locate_many(keys, out);
+                for o in out.iter_mut() {
+                    *o = o.map(|i| self.servers[i]);
+                }
+            }
+            How::Random => {
+                for (key, o) in keys.iter().zip(out.iter_mut()) {
+                    *o = self.server_for(key);
+                }
+            }
         }
+    }
+
+    /// Fills `out` with up to `count` distinct servers for `key`, the first being
+    /// [`Routing::server_for`]'s (the library's replica walk: the ring's next distinct nodes). Only
+    /// reproducible placements have replicas; `random` gives its one pick.
+    pub(crate) fn replicas_into(&self, key: &[u8], count: usize, out: &mut Vec<usize>) {
+        out.clear();
+        match &self.how {
+            How::Placement(p) => {
+                p.replicas_into(key, count, out);
+                for o in out.iter_mut() {
+                    *o = self.servers[*o];
+                }
+            }
+            How::Random => out.extend(self.server_for(key)),
+        }
+    }
+
+    /// Whether the placement holds server `server` (index in the pool).
+    pub(crate) fn is_live(&self, server: usize) -> bool {
+        self.live.get(server).copied().unwrap_or(false)
     }
 
     /// How many servers the placement holds.
@@ -96,10 +130,14 @@ pub(crate) fn build_placement(
     let picked: Vec<usize> = (0..spec.servers.len())
         .filter(|&i| live.get(i).copied().unwrap_or(false))
         .collect();
+    let live_flags: Vec<bool> = (0..spec.servers.len())
+        .map(|i| live.get(i).copied().unwrap_or(false))
+        .collect();
     if spec.distribution == Distribution::Random {
         return Ok(Routing {
             how: How::Random,
             servers: picked,
+            live: live_flags,
         });
     }
     let live_servers: Vec<TwemproxyServer> =
@@ -120,7 +158,50 @@ pub(crate) fn build_placement(
     Ok(Routing {
         how: How::Placement(placement),
         servers,
+        live: live_flags,
     })
+}
+
+/// A gutter pool: where a dead server's keys go instead of its successors.
+#[derive(Debug)]
+pub(crate) struct Gutter {
+    /// The placement over the gutter servers (indices among them).
+    routing: Routing,
+    /// Where the gutter servers start in the pool's server list (after the pool's own servers).
+    offset: usize,
+    /// The longest TTL, in seconds, a value stored in the gutter gets.
+    pub(crate) ttl_cap: u32,
+}
+
+impl Gutter {
+    /// The gutter of `pool` (placed with the pool's hash and distribution).
+    ///
+    /// # Errors
+    /// The library's, for servers it refuses.
+    pub(crate) fn build(
+        pool: &crate::config::PoolConfig,
+        gutter: &crate::config::GutterConfig,
+    ) -> Result<Gutter, shardring::Error> {
+        let spec = PlacementSpec {
+            servers: &gutter.servers,
+            ..pool.placement_spec()
+        };
+        Ok(Gutter {
+            routing: build_placement(spec, &vec![true; gutter.servers.len()])?,
+            offset: pool.servers.len(),
+            ttl_cap: gutter.ttl_cap,
+        })
+    }
+
+    /// The gutter server (index in the pool's server list) for `key`.
+    pub(crate) fn server_for(&self, key: &[u8]) -> Option<usize> {
+        self.routing.server_for(key).map(|i| i + self.offset)
+    }
+
+    /// Whether `server` (index in the pool's server list) is a gutter server.
+    pub(crate) fn holds(&self, server: usize) -> bool {
+        server >= self.offset
+    }
 }
 
 /// A pool's current routing, swapped atomically.
@@ -189,6 +270,32 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_is_placed_as_its_keys_one_by_one() {
+        for distribution in [Distribution::Ketama, Distribution::Modula] {
+            let mut pool = PoolConfig::new(
+                "p",
+                "127.0.0.1:0",
+                &[
+                    "127.0.0.1:1:1",
+                    "127.0.0.1:2:2 b",
+                    "127.0.0.1:3:1",
+                    "127.0.0.1:4:3",
+                ],
+            )
+            .unwrap();
+            pool.distribution = distribution;
+            pool.hash_tag = Some(*b"{}");
+            let r = build_placement(spec(&pool), &[true, false, true, true]).unwrap();
+            let keys: Vec<String> = (0..300).map(|i| format!("k{{{}}}:{i}", i % 7)).collect();
+            let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+            let mut out = vec![None; refs.len()];
+            r.servers_for(&refs, &mut out);
+            let one_by_one: Vec<Option<usize>> = refs.iter().map(|k| r.server_for(k)).collect();
+            assert_eq!(out, one_by_one, "{distribution:?}");
+        }
+    }
+
+    #[test]
     fn random_picks_only_live_servers() {
         let mut pool =
             PoolConfig::new("p", "127.0.0.1:0", &["127.0.0.1:1:1", "127.0.0.1:2:1"]).unwrap();
@@ -218,5 +325,54 @@ mod tests {
         }
         let none = build_placement(spec(&pool), &[false, false, false]).unwrap();
         assert_eq!(none.server_for(b"x"), None);
+    }
+
+    #[test]
+    fn replica_lists_start_at_the_owner_and_repeat_no_server() {
+        let pool = PoolConfig::new(
+            "p",
+            "127.0.0.1:0",
+            &[
+                "127.0.0.1:1:1",
+                "127.0.0.1:2:2",
+                "127.0.0.1:3:1",
+                "127.0.0.1:4:1",
+            ],
+        )
+        .unwrap();
+        let all = build_placement(spec(&pool), &[true; 4]).unwrap();
+        let mut out = Vec::new();
+        for i in 0..2000 {
+            let key = format!("key:{i}");
+            all.replicas_into(key.as_bytes(), 3, &mut out);
+            assert_eq!(out.len(), 3);
+            assert_eq!(Some(out[0]), all.server_for(key.as_bytes()));
+            let mut seen = out.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), 3, "{out:?}");
+        }
+    }
+
+    #[test]
+    fn without_its_owner_a_key_goes_to_its_second_replica() {
+        // Why a dead server's keys still hit with two replicas: ketama gives them to the next server
+        // of the ring, which is where the second copy was written.
+        let pool = PoolConfig::new(
+            "p",
+            "127.0.0.1:0",
+            &["127.0.0.1:1:1", "127.0.0.1:2:1", "127.0.0.1:3:1"],
+        )
+        .unwrap();
+        let all = build_placement(spec(&pool), &[true; 3]).unwrap();
+        let two = build_placement(spec(&pool), &[true, false, true]).unwrap();
+        let mut out = Vec::new();
+        for i in 0..2000 {
+            let key = format!("key:{i}");
+            all.replicas_into(key.as_bytes(), 2, &mut out);
+            if out[0] == 1 {
+                assert_eq!(two.server_for(key.as_bytes()), Some(out[1]));
+            }
+        }
     }
 }

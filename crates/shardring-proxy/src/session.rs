@@ -24,7 +24,7 @@ use crate::cluster::{Cluster, Pool};
 use crate::error::BackendError;
 use crate::net::ClientStream;
 use crate::protocol::{
-    Answer, Incoming, PartReply, PlanContext, Protocol, Reply, RequestDecoder, Step,
+    Answer, Incoming, PartReply, Phase, PlanContext, Protocol, Reply, RequestDecoder, Step,
 };
 
 /// The most requests one client may have in flight; past it the proxy stops reading from that client
@@ -75,7 +75,7 @@ enum Pending<P: Protocol> {
     /// Known already.
     Ready(Option<Answer>),
     /// One server's reply, and how it becomes the answer.
-    Single(oneshot::Receiver<Reply>, P::Finish),
+    Single(oneshot::Receiver<Reply>, Option<P::Finish>),
     /// A fan-out's replies, merged.
     Joined(Pin<Box<dyn Future<Output = Answer> + Send>>),
 }
@@ -88,10 +88,14 @@ impl<P: Protocol> Future for Pending<P> {
             Pending::Ready(a) => Poll::Ready(a.take().unwrap_or(Answer::Nothing)),
             Pending::Single(rx, finish) => match Pin::new(rx).poll(cx) {
                 Poll::Pending => Poll::Pending,
-                Poll::Ready(reply) => Poll::Ready(P::finish(
-                    *finish,
-                    reply.unwrap_or(Err(BackendError::Removed)),
-                )),
+                Poll::Ready(reply) => {
+                    let reply = reply.unwrap_or(Err(BackendError::Removed));
+                    Poll::Ready(match finish.take() {
+                        Some(finish) => P::finish(finish, reply),
+                        // Polled again after completing: nothing more to answer.
+                        None => Answer::Nothing,
+                    })
+                }
             },
             Pending::Joined(f) => f.as_mut().poll(cx),
         }
@@ -236,18 +240,27 @@ impl<P: Protocol> Session<P> {
     /// Asks the protocol what to do with `req`, against the current placement.
     fn plan(&mut self, cluster: &Cluster<P>, req: P::Request) -> Step<P> {
         let routing = cluster.router.load();
+        let previous = cluster.previous.load();
+        let previous_routing = previous.as_ref().map(|p| p.router.load());
         let ctx = PlanContext {
             routing: &routing,
             stats: &self.pool.shared.stats,
             config: &cluster.config,
             servers: cluster.backends.len(),
             started: self.pool.shared.started,
+            hot: self.pool.shared.hot.as_ref(),
+            full: cluster.full.as_ref(),
+            gutter: cluster.gutter.as_ref(),
+            replicas: cluster.config.replicas,
+            stats_handle: &self.pool.shared.stats,
+            previous: previous_routing.as_deref().map(|r| &**r),
+            previous_now: &cluster.previous_now,
         };
         cluster.protocol.plan(req, &mut self.state, &ctx)
     }
 
     /// Sends a planned request on its way.
-    fn start(&self, cluster: &Cluster<P>, step: Step<P>) -> Pending<P> {
+    fn start(&self, cluster: &Arc<Cluster<P>>, step: Step<P>) -> Pending<P> {
         match step {
             Step::Answer(a) | Step::Close(a) => Pending::Ready(Some(a)),
             Step::Forward { server: None, .. } => {
@@ -260,7 +273,95 @@ impl<P: Protocol> Session<P> {
                 finish,
             } => {
                 let rx = cluster.backends[server].send(self.client_id, self.lane, frame, kind);
-                Pending::Single(rx, finish)
+                Pending::Single(rx, Some(finish))
+            }
+            Step::Failover {
+                servers,
+                frame,
+                kind,
+                finish,
+            } => {
+                let Some(&first) = servers.first() else {
+                    return Pending::Ready(Some(Answer::Failed(BackendError::NoServer)));
+                };
+                // The first try goes out now, with the client's other requests; a retry only when its
+                // reply says so.
+                let rx =
+                    cluster.backends[first].send(self.client_id, self.lane, frame.clone(), kind);
+                // The servers as this plan numbered them (a reload may renumber the pool meanwhile).
+                let rest: Vec<Arc<Backend<P>>> = servers[1..]
+                    .iter()
+                    .map(|&s| Arc::clone(&cluster.backends[s]))
+                    .collect();
+                let current = self.pool.current.load_full();
+                let stats = Arc::clone(&self.pool.shared.stats);
+                let client_id = self.client_id;
+                let lane = self.lane;
+                Pending::Joined(Box::pin(async move {
+                    let mut reply = rx.await.unwrap_or(Err(BackendError::Removed));
+                    for next in &rest {
+                        if !current.protocol.retry(&finish, &reply) {
+                            break;
+                        }
+                        stats.replica_failovers.inc();
+                        let rx = next.send(client_id, lane, frame.clone(), kind);
+                        reply = rx.await.unwrap_or(Err(BackendError::Removed));
+                    }
+                    P::finish(finish, reply)
+                }))
+            }
+            Step::AlsoPrevious {
+                previous,
+                frame,
+                kind,
+                step,
+            } => {
+                if let Some(old) = cluster.previous.load_full() {
+                    if let Some(b) = old.backends.get(previous) {
+                        // Reply dropped: the invalidation is best effort, the write's own reply counts.
+                        drop(b.send(self.client_id, self.lane, frame, kind));
+                    }
+                }
+                self.start(cluster, *step)
+            }
+            Step::Fallback {
+                server,
+                frame,
+                previous,
+                fallback,
+                kind,
+                finish,
+            } => {
+                let backend = Arc::clone(&cluster.backends[server]);
+                let rx = backend.send(self.client_id, self.lane, frame, kind);
+                let Some(old) = cluster.previous.load_full() else {
+                    return Pending::Single(rx, Some(finish));
+                };
+                let current = self.pool.current.load_full();
+                let client_id = self.client_id;
+                let lane = self.lane;
+                Pending::Joined(Box::pin(async move {
+                    let reply = rx.await.unwrap_or(Err(BackendError::Removed));
+                    let (Some(prev), true) = (
+                        old.backends.get(previous),
+                        current.protocol.fall_back(&finish, &reply),
+                    ) else {
+                        return P::finish(finish, reply);
+                    };
+                    let old_reply = prev
+                        .send(client_id, lane, fallback, kind)
+                        .await
+                        .unwrap_or(Err(BackendError::Removed));
+                    let recovery = current.protocol.recover(finish, reply, old_reply);
+                    if let Some((bytes, kind, finish)) = recovery.follow_up {
+                        let rx = backend.send(client_id, lane, bytes, kind);
+                        tokio::spawn(async move {
+                            let reply = rx.await.unwrap_or(Err(BackendError::Removed));
+                            drop(P::finish(finish, reply));
+                        });
+                    }
+                    recovery.answer
+                }))
             }
             Step::FanOut { parts, merge } => {
                 let (servers, receivers): (Vec<Arc<Backend<P>>>, Vec<_>) = parts
@@ -271,17 +372,55 @@ impl<P: Protocol> Session<P> {
                         (Arc::clone(backend), rx)
                     })
                     .unzip();
+                let cluster = Arc::clone(cluster);
+                let client_id = self.client_id;
+                let lane = self.lane;
                 Pending::Joined(Box::pin(async move {
-                    let replies = futures_util::future::join_all(receivers).await;
-                    let replies = replies
-                        .into_iter()
-                        .zip(&servers)
-                        .map(|(r, server)| PartReply {
-                            reply: r.unwrap_or(Err(BackendError::Removed)),
-                            server: &server.settings().addr,
-                        })
-                        .collect();
-                    P::merge(merge, replies)
+                    let (mut servers, mut receivers, mut merge) = (servers, receivers, merge);
+                    loop {
+                        let replies = futures_util::future::join_all(receivers).await;
+                        let replies = replies
+                            .into_iter()
+                            .zip(&servers)
+                            .map(|(r, server)| PartReply {
+                                reply: r.unwrap_or(Err(BackendError::Removed)),
+                                server: &server.settings().addr,
+                            })
+                            .collect();
+                        let (next, follow_ups) = match cluster.protocol.phase(merge, replies) {
+                            Phase::Done { answer, follow_ups } => (Err(answer), follow_ups),
+                            Phase::Again {
+                                parts,
+                                merge,
+                                follow_ups,
+                            } => (Ok((parts, merge)), follow_ups),
+                        };
+                        for (part, finish) in follow_ups {
+                            let Some(b) = cluster.backends.get(part.server) else {
+                                continue;
+                            };
+                            let rx = b.send(client_id, lane, part.frame, part.kind);
+                            tokio::spawn(async move {
+                                let reply = rx.await.unwrap_or(Err(BackendError::Removed));
+                                drop(P::finish(finish, reply));
+                            });
+                        }
+                        let (parts, next_merge) = match next {
+                            Err(answer) => return answer,
+                            Ok(next) => next,
+                        };
+                        (servers, receivers) = parts
+                            .into_iter()
+                            .filter_map(|part| {
+                                let b = cluster.backends.get(part.server)?;
+                                Some((
+                                    Arc::clone(b),
+                                    b.send(client_id, lane, part.frame, part.kind),
+                                ))
+                            })
+                            .unzip();
+                        merge = next_merge;
+                    }
                 }))
             }
         }

@@ -44,7 +44,10 @@
 //! - Placement never depends on insertion order, also when points collide (ties go to the smaller name).
 //! - Errors, never panics: weight 0, duplicate node, empty name and too many points are [`Error`]s, and a
 //!   lookup on an empty ring is `None`.
-//! - Lookups are allocation-free and, with the top-bits index, a few nanoseconds past the key hash.
+//! - Lookups are allocation-free and, with the top-bits index, a few nanoseconds past the key hash while
+//!   the ring is cached. When it is not (many nodes, millions of distinct keys), place keys in batches with
+//!   [`Ring::lookup_many`] or [`Placement::locate_many`]: the keys' cache misses overlap instead of
+//!   queueing (BENCHMARKS.md measures both over a hot and a cold key pool).
 //!
 //! ## Dependencies
 //! The library has no cargo features and depends only on hash crates, `thiserror` and `arc-swap` (for

@@ -23,6 +23,20 @@ pub trait Placement: Send + Sync + fmt::Debug {
     /// [`locate`](Placement::locate)'s answer. Fewer when there are fewer nodes.
     fn replicas_into(&self, key: &[u8], count: usize, out: &mut Vec<usize>);
 
+    /// Places a batch of keys: `out[i] = self.locate(keys[i])` for every `i`. When the slices differ
+    /// in length, only the first `min(keys.len(), out.len())` keys are placed and the rest of `out` is
+    /// left as it was. Must not allocate.
+    ///
+    /// The default calls [`locate`](Placement::locate) for each key. The ring overrides it with
+    /// [`Ring::lookup_many`], which overlaps the keys' cache misses (several times faster per key when
+    /// the ring does not fit the CPU caches), so callers that hold several keys at once (a multi-get,
+    /// a file of keys, an analysis over millions) should place them with this.
+    fn locate_many(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
+        for (key, out) in keys.iter().zip(out) {
+            *out = self.locate(key);
+        }
+    }
+
     /// Adds a member.
     ///
     /// # Errors
@@ -66,6 +80,10 @@ impl Placement for Ring {
     #[inline]
     fn locate(&self, key: &[u8]) -> Option<usize> {
         self.lookup_index(key)
+    }
+
+    fn locate_many(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
+        self.lookup_many(keys, out);
     }
 
     fn replicas_into(&self, key: &[u8], count: usize, out: &mut Vec<usize>) {

@@ -1,4 +1,4 @@
-//! Proves that `locate` allocates nothing for every algorithm: a counting global allocator wraps the
+//! Proves that `locate` and `locate_many` allocate nothing for every algorithm: a counting global allocator wraps the
 //! system one, and the count must not move across many lookups, on every hash, before and after a
 //! membership change (memento and anchor take another path once a node is removed).
 
@@ -22,6 +22,8 @@ fn algorithm_lookups_do_not_allocate() {
         options.hash = hash;
         for &algorithm in Algorithm::ALL {
             let mut placement = build(algorithm, &nodes, &options).unwrap();
+            let slices: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            let mut owners = vec![None; slices.len()];
             for round in 0..2 {
                 let before = allocations();
                 let mut found = 0usize;
@@ -29,8 +31,10 @@ fn algorithm_lookups_do_not_allocate() {
                     found += usize::from(placement.locate(key).is_some());
                     found += usize::from(placement.lookup(key).is_some());
                 }
+                placement.locate_many(&slices, &mut owners);
+                found += owners.iter().filter(|o| o.is_some()).count();
                 let after = allocations();
-                assert_eq!(found, 2 * keys.len());
+                assert_eq!(found, 3 * keys.len());
                 assert_eq!(
                     after, before,
                     "{algorithm} with {hash} allocated (round {round})"

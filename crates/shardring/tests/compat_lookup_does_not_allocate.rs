@@ -13,13 +13,17 @@ mod support;
 use support::allocations;
 
 fn assert_no_allocation(what: &str, p: &dyn Placement, keys: &[Vec<u8>]) {
+    let slices: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let mut owners = vec![None; slices.len()];
     let before = allocations();
     let mut found = 0usize;
     for key in keys {
         found += usize::from(p.lookup(key).is_some());
     }
+    p.locate_many(&slices, &mut owners);
+    found += owners.iter().filter(|o| o.is_some()).count();
     let after = allocations();
-    assert_eq!(found, keys.len(), "{what}");
+    assert_eq!(found, 2 * keys.len(), "{what}");
     assert_eq!(after, before, "{what} allocated during lookups");
 }
 

@@ -1,5 +1,6 @@
 //! Proves the lookup path allocates nothing: a counting global allocator wraps the system one, and the
-//! count must not move across many lookups (with and without the index, on every hash).
+//! count must not move across many lookups (with and without the index, on every hash), single and
+//! batched.
 
 use shardring::{HashFunction, Placement, Ring};
 
@@ -21,6 +22,8 @@ fn lookups_do_not_allocate() {
                 .build()
                 .unwrap();
             let placement: &dyn Placement = &ring;
+            let slices: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            let mut owners = vec![None; slices.len()];
             let before = allocations();
             let mut found = 0usize;
             for _ in 0..20 {
@@ -30,9 +33,13 @@ fn lookups_do_not_allocate() {
                     // Up to 8 replicas are remembered inline.
                     found += ring.replicas(key).take(3).count();
                 }
+                ring.lookup_many(&slices, &mut owners);
+                found += owners.iter().filter(|o| o.is_some()).count();
+                placement.locate_many(&slices, &mut owners);
+                found += owners.iter().filter(|o| o.is_some()).count();
             }
             let after = allocations();
-            assert_eq!(found, 20 * 1000 * 5);
+            assert_eq!(found, 20 * 1000 * 7);
             assert_eq!(
                 after, before,
                 "{hash} (index {index}) allocated during lookups"

@@ -49,52 +49,140 @@ pub struct Args {
     /// spymemcached's node repetitions, a template ring's points.
     #[arg(long)]
     vnodes: Option<u32>,
+    /// Keys read and placed at a time (`Placement::locate_many`, which overlaps the keys' cache
+    /// misses on a large ring); 1 places each key on its own. The output is the same either way.
+    #[arg(long, default_value_t = DEFAULT_BATCH, value_name = "N")]
+    batch: usize,
 }
+
+/// Keys placed per call by default: enough for the batch to pay, little memory (the keys of one batch
+/// are held at once).
+const DEFAULT_BATCH: usize = 1024;
 
 pub fn run(args: Args) -> Result<()> {
     if args.replicas == 0 {
         bail!("--replicas must be at least 1");
     }
+    if args.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
     let placement = build(&args)?;
     // Open the input before printing anything, so an unreadable file leaves stdout empty.
     let input: Option<Box<dyn BufRead>> = match (&args.file, args.keys.is_empty()) {
-        (Some(path), _) => Some(Box::new(BufReader::new(
+        (Some(path), _) => Some(Box::new(BufReader::with_capacity(
+            1 << 16,
             File::open(path).with_context(|| format!("opening {}", path.display()))?,
         ))),
         (None, true) => Some(Box::new(io::stdin().lock())),
         (None, false) => None,
     };
     let stdout = io::stdout().lock();
-    let mut out = BufWriter::new(stdout);
-    let mut replicas = Vec::with_capacity(args.replicas.min(placement.nodes().len()));
-    let mut print = |key: &[u8]| -> io::Result<()> {
-        placement.replicas_into(key, args.replicas, &mut replicas);
-        out.write_all(key)?;
-        for &i in &replicas {
-            out.write_all(b"\t")?;
-            out.write_all(placement.nodes()[i].name().as_bytes())?;
-        }
-        out.write_all(b"\n")
+    let mut out = BufWriter::with_capacity(1 << 16, stdout);
+    let mut printer = Printer {
+        placement: placement.as_ref(),
+        replicas: args.replicas,
+        found: Vec::with_capacity(args.replicas.min(placement.nodes().len())),
+        owners: Vec::new(),
     };
-    if let Some(input) = input {
+    if let Some(mut input) = input {
         let source = match &args.file {
             Some(path) => path.display().to_string(),
             None => "stdin".to_string(),
         };
-        for line in input.split(b'\n') {
-            let mut key = line.with_context(|| format!("reading keys from {source}"))?;
-            if key.last() == Some(&b'\r') {
-                key.pop();
+        // A batch's keys back to back in `bytes`, each ending where `ends` says.
+        let batch = args.batch;
+        let mut bytes = Vec::with_capacity(batch * 32);
+        let mut ends = Vec::with_capacity(batch);
+        loop {
+            bytes.clear();
+            ends.clear();
+            while ends.len() < batch {
+                let read = input
+                    .read_until(b'\n', &mut bytes)
+                    .with_context(|| format!("reading keys from {source}"))?;
+                if read == 0 {
+                    break;
+                }
+                if bytes.last() == Some(&b'\n') {
+                    bytes.pop();
+                }
+                if bytes.last() == Some(&b'\r') {
+                    bytes.pop();
+                }
+                ends.push(bytes.len());
             }
-            print(&key)?;
+            if ends.is_empty() {
+                break;
+            }
+            let keys: Vec<&[u8]> = ends
+                .iter()
+                .scan(0, |start, &end| {
+                    let key = &bytes[*start..end];
+                    *start = end;
+                    Some(key)
+                })
+                .collect();
+            printer.print(&keys, &mut out)?;
         }
     } else {
-        for key in &args.keys {
-            print(os_bytes(key))?;
+        let keys: Vec<&[u8]> = args.keys.iter().map(os_bytes).collect();
+        for keys in keys.chunks(args.batch) {
+            printer.print(keys, &mut out)?;
         }
     }
     out.flush()?;
     Ok(())
+}
+
+/// Writes `KEY<TAB>NODE...` lines for batches of keys.
+struct Printer<'a> {
+    /// Where keys go.
+    placement: &'a dyn Placement,
+    /// How many distinct nodes to print per key.
+    replicas: usize,
+    /// One key's replicas (reused).
+    found: Vec<usize>,
+    /// A batch's owners (reused).
+    owners: Vec<Option<usize>>,
+}
+
+impl Printer<'_> {
+    fn print(&mut self, keys: &[&[u8]], out: &mut impl Write) -> io::Result<()> {
+        let nodes = self.placement.nodes();
+        if self.replicas > 1 {
+            for &key in keys {
+                self.placement
+                    .replicas_into(key, self.replicas, &mut self.found);
+                write_line(out, key, self.found.iter().map(|&i| nodes[i].name()))?;
+            }
+            return Ok(());
+        }
+        self.owners.clear();
+        self.owners.resize(keys.len(), None);
+        if keys.len() == 1 {
+            self.owners[0] = self.placement.locate(keys[0]);
+        } else {
+            self.placement.locate_many(keys, &mut self.owners);
+        }
+        for (&key, owner) in keys.iter().zip(&self.owners) {
+            write_line(out, key, owner.iter().map(|&i| nodes[i].name()))?;
+        }
+        Ok(())
+    }
+}
+
+/// `KEY<TAB>NODE<TAB>NODE...\n`.
+fn write_line<'n>(
+    out: &mut impl Write,
+    key: &[u8],
+    nodes: impl Iterator<Item = &'n str>,
+) -> io::Result<()> {
+    out.write_all(key)?;
+    for name in nodes {
+        out.write_all(b"\t")?;
+        out.write_all(name.as_bytes())?;
+    }
+    out.write_all(b"\n")
 }
 
 fn build(args: &Args) -> Result<Box<dyn Placement>> {

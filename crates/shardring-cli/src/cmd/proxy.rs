@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use shardring::compat::twemproxy::TwemproxyServer;
+use shardring_proxy::config::{GutterConfig, HotKeysConfig};
 use shardring_proxy::{membership, workers, ConfigErrors, ProxyConfig, RunOptions};
 
 /// Flags named like nutcracker's where it has them (`-c`, `-t`, `-s`, `-a`).
@@ -67,6 +69,72 @@ pub struct Args {
     /// Apply a pool with no servers in etcd instead of refusing it (by default the servers are kept).
     #[arg(long, requires = "etcd")]
     allow_empty: bool,
+    /// Track each pool's K heaviest keys over a sliding window (a count-min sketch; shown in the stats
+    /// JSON and at /hotkeys beside /metrics). Off by default.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000))]
+    hot_keys: Option<u16>,
+    /// The hot-key window in milliseconds (counts cover between half of it and all of it).
+    #[arg(long, value_name = "MS", default_value_t = 10_000, requires = "hot_keys",
+          value_parser = clap::value_parser!(u64).range(2..=3_600_000))]
+    hot_keys_window: u64,
+    /// Serve `get`s of the top keys from a cache in the proxy, each reply for at most MS milliseconds
+    /// after it was fetched; writes through the proxy invalidate it. Needs --hot-keys.
+    #[arg(long, value_name = "MS", requires = "hot_keys",
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    hot_cache_ttl: Option<u64>,
+    /// The hot-key cache's size bound: bytes, or with a `k`/`m` suffix. [default: 1m]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "hot_cache_ttl")]
+    hot_cache_size: Option<usize>,
+    /// Keep every key on R servers: its owner (placed as nutcracker places it) and the ring's next
+    /// distinct servers. Writes go to all live ones, reads to the first live one and on to the next on
+    /// an error, so a dead server costs no misses. `R` applies to every pool, `POOL=R` to one pool
+    /// (repeat the flag for several; a pool's own setting wins over the plain one). [default: 1]
+    #[arg(long, value_name = "[POOL=]R", value_parser = parse_replicas)]
+    replicas: Vec<(Option<String>, u16)>,
+    /// With --replicas, a read that misses also tries the next replica (a restarted, empty server then
+    /// still reads what its peers kept), at one more round trip per miss.
+    #[arg(long)]
+    replica_read_miss: bool,
+    /// A gutter pool for pools without replicas (Facebook's design): while a server is ejected, its
+    /// keys go to these servers (`HOST:PORT[:WEIGHT]`, comma-separated) with their TTLs capped, instead
+    /// of to the next servers of the ring. Needs auto_eject_hosts in the pool to take effect.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',', value_parser = parse_gutter_server)]
+    gutter: Vec<TwemproxyServer>,
+    /// The longest TTL, in seconds, of a value stored in the gutter.
+    #[arg(long, value_name = "SECS", default_value_t = 10, requires = "gutter",
+          value_parser = clap::value_parser!(u32).range(1..=2_592_000))]
+    gutter_ttl: u32,
+    /// For this many milliseconds after a reload changes a pool's servers, a `get` that misses on a
+    /// key's new server is retried on its previous server and a hit there is copied over (with its
+    /// flags and remaining TTL, never over a newer write or a delete). Off by default.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    warmup_window: Option<u64>,
+}
+
+/// `R` or `POOL=R` → (pool, R), R between 1 and 16.
+fn parse_replicas(text: &str) -> Result<(Option<String>, u16), String> {
+    let (pool, count) = match text.rsplit_once('=') {
+        Some((pool, count)) if !pool.is_empty() => (Some(pool.to_owned()), count),
+        _ => (None, text),
+    };
+    match count.parse::<u16>() {
+        Ok(r) if (1..=16).contains(&r) => Ok((pool, r)),
+        _ => Err(format!(
+            "not a replica count between 1 and 16: {text:?} (R or POOL=R)"
+        )),
+    }
+}
+
+/// `host:port` or `host:port:weight` → a server (weight 1 when not given).
+fn parse_gutter_server(text: &str) -> Result<TwemproxyServer, String> {
+    let with_weight = if text.matches(':').count() >= 2 {
+        text.to_owned()
+    } else {
+        format!("{text}:1")
+    };
+    with_weight
+        .parse::<TwemproxyServer>()
+        .map_err(|e| format!("gutter server {text:?}: {e}"))
 }
 
 /// The largest `--max-value-size`: memcached's own limit for `-I`.
@@ -92,11 +160,20 @@ fn parse_size(text: &str) -> Result<usize, String> {
 
 /// The proxy-only settings the command line gives every pool (a twemproxy file has no keys for them, and
 /// extra keys would make it unreadable by nutcracker). Applied at start and on every reload.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Overrides {
     max_value_size: Option<usize>,
     multiget_all_or_nothing: bool,
     health_check_interval: Duration,
+    hot_keys: Option<u16>,
+    hot_keys_window: Duration,
+    hot_cache_ttl: Option<Duration>,
+    hot_cache_size: Option<usize>,
+    replicas: Vec<(Option<String>, u16)>,
+    replica_read_miss: bool,
+    gutter: Vec<TwemproxyServer>,
+    gutter_ttl: u32,
+    warmup_window: Option<Duration>,
 }
 
 impl Overrides {
@@ -105,16 +182,47 @@ impl Overrides {
             max_value_size: args.max_value_size,
             multiget_all_or_nothing: args.multiget_all_or_nothing,
             health_check_interval: Duration::from_millis(args.health_check_interval),
+            hot_keys: args.hot_keys,
+            hot_keys_window: Duration::from_millis(args.hot_keys_window),
+            hot_cache_ttl: args.hot_cache_ttl.map(Duration::from_millis),
+            hot_cache_size: args.hot_cache_size,
+            replicas: args.replicas.clone(),
+            replica_read_miss: args.replica_read_miss,
+            gutter: args.gutter.clone(),
+            gutter_ttl: args.gutter_ttl,
+            warmup_window: args.warmup_window.map(Duration::from_millis),
         }
     }
 
-    fn apply(self, mut config: ProxyConfig) -> ProxyConfig {
+    fn apply(&self, mut config: ProxyConfig) -> ProxyConfig {
         for pool in &mut config.pools {
             if let Some(size) = self.max_value_size {
                 pool.limits.max_value_len = size;
             }
             pool.multiget_all_or_nothing = self.multiget_all_or_nothing;
             pool.health_check_interval = self.health_check_interval;
+            pool.gutter = (!self.gutter.is_empty()).then(|| GutterConfig {
+                servers: self.gutter.clone(),
+                ttl_cap: self.gutter_ttl,
+            });
+            pool.warmup_window = self.warmup_window;
+            let named = self
+                .replicas
+                .iter()
+                .rev()
+                .find(|(p, _)| p.as_deref() == Some(pool.name.as_str()));
+            let every = self.replicas.iter().rev().find(|(p, _)| p.is_none());
+            pool.replicas = named.or(every).map_or(1, |(_, r)| usize::from(*r));
+            pool.replica_read_miss = self.replica_read_miss;
+            pool.hot_keys = self.hot_keys.map(|k| {
+                let mut h = HotKeysConfig::new(usize::from(k));
+                h.window = self.hot_keys_window;
+                h.cache_ttl = self.hot_cache_ttl;
+                if let Some(size) = self.hot_cache_size {
+                    h.cache_bytes = size as u64;
+                }
+                h
+            });
         }
         config
     }
@@ -181,6 +289,15 @@ pub fn run(args: Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replica_counts_name_a_pool_or_every_pool() {
+        assert_eq!(parse_replicas("2"), Ok((None, 2)));
+        assert_eq!(parse_replicas("alpha=3"), Ok((Some("alpha".into()), 3)));
+        for bad in ["0", "17", "x", "alpha=", "=2x", "alpha=0"] {
+            assert!(parse_replicas(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn sizes_read_like_memcacheds() {

@@ -13,7 +13,7 @@ pub(crate) mod twemproxy_keys;
 mod yaml;
 
 pub use self::limits::{Limits, MAX_KEY_LEN};
-pub use self::pool::{Listen, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
+pub use self::pool::{GutterConfig, HotKeysConfig, Listen, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 pub use self::problem::{ConfigErrors, ConfigProblem};
 pub use self::twemproxy_file::read_pools;
 pub use self::twemproxy_keys::parse_listen;

@@ -99,6 +99,66 @@ pub struct PoolConfig {
     pub multiget_all_or_nothing: bool,
     /// *proxy-only*: key, value and line limits (`shardring proxy --max-value-size` sets the value limit).
     pub limits: Limits,
+    /// *proxy-only*: hot-key detection and the hot-key cache. By default, off.
+    /// `shardring proxy --hot-keys K [--hot-cache-ttl MS]`. Read when the pool starts: a reload does not
+    /// change it.
+    pub hot_keys: Option<HotKeysConfig>,
+    /// *proxy-only*: how many servers hold each key: the owner (placed exactly as nutcracker places it)
+    /// then the ring's next distinct servers. Writes go to every live one; reads go to the first live
+    /// one and fail over to the next on an error. By default, this is 1 (no replicas).
+    /// `shardring proxy --replicas R`.
+    pub replicas: usize,
+    /// *proxy-only*: with replicas, a read that misses on one replica also tries the next (a restarted,
+    /// empty replica then still reads the data its peers kept). By default, false.
+    /// `shardring proxy --replica-read-miss`.
+    pub replica_read_miss: bool,
+    /// *proxy-only*: Facebook's gutter pool for a pool without replicas: while a server is ejected its
+    /// keys go to these servers (placed among them as the pool places keys), with every TTL capped,
+    /// instead of being rehashed over the pool's other servers. By default, none.
+    /// `shardring proxy --gutter HOST:PORT,… [--gutter-ttl SECS]`.
+    pub gutter: Option<GutterConfig>,
+    /// *proxy-only*: for this long after a reload changes the ring, a `get` that misses on a key's new
+    /// server is retried on its previous server, and a hit there is copied to the new server. By
+    /// default, none (off). `shardring proxy --warmup-window MS`.
+    pub warmup_window: Option<Duration>,
+}
+
+/// *proxy-only*: a gutter pool (see [`PoolConfig::gutter`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GutterConfig {
+    /// The gutter servers, `host:port:weight [name]` as in `servers`.
+    pub servers: Vec<TwemproxyServer>,
+    /// The longest TTL a value stored in the gutter gets, in seconds (at most 30 days). By default,
+    /// this is 10 s: the gutter holds a dead server's hot keys for moments, not its data set.
+    pub ttl_cap: u32,
+}
+
+/// *proxy-only*: hot-key detection (the top keys by requests over a sliding window) and the optional
+/// cache of their replies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotKeysConfig {
+    /// How many keys are reported (and cached). `--hot-keys K`.
+    pub top: usize,
+    /// The window the counts cover. By default, this is 10 s. `--hot-keys-window MS`.
+    pub window: Duration,
+    /// Serve the top keys' `get` replies from the proxy for at most this long after each fill; `None`
+    /// for detection only. By default, none. `--hot-cache-ttl MS`.
+    pub cache_ttl: Option<Duration>,
+    /// The cache's bound in bytes (keys, replies and 64 bytes per entry). By default, this is 1 MiB.
+    /// `--hot-cache-size SIZE`.
+    pub cache_bytes: u64,
+}
+
+impl HotKeysConfig {
+    /// Detection of the top `top` keys, the defaults otherwise (10 s window, no cache).
+    pub fn new(top: usize) -> HotKeysConfig {
+        HotKeysConfig {
+            top,
+            window: Duration::from_secs(10),
+            cache_ttl: None,
+            cache_bytes: 1 << 20,
+        }
+    }
 }
 
 /// The client cap when `client_connections` is 0.
@@ -178,6 +238,11 @@ impl PoolConfig {
             health_check_interval: Duration::from_secs(1),
             multiget_all_or_nothing: false,
             limits: Limits::default(),
+            hot_keys: None,
+            replicas: 1,
+            replica_read_miss: false,
+            gutter: None,
+            warmup_window: None,
         }
     }
 
@@ -231,6 +296,70 @@ impl PoolConfig {
         }
         if self.health_check_interval.is_zero() {
             errors.push(n, "the health check interval must be greater than 0".into());
+        }
+        if self.replicas == 0 || self.replicas > self.servers.len().max(1) {
+            errors.push(
+                n,
+                format!(
+                    "replicas must be between 1 and the number of servers ({}), not {}",
+                    self.servers.len(),
+                    self.replicas
+                ),
+            );
+        }
+        if self.replicas > 1 && self.distribution == Distribution::Random {
+            errors.push(
+                n,
+                "replicas need a reproducible distribution (ketama or modula), not random".into(),
+            );
+        }
+        if let Some(g) = &self.gutter {
+            if g.servers.is_empty() {
+                errors.push(n, "the gutter needs at least one server".into());
+            }
+            if self.replicas > 1 {
+                errors.push(
+                    n,
+                    "a gutter is for pools without replicas: use --replicas or --gutter, not both"
+                        .into(),
+                );
+            }
+            if g.ttl_cap == 0 || g.ttl_cap > 30 * 24 * 3600 {
+                errors.push(
+                    n,
+                    "the gutter TTL cap must be between 1 s and 30 days".into(),
+                );
+            }
+            if self.distribution == Distribution::Random {
+                errors.push(
+                    n,
+                    "a gutter needs a reproducible distribution (ketama or modula), not random"
+                        .into(),
+                );
+            }
+            for s in &g.servers {
+                if self
+                    .servers
+                    .iter()
+                    .any(|p| p.display_name() == s.display_name())
+                {
+                    errors.push(n, format!("gutter server {s} is also a pool server"));
+                }
+            }
+        }
+        if let Some(h) = &self.hot_keys {
+            if h.top == 0 || h.top > 1000 {
+                errors.push(n, "the hot-key count must be between 1 and 1000".into());
+            }
+            if h.window < Duration::from_millis(2) {
+                errors.push(n, "the hot-key window must be at least 2 ms".into());
+            }
+            if h.cache_ttl.is_some_and(|t| t.is_zero()) {
+                errors.push(n, "the hot-cache TTL must be greater than 0".into());
+            }
+            if h.cache_bytes == 0 {
+                errors.push(n, "the hot-cache size must be at least 1 byte".into());
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for s in &self.servers {

@@ -146,6 +146,31 @@ pub struct PoolStats {
     pub membership_errors: Counter,
     /// Malformed server values in the config store (each skipped).
     pub membership_malformed: Counter,
+    /// Replicated reads sent on to the next replica (after an error, or a miss with
+    /// `--replica-read-miss`).
+    pub replica_failovers: Counter,
+    /// Replicated writes whose replicas did not all answer the same (a write that reached 1 of 2).
+    pub replica_disagreements: Counter,
+    /// 1 while a warm-up window is open (gauge).
+    pub warmup_open: Counter,
+    /// Warm-up: misses on a key's new server retried on its previous server.
+    pub warmup_fallbacks: Counter,
+    /// Warm-up: those retries that found the value (returned to the client).
+    pub warmup_recovered: Counter,
+    /// Warm-up: values copied to the new server.
+    pub warmup_copies: Counter,
+    /// Warm-up: copies refused because the key was written or deleted on the new server meanwhile.
+    pub warmup_copies_refused: Counter,
+    /// Requests sent to the gutter pool because their server was ejected.
+    pub gutter_requests: Counter,
+    /// `get`s answered from the hot-key cache.
+    pub hot_cache_hits: Counter,
+    /// Replies stored in the hot-key cache.
+    pub hot_cache_fills: Counter,
+    /// Hot-key cache entries dropped by a write through the proxy.
+    pub hot_cache_invalidations: Counter,
+    /// The pool's heaviest keys at the last refresh (none when detection is off), heaviest first.
+    pub hot_keys: arc_swap::ArcSwapOption<HotKeysReport>,
     /// Each command's latency, from its request decoded to its answer ready (for protocols that name
     /// their commands: Redis); empty otherwise.
     pub commands: Box<[CommandLatency]>,
@@ -158,6 +183,26 @@ pub struct CommandLatency {
     pub name: &'static str,
     /// Its latency.
     pub latency: Histogram,
+}
+
+/// A pool's heaviest keys at one refresh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotKeysReport {
+    /// The sliding window the counts cover (each count covers between half of it and all of it).
+    pub window_ms: u64,
+    /// The keys, heaviest first.
+    pub keys: Vec<HotKeyRow>,
+}
+
+/// One of a pool's heaviest keys, as the stats show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotKeyRow {
+    /// The key (bytes that are not UTF-8 shown as U+FFFD).
+    pub key: String,
+    /// Its estimated requests over the window (never below the true count).
+    pub count: u64,
+    /// The server it goes to now, `None` when none is live.
+    pub server: Option<String>,
 }
 
 impl PoolStats {

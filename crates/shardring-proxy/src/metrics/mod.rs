@@ -10,16 +10,20 @@
 //!   OpenMetrics ([`render_openmetrics`]), whichever the scraper's `Accept` asks for;
 //! - `http`: an HTTP/1.1 server (hyper) over a table of endpoints ([`Router`], [`serve_http`]); `/metrics`
 //!   is one endpoint ([`serve_prometheus`]), and more (hot keys, membership) are added by registering a
-//!   handler.
+//!   handler;
+//! - `hot_keys`: the `/hotkeys` endpoint ([`hot_keys_endpoint`]): each pool's heaviest keys as JSON.
 
 mod counters;
+mod hot_keys;
 mod http;
 mod prometheus;
 mod twemproxy_json;
 
 pub use counters::{
-    unix_time, CommandLatency, Counter, Histogram, PoolStats, PoolView, ServerStats,
+    unix_time, CommandLatency, Counter, Histogram, HotKeyRow, HotKeysReport, PoolStats, PoolView,
+    ServerStats,
 };
+pub use hot_keys::hot_keys_endpoint;
 pub use http::{serve_http, Reply, Request, Router};
 pub use prometheus::{
     metrics_endpoint, render, render_openmetrics, render_prometheus, serve_prometheus, Format,

@@ -140,7 +140,7 @@ enum Kind {
 type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-const POOL_FAMILIES: [PoolFamily; 12] = [
+const POOL_FAMILIES: [PoolFamily; 23] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -212,6 +212,72 @@ const POOL_FAMILIES: [PoolFamily; 12] = [
         Kind::Counter,
         "Malformed server values in the config store (each skipped).",
         |p| p.membership_malformed.get(),
+    ),
+    (
+        "shardring_proxy_pool_replica_failovers",
+        Kind::Counter,
+        "Replicated reads sent on to the next replica.",
+        |p| p.replica_failovers.get(),
+    ),
+    (
+        "shardring_proxy_pool_replica_disagreements",
+        Kind::Counter,
+        "Replicated writes whose replicas answered differently.",
+        |p| p.replica_disagreements.get(),
+    ),
+    (
+        "shardring_proxy_pool_warmup_open",
+        Kind::Gauge,
+        "1 while a warm-up window is open.",
+        |p| p.warmup_open.get(),
+    ),
+    (
+        "shardring_proxy_pool_warmup_fallbacks",
+        Kind::Counter,
+        "Warm-up: misses on a key's new server retried on its previous server.",
+        |p| p.warmup_fallbacks.get(),
+    ),
+    (
+        "shardring_proxy_pool_warmup_recovered",
+        Kind::Counter,
+        "Warm-up: fallbacks that found the value.",
+        |p| p.warmup_recovered.get(),
+    ),
+    (
+        "shardring_proxy_pool_warmup_copies",
+        Kind::Counter,
+        "Warm-up: values copied to their new server.",
+        |p| p.warmup_copies.get(),
+    ),
+    (
+        "shardring_proxy_pool_warmup_copies_refused",
+        Kind::Counter,
+        "Warm-up: copies refused because newer data (a write or a delete) existed.",
+        |p| p.warmup_copies_refused.get(),
+    ),
+    (
+        "shardring_proxy_pool_gutter_requests",
+        Kind::Counter,
+        "Requests sent to the gutter pool because their server was ejected.",
+        |p| p.gutter_requests.get(),
+    ),
+    (
+        "shardring_proxy_pool_hot_cache_hits",
+        Kind::Counter,
+        "Gets answered from the hot-key cache.",
+        |p| p.hot_cache_hits.get(),
+    ),
+    (
+        "shardring_proxy_pool_hot_cache_fills",
+        Kind::Counter,
+        "Replies stored in the hot-key cache.",
+        |p| p.hot_cache_fills.get(),
+    ),
+    (
+        "shardring_proxy_pool_hot_cache_invalidations",
+        Kind::Counter,
+        "Hot-key cache entries dropped by a write through the proxy.",
+        |p| p.hot_cache_invalidations.get(),
     ),
 ];
 
@@ -499,7 +565,14 @@ pub async fn serve_prometheus<F>(
 ) where
     F: Fn() -> Vec<PoolView> + Send + Sync,
 {
-    let router = Router::new().route("/metrics", metrics_endpoint(started, views));
+    let views = std::sync::Arc::new(views);
+    let v = std::sync::Arc::clone(&views);
+    let router = Router::new()
+        .route("/metrics", metrics_endpoint(started, move || v()))
+        .route(
+            "/hotkeys",
+            super::hot_keys::hot_keys_endpoint(move || views()),
+        );
     serve_http(listener, &router, stop).await;
 }
 
@@ -581,6 +654,17 @@ mod tests {
             "shardring_proxy_pool_membership_updated_timestamp_seconds",
             "shardring_proxy_pool_membership_errors_total",
             "shardring_proxy_pool_membership_malformed_total",
+            "shardring_proxy_pool_replica_failovers_total",
+            "shardring_proxy_pool_replica_disagreements_total",
+            "shardring_proxy_pool_warmup_open",
+            "shardring_proxy_pool_warmup_fallbacks_total",
+            "shardring_proxy_pool_warmup_recovered_total",
+            "shardring_proxy_pool_warmup_copies_total",
+            "shardring_proxy_pool_warmup_copies_refused_total",
+            "shardring_proxy_pool_gutter_requests_total",
+            "shardring_proxy_pool_hot_cache_hits_total",
+            "shardring_proxy_pool_hot_cache_fills_total",
+            "shardring_proxy_pool_hot_cache_invalidations_total",
             "shardring_proxy_server_requests_total",
             "shardring_proxy_server_responses_total",
             "shardring_proxy_server_request_bytes_total",

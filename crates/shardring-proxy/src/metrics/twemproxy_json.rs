@@ -50,6 +50,31 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
             "membership_malformed".into(),
             json!(p.membership_malformed.get()),
         );
+        // Not twemproxy's: the hot-key counters and ranking (extra fields; twemproxy's readers skip
+        // fields they do not know).
+        pool.insert("replica_failovers".into(), json!(p.replica_failovers.get()));
+        pool.insert(
+            "replica_disagreements".into(),
+            json!(p.replica_disagreements.get()),
+        );
+        pool.insert("gutter_requests".into(), json!(p.gutter_requests.get()));
+        pool.insert("warmup_open".into(), json!(p.warmup_open.get()));
+        pool.insert("warmup_fallbacks".into(), json!(p.warmup_fallbacks.get()));
+        pool.insert("warmup_recovered".into(), json!(p.warmup_recovered.get()));
+        pool.insert("warmup_copies".into(), json!(p.warmup_copies.get()));
+        pool.insert(
+            "warmup_copies_refused".into(),
+            json!(p.warmup_copies_refused.get()),
+        );
+        pool.insert("hot_cache_hits".into(), json!(p.hot_cache_hits.get()));
+        pool.insert("hot_cache_fills".into(), json!(p.hot_cache_fills.get()));
+        pool.insert(
+            "hot_cache_invalidations".into(),
+            json!(p.hot_cache_invalidations.get()),
+        );
+        if let Some(report) = p.hot_keys.load_full() {
+            pool.insert("hot_keys".into(), super::hot_keys::keys_json(&report));
+        }
         for s in &view.servers {
             let server: Value = json!({
                 "server_eof": s.server_eof.get(),

@@ -43,7 +43,8 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     /// The per-server-connection reply framer; it may keep state across reads of one reply.
     type ReplyScanner: ReplyScanner<Kind = Self::ReplyKind>;
     /// How a single server's reply becomes the client's answer (for example, hidden for `noreply`).
-    type Finish: Copy + Send + Unpin + 'static;
+    /// Not `Copy`: a finish may carry what a reply must update (e.g. a cache to fill).
+    type Finish: Send + Unpin + 'static;
     /// What a fan-out needs to merge its parts' replies into one answer.
     type Merge: Send + 'static;
     /// What the protocol remembers about one client connection between its requests (Redis: the RESP
@@ -115,6 +116,70 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
 
     /// Whether a framed reply is an error reply (a failed handshake step, a refused fan-out part).
     fn is_error_reply(reply: &[u8]) -> bool;
+
+    /// Whether a [`Step::Failover`] tries its next server after `reply`. By default, on a failure of the
+    /// server (error, timeout, closed connection) only.
+    fn retry(&self, finish: &Self::Finish, reply: &Reply) -> bool {
+        let _ = finish;
+        reply.is_err()
+    }
+
+    /// A [`Step::FanOut`]'s next move after its replies: the answer, or another round trip (a
+    /// multi-get's warm-up fallbacks). By default, [`Protocol::merge`]'s answer.
+    fn phase(&self, merge: Self::Merge, replies: Vec<PartReply<'_>>) -> Phase<Self> {
+        Phase::Done {
+            answer: Self::merge(merge, replies),
+            follow_ups: Vec::new(),
+        }
+    }
+
+    /// Whether a [`Step::Fallback`] asks the previous ring after `reply`. By default, never.
+    fn fall_back(&self, finish: &Self::Finish, reply: &Reply) -> bool {
+        let _ = (finish, reply);
+        false
+    }
+
+    /// A [`Step::Fallback`]'s answer from the current server's reply and the previous ring's, and an
+    /// optional follow-up to the current server. By default, the current server's reply, no follow-up.
+    fn recover(&self, finish: Self::Finish, current: Reply, previous: Reply) -> Recovery<Self> {
+        let _ = previous;
+        Recovery {
+            answer: Self::finish(finish, current),
+            follow_up: None,
+        }
+    }
+}
+
+/// What [`Protocol::phase`] decides after a fan-out's replies.
+#[derive(Debug)]
+pub enum Phase<P: Protocol> {
+    /// The answer, and requests to send without waiting (each reply goes to its finish, then is
+    /// dropped).
+    Done {
+        /// The client's answer.
+        answer: Answer,
+        /// Fire-and-forget requests (copies).
+        follow_ups: Vec<(Part<P>, P::Finish)>,
+    },
+    /// Another round trip: send `parts`, then call [`Protocol::phase`] with `merge` and their replies.
+    Again {
+        /// The next round's requests.
+        parts: Vec<Part<P>>,
+        /// What the next round merges.
+        merge: P::Merge,
+        /// Fire-and-forget requests sent now.
+        follow_ups: Vec<(Part<P>, P::Finish)>,
+    },
+}
+
+/// What [`Protocol::recover`] decides.
+#[derive(Debug)]
+pub struct Recovery<P: Protocol> {
+    /// The client's answer.
+    pub answer: Answer,
+    /// A request to send to the key's current server (bytes, reply framing, and the finish its reply
+    /// goes through before it is dropped).
+    pub follow_up: Option<(Bytes, P::ReplyKind, P::Finish)>,
 }
 
 /// Reads client requests off the front of a connection's buffer.
@@ -167,6 +232,52 @@ pub enum Step<P: Protocol> {
         kind: P::ReplyKind,
         /// How the reply becomes the answer.
         finish: P::Finish,
+    },
+    /// Send `frame` to `servers[0]`; while [`Protocol::retry`] says so of a reply and servers remain, send
+    /// it to the next; answer with [`Protocol::finish`] of the last reply. For replicated reads: the
+    /// first send happens at once (pipelined), a retry when the failed reply comes back. An empty list
+    /// answers [`BackendError::NoServer`].
+    Failover {
+        /// The servers to try, in order (indices in the pool).
+        servers: Vec<usize>,
+        /// The bytes to send to each.
+        frame: Bytes,
+        /// How each reply is framed.
+        kind: P::ReplyKind,
+        /// How the last reply becomes the answer.
+        finish: P::Finish,
+    },
+    /// Warm-up after a ring change: send `frame` to `server` (its owner now); when
+    /// [`Protocol::fall_back`] says so of the reply, send `fallback` to `previous` (its owner on the
+    /// previous ring, an index among *that* ring's servers) and answer with [`Protocol::recover`] of
+    /// both replies, which may also ask for a follow-up request to `server` (a copy), sent at once and
+    /// whose reply goes to [`Protocol::finish`] and is then dropped. When the previous ring is gone by
+    /// the time the step starts, it is a plain [`Step::Forward`] of `frame`.
+    Fallback {
+        /// The key's server now.
+        server: usize,
+        /// The bytes to send to it.
+        frame: Bytes,
+        /// The key's server on the previous ring (index in the previous ring's server list).
+        previous: usize,
+        /// The bytes to send there after a miss.
+        fallback: Bytes,
+        /// How both replies are framed.
+        kind: P::ReplyKind,
+        /// How the replies become the answer.
+        finish: P::Finish,
+    },
+    /// Send `frame` to `previous` (a server of the previous ring; its reply is dropped), then do `step`:
+    /// a write during a warm-up window also invalidates the key's old copy.
+    AlsoPrevious {
+        /// The key's server on the previous ring.
+        previous: usize,
+        /// What to send it (a delete).
+        frame: Bytes,
+        /// How its reply is framed.
+        kind: P::ReplyKind,
+        /// The request itself.
+        step: Box<Step<P>>,
     },
     /// Send each part to its server and answer with [`Protocol::merge`] of all the replies.
     FanOut {
@@ -259,21 +370,104 @@ pub struct PlanContext<'a> {
     pub servers: usize,
     /// When the pool started, for uptime.
     pub started: std::time::Instant,
+    /// The pool's hot-key detection and cache, when on: the protocol counts the keys it plans and
+    /// serves reads of the top keys from the cache.
+    pub(crate) hot: Option<&'a std::sync::Arc<crate::hotkeys::HotKeys>>,
+    /// The placement over every server of the pool, ejected or not, when keys have replicas: where a
+    /// key's replica list comes from.
+    pub(crate) full: Option<&'a Routing>,
+    /// How many servers hold each key (1: no replicas).
+    pub(crate) replicas: usize,
+    /// The gutter pool, when the pool has one: a dead server's keys go there (with `full`).
+    pub(crate) gutter: Option<&'a crate::router::Gutter>,
+    /// The previous ring while a warm-up window is open: key → server among the previous ring's servers.
+    pub(crate) previous: Option<&'a Routing>,
+    /// For each server of the previous ring, its index now (`None` when it left the pool).
+    pub(crate) previous_now: &'a [Option<usize>],
+    /// The pool's tallies, shared (for merges and finishes that count after the plan).
+    pub(crate) stats_handle: &'a std::sync::Arc<PoolStats>,
 }
 
 impl PlanContext<'_> {
-    /// The server (index in the pool) that owns `key`; `None` when no server is live.
+    /// The server (index in the pool) that owns `key`; `None` when no server is live. With a gutter, a
+    /// key whose server is ejected goes to its gutter server rather than to the next live server.
     pub fn server_for(&self, key: &[u8]) -> Option<usize> {
+        if let (Some(gutter), Some(full)) = (self.gutter, self.full) {
+            match full.server_for(key) {
+                Some(owner) if self.routing.is_live(owner) => return Some(owner),
+                _ => {
+                    if let Some(g) = gutter.server_for(key) {
+                        self.stats.gutter_requests.inc();
+                        return Some(g);
+                    }
+                }
+            }
+        }
         self.routing.server_for(key)
     }
 
-    /// The owners of many keys at once (`out[i]` for `keys[i]`).
+    /// The gutter's TTL cap when `server` is a gutter server: what a write sent there must cap its
+    /// TTL to.
+    pub fn gutter_ttl_cap(&self, server: usize) -> Option<u32> {
+        self.gutter.filter(|g| g.holds(server)).map(|g| g.ttl_cap)
+    }
+
+    /// The owners of many keys at once (`out[i]` for `keys[i]`): one batch through the placement,
+    /// which overlaps the keys' cache misses (key by key when a gutter may take some of them).
     pub fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
-        self.routing.servers_for(keys, out);
+        if self.gutter.is_some() {
+            for (key, o) in keys.iter().zip(out.iter_mut()) {
+                *o = self.server_for(key);
+            }
+        } else {
+            self.routing.servers_for(keys, out);
+        }
     }
 
     /// The servers in the placement now (not ejected), for requests sent to every server.
     pub fn live_servers(&self) -> &[usize] {
         self.routing.servers()
+    }
+
+    /// The first live server of `key`'s replica list: [`PlanContext::server_for`] without replicas.
+    pub fn first_replica(&self, key: &[u8]) -> Option<usize> {
+        if self.full.is_some() && self.replicas > 1 {
+            let mut out = Vec::with_capacity(self.replicas);
+            self.replicas_for(key, &mut out);
+            out.first().copied()
+        } else {
+            self.server_for(key)
+        }
+    }
+
+    /// While a warm-up window is open and `key` moved: its server on the previous ring (an index among
+    /// that ring's servers, for [`Step::Fallback`] and [`Step::AlsoPrevious`]). `None` otherwise.
+    pub fn moved_from(&self, key: &[u8]) -> Option<usize> {
+        let old = self.previous?.server_for(key)?;
+        let now = self.server_for(key);
+        match self.previous_now.get(old).copied().flatten() {
+            Some(same) if Some(same) == now => None,
+            _ => Some(old),
+        }
+    }
+
+    /// How many servers hold each key (1 when the pool has no replicas).
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// Fills `out` with the live servers of `key`'s replica list, owner first (the owner placed as
+    /// nutcracker places it over all the pool's servers, then the ring's next distinct servers, dead
+    /// ones left out). When all of them are dead, or the pool has no replicas, the one server
+    /// [`PlanContext::server_for`] gives, if any.
+    pub fn replicas_for(&self, key: &[u8], out: &mut Vec<usize>) {
+        out.clear();
+        if let (Some(full), true) = (self.full, self.replicas > 1) {
+            full.replicas_into(key, self.replicas, out);
+            out.retain(|&s| self.routing.is_live(s));
+        }
+        if out.is_empty() {
+            out.extend(self.server_for(key));
+        }
     }
 }

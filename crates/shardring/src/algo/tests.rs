@@ -363,3 +363,21 @@ fn placements_are_pinned() {
     ];
     assert_eq!(digests, pinned);
 }
+
+proptest! {
+    /// `locate_many` (the trait's default loop, or an algorithm's own) places every key of a batch as
+    /// `locate` does, for every algorithm, over batches of every length around the ring's pass size.
+    #[test]
+    fn every_algorithm_places_a_batch_like_single_keys(
+        names in proptest::collection::btree_set("[a-z0-9]{1,8}", 1..20),
+        keys in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..20), 0..60)) {
+        let names: Vec<String> = names.into_iter().collect();
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        for placement in build_all(&named(&names)).into_iter().chain(build_all(&[])) {
+            let mut many = vec![Some(usize::MAX); keys.len()];
+            placement.locate_many(&keys, &mut many);
+            let single: Vec<Option<usize>> = keys.iter().map(|k| placement.locate(k)).collect();
+            prop_assert_eq!(many, single, "{}", placement.algorithm());
+        }
+    }
+}

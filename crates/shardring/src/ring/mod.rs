@@ -4,7 +4,8 @@
 //! # Layout
 //! All points live in one flat array sorted by position, 8 bytes each (position and node index), with an
 //! optional index over the top bits of the position that turns the search into one
-//! indexed load and a look at one or two points.
+//! indexed load and a look at one or two points. Those two loads are cache misses once the ring is larger
+//! than the caches; [`Ring::lookup_many`] places a batch of keys so that their misses overlap.
 //!
 //! # Ties
 //! Two points may land on the same position. They are ordered by node name (byte-wise), so the point of the
@@ -14,10 +15,12 @@
 //! configured wins); uhashring by configuration order reversed (the last added wins). Configuration
 //! order is the builder's order, then each [`add`](Ring::add) comes last.
 
+mod batch;
 mod build;
 mod builder;
 mod index;
 mod migration;
+mod prefetch;
 mod replicas;
 mod scheme;
 pub mod template;

@@ -16,17 +16,24 @@
 //! | line longer than the line limit | `CLIENT_ERROR line too long` | connection closed |
 
 mod codec;
+mod gutter;
+mod hotkeys;
 mod parse;
 mod plan;
+mod replicas;
 mod request;
 mod response;
 mod tokens;
+mod warmup;
 
 pub use self::codec::*;
+pub use self::hotkeys::{HotFill, HotInvalidate};
 pub use self::parse::parse_request;
 pub use self::plan::{Finish, Memcache, ResponseScanner, VERSION_REPLY};
+pub use self::replicas::ReplicatedWrite;
 pub use self::request::*;
 pub use self::response::*;
+pub use self::warmup::{CopyResult, WarmGet, WarmMulti};
 
 #[cfg(test)]
 mod tests;

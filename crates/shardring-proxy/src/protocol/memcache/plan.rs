@@ -9,15 +9,19 @@ use std::ops::Range;
 use bytes::{Bytes, BytesMut};
 
 use super::codec::{Decoded, RequestCodec};
+use super::gutter;
+use super::hotkeys::{self, HotFill, HotInvalidate, HotRead};
+use super::replicas::{self, ReplicatedWrite};
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
     is_error_reply, parse_response_from, status_code, ResponseKind, ValueBlocks,
 };
+use super::warmup::{self, CopyResult, WarmGet, WarmMulti};
 use crate::config::PoolConfig;
 use crate::error::BackendError;
 use crate::protocol::{
-    Answer, FrameError, Incoming, Part, PartReply, PlanContext, Protocol, Reply, ReplyScanner,
-    RequestDecoder, Step,
+    Answer, FrameError, Incoming, Part, PartReply, Phase, PlanContext, Protocol, Recovery, Reply,
+    ReplyScanner, RequestDecoder, Step,
 };
 
 /// The reply to `version`: the memcached protocol level the proxy speaks, then its own name and version.
@@ -33,10 +37,12 @@ pub struct Memcache {
     limits: Limits,
     /// A multi-get fails whole when one of its servers fails (twemproxy's behaviour).
     all_or_nothing: bool,
+    /// With replicas, a read that misses tries the next replica too.
+    replica_read_miss: bool,
 }
 
 /// How a single server's reply becomes the client's answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub enum Finish {
     /// As it is.
     Plain,
@@ -47,6 +53,14 @@ pub enum Finish {
     /// A piece of a streamed retrieval line: its `VALUE` blocks without the `END` (the last piece ends
     /// the answer).
     WithoutEnd,
+    /// As it is, and a `VALUE` reply fills the hot-key cache.
+    Fill(HotFill),
+    /// A write of a hot key: invalidate the cache again, then finish as the inner finish says.
+    Invalidate(HotInvalidate),
+    /// A warm-up `get` (sent as `mg`): its meta reply becomes a `get` answer.
+    Warm(WarmGet),
+    /// A warm-up copy's reply: counted, then dropped.
+    Copied(CopyResult),
 }
 
 /// What a fan-out merges.
@@ -54,6 +68,10 @@ pub enum Finish {
 pub enum Merge {
     /// A split multi-get.
     Get(GetMerge),
+    /// A write sent to every live replica of its key.
+    Replicated(ReplicatedWrite),
+    /// A multi-get during a warm-up window (answered through [`Protocol::phase`]).
+    WarmMulti(WarmMulti),
     /// `flush_all` sent to every live server.
     FlushAll {
         /// The client asked for no reply.
@@ -86,6 +104,7 @@ impl Protocol for Memcache {
         Memcache {
             limits: config.limits,
             all_or_nothing: config.multiget_all_or_nothing,
+            replica_read_miss: config.replica_read_miss,
         }
     }
 
@@ -102,6 +121,7 @@ impl Protocol for Memcache {
                 } else {
                     Finish::Plain
                 };
+                let finish = req.with_routing_key(key, |k| hotkeys::write(k, finish, ctx));
                 forward_keyed(&req, key, finish, ctx)
             }
             Command::Meta {
@@ -112,6 +132,7 @@ impl Protocol for Memcache {
                 } else {
                     Finish::Plain
                 };
+                let finish = req.with_routing_key(key, |k| hotkeys::write(k, finish, ctx));
                 forward_keyed(&req, key, finish, ctx)
             }
             Command::MetaNoop => Step::Answer(Answer::fixed(b"MN\r\n")),
@@ -121,6 +142,7 @@ impl Protocol for Memcache {
             Command::Verbosity { noreply: false } => Step::Answer(Answer::fixed(b"OK\r\n")),
             Command::FlushAll { noreply } => {
                 let noreply = *noreply;
+                hotkeys::flush(ctx);
                 let frame = req.to_forward();
                 let parts = ctx
                     .live_servers()
@@ -147,6 +169,17 @@ impl Protocol for Memcache {
 
     fn finish(finish: Finish, reply: Reply) -> Answer {
         match (reply, finish) {
+            (reply, Finish::Invalidate(inv)) => Memcache::finish(inv.done(), reply),
+            (reply, Finish::Warm(w)) => w.finish(reply),
+            (reply, Finish::Copied(c)) => {
+                c.finish(&reply);
+                Answer::Nothing
+            }
+            (Err(e), Finish::Fill(_)) => Answer::Failed(e),
+            (Ok(bytes), Finish::Fill(fill)) => {
+                fill.fill(&bytes);
+                Answer::Bytes(bytes)
+            }
             (_, Finish::NoReply) => Answer::Nothing,
             (Err(e), _) => Answer::Failed(e),
             (Ok(bytes), Finish::Plain) => Answer::Bytes(bytes),
@@ -167,6 +200,12 @@ impl Protocol for Memcache {
     fn merge(merge: Merge, replies: Vec<PartReply<'_>>) -> Answer {
         match merge {
             Merge::Get(get) => get.merge(replies),
+            Merge::Replicated(write) => write.merge(replies),
+            // Only reached if a caller skips `phase`: answer with what round one found.
+            Merge::WarmMulti(warm) => match warm.phase(replies) {
+                Phase::Done { answer, .. } => answer,
+                Phase::Again { .. } => Answer::fixed(b"END\r\n"),
+            },
             Merge::FlushAll { noreply } => {
                 let mut failure = None;
                 for r in replies {
@@ -206,18 +245,75 @@ impl Protocol for Memcache {
     fn is_error_reply(reply: &[u8]) -> bool {
         is_error_reply(reply)
     }
+
+    fn retry(&self, _finish: &Finish, reply: &Reply) -> bool {
+        replicas::retry(self.replica_read_miss, reply)
+    }
+
+    fn phase(&self, merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        match merge {
+            Merge::WarmMulti(warm) => warm.phase(replies),
+            merge => Phase::Done {
+                answer: Memcache::merge(merge, replies),
+                follow_ups: Vec::new(),
+            },
+        }
+    }
+
+    fn fall_back(&self, finish: &Finish, reply: &Reply) -> bool {
+        warmup::fall_back(finish, reply)
+    }
+
+    fn recover(&self, finish: Finish, current: Reply, previous: Reply) -> Recovery<Memcache> {
+        warmup::recover(finish, current, previous)
+    }
 }
 
-/// A one-key command: to the key's server, as received (less a stripped `noreply`/`q`).
+/// A one-key command: to the key's server, as received (less a stripped `noreply`/`q`); with replicas,
+/// a write to every live replica and a read to the first, failing over to the next.
 fn forward_keyed(
     req: &Request,
     key: &Range<usize>,
     finish: Finish,
     ctx: &PlanContext<'_>,
 ) -> Step<Memcache> {
+    if replicas::is_write(&req.command) && ctx.previous.is_some() {
+        let step = forward_keyed_now(req, key, finish, ctx);
+        return req.with_routing_key(key, |k| warmup::write(k, step, ctx));
+    }
+    forward_keyed_now(req, key, finish, ctx)
+}
+
+/// [`forward_keyed`] without the warm-up's invalidation.
+fn forward_keyed_now(
+    req: &Request,
+    key: &Range<usize>,
+    finish: Finish,
+    ctx: &PlanContext<'_>,
+) -> Step<Memcache> {
+    let finish = if replicas::is_write(&req.command) {
+        match req.with_routing_key(key, |k| replicas::write(req, k, finish, ctx)) {
+            Ok(step) => return step,
+            Err(finish) => finish,
+        }
+    } else if let Some(servers) = req.with_routing_key(key, |k| replicas::read_servers(k, ctx)) {
+        return Step::Failover {
+            servers,
+            frame: req.to_forward(),
+            kind: req.command.response_kind(),
+            finish,
+        };
+    } else {
+        finish
+    };
+    let server = req.with_routing_key(key, |k| ctx.server_for(k));
+    let frame = match server.and_then(|s| ctx.gutter_ttl_cap(s)) {
+        Some(cap) => gutter::cap_ttl(&req.to_forward(), cap),
+        None => req.to_forward(),
+    };
     Step::Forward {
-        server: req.with_routing_key(key, |k| ctx.server_for(k)),
-        frame: req.to_forward(),
+        server,
+        frame,
         kind: req.command.response_kind(),
         finish,
     }
@@ -226,13 +322,7 @@ fn forward_keyed(
 impl Memcache {
     /// get/gets/gat/gats: as received when every key lives on one server, else one request per server.
     fn get(&self, req: Request, ctx: &PlanContext<'_>) -> Step<Memcache> {
-        let Command::Get {
-            kind,
-            exptime,
-            keys,
-            more,
-        } = &req.command
-        else {
+        let Command::Get { keys, more, .. } = &req.command else {
             unreachable!("get() is only called for retrieval commands")
         };
         let more = *more;
@@ -244,28 +334,77 @@ impl Memcache {
                 Answer::fixed(b"END\r\n")
             });
         }
-        // As received, to the one server of every key.
-        let forward = |server| Step::Forward {
-            server,
-            frame: req.frame.clone(),
-            kind: ResponseKind::Values,
-            finish: if more {
-                Finish::WithoutEnd
-            } else {
-                Finish::Plain
-            },
+        let fill = match hotkeys::read(&req, ctx) {
+            HotRead::Cached(answer) => return Step::Answer(answer),
+            HotRead::Fill(fill) => Some(fill),
+            HotRead::Plain => None,
         };
-        if let [key] = keys.as_slice() {
-            // The common case: one key, no allocation.
-            return forward(ctx.server_for(req.bytes(key)));
+        if ctx.previous.is_some() {
+            if let Some(step) = warmup::read(&req, ctx) {
+                return step;
+            }
+            return match warmup::read_multi(req, ctx) {
+                Ok(step) => step,
+                Err(req) => self.get_now(req, fill, ctx),
+            };
         }
-        // Placed as one batch: the placement can overlap the cache misses of many lookups.
-        let key_bytes: Vec<&[u8]> = keys.iter().map(|k| req.bytes(k)).collect();
+        self.get_now(req, fill, ctx)
+    }
+
+    /// [`Memcache::get`] past the hot-key cache and the warm-up.
+    fn get_now(
+        &self,
+        req: Request,
+        fill: Option<HotFill>,
+        ctx: &PlanContext<'_>,
+    ) -> Step<Memcache> {
+        let Command::Get {
+            kind,
+            exptime,
+            keys,
+            more,
+        } = &req.command
+        else {
+            unreachable!("get_now() is only called for retrieval commands")
+        };
+        let more = *more;
         let mut owners = vec![None; keys.len()];
-        ctx.servers_for(&key_bytes, &mut owners);
+        if ctx.replicas() > 1 || keys.len() == 1 {
+            for (owner, k) in owners.iter_mut().zip(keys) {
+                *owner = ctx.first_replica(req.bytes(k));
+            }
+        } else {
+            // Placed as one batch: the placement overlaps the cache misses of many lookups.
+            let key_bytes: Vec<&[u8]> = keys.iter().map(|k| req.bytes(k)).collect();
+            ctx.servers_for(&key_bytes, &mut owners);
+        }
         let first = owners[0];
         if first.is_some() && owners.iter().all(|&o| o == first) {
-            return forward(first);
+            let finish = match (fill, more) {
+                (Some(fill), _) => Finish::Fill(fill),
+                (None, true) => Finish::WithoutEnd,
+                (None, false) => Finish::Plain,
+            };
+            if keys.len() == 1 {
+                if let Some(servers) = replicas::read_servers(req.bytes(&keys[0]), ctx) {
+                    return Step::Failover {
+                        servers,
+                        frame: req.frame.clone(),
+                        kind: ResponseKind::Values,
+                        finish,
+                    };
+                }
+            }
+            let frame = match first.and_then(|s| ctx.gutter_ttl_cap(s)) {
+                Some(cap) => gutter::cap_ttl(&req.frame, cap),
+                None => req.frame.clone(),
+            };
+            return Step::Forward {
+                server: first,
+                frame,
+                kind: ResponseKind::Values,
+                finish,
+            };
         }
         // Split: one request per server, keys in the client's order.
         let mut lines: Vec<(usize, BytesMut)> = Vec::new();
