@@ -67,17 +67,16 @@ fn a_bad_config_lists_every_problem_and_exits_2() {
 }
 
 #[test]
-fn redis_pools_are_refused() {
+fn redis_pools_are_accepted() {
     let path = temp_file(
         "redis.yml",
-        "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n",
+        "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  redis_auth: pw\n  redis_db: 1\n  servers:\n   - 127.0.0.1:6379:1\n",
     );
     shardring()
         .args(["proxy", "--test-conf", "--config"])
         .arg(&path)
         .assert()
-        .code(2)
-        .stderr(predicate::str::contains("redis: true is not supported"));
+        .success();
 }
 
 #[test]

@@ -62,7 +62,7 @@ impl<P: Protocol> Cluster<P> {
         shared: &PoolShared<P>,
     ) -> Result<Cluster<P>, ProxyError> {
         let protocol = P::new(&config);
-        let handshake = protocol.handshake();
+        let handshakes = protocol.handshakes();
         let policy = EjectPolicy {
             auto_eject: config.auto_eject_hosts,
             failure_limit: config.server_failure_limit,
@@ -108,7 +108,7 @@ impl<P: Protocol> Cluster<P> {
                             stats,
                             health,
                             config.preconnect,
-                            handshake.clone(),
+                            handshakes.clone(),
                         ))
                     }
                 }
@@ -247,7 +247,7 @@ impl<P: Protocol> Pool<P> {
     /// # Errors
     /// [`ProxyError::Placement`] when the placement cannot be built.
     pub(crate) fn new(config: PoolConfig) -> Result<Pool<P>, ProxyError> {
-        let stats = Arc::new(PoolStats::new(&config.name));
+        let stats = Arc::new(PoolStats::with_commands(&config.name, P::command_names()));
         let shared = PoolShared {
             hot: config
                 .hot_keys

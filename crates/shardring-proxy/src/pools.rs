@@ -12,6 +12,7 @@ use crate::error::ProxyError;
 use crate::metrics::PoolView;
 use crate::net::Listener;
 use crate::protocol::memcache::Memcache;
+use crate::protocol::redis::Redis;
 use crate::protocol::Protocol;
 
 /// A pool of any protocol, as the proxy runs it: what [`crate::Proxy`] needs of each pool without
@@ -88,5 +89,8 @@ impl<P: Protocol> ServedPool for Pool<P> {
 /// # Errors
 /// [`ProxyError::Placement`] when the placement cannot be built.
 pub(crate) fn build_pool(config: PoolConfig) -> Result<Arc<dyn ServedPool>, ProxyError> {
+    if config.redis {
+        return Ok(Arc::new(Pool::<Redis>::new(config)?));
+    }
     Ok(Arc::new(Pool::<Memcache>::new(config)?))
 }

@@ -56,6 +56,9 @@ pub(crate) async fn serve_client<P: Protocol>(
         pool,
         client_id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
         pending: VecDeque::with_capacity(16),
+        timings: VecDeque::with_capacity(16),
+        state: P::Session::default(),
+        lane: 0,
     };
     match session.run(stop).await {
         Ok(()) => stats.client_eof.inc(),
@@ -117,6 +120,13 @@ struct Session<P: Protocol> {
     client_id: u64,
     /// Answers in request order.
     pending: VecDeque<Pending<P>>,
+    /// For each entry of `pending`, in step: the command (one of [`Protocol::command_names`]) and when its
+    /// request was decoded, for the per-command latency; `None` for what is not tallied.
+    timings: VecDeque<Option<(usize, std::time::Instant)>>,
+    /// What the protocol keeps about this client between requests.
+    state: P::Session,
+    /// The set of server connections this client's requests take ([`Protocol::lane`]).
+    lane: usize,
 }
 
 impl<P: Protocol> Session<P> {
@@ -128,19 +138,28 @@ impl<P: Protocol> Session<P> {
         tokio::pin!(stopped);
         loop {
             while !closing && self.pending.len() < MAX_PIPELINE {
+                // After a change of connection set, nothing is sent until the answers in flight on the
+                // old set are in: a request must not overtake an earlier one on another connection.
+                if P::lane(&self.state) != self.lane {
+                    if !self.pending.is_empty() {
+                        break;
+                    }
+                    self.lane = P::lane(&self.state);
+                }
                 match self.decoder.decode(&mut self.rbuf)? {
                     None => break,
                     Some(Incoming::Request(req)) => {
                         self.pool.shared.stats.requests.inc();
+                        let timed = P::command_index(&req).map(|i| (i, std::time::Instant::now()));
                         let cluster = self.pool.current.load();
                         let step = self.plan(&cluster, req);
                         if let Step::Close(answer) = step {
-                            self.pending.push_back(Pending::Ready(Some(answer)));
+                            self.push(Pending::Ready(Some(answer)), timed);
                             closing = true;
                             break;
                         }
                         let p = self.start(&cluster, step);
-                        self.pending.push_back(p);
+                        self.push(p, timed);
                     }
                     Some(Incoming::Refused {
                         reply,
@@ -148,8 +167,7 @@ impl<P: Protocol> Session<P> {
                         close,
                     }) => {
                         self.pool.shared.stats.client_errors.inc();
-                        self.pending
-                            .push_back(Pending::Ready(Some(Answer::Bytes(reply))));
+                        self.push(Pending::Ready(Some(Answer::Bytes(reply))), None);
                         if close {
                             tracing::info!(
                                 %reason,
@@ -176,13 +194,13 @@ impl<P: Protocol> Session<P> {
                     Some(p) => Pin::new(p).poll(cx),
                     None => Poll::Pending,
                 }), if !self.pending.is_empty() => {
-                    self.pending.pop_front();
+                    self.pop();
                     self.write_answer(answer);
                     while let Some(front) = self.pending.front_mut() {
                         let Some(a) = front.now_or_never() else {
                             break;
                         };
-                        self.pending.pop_front();
+                        self.pop();
                         self.write_answer(a);
                         if self.out.len() > MAX_WRITE_BATCH {
                             break;
@@ -203,8 +221,24 @@ impl<P: Protocol> Session<P> {
         }
     }
 
+    /// Queues an answer on its way, with what its latency is tallied under.
+    fn push(&mut self, p: Pending<P>, timed: Option<(usize, std::time::Instant)>) {
+        self.pending.push_back(p);
+        self.timings.push_back(timed);
+    }
+
+    /// Drops the front answer (it is ready), tallying its command's latency.
+    fn pop(&mut self) {
+        self.pending.pop_front();
+        if let Some(Some((i, since))) = self.timings.pop_front() {
+            if let Some(c) = self.pool.shared.stats.commands.get(i) {
+                c.latency.observe(since.elapsed());
+            }
+        }
+    }
+
     /// Asks the protocol what to do with `req`, against the current placement.
-    fn plan(&self, cluster: &Cluster<P>, req: P::Request) -> Step<P> {
+    fn plan(&mut self, cluster: &Cluster<P>, req: P::Request) -> Step<P> {
         let routing = cluster.router.load();
         let previous = cluster.previous.load();
         let previous_routing = previous.as_ref().map(|p| p.router.load());
@@ -222,7 +256,7 @@ impl<P: Protocol> Session<P> {
             previous: previous_routing.as_deref().map(|r| &**r),
             previous_now: &cluster.previous_now,
         };
-        cluster.protocol.plan(req, &ctx)
+        cluster.protocol.plan(req, &mut self.state, &ctx)
     }
 
     /// Sends a planned request on its way.
@@ -238,7 +272,7 @@ impl<P: Protocol> Session<P> {
                 kind,
                 finish,
             } => {
-                let rx = cluster.backends[server].send(self.client_id, frame, kind);
+                let rx = cluster.backends[server].send(self.client_id, self.lane, frame, kind);
                 Pending::Single(rx, Some(finish))
             }
             Step::Failover {
@@ -252,7 +286,8 @@ impl<P: Protocol> Session<P> {
                 };
                 // The first try goes out now, with the client's other requests; a retry only when its
                 // reply says so.
-                let rx = cluster.backends[first].send(self.client_id, frame.clone(), kind);
+                let rx =
+                    cluster.backends[first].send(self.client_id, self.lane, frame.clone(), kind);
                 // The servers as this plan numbered them (a reload may renumber the pool meanwhile).
                 let rest: Vec<Arc<Backend<P>>> = servers[1..]
                     .iter()
@@ -261,6 +296,7 @@ impl<P: Protocol> Session<P> {
                 let current = self.pool.current.load_full();
                 let stats = Arc::clone(&self.pool.shared.stats);
                 let client_id = self.client_id;
+                let lane = self.lane;
                 Pending::Joined(Box::pin(async move {
                     let mut reply = rx.await.unwrap_or(Err(BackendError::Removed));
                     for next in &rest {
@@ -268,7 +304,7 @@ impl<P: Protocol> Session<P> {
                             break;
                         }
                         stats.replica_failovers.inc();
-                        let rx = next.send(client_id, frame.clone(), kind);
+                        let rx = next.send(client_id, lane, frame.clone(), kind);
                         reply = rx.await.unwrap_or(Err(BackendError::Removed));
                     }
                     P::finish(finish, reply)
@@ -283,7 +319,7 @@ impl<P: Protocol> Session<P> {
                 if let Some(old) = cluster.previous.load_full() {
                     if let Some(b) = old.backends.get(previous) {
                         // Reply dropped: the invalidation is best effort, the write's own reply counts.
-                        drop(b.send(self.client_id, frame, kind));
+                        drop(b.send(self.client_id, self.lane, frame, kind));
                     }
                 }
                 self.start(cluster, *step)
@@ -297,12 +333,13 @@ impl<P: Protocol> Session<P> {
                 finish,
             } => {
                 let backend = Arc::clone(&cluster.backends[server]);
-                let rx = backend.send(self.client_id, frame, kind);
+                let rx = backend.send(self.client_id, self.lane, frame, kind);
                 let Some(old) = cluster.previous.load_full() else {
                     return Pending::Single(rx, Some(finish));
                 };
                 let current = self.pool.current.load_full();
                 let client_id = self.client_id;
+                let lane = self.lane;
                 Pending::Joined(Box::pin(async move {
                     let reply = rx.await.unwrap_or(Err(BackendError::Removed));
                     let (Some(prev), true) = (
@@ -312,12 +349,12 @@ impl<P: Protocol> Session<P> {
                         return P::finish(finish, reply);
                     };
                     let old_reply = prev
-                        .send(client_id, fallback, kind)
+                        .send(client_id, lane, fallback, kind)
                         .await
                         .unwrap_or(Err(BackendError::Removed));
                     let recovery = current.protocol.recover(finish, reply, old_reply);
                     if let Some((bytes, kind, finish)) = recovery.follow_up {
-                        let rx = backend.send(client_id, bytes, kind);
+                        let rx = backend.send(client_id, lane, bytes, kind);
                         tokio::spawn(async move {
                             let reply = rx.await.unwrap_or(Err(BackendError::Removed));
                             drop(P::finish(finish, reply));
@@ -331,12 +368,13 @@ impl<P: Protocol> Session<P> {
                     .into_iter()
                     .map(|part| {
                         let backend = &cluster.backends[part.server];
-                        let rx = backend.send(self.client_id, part.frame, part.kind);
+                        let rx = backend.send(self.client_id, self.lane, part.frame, part.kind);
                         (Arc::clone(backend), rx)
                     })
                     .unzip();
                 let cluster = Arc::clone(cluster);
                 let client_id = self.client_id;
+                let lane = self.lane;
                 Pending::Joined(Box::pin(async move {
                     let (mut servers, mut receivers, mut merge) = (servers, receivers, merge);
                     loop {
@@ -361,7 +399,7 @@ impl<P: Protocol> Session<P> {
                             let Some(b) = cluster.backends.get(part.server) else {
                                 continue;
                             };
-                            let rx = b.send(client_id, part.frame, part.kind);
+                            let rx = b.send(client_id, lane, part.frame, part.kind);
                             tokio::spawn(async move {
                                 let reply = rx.await.unwrap_or(Err(BackendError::Removed));
                                 drop(P::finish(finish, reply));
@@ -375,7 +413,10 @@ impl<P: Protocol> Session<P> {
                             .into_iter()
                             .filter_map(|part| {
                                 let b = cluster.backends.get(part.server)?;
-                                Some((Arc::clone(b), b.send(client_id, part.frame, part.kind)))
+                                Some((
+                                    Arc::clone(b),
+                                    b.send(client_id, lane, part.frame, part.kind),
+                                ))
                             })
                             .unzip();
                         merge = next_merge;

@@ -55,8 +55,9 @@ pub(crate) struct BackendSettings {
 pub(crate) struct Backend<P: Protocol> {
     /// What the connections were made with (a reload keeps the backend when these are unchanged).
     settings: BackendSettings,
-    /// One queue per connection task; dropping them ends the tasks once their replies are in.
-    queues: Vec<mpsc::UnboundedSender<Job<P>>>,
+    /// One queue per connection task, for each set of connections ([`Protocol::lane`]); dropping them
+    /// ends the tasks once their replies are in.
+    queues: Vec<Vec<mpsc::UnboundedSender<Job<P>>>>,
     /// Tallies, shared with the stats renderers.
     pub stats: Arc<ServerStats>,
     /// Failure counting and ejection state.
@@ -64,29 +65,41 @@ pub(crate) struct Backend<P: Protocol> {
 }
 
 impl<P: Protocol> Backend<P> {
-    /// Starts the connection tasks (they connect on first use, or now when `preconnect`).
+    /// Starts the connection tasks, `connections` for each handshake (a set per [`Protocol::lane`]).
+    /// They connect on first use, or now when `preconnect` (the first set only).
     pub(crate) fn spawn(
         settings: BackendSettings,
         stats: Arc<ServerStats>,
         health: Arc<ServerHealth>,
         preconnect: bool,
-        handshake: Vec<(Bytes, P::ReplyKind)>,
+        handshakes: Vec<Vec<(Bytes, P::ReplyKind)>>,
     ) -> Backend<P> {
-        let queues = (0..settings.connections.max(1))
-            .map(|_| {
-                let (tx, rx) = mpsc::unbounded_channel();
-                let conn = Connection::<P> {
-                    settings: settings.clone(),
-                    handshake: handshake.clone(),
-                    stats: Arc::clone(&stats),
-                    health: Arc::clone(&health),
-                    in_flight: VecDeque::new(),
-                    rbuf: BytesMut::with_capacity(16 << 10),
-                    wbuf: BytesMut::with_capacity(16 << 10),
-                    scanner: P::ReplyScanner::default(),
-                };
-                tokio::spawn(conn.run(rx, preconnect));
-                tx
+        let handshakes = if handshakes.is_empty() {
+            vec![Vec::new()]
+        } else {
+            handshakes
+        };
+        let queues = handshakes
+            .into_iter()
+            .enumerate()
+            .map(|(lane, handshake)| {
+                (0..settings.connections.max(1))
+                    .map(|_| {
+                        let (tx, rx) = mpsc::unbounded_channel();
+                        let conn = Connection::<P> {
+                            settings: settings.clone(),
+                            handshake: handshake.clone(),
+                            stats: Arc::clone(&stats),
+                            health: Arc::clone(&health),
+                            in_flight: VecDeque::new(),
+                            rbuf: BytesMut::with_capacity(16 << 10),
+                            wbuf: BytesMut::with_capacity(16 << 10),
+                            scanner: P::ReplyScanner::default(),
+                        };
+                        tokio::spawn(conn.run(rx, preconnect && lane == 0));
+                        tx
+                    })
+                    .collect()
             })
             .collect();
         Backend {
@@ -102,23 +115,26 @@ impl<P: Protocol> Backend<P> {
         &self.settings
     }
 
-    /// Queues `frame` on the connection for client `client_id` and returns where its reply will arrive.
-    /// Never waits: requests from one client reach the server in the order they were sent.
+    /// Queues `frame` on the connection for client `client_id` in the set `lane` and returns where its
+    /// reply will arrive. Never waits: requests from one client reach the server in the order they were
+    /// sent.
     pub(crate) fn send(
         &self,
         client_id: u64,
+        lane: usize,
         frame: Bytes,
         kind: P::ReplyKind,
     ) -> oneshot::Receiver<Reply> {
         let (tx, rx) = oneshot::channel();
-        let i = (client_id % self.queues.len() as u64) as usize;
+        let queues = self.queues.get(lane).unwrap_or(&self.queues[0]);
+        let i = (client_id % queues.len() as u64) as usize;
         self.stats.in_queue.inc();
         let job = Job {
             frame,
             kind,
             reply: tx,
         };
-        if let Err(mpsc::error::SendError(job)) = self.queues[i].send(job) {
+        if let Err(mpsc::error::SendError(job)) = queues[i].send(job) {
             self.stats.in_queue.dec();
             let _ = job.reply.send(Err(BackendError::Removed));
         }

@@ -131,21 +131,23 @@ mod tests {
                 .any(|p| p.to_string().contains("line 3")),
             "{err}"
         );
-        let err = ProxyConfig::from_yaml(
-            "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n",
+        let ok = ProxyConfig::from_yaml(
+            "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  redis_auth: pw\n  redis_db: 3\n  servers:\n   - 127.0.0.1:6379:1\n",
         )
-        .unwrap_err();
-        assert!(err.to_string().contains("redis"), "{err}");
+        .unwrap();
+        let p = &ok.pools[0];
+        assert!(p.redis);
+        assert_eq!((p.redis_auth.as_deref(), p.redis_db), (Some("pw"), 3));
     }
 
     #[test]
-    fn redis_pools_are_refused_with_every_other_problem() {
+    fn redis_pools_are_accepted_and_checked_like_the_others() {
         let mut p = PoolConfig::new("alpha", "127.0.0.1:0", &["127.0.0.1:1:1"]).unwrap();
         p.redis = true;
         p.server_connections = 0;
         let errs = ProxyConfig { pools: vec![p] }.validate().unwrap_err();
-        assert_eq!(errs.problems.len(), 2, "{errs}");
-        assert!(errs.problems[0].to_string().contains("redis"));
+        assert_eq!(errs.problems.len(), 1, "{errs}");
+        assert!(errs.problems[0].to_string().contains("server_connections"));
     }
 
     #[test]

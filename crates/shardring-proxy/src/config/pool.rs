@@ -279,13 +279,6 @@ impl PoolConfig {
     /// flags), all at once.
     pub fn validate(&self, errors: &mut ConfigErrors) {
         let n = &self.name;
-        if self.redis {
-            errors.push(
-                n,
-                "redis: true is not supported: shardring proxy speaks the memcached protocol only"
-                    .into(),
-            );
-        }
         if matches!(&self.listen, Listen::Unix { path, .. } if path.is_empty()) {
             errors.push(n, "listen: no address".into());
         }

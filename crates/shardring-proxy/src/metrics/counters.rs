@@ -171,6 +171,18 @@ pub struct PoolStats {
     pub hot_cache_invalidations: Counter,
     /// The pool's heaviest keys at the last refresh (none when detection is off), heaviest first.
     pub hot_keys: arc_swap::ArcSwapOption<HotKeysReport>,
+    /// Each command's latency, from its request decoded to its answer ready (for protocols that name
+    /// their commands: Redis); empty otherwise.
+    pub commands: Box<[CommandLatency]>,
+}
+
+/// One command's latency histogram.
+#[derive(Debug)]
+pub struct CommandLatency {
+    /// The command's name, as the protocol names it (`get`, `mget`).
+    pub name: &'static str,
+    /// Its latency.
+    pub latency: Histogram,
 }
 
 /// A pool's heaviest keys at one refresh.
@@ -199,6 +211,20 @@ impl PoolStats {
         PoolStats {
             name: name.to_owned(),
             ..PoolStats::default()
+        }
+    }
+
+    /// Fresh tallies for the pool `name`, with a latency histogram for each of `commands`.
+    pub fn with_commands(name: &str, commands: &[&'static str]) -> PoolStats {
+        PoolStats {
+            commands: commands
+                .iter()
+                .map(|&name| CommandLatency {
+                    name,
+                    latency: Histogram::default(),
+                })
+                .collect(),
+            ..PoolStats::new(name)
         }
     }
 }

@@ -411,6 +411,34 @@ impl Collector for Scrape {
                 .encode_family(&labels)?
                 .encode_histogram::<NoLabelSet>(sum_us as f64 / 1e6, count, &buckets, None)?;
         }
+
+        let mut commands = encoder.encode_descriptor(
+            "shardring_proxy_command_latency",
+            "Time from a client request decoded to its answer ready, by command (Redis pools).",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for v in &self.pools {
+            for c in v.pool.commands.iter() {
+                let (counts, sum_us) = c.latency.read();
+                let count: u64 = counts.iter().sum();
+                // Only the commands clients sent: a table of ~230 empty histograms helps nobody.
+                if count == 0 {
+                    continue;
+                }
+                let mut buckets = [(f64::INFINITY, 0); BUCKETS_US.len() + 1];
+                for (i, bucket) in buckets.iter_mut().enumerate() {
+                    if let Some(&bound_us) = BUCKETS_US.get(i) {
+                        bucket.0 = bound_us as f64 / 1e6;
+                    }
+                    bucket.1 = counts[i];
+                }
+                let labels = [("pool", v.pool.name.as_str()), ("command", c.name)];
+                commands
+                    .encode_family(&labels)?
+                    .encode_histogram::<NoLabelSet>(sum_us as f64 / 1e6, count, &buckets, None)?;
+            }
+        }
         Ok(())
     }
 }

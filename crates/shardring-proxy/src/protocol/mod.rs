@@ -14,6 +14,7 @@
 //! Everything here is pure: no I/O, no tasks. Incomplete input is a normal state (`Ok(None)`).
 
 pub mod memcache;
+pub mod redis;
 
 use std::fmt;
 use std::io;
@@ -46,6 +47,9 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     type Finish: Send + Unpin + 'static;
     /// What a fan-out needs to merge its parts' replies into one answer.
     type Merge: Send + 'static;
+    /// What the protocol remembers about one client connection between its requests (Redis: the RESP
+    /// version `HELLO` chose, whether it authenticated, its name); `()` when nothing.
+    type Session: Default + Send + 'static;
 
     /// The protocol's settings for a pool.
     fn new(config: &PoolConfig) -> Self;
@@ -53,8 +57,22 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     /// A decoder for a new client connection.
     fn decoder(&self) -> Self::Decoder;
 
-    /// Decides what to do with one request.
-    fn plan(&self, request: Self::Request, ctx: &PlanContext<'_>) -> Step<Self>;
+    /// Decides what to do with one request of a client connection whose state is `session`.
+    fn plan(
+        &self,
+        request: Self::Request,
+        session: &mut Self::Session,
+        ctx: &PlanContext<'_>,
+    ) -> Step<Self>;
+
+    /// Which set of server connections serves a client in this state: each server has one set of
+    /// connections per entry of [`Protocol::handshakes`] (Redis: RESP2 ones, and RESP3 ones for clients
+    /// that said `HELLO 3`, so replies keep the shape the client asked for). When it changes, the
+    /// session waits for the client's answers in flight before sending more, so no request overtakes an
+    /// earlier one on another connection. By default, 0.
+    fn lane(_session: &Self::Session) -> usize {
+        0
+    }
 
     /// The client's answer from the single server a [`Step::Forward`] went to.
     fn finish(finish: Self::Finish, reply: Reply) -> Answer;
@@ -77,6 +95,23 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     /// none.
     fn handshake(&self) -> Vec<(Bytes, Self::ReplyKind)> {
         Vec::new()
+    }
+
+    /// The handshake of each set of server connections ([`Protocol::lane`]); the first set is the one
+    /// `preconnect` opens. By default, one set with [`Protocol::handshake`].
+    fn handshakes(&self) -> Vec<Vec<(Bytes, Self::ReplyKind)>> {
+        vec![self.handshake()]
+    }
+
+    /// The commands whose latency the pool tallies (the `command` label of
+    /// `shardring_proxy_command_latency_seconds`). By default, none.
+    fn command_names() -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Which of [`Protocol::command_names`] `request` is; `None` when it is not tallied. By default, none.
+    fn command_index(_request: &Self::Request) -> Option<usize> {
+        None
     }
 
     /// Whether a framed reply is an error reply (a failed handshake step, a refused fan-out part).

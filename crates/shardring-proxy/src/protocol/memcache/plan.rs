@@ -98,6 +98,7 @@ impl Protocol for Memcache {
     type ReplyScanner = ResponseScanner;
     type Finish = Finish;
     type Merge = Merge;
+    type Session = ();
 
     fn new(config: &PoolConfig) -> Memcache {
         Memcache {
@@ -111,7 +112,7 @@ impl Protocol for Memcache {
         RequestCodec::new(self.limits)
     }
 
-    fn plan(&self, req: Request, ctx: &PlanContext<'_>) -> Step<Memcache> {
+    fn plan(&self, req: Request, _session: &mut (), ctx: &PlanContext<'_>) -> Step<Memcache> {
         match &req.command {
             Command::Get { .. } => self.get(req, ctx),
             Command::Keyed { key, noreply } => {

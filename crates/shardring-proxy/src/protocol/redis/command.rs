@@ -1,0 +1,722 @@
+//! The command table: for every command, its arity, where its keys are, and what the proxy does with it.
+//! One table drives routing, splitting and refusals (Envoy's redis_proxy keeps one too), so what is
+//! supported is read in one place:
+//!
+//! | action | commands |
+//! |---|---|
+//! | to the key's server | every single-key command (`GET`, `SET k v GET`, `EXPIRE k 10 NX`, `HGETALL`, …) |
+//! | split by server, merged | `MGET` (values in request order), `MSET` (`+OK`), `DEL` `UNLINK` `TOUCH` `EXISTS` (sums) |
+//! | to the one server all keys are on, else `-CROSSSLOT` | `SINTER` `SUNIONSTORE` `RPOPLPUSH` `LMOVE` `SMOVE` `PFCOUNT` `PFMERGE` `COPY` `RENAME` `Z*STORE` `EVAL`/`EVALSHA`/`FCALL` with keys, `MSETNX`, `BITOP`, `XREAD`, … |
+//! | to every server, summed | `DBSIZE` |
+//! | to any one server | `LOLWUT`, `TIME`; and a keyed command whose key arguments are malformed (`EVAL s x`), so Redis's own error answers |
+//! | by the proxy | `PING` `ECHO` `QUIT` `SELECT` `AUTH` `HELLO` `RESET` `CLIENT SETNAME/GETNAME/ID/SETINFO/INFO` `COMMAND` `INFO` `CONFIG GET` |
+//! | refused, naming the command | no sound meaning across servers (`KEYS` `SCAN` `RANDOMKEY` `FLUSHALL` …), blocking (`BLPOP` …, `XREAD BLOCK`), transactions, pub/sub, scripts without keys (`EVAL` with numkeys 0), administration |
+//!
+//! Names are matched without regard to case; arities follow Redis 7 (a positive arity is exact, a negative
+//! one a minimum, the command name counted), so `wrong number of arguments` is answered here, in Redis's
+//! words, before anything is sent.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::parse_redis_int;
+use super::request::Request;
+
+/// Where a command's keys are among its arguments (the command name is argument 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// No keys.
+    None,
+    /// Keys at `first`, `first + step`, … up to `last`; a negative `last` counts from the end (−1 is the
+    /// last argument).
+    Range {
+        /// The first key's index.
+        first: u8,
+        /// The last key's index; negative from the end.
+        last: i8,
+        /// The distance between keys (2 for `MSET k v k v`).
+        step: u8,
+    },
+    /// A count of keys at `at`, then that many keys (`EVAL script numkeys key…`, `ZUNION numkeys key…`).
+    NumKeys {
+        /// The count's index.
+        at: u8,
+    },
+    /// A destination key at 1, a count at 2, then that many keys (`ZUNIONSTORE dest numkeys key…`).
+    DestNumKeys,
+    /// The first half of the arguments after `STREAMS` (`XREAD`, `XREADGROUP`).
+    Streams,
+    /// The key at 1, and the argument after each `STORE` or `STOREDIST` (`SORT`, `GEORADIUS`).
+    KeyAndStore,
+}
+
+/// How the replies of a split (or broadcast) command are merged into one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    /// `MGET`: each server's array, its values put back in the request's order.
+    Values,
+    /// `MSET`: `+OK` when every server said `+OK`.
+    AllOk,
+    /// `DEL`, `UNLINK`, `TOUCH`, `EXISTS`, `DBSIZE`: the integers added up.
+    Sum,
+}
+
+/// The commands the proxy answers itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    /// `PING [message]`
+    Ping,
+    /// `ECHO message`
+    Echo,
+    /// `QUIT`: `+OK`, then close.
+    Quit,
+    /// `SELECT db`: `+OK` for the pool's `redis_db`, an error for any other.
+    Select,
+    /// `AUTH [user] password`, against the pool's `redis_auth`.
+    Auth,
+    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`
+    Hello,
+    /// `RESET`: the connection back to RESP2, no name, not authenticated.
+    Reset,
+    /// `CLIENT SETNAME/GETNAME/ID/SETINFO/INFO`
+    Client,
+    /// `COMMAND [COUNT|INFO|DOCS …]`, for clients that probe at connect.
+    Command,
+    /// `INFO [section]`
+    Info,
+    /// `CONFIG GET`: what clients probe at connect (redis-benchmark asks `save` and `appendonly`).
+    Config,
+}
+
+/// What the proxy does with a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// To the server of its keys; when they live on different servers, `-CROSSSLOT`.
+    Forward,
+    /// Each server gets the keys it holds, and the replies are merged.
+    Split(Merge),
+    /// Answered by the proxy.
+    Local(Local),
+    /// To every server of the pool, the replies merged.
+    Broadcast(Merge),
+    /// To any one server: the answer does not depend on keys.
+    AnyServer,
+    /// Refused with an error naming the command and this reason.
+    Refuse(&'static str),
+}
+
+/// One command's entry in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spec {
+    /// Its name, lower case (as Redis names it in errors).
+    pub name: &'static str,
+    /// Redis 7's arity: exact when positive, a minimum when negative, the name counted.
+    pub arity: i8,
+    /// Where its keys are.
+    pub keys: Keys,
+    /// What the proxy does.
+    pub action: Action,
+}
+
+impl Spec {
+    /// Whether `argc` arguments (the name counted) are what this command takes.
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let arity = i64::from(self.arity);
+        let argc = argc as i64;
+        if arity >= 0 {
+            argc == arity
+        } else {
+            argc >= -arity
+        }
+    }
+}
+
+const NO_SHARD: &str = "it needs every server's keyspace";
+const BLOCKING: &str = "a blocking command would stall the server connection clients share";
+const TRANSACTION: &str = "transactions need a server connection of their own";
+const PUBSUB: &str = "publish/subscribe is not proxied";
+const ADMIN: &str = "administrative commands go to each server directly";
+const CLUSTER: &str = "replication and cluster commands go to each server directly";
+const NO_KEYS: &str = "a script without keys cannot be placed: pass the keys it uses";
+
+const K1: Keys = Keys::Range {
+    first: 1,
+    last: 1,
+    step: 1,
+};
+const K12: Keys = Keys::Range {
+    first: 1,
+    last: 2,
+    step: 1,
+};
+const K2: Keys = Keys::Range {
+    first: 2,
+    last: 2,
+    step: 1,
+};
+const KALL: Keys = Keys::Range {
+    first: 1,
+    last: -1,
+    step: 1,
+};
+const KPAIRS: Keys = Keys::Range {
+    first: 1,
+    last: -1,
+    step: 2,
+};
+const NK1: Keys = Keys::NumKeys { at: 1 };
+const NK2: Keys = Keys::NumKeys { at: 2 };
+
+const fn fwd(name: &'static str, arity: i8, keys: Keys) -> Spec {
+    Spec {
+        name,
+        arity,
+        keys,
+        action: Action::Forward,
+    }
+}
+
+const fn k1(name: &'static str, arity: i8) -> Spec {
+    fwd(name, arity, K1)
+}
+
+const fn split(name: &'static str, arity: i8, keys: Keys, merge: Merge) -> Spec {
+    Spec {
+        name,
+        arity,
+        keys,
+        action: Action::Split(merge),
+    }
+}
+
+const fn local(name: &'static str, arity: i8, local: Local) -> Spec {
+    Spec {
+        name,
+        arity,
+        keys: Keys::None,
+        action: Action::Local(local),
+    }
+}
+
+const fn refuse(name: &'static str, arity: i8, why: &'static str) -> Spec {
+    Spec {
+        name,
+        arity,
+        keys: Keys::None,
+        action: Action::Refuse(why),
+    }
+}
+
+const fn any(name: &'static str, arity: i8) -> Spec {
+    Spec {
+        name,
+        arity,
+        keys: Keys::None,
+        action: Action::AnyServer,
+    }
+}
+
+/// Every command the proxy knows, sorted by name (a test checks it).
+pub static TABLE: &[Spec] = &[
+    k1("append", 3),
+    refuse("asking", 1, CLUSTER),
+    local("auth", -2, Local::Auth),
+    refuse("bgrewriteaof", 1, ADMIN),
+    refuse("bgsave", -1, ADMIN),
+    k1("bitcount", -2),
+    k1("bitfield", -2),
+    k1("bitfield_ro", -2),
+    fwd(
+        "bitop",
+        -4,
+        Keys::Range {
+            first: 2,
+            last: -1,
+            step: 1,
+        },
+    ),
+    k1("bitpos", -3),
+    refuse("blmove", 6, BLOCKING),
+    refuse("blmpop", -5, BLOCKING),
+    refuse("blpop", -3, BLOCKING),
+    refuse("brpop", -3, BLOCKING),
+    refuse("brpoplpush", 4, BLOCKING),
+    refuse("bzmpop", -5, BLOCKING),
+    refuse("bzpopmax", -3, BLOCKING),
+    refuse("bzpopmin", -3, BLOCKING),
+    local("client", -2, Local::Client),
+    refuse("cluster", -2, CLUSTER),
+    local("command", -1, Local::Command),
+    local("config", -2, Local::Config),
+    fwd("copy", -3, K12),
+    Spec {
+        name: "dbsize",
+        arity: 1,
+        keys: Keys::None,
+        action: Action::Broadcast(Merge::Sum),
+    },
+    refuse("debug", -2, ADMIN),
+    k1("decr", 2),
+    k1("decrby", 3),
+    split("del", -2, KALL, Merge::Sum),
+    refuse("discard", 1, TRANSACTION),
+    k1("dump", 2),
+    local("echo", 2, Local::Echo),
+    fwd("eval", -3, NK2),
+    fwd("eval_ro", -3, NK2),
+    fwd("evalsha", -3, NK2),
+    fwd("evalsha_ro", -3, NK2),
+    refuse("exec", 1, TRANSACTION),
+    split("exists", -2, KALL, Merge::Sum),
+    k1("expire", -3),
+    k1("expireat", -3),
+    k1("expiretime", 2),
+    refuse("failover", -1, CLUSTER),
+    fwd("fcall", -3, NK2),
+    fwd("fcall_ro", -3, NK2),
+    refuse("flushall", -1, NO_SHARD),
+    refuse("flushdb", -1, NO_SHARD),
+    refuse("function", -2, ADMIN),
+    k1("geoadd", -5),
+    k1("geodist", -4),
+    k1("geohash", -2),
+    k1("geopos", -2),
+    fwd("georadius", -6, Keys::KeyAndStore),
+    k1("georadius_ro", -6),
+    fwd("georadiusbymember", -5, Keys::KeyAndStore),
+    k1("georadiusbymember_ro", -5),
+    k1("geosearch", -7),
+    fwd("geosearchstore", -8, K12),
+    k1("get", 2),
+    k1("getbit", 3),
+    k1("getdel", 2),
+    k1("getex", -2),
+    k1("getrange", 4),
+    k1("getset", 3),
+    k1("hdel", -3),
+    local("hello", -1, Local::Hello),
+    k1("hexists", 3),
+    k1("hget", 3),
+    k1("hgetall", 2),
+    k1("hincrby", 4),
+    k1("hincrbyfloat", 4),
+    k1("hkeys", 2),
+    k1("hlen", 2),
+    k1("hmget", -3),
+    k1("hmset", -4),
+    k1("hrandfield", -2),
+    k1("hscan", -3),
+    k1("hset", -4),
+    k1("hsetnx", 4),
+    k1("hstrlen", 3),
+    k1("hvals", 2),
+    k1("incr", 2),
+    k1("incrby", 3),
+    k1("incrbyfloat", 3),
+    local("info", -1, Local::Info),
+    refuse("keys", 2, NO_SHARD),
+    refuse("lastsave", 1, ADMIN),
+    refuse("latency", -2, ADMIN),
+    fwd("lcs", -3, K12),
+    k1("lindex", 3),
+    k1("linsert", 5),
+    k1("llen", 2),
+    fwd("lmove", 5, K12),
+    fwd("lmpop", -4, NK1),
+    any("lolwut", -1),
+    k1("lpop", -2),
+    k1("lpos", -3),
+    k1("lpush", -3),
+    k1("lpushx", -3),
+    k1("lrange", 4),
+    k1("lrem", 4),
+    k1("lset", 4),
+    k1("ltrim", 4),
+    refuse("memory", -2, ADMIN),
+    split("mget", -2, KALL, Merge::Values),
+    refuse("migrate", -6, CLUSTER),
+    refuse("module", -2, ADMIN),
+    refuse("monitor", 1, ADMIN),
+    k1("move", 3),
+    split("mset", -3, KPAIRS, Merge::AllOk),
+    fwd("msetnx", -3, KPAIRS),
+    refuse("multi", 1, TRANSACTION),
+    fwd("object", -2, K2),
+    k1("persist", 2),
+    k1("pexpire", -3),
+    k1("pexpireat", -3),
+    k1("pexpiretime", 2),
+    k1("pfadd", -2),
+    fwd("pfcount", -2, KALL),
+    refuse("pfdebug", 3, ADMIN),
+    fwd("pfmerge", -2, KALL),
+    refuse("pfselftest", 1, ADMIN),
+    local("ping", -1, Local::Ping),
+    k1("psetex", 4),
+    refuse("psubscribe", -2, PUBSUB),
+    refuse("psync", -3, CLUSTER),
+    k1("pttl", 2),
+    refuse("publish", 3, PUBSUB),
+    refuse("pubsub", -2, PUBSUB),
+    refuse("punsubscribe", -1, PUBSUB),
+    local("quit", -1, Local::Quit),
+    refuse("randomkey", 1, NO_SHARD),
+    refuse("readonly", 1, CLUSTER),
+    refuse("readwrite", 1, CLUSTER),
+    fwd("rename", 3, K12),
+    fwd("renamenx", 3, K12),
+    refuse("replconf", -1, CLUSTER),
+    refuse("replicaof", 3, CLUSTER),
+    local("reset", 1, Local::Reset),
+    k1("restore", -4),
+    refuse("restore-asking", -4, CLUSTER),
+    refuse("role", 1, CLUSTER),
+    k1("rpop", -2),
+    fwd("rpoplpush", 3, K12),
+    k1("rpush", -3),
+    k1("rpushx", -3),
+    k1("sadd", -3),
+    refuse("save", 1, ADMIN),
+    refuse("scan", -2, NO_SHARD),
+    k1("scard", 2),
+    refuse("script", -2, ADMIN),
+    fwd("sdiff", -2, KALL),
+    fwd("sdiffstore", -3, KALL),
+    local("select", 2, Local::Select),
+    k1("set", -3),
+    k1("setbit", 4),
+    k1("setex", 4),
+    k1("setnx", 3),
+    k1("setrange", 4),
+    refuse("shutdown", -1, ADMIN),
+    fwd("sinter", -2, KALL),
+    fwd("sintercard", -3, NK1),
+    fwd("sinterstore", -3, KALL),
+    k1("sismember", 3),
+    refuse("slaveof", 3, CLUSTER),
+    refuse("slowlog", -2, ADMIN),
+    k1("smembers", 2),
+    k1("smismember", -3),
+    fwd("smove", 4, K12),
+    fwd("sort", -2, Keys::KeyAndStore),
+    k1("sort_ro", -2),
+    k1("spop", -2),
+    refuse("spublish", 3, PUBSUB),
+    k1("srandmember", -2),
+    k1("srem", -3),
+    k1("sscan", -3),
+    refuse("ssubscribe", -2, PUBSUB),
+    k1("strlen", 2),
+    refuse("subscribe", -2, PUBSUB),
+    k1("substr", 4),
+    fwd("sunion", -2, KALL),
+    fwd("sunionstore", -3, KALL),
+    refuse("sunsubscribe", -1, PUBSUB),
+    refuse("swapdb", 3, NO_SHARD),
+    refuse("sync", 1, CLUSTER),
+    any("time", 1),
+    split("touch", -2, KALL, Merge::Sum),
+    k1("ttl", 2),
+    k1("type", 2),
+    split("unlink", -2, KALL, Merge::Sum),
+    refuse("unsubscribe", -1, PUBSUB),
+    refuse("unwatch", 1, TRANSACTION),
+    refuse("wait", 3, CLUSTER),
+    refuse("waitaof", 4, CLUSTER),
+    refuse("watch", -2, TRANSACTION),
+    k1("xack", -4),
+    k1("xadd", -5),
+    k1("xautoclaim", -6),
+    k1("xclaim", -6),
+    k1("xdel", -3),
+    fwd("xgroup", -2, K2),
+    fwd("xinfo", -2, K2),
+    k1("xlen", 2),
+    k1("xpending", -3),
+    k1("xrange", -4),
+    fwd("xread", -4, Keys::Streams),
+    fwd("xreadgroup", -7, Keys::Streams),
+    k1("xrevrange", -4),
+    k1("xsetid", -3),
+    k1("xtrim", -4),
+    k1("zadd", -4),
+    k1("zcard", 2),
+    k1("zcount", 4),
+    fwd("zdiff", -3, NK1),
+    fwd("zdiffstore", -4, Keys::DestNumKeys),
+    k1("zincrby", 4),
+    fwd("zinter", -3, NK1),
+    fwd("zintercard", -3, NK1),
+    fwd("zinterstore", -4, Keys::DestNumKeys),
+    k1("zlexcount", 4),
+    fwd("zmpop", -4, NK1),
+    k1("zmscore", -3),
+    k1("zpopmax", -2),
+    k1("zpopmin", -2),
+    k1("zrandmember", -2),
+    k1("zrange", -4),
+    k1("zrangebylex", -4),
+    k1("zrangebyscore", -4),
+    fwd("zrangestore", -5, K12),
+    k1("zrank", -3),
+    k1("zrem", -3),
+    k1("zremrangebylex", 4),
+    k1("zremrangebyrank", 4),
+    k1("zremrangebyscore", 4),
+    k1("zrevrange", -4),
+    k1("zrevrangebylex", -4),
+    k1("zrevrangebyscore", -4),
+    k1("zrevrank", -3),
+    k1("zscan", -3),
+    k1("zscore", 3),
+    fwd("zunion", -3, NK1),
+    fwd("zunionstore", -4, Keys::DestNumKeys),
+];
+
+/// The longest command name in the table, and so the longest worth looking up.
+const MAX_NAME: usize = 24;
+
+/// The table's entry for a command name, matched without regard to case.
+pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    index_of(name).map(|i| &TABLE[i])
+}
+
+/// The index in [`TABLE`] of a command name, matched without regard to case.
+pub fn index_of(name: &[u8]) -> Option<usize> {
+    if name.len() > MAX_NAME {
+        return None;
+    }
+    let mut lower = [0u8; MAX_NAME];
+    for (d, s) in lower.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    let lower = &lower[..name.len()];
+    TABLE
+        .binary_search_by(|spec| spec.name.as_bytes().cmp(lower))
+        .ok()
+}
+
+/// Where a request goes, once its keys are found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// To the server of these keys (argument indexes); when they are on different servers,
+    /// [`CROSSSLOT`].
+    Keys(Vec<usize>),
+    /// Split by server (keys at these indexes; with `step` 2 each key's value follows it) and merged.
+    Split {
+        /// How the replies merge.
+        merge: Merge,
+        /// The keys' argument indexes, in request order.
+        keys: Vec<usize>,
+        /// 1, or 2 when each key is followed by its value (`MSET`).
+        step: usize,
+    },
+    /// To every server, merged.
+    Broadcast(Merge),
+    /// To any one server.
+    AnyServer,
+    /// Answered by the proxy.
+    Local(Local),
+}
+
+/// A routed request: its table entry and where it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routed {
+    /// The command's entry.
+    pub spec: &'static Spec,
+    /// Where it goes.
+    pub route: Route,
+}
+
+/// The error for keys on different servers, in Redis Cluster's words so clients know it
+/// (redis-py raises `ClusterCrossSlotError`); a hash tag (`{user1}.a`, `{user1}.b`) puts keys together.
+pub const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same server\r\n";
+
+/// Appends `s` to `out` as C's `%.*s` would print it: at most `max` bytes, stopping at a NUL, and with
+/// CR and LF made spaces (Redis's `addReplyErrorFormat` does that so the error stays one line).
+fn put_c_str(out: &mut BytesMut, s: &[u8], max: usize) -> usize {
+    let s = &s[..s.len().min(max)];
+    let s = match memchr::memchr(0, s) {
+        Some(nul) => &s[..nul],
+        None => s,
+    };
+    for &c in s {
+        out.put_u8(if c == b'\r' || c == b'\n' { b' ' } else { c });
+    }
+    s.len()
+}
+
+/// Redis 7's reply to an unknown command:
+/// `-ERR unknown command 'foo', with args beginning with: 'a' 'b' ` (the name cut at 128 bytes, the
+/// arguments listed while they take under 128 bytes, each cut to what is left of those 128).
+pub fn unknown_command(req: &Request) -> Bytes {
+    let mut out = BytesMut::with_capacity(200);
+    out.put_slice(b"-ERR unknown command '");
+    put_c_str(&mut out, req.arg(0).unwrap_or_default(), 128);
+    out.put_slice(b"', with args beginning with: ");
+    let mut listed = 0;
+    for arg in req.arg_slices().skip(1) {
+        if listed >= 128 {
+            break;
+        }
+        out.put_u8(b'\'');
+        listed += put_c_str(&mut out, arg, 128 - listed) + 3;
+        out.put_slice(b"' ");
+    }
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
+/// Redis 7's reply to a wrong argument count: `-ERR wrong number of arguments for 'get' command` (the
+/// name as Redis spells it: lower case, `client|setname` for a subcommand).
+pub fn wrong_arity(full_name: &str) -> Bytes {
+    Bytes::from(format!(
+        "-ERR wrong number of arguments for '{full_name}' command\r\n"
+    ))
+}
+
+/// The reply to a refused command: `-ERR KEYS is not supported by the proxy: <why>`.
+pub fn refused(spec: &Spec, why: &str) -> Bytes {
+    Bytes::from(format!(
+        "-ERR {} is not supported by the proxy: {why}\r\n",
+        spec.name.to_ascii_uppercase()
+    ))
+}
+
+fn eq_ignore_case(arg: &[u8], word: &[u8]) -> bool {
+    arg.eq_ignore_ascii_case(word)
+}
+
+/// The keys of `req` under `keys`: `Some(indexes)`, or `None` when the arguments that say where the keys
+/// are are malformed (Redis then answers with an error of its own, without touching data).
+fn find_keys(req: &Request, spec: &Spec) -> Option<Vec<usize>> {
+    let argc = req.argc();
+    match spec.keys {
+        Keys::None => Some(Vec::new()),
+        Keys::Range { first, last, step } => {
+            let first = usize::from(first);
+            let last = if last < 0 {
+                argc.checked_sub(last.unsigned_abs() as usize)?
+            } else {
+                (last as usize).min(argc.saturating_sub(1))
+            };
+            if first > last {
+                return Some(Vec::new());
+            }
+            if step == 2 && !(last - first + 1).is_multiple_of(2) {
+                // `MSET k v k`: Redis answers `wrong number of arguments`; so does [`route`].
+                return None;
+            }
+            Some((first..=last).step_by(usize::from(step)).collect())
+        }
+        Keys::NumKeys { at } => numkeys(req, usize::from(at)).map(|n| {
+            let from = usize::from(at) + 1;
+            (from..from + n).collect()
+        }),
+        Keys::DestNumKeys => numkeys(req, 2).map(|n| {
+            let mut keys = vec![1];
+            keys.extend(3..3 + n);
+            keys
+        }),
+        Keys::Streams => {
+            let group = spec.name == "xreadgroup";
+            let mut i = 1;
+            while i < argc {
+                let a = req.arg(i)?;
+                if eq_ignore_case(a, b"streams") {
+                    let rest = argc - i - 1;
+                    if rest == 0 || !rest.is_multiple_of(2) {
+                        return None;
+                    }
+                    return Some((i + 1..i + 1 + rest / 2).collect());
+                }
+                if eq_ignore_case(a, b"count") || eq_ignore_case(a, b"block") {
+                    i += 2;
+                } else if group && eq_ignore_case(a, b"group") {
+                    i += 3;
+                } else if group && eq_ignore_case(a, b"noack") {
+                    i += 1;
+                } else {
+                    return None;
+                }
+            }
+            None
+        }
+        Keys::KeyAndStore => {
+            let mut keys = vec![1];
+            let mut i = 2;
+            while i + 1 < argc {
+                let a = req.arg(i)?;
+                if eq_ignore_case(a, b"store") || eq_ignore_case(a, b"storedist") {
+                    keys.push(i + 1);
+                    i += 1;
+                }
+                i += 1;
+            }
+            Some(keys)
+        }
+    }
+}
+
+/// The count at `at` when it is a number of keys Redis would accept from the arguments there are.
+fn numkeys(req: &Request, at: usize) -> Option<usize> {
+    let n = parse_redis_int(req.arg(at)?)?;
+    let n = usize::try_from(n).ok()?;
+    (n < req.argc() - at).then_some(n)
+}
+
+/// Whether `XREAD`/`XREADGROUP` asks to block (an option before `STREAMS`).
+fn blocks(req: &Request) -> bool {
+    req.arg_slices()
+        .skip(1)
+        .take_while(|a| !eq_ignore_case(a, b"streams"))
+        .any(|a| eq_ignore_case(a, b"block"))
+}
+
+/// Finds where a request goes: its table entry and its keys. The error is the reply to send instead —
+/// an unknown command, a wrong argument count, a refusal — and never closes the connection.
+///
+/// # Errors
+/// The error reply, in Redis 7's words where Redis has them.
+pub fn route(req: &Request) -> Result<Routed, Bytes> {
+    let name = req.arg(0).unwrap_or_default();
+    let Some(spec) = lookup(name) else {
+        return Err(unknown_command(req));
+    };
+    if !spec.arity_ok(req.argc()) {
+        return Err(wrong_arity(spec.name));
+    }
+    let route = match spec.action {
+        Action::Refuse(why) => return Err(refused(spec, why)),
+        Action::Local(local) => Route::Local(local),
+        Action::AnyServer => Route::AnyServer,
+        Action::Broadcast(merge) => Route::Broadcast(merge),
+        Action::Split(merge) => {
+            let step = match spec.keys {
+                Keys::Range { step, .. } => usize::from(step),
+                _ => 1,
+            };
+            match find_keys(req, spec) {
+                Some(keys) => Route::Split { merge, keys, step },
+                None => return Err(wrong_arity(spec.name)),
+            }
+        }
+        Action::Forward => {
+            if spec.keys == Keys::Streams && blocks(req) {
+                return Err(refused(
+                    spec,
+                    "with BLOCK, it would stall the server connection clients share",
+                ));
+            }
+            match find_keys(req, spec) {
+                Some(keys) if !keys.is_empty() => Route::Keys(keys),
+                Some(_) if matches!(spec.keys, Keys::NumKeys { at: 2 }) => {
+                    return Err(refused(spec, NO_KEYS))
+                }
+                // Key arguments Redis will refuse (`EVAL s x`, `ZUNION 0`, `OBJECT HELP`): any server
+                // answers in Redis's own words, touching nothing.
+                Some(_) | None => Route::AnyServer,
+            }
+        }
+    };
+    Ok(Routed { spec, route })
+}

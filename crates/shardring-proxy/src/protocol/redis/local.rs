@@ -1,0 +1,409 @@
+//! The commands the proxy answers itself: the handshakes real clients send (`HELLO`, `AUTH`, `SELECT`,
+//! `CLIENT SETNAME/SETINFO`), and the probes they make at connect (`COMMAND`, `INFO`, `CONFIG GET`).
+//!
+//! Errors are Redis 7's words where Redis has them, and nutcracker's for `AUTH` (a drop-in replacement
+//! keeps what its clients may match on).
+
+use bytes::{BufMut, BytesMut};
+
+use super::command::{self, wrong_arity, Local, Spec, TABLE};
+use super::plan::{Redis, NOAUTH};
+use super::request::{put_header, put_int, Request};
+use super::session::Session;
+use super::{parse_redis_int, Flavor};
+use crate::protocol::{Answer, PlanContext, Step};
+
+/// The version the proxy reports as its server's (`HELLO`, `INFO`): clients enable features by it, and
+/// the proxy forwards to Redis 7 servers.
+const REDIS_VERSION: &str = "7.0.0";
+
+fn done(out: BytesMut) -> Step<Redis> {
+    Step::Answer(Answer::Bytes(out.freeze()))
+}
+
+fn fixed(reply: &'static [u8]) -> Step<Redis> {
+    Step::Answer(Answer::fixed(reply))
+}
+
+fn error(text: &str) -> Step<Redis> {
+    let mut out = BytesMut::with_capacity(text.len() + 3);
+    out.put_u8(b'-');
+    out.put_slice(text.as_bytes());
+    out.put_slice(b"\r\n");
+    done(out)
+}
+
+fn put_bulk(out: &mut BytesMut, data: &[u8]) {
+    put_header(out, b'$', data.len());
+    out.put_slice(data);
+    out.put_slice(b"\r\n");
+}
+
+/// A map header: `%n` in RESP3, `*2n` (a flat list of pairs) in RESP2.
+fn put_map(out: &mut BytesMut, flavor: Flavor, pairs: usize) {
+    match flavor {
+        Flavor::Resp2 => put_header(out, b'*', pairs * 2),
+        Flavor::Resp3 => put_header(out, b'%', pairs),
+    }
+}
+
+fn put_integer(out: &mut BytesMut, n: i64) {
+    out.put_u8(b':');
+    put_int(out, n);
+    out.put_slice(b"\r\n");
+}
+
+fn upper(arg: &[u8]) -> String {
+    String::from_utf8_lossy(arg).to_ascii_uppercase()
+}
+
+/// Answers a command the table marks local.
+pub(crate) fn answer(
+    local: Local,
+    req: &Request,
+    s: &mut Session,
+    proxy: &Redis,
+    ctx: &PlanContext<'_>,
+) -> Step<Redis> {
+    let argc = req.argc();
+    let arg = |i: usize| req.arg(i).unwrap_or_default();
+    match local {
+        Local::Ping => match argc {
+            1 => fixed(b"+PONG\r\n"),
+            2 => {
+                let mut out = BytesMut::new();
+                put_bulk(&mut out, arg(1));
+                done(out)
+            }
+            _ => Step::Answer(Answer::Bytes(wrong_arity("ping"))),
+        },
+        Local::Echo => {
+            let mut out = BytesMut::new();
+            put_bulk(&mut out, arg(1));
+            done(out)
+        }
+        Local::Quit => Step::Close(Answer::fixed(b"+OK\r\n")),
+        Local::Select => match parse_redis_int(arg(1)) {
+            None => error("ERR value is not an integer or out of range"),
+            Some(db) if db == i64::from(proxy.db) => fixed(b"+OK\r\n"),
+            Some(_) => error(&format!(
+                "ERR SELECT is not supported by the proxy: this pool serves db {} (redis_db)",
+                proxy.db
+            )),
+        },
+        Local::Auth => {
+            if argc > 3 {
+                return error("ERR syntax error");
+            }
+            let (user, pass) = if argc == 3 {
+                (Some(arg(1)), arg(2))
+            } else {
+                (None, arg(1))
+            };
+            match check_auth(proxy, user, pass) {
+                Ok(()) => {
+                    s.authenticated = true;
+                    fixed(b"+OK\r\n")
+                }
+                Err(e) => fixed(e),
+            }
+        }
+        Local::Hello => hello(req, s, proxy),
+        Local::Reset => {
+            s.flavor = Flavor::Resp2;
+            s.name = None;
+            s.authenticated = false;
+            fixed(b"+RESET\r\n")
+        }
+        Local::Client => client(req, s, proxy),
+        Local::Command => command_info(req, s.flavor),
+        Local::Info => info(s.flavor, proxy, ctx),
+        Local::Config => config(req, s.flavor),
+    }
+}
+
+/// nutcracker's three answers to `AUTH`: no password set, a wrong one, or `+OK`.
+fn check_auth(proxy: &Redis, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'static [u8]> {
+    match &proxy.auth {
+        None => Err(b"-ERR Client sent AUTH, but no password is set\r\n"),
+        Some(expected) => {
+            let user_ok = user.is_none_or(|u| u == b"default");
+            if user_ok && pass == expected.as_bytes() {
+                Ok(())
+            } else {
+                Err(b"-ERR invalid password\r\n")
+            }
+        }
+    }
+}
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]`, as Redis 7 checks it; the reply is in the new
+/// version.
+fn hello(req: &Request, s: &mut Session, proxy: &Redis) -> Step<Redis> {
+    let arg = |i: usize| req.arg(i).unwrap_or_default();
+    let mut flavor = s.flavor;
+    if req.argc() >= 2 {
+        match parse_redis_int(arg(1)) {
+            None => return error("ERR Protocol version is not an integer or out of range"),
+            Some(2) => flavor = Flavor::Resp2,
+            Some(3) => flavor = Flavor::Resp3,
+            Some(_) => return error("NOPROTO unsupported protocol version"),
+        }
+    }
+    let mut i = 2;
+    let mut name = None;
+    let mut auth = None;
+    while i < req.argc() {
+        let opt = arg(i);
+        let more = req.argc() - i - 1;
+        if opt.eq_ignore_ascii_case(b"auth") && more >= 2 {
+            auth = Some((arg(i + 1), arg(i + 2)));
+            i += 3;
+        } else if opt.eq_ignore_ascii_case(b"setname") && more >= 1 {
+            name = Some(arg(i + 1));
+            i += 2;
+        } else {
+            return error(&format!(
+                "ERR Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(opt)
+            ));
+        }
+    }
+    if let Some((user, pass)) = auth {
+        if let Err(e) = check_auth(proxy, Some(user), pass) {
+            return fixed(e);
+        }
+        s.authenticated = true;
+    }
+    if proxy.auth.is_some() && !s.authenticated {
+        return fixed(NOAUTH);
+    }
+    if let Some(name) = name {
+        if !valid_name(name) {
+            return error(BAD_NAME);
+        }
+        s.name = (!name.is_empty()).then(|| name.to_vec());
+    }
+    s.flavor = flavor;
+    let mut out = BytesMut::with_capacity(160);
+    put_map(&mut out, flavor, 7);
+    for (k, v) in [("server", "redis"), ("version", REDIS_VERSION)] {
+        put_bulk(&mut out, k.as_bytes());
+        put_bulk(&mut out, v.as_bytes());
+    }
+    put_bulk(&mut out, b"proto");
+    put_integer(&mut out, if flavor == Flavor::Resp3 { 3 } else { 2 });
+    put_bulk(&mut out, b"id");
+    put_integer(&mut out, s.id as i64);
+    for (k, v) in [("mode", "standalone"), ("role", "master")] {
+        put_bulk(&mut out, k.as_bytes());
+        put_bulk(&mut out, v.as_bytes());
+    }
+    put_bulk(&mut out, b"modules");
+    put_header(&mut out, b'*', 0);
+    done(out)
+}
+
+const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
+
+/// Redis's rule for client names: printable ASCII without spaces.
+fn valid_name(name: &[u8]) -> bool {
+    name.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+/// `CLIENT` subcommands: the ones clients send at connect are answered, the rest refused by name.
+fn client(req: &Request, s: &mut Session, proxy: &Redis) -> Step<Redis> {
+    let arg = |i: usize| req.arg(i).unwrap_or_default();
+    let sub = arg(1).to_ascii_lowercase();
+    let argc = req.argc();
+    let arity = |n: usize, name: &str| -> Option<Step<Redis>> {
+        (argc != n).then(|| Step::Answer(Answer::Bytes(wrong_arity(&format!("client|{name}")))))
+    };
+    match &sub[..] {
+        b"setname" => {
+            if let Some(e) = arity(3, "setname") {
+                return e;
+            }
+            if !valid_name(arg(2)) {
+                return error(BAD_NAME);
+            }
+            s.name = (!arg(2).is_empty()).then(|| arg(2).to_vec());
+            fixed(b"+OK\r\n")
+        }
+        b"getname" => {
+            if let Some(e) = arity(2, "getname") {
+                return e;
+            }
+            let mut out = BytesMut::new();
+            match &s.name {
+                Some(n) => put_bulk(&mut out, n),
+                None => out.put_slice(s.flavor.null()),
+            }
+            done(out)
+        }
+        b"id" => {
+            if let Some(e) = arity(2, "id") {
+                return e;
+            }
+            let mut out = BytesMut::new();
+            put_integer(&mut out, s.id as i64);
+            done(out)
+        }
+        b"setinfo" => {
+            if let Some(e) = arity(4, "setinfo") {
+                return e;
+            }
+            let attr = arg(2).to_ascii_lowercase();
+            if attr == b"lib-name" || attr == b"lib-ver" {
+                fixed(b"+OK\r\n")
+            } else {
+                error(&format!(
+                    "ERR Unrecognized option '{}'",
+                    String::from_utf8_lossy(arg(2))
+                ))
+            }
+        }
+        b"info" => {
+            if let Some(e) = arity(2, "info") {
+                return e;
+            }
+            let name = s
+                .name
+                .as_deref()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default();
+            let text = format!(
+                "id={} name={name} db={} resp={}\n",
+                s.id,
+                proxy.db,
+                if s.flavor == Flavor::Resp3 { 3 } else { 2 }
+            );
+            let mut out = BytesMut::new();
+            put_bulk(&mut out, text.as_bytes());
+            done(out)
+        }
+        b"list" | b"kill" | b"pause" | b"unpause" | b"tracking" | b"trackinginfo" | b"caching"
+        | b"reply" | b"getredir" | b"unblock" | b"no-evict" | b"no-touch" | b"help" => error(
+            &format!("ERR CLIENT {} is not supported by the proxy", upper(&sub)),
+        ),
+        _ => error(&format!(
+            "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&arg(1)[..arg(1).len().min(128)])
+        )),
+    }
+}
+
+/// One `COMMAND INFO` entry: name, arity, flags (none), first key, last key, step.
+fn put_command(out: &mut BytesMut, spec: &Spec) {
+    let (first, last, step) = match spec.keys {
+        command::Keys::None => (0, 0, 0),
+        command::Keys::Range { first, last, step } => {
+            (i64::from(first), i64::from(last), i64::from(step))
+        }
+        _ => (1, 1, 1),
+    };
+    put_header(out, b'*', 6);
+    put_bulk(out, spec.name.as_bytes());
+    put_integer(out, i64::from(spec.arity));
+    put_header(out, b'*', 0);
+    put_integer(out, first);
+    put_integer(out, last);
+    put_integer(out, step);
+}
+
+/// `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name…`, `COMMAND DOCS`: the proxy's table.
+fn command_info(req: &Request, flavor: Flavor) -> Step<Redis> {
+    let sub = req.arg(1).map(<[u8]>::to_ascii_lowercase);
+    let mut out = BytesMut::new();
+    match sub.as_deref() {
+        None => {
+            put_header(&mut out, b'*', TABLE.len());
+            for spec in TABLE {
+                put_command(&mut out, spec);
+            }
+        }
+        Some(b"count") => put_integer(&mut out, TABLE.len() as i64),
+        Some(b"info") => {
+            put_header(&mut out, b'*', req.argc() - 2);
+            for name in req.arg_slices().skip(2) {
+                match command::lookup(name) {
+                    Some(spec) => put_command(&mut out, spec),
+                    None => out.put_slice(flavor.null()),
+                }
+            }
+        }
+        // Docs are the servers' business; an empty answer lets clients go on.
+        Some(b"docs") => put_map(&mut out, flavor, 0),
+        Some(_) => {
+            return error(&format!(
+                "ERR unknown subcommand '{}'. Try COMMAND HELP.",
+                String::from_utf8_lossy(req.arg(1).unwrap_or_default())
+            ))
+        }
+    }
+    done(out)
+}
+
+/// `INFO`: the proxy's own facts, under Redis's field names where they exist.
+fn info(flavor: Flavor, proxy: &Redis, ctx: &PlanContext<'_>) -> Step<Redis> {
+    let st = ctx.stats;
+    let text = format!(
+        "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\nproxy:{}\r\n\
+         process_id:{}\r\nuptime_in_seconds:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n\
+         # Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\r\n\
+         # Keyspace\r\n# db:{} servers:{} live:{}\r\n",
+        crate::NAME_VERSION,
+        std::process::id(),
+        ctx.started.elapsed().as_secs(),
+        st.client_connections.get(),
+        st.total_connections.get(),
+        st.requests.get(),
+        proxy.db,
+        ctx.servers,
+        ctx.live_servers().len(),
+    );
+    let mut out = BytesMut::with_capacity(text.len() + 16);
+    match flavor {
+        Flavor::Resp2 => put_bulk(&mut out, text.as_bytes()),
+        // Redis 7 answers INFO with a verbatim string in RESP3.
+        Flavor::Resp3 => {
+            put_header(&mut out, b'=', text.len() + 4);
+            out.put_slice(b"txt:");
+            out.put_slice(text.as_bytes());
+            out.put_slice(b"\r\n");
+        }
+    }
+    done(out)
+}
+
+/// `CONFIG GET` of what clients probe at connect (redis-benchmark asks `save` and `appendonly`): the
+/// proxy keeps nothing itself, so persistence reads as off; other parameters are left out, as Redis
+/// leaves out unknown ones. Other `CONFIG` subcommands go to each server directly.
+fn config(req: &Request, flavor: Flavor) -> Step<Redis> {
+    let sub = req.arg(1).unwrap_or_default().to_ascii_lowercase();
+    if sub != b"get" {
+        return error(&format!(
+            "ERR CONFIG {} is not supported by the proxy: configure each server directly",
+            upper(&sub)
+        ));
+    }
+    if req.argc() < 3 {
+        return Step::Answer(Answer::Bytes(wrong_arity("config|get")));
+    }
+    let mut pairs: Vec<(&str, &str)> = Vec::new();
+    for p in req.arg_slices().skip(2) {
+        let p = p.to_ascii_lowercase();
+        for (name, value) in [("save", ""), ("appendonly", "no"), ("databases", "16")] {
+            if p == name.as_bytes() && !pairs.iter().any(|(n, _)| *n == name) {
+                pairs.push((name, value));
+            }
+        }
+    }
+    let mut out = BytesMut::new();
+    put_map(&mut out, flavor, pairs.len());
+    for (k, v) in pairs {
+        put_bulk(&mut out, k.as_bytes());
+        put_bulk(&mut out, v.as_bytes());
+    }
+    done(out)
+}

@@ -1,0 +1,216 @@
+//! Splitting a multi-key command by server, and merging the servers' replies into the one the client
+//! expects.
+//!
+//! A server that could not answer (dead, timed out, ejected) costs only its own keys: in an `MGET` each of
+//! its keys gets an error element (`-ERR <reason>`), never a fake nil, and the other keys their values;
+//! `MSET` and the sums (`DEL`, `EXISTS`, …) answer with the error, since a partial count would be a wrong
+//! one. Values are passed through as the servers sent them, so a RESP3 connection (whose servers speak
+//! RESP3) gets RESP3 nulls (`_`) and a RESP2 one `$-1`.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::reply::{elements, ReplyLimits};
+use super::request::{put_header, put_int, Request};
+
+/// The part of a split request one server gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubRequest {
+    /// The server, as `server_of` numbered it.
+    pub server: usize,
+    /// The request to send it: the command with the keys (and values) it holds, in request order.
+    pub frame: Bytes,
+    /// Which of the request's keys it holds: positions in the key list (0 for the first key).
+    pub keys: Vec<usize>,
+}
+
+/// Splits a request whose keys are at argument indexes `keys` (each followed by `step - 1` values) by the
+/// server `server_of` places each key on. Servers come in the order their first key does; a request
+/// whose keys all live on one server is passed on as it is.
+pub fn split(
+    req: &Request,
+    keys: &[usize],
+    step: usize,
+    mut server_of: impl FnMut(&[u8]) -> usize,
+) -> Vec<SubRequest> {
+    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (pos, &arg) in keys.iter().enumerate() {
+        let server = server_of(req.arg(arg).unwrap_or_default());
+        match groups.iter_mut().find(|(s, _)| *s == server) {
+            Some((_, held)) => held.push(pos),
+            None => groups.push((server, vec![pos])),
+        }
+    }
+    if let [(server, held)] = groups.as_mut_slice() {
+        return vec![SubRequest {
+            server: *server,
+            frame: req.frame.clone(),
+            keys: std::mem::take(held),
+        }];
+    }
+    let name = req.arg(0).unwrap_or_default();
+    groups
+        .into_iter()
+        .map(|(server, held)| {
+            let argc = 1 + held.len() * step;
+            let size = name.len()
+                + 32
+                + held
+                    .iter()
+                    .map(|&p| {
+                        (0..step)
+                            .map(|j| req.arg(keys[p] + j).map_or(0, <[u8]>::len) + 16)
+                            .sum::<usize>()
+                    })
+                    .sum::<usize>();
+            let mut out = BytesMut::with_capacity(size);
+            put_header(&mut out, b'*', argc);
+            put_bulk(&mut out, name);
+            for &p in &held {
+                for j in 0..step {
+                    put_bulk(&mut out, req.arg(keys[p] + j).unwrap_or_default());
+                }
+            }
+            SubRequest {
+                server,
+                frame: out.freeze(),
+                keys: held,
+            }
+        })
+        .collect()
+}
+
+fn put_bulk(out: &mut BytesMut, data: &[u8]) {
+    put_header(out, b'$', data.len());
+    out.put_slice(data);
+    out.put_slice(b"\r\n");
+}
+
+/// What one server gave for its part of a split request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part<'a> {
+    /// Its whole reply.
+    Reply(&'a [u8]),
+    /// No reply: why (`server timed out`, `connection refused`, …).
+    Failed(&'a str),
+}
+
+/// An error reply `-ERR <reason>`, with CR and LF made spaces so it stays one line.
+pub fn failure(reason: &str) -> Bytes {
+    let mut out = BytesMut::with_capacity(reason.len() + 7);
+    out.put_slice(b"-ERR ");
+    out.extend(
+        reason
+            .bytes()
+            .map(|c| if c == b'\r' || c == b'\n' { b' ' } else { c }),
+    );
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
+fn is_error(reply: &[u8]) -> bool {
+    matches!(reply.first(), Some(b'-' | b'!'))
+}
+
+/// `MGET`: `parts[i]` is what the server holding keys `held[i]` (positions in request order) gave; the
+/// values are put back in request order. `key_count` is the request's number of keys.
+pub fn merge_values(
+    key_count: usize,
+    parts: &[(&[usize], Part<'_>)],
+    limits: ReplyLimits,
+) -> Bytes {
+    let mut slots: Vec<Option<&[u8]>> = vec![None; key_count];
+    let mut owned: Vec<(usize, Bytes)> = Vec::new();
+    for (held, part) in parts {
+        match part {
+            Part::Reply(reply) => match elements(reply, limits) {
+                Some(values) if values.len() == held.len() && reply.first() == Some(&b'*') => {
+                    for (&pos, range) in held.iter().zip(values) {
+                        if let Some(slot) = slots.get_mut(pos) {
+                            *slot = Some(&reply[range]);
+                        }
+                    }
+                }
+                _ => {
+                    // A whole-reply error (`-LOADING`, `-NOAUTH`) stands for each of its keys; anything
+                    // else is not an MGET reply.
+                    let err = if is_error(reply) {
+                        Bytes::copy_from_slice(reply)
+                    } else {
+                        failure("unexpected reply from server to MGET")
+                    };
+                    owned.extend(held.iter().map(|&p| (p, err.clone())));
+                }
+            },
+            Part::Failed(reason) => {
+                let err = failure(reason);
+                owned.extend(held.iter().map(|&p| (p, err.clone())));
+            }
+        }
+    }
+    for (pos, err) in &owned {
+        if let Some(slot) = slots.get_mut(*pos) {
+            *slot = Some(err);
+        }
+    }
+    let size: usize = slots
+        .iter()
+        .map(|s| s.map_or(8, <[u8]>::len))
+        .sum::<usize>()
+        + 16;
+    let mut out = BytesMut::with_capacity(size);
+    put_header(&mut out, b'*', key_count);
+    for slot in slots {
+        // Every position is some server's; one missing would be a caller's bug, and is an error element
+        // rather than a fake nil.
+        out.put_slice(slot.unwrap_or(b"-ERR no server answered for this key\r\n"));
+    }
+    out.freeze()
+}
+
+/// The first error among `parts`, as a reply.
+fn first_error(parts: &[Part<'_>]) -> Option<Bytes> {
+    parts.iter().find_map(|p| match p {
+        Part::Failed(reason) => Some(failure(reason)),
+        Part::Reply(r) if is_error(r) => Some(Bytes::copy_from_slice(r)),
+        Part::Reply(_) => None,
+    })
+}
+
+/// `MSET`: `+OK` when every server said `+OK`, else the first error.
+pub fn merge_all_ok(parts: &[Part<'_>]) -> Bytes {
+    if let Some(err) = first_error(parts) {
+        return err;
+    }
+    if parts.iter().all(|p| *p == Part::Reply(b"+OK\r\n")) {
+        Bytes::from_static(b"+OK\r\n")
+    } else {
+        failure("unexpected reply from server to MSET")
+    }
+}
+
+/// `DEL`, `UNLINK`, `TOUCH`, `EXISTS`, `DBSIZE`: the servers' integers added up, else the first error.
+pub fn merge_sum(parts: &[Part<'_>]) -> Bytes {
+    if let Some(err) = first_error(parts) {
+        return err;
+    }
+    let mut sum: i64 = 0;
+    for part in parts {
+        let reply = match part {
+            Part::Reply(reply) => reply,
+            Part::Failed(reason) => return failure(reason),
+        };
+        let n = reply
+            .strip_prefix(b":")
+            .and_then(|r| r.strip_suffix(b"\r\n"))
+            .and_then(super::parse_redis_int);
+        match n.and_then(|n| sum.checked_add(n)) {
+            Some(s) => sum = s,
+            None => return failure("unexpected reply from server to a counting command"),
+        }
+    }
+    let mut out = BytesMut::with_capacity(24);
+    out.put_u8(b':');
+    put_int(&mut out, sum);
+    out.put_slice(b"\r\n");
+    out.freeze()
+}

@@ -1,0 +1,539 @@
+//! The resumable request scanner: RESP arrays of bulk strings and inline commands, as Redis 7 reads them.
+
+use std::ops::Range;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio_util::codec::Decoder;
+
+use super::inline::split_inline;
+use super::parse_redis_int;
+
+/// Input size limits; every buffer the proxy keeps per client connection is bounded by them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest bulk string (one argument). By default, this is 512 MiB (Redis's
+    /// `proto-max-bulk-len`), so every value Redis accepts passes.
+    pub max_bulk_len: usize,
+    /// The most arguments in one request. By default, this is 1,048,576 (Redis allows up to 2³¹−1; a
+    /// request that large would cost the proxy 16 bytes an argument in ranges).
+    pub max_args: usize,
+    /// The longest request, all its bulk strings and headers together. By default, this is 1 GiB (Redis's
+    /// `client-query-buffer-limit`). A request is refused as soon as a header shows it would pass this,
+    /// before its bytes are buffered.
+    pub max_request_len: usize,
+    /// The longest inline command line, and the longest `*<n>`/`$<n>` header line. By default, this is
+    /// 64 KiB (Redis's `PROTO_INLINE_MAX_SIZE`).
+    pub max_inline_len: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_bulk_len: 512 << 20,
+            max_args: 1 << 20,
+            max_request_len: 1 << 30,
+            max_inline_len: 64 << 10,
+        }
+    }
+}
+
+/// Why a request was refused. Each is a protocol error: see the table in [the module docs](super).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestErrorKind {
+    /// `*<n>` where `n` is not a number Redis accepts, or is over 2³¹−1.
+    #[error("invalid multibulk length")]
+    InvalidMultibulkLength,
+    /// `*<n>` with `n` over [`Limits::max_args`].
+    #[error("{count} arguments, over the proxy's limit of {limit}")]
+    TooManyArgs {
+        /// The count the client sent.
+        count: i64,
+        /// The limit.
+        limit: usize,
+    },
+    /// An array element that does not start with `$`.
+    #[error("expected '$', got '{}'", char::from(*.0))]
+    ExpectedBulk(u8),
+    /// `$<n>` where `n` is not a number or is negative.
+    #[error("invalid bulk length")]
+    InvalidBulkLength,
+    /// `$<n>` with `n` over [`Limits::max_bulk_len`].
+    #[error("bulk length {len} over the proxy's limit of {limit}")]
+    BulkTooLong {
+        /// The length the client sent.
+        len: i64,
+        /// The limit.
+        limit: usize,
+    },
+    /// The request would be longer than [`Limits::max_request_len`].
+    #[error("request over the proxy's limit of {limit} bytes")]
+    RequestTooLong {
+        /// The limit.
+        limit: usize,
+    },
+    /// Bulk data or a header line not ended by `\r\n`.
+    #[error("expected '\\r\\n'")]
+    ExpectedCrlf,
+    /// A `*<n>` line over [`Limits::max_inline_len`].
+    #[error("too big mbulk count string")]
+    MultibulkHeaderTooLong,
+    /// A `$<n>` line over [`Limits::max_inline_len`].
+    #[error("too big bulk count string")]
+    BulkHeaderTooLong,
+    /// An inline command line over [`Limits::max_inline_len`].
+    #[error("too big inline request")]
+    InlineTooLong,
+    /// An inline command whose quotes do not close (or a closing quote followed by more than a space).
+    #[error("unbalanced quotes in request")]
+    UnbalancedQuotes,
+}
+
+impl RequestErrorKind {
+    /// The error reply the client gets (`-ERR Protocol error: …\r\n`).
+    pub fn reply(&self) -> Bytes {
+        let mut out = BytesMut::with_capacity(64);
+        out.put_slice(b"-ERR Protocol error: ");
+        // The messages are ours and hold no CR or LF; `ExpectedBulk` shows a client byte, kept printable.
+        match self {
+            RequestErrorKind::ExpectedBulk(c) if !c.is_ascii_graphic() && *c != b' ' => {
+                out.put_slice(format!("expected '$', got '\\x{c:02x}'").as_bytes());
+            }
+            RequestErrorKind::ExpectedCrlf => out.put_slice(b"expected '\\r\\n'"),
+            other => out.put_slice(other.to_string().as_bytes()),
+        }
+        out.put_slice(b"\r\n");
+        out.freeze()
+    }
+}
+
+/// A refused request: what to reply, and how to get back in step with the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestError {
+    /// Why.
+    pub kind: RequestErrorKind,
+    /// Bytes of the input that belong to the refused request and are dropped now; when `close`, all that
+    /// was buffered.
+    pub consumed: usize,
+    /// The stream cannot be resynchronised: reply, then close (Redis closes after every protocol error).
+    pub close: bool,
+}
+
+/// A whole request found by [`RequestScanner::scan`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scanned {
+    /// A RESP array of bulk strings occupying `input[..len]`; `args` index the input (the command name is
+    /// `args[0]`). An empty `args` (`*0`, `*-1`) gets no reply, as in Redis.
+    Array {
+        /// The frame's length.
+        len: usize,
+        /// Each argument's bytes, without its header or `\r\n`.
+        args: Vec<Range<usize>>,
+    },
+    /// An inline command line occupying `input[..len]`, split as Redis splits it (quotes, `\x41`
+    /// escapes): the arguments are owned, since unescaping changes them. Empty for a blank line.
+    Inline {
+        /// The line's length with its `\n`.
+        len: usize,
+        /// The arguments, unescaped.
+        args: Vec<Vec<u8>>,
+    },
+}
+
+/// Where the scanner is inside the current request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum State {
+    /// At the first byte of a request.
+    #[default]
+    Start,
+    /// Inside an array, before the header of one of its remaining `remaining` bulk strings.
+    Array {
+        /// Bulk strings still to come.
+        remaining: usize,
+    },
+    /// Inside an array, after the header of a bulk string of `len` bytes starting at `pos`.
+    Bulk {
+        /// Bulk strings still to come after this one.
+        remaining: usize,
+        /// Its length.
+        len: usize,
+    },
+    /// Inside an inline line: no `\n` among the bytes before `pos`.
+    Inline,
+}
+
+/// The request scanner. It keeps its place across calls: the caller passes the same input, grown by what
+/// it read since (the input always starts at the current request's first byte), and only the new bytes
+/// are looked at.
+#[derive(Debug, Clone, Default)]
+pub struct RequestScanner {
+    /// The limits it enforces.
+    limits: Limits,
+    /// Where it is in the current request.
+    state: State,
+    /// Bytes of the current request already scanned.
+    pos: usize,
+    /// The arguments of the current array found so far.
+    args: Vec<Range<usize>>,
+}
+
+/// What [`find_crlf`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LineEnd {
+    /// The line ends with the `\r` at this index, followed by `\n`.
+    At(usize),
+    /// Not yet: more input may bring it.
+    Incomplete,
+    /// No `\r` within the allowed length.
+    TooLong,
+    /// A `\r` followed by something other than `\n`.
+    BareCr,
+}
+
+/// Looks for the `\r\n` ending a line that starts at `from` and is at most `max` bytes long.
+pub(crate) fn find_crlf(buf: &[u8], from: usize, max: usize) -> LineEnd {
+    let from = from.min(buf.len());
+    let window = &buf[from..buf.len().min(from.saturating_add(max).saturating_add(1))];
+    match memchr::memchr(b'\r', window) {
+        Some(i) => match buf.get(from + i + 1) {
+            None => LineEnd::Incomplete,
+            Some(b'\n') => LineEnd::At(from + i),
+            Some(_) => LineEnd::BareCr,
+        },
+        None if buf.len() - from > max => LineEnd::TooLong,
+        None => LineEnd::Incomplete,
+    }
+}
+
+impl RequestScanner {
+    /// A scanner enforcing `limits`.
+    pub fn new(limits: Limits) -> RequestScanner {
+        RequestScanner {
+            limits,
+            ..RequestScanner::default()
+        }
+    }
+
+    /// The limits it enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Bytes of the current request already scanned: the next call looks at the input from about here.
+    pub fn scanned(&self) -> usize {
+        self.pos
+    }
+
+    /// Forgets the current request (after a refusal, or when the caller drops the input).
+    pub fn reset(&mut self) {
+        self.state = State::Start;
+        self.pos = 0;
+        self.args.clear();
+    }
+
+    fn refuse(&mut self, kind: RequestErrorKind, consumed: usize, close: bool) -> RequestError {
+        self.reset();
+        RequestError {
+            kind,
+            consumed,
+            close,
+        }
+    }
+
+    /// Scans the first request of `buf`, carrying on from the previous call.
+    ///
+    /// Returns `Ok(None)` when `buf` does not yet hold the whole request (and it is within the limits),
+    /// `Ok(Some(scanned))` for a whole one (the caller then drops its bytes from the front of `buf`), and
+    /// `Err` for a refused one. After `Some` or `Err` the scanner starts afresh.
+    ///
+    /// `buf` must be the input of the previous call with bytes appended, until `Some` or `Err`.
+    ///
+    /// # Errors
+    /// A [`RequestError`] saying what to reply and how much input to drop.
+    pub fn scan(&mut self, buf: &[u8]) -> Result<Option<Scanned>, RequestError> {
+        use RequestErrorKind as E;
+        loop {
+            match self.state {
+                State::Start => {
+                    let Some(&first) = buf.first() else {
+                        return Ok(None);
+                    };
+                    if first != b'*' {
+                        self.state = State::Inline;
+                        continue;
+                    }
+                    let cr = match find_crlf(buf, 1, self.limits.max_inline_len) {
+                        LineEnd::At(cr) => cr,
+                        LineEnd::Incomplete => return Ok(None),
+                        LineEnd::TooLong => {
+                            return Err(self.refuse(E::MultibulkHeaderTooLong, buf.len(), true))
+                        }
+                        LineEnd::BareCr => {
+                            return Err(self.refuse(E::ExpectedCrlf, buf.len(), true))
+                        }
+                    };
+                    let count = match parse_redis_int(&buf[1..cr]) {
+                        Some(n) if n <= i64::from(i32::MAX) => n,
+                        _ => return Err(self.refuse(E::InvalidMultibulkLength, buf.len(), true)),
+                    };
+                    let header = cr + 2;
+                    if count <= 0 {
+                        self.reset();
+                        return Ok(Some(Scanned::Array {
+                            len: header,
+                            args: Vec::new(),
+                        }));
+                    }
+                    let count = count as usize;
+                    if count > self.limits.max_args {
+                        let limit = self.limits.max_args;
+                        return Err(self.refuse(
+                            E::TooManyArgs {
+                                count: count as i64,
+                                limit,
+                            },
+                            buf.len(),
+                            true,
+                        ));
+                    }
+                    // Each argument takes at least 6 bytes (`$0\r\n\r\n`): a count that cannot fit is
+                    // refused now.
+                    if header.saturating_add(count.saturating_mul(6)) > self.limits.max_request_len
+                    {
+                        let limit = self.limits.max_request_len;
+                        return Err(self.refuse(E::RequestTooLong { limit }, buf.len(), true));
+                    }
+                    self.args.clear();
+                    self.args.reserve(count.min(4096));
+                    self.pos = header;
+                    self.state = State::Array { remaining: count };
+                }
+                State::Array { remaining } => {
+                    if remaining == 0 {
+                        let len = self.pos;
+                        let args = std::mem::take(&mut self.args);
+                        self.reset();
+                        return Ok(Some(Scanned::Array { len, args }));
+                    }
+                    let Some(&c) = buf.get(self.pos) else {
+                        return Ok(None);
+                    };
+                    if c != b'$' {
+                        return Err(self.refuse(E::ExpectedBulk(c), buf.len(), true));
+                    }
+                    let cr = match find_crlf(buf, self.pos + 1, self.limits.max_inline_len) {
+                        LineEnd::At(cr) => cr,
+                        LineEnd::Incomplete => return Ok(None),
+                        LineEnd::TooLong => {
+                            return Err(self.refuse(E::BulkHeaderTooLong, buf.len(), true))
+                        }
+                        LineEnd::BareCr => {
+                            return Err(self.refuse(E::ExpectedCrlf, buf.len(), true))
+                        }
+                    };
+                    let len = match parse_redis_int(&buf[self.pos + 1..cr]) {
+                        Some(n) if n >= 0 => n,
+                        _ => return Err(self.refuse(E::InvalidBulkLength, buf.len(), true)),
+                    };
+                    if len as u64 > self.limits.max_bulk_len as u64 {
+                        let limit = self.limits.max_bulk_len;
+                        return Err(self.refuse(E::BulkTooLong { len, limit }, buf.len(), true));
+                    }
+                    let len = len as usize;
+                    let data = cr + 2;
+                    // What is still to come is at least this bulk and 6 bytes for each later argument.
+                    let least = (data + len + 2).saturating_add((remaining - 1).saturating_mul(6));
+                    if least > self.limits.max_request_len {
+                        let limit = self.limits.max_request_len;
+                        return Err(self.refuse(E::RequestTooLong { limit }, buf.len(), true));
+                    }
+                    self.pos = data;
+                    self.state = State::Bulk {
+                        remaining: remaining - 1,
+                        len,
+                    };
+                }
+                State::Bulk { remaining, len } => {
+                    let end = self.pos + len + 2;
+                    if buf.len() < end {
+                        return Ok(None);
+                    }
+                    if &buf[end - 2..end] != b"\r\n" {
+                        return Err(self.refuse(E::ExpectedCrlf, buf.len(), true));
+                    }
+                    self.args.push(self.pos..self.pos + len);
+                    self.pos = end;
+                    self.state = State::Array { remaining };
+                }
+                State::Inline => {
+                    let from = self.pos.min(buf.len());
+                    let Some(nl) = memchr::memchr(b'\n', &buf[from..]).map(|i| from + i) else {
+                        if buf.len() > self.limits.max_inline_len {
+                            return Err(self.refuse(E::InlineTooLong, buf.len(), true));
+                        }
+                        self.pos = buf.len();
+                        return Ok(None);
+                    };
+                    if nl > self.limits.max_inline_len {
+                        return Err(self.refuse(E::InlineTooLong, buf.len(), true));
+                    }
+                    let line = match buf[..nl].strip_suffix(b"\r") {
+                        Some(line) => line,
+                        None => &buf[..nl],
+                    };
+                    let len = nl + 1;
+                    return match split_inline(line) {
+                        Some(args) => {
+                            self.reset();
+                            Ok(Some(Scanned::Inline { len, args }))
+                        }
+                        None => Err(self.refuse(E::UnbalancedQuotes, len, false)),
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// A request: the RESP array to forward, and its arguments' ranges inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The whole request as a RESP array of bulk strings: the client's bytes, or for an inline command
+    /// the array it stands for.
+    pub frame: Bytes,
+    /// Each argument's range in `frame`; never empty (the command name is `args[0]`).
+    pub args: Vec<Range<usize>>,
+}
+
+impl Request {
+    /// The bytes of argument `i`, if there is one.
+    pub fn arg(&self, i: usize) -> Option<&[u8]> {
+        self.args.get(i).map(|r| &self.frame[r.clone()])
+    }
+
+    /// The number of arguments, the command name included.
+    pub fn argc(&self) -> usize {
+        self.args.len()
+    }
+
+    /// The arguments' bytes, in order.
+    pub fn arg_slices(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        self.args.iter().map(|r| &self.frame[r.clone()])
+    }
+
+    /// A request made of `args`, encoded as a RESP array (inline commands; requests the proxy sends).
+    pub fn from_args<A: AsRef<[u8]>>(args: &[A]) -> Request {
+        let size: usize = args.iter().map(|a| a.as_ref().len() + 16).sum::<usize>() + 16;
+        let mut out = BytesMut::with_capacity(size);
+        let mut ranges = Vec::with_capacity(args.len());
+        put_header(&mut out, b'*', args.len());
+        for a in args {
+            let a = a.as_ref();
+            put_header(&mut out, b'$', a.len());
+            ranges.push(out.len()..out.len() + a.len());
+            out.put_slice(a);
+            out.put_slice(b"\r\n");
+        }
+        Request {
+            frame: out.freeze(),
+            args: ranges,
+        }
+    }
+}
+
+/// Writes `<kind><n>\r\n`.
+pub(crate) fn put_header(out: &mut BytesMut, kind: u8, n: usize) {
+    out.put_u8(kind);
+    put_int(out, n as i64);
+    out.put_slice(b"\r\n");
+}
+
+/// Writes `n` in decimal.
+pub(crate) fn put_int(out: &mut BytesMut, n: i64) {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    let mut v = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.put_u8(b'-');
+    }
+    out.put_slice(&buf[at..]);
+}
+
+/// One item out of the request decoder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// A request to serve.
+    Request(Request),
+    /// A refused request: reply this, and close afterwards when `close`.
+    Refused(RequestError),
+}
+
+/// The request scanner as a [`Decoder`]: frames requests, refuses bad ones, swallows empty ones
+/// (`*0`, blank lines) as Redis does, and gives nothing more after a refusal that closes.
+#[derive(Debug, Clone, Default)]
+pub struct RequestCodec {
+    /// The scanner, with its place in the current request.
+    scanner: RequestScanner,
+    /// A refusal that closes the stream was returned: give nothing more.
+    closed: bool,
+}
+
+impl RequestCodec {
+    /// A codec enforcing `limits`.
+    pub fn new(limits: Limits) -> RequestCodec {
+        RequestCodec {
+            scanner: RequestScanner::new(limits),
+            closed: false,
+        }
+    }
+
+    /// The limits it enforces.
+    pub fn limits(&self) -> &Limits {
+        self.scanner.limits()
+    }
+}
+
+impl Decoder for RequestCodec {
+    type Item = Decoded;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, std::io::Error> {
+        loop {
+            if self.closed {
+                buf.clear();
+                return Ok(None);
+            }
+            match self.scanner.scan(buf) {
+                Ok(None) => return Ok(None),
+                Ok(Some(Scanned::Array { len, args })) => {
+                    let frame = buf.split_to(len).freeze();
+                    if !args.is_empty() {
+                        return Ok(Some(Decoded::Request(Request { frame, args })));
+                    }
+                }
+                Ok(Some(Scanned::Inline { len, args })) => {
+                    buf.advance(len);
+                    if !args.is_empty() {
+                        return Ok(Some(Decoded::Request(Request::from_args(&args))));
+                    }
+                }
+                Err(err) => {
+                    buf.advance(err.consumed.min(buf.len()));
+                    if err.close {
+                        self.closed = true;
+                        buf.clear();
+                    }
+                    return Ok(Some(Decoded::Refused(err)));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! What the proxy remembers about one Redis client connection between its requests.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::Flavor;
+
+/// Numbers client connections for `CLIENT ID` (Redis numbers them from 1).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One client connection's state.
+#[derive(Debug)]
+pub struct Session {
+    /// The RESP version `HELLO` chose: RESP3 clients are served over RESP3 server connections.
+    pub flavor: Flavor,
+    /// The client authenticated (`AUTH` or `HELLO … AUTH`) against the pool's `redis_auth`.
+    pub authenticated: bool,
+    /// `CLIENT SETNAME`'s name.
+    pub name: Option<Vec<u8>>,
+    /// `CLIENT ID`'s number.
+    pub id: u64,
+}
+
+impl Default for Session {
+    fn default() -> Session {
+        Session {
+            flavor: Flavor::Resp2,
+            authenticated: false,
+            name: None,
+            // Relaxed: a unique number is all that is asked; nothing is published through it.
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,902 @@
+use super::command::{self, Action, Local, Merge, Route};
+use super::merge::{self, Part};
+use super::*;
+use bytes::BytesMut;
+use proptest::prelude::*;
+use tokio_util::codec::Decoder;
+
+fn scan(input: &[u8]) -> Result<Option<Scanned>, RequestError> {
+    RequestScanner::new(Limits::default()).scan(input)
+}
+
+fn decode_all(codec: &mut RequestCodec, buf: &mut BytesMut) -> Vec<Decoded> {
+    let mut out = Vec::new();
+    while let Some(d) = codec.decode(buf).unwrap() {
+        out.push(d);
+    }
+    out
+}
+
+fn args_of(d: &Decoded) -> Vec<Vec<u8>> {
+    match d {
+        Decoded::Request(r) => r.arg_slices().map(<[u8]>::to_vec).collect(),
+        Decoded::Refused(e) => panic!("refused: {e:?}"),
+    }
+}
+
+fn req(args: &[&str]) -> Request {
+    Request::from_args(args)
+}
+
+const VALID: &[&[u8]] = &[
+    b"*1\r\n$4\r\nPING\r\n",
+    b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+    b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n",
+    b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4\r\na\r\nb\r\n",
+    b"*2\r\n$4\r\nECHO\r\n$10\r\n\0\x01\x02\r\n\r\n\xff\xfe\x80\r\n",
+    b"PING\r\n",
+    b"PING\n",
+    b"set k \"hello world\"\r\n",
+];
+
+#[test]
+fn every_valid_request_scans_whole_and_every_prefix_is_incomplete() {
+    for input in VALID {
+        let got = scan(input)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{input:?} incomplete"));
+        let len = match got {
+            Scanned::Array { len, .. } | Scanned::Inline { len, .. } => len,
+        };
+        assert_eq!(len, input.len(), "{:?}", String::from_utf8_lossy(input));
+        for cut in 0..input.len() {
+            assert_eq!(scan(&input[..cut]), Ok(None), "{input:?} cut at {cut}");
+        }
+    }
+}
+
+#[test]
+fn arguments_are_ranges_of_the_frame_and_binary_safe() {
+    let input = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4\r\na\r\nb\r\n";
+    let Ok(Some(Scanned::Array { len, args })) = scan(input) else {
+        panic!()
+    };
+    assert_eq!(len, input.len());
+    let got: Vec<&[u8]> = args.iter().map(|r| &input[r.clone()]).collect();
+    assert_eq!(got, [&b"SET"[..], b"k", b"a\r\nb"]);
+}
+
+#[test]
+fn inline_commands_become_the_resp_array_a_server_is_sent() {
+    let mut codec = RequestCodec::default();
+    let mut buf = BytesMut::from(&b"PING\r\n\r\n  \r\nset k \"a b\"\nGET k\r\n"[..]);
+    let got = decode_all(&mut codec, &mut buf);
+    assert_eq!(got.len(), 3, "blank lines are swallowed: {got:?}");
+    let Decoded::Request(ping) = &got[0] else {
+        panic!()
+    };
+    assert_eq!(&ping.frame[..], b"*1\r\n$4\r\nPING\r\n");
+    assert_eq!(args_of(&got[1]), [&b"set"[..], b"k", b"a b"]);
+    assert_eq!(args_of(&got[2]), [&b"GET"[..], b"k"]);
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn empty_arrays_get_no_reply_as_in_redis() {
+    let mut codec = RequestCodec::default();
+    let mut buf = BytesMut::from(&b"*0\r\n*-1\r\n*-7\r\n*1\r\n$4\r\nPING\r\n"[..]);
+    let got = decode_all(&mut codec, &mut buf);
+    assert_eq!(got.len(), 1);
+    assert_eq!(args_of(&got[0]), [b"PING"]);
+}
+
+/// Every malformed input: its error, its reply, and whether the stream goes on.
+#[test]
+fn refusals_say_what_to_reply_and_how_to_resync() {
+    use RequestErrorKind as E;
+    let cases: &[(&[u8], E, &str, bool)] = &[
+        (
+            b"*x\r\n",
+            E::InvalidMultibulkLength,
+            "-ERR Protocol error: invalid multibulk length\r\n",
+            true,
+        ),
+        (
+            b"*01\r\n",
+            E::InvalidMultibulkLength,
+            "-ERR Protocol error: invalid multibulk length\r\n",
+            true,
+        ),
+        (
+            b"*2147483648\r\n",
+            E::InvalidMultibulkLength,
+            "-ERR Protocol error: invalid multibulk length\r\n",
+            true,
+        ),
+        (
+            b"*1\r\n+PING\r\n",
+            E::ExpectedBulk(b'+'),
+            "-ERR Protocol error: expected '$', got '+'\r\n",
+            true,
+        ),
+        (
+            b"*1\r\n*1\r\n$4\r\nPING\r\n",
+            E::ExpectedBulk(b'*'),
+            "-ERR Protocol error: expected '$', got '*'\r\n",
+            true,
+        ),
+        (
+            b"*1\r\n\x01",
+            E::ExpectedBulk(1),
+            "-ERR Protocol error: expected '$', got '\\x01'\r\n",
+            true,
+        ),
+        (
+            b"*1\r\n$-1\r\n",
+            E::InvalidBulkLength,
+            "-ERR Protocol error: invalid bulk length\r\n",
+            true,
+        ),
+        (
+            b"*1\r\n$abc\r\n",
+            E::InvalidBulkLength,
+            "-ERR Protocol error: invalid bulk length\r\n",
+            true,
+        ),
+        (
+            b"*1\r\n$4\r\nPINGxx",
+            E::ExpectedCrlf,
+            "-ERR Protocol error: expected '\\r\\n'\r\n",
+            true,
+        ),
+        (
+            b"*1\r\n$4\rxPING\r\n",
+            E::ExpectedCrlf,
+            "-ERR Protocol error: expected '\\r\\n'\r\n",
+            true,
+        ),
+        (
+            b"*1\r\n$536870913\r\n",
+            E::BulkTooLong {
+                len: 536870913,
+                limit: 512 << 20,
+            },
+            "-ERR Protocol error: bulk length 536870913 over the proxy's limit of 536870912\r\n",
+            true,
+        ),
+        (
+            b"*1048577\r\n",
+            E::TooManyArgs {
+                count: 1048577,
+                limit: 1 << 20,
+            },
+            "-ERR Protocol error: 1048577 arguments, over the proxy's limit of 1048576\r\n",
+            true,
+        ),
+        (
+            b"echo \"abc\r\nPING\r\n",
+            E::UnbalancedQuotes,
+            "-ERR Protocol error: unbalanced quotes in request\r\n",
+            false,
+        ),
+    ];
+    for (input, kind, reply, close) in cases {
+        let err = scan(input).unwrap_err();
+        assert_eq!(&err.kind, kind, "{:?}", String::from_utf8_lossy(input));
+        assert_eq!(&err.kind.reply()[..], reply.as_bytes(), "{kind:?}");
+        assert_eq!(err.close, *close, "{kind:?}");
+        if !close {
+            assert_eq!(err.consumed, 11, "only the bad line is dropped");
+        }
+    }
+    // The stream goes on after unbalanced quotes, and stops after anything that closes.
+    let mut codec = RequestCodec::default();
+    let mut buf = BytesMut::from(&b"echo \"abc\r\nPING\r\n*1\r\n$x\r\nPING\r\n"[..]);
+    let got = decode_all(&mut codec, &mut buf);
+    assert_eq!(got.len(), 3);
+    assert!(matches!(&got[0], Decoded::Refused(e) if !e.close));
+    assert_eq!(args_of(&got[1]), [b"PING"]);
+    assert!(matches!(&got[2], Decoded::Refused(e) if e.close));
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn limits_refuse_before_buffering() {
+    let limits = Limits {
+        max_bulk_len: 100,
+        max_args: 4,
+        max_request_len: 64,
+        max_inline_len: 16,
+    };
+    let mut s = RequestScanner::new(limits);
+    // The header alone shows the bulk cannot fit: refused with 14 bytes read, not 64.
+    let e = s.scan(b"*2\r\n$3\r\nGET\r\n$60\r\n").unwrap_err();
+    assert_eq!(e.kind, RequestErrorKind::RequestTooLong { limit: 64 });
+    assert!(e.close);
+    let e = s.scan(b"*3\r\n$101\r\n").unwrap_err();
+    assert_eq!(
+        e.kind,
+        RequestErrorKind::BulkTooLong {
+            len: 101,
+            limit: 100
+        }
+    );
+    // 11 arguments of at least 6 bytes each cannot fit in 64 bytes.
+    assert_eq!(
+        s.scan(b"*11\r\n").unwrap_err().kind,
+        RequestErrorKind::TooManyArgs {
+            count: 11,
+            limit: 4
+        }
+    );
+    assert_eq!(
+        s.scan(b"GET aaaaaaaaaaaaaaaaaaa").unwrap_err().kind,
+        RequestErrorKind::InlineTooLong
+    );
+    assert_eq!(
+        s.scan(b"*1\r\n$0000000000000000000000").unwrap_err().kind,
+        RequestErrorKind::BulkHeaderTooLong
+    );
+    assert_eq!(
+        s.scan(b"*00000000000000000000").unwrap_err().kind,
+        RequestErrorKind::MultibulkHeaderTooLong
+    );
+}
+
+#[test]
+fn a_10000_key_mget_in_many_reads_is_scanned_once() {
+    let keys: Vec<String> = (0..10_000).map(|i| format!("key:{i}")).collect();
+    let mut args = vec!["MGET".to_string()];
+    args.extend(keys.iter().cloned());
+    let frame = Request::from_args(&args).frame;
+    let mut s = RequestScanner::default();
+    let mut last = 0;
+    for end in (1..frame.len()).step_by(997) {
+        assert_eq!(s.scan(&frame[..end]), Ok(None));
+        // Everything but the partial argument at the end is behind the scanner: the next call starts there.
+        assert!(s.scanned() + 32 >= end, "{} of {end}", s.scanned());
+        assert!(s.scanned() >= last);
+        last = s.scanned();
+    }
+    let Ok(Some(Scanned::Array { len, args: got })) = s.scan(&frame) else {
+        panic!()
+    };
+    assert_eq!(len, frame.len());
+    assert_eq!(got.len(), 10_001);
+    assert_eq!(&frame[got[10_000].clone()], b"key:9999");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// Valid requests and garbage, in pieces: the decoder gives the same items however the input is split.
+    #[test]
+    fn any_input_decodes_the_same_however_it_is_split(
+        pieces in proptest::collection::vec(
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..24),
+                proptest::sample::select(VALID.to_vec()).prop_map(<[u8]>::to_vec),
+            ],
+            0..8,
+        ),
+        step in 1usize..17,
+    ) {
+        let input: Vec<u8> = pieces.concat();
+        let mut whole = RequestCodec::default();
+        let mut buf = BytesMut::from(&input[..]);
+        let expect = decode_all(&mut whole, &mut buf);
+        let mut split = RequestCodec::default();
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for chunk in input.chunks(step) {
+            buf.extend_from_slice(chunk);
+            got.extend(decode_all(&mut split, &mut buf));
+        }
+        // A refusal that closes drops whatever was buffered, which depends on the reads.
+        let same = |d: Decoded| match d {
+            Decoded::Refused(e) if e.close => Decoded::Refused(RequestError { consumed: 0, ..e }),
+            d => d,
+        };
+        let expect: Vec<Decoded> = expect.into_iter().map(same).collect();
+        let got: Vec<Decoded> = got.into_iter().map(same).collect();
+        prop_assert_eq!(expect, got);
+    }
+
+    /// A request built from any arguments scans back to them.
+    #[test]
+    fn requests_round_trip(args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..20), 1..10)) {
+        let frame = Request::from_args(&args).frame;
+        let Ok(Some(Scanned::Array { len, args: got })) = scan(&frame) else {
+            panic!("{frame:?}")
+        };
+        prop_assert_eq!(len, frame.len());
+        let got: Vec<Vec<u8>> = got.iter().map(|r| frame[r.clone()].to_vec()).collect();
+        prop_assert_eq!(got, args);
+    }
+}
+
+// The reply framer.
+
+fn frame_len(input: &[u8]) -> Result<Option<usize>, ReplyError> {
+    reply_len(input, ReplyLimits::default())
+}
+
+const REPLIES: &[&[u8]] = &[
+    b"+OK\r\n",
+    b"-ERR unknown command 'x', with args beginning with: \r\n",
+    b":-12\r\n",
+    b"$5\r\nhello\r\n",
+    b"$0\r\n\r\n",
+    b"$-1\r\n",
+    b"*-1\r\n",
+    b"*0\r\n",
+    b"*3\r\n$1\r\na\r\n$-1\r\n:1\r\n",
+    b"*2\r\n*1\r\n+a\r\n*0\r\n",
+    b"_\r\n",
+    b"#t\r\n",
+    b",3.14\r\n",
+    b",-inf\r\n",
+    b"(3492890328409238509324850943850943825024385\r\n",
+    b"!21\r\nSYNTAX invalid syntax\r\n",
+    b"=15\r\ntxt:Some string\r\n",
+    b"%2\r\n+first\r\n:1\r\n+second\r\n:2\r\n",
+    b"~3\r\n:1\r\n:2\r\n:3\r\n",
+    b">3\r\n+message\r\n+chan\r\n$2\r\nhi\r\n",
+    b"|1\r\n+key-popularity\r\n%2\r\n$1\r\na\r\n,0.19\r\n$1\r\nb\r\n,0.05\r\n*2\r\n:2039123\r\n:9543892\r\n",
+    b"*2\r\n|1\r\n+ttl\r\n:3600\r\n+value\r\n:7\r\n",
+    b"$?\r\n;4\r\nHell\r\n;5\r\no wor\r\n;1\r\nd\r\n;0\r\n",
+    b"*?\r\n:1\r\n:2\r\n:3\r\n.\r\n",
+    b"%?\r\n+a\r\n:1\r\n+b\r\n:2\r\n.\r\n",
+    b"~?\r\n.\r\n",
+    b"*2\r\n*?\r\n$?\r\n;1\r\na\r\n;0\r\n.\r\n_\r\n",
+];
+
+#[test]
+fn every_reply_type_frames_whole_and_every_prefix_is_incomplete() {
+    for reply in REPLIES {
+        assert_eq!(
+            frame_len(reply),
+            Ok(Some(reply.len())),
+            "{:?}",
+            String::from_utf8_lossy(reply)
+        );
+        // Followed by another reply, only the first is taken.
+        let two = [*reply, b"+NEXT\r\n"].concat();
+        assert_eq!(frame_len(&two), Ok(Some(reply.len())));
+        for cut in 0..reply.len() {
+            assert_eq!(frame_len(&reply[..cut]), Ok(None), "{reply:?} cut at {cut}");
+        }
+    }
+}
+
+#[test]
+fn malformed_replies_are_refused() {
+    for bad in [
+        &b"?\r\n"[..],
+        b":1x\r\n",
+        b"$-2\r\n",
+        b"$3\r\nabcd\r\n",
+        b"*-2\r\n",
+        b"%-1\r\n",
+        b"_x\r\n",
+        b"#x\r\n",
+        b",\r\n",
+        b"(1.5\r\n",
+        b"=2\r\nab\r\n",
+        b".\r\n",
+        b"*1\r\n.\r\n",
+        b"$?\r\n;x\r\n",
+        b"$?\r\n+a\r\n",
+        b"+a\rb\r\n",
+    ] {
+        assert!(
+            frame_len(bad).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
+#[test]
+fn reply_limits_hold() {
+    let limits = ReplyLimits {
+        max_bulk_len: 10,
+        max_depth: 3,
+        max_reply_len: 100,
+        max_line_len: 8,
+    };
+    let f = |b: &[u8]| reply_len(b, limits);
+    assert_eq!(f(b"*1\r\n*1\r\n*1\r\n:1\r\n"), Ok(Some(16)));
+    assert_eq!(
+        f(b"*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n").unwrap_err().reason,
+        "nested too deep"
+    );
+    assert_eq!(f(b"$11\r\n").unwrap_err().reason, "bulk too long");
+    assert_eq!(f(b"*40\r\n").unwrap_err().reason, "reply too large");
+    assert_eq!(f(b"+123456789").unwrap_err().reason, "line too long");
+    let deep = "*1\r\n".repeat(100_000);
+    assert!(reply_len(deep.as_bytes(), ReplyLimits::default()).is_err());
+}
+
+#[test]
+fn a_large_reply_in_many_reads_is_framed_once_and_push_is_told_apart() {
+    let mut reply = b"*10000\r\n".to_vec();
+    for i in 0..10_000 {
+        reply.extend_from_slice(format!("$6\r\nv{i:05}\r\n").as_bytes());
+    }
+    let mut framer = ReplyFramer::default();
+    for end in (1..reply.len()).step_by(1009) {
+        assert_eq!(framer.frame(&reply[..end]), Ok(None));
+        assert!(framer.framed() + 16 >= end);
+    }
+    assert_eq!(
+        framer.frame(&reply),
+        Ok(Some(Framed {
+            len: reply.len(),
+            kind: b'*'
+        }))
+    );
+    let push = framer
+        .frame(b">2\r\n+invalidate\r\n*1\r\n$1\r\nk\r\n")
+        .unwrap()
+        .unwrap();
+    assert!(push.is_push() && !push.is_error());
+    assert!(framer.frame(b"-ERR x\r\n").unwrap().unwrap().is_error());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// Framed in pieces (resumed) or whole, any input gives the same answer.
+    #[test]
+    fn replies_frame_the_same_however_they_are_split(
+        pieces in proptest::collection::vec(
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..12),
+                proptest::sample::select(REPLIES.to_vec()).prop_map(<[u8]>::to_vec),
+            ],
+            1..6,
+        ),
+        step in 1usize..9,
+    ) {
+        let input: Vec<u8> = pieces.concat();
+        let whole = frame_len(&input);
+        let mut framer = ReplyFramer::default();
+        let mut end = 0;
+        let resumed = loop {
+            end = (end + step).min(input.len());
+            match framer.frame(&input[..end]) {
+                Ok(None) if end < input.len() => continue,
+                other => break other.map(|o| o.map(|f| f.len)),
+            }
+        };
+        match (&whole, &resumed) {
+            // A resumed framer may see an error earlier, at a prefix; the whole one then sees it too.
+            (Err(_), Err(_)) => {}
+            _ => prop_assert_eq!(whole, resumed),
+        }
+    }
+}
+
+// The command table.
+
+#[test]
+fn the_table_is_sorted_lower_case_and_unique() {
+    for pair in command::TABLE.windows(2) {
+        assert!(
+            pair[0].name < pair[1].name,
+            "{} before {}",
+            pair[0].name,
+            pair[1].name
+        );
+    }
+    for spec in command::TABLE {
+        assert_eq!(spec.name, spec.name.to_ascii_lowercase());
+        assert!(spec.arity != 0);
+        assert_eq!(
+            command::lookup(spec.name.to_ascii_uppercase().as_bytes()),
+            Some(spec)
+        );
+    }
+}
+
+/// twemproxy 0.5.0's commands (its `src/nc_message.h`), every one supported here.
+const TWEMPROXY: &str = "APPEND AUTH BITCOUNT BITFIELD BITPOS COMMAND COPY DECR DECRBY DEL DUMP EVAL EVALSHA EXISTS \
+EXPIRE EXPIREAT GEOADD GEODIST GEOHASH GEOPOS GEORADIUS GEORADIUSBYMEMBER GEOSEARCH GEOSEARCHSTORE GET GETBIT GETDEL \
+GETEX GETRANGE GETSET HDEL HEXISTS HGET HGETALL HINCRBY HINCRBYFLOAT HKEYS HLEN HMGET HMSET HRANDFIELD HSCAN HSET HSETNX \
+HSTRLEN HVALS INCR INCRBY INCRBYFLOAT LINDEX LINSERT LLEN LMOVE LOLWUT LPOP LPOS LPUSH LPUSHX LRANGE LREM LSET LTRIM MGET \
+MOVE MSET PERSIST PEXPIRE PEXPIREAT PFADD PFCOUNT PFMERGE PING PSETEX PTTL QUIT RESTORE RPOP RPOPLPUSH RPUSH RPUSHX SADD \
+SCARD SDIFF SDIFFSTORE SELECT SET SETBIT SETEX SETNX SETRANGE SINTER SINTERSTORE SISMEMBER SMEMBERS SMISMEMBER SMOVE SORT \
+SPOP SRANDMEMBER SREM SSCAN STRLEN SUNION SUNIONSTORE TOUCH TTL TYPE UNLINK ZADD ZCARD ZCOUNT ZDIFF ZDIFFSTORE ZINCRBY \
+ZINTER ZINTERSTORE ZLEXCOUNT ZMSCORE ZPOPMAX ZPOPMIN ZRANDMEMBER ZRANGE ZRANGEBYLEX ZRANGEBYSCORE ZRANGESTORE ZRANK ZREM \
+ZREMRANGEBYLEX ZREMRANGEBYRANK ZREMRANGEBYSCORE ZREVRANGE ZREVRANGEBYLEX ZREVRANGEBYSCORE ZREVRANK ZSCAN ZSCORE ZUNION \
+ZUNIONSTORE";
+
+#[test]
+fn every_twemproxy_command_is_supported() {
+    let names: Vec<&str> = TWEMPROXY.split_whitespace().collect();
+    assert_eq!(names.len(), 138, "137 commands and SELECT");
+    for name in names {
+        let spec = command::lookup(name.as_bytes()).unwrap_or_else(|| panic!("{name} missing"));
+        assert!(!matches!(spec.action, Action::Refuse(_)), "{name} refused");
+    }
+    assert!(command::TABLE.len() >= 200, "{}", command::TABLE.len());
+}
+
+#[test]
+fn unknown_commands_and_wrong_arity_get_redis_7_words() {
+    let unknown = |args: &[&str]| command::route(&req(args)).unwrap_err();
+    assert_eq!(
+        &unknown(&["foo", "a", "b"])[..],
+        b"-ERR unknown command 'foo', with args beginning with: 'a' 'b' \r\n"
+    );
+    assert_eq!(
+        &unknown(&["FOO"])[..],
+        b"-ERR unknown command 'FOO', with args beginning with: \r\n"
+    );
+    // Arguments are listed while they take under 128 bytes, each cut to what is left; CR/LF become spaces.
+    let long = "x".repeat(200);
+    assert_eq!(
+        unknown(&["foo", &long, "b"]),
+        format!(
+            "-ERR unknown command 'foo', with args beginning with: '{}' \r\n",
+            "x".repeat(128)
+        )
+    );
+    assert_eq!(
+        unknown(&[
+            "foo",
+            &"y".repeat(100),
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+            "c"
+        ]),
+        format!(
+            "-ERR unknown command 'foo', with args beginning with: '{}' '{}' \r\n",
+            "y".repeat(100),
+            "abcdefghijklmnopqrstuvwxy"
+        )
+    );
+    assert_eq!(
+        &unknown(&["fo\r\no", "a\nb"])[..],
+        b"-ERR unknown command 'fo  o', with args beginning with: 'a b' \r\n"
+    );
+    let arity = |args: &[&str]| command::route(&req(args)).unwrap_err();
+    assert_eq!(
+        &arity(&["GET"])[..],
+        b"-ERR wrong number of arguments for 'get' command\r\n"
+    );
+    assert_eq!(
+        &arity(&["get", "a", "b"])[..],
+        b"-ERR wrong number of arguments for 'get' command\r\n"
+    );
+    assert_eq!(
+        &arity(&["SET", "k"])[..],
+        b"-ERR wrong number of arguments for 'set' command\r\n"
+    );
+    assert_eq!(
+        &arity(&["mset", "a", "1", "b"])[..],
+        b"-ERR wrong number of arguments for 'mset' command\r\n"
+    );
+}
+
+#[test]
+fn redis_7_options_pass_and_keys_are_found() {
+    let keys = |args: &[&str]| -> Vec<String> {
+        let r = req(args);
+        match command::route(&r).unwrap().route {
+            Route::Keys(k) | Route::Split { keys: k, .. } => k
+                .iter()
+                .map(|&i| String::from_utf8(r.arg(i).unwrap().to_vec()).unwrap())
+                .collect(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(keys(&["EXPIRE", "k", "10", "NX"]), ["k"]);
+    assert_eq!(keys(&["SET", "k", "v", "GET"]), ["k"]);
+    assert_eq!(keys(&["set", "k", "v", "EX", "10", "NX", "GET"]), ["k"]);
+    assert_eq!(keys(&["MGET", "a", "b", "a"]), ["a", "b", "a"]);
+    assert_eq!(keys(&["MSET", "a", "1", "b", "2"]), ["a", "b"]);
+    assert_eq!(
+        keys(&["EVAL", "return 1", "2", "x", "y", "arg"]),
+        ["x", "y"]
+    );
+    assert_eq!(
+        keys(&["ZUNIONSTORE", "d", "2", "a", "b", "WEIGHTS", "1", "2"]),
+        ["d", "a", "b"]
+    );
+    assert_eq!(keys(&["ZUNION", "2", "a", "b"]), ["a", "b"]);
+    assert_eq!(keys(&["LMPOP", "2", "a", "b", "LEFT"]), ["a", "b"]);
+    assert_eq!(
+        keys(&["XREAD", "COUNT", "2", "STREAMS", "s1", "s2", "0", "0"]),
+        ["s1", "s2"]
+    );
+    assert_eq!(
+        keys(&["XREADGROUP", "GROUP", "streams", "c", "STREAMS", "s1", ">"]),
+        ["s1"]
+    );
+    assert_eq!(
+        keys(&["SORT", "k", "BY", "w_*", "STORE", "dst"]),
+        ["k", "dst"]
+    );
+    assert_eq!(
+        keys(&["GEORADIUS", "g", "0", "0", "1", "km", "STOREDIST", "d"]),
+        ["g", "d"]
+    );
+    assert_eq!(keys(&["BITOP", "AND", "d", "a", "b"]), ["d", "a", "b"]);
+    assert_eq!(keys(&["OBJECT", "ENCODING", "k"]), ["k"]);
+    assert_eq!(keys(&["RPOPLPUSH", "a", "b"]), ["a", "b"]);
+}
+
+#[test]
+fn each_command_class_gets_its_route() {
+    let route = |args: &[&str]| command::route(&req(args));
+    assert!(matches!(
+        route(&["mget", "a", "b"]).unwrap().route,
+        Route::Split {
+            merge: Merge::Values,
+            step: 1,
+            ..
+        }
+    ));
+    assert!(matches!(
+        route(&["MSET", "a", "1"]).unwrap().route,
+        Route::Split {
+            merge: Merge::AllOk,
+            step: 2,
+            ..
+        }
+    ));
+    for sum in ["DEL", "UNLINK", "TOUCH", "EXISTS"] {
+        assert!(matches!(
+            route(&[sum, "a"]).unwrap().route,
+            Route::Split {
+                merge: Merge::Sum,
+                ..
+            }
+        ));
+    }
+    assert_eq!(
+        route(&["DBSIZE"]).unwrap().route,
+        Route::Broadcast(Merge::Sum)
+    );
+    assert_eq!(route(&["ping"]).unwrap().route, Route::Local(Local::Ping));
+    assert_eq!(
+        route(&["HELLO", "3"]).unwrap().route,
+        Route::Local(Local::Hello)
+    );
+    assert_eq!(
+        route(&["CLIENT", "SETINFO", "lib-name", "x"])
+            .unwrap()
+            .route,
+        Route::Local(Local::Client)
+    );
+    // Malformed key arguments go to any server, whose own error answers; keyless scripts are refused.
+    assert_eq!(
+        route(&["EVAL", "return 1", "x"]).unwrap().route,
+        Route::AnyServer
+    );
+    assert_eq!(
+        route(&["EVAL", "return 1", "3", "a"]).unwrap().route,
+        Route::AnyServer
+    );
+    assert_eq!(route(&["OBJECT", "HELP"]).unwrap().route, Route::AnyServer);
+    assert_eq!(
+        &route(&["EVAL", "return 1", "0"]).unwrap_err()[..],
+        &b"-ERR EVAL is not supported by the proxy: a script without keys cannot be placed: pass the keys it uses\r\n"[..]
+    );
+    for refused in [
+        &["KEYS", "*"][..],
+        &["SCAN", "0"],
+        &["FLUSHALL"],
+        &["SUBSCRIBE", "c"],
+        &["MULTI"],
+        &["BLPOP", "k", "0"],
+        &["XREAD", "BLOCK", "0", "STREAMS", "s", "$"],
+        &["CLUSTER", "INFO"],
+    ] {
+        let e = route(refused).unwrap_err();
+        let text = String::from_utf8_lossy(&e);
+        assert!(
+            text.starts_with(&format!(
+                "-ERR {} is not supported by the proxy: ",
+                refused[0]
+            )),
+            "{text}"
+        );
+        assert!(text.ends_with("\r\n") && !text[..text.len() - 2].contains(['\r', '\n']));
+    }
+}
+
+// Splits and merges.
+
+#[test]
+fn mget_splits_by_server_and_merges_in_request_order() {
+    let r = req(&["MGET", "a", "b", "c", "d"]);
+    let Route::Split { keys, step, .. } = command::route(&r).unwrap().route else {
+        panic!()
+    };
+    // a, c on server 0; b, d on server 1.
+    let subs = merge::split(&r, &keys, step, |k| usize::from(k == b"b" || k == b"d"));
+    assert_eq!(subs.len(), 2);
+    assert_eq!(
+        &subs[0].frame[..],
+        b"*3\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nc\r\n"
+    );
+    assert_eq!(subs[0].keys, [0, 2]);
+    assert_eq!(
+        &subs[1].frame[..],
+        b"*3\r\n$4\r\nMGET\r\n$1\r\nb\r\n$1\r\nd\r\n"
+    );
+    let limits = ReplyLimits::default();
+    let merged = merge::merge_values(
+        4,
+        &[
+            (&subs[0].keys, Part::Reply(b"*2\r\n$2\r\nva\r\n$-1\r\n")),
+            (
+                &subs[1].keys,
+                Part::Reply(b"*2\r\n$2\r\nvb\r\n$2\r\nvd\r\n"),
+            ),
+        ],
+        limits,
+    );
+    assert_eq!(
+        &merged[..],
+        b"*4\r\n$2\r\nva\r\n$2\r\nvb\r\n$-1\r\n$2\r\nvd\r\n"
+    );
+    // RESP3 nulls pass through as the server sent them.
+    let merged = merge::merge_values(
+        4,
+        &[
+            (&subs[0].keys, Part::Reply(b"*2\r\n_\r\n_\r\n")),
+            (&subs[1].keys, Part::Reply(b"*2\r\n$2\r\nvb\r\n_\r\n")),
+        ],
+        limits,
+    );
+    assert_eq!(&merged[..], b"*4\r\n_\r\n$2\r\nvb\r\n_\r\n_\r\n");
+    // A dead server costs its keys only: an error element each, never a nil.
+    let merged = merge::merge_values(
+        4,
+        &[
+            (
+                &subs[0].keys,
+                Part::Reply(b"*2\r\n$2\r\nva\r\n$2\r\nvc\r\n"),
+            ),
+            (
+                &subs[1].keys,
+                Part::Failed("server 127.0.0.1:6380 timed out"),
+            ),
+        ],
+        limits,
+    );
+    assert_eq!(
+        &merged[..],
+        &b"*4\r\n$2\r\nva\r\n-ERR server 127.0.0.1:6380 timed out\r\n$2\r\nvc\r\n-ERR server 127.0.0.1:6380 timed out\r\n"[..]
+    );
+    // A server's error for its whole part (`-LOADING`) stands for each of its keys.
+    let merged = merge::merge_values(
+        4,
+        &[
+            (
+                &subs[0].keys,
+                Part::Reply(b"-LOADING Redis is loading the dataset in memory\r\n"),
+            ),
+            (
+                &subs[1].keys,
+                Part::Reply(b"*2\r\n$2\r\nvb\r\n$2\r\nvd\r\n"),
+            ),
+        ],
+        limits,
+    );
+    assert_eq!(
+        &merged[..],
+        &b"*4\r\n-LOADING Redis is loading the dataset in memory\r\n$2\r\nvb\r\n-LOADING Redis is loading the dataset in memory\r\n$2\r\nvd\r\n"[..]
+    );
+}
+
+#[test]
+fn one_server_gets_the_request_as_it_came_and_mset_keeps_values_with_keys() {
+    let r = req(&["mget", "a", "b"]);
+    let subs = merge::split(&r, &[1, 2], 1, |_| 3);
+    assert_eq!(subs.len(), 1);
+    assert_eq!((subs[0].server, &subs[0].frame), (3, &r.frame));
+    let r = req(&["MSET", "a", "1", "b", "2", "c", "3"]);
+    let subs = merge::split(&r, &[1, 3, 5], 2, |k| usize::from(k == b"b"));
+    assert_eq!(
+        &subs[0].frame[..],
+        b"*5\r\n$4\r\nMSET\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nc\r\n$1\r\n3\r\n"
+    );
+    assert_eq!(
+        &subs[1].frame[..],
+        b"*3\r\n$4\r\nMSET\r\n$1\r\nb\r\n$1\r\n2\r\n"
+    );
+}
+
+#[test]
+fn ok_and_sum_merges_report_failures() {
+    assert_eq!(
+        &merge::merge_all_ok(&[Part::Reply(b"+OK\r\n"), Part::Reply(b"+OK\r\n")])[..],
+        b"+OK\r\n"
+    );
+    assert_eq!(
+        &merge::merge_all_ok(&[Part::Reply(b"+OK\r\n"), Part::Failed("connection refused")])[..],
+        b"-ERR connection refused\r\n"
+    );
+    assert_eq!(
+        &merge::merge_all_ok(&[
+            Part::Reply(b"-OOM command not allowed\r\n"),
+            Part::Reply(b"+OK\r\n")
+        ])[..],
+        b"-OOM command not allowed\r\n"
+    );
+    assert_eq!(
+        &merge::merge_sum(&[
+            Part::Reply(b":2\r\n"),
+            Part::Reply(b":0\r\n"),
+            Part::Reply(b":5\r\n")
+        ])[..],
+        b":7\r\n"
+    );
+    assert_eq!(
+        &merge::merge_sum(&[Part::Reply(b":2\r\n"), Part::Failed("timed\r\nout")])[..],
+        b"-ERR timed  out\r\n"
+    );
+    assert_eq!(
+        &merge::merge_sum(&[Part::Reply(b"+x\r\n")])[..],
+        b"-ERR unexpected reply from server to a counting command\r\n"
+    );
+    assert_eq!(Flavor::Resp2.null(), b"$-1\r\n");
+    assert_eq!(Flavor::Resp3.null(), b"_\r\n");
+}
+
+// Hash tags.
+
+/// Redis Cluster's rule, written from its documentation: the bytes between the first `{` and the next `}`
+/// after it, when there are any; else the whole key.
+fn cluster_hash_tag(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+#[test]
+fn hash_tags_follow_redis_clusters_rule() {
+    for (key, tag) in [
+        (&b"{user1000}.following"[..], &b"user1000"[..]),
+        (b"foo{}{bar}", b"foo{}{bar}"),
+        (b"foo{{bar}}zap", b"{bar"),
+        (b"foo{bar}{zap}", b"bar"),
+        (b"{}", b"{}"),
+        (b"}{a}", b"a"),
+        (b"{a", b"{a"),
+    ] {
+        assert_eq!(
+            cluster_hash_tag(key),
+            tag,
+            "{}",
+            String::from_utf8_lossy(key)
+        );
+    }
+}
+
+proptest! {
+    /// The library's twemproxy placement (nutcracker's `hash_tag: "{}"` code) hashes the same bytes as
+    /// Redis Cluster's rule, for every hash: keys placed through nutcracker are found here.
+    #[test]
+    fn the_librarys_twemproxy_hash_tag_is_redis_clusters(
+        key in proptest::collection::vec(prop_oneof![Just(b'{'), Just(b'}'), Just(b'a'), any::<u8>()], 0..12),
+    ) {
+        use shardring::compat::twemproxy::key_hash;
+        use shardring::hash::TwemproxyHash;
+        for hash in [TwemproxyHash::Fnv1a64, TwemproxyHash::Murmur, TwemproxyHash::Md5, TwemproxyHash::Crc32a] {
+            prop_assert_eq!(
+                key_hash(&key, hash, Some(*b"{}")),
+                key_hash(cluster_hash_tag(&key), hash, None)
+            );
+        }
+    }
+}
