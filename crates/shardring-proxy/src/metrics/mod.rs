@@ -14,6 +14,7 @@
 //! - `hot_keys`: the `/hotkeys` endpoint ([`hot_keys_endpoint`]): each pool's heaviest keys as JSON.
 
 mod counters;
+mod families;
 mod hot_keys;
 mod http;
 mod prometheus;
