@@ -152,6 +152,15 @@ async fn a_dead_server_is_ejected_without_traffic_and_rejoins_only_when_it_answe
     })
     .await;
     assert_eq!(stats.ejections.get(), 1);
+    // The health task rebuilds the placement right after the ejection (woken by it): wait for that
+    // swap, so the requests below are not racing it on a busy machine.
+    let pool = &proxy.proxy.pools()[0];
+    wait_until("the placement without it", Duration::from_secs(5), || {
+        victim_keys
+            .iter()
+            .all(|k| pool.server_for(k.as_bytes()) != Some(1))
+    })
+    .await;
     // Its keys now live elsewhere, and work.
     let mut c = proxy.client().await;
     for k in &victim_keys {
@@ -179,7 +188,16 @@ async fn a_dead_server_is_ejected_without_traffic_and_rejoins_only_when_it_answe
         !stats.ejected.load(Ordering::Relaxed)
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_until(
+        "the placement with it again",
+        Duration::from_secs(5),
+        || {
+            victim_keys
+                .iter()
+                .all(|k| pool.server_for(k.as_bytes()) == Some(1))
+        },
+    )
+    .await;
     for k in &victim_keys {
         c.check(format!("get {k}\r\n").as_bytes(), b"END\r\n").await;
     }
