@@ -251,8 +251,6 @@ impl<P: Protocol> Session<P> {
             hot: self.pool.shared.hot.as_ref(),
             full: cluster.full.as_ref(),
             gutter: cluster.gutter.as_ref(),
-            replicas: cluster.config.replicas,
-            stats_handle: &self.pool.shared.stats,
             previous: previous_routing.as_deref().map(|r| &**r),
             previous_now: &cluster.previous_now,
         };

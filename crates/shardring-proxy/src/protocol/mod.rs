@@ -362,8 +362,9 @@ pub struct FrameError {
 pub struct PlanContext<'a> {
     /// Key → server over the live servers.
     pub(crate) routing: &'a Routing,
-    /// The pool's tallies (`stats` answers, fragment counts).
-    pub stats: &'a PoolStats,
+    /// The pool's tallies (`stats` answers, fragment counts), shared: merges and finishes that count after
+    /// the plan keep a handle.
+    pub stats: &'a std::sync::Arc<PoolStats>,
     /// The pool's config.
     pub config: &'a PoolConfig,
     /// How many servers the pool has, live or not.
@@ -376,16 +377,12 @@ pub struct PlanContext<'a> {
     /// The placement over every server of the pool, ejected or not, when keys have replicas: where a
     /// key's replica list comes from.
     pub(crate) full: Option<&'a Routing>,
-    /// How many servers hold each key (1: no replicas).
-    pub(crate) replicas: usize,
     /// The gutter pool, when the pool has one: a dead server's keys go there (with `full`).
     pub(crate) gutter: Option<&'a crate::router::Gutter>,
     /// The previous ring while a warm-up window is open: key → server among the previous ring's servers.
     pub(crate) previous: Option<&'a Routing>,
     /// For each server of the previous ring, its index now (`None` when it left the pool).
     pub(crate) previous_now: &'a [Option<usize>],
-    /// The pool's tallies, shared (for merges and finishes that count after the plan).
-    pub(crate) stats_handle: &'a std::sync::Arc<PoolStats>,
 }
 
 impl PlanContext<'_> {
@@ -431,8 +428,8 @@ impl PlanContext<'_> {
 
     /// The first live server of `key`'s replica list: [`PlanContext::server_for`] without replicas.
     pub fn first_replica(&self, key: &[u8]) -> Option<usize> {
-        if self.full.is_some() && self.replicas > 1 {
-            let mut out = Vec::with_capacity(self.replicas);
+        if self.full.is_some() && self.config.replicas > 1 {
+            let mut out = Vec::with_capacity(self.config.replicas);
             self.replicas_for(key, &mut out);
             out.first().copied()
         } else {
@@ -453,7 +450,7 @@ impl PlanContext<'_> {
 
     /// How many servers hold each key (1 when the pool has no replicas).
     pub fn replicas(&self) -> usize {
-        self.replicas
+        self.config.replicas
     }
 
     /// Fills `out` with the live servers of `key`'s replica list, owner first (the owner placed as
@@ -462,8 +459,8 @@ impl PlanContext<'_> {
     /// [`PlanContext::server_for`] gives, if any.
     pub fn replicas_for(&self, key: &[u8], out: &mut Vec<usize>) {
         out.clear();
-        if let (Some(full), true) = (self.full, self.replicas > 1) {
-            full.replicas_into(key, self.replicas, out);
+        if let (Some(full), true) = (self.full, self.config.replicas > 1) {
+            full.replicas_into(key, self.config.replicas, out);
             out.retain(|&s| self.routing.is_live(s));
         }
         if out.is_empty() {

@@ -368,16 +368,16 @@ impl Memcache {
             unreachable!("get_now() is only called for retrieval commands")
         };
         let more = *more;
-        let mut owners = vec![None; keys.len()];
-        if ctx.replicas() > 1 || keys.len() == 1 {
-            for (owner, k) in owners.iter_mut().zip(keys) {
-                *owner = ctx.first_replica(req.bytes(k));
-            }
+        // A one-key get (the common case) places its key without allocating.
+        let mut single = [None];
+        let batch;
+        let owners: &[Option<usize>] = if let [key] = keys.as_slice() {
+            single[0] = ctx.first_replica(req.bytes(key));
+            &single
         } else {
-            // Placed as one batch: the placement overlaps the cache misses of many lookups.
-            let key_bytes: Vec<&[u8]> = keys.iter().map(|k| req.bytes(k)).collect();
-            ctx.servers_for(&key_bytes, &mut owners);
-        }
+            batch = owners_of(&req, keys, ctx);
+            &batch
+        };
         let first = owners[0];
         if first.is_some() && owners.iter().all(|&o| o == first) {
             let finish = match (fill, more) {
@@ -409,7 +409,7 @@ impl Memcache {
         // Split: one request per server, keys in the client's order.
         let mut lines: Vec<(usize, BytesMut)> = Vec::new();
         let mut part_of = Vec::with_capacity(keys.len());
-        for (k, owner) in keys.iter().zip(&owners) {
+        for (k, owner) in keys.iter().zip(owners) {
             let Some(owner) = *owner else {
                 part_of.push(None);
                 continue;
@@ -449,6 +449,21 @@ impl Memcache {
             }),
         }
     }
+}
+
+/// The server of each of a multi-get's keys: one batch through the placement (which overlaps the
+/// keys' cache misses), or key by key along the replica lists when keys have replicas.
+fn owners_of(req: &Request, keys: &[Range<usize>], ctx: &PlanContext<'_>) -> Vec<Option<usize>> {
+    let mut owners = vec![None; keys.len()];
+    if ctx.replicas() > 1 {
+        for (owner, k) in owners.iter_mut().zip(keys) {
+            *owner = ctx.first_replica(req.bytes(k));
+        }
+    } else {
+        let key_bytes: Vec<&[u8]> = keys.iter().map(|k| req.bytes(k)).collect();
+        ctx.servers_for(&key_bytes, &mut owners);
+    }
+    owners
 }
 
 /// The start of a split get's line: its command word and, for gat/gats, the exptime.

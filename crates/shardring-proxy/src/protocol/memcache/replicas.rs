@@ -74,7 +74,7 @@ pub(super) fn write(
             .collect(),
         merge: super::plan::Merge::Replicated(ReplicatedWrite {
             finish,
-            stats: Arc::clone(ctx.stats_handle),
+            stats: Arc::clone(ctx.stats),
         }),
     })
 }

@@ -97,7 +97,7 @@ pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> Option<Step<Memcache
         kind: ResponseKind::Meta,
         finish: Finish::Warm(WarmGet {
             key: Bytes::copy_from_slice(key),
-            stats: Arc::clone(ctx.stats_handle),
+            stats: Arc::clone(ctx.stats),
         }),
     })
 }
@@ -449,7 +449,7 @@ pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Mem
             slots,
             values: vec![None; n],
             waiting: Vec::new(),
-            stats: Arc::clone(ctx.stats_handle),
+            stats: Arc::clone(ctx.stats),
             request: req,
         }),
     })
