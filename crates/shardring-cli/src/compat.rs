@@ -57,6 +57,17 @@ pub fn from_config(path: &Path, pool: Option<&str>) -> Result<Box<dyn Placement>
         .with_context(|| format!("{}: pool {}", path.display(), pool.name))
 }
 
+/// Reads and checks a twemproxy configuration file as the proxy runs it (an unreadable file is a
+/// problem like any other).
+pub fn load_config(path: &Path) -> Result<ProxyConfig, ConfigErrors> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        let mut errors = ConfigErrors::default();
+        errors.push("", format!("cannot read {}: {e}", path.display()));
+        errors
+    })?;
+    ProxyConfig::from_yaml(&text)
+}
+
 /// A configuration file's problems, every one on its own line (with its line in the file).
 pub fn config_problems(path: &Path, e: &ConfigErrors) -> anyhow::Error {
     anyhow::anyhow!(

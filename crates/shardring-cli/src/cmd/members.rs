@@ -99,10 +99,8 @@ impl Hashing {
     }
 }
 
-fn read_config(path: &PathBuf) -> Result<ProxyConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    ProxyConfig::from_yaml(&text).map_err(|e| crate::compat::config_problems(path, &e))
+fn read_config(path: &std::path::Path) -> Result<ProxyConfig> {
+    crate::compat::load_config(path).map_err(|e| crate::compat::config_problems(path, &e))
 }
 
 fn pick_pool<'c>(config: &'c ProxyConfig, name: Option<&str>) -> Result<&'c PoolConfig> {
@@ -118,7 +116,7 @@ fn pick_pool<'c>(config: &'c ProxyConfig, name: Option<&str>) -> Result<&'c Pool
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let config = args.config.as_ref().map(read_config).transpose()?;
+    let config = args.config.as_deref().map(read_config).transpose()?;
     let pool_config = config
         .as_ref()
         .map(|c| pick_pool(c, args.pool.as_deref()))

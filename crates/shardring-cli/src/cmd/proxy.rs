@@ -7,13 +7,15 @@
 //! Logs go to stderr; `RUST_LOG` (e.g. `RUST_LOG=shardring_proxy=debug`) picks what is logged, `info` by
 //! default.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
 use shardring_proxy::config::{GutterConfig, HotKeysConfig};
-use shardring_proxy::{membership, workers, ConfigErrors, ProxyConfig, RunOptions};
+use shardring_proxy::{membership, workers, ProxyConfig, RunOptions};
+
+use crate::compat::{config_problems as config_error, load_config as load};
 
 /// Flags named like nutcracker's where it has them (`-c`, `-t`, `-s`, `-a`).
 #[derive(Debug, clap::Args)]
@@ -226,19 +228,6 @@ impl Overrides {
         }
         config
     }
-}
-
-fn load(path: &Path) -> Result<ProxyConfig, ConfigErrors> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        let mut errors = ConfigErrors::default();
-        errors.push("", format!("cannot read {}: {e}", path.display()));
-        errors
-    })?;
-    ProxyConfig::from_yaml(&text)
-}
-
-fn config_error(path: &Path, e: &ConfigErrors) -> anyhow::Error {
-    crate::compat::config_problems(path, e)
 }
 
 pub fn run(args: Args) -> Result<()> {
