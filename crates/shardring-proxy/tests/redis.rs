@@ -930,6 +930,18 @@ async fn prometheus_shows_each_commands_latency() {
         "commands not sent are left out"
     );
     assert!(!text.contains("NOSUCH") && !text.contains("nosuch"));
+    // The stats JSON carries the same table (not twemproxy's; its readers skip unknown fields).
+    let json: serde_json::Value = serde_json::from_str(
+        &shardring_proxy::metrics::render_twemproxy_json(
+            proxy.proxy.started(),
+            &proxy.proxy.views(),
+        ),
+    )
+    .unwrap();
+    let table = &json["alpha"]["command_latency"];
+    assert_eq!(table["set"]["requests"], 7, "{table}");
+    assert_eq!(table["mget"]["requests"], 3, "{table}");
+    assert!(table.get("get").is_none(), "{table}");
     // Prometheus's own checker reads it (when installed: .ci/run installs it).
     if let Ok(mut child) = Command::new("promtool")
         .args(["check", "metrics"])

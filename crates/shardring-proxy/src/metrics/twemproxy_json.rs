@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
-use super::counters::{unix_time, PoolView};
+use super::counters::{unix_time, CommandLatency, PoolView, BUCKETS_US};
 
 /// How long a stats client gets to read the JSON before its connection is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -75,6 +75,9 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
         if let Some(report) = p.hot_keys.load_full() {
             pool.insert("hot_keys".into(), super::hot_keys::keys_json(&report));
         }
+        if let Some(commands) = command_latency_json(&p.commands) {
+            pool.insert("command_latency".into(), commands);
+        }
         for s in &view.servers {
             let server: Value = json!({
                 "server_eof": s.server_eof.get(),
@@ -96,6 +99,31 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
         top.insert(p.name.clone(), Value::Object(pool));
     }
     Value::Object(top).to_string()
+}
+
+/// Not twemproxy's: each command's latency (Redis pools), for the commands clients sent: `{"get":
+/// {"requests": n, "latency_sum_us": s, "latency_us": {"50": c, …, "+Inf": c}}}`, the bucket counts not
+/// cumulative (each is the requests answered within its bound and above the previous one), the same
+/// buckets as the Prometheus histogram. `None` when the pool names no commands or none was sent.
+fn command_latency_json(commands: &[CommandLatency]) -> Option<Value> {
+    let mut out = Map::new();
+    for c in commands {
+        let (buckets, sum_us) = c.latency.read();
+        let requests: u64 = buckets.iter().sum();
+        if requests == 0 {
+            continue;
+        }
+        let mut by_bound = Map::new();
+        for (count, bound) in buckets.iter().zip(BUCKETS_US.iter().map(|b| b.to_string())) {
+            by_bound.insert(bound, json!(count));
+        }
+        by_bound.insert("+Inf".into(), json!(buckets[BUCKETS_US.len()]));
+        out.insert(
+            c.name.to_owned(),
+            json!({"requests": requests, "latency_sum_us": sum_us, "latency_us": by_bound}),
+        );
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
 }
 
 /// Serves twemproxy's stats: every connection gets the JSON, then is closed (as nutcracker does).
@@ -158,5 +186,31 @@ mod tests {
         ] {
             assert!(v["alpha"][f].is_u64(), "{f}");
         }
+        assert!(
+            v["alpha"].get("command_latency").is_none(),
+            "a pool without named commands has no command table"
+        );
+    }
+
+    #[test]
+    fn json_has_the_latency_of_each_command_sent_and_only_those() {
+        let pool = Arc::new(PoolStats::with_commands("beta", &["get", "set", "mget"]));
+        pool.commands[0].latency.observe(Duration::from_micros(40));
+        pool.commands[0].latency.observe(Duration::from_micros(70));
+        pool.commands[2].latency.observe(Duration::from_secs(3));
+        let views = vec![PoolView {
+            pool,
+            servers: Vec::new(),
+        }];
+        let v: serde_json::Value =
+            serde_json::from_str(&render_twemproxy_json(Instant::now(), &views)).unwrap();
+        let table = &v["beta"]["command_latency"];
+        assert_eq!(table["get"]["requests"], 2);
+        assert_eq!(table["get"]["latency_sum_us"], 110);
+        assert_eq!(table["get"]["latency_us"]["50"], 1);
+        assert_eq!(table["get"]["latency_us"]["100"], 1);
+        assert_eq!(table["get"]["latency_us"]["+Inf"], 0);
+        assert_eq!(table["mget"]["latency_us"]["+Inf"], 1);
+        assert!(table.get("set").is_none(), "set was never sent");
     }
 }
