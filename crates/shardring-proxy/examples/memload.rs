@@ -1,8 +1,12 @@
-//! A small memcached load generator with latency percentiles, for `scripts/bench-proxy`.
+//! A small memcached and Redis load generator with latency percentiles, for `scripts/bench-proxy`.
 //!
-//! `memload ADDR CONNS SECONDS OP [KEYS] [VALUE_BYTES]` where OP is `get`, `set`, `mget10` or `load`
-//! (`load` stores every key once and exits). Each connection sends one request, reads the whole reply,
-//! and records the round trip; keys are made before the timed loop. Prints one JSON line:
+//! `memload ADDR CONNS SECONDS OP [KEYS] [VALUE_BYTES]` where OP is, for memcached, `get`, `set`, `mget10`
+//! or `load` (`load` stores every key once and exits), and for Redis (RESP2) `redis-get`, `redis-set`,
+//! `redis-mget10`, `redis-mset10`, `redis-get-p16` (16 GETs pipelined in one write) or `redis-load`. Each
+//! connection sends one request (or one pipelined batch), reads the whole reply, and records the round
+//! trip; requests are made before the timed loop. A pipelined batch counts as its 16 requests, as
+//! redis-benchmark counts `-P 16`. An error reply (`SERVER_ERROR`, `CLIENT_ERROR`, a RESP `-` reply)
+//! counts as an error. Prints one JSON line:
 //! `{"op":…,"conns":…,"seconds":…,"requests":…,"errors":…,"rps":…,"p50_us":…,"p99_us":…,"p999_us":…}`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,13 +16,29 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Reads one whole reply: a line, or VALUE blocks up to END.
-async fn read_reply(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+/// Which protocol a run speaks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Memcache,
+    /// RESP2, expecting this many replies per request sent.
+    Redis(usize),
+}
+
+/// Reads one whole reply (for Redis, as many replies as were pipelined); false if it was an error.
+async fn read_reply(s: &mut TcpStream, buf: &mut Vec<u8>, wire: Wire) -> std::io::Result<bool> {
     buf.clear();
     let mut chunk = [0u8; 16 << 10];
     loop {
-        if complete(buf) {
-            return Ok(!buf.starts_with(b"SERVER_ERROR") && !buf.starts_with(b"CLIENT_ERROR"));
+        match wire {
+            Wire::Memcache if complete(buf) => {
+                return Ok(!buf.starts_with(b"SERVER_ERROR") && !buf.starts_with(b"CLIENT_ERROR"));
+            }
+            Wire::Redis(replies) => {
+                if let Some(ok) = resp_complete(buf, replies) {
+                    return Ok(ok);
+                }
+            }
+            Wire::Memcache => {}
         }
         let n = s.read(&mut chunk).await?;
         if n == 0 {
@@ -51,6 +71,60 @@ fn complete(buf: &[u8]) -> bool {
     }
 }
 
+/// Whether `buf` holds `replies` whole RESP2 replies (then `Some(no error among them)`), else `None`.
+fn resp_complete(buf: &[u8], replies: usize) -> Option<bool> {
+    let mut at = 0;
+    let mut ok = true;
+    for _ in 0..replies {
+        at = resp_value(buf, at, &mut ok)?;
+    }
+    (at == buf.len()).then_some(ok)
+}
+
+/// The end of the RESP2 value starting at `at`, or `None` when it is not all in `buf`.
+fn resp_value(buf: &[u8], at: usize, ok: &mut bool) -> Option<usize> {
+    let nl = at + buf.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+    let line = &buf[at + 1..nl];
+    let number = || -> i64 {
+        std::str::from_utf8(line)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(-1)
+    };
+    match buf[at] {
+        b'-' => {
+            *ok = false;
+            Some(nl + 2)
+        }
+        b'$' => match number() {
+            n if n < 0 => Some(nl + 2),
+            n => {
+                let end = nl + 2 + n as usize + 2;
+                (end <= buf.len()).then_some(end)
+            }
+        },
+        b'*' => {
+            let mut end = nl + 2;
+            for _ in 0..number().max(0) {
+                end = resp_value(buf, end, ok)?;
+            }
+            Some(end)
+        }
+        _ => Some(nl + 2),
+    }
+}
+
+/// A RESP2 command.
+fn resp(args: &[&[u8]]) -> Vec<u8> {
+    let mut r = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        r.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        r.extend_from_slice(a);
+        r.extend_from_slice(b"\r\n");
+    }
+    r
+}
+
 fn percentile(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
         return 0;
@@ -75,21 +149,38 @@ async fn main() {
     let keys: Arc<Vec<String>> = Arc::new((0..nkeys).map(|i| format!("memload:{i:08}")).collect());
     let value = vec![b'v'; vlen];
 
-    if op == "load" {
+    let wire = match op.as_str() {
+        "redis-get-p16" => Wire::Redis(16),
+        o if o.starts_with("redis-") => Wire::Redis(1),
+        _ => Wire::Memcache,
+    };
+    // How many requests one round trip carries.
+    let per_trip = match wire {
+        Wire::Redis(n) => n,
+        Wire::Memcache => 1,
+    };
+    if op == "load" || op == "redis-load" {
         let mut s = TcpStream::connect(&addr).await.expect("connect");
         let mut buf = Vec::new();
         for k in keys.iter() {
-            let mut req = format!("set {k} 0 0 {vlen}\r\n").into_bytes();
-            req.extend_from_slice(&value);
-            req.extend_from_slice(b"\r\n");
+            let req = if wire == Wire::Memcache {
+                let mut req = format!("set {k} 0 0 {vlen}\r\n").into_bytes();
+                req.extend_from_slice(&value);
+                req.extend_from_slice(b"\r\n");
+                req
+            } else {
+                resp(&[b"SET", k.as_bytes(), &value])
+            };
             s.write_all(&req).await.expect("write");
             assert!(
-                read_reply(&mut s, &mut buf).await.expect("read"),
+                read_reply(&mut s, &mut buf, wire).await.expect("read"),
                 "set failed"
             );
         }
         return;
     }
+    // The ten keys of the `i`th multi-key request.
+    let ten = |i: usize| (0..10).map(move |j| (i * 7 + j * 997) % nkeys);
 
     // Requests are made before the clock starts: the loop only cycles through them.
     let requests: Arc<Vec<Vec<u8>>> = Arc::new(
@@ -104,13 +195,31 @@ async fn main() {
                 }
                 "mget10" => {
                     let mut r = String::from("get");
-                    for j in 0..10 {
+                    for k in ten(i) {
                         r.push(' ');
-                        r.push_str(&keys[(i * 7 + j * 997) % nkeys]);
+                        r.push_str(&keys[k]);
                     }
                     r.push_str("\r\n");
                     r.into_bytes()
                 }
+                "redis-get" => resp(&[b"GET", keys[i].as_bytes()]),
+                "redis-set" => resp(&[b"SET", keys[i].as_bytes(), &value]),
+                "redis-mget10" => {
+                    let mut args: Vec<&[u8]> = vec![b"MGET"];
+                    args.extend(ten(i).map(|k| keys[k].as_bytes()));
+                    resp(&args)
+                }
+                "redis-mset10" => {
+                    let mut args: Vec<&[u8]> = vec![b"MSET"];
+                    for k in ten(i) {
+                        args.push(keys[k].as_bytes());
+                        args.push(&value);
+                    }
+                    resp(&args)
+                }
+                "redis-get-p16" => (0..16)
+                    .flat_map(|j| resp(&[b"GET", keys[(i + j * 613) % nkeys].as_bytes()]))
+                    .collect(),
                 other => panic!("unknown op {other}"),
             })
             .collect(),
@@ -134,7 +243,7 @@ async fn main() {
                 i += 1;
                 let t = Instant::now();
                 s.write_all(req).await.expect("write");
-                match read_reply(&mut s, &mut buf).await {
+                match read_reply(&mut s, &mut buf, wire).await {
                     Ok(true) => {}
                     Ok(false) => errors += 1,
                     Err(e) => panic!("connection failed: {e}"),
@@ -157,8 +266,8 @@ async fn main() {
     all.sort_unstable();
     println!(
         "{{\"op\":\"{op}\",\"conns\":{conns},\"seconds\":{elapsed:.3},\"requests\":{},\"errors\":{errors},\"rps\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{}}}",
-        all.len(),
-        all.len() as f64 / elapsed,
+        all.len() * per_trip,
+        (all.len() * per_trip) as f64 / elapsed,
         percentile(&all, 0.50),
         percentile(&all, 0.99),
         percentile(&all, 0.999),
