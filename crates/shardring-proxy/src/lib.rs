@@ -49,6 +49,7 @@ macro_rules! name_version {
 mod backend;
 mod cluster;
 pub mod config;
+pub mod cpu_slice;
 mod error;
 mod hotkeys;
 #[cfg(feature = "etcd")]

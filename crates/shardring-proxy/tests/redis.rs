@@ -931,13 +931,12 @@ async fn prometheus_shows_each_commands_latency() {
     );
     assert!(!text.contains("NOSUCH") && !text.contains("nosuch"));
     // The stats JSON carries the same table (not twemproxy's; its readers skip unknown fields).
-    let json: serde_json::Value = serde_json::from_str(
-        &shardring_proxy::metrics::render_twemproxy_json(
+    let json: serde_json::Value =
+        serde_json::from_str(&shardring_proxy::metrics::render_twemproxy_json(
             proxy.proxy.started(),
             &proxy.proxy.views(),
-        ),
-    )
-    .unwrap();
+        ))
+        .unwrap();
     let table = &json["alpha"]["command_latency"];
     assert_eq!(table["set"]["requests"], 7, "{table}");
     assert_eq!(table["mget"]["requests"], 3, "{table}");
