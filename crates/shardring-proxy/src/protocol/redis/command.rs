@@ -481,26 +481,95 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
 }
 
 /// The index in [`TABLE`] of a command name, matched without regard to case.
+///
+/// Every request looks its command up, so names are compared as integers: each table name, lowercased
+/// and packed big-endian into three words with zero padding, sorts as its bytes do (no name holds a zero
+/// byte, and a shorter name that is a prefix of a longer one sorts first either way), and a binary
+/// search over the packed keys compares at most three words per step instead of calling `memcmp`. The
+/// length goes with the words, so a name with zero bytes at its end (`GET\0`) is not taken for the
+/// name without them.
 pub fn index_of(name: &[u8]) -> Option<usize> {
+    let key = packed(name)?;
+    packed_table().binary_search(&key).ok()
+}
+
+/// A name, lowercased and packed big-endian into words.
+type Packed = ([u64; MAX_NAME / 8], u8);
+
+/// A name, lowercased, packed big-endian into words, and its length; `None` when it is longer than any
+/// command's.
+fn packed(name: &[u8]) -> Option<Packed> {
     if name.len() > MAX_NAME {
         return None;
     }
-    let mut lower = [0u8; MAX_NAME];
-    for (d, s) in lower.iter_mut().zip(name) {
+    let mut bytes = [0u8; MAX_NAME];
+    for (d, s) in bytes.iter_mut().zip(name) {
         *d = s.to_ascii_lowercase();
     }
-    let lower = &lower[..name.len()];
-    TABLE
-        .binary_search_by(|spec| spec.name.as_bytes().cmp(lower))
-        .ok()
+    let words = std::array::from_fn(|w| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[w * 8..w * 8 + 8]);
+        u64::from_be_bytes(word)
+    });
+    // At most MAX_NAME (24): fits.
+    Some((words, name.len() as u8))
+}
+
+/// [`TABLE`]'s names, packed as [`packed`] packs them, in the table's (sorted) order.
+fn packed_table() -> &'static [Packed] {
+    static KEYS: std::sync::OnceLock<Box<[Packed]>> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| {
+        TABLE
+            .iter()
+            // Every name fits (a test checks it); one that did not would sort last and never match.
+            .map(|spec| packed(spec.name.as_bytes()).unwrap_or(([u64::MAX; MAX_NAME / 8], u8::MAX)))
+            .collect()
+    })
+}
+
+/// Where a request's keys are among its arguments (their indexes).
+///
+/// Most commands' keys are evenly spaced (`GET k`: argument 1; `MSET k v k v`: every other one from 1), so
+/// they are kept as a range, without allocating for each request; the rest are listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyArgs {
+    /// `from`, `from + step`, … up to `to` (inclusive); none when `from > to`.
+    Every {
+        /// The first key's index.
+        from: usize,
+        /// The last index a key may be at.
+        to: usize,
+        /// The distance between keys (at least 1).
+        step: usize,
+    },
+    /// These indexes, in request order.
+    Listed(Vec<usize>),
+}
+
+impl KeyArgs {
+    /// The keys' indexes, in request order.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        let (every, listed) = match *self {
+            KeyArgs::Every { from, to, step } => ((from..=to).step_by(step.max(1)), &[][..]),
+            KeyArgs::Listed(ref v) => ((1..=0).step_by(1), &v[..]),
+        };
+        every.chain(listed.iter().copied())
+    }
+
+    /// Whether there are no keys.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            KeyArgs::Every { from, to, .. } => from > to,
+            KeyArgs::Listed(v) => v.is_empty(),
+        }
+    }
 }
 
 /// Where a request goes, once its keys are found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
-    /// To the server of these keys (argument indexes); when they are on different servers,
-    /// [`CROSSSLOT`].
-    Keys(Vec<usize>),
+    /// To the server of these keys; when they are on different servers, [`CROSSSLOT`].
+    Keys(KeyArgs),
     /// Split by server (keys at these indexes; with `step` 2 each key's value follows it) and merged.
     Split {
         /// How the replies merge.
@@ -588,10 +657,10 @@ fn eq_ignore_case(arg: &[u8], word: &[u8]) -> bool {
 
 /// The keys of `req` under `keys`: `Some(indexes)`, or `None` when the arguments that say where the keys
 /// are are malformed (Redis then answers with an error of its own, without touching data).
-fn find_keys(req: &Request, spec: &Spec) -> Option<Vec<usize>> {
+fn find_keys(req: &Request, spec: &Spec) -> Option<KeyArgs> {
     let argc = req.argc();
     match spec.keys {
-        Keys::None => Some(Vec::new()),
+        Keys::None => Some(KeyArgs::Listed(Vec::new())),
         Keys::Range { first, last, step } => {
             let first = usize::from(first);
             let last = if last < 0 {
@@ -600,22 +669,31 @@ fn find_keys(req: &Request, spec: &Spec) -> Option<Vec<usize>> {
                 (last as usize).min(argc.saturating_sub(1))
             };
             if first > last {
-                return Some(Vec::new());
+                return Some(KeyArgs::Listed(Vec::new()));
             }
             if step == 2 && !(last - first + 1).is_multiple_of(2) {
                 // `MSET k v k`: Redis answers `wrong number of arguments`; so does [`route`].
                 return None;
             }
-            Some((first..=last).step_by(usize::from(step)).collect())
+            Some(KeyArgs::Every {
+                from: first,
+                to: last,
+                step: usize::from(step),
+            })
         }
+        // `at + 1` is at least 1, so `from - 1` is an empty range's end when there are no keys.
         Keys::NumKeys { at } => numkeys(req, usize::from(at)).map(|n| {
             let from = usize::from(at) + 1;
-            (from..from + n).collect()
+            KeyArgs::Every {
+                from,
+                to: from + n - 1,
+                step: 1,
+            }
         }),
         Keys::DestNumKeys => numkeys(req, 2).map(|n| {
             let mut keys = vec![1];
             keys.extend(3..3 + n);
-            keys
+            KeyArgs::Listed(keys)
         }),
         Keys::Streams => {
             let group = spec.name == "xreadgroup";
@@ -627,7 +705,11 @@ fn find_keys(req: &Request, spec: &Spec) -> Option<Vec<usize>> {
                     if rest == 0 || !rest.is_multiple_of(2) {
                         return None;
                     }
-                    return Some((i + 1..i + 1 + rest / 2).collect());
+                    return Some(KeyArgs::Every {
+                        from: i + 1,
+                        to: i + rest / 2,
+                        step: 1,
+                    });
                 }
                 if eq_ignore_case(a, b"count") || eq_ignore_case(a, b"block") {
                     i += 2;
@@ -652,7 +734,7 @@ fn find_keys(req: &Request, spec: &Spec) -> Option<Vec<usize>> {
                 }
                 i += 1;
             }
-            Some(keys)
+            Some(KeyArgs::Listed(keys))
         }
     }
 }
@@ -696,7 +778,11 @@ pub fn route(req: &Request) -> Result<Routed, Bytes> {
                 _ => 1,
             };
             match find_keys(req, spec) {
-                Some(keys) => Route::Split { merge, keys, step },
+                Some(keys) => Route::Split {
+                    merge,
+                    keys: keys.iter().collect(),
+                    step,
+                },
                 None => return Err(wrong_arity(spec.name)),
             }
         }

@@ -136,7 +136,7 @@ impl Protocol for Redis {
             Route::Local(l) => local::answer(l, &req, session, self, ctx),
             Route::Keys(keys) => {
                 let mut owner = None;
-                for &k in &keys {
+                for k in keys.iter() {
                     let server = ctx.server_for(req.arg(k).unwrap_or_default());
                     match (owner, server) {
                         (_, None) => {

@@ -500,6 +500,56 @@ fn the_table_is_sorted_lower_case_and_unique() {
     }
 }
 
+/// What `command::index_of` must answer: the first table entry whose name equals `name` ignoring case.
+fn index_of_naively(name: &[u8]) -> Option<usize> {
+    command::TABLE
+        .iter()
+        .position(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+#[test]
+fn every_table_name_packs_without_loss() {
+    for spec in command::TABLE {
+        assert!(spec.name.len() <= 24, "{} is past MAX_NAME", spec.name);
+        assert!(!spec.name.as_bytes().contains(&0), "{}", spec.name);
+        assert_eq!(
+            command::index_of(spec.name.as_bytes()),
+            index_of_naively(spec.name.as_bytes())
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// Any bytes, any case, a table name with a byte changed, added or dropped, or longer than any
+    /// name: the packed search finds what a linear scan finds.
+    #[test]
+    fn command_lookup_agrees_with_a_linear_scan(
+        pick in 0..command::TABLE.len(),
+        edit in 0u8..5,
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+        upper in any::<u64>(),
+        noise in proptest::collection::vec(any::<u8>(), 0..40),
+    ) {
+        let mut name = command::TABLE[pick].name.as_bytes().to_vec();
+        match edit {
+            0 => {}
+            1 => { let i = at.index(name.len()); name[i] = byte; }
+            2 => name.insert(at.index(name.len() + 1), byte),
+            3 => { name.remove(at.index(name.len())); }
+            _ => name = noise,
+        }
+        for (i, b) in name.iter_mut().enumerate() {
+            if upper >> (i % 64) & 1 == 1 {
+                *b = b.to_ascii_uppercase();
+            }
+        }
+        prop_assert_eq!(command::index_of(&name), index_of_naively(&name));
+    }
+}
+
 /// twemproxy 0.5.0's commands (its `src/nc_message.h`), every one supported here.
 const TWEMPROXY: &str = "APPEND AUTH BITCOUNT BITFIELD BITPOS COMMAND COPY DECR DECRBY DEL DUMP EVAL EVALSHA EXISTS \
 EXPIRE EXPIREAT GEOADD GEODIST GEOHASH GEOPOS GEORADIUS GEORADIUSBYMEMBER GEOSEARCH GEOSEARCHSTORE GET GETBIT GETDEL \
@@ -583,13 +633,15 @@ fn unknown_commands_and_wrong_arity_get_redis_7_words() {
 fn redis_7_options_pass_and_keys_are_found() {
     let keys = |args: &[&str]| -> Vec<String> {
         let r = req(args);
-        match command::route(&r).unwrap().route {
-            Route::Keys(k) | Route::Split { keys: k, .. } => k
-                .iter()
-                .map(|&i| String::from_utf8(r.arg(i).unwrap().to_vec()).unwrap())
-                .collect(),
+        let indexes: Vec<usize> = match command::route(&r).unwrap().route {
+            Route::Keys(k) => k.iter().collect(),
+            Route::Split { keys, .. } => keys,
             other => panic!("{other:?}"),
-        }
+        };
+        indexes
+            .iter()
+            .map(|&i| String::from_utf8(r.arg(i).unwrap().to_vec()).unwrap())
+            .collect()
     };
     assert_eq!(keys(&["EXPIRE", "k", "10", "NX"]), ["k"]);
     assert_eq!(keys(&["SET", "k", "v", "GET"]), ["k"]);
