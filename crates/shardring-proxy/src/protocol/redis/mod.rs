@@ -32,6 +32,7 @@
 
 pub mod command;
 mod inline;
+mod keys;
 mod local;
 pub mod merge;
 mod plan;
