@@ -50,6 +50,7 @@ mod backend;
 mod cluster;
 pub mod config;
 pub mod cpu_slice;
+mod drain;
 mod error;
 mod hotkeys;
 #[cfg(feature = "etcd")]

@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::cluster::Pool;
 use crate::config::DEFAULT_CLIENT_CONNECTIONS;
+use crate::drain::Drain;
 use crate::net::Listener;
 use crate::protocol::Protocol;
 use crate::session::serve_client;
@@ -24,7 +25,7 @@ pub(crate) async fn run<P: Protocol>(
     pool: Arc<Pool<P>>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let stop = CancellationToken::new();
+    let drain = Arc::new(Drain::default());
     let tracker = TaskTracker::new();
     let (cap, keepalive) = {
         let c = pool.current.load();
@@ -45,9 +46,9 @@ pub(crate) async fn run<P: Protocol>(
                 return;
             };
             let pool = Arc::clone(&pool);
-            let stop = stop.clone();
+            let drain = Arc::clone(&drain);
             tracker.spawn(async move {
-                serve_client(stream, pool, stop).await;
+                serve_client(stream, pool, drain).await;
                 drop(permit);
             });
         }
@@ -57,7 +58,7 @@ pub(crate) async fn run<P: Protocol>(
         () = shutdown => {}
     }
     accepting.cancel();
-    stop.cancel();
+    drain.start();
     tracker.close();
     tracker.wait().await;
 }

@@ -17,10 +17,10 @@ use bytes::BytesMut;
 use futures_util::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::cluster::{Cluster, Pool};
+use crate::drain::Drain;
 use crate::error::BackendError;
 use crate::net::ClientStream;
 use crate::protocol::{
@@ -37,11 +37,11 @@ const MAX_WRITE_BATCH: usize = 1 << 20;
 /// Numbers clients, so each client's requests to a server share one server connection.
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(0);
 
-/// Serves one client until it closes, fails, or `stop` is cancelled (then in-flight requests finish).
+/// Serves one client until it closes, fails, or `drain` starts (then in-flight requests finish).
 pub(crate) async fn serve_client<P: Protocol>(
     stream: Box<dyn ClientStream>,
     pool: Arc<Pool<P>>,
-    stop: CancellationToken,
+    drain: Arc<Drain>,
 ) {
     let stats = Arc::clone(&pool.shared.stats);
     stats.client_connections.inc();
@@ -60,7 +60,7 @@ pub(crate) async fn serve_client<P: Protocol>(
         state: P::Session::default(),
         lane: 0,
     };
-    match session.run(stop).await {
+    match session.run(&drain).await {
         Ok(()) => stats.client_eof.inc(),
         Err(e) => {
             stats.client_err.inc();
@@ -130,11 +130,11 @@ struct Session<P: Protocol> {
 }
 
 impl<P: Protocol> Session<P> {
-    async fn run(&mut self, stop: CancellationToken) -> io::Result<()> {
+    async fn run(&mut self, drain: &Drain) -> io::Result<()> {
         let mut closing = false;
-        // One registration for the connection's life, not one per loop turn: the token's waiter list is
-        // shared by every client.
-        let stopped = stop.cancelled();
+        // One registration for the connection's life, not one per loop turn: the drain's waiter list is
+        // shared by every client, and a poll is one atomic load.
+        let stopped = drain.watch();
         tokio::pin!(stopped);
         loop {
             while !closing && self.pending.len() < MAX_PIPELINE {
