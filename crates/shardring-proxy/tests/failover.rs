@@ -382,6 +382,28 @@ async fn shutdown_drains_in_flight_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_idle_clients_at_once() {
+    let servers = memcacheds(1);
+    let proxy = RunningProxy::start(pool_config(&servers)).await;
+    // Clients that served requests (so each session has waited on the drain many times) and then sit
+    // idle, and one that never sent anything.
+    let mut clients = Vec::new();
+    for i in 0..20 {
+        let mut c = proxy.client().await;
+        for _ in 0..i % 5 {
+            c.check(b"get idle\r\n", b"END\r\n").await;
+        }
+        clients.push(c);
+    }
+    tokio::time::timeout(Duration::from_secs(5), proxy.stop())
+        .await
+        .expect("the drain ends without waiting for idle clients");
+    for mut c in clients {
+        c.expect_closed().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_under_pipelined_load_answers_every_request_with_its_own_key() {
     let servers = memcacheds(3);
     let proxy = RunningProxy::start(pool_config(&servers[..2])).await;
