@@ -39,16 +39,43 @@ fn settings(url: String) -> EtcdMembership {
         .retry_max(Duration::from_millis(300))
 }
 
-async fn wait_revision(stats: &MembershipStats, revision: i64) {
+/// Waits for `done`, polling every 5 ms for at most 10 s; fails with `what` if it never holds.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while stats.revision() < revision as u64 {
-        assert!(
-            Instant::now() < deadline,
-            "the proxy did not reach revision {revision} (at {})",
-            stats.revision()
-        );
+    while !done() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+async fn wait_revision(stats: &MembershipStats, revision: i64) {
+    eventually(&format!("the proxy reaches revision {revision}"), || {
+        stats.revision() >= revision as u64
+    })
+    .await;
+}
+
+/// Publishes `servers` as the pool's members in `etcd`; the write's revision.
+async fn publish(etcd: &Etcd, servers: &[Memcached]) -> i64 {
+    admin::publish(
+        &source(etcd),
+        &servers.iter().map(member).collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap()
+    .revision
+}
+
+/// Starts following etcd for every pool of `proxy`; each pool's tallies, and the token that stops it.
+async fn follow(
+    proxy: &RunningProxy,
+    settings: &EtcdMembership,
+) -> (Vec<Arc<MembershipStats>>, CancellationToken) {
+    let stop = CancellationToken::new();
+    let stats = membership::start(proxy.proxy.pools(), settings, stop.clone())
+        .await
+        .unwrap();
+    (stats, stop)
 }
 
 /// The value stored under `key`: the key itself, so a reply for another key cannot pass for it.
@@ -111,10 +138,7 @@ async fn under_load_membership_changes_lose_and_misroute_nothing_and_move_only_w
     admin::publish(&src, &three).await.unwrap();
     // The file lists the same three servers; etcd is the source from now on.
     let proxy = RunningProxy::start(pool_config(&servers[..3])).await;
-    let stop = CancellationToken::new();
-    let stats = membership::start(proxy.proxy.pools(), &settings(etcd.url()), stop.clone())
-        .await
-        .unwrap();
+    let (stats, stop) = follow(&proxy, &settings(etcd.url())).await;
     let stats = &stats[0];
 
     // Keys written before any change, each checked on the server the ring says.
@@ -226,23 +250,14 @@ async fn etcd_killed_mid_run_the_proxy_keeps_serving_then_catches_up() {
     let mut etcd = Etcd::start();
     let servers = memcacheds(3);
     let src = source(&etcd);
-    admin::publish(&src, &servers[..2].iter().map(member).collect::<Vec<_>>())
-        .await
-        .unwrap();
+    publish(&etcd, &servers[..2]).await;
     let proxy = RunningProxy::start(pool_config(&servers[..2])).await;
-    let stop = CancellationToken::new();
-    let stats = membership::start(proxy.proxy.pools(), &settings(etcd.url()), stop.clone())
-        .await
-        .unwrap();
+    let (stats, stop) = follow(&proxy, &settings(etcd.url())).await;
     let mut c = proxy.client().await;
     assert_eq!(set(&mut c, "k").await, "STORED\r\n");
 
     etcd.kill();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stats[0].errors() == 0 {
-        assert!(Instant::now() < deadline, "the loss is counted");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the loss is counted", || stats[0].errors() > 0).await;
     // Serving goes on with the last servers.
     for i in 0..50 {
         let key = format!("while-down:{i}");
@@ -266,18 +281,10 @@ async fn a_sighup_reload_keeps_the_servers_from_etcd() {
     }
     let etcd = Etcd::start();
     let servers = memcacheds(3);
-    admin::publish(
-        &source(&etcd),
-        &servers.iter().map(member).collect::<Vec<_>>(),
-    )
-    .await
-    .unwrap();
+    publish(&etcd, &servers).await;
     // The file lists two servers; etcd has three.
     let proxy = RunningProxy::start(pool_config(&servers[..2])).await;
-    let stop = CancellationToken::new();
-    let _stats = membership::start(proxy.proxy.pools(), &settings(etcd.url()), stop.clone())
-        .await
-        .unwrap();
+    let (_stats, stop) = follow(&proxy, &settings(etcd.url())).await;
     let pools = proxy.proxy.pools();
     assert_eq!(pools[0].config().servers.len(), 3);
     let mut reread = pool_config(&servers[..2]);
@@ -318,18 +325,8 @@ async fn an_empty_pool_in_etcd_is_refused_and_the_servers_kept() {
     .await
     .unwrap_err();
     assert!(matches!(err, MembershipStartError::Empty { .. }), "{err}");
-    let stop = CancellationToken::new();
-    let stats = membership::start(
-        proxy.proxy.pools(),
-        &settings(etcd.url()).fallback(true),
-        stop.clone(),
-    )
-    .await
-    .unwrap();
-    let revision = admin::publish(&src, &servers.iter().map(member).collect::<Vec<_>>())
-        .await
-        .unwrap()
-        .revision;
+    let (stats, stop) = follow(&proxy, &settings(etcd.url()).fallback(true)).await;
+    let revision = publish(&etcd, &servers).await;
     wait_revision(&stats[0], revision).await;
     // One bad delete of the whole pool: refused, counted, servers kept.
     let mut client = admin::client(&src).await.unwrap();
@@ -340,11 +337,7 @@ async fn an_empty_pool_in_etcd_is_refused_and_the_servers_kept() {
         )
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stats[0].errors() < 2 {
-        assert!(Instant::now() < deadline, "the empty snapshot is counted");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the empty snapshot is counted", || stats[0].errors() >= 2).await;
     assert_eq!(proxy.proxy.pools()[0].config().servers.len(), 2);
     let mut c = proxy.client().await;
     assert_eq!(set(&mut c, "still").await, "STORED\r\n");
@@ -368,14 +361,7 @@ async fn unreachable_etcd_at_start_is_an_error_or_the_files_servers() {
         matches!(err, MembershipStartError::Unreachable { .. }),
         "{err}"
     );
-    let stop = CancellationToken::new();
-    let stats = membership::start(
-        proxy.proxy.pools(),
-        &settings(url).fallback(true),
-        stop.clone(),
-    )
-    .await
-    .unwrap();
+    let (stats, stop) = follow(&proxy, &settings(url).fallback(true)).await;
     assert!(stats[0].errors() >= 1);
     let mut c = proxy.client().await;
     assert_eq!(set(&mut c, "k").await, "STORED\r\n");
@@ -390,34 +376,21 @@ async fn with_fallback_the_proxy_starts_on_the_files_servers_and_takes_etcds_onc
     }
     let etcd = Etcd::start();
     let servers = memcacheds(3);
-    admin::publish(
-        &source(&etcd),
-        &servers.iter().map(member).collect::<Vec<_>>(),
-    )
-    .await
-    .unwrap();
+    publish(&etcd, &servers).await;
     // etcd is there but cut off from the proxy at start.
     let relay = Relay::start(format!("127.0.0.1:{}", etcd.client_port)).await;
     relay.cut();
     let proxy = RunningProxy::start(pool_config(&servers[..1])).await;
-    let stop = CancellationToken::new();
-    let stats = membership::start(
-        proxy.proxy.pools(),
-        &settings(relay.url()).fallback(true),
-        stop.clone(),
-    )
-    .await
-    .unwrap();
+    let (stats, stop) = follow(&proxy, &settings(relay.url()).fallback(true)).await;
     let pools = proxy.proxy.pools();
     assert_eq!(pools[0].config().servers.len(), 1);
     let mut c = proxy.client().await;
     assert_eq!(set(&mut c, "early").await, "STORED\r\n");
     relay.restore();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pools[0].config().servers.len() != 3 {
-        assert!(Instant::now() < deadline, "the retries reach etcd");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the retries reach etcd", || {
+        pools[0].config().servers.len() == 3
+    })
+    .await;
     assert!(stats[0].revision() > 0);
     assert!(stats[0].updated_unix() > 0);
     stop.cancel();
