@@ -49,7 +49,6 @@ macro_rules! name_version {
 mod backend;
 mod cluster;
 pub mod config;
-pub mod cpu_slice;
 mod drain;
 mod error;
 mod hotkeys;

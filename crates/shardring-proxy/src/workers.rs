@@ -11,15 +11,9 @@
 //! left to the kernel's network work and the neighbours), at most 32. CPUs are counted as
 //! [`std::thread::available_parallelism`] counts them, so cgroup quotas and CPU affinity (containers,
 //! `taskset`) are taken into account. `shardring proxy --threads N` overrides it.
-//!
-//! Every thread of the runtime asks the scheduler for a short slice ([`crate::cpu_slice`]) when one is
-//! given, so that the proxy runs soon after its sockets wake it on cores it shares.
 
 use std::io;
 use std::num::NonZeroUsize;
-use std::time::Duration;
-
-use crate::cpu_slice;
 
 /// The CPUs at or below which the proxy runs on one thread.
 pub const SMALL_MACHINE_CPUS: usize = 4;
@@ -42,38 +36,21 @@ pub fn available_cpus() -> usize {
 }
 
 /// A tokio runtime with `workers` threads: a current-thread runtime for one (everything on the calling
-/// thread), a multi-threaded one otherwise. With `slice`, the calling thread and every thread the
-/// runtime starts ask the scheduler for that CPU slice ([`cpu_slice::request`]); what the calling
-/// thread got is returned (the runtime's threads get the same from the same kernel).
+/// thread), a multi-threaded one otherwise.
 ///
 /// # Errors
-/// When the runtime cannot be started (threads, the I/O driver). A slice the kernel refuses is not an
-/// error: it is reported as `Err` in the outcome, and the threads run as they were.
-pub fn runtime(
-    workers: usize,
-    slice: Option<Duration>,
-) -> io::Result<(
-    tokio::runtime::Runtime,
-    Option<io::Result<cpu_slice::Outcome>>,
-)> {
-    let outcome = slice.map(cpu_slice::request);
-    let runtime = if workers <= 1 {
+/// When the runtime cannot be started (threads, the I/O driver).
+pub fn runtime(workers: usize) -> io::Result<tokio::runtime::Runtime> {
+    if workers <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .build()?
+            .build()
     } else {
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.worker_threads(workers).enable_all();
-        if let Some(slice) = slice {
-            builder.on_thread_start(move || {
-                // Refused or not kept: the thread runs as it would have; the calling thread's outcome,
-                // from the same kernel, is what is reported.
-                let _ = cpu_slice::request(slice);
-            });
-        }
-        builder.build()?
-    };
-    Ok((runtime, outcome))
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+    }
 }
 
 #[cfg(test)]
@@ -93,13 +70,12 @@ mod tests {
 
     #[test]
     fn one_worker_is_a_current_thread_runtime() {
-        let (rt, outcome) = runtime(1, None).unwrap();
-        assert!(outcome.is_none());
+        let rt = runtime(1).unwrap();
         assert_eq!(
             rt.handle().runtime_flavor(),
             tokio::runtime::RuntimeFlavor::CurrentThread
         );
-        let (rt, _) = runtime(2, None).unwrap();
+        let rt = runtime(2).unwrap();
         assert_eq!(
             rt.handle().runtime_flavor(),
             tokio::runtime::RuntimeFlavor::MultiThread

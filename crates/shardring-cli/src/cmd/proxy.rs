@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
 use shardring_proxy::config::{GutterConfig, HotKeysConfig};
-use shardring_proxy::{cpu_slice, membership, workers, ProxyConfig, RunOptions};
+use shardring_proxy::{membership, workers, ProxyConfig, RunOptions};
 
 use crate::compat::{config_problems as config_error, load_config as load};
 
@@ -40,11 +40,6 @@ pub struct Args {
     /// servers and clients), else half the CPUs, at most 32 (CPUs as cgroup quotas and affinity allow).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
-    /// The CPU slice the proxy's threads ask the scheduler for, in microseconds, or `off`: a short one
-    /// lets the proxy run soon after its sockets wake it, on cores it shares with its servers and
-    /// clients (Linux 6.12+; elsewhere nothing changes). The kernel keeps it within 100–100,000 µs.
-    #[arg(long, value_name = "MICROS|off", default_value = "300", value_parser = parse_cpu_slice)]
-    cpu_slice: CpuSlice,
     /// The largest value a client may store, for every pool (memcached's `-I`): bytes, or with a
     /// `k`/`m` suffix. Larger ones get `SERVER_ERROR object too large for cache`. [default: 1m]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -165,26 +160,6 @@ fn parse_size(text: &str) -> Result<usize, String> {
     Ok(size)
 }
 
-/// `--cpu-slice`: a slice to ask for, or `off` (`None`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct CpuSlice(Option<Duration>);
-
-/// The longest slice the kernel keeps (it clamps longer ones): 100 ms.
-const MAX_CPU_SLICE_US: u64 = 100_000;
-
-/// `300` (µs) or `off`.
-fn parse_cpu_slice(text: &str) -> Result<CpuSlice, String> {
-    if text.eq_ignore_ascii_case("off") {
-        return Ok(CpuSlice(None));
-    }
-    match text.parse::<u64>() {
-        Ok(us @ 100..=MAX_CPU_SLICE_US) => Ok(CpuSlice(Some(Duration::from_micros(us)))),
-        _ => Err(format!(
-            "not a slice: {text:?} (microseconds from 100 to {MAX_CPU_SLICE_US}, or off)"
-        )),
-    }
-}
-
 /// The proxy-only settings the command line gives every pool (a twemproxy file has no keys for them, and
 /// extra keys would make it unreadable by nutcracker). Applied at start and on every reload.
 #[derive(Debug, Clone)]
@@ -281,20 +256,7 @@ pub fn run(args: Args) -> Result<()> {
         usize::from,
     );
     tracing::info!(workers, "starting");
-    let (runtime, slice) =
-        workers::runtime(workers, args.cpu_slice.0).context("starting the runtime")?;
-    match slice {
-        None => {}
-        Some(Ok(cpu_slice::Outcome::Applied(got))) => {
-            tracing::info!(slice_us = got.as_micros() as u64, "cpu slice")
-        }
-        Some(Ok(cpu_slice::Outcome::Unsupported)) => {
-            tracing::info!("cpu slice: the kernel keeps no custom slice here; running with its own")
-        }
-        Some(Err(e)) => {
-            tracing::warn!(error = %e, "cpu slice refused; running with the kernel's own")
-        }
-    }
+    let runtime = workers::runtime(workers).context("starting the runtime")?;
     let options = RunOptions {
         stats_addr: format!("{}:{}", args.stats_addr, args.stats_port),
         metrics_addr: args.metrics_addr.clone(),
@@ -323,18 +285,6 @@ mod tests {
         assert_eq!(parse_replicas("alpha=3"), Ok((Some("alpha".into()), 3)));
         for bad in ["0", "17", "x", "alpha=", "=2x", "alpha=0"] {
             assert!(parse_replicas(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn cpu_slices_are_microseconds_within_the_kernels_bounds_or_off() {
-        assert_eq!(
-            parse_cpu_slice("300"),
-            Ok(CpuSlice(Some(Duration::from_micros(300))))
-        );
-        assert_eq!(parse_cpu_slice("OFF"), Ok(CpuSlice(None)));
-        for bad in ["", "99", "100001", "0.5", "-1", "3ms"] {
-            assert!(parse_cpu_slice(bad).is_err(), "{bad:?}");
         }
     }
 
