@@ -7,11 +7,14 @@
 use bytes::{BufMut, BytesMut};
 
 use super::command::{self, wrong_arity, Local, Spec, TABLE};
-use super::plan::{Redis, NOAUTH};
+use super::pool::Redis;
 use super::request::{put_header, put_int, Request};
 use super::session::Session;
 use super::{parse_redis_int, Flavor};
 use crate::protocol::{Answer, PlanContext, Step};
+
+/// `-NOAUTH`, nutcracker's words for a command before `AUTH` on a pool with `redis_auth`.
+pub(crate) const NOAUTH: &[u8] = b"-NOAUTH Authentication required\r\n";
 
 /// The version the proxy reports as its server's (`HELLO`, `INFO`): clients enable features by it, and
 /// the proxy forwards to Redis 7 servers.

@@ -36,11 +36,13 @@ mod keys;
 mod local;
 pub mod merge;
 mod plan;
+mod pool;
 mod reply;
 mod request;
 mod session;
 
-pub use plan::{Finish, Redis, RedisMerge, Resp, RespScanner};
+pub use plan::{Finish, RedisMerge, Resp, RespScanner};
+pub use pool::Redis;
 pub use reply::{elements, reply_len, Framed, ReplyError, ReplyFramer, ReplyLimits};
 pub use request::{
     Decoded, Limits, Request, RequestCodec, RequestError, RequestErrorKind, RequestScanner, Scanned,

@@ -5,30 +5,19 @@
 use bytes::{Bytes, BytesMut};
 
 use super::command::{self, Local, Merge, Route, CROSSSLOT};
+use super::local::{self, NOAUTH};
 use super::merge::{self, Part as MergePart};
+use super::pool::Redis;
 use super::reply::{ReplyFramer, ReplyLimits};
 use super::request::{Decoded, Limits, Request, RequestCodec};
 use super::session::Session;
-use super::{local, Flavor};
+use super::Flavor;
 use crate::config::PoolConfig;
 use crate::error::BackendError;
 use crate::protocol::{
     Answer, FrameError, Incoming, Part, PartReply, PlanContext, Protocol, Reply, ReplyScanner,
     RequestDecoder, Step,
 };
-
-/// The Redis protocol, with a pool's `redis_auth`, `redis_db` and limits.
-#[derive(Debug, Clone)]
-pub struct Redis {
-    /// `redis_auth`: what clients must AUTH with, and what the proxy AUTHs its connections with.
-    pub(crate) auth: Option<String>,
-    /// `redis_db`: the database every server connection SELECTs.
-    pub(crate) db: u32,
-    /// Client request limits.
-    limits: Limits,
-    /// Server reply limits.
-    reply_limits: ReplyLimits,
-}
 
 /// Redis replies frame themselves: one kind for all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,9 +76,6 @@ impl ReplyScanner for RespScanner {
         self.0.reset();
     }
 }
-
-/// `-NOAUTH`, nutcracker's words for a command before `AUTH` on a pool with `redis_auth`.
-pub(crate) const NOAUTH: &[u8] = b"-NOAUTH Authentication required\r\n";
 
 fn answer(reply: Bytes) -> Step<Redis> {
     Step::Answer(Answer::Bytes(reply))

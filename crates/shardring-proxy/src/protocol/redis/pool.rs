@@ -1,0 +1,19 @@
+//! The [`Redis`] protocol's state for one pool: its `redis_auth`, `redis_db` and limits. How it serves
+//! requests (its [`Protocol`](crate::protocol::Protocol) methods) is in `plan.rs`; the commands it answers
+//! itself, which read these settings, in `local.rs`.
+
+use super::reply::ReplyLimits;
+use super::request::Limits;
+
+/// The Redis protocol, with a pool's `redis_auth`, `redis_db` and limits.
+#[derive(Debug, Clone)]
+pub struct Redis {
+    /// `redis_auth`: what clients must AUTH with, and what the proxy AUTHs its connections with.
+    pub(crate) auth: Option<String>,
+    /// `redis_db`: the database every server connection SELECTs.
+    pub(crate) db: u32,
+    /// Client request limits.
+    pub(super) limits: Limits,
+    /// Server reply limits.
+    pub(super) reply_limits: ReplyLimits,
+}
