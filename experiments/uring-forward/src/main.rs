@@ -2,7 +2,7 @@
 //! io_uring lowers a proxy's CPU per request against epoll (issue #16). See README.md.
 //!
 //! ```text
-//! uring-forward --io epoll|uring|monoio-epoll --listen 127.0.0.1:PORT --backend HOST:PORT [--backend …]
+//! uring-forward --io epoll|uring|uring-tuned|monoio-epoll --listen 127.0.0.1:PORT --backend HOST:PORT [--backend …]
 //! ```
 
 mod epoll;
@@ -22,6 +22,8 @@ enum Io {
     Epoll,
     /// monoio on io_uring (epoll where io_uring is unavailable).
     Uring,
+    /// monoio on io_uring with single-issuer, deferred-task-work setup flags (epoll where unavailable).
+    UringTuned,
     /// monoio forced onto its epoll driver.
     MonoioEpoll,
 }
@@ -37,7 +39,7 @@ struct Args {
     backends: Vec<SocketAddr>,
 }
 
-const USAGE: &str = "usage: uring-forward --io epoll|uring|monoio-epoll --listen ADDR --backend ADDR [--backend ADDR ...]";
+const USAGE: &str = "usage: uring-forward --io epoll|uring|uring-tuned|monoio-epoll --listen ADDR --backend ADDR [--backend ADDR ...]";
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut io, mut listen, mut backends) = (None, None, Vec::new());
@@ -53,8 +55,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 io = Some(match value.as_str() {
                     "epoll" => Io::Epoll,
                     "uring" => Io::Uring,
+                    "uring-tuned" => Io::UringTuned,
                     "monoio-epoll" => Io::MonoioEpoll,
-                    other => return Err(format!("--io {other}: epoll, uring or monoio-epoll")),
+                    other => return Err(format!("--io {other}: epoll, uring, uring-tuned or monoio-epoll")),
                 })
             }
             "--listen" => listen = Some(addr()?),
@@ -83,6 +86,11 @@ fn main() -> ExitCode {
     let served = match args.io {
         Io::Epoll => epoll::run(args.listen, args.backends),
         Io::Uring => uring::run(args.listen, args.backends, uring::Driver::UringOrFallback),
+        Io::UringTuned => uring::run(
+            args.listen,
+            args.backends,
+            uring::Driver::UringTunedOrFallback,
+        ),
         Io::MonoioEpoll => uring::run(args.listen, args.backends, uring::Driver::Epoll),
     };
     match served {
