@@ -57,7 +57,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     "uring" => Io::Uring,
                     "uring-tuned" => Io::UringTuned,
                     "monoio-epoll" => Io::MonoioEpoll,
-                    other => return Err(format!("--io {other}: epoll, uring, uring-tuned or monoio-epoll")),
+                    other => {
+                        return Err(format!(
+                            "--io {other}: epoll, uring, uring-tuned or monoio-epoll"
+                        ))
+                    }
                 })
             }
             "--listen" => listen = Some(addr()?),

@@ -213,7 +213,11 @@ mod tests {
         }
         let reply = b"VALUE key 1 5\r\nhello\r\nEND\r\n";
         for cut in 0..reply.len() {
-            assert_eq!(reply_len(&reply[..cut], ReplyKind::Get), Ok(None), "cut at {cut}");
+            assert_eq!(
+                reply_len(&reply[..cut], ReplyKind::Get),
+                Ok(None),
+                "cut at {cut}"
+            );
         }
         assert_eq!(reply_len(reply, ReplyKind::Get), Ok(Some(reply.len())));
     }
@@ -264,8 +268,14 @@ mod tests {
 
     #[test]
     fn malformed_replies_are_refused() {
-        assert_eq!(reply_len(b"VALUE\r\n", ReplyKind::Get), Err(Malformed::BadData));
-        assert_eq!(reply_len(b"STORED\r\n", ReplyKind::Get), Err(Malformed::BadData));
+        assert_eq!(
+            reply_len(b"VALUE\r\n", ReplyKind::Get),
+            Err(Malformed::BadData)
+        );
+        assert_eq!(
+            reply_len(b"STORED\r\n", ReplyKind::Get),
+            Err(Malformed::BadData)
+        );
         assert_eq!(
             reply_len(b"VALUE k 0 1\r\nx\r\nENX\r\n", ReplyKind::Get),
             Err(Malformed::BadData)
@@ -290,7 +300,10 @@ mod tests {
             inputs.extend(next);
         }
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        for base in [&b"set key 0 0 5\r\nhello\r\n"[..], b"VALUE key 0 5\r\nhello\r\nEND\r\n"] {
+        for base in [
+            &b"set key 0 0 5\r\nhello\r\n"[..],
+            b"VALUE key 0 5\r\nhello\r\nEND\r\n",
+        ] {
             for _ in 0..2000 {
                 let mut m = base.to_vec();
                 seed ^= seed << 13;
