@@ -73,6 +73,26 @@ impl Ring {
             }
             return;
         }
+        if let Some(answers) = &self.answers {
+            let mut hashes = [0u32; BATCH];
+            for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+                let hashes = &mut hashes[..keys.len()];
+                // Pass 1: hash, and ask for each key's table entry while the next keys hash.
+                for (h, key) in hashes.iter_mut().zip(keys) {
+                    *h = hash(key.as_ref());
+                    answers.prefetch(*h);
+                }
+                // Pass 2: read the entries; the few keys they do not answer search the points.
+                for (out, &h) in out.iter_mut().zip(hashes.iter()) {
+                    let node = answers.node(h).unwrap_or_else(|| {
+                        let i = self.index.search_counting(&self.points, h);
+                        self.points[self.wrap(i)].node
+                    });
+                    *out = Some(node as usize);
+                }
+            }
+            return;
+        }
         let mut hashes = [0u32; BATCH];
         let mut starts = [0u32; BATCH];
         for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {

@@ -221,6 +221,7 @@ impl RingBuilder {
             nodes,
             points: Vec::new(),
             index: TopBitsIndex::default(),
+            answers: None,
             use_index: self.lookup_index,
             hash: self.hash,
             scheme: self.scheme,
