@@ -6,9 +6,9 @@
 //! optional index over the top bits of the position that turns the search into one
 //! indexed load and a look at a few points. Those two loads are cache misses once the ring is larger
 //! than the caches; [`Ring::lookup_many`] places a batch of keys so that their misses overlap. Beside
-//! the index (then four times coarser), rings of up to about a thousand nodes keep an answer table
-//! ([`answers`]) of one 8-byte entry per bucket that answers most lookups from that entry alone: one
-//! cache miss, and no branch on the points.
+//! the index (then four times coarser), rings built with [`RingBuilder::answer_table`] keep an answer
+//! table ([`answers`]) of one 8-byte entry per bucket that answers most lookups from that entry alone:
+//! one cache miss, and no branch on the points.
 //!
 //! # Ties
 //! Two points may land on the same position. They are ordered by node name (byte-wise), so the point of the
@@ -100,6 +100,8 @@ pub struct Ring {
     answers: Option<AnswerTable>,
     /// Whether to keep `index` (it costs up to 4 bytes a point).
     use_index: bool,
+    /// Whether to keep `answers` where it fits (see [`RingBuilder::answer_table`]).
+    use_answers: bool,
     /// Hashes keys, and (under [`PointScheme::Plain`]) node point names.
     hash: HashFunction,
     /// How nodes become points.
@@ -124,6 +126,7 @@ impl Clone for Ring {
             index: self.index.clone(),
             answers: self.answers.clone(),
             use_index: self.use_index,
+            use_answers: self.use_answers,
             hash: self.hash,
             scheme: self.scheme,
             vnodes: self.vnodes,
@@ -594,7 +597,8 @@ impl Ring {
 
     /// [`lookup_bits`](Ring::lookup_bits) for `len` points over the ring's nodes.
     fn lookup_bits_for(&self, len: usize) -> (u32, Option<u32>) {
-        let table = AnswerTable::bits_for(len, self.nodes.len()).filter(|_| self.use_index);
+        let table = AnswerTable::bits_for(len, self.nodes.len())
+            .filter(|_| self.use_index && self.use_answers);
         let index = table.map_or(index::bits_for(len), |bits| bits - INDEX_COARSER);
         (index, table)
     }
@@ -734,6 +738,12 @@ impl Ring {
     /// Whether lookups use the top-bits index.
     pub fn has_lookup_index(&self) -> bool {
         self.index.is_built()
+    }
+
+    /// Whether lookups use an answer table ([`RingBuilder::answer_table`]; it is only kept where
+    /// it fits).
+    pub fn has_answer_table(&self) -> bool {
+        self.answers.is_some()
     }
 
     /// The hash ranges whose owner differs between `self` and `to`: the migration plan from this ring to
