@@ -88,7 +88,10 @@ impl AnswerTable {
     pub(crate) fn build(points: &[Point], bits: u32, nodes: usize) -> AnswerTable {
         let node_bits = node_bits(nodes);
         let shift = 32 - bits;
-        debug_assert!(2 * shift + 3 * node_bits <= 64, "the fields must fit an entry");
+        debug_assert!(
+            2 * shift + 3 * node_bits <= 64,
+            "the fields must fit an entry"
+        );
         let mut table = AnswerTable {
             shift,
             node_bits,
@@ -124,7 +127,10 @@ impl AnswerTable {
         // A bucket of up to two points ends with the next point on the circle; a fuller one with
         // the sentinel (where its third point's node would be, as the third is not described).
         nodes[k.min(2)] = if k <= 2 {
-            points.get(i).or(points.first()).map_or(self.node_mask, |p| u64::from(p.node))
+            points
+                .get(i)
+                .or(points.first())
+                .map_or(self.node_mask, |p| u64::from(p.node))
         } else {
             self.node_mask
         };
@@ -225,8 +231,16 @@ mod tests {
             .collect();
         for p in points {
             let bucket = p.position >> table.shift << table.shift;
-            probes.extend([p.position, p.position.wrapping_add(1), p.position.wrapping_sub(1)]);
-            probes.extend([bucket, bucket.wrapping_sub(1), bucket | table.low_mask as u32]);
+            probes.extend([
+                p.position,
+                p.position.wrapping_add(1),
+                p.position.wrapping_sub(1),
+            ]);
+            probes.extend([
+                bucket,
+                bucket.wrapping_sub(1),
+                bucket | table.low_mask as u32,
+            ]);
         }
         probes.extend([0, 1, u32::MAX]);
         let mut answered = 0;
@@ -246,7 +260,14 @@ mod tests {
             state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
             state
         };
-        for (len, nodes) in [(16usize, 3usize), (100, 1), (1000, 10), (5000, 255), (4096, 60), (200_000, 1000)] {
+        for (len, nodes) in [
+            (16usize, 3usize),
+            (100, 1),
+            (1000, 10),
+            (5000, 255),
+            (4096, 60),
+            (200_000, 1000),
+        ] {
             let mut positions: Vec<u32> = (0..len).map(|_| next()).collect();
             // Both ends of the circle, all-ones low bits, equal positions.
             positions.extend([0, 0, u32::MAX, u32::MAX - 1, 0x00ff_ffff, 0x00ff_ffff]);

@@ -581,7 +581,9 @@ impl Ring {
                 self.answers = Some(AnswerTable::build(&self.points, bits, self.nodes.len()));
             }
             if self.index.bits() != index_bits {
-                self.index = self.index.coarsened(self.index.bits().saturating_sub(index_bits));
+                self.index = self
+                    .index
+                    .coarsened(self.index.bits().saturating_sub(index_bits));
             }
             if self.index.bits() != index_bits {
                 self.index = TopBitsIndex::build(&self.points, index_bits);

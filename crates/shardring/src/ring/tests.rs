@@ -627,8 +627,14 @@ fn check_owners(ring: &Ring, hashes: &[u32], keys: &[Vec<u8>]) -> Result<(), Tes
     for (key, many) in keys.iter().zip(many) {
         let want = naive_owner(ring, ring.key_position(key));
         prop_assert_eq!(ring.lookup(key).map(|n| n.name().to_string()), want.clone());
-        prop_assert_eq!(many.map(|i| ring.nodes()[i].name().to_string()), want.clone());
-        prop_assert_eq!(ring.replicas(key).next().map(|n| n.name().to_string()), want);
+        prop_assert_eq!(
+            many.map(|i| ring.nodes()[i].name().to_string()),
+            want.clone()
+        );
+        prop_assert_eq!(
+            ring.replicas(key).next().map(|n| n.name().to_string()),
+            want
+        );
     }
     Ok(())
 }
@@ -676,14 +682,18 @@ proptest! {
 fn a_ring_with_an_answer_table_follows_large_changes() {
     // 300 nodes of 160 points: a table with hundreds of crowded and empty buckets, grown past a
     // power of two of points (the table and the index change size) and shrunk back.
-    let names: Vec<String> = (0..420).map(|i| format!("10.0.{}.{}:11211", i / 256, i % 256)).collect();
+    let names: Vec<String> = (0..420)
+        .map(|i| format!("10.0.{}.{}:11211", i / 256, i % 256))
+        .collect();
     let mut ring = Ring::builder()
         .answer_table(true)
         .nodes(names[..300].iter().cloned())
         .build()
         .unwrap();
     assert!(ring.has_answer_table());
-    let probes: Vec<u32> = (0..20_000u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
+    let probes: Vec<u32> = (0..20_000u32)
+        .map(|i| i.wrapping_mul(0x9E37_79B9))
+        .collect();
     let check = |ring: &Ring| {
         let (kept, fresh) = tables(ring);
         assert_eq!(kept, fresh);
