@@ -112,12 +112,13 @@ impl RingBuilder {
     /// Whether to keep, beside the lookup index, a table of one 8-byte entry per index bucket that
     /// answers most lookups from that entry alone: one cache miss instead of two, and no branch on
     /// the points, which makes single lookups over keys the caches have not seen about twice as fast
-    /// (7.7 ns against 14.3 at 1000 nodes × 160 points, 16-byte keys, over the bench crate's cold
-    /// pool). The price: lookups of keys that stay cached are slower (5.3 ns against 3.9), as are
-    /// [`replicas`](Ring::replicas) (the index beside the table is four times coarser), and memory
-    /// grows to about 15.5 bytes a point (from 11.4). Placement is the same either way. Kept only
+    /// (7.35 ns against 13.70 at 1000 nodes × 160 points, 16-byte keys, over the bench crate's cold
+    /// pool; BENCHMARKS.md, `shardring-ring-table`). The price: lookups of keys that stay cached are
+    /// slower (5.26 ns against 3.72), as are [`replicas`](Ring::replicas) (35.0 ns against 27.9 cold:
+    /// the index beside the table is four times coarser), and memory grows to 15.5 bytes a point
+    /// (from 11.4). Placement is the same either way. Kept only
     /// with the index on, on rings of at least 16 points and with few enough nodes for an entry's
-    /// fields (up to 1022 nodes at 160 points each; see `ring/answers.rs`); otherwise ignored.
+    /// fields (at 160 points a node, up to 4095 nodes; see `ring/answers.rs`); otherwise ignored.
     ///
     /// By default, this is off.
     pub fn answer_table(mut self, yes: bool) -> RingBuilder {
