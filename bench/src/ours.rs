@@ -13,6 +13,16 @@ pub fn ring(names: &[&str], hash: HashFunction, index: bool) -> Ring {
     ring_on(names, hash, index, None)
 }
 
+/// [`ring`] with xxh3 keys and an answer table (`RingBuilder::answer_table`).
+pub fn ring_with_table(names: &[&str]) -> Ring {
+    Ring::builder()
+        .vnodes(VNODES)
+        .answer_table(true)
+        .nodes(names.iter().copied())
+        .build()
+        .expect("valid ring")
+}
+
 /// [`ring`], built on `threads` threads (`None`: the default).
 pub fn ring_on(names: &[&str], hash: HashFunction, index: bool, threads: Option<usize>) -> Ring {
     let mut builder = Ring::builder()

@@ -116,6 +116,15 @@ fn main() {
                 Some(ring.point_count()),
             );
         }
+        let (heap, ring) = held(|| ours::ring_with_table(names));
+        emit(
+            "shardring-ring-table",
+            false,
+            nodes,
+            heap,
+            Some(ring.memory_bytes()),
+            Some(ring.point_count()),
+        );
         let members = ours::nodes(names);
         for algorithm in ours::algorithms() {
             let (heap, placement) = held(|| ours::build(algorithm, &members));

@@ -16,6 +16,11 @@ use crate::hash::HashFunction;
 /// lines), few enough that the pass's hashes and bucket starts (128 bytes) stay on the stack in L1.
 pub(crate) const BATCH: usize = 16;
 
+/// Keys per pass with an answer table. A key then waits for one line, not two, but twice the keys
+/// (32) measured no faster: 6.65 ns a key against 6.01 at 1000 nodes over the cold pool (a one-off
+/// loop, best of 5).
+const TABLE_BATCH: usize = BATCH;
+
 impl Ring {
     /// For every `i`, `out[i] = self.lookup_index(keys[i])`: the index into [`nodes`](Ring::nodes) of
     /// each key's owner, `None` on an empty ring. Faster than calling
@@ -70,6 +75,48 @@ impl Ring {
                 let h = hash(key.as_ref());
                 let i = self.points.partition_point(|p| p.position < h);
                 *out = Some(self.points[self.wrap(i)].node as usize);
+            }
+            return;
+        }
+        if let Some(answers) = &self.answers {
+            let mut hashes = [0u32; TABLE_BATCH];
+            // The keys of a pass the table does not answer (about 7% at 1000 nodes), and where
+            // their searches start.
+            let mut rest = [0u8; TABLE_BATCH];
+            let mut starts = [0u32; TABLE_BATCH];
+            for (keys, out) in keys.chunks(TABLE_BATCH).zip(out.chunks_mut(TABLE_BATCH)) {
+                let hashes = &mut hashes[..keys.len()];
+                // Pass 1: hash, and ask for each key's table entry while the next keys hash.
+                for (h, key) in hashes.iter_mut().zip(keys) {
+                    *h = hash(key.as_ref());
+                    answers.prefetch(*h);
+                }
+                // Pass 2: read the entries; ask for the index entries of the keys they do not
+                // answer.
+                let mut unanswered = 0;
+                for (j, (out, &h)) in out.iter_mut().zip(hashes.iter()).enumerate() {
+                    *out = answers.node(h).map(|node| node as usize);
+                    if out.is_none() {
+                        self.index.prefetch_bucket(h);
+                        rest[unanswered] = j as u8;
+                        unanswered += 1;
+                    }
+                }
+                // Passes 3 and 4, for those keys only: as the passes 2 and 3 below.
+                for (&j, start) in rest[..unanswered].iter().zip(starts.iter_mut()) {
+                    let i = self.index.bucket_start(hashes[j as usize]);
+                    if let Some(point) = self.points.get(i) {
+                        prefetch(point);
+                    }
+                    *start = i as u32;
+                }
+                for (&j, &start) in rest[..unanswered].iter().zip(starts.iter()) {
+                    let h = hashes[j as usize];
+                    let i = self
+                        .index
+                        .search_counting_from(&self.points, start as usize, h);
+                    out[j as usize] = Some(self.points[self.wrap(i)].node as usize);
+                }
             }
             return;
         }

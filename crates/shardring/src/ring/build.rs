@@ -601,7 +601,7 @@ mod tests {
                     assert_eq!(points, want, "{len} points on {threads} threads");
                     assert_eq!(
                         index.starts_for_tests(),
-                        TopBitsIndex::build(&points).starts_for_tests()
+                        TopBitsIndex::build(&points, bits_for(points.len())).starts_for_tests()
                     );
                     if len == positions.len() && len > 100 {
                         assert_eq!(index.is_crowded_for_tests(), crowd);

@@ -44,12 +44,12 @@ pub(crate) fn bits_for(len: usize) -> u32 {
 }
 
 impl TopBitsIndex {
-    /// Builds the index for `points` (sorted by position).
-    pub(crate) fn build(points: &[Point]) -> TopBitsIndex {
+    /// Builds the index for `points` (sorted by position), with `2^bits` buckets.
+    pub(crate) fn build(points: &[Point], bits: u32) -> TopBitsIndex {
         if points.is_empty() {
             return TopBitsIndex::default();
         }
-        let shift = 32 - bits_for(points.len());
+        let shift = 32 - bits;
         let mut starts = vec![0u32; (1usize << (32 - shift)) + 1];
         for p in points {
             starts[(p.position >> shift) as usize + 1] += 1;
@@ -62,6 +62,30 @@ impl TopBitsIndex {
             shift,
             starts,
             crowded,
+        }
+    }
+
+    /// This index with `2^by` times fewer buckets (bucket `j` of the result is buckets `j << by` to
+    /// `(j + 1 << by) - 1` of this one), without looking at the points again.
+    pub(crate) fn coarsened(&self, by: u32) -> TopBitsIndex {
+        if !self.is_built() || by == 0 {
+            return self.clone();
+        }
+        let starts: Vec<u32> = self.starts.iter().step_by(1 << by).copied().collect();
+        let crowded = starts.windows(2).any(|w| (w[1] - w[0]) as usize > SCAN);
+        TopBitsIndex {
+            shift: self.shift + by,
+            starts,
+            crowded,
+        }
+    }
+
+    /// How many top bits the index uses (0 when it is not built).
+    pub(crate) fn bits(&self) -> u32 {
+        if self.is_built() {
+            32 - self.shift
+        } else {
+            0
         }
     }
 
@@ -81,11 +105,11 @@ impl TopBitsIndex {
         !self.starts.is_empty()
     }
 
-    /// Updates the index after points at `positions` (sorted) were inserted into a ring that now has
-    /// `len` points. Returns false, changing nothing, when the index must be rebuilt instead (it is
-    /// not built, or the new count wants a different number of buckets).
-    pub(crate) fn inserted(&mut self, positions: &[u32], len: usize) -> bool {
-        if !self.is_built() || 32 - bits_for(len) != self.shift {
+    /// Updates the index after points at `positions` (sorted) were inserted into the ring. Returns
+    /// false, changing nothing, when the index must be rebuilt instead (it is not built, or the ring
+    /// now wants `bits` bits, a different number of buckets).
+    pub(crate) fn inserted(&mut self, positions: &[u32], bits: u32) -> bool {
+        if !self.is_built() || bits != self.bits() {
             return false;
         }
         self.shift_starts(positions, |start, by| start + by);
@@ -99,8 +123,8 @@ impl TopBitsIndex {
     /// Updates the index after points at `positions` (sorted) were removed from a ring that now has
     /// `len` points; as [`inserted`](TopBitsIndex::inserted). Buckets only lose points, so a crowded
     /// index stays marked crowded (lookups then search buckets, which is right either way).
-    pub(crate) fn removed(&mut self, positions: &[u32], len: usize) -> bool {
-        if !self.is_built() || len == 0 || 32 - bits_for(len) != self.shift {
+    pub(crate) fn removed(&mut self, positions: &[u32], len: usize, bits: u32) -> bool {
+        if !self.is_built() || len == 0 || bits != self.bits() {
             return false;
         }
         self.shift_starts(positions, |start, by| start - by);
@@ -271,7 +295,7 @@ mod tests {
             positions.extend([0, 0, 5, 5, 5, 5, 5, 6, u32::MAX - 1, u32::MAX, u32::MAX]);
             positions.sort_unstable();
             let points = points(&positions);
-            let index = TopBitsIndex::build(&points);
+            let index = TopBitsIndex::build(&points, bits_for(points.len()));
             let mut probes: Vec<u32> = (0..2000).map(|_| next()).collect();
             probes.extend(
                 positions
@@ -299,16 +323,33 @@ mod tests {
     fn inserting_updates_the_index_like_a_rebuild() {
         let mut positions: Vec<u32> = (0..4096u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
         positions.sort_unstable();
-        let mut index = TopBitsIndex::build(&points(&positions));
+        let mut index = TopBitsIndex::build(&points(&positions), 12);
         let new = [0u32, 7, 0x1234_5678, 0x1234_5679, 0xFFFF_FFFF];
         positions.extend(new);
         positions.sort_unstable();
-        assert!(index.inserted(&new, positions.len()));
+        assert!(index.inserted(&new, 12));
         assert_eq!(
             index.starts,
-            TopBitsIndex::build(&points(&positions)).starts
+            TopBitsIndex::build(&points(&positions), 12).starts
         );
-        // Crossing a power of two asks for a rebuild.
-        assert!(!index.inserted(&new, 8192));
+        // Another number of buckets asks for a rebuild.
+        assert!(!index.inserted(&new, 13));
+    }
+
+    #[test]
+    fn a_coarsened_index_is_the_coarser_build() {
+        let mut positions: Vec<u32> = (0..5000u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
+        positions.extend([0; 40]);
+        positions.sort_unstable();
+        let points = points(&positions);
+        let fine = TopBitsIndex::build(&points, 12);
+        for by in 0..4 {
+            let coarse = fine.coarsened(by);
+            let built = TopBitsIndex::build(&points, 12 - by);
+            assert_eq!(
+                (coarse.shift, &coarse.starts, coarse.crowded),
+                (built.shift, &built.starts, built.crowded)
+            );
+        }
     }
 }

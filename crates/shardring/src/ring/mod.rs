@@ -4,8 +4,11 @@
 //! # Layout
 //! All points live in one flat array sorted by position, 8 bytes each (position and node index), with an
 //! optional index over the top bits of the position that turns the search into one
-//! indexed load and a look at one or two points. Those two loads are cache misses once the ring is larger
-//! than the caches; [`Ring::lookup_many`] places a batch of keys so that their misses overlap.
+//! indexed load and a look at a few points. Those two loads are cache misses once the ring is larger
+//! than the caches; [`Ring::lookup_many`] places a batch of keys so that their misses overlap. Beside
+//! the index (then four times coarser), rings built with [`RingBuilder::answer_table`] keep an answer
+//! table ([`answers`]) of one 8-byte entry per bucket that answers most lookups from that entry alone:
+//! one cache miss, and no branch on the points.
 //!
 //! # Ties
 //! Two points may land on the same position. They are ordered by node name (byte-wise), so the point of the
@@ -15,6 +18,7 @@
 //! configured wins); uhashring by configuration order reversed (the last added wins). Configuration
 //! order is the builder's order, then each [`add`](Ring::add) comes last.
 
+mod answers;
 mod batch;
 mod build;
 mod builder;
@@ -36,6 +40,7 @@ pub use self::template::{
 use std::num::NonZeroUsize;
 use std::ops::Range;
 
+use self::answers::{AnswerTable, INDEX_COARSER};
 use self::build::{BucketPlan, Collector, COLLECT_BATCH};
 use self::index::TopBitsIndex;
 use self::scheme::SchemeInput;
@@ -90,8 +95,13 @@ pub struct Ring {
     points: Vec<Point>,
     /// Narrows lookups to a bucket of `points`; rebuilt after every change.
     index: TopBitsIndex,
+    /// Answers most lookups from one entry, when the index is on and the ring's node and point
+    /// counts allow one ([`AnswerTable::bits_for`]); kept in step with `points`.
+    answers: Option<AnswerTable>,
     /// Whether to keep `index` (it costs up to 4 bytes a point).
     use_index: bool,
+    /// Whether to keep `answers` where it fits (see [`RingBuilder::answer_table`]).
+    use_answers: bool,
     /// Hashes keys, and (under [`PointScheme::Plain`]) node point names.
     hash: HashFunction,
     /// How nodes become points.
@@ -114,7 +124,9 @@ impl Clone for Ring {
             nodes: self.nodes.clone(),
             points,
             index: self.index.clone(),
+            answers: self.answers.clone(),
             use_index: self.use_index,
+            use_answers: self.use_answers,
             hash: self.hash,
             scheme: self.scheme,
             vnodes: self.vnodes,
@@ -175,8 +187,45 @@ impl Ring {
     /// The node that owns `key`, or `None` when the ring is empty. Never allocates.
     #[inline]
     pub fn lookup(&self, key: impl AsRef<[u8]>) -> Option<&Node> {
-        let i = self.locate_point(key.as_ref())?;
-        Some(&self.nodes[self.points[i].node as usize])
+        let node = self.locate_node(key.as_ref())?;
+        Some(&self.nodes[node as usize])
+    }
+
+    /// The index into `nodes` of `key`'s owner; `None` if the ring is empty. From the answer table
+    /// when it has the answer, else as [`locate_point`](Ring::locate_point).
+    #[inline]
+    fn locate_node(&self, key: &[u8]) -> Option<u32> {
+        if matches!(self.scheme, PointScheme::Plain) && matches!(self.hash, HashFunction::Xxh3) {
+            return self.node_at(crate::hash::xxh3_64(key) as u32);
+        }
+        self.locate_node_other(key)
+    }
+
+    /// [`locate_node`](Ring::locate_node) for every hash but the default: out of line, as
+    /// [`locate_point_counting`](Ring::locate_point_counting).
+    #[inline(never)]
+    fn locate_node_other(&self, key: &[u8]) -> Option<u32> {
+        let hash = self.key_position(key);
+        if let Some(node) = self.answers.as_ref().and_then(|a| a.node(hash)) {
+            return Some(node);
+        }
+        if self.points.is_empty() {
+            return None;
+        }
+        let i = self.wrap(self.index.search_counting(&self.points, hash));
+        Some(self.points[i].node)
+    }
+
+    /// The index into `nodes` of the owner of ring position `hash`; `None` if the ring is empty.
+    #[inline]
+    fn node_at(&self, hash: u32) -> Option<u32> {
+        if let Some(answers) = &self.answers {
+            if let Some(node) = answers.node(hash) {
+                return Some(node);
+            }
+        }
+        let i = self.point_at(hash)?;
+        Some(self.points[i].node)
     }
 
     /// The index into `points` of the point that owns `key`; `None` if the ring is empty. The default
@@ -205,8 +254,8 @@ impl Ring {
     /// The node that owns ring position `hash` (a key already placed with [`Ring::key_position`]).
     #[inline]
     pub fn lookup_hash(&self, hash: u32) -> Option<&Node> {
-        let i = self.point_at(hash)?;
-        Some(&self.nodes[self.points[i].node as usize])
+        let node = self.node_at(hash)?;
+        Some(&self.nodes[node as usize])
     }
 
     /// The index into `points` of the first point at or after `hash`, wrapping; `None` if empty.
@@ -231,8 +280,8 @@ impl Ring {
     /// The index into [`nodes`](Ring::nodes) of `key`'s owner, for callers that keep per-node arrays.
     #[inline]
     pub fn lookup_index(&self, key: impl AsRef<[u8]>) -> Option<usize> {
-        let i = self.locate_point(key.as_ref())?;
-        Some(self.points[i].node as usize)
+        let node = self.locate_node(key.as_ref())?;
+        Some(node as usize)
     }
 
     /// Distinct nodes clockwise from `key`'s position; the first is [`lookup`](Ring::lookup)'s answer.
@@ -286,7 +335,17 @@ impl Ring {
         let index = self.nodes.len() as u32;
         self.nodes.push(node);
         let positions = self.merge_points(index, positions);
-        if !self.index.inserted(&positions, self.points.len()) {
+        let (index_bits, table_bits) = self.lookup_bits();
+        let nodes = self.nodes.len();
+        let table_kept = match &self.answers {
+            Some(answers) => answers.has_layout(table_bits, nodes),
+            None => table_bits.is_none(),
+        };
+        if table_kept && self.index.inserted(&positions, index_bits) {
+            if let Some(answers) = &mut self.answers {
+                answers.inserted(&self.points, &self.index, &positions);
+            }
+        } else {
             self.reindex();
         }
         Ok(())
@@ -327,7 +386,12 @@ impl Ring {
             true
         });
         let node = self.nodes.swap_remove(index);
-        if !self.index.removed(&gone, self.points.len()) {
+        // The table holds node indices, and the last node's changed: it is rebuilt (one pass, as the
+        // pass above over the points).
+        let (index_bits, _) = self.lookup_bits();
+        if self.index.removed(&gone, self.points.len(), index_bits) {
+            self.rebuild_answers();
+        } else {
             self.reindex();
         }
         Ok(node)
@@ -372,14 +436,21 @@ impl Ring {
             }
             keep
         });
-        if !self.index.removed(&gone, self.points.len()) {
+        // (Bits are compared with the final count's: a mismatch drops the index, rebuilt below.)
+        let others = self.points.len() as u64 + count;
+        let (index_bits, _) = self.lookup_bits_for(others as usize);
+        if !self.index.removed(&gone, self.points.len(), index_bits) {
             self.index = TopBitsIndex::default();
         }
+        self.answers = None;
         let mut positions = Vec::with_capacity(count as usize);
         self.scheme.positions(&node, count, input, &mut positions);
         self.nodes[index] = node;
         let positions = self.merge_points(index as u32, positions);
-        if !self.index.inserted(&positions, self.points.len()) {
+        let (index_bits, _) = self.lookup_bits();
+        if self.index.inserted(&positions, index_bits) {
+            self.rebuild_answers();
+        } else {
             self.reindex();
         }
         Ok(())
@@ -501,7 +572,45 @@ impl Ring {
             }
         };
         (self.points, self.index) = plan.build(shares, collect, &by_name, self.use_index);
+        // The build leaves the index the counting sort used (one bucket per point or so); with an
+        // answer table, the index beside it is coarser, and both come from the same buckets.
+        let (index_bits, table_bits) = self.lookup_bits();
+        self.answers = None;
+        if self.index.is_built() {
+            if let Some(bits) = table_bits {
+                self.answers = Some(AnswerTable::build(&self.points, bits, self.nodes.len()));
+            }
+            if self.index.bits() != index_bits {
+                self.index = self
+                    .index
+                    .coarsened(self.index.bits().saturating_sub(index_bits));
+            }
+            if self.index.bits() != index_bits {
+                self.index = TopBitsIndex::build(&self.points, index_bits);
+            }
+        }
         Ok(())
+    }
+
+    /// The bits of the index and of the answer table (`None`: no table) for the ring as it is.
+    fn lookup_bits(&self) -> (u32, Option<u32>) {
+        self.lookup_bits_for(self.points.len())
+    }
+
+    /// [`lookup_bits`](Ring::lookup_bits) for `len` points over the ring's nodes.
+    fn lookup_bits_for(&self, len: usize) -> (u32, Option<u32>) {
+        let table = AnswerTable::bits_for(len, self.nodes.len())
+            .filter(|_| self.use_index && self.use_answers);
+        let index = table.map_or(index::bits_for(len), |bits| bits - INDEX_COARSER);
+        (index, table)
+    }
+
+    /// Rebuilds the answer table (or drops it) for the points as they are.
+    fn rebuild_answers(&mut self) {
+        let (_, table_bits) = self.lookup_bits();
+        self.answers = table_bits
+            .filter(|_| self.index.is_built())
+            .map(|bits| AnswerTable::build(&self.points, bits, self.nodes.len()));
     }
 
     /// How many threads build `total` points: one below [`PARALLEL_MIN_POINTS`], else the setting
@@ -521,11 +630,13 @@ impl Ring {
     }
 
     fn reindex(&mut self) {
+        let (index_bits, _) = self.lookup_bits();
         self.index = if self.use_index {
-            TopBitsIndex::build(&self.points)
+            TopBitsIndex::build(&self.points, index_bits)
         } else {
             TopBitsIndex::default()
         };
+        self.rebuild_answers();
     }
 
     /// The members, in unspecified order; [`lookup_index`](Ring::lookup_index) indexes this slice.
@@ -621,12 +732,20 @@ impl Ring {
     /// Heap bytes held by the point array and the index (node names not counted). The point array
     /// keeps about 1/64 of headroom so that adding a node does not reallocate it.
     pub fn memory_bytes(&self) -> usize {
-        self.points.capacity() * std::mem::size_of::<Point>() + self.index.memory_bytes()
+        self.points.capacity() * std::mem::size_of::<Point>()
+            + self.index.memory_bytes()
+            + self.answers.as_ref().map_or(0, AnswerTable::memory_bytes)
     }
 
     /// Whether lookups use the top-bits index.
     pub fn has_lookup_index(&self) -> bool {
         self.index.is_built()
+    }
+
+    /// Whether lookups use an answer table ([`RingBuilder::answer_table`]; it is only kept where
+    /// it fits).
+    pub fn has_answer_table(&self) -> bool {
+        self.answers.is_some()
     }
 
     /// The hash ranges whose owner differs between `self` and `to`: the migration plan from this ring to

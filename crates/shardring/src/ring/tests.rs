@@ -604,3 +604,117 @@ fn large_builds_on_threads_equal_serial_builds() {
         })
     ));
 }
+
+/// The ring's answer table, and one built afresh from its points as they are now (both `None` when
+/// the ring keeps no table).
+fn tables(ring: &Ring) -> (Option<super::AnswerTable>, Option<super::AnswerTable>) {
+    let (_, bits) = ring.lookup_bits();
+    let fresh = bits.map(|bits| super::AnswerTable::build(&ring.points, bits, ring.nodes.len()));
+    (ring.answers.clone(), fresh)
+}
+
+/// Every path to an owner agrees with the oracle: single lookups, lookups by hash, batches, the
+/// first replica.
+fn check_owners(ring: &Ring, hashes: &[u32], keys: &[Vec<u8>]) -> Result<(), TestCaseError> {
+    for &h in hashes.iter().chain(&[0, 1, u32::MAX]) {
+        prop_assert_eq!(
+            ring.lookup_hash(h).map(|n| n.name().to_string()),
+            naive_owner(ring, h)
+        );
+    }
+    let mut many = vec![None; keys.len()];
+    ring.lookup_many(keys, &mut many);
+    for (key, many) in keys.iter().zip(many) {
+        let want = naive_owner(ring, ring.key_position(key));
+        prop_assert_eq!(ring.lookup(key).map(|n| n.name().to_string()), want.clone());
+        prop_assert_eq!(
+            many.map(|i| ring.nodes()[i].name().to_string()),
+            want.clone()
+        );
+        prop_assert_eq!(
+            ring.replicas(key).next().map(|n| n.name().to_string()),
+            want
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    /// Issue 15: a ring with an answer table places every key as the oracle does, after a build
+    /// and after every membership change (adds, removes, new weights), with colliding positions
+    /// (CRC32 and few vnodes) and every hash; and its table is always the one its points give.
+    #[test]
+    fn a_ring_with_an_answer_table_places_like_the_oracle_through_changes(
+        names in names_strategy(), more in names_strategy(), vnodes in 1u32..60,
+        hash in proptest::sample::select(HashFunction::ALL.to_vec()),
+        hashes in proptest::collection::vec(any::<u32>(), 1..64),
+        keys in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..20), 0..40),
+        weight in 0.25f64..4.0) {
+        let mut ring = Ring::builder().vnodes(vnodes).hash(hash).answer_table(true)
+            .nodes(names.iter().cloned()).build().unwrap();
+        // (A small ring's low bits are too wide for an entry: it keeps no table, and needs none.)
+        if ring.point_count() >= 128 {
+            prop_assert!(ring.has_answer_table());
+        }
+        let (kept, fresh) = tables(&ring);
+        prop_assert_eq!(kept, fresh);
+        check_owners(&ring, &hashes, &keys)?;
+        for name in more.iter().filter(|n| !names.contains(n)) {
+            ring.add(name.clone(), 1.0).unwrap();
+            let (kept, fresh) = tables(&ring);
+            prop_assert_eq!(kept, fresh, "after adding {}", name);
+            check_owners(&ring, &hashes, &keys)?;
+        }
+        ring.set_weight(&names[0], weight).unwrap();
+        let (kept, fresh) = tables(&ring);
+        prop_assert_eq!(kept, fresh);
+        check_owners(&ring, &hashes, &keys)?;
+        for name in names.iter().skip(1) {
+            ring.remove(name).unwrap();
+            let (kept, fresh) = tables(&ring);
+            prop_assert_eq!(kept, fresh, "after removing {}", name);
+            check_owners(&ring, &hashes, &keys)?;
+        }
+    }
+}
+
+#[test]
+fn a_ring_with_an_answer_table_follows_large_changes() {
+    // 300 nodes of 160 points: a table with hundreds of crowded and empty buckets, grown past a
+    // power of two of points (the table and the index change size) and shrunk back.
+    let names: Vec<String> = (0..420)
+        .map(|i| format!("10.0.{}.{}:11211", i / 256, i % 256))
+        .collect();
+    let mut ring = Ring::builder()
+        .answer_table(true)
+        .nodes(names[..300].iter().cloned())
+        .build()
+        .unwrap();
+    assert!(ring.has_answer_table());
+    let probes: Vec<u32> = (0..20_000u32)
+        .map(|i| i.wrapping_mul(0x9E37_79B9))
+        .collect();
+    let check = |ring: &Ring| {
+        let (kept, fresh) = tables(ring);
+        assert_eq!(kept, fresh);
+        let plain = Ring::builder()
+            .nodes(ring.nodes().iter().map(|n| n.name().to_string()))
+            .build()
+            .unwrap();
+        for &h in &probes {
+            assert_eq!(
+                ring.lookup_hash(h).map(Node::name),
+                plain.lookup_hash(h).map(Node::name)
+            );
+        }
+    };
+    check(&ring);
+    for name in &names[300..] {
+        ring.add(name.clone(), 1.0).unwrap();
+    }
+    check(&ring);
+    for name in &names[100..400] {
+        ring.remove(name).unwrap();
+    }
+    check(&ring);
+}

@@ -1,0 +1,151 @@
+//! The floors under a single cold lookup (#15): what the loads alone cost, measured with minimal loops
+//! over the bench crate's key pools, beside the library's ring with and without its answer table.
+//!
+//! `cargo run --release -p shardring-bench --bin lookup-floors [NODES]` (1000 by default; run it under
+//! `flock /tmp/bench.lock` on a shared machine). Each row is the best of 5 passes over 4,194,304 keys
+//! (16 bytes), independent lookups as the criterion bench's `independent` mode:
+//! - `bare xxh3`: the hash alone;
+//! - `two loads`: hash, the index entry of the hash's bucket, the node of the bucket's first point (the
+//!   two dependent loads of a lookup through the index, without the search; wrong answers);
+//! - `one load`: hash, one 8-byte entry from an array the size of the answer table (wrong answers);
+//! - `index, branchy`: the library's search (index entry, then a scan that stops at the first point not
+//!   below the hash), written out as a loop;
+//! - `index, counting`: the same search counting four points at a time without a branch on them;
+//! - the library's `Ring::lookup_index`, default and with `answer_table(true)`.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use shardring::{HashFunction, Node, Ring};
+use shardring_bench::{key_pool, node_names, ours, KeyPool, Pool};
+
+/// Keys per pass.
+const KEYS: usize = 1 << 22;
+
+/// The points of a ring as (position, node index), and a top-bits index over them.
+struct Flat {
+    /// `32 - bits`.
+    shift: u32,
+    /// Bucket starts, as the library's index.
+    starts: Vec<u32>,
+    /// (position, node index), sorted.
+    points: Vec<(u32, u32)>,
+    /// One u64 per bucket, as big as an answer table (for the one-load floor).
+    entries: Vec<u64>,
+}
+
+impl Flat {
+    fn of(ring: &Ring) -> Flat {
+        let base = ring.nodes().as_ptr() as usize;
+        let size = std::mem::size_of::<Node>();
+        let points: Vec<(u32, u32)> = ring
+            .points()
+            .map(|(p, n)| (p, ((n as *const Node as usize - base) / size) as u32))
+            .collect();
+        let bits = usize::BITS - 1 - points.len().max(1).leading_zeros();
+        let shift = 32 - bits;
+        let mut starts = vec![0u32; (1 << bits) + 1];
+        for p in &points {
+            starts[(p.0 >> shift) as usize + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let entries = (0..1u64 << bits).collect();
+        Flat {
+            shift,
+            starts,
+            points,
+            entries,
+        }
+    }
+
+    fn node(&self, i: usize) -> usize {
+        let i = if i == self.points.len() { 0 } else { i };
+        self.points[i].1 as usize
+    }
+
+    fn branchy(&self, h: u32) -> usize {
+        let mut i = self.starts[(h >> self.shift) as usize] as usize;
+        while i < self.points.len() && self.points[i].0 < h {
+            i += 1;
+        }
+        self.node(i)
+    }
+
+    fn counting(&self, h: u32) -> usize {
+        let mut i = self.starts[(h >> self.shift) as usize] as usize;
+        loop {
+            let below = match self.points.get(i..i + 4) {
+                Some(w) => w.iter().map(|p| usize::from(p.0 < h)).sum::<usize>(),
+                None => self.points[i..].iter().filter(|p| p.0 < h).count(),
+            };
+            i += below;
+            if below < 4 {
+                return self.node(i);
+            }
+        }
+    }
+
+    fn two_loads(&self, h: u32) -> usize {
+        self.points[self.starts[(h >> self.shift) as usize] as usize].1 as usize
+    }
+
+    fn one_load(&self, h: u32) -> usize {
+        self.entries[(h >> self.shift) as usize] as usize
+    }
+}
+
+fn time(name: &str, keys: &KeyPool, f: impl Fn(&[u8]) -> usize) {
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let start = Instant::now();
+        let mut sum = 0usize;
+        for i in 0..KEYS {
+            sum = sum.wrapping_add(f(black_box(keys.key(i))));
+        }
+        black_box(sum);
+        best = best.min(start.elapsed().as_secs_f64() * 1e9 / KEYS as f64);
+    }
+    println!("{name:<30} {best:6.2} ns");
+}
+
+fn main() {
+    let nodes: usize = std::env::args()
+        .nth(1)
+        .map_or(Ok(1000), |n| n.parse())
+        .expect("NODES: a node count");
+    let names = node_names(nodes);
+    let ring = ours::ring(names, HashFunction::Xxh3, true);
+    let table = ours::ring_with_table(names);
+    let flat = Flat::of(&ring);
+    let hash = |key: &[u8]| xxhash_rust::xxh3::xxh3_64(key) as u32;
+    let cold = key_pool(Pool::Cold, 16);
+    for i in 0..100_000 {
+        let key = cold.key(i);
+        let want = ring.lookup_index(key);
+        assert_eq!(Some(flat.branchy(hash(key))), want);
+        assert_eq!(Some(flat.counting(hash(key))), want);
+        assert_eq!(table.lookup_index(key), want);
+    }
+    println!(
+        "{nodes} nodes, {} points; answer table kept: {}",
+        flat.points.len(),
+        table.has_answer_table()
+    );
+    for pool in Pool::ALL {
+        let keys = key_pool(pool, 16);
+        println!("-- {} pool", pool.name());
+        time("bare xxh3", keys, |k| hash(k) as usize);
+        time("two loads (no search)", keys, |k| flat.two_loads(hash(k)));
+        time("one load (no decoding)", keys, |k| flat.one_load(hash(k)));
+        time("index, branchy (loop)", keys, |k| flat.branchy(hash(k)));
+        time("index, counting (loop)", keys, |k| flat.counting(hash(k)));
+        time("Ring::lookup_index", keys, |k| {
+            ring.lookup_index(k).unwrap_or(0)
+        });
+        time("Ring::lookup_index, table", keys, |k| {
+            table.lookup_index(k).unwrap_or(0)
+        });
+    }
+}
