@@ -7,7 +7,7 @@
 //! indexed load and a look at a few points. Those two loads are cache misses once the ring is larger
 //! than the caches; [`Ring::lookup_many`] places a batch of keys so that their misses overlap. Beside
 //! the index (then four times coarser), rings built with [`RingBuilder::answer_table`] keep an answer
-//! table ([`answers`]) of one 8-byte entry per bucket that answers most lookups from that entry alone:
+//! table (`ring/answers.rs`) of one 8-byte entry per bucket that answers most lookups from that entry alone:
 //! one cache miss, and no branch on the points.
 //!
 //! # Ties
