@@ -390,16 +390,7 @@ fn print_change(
     )?;
     let name = |n: &Option<String>| n.clone().unwrap_or_else(|| "-".into());
     if ranges {
-        for m in &plan {
-            writeln!(
-                out,
-                "{}\t{}\t{}\t{}",
-                m.first,
-                m.last,
-                name(&m.from),
-                name(&m.to)
-            )?;
-        }
+        super::ring::write_ranges(&mut out, &plan)?;
     } else {
         let mut pairs: BTreeMap<(String, String), f64> = BTreeMap::new();
         for m in &plan {

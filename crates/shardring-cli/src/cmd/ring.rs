@@ -57,17 +57,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut out = BufWriter::new(io::stdout().lock());
     if let Some(to) = to {
-        for m in ring.migration_to(&to) {
-            let name = |n: &Option<String>| n.clone().unwrap_or_else(|| "-".into());
-            writeln!(
-                out,
-                "{}\t{}\t{}\t{}",
-                m.first,
-                m.last,
-                name(&m.from),
-                name(&m.to)
-            )?;
-        }
+        write_ranges(&mut out, &ring.migration_to(&to))?;
     } else if args.shares {
         let mut shares = ring.shares();
         shares.sort_by(|a, b| a.0.name().cmp(b.0.name()));
@@ -89,4 +79,23 @@ fn build(nodes: &[Node], hash: HashFunction, vnodes: u32) -> Result<Ring> {
         .iter()
         .fold(builder, |b, n| b.node(n.name(), n.weight()))
         .build()?)
+}
+
+/// One line per moving hash range of a migration plan: `FIRST<TAB>LAST<TAB>FROM<TAB>TO`, `-` for no node.
+pub(crate) fn write_ranges(
+    out: &mut impl Write,
+    plan: &[shardring::ring::Migration],
+) -> io::Result<()> {
+    let name = |n: &Option<String>| n.clone().unwrap_or_else(|| "-".into());
+    for m in plan {
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}",
+            m.first,
+            m.last,
+            name(&m.from),
+            name(&m.to)
+        )?;
+    }
+    Ok(())
 }

@@ -191,15 +191,10 @@ fn as_get_answer(key: &[u8], reply: &Bytes) -> Answer {
     };
     match m.status {
         b"VA" if !m.is_reservation() => {
-            let flags = m.flag(b'f').unwrap_or(b"0");
-            let mut out = BytesMut::with_capacity(key.len() + m.data.len() + 40);
-            out.extend_from_slice(b"VALUE ");
-            out.extend_from_slice(key);
-            out.extend_from_slice(b" ");
-            out.extend_from_slice(flags);
-            out.extend_from_slice(format!(" {}\r\n", m.data.len()).as_bytes());
-            out.extend_from_slice(m.data);
-            out.extend_from_slice(b"\r\nEND\r\n");
+            let block = value_block(key, &m);
+            let mut out = BytesMut::with_capacity(block.len() + 5);
+            out.extend_from_slice(&block);
+            out.extend_from_slice(b"END\r\n");
             Answer::Bytes(out.freeze())
         }
         b"VA" | b"EN" => Answer::fixed(b"END\r\n"),

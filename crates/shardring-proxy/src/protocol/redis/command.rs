@@ -453,6 +453,11 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
     index_of(name).map(|i| &TABLE[i])
 }
 
+/// The index in [`TABLE`] of `req`'s command, looked up on the first call and kept in the request.
+pub fn index_of_request(req: &Request) -> Option<usize> {
+    *req.command.get_or_init(|| req.arg(0).and_then(index_of))
+}
+
 /// The index in [`TABLE`] of a command name, matched without regard to case.
 ///
 /// Every request looks its command up, so names are compared as integers: each table name, lowercased
@@ -592,8 +597,7 @@ pub fn refused(spec: &Spec, why: &str) -> Bytes {
 /// # Errors
 /// The error reply, in Redis 7's words where Redis has them.
 pub fn route(req: &Request) -> Result<Routed, Bytes> {
-    let name = req.arg(0).unwrap_or_default();
-    let Some(spec) = lookup(name) else {
+    let Some(spec) = index_of_request(req).map(|i| &TABLE[i]) else {
         return Err(unknown_command(req));
     };
     if !spec.arity_ok(req.argc()) {

@@ -271,7 +271,7 @@ impl Protocol for Redis {
     }
 
     fn command_index(request: &Request) -> Option<usize> {
-        command::index_of(request.arg(0)?)
+        command::index_of_request(request)
     }
 }
 

@@ -395,15 +395,27 @@ impl RequestScanner {
     }
 }
 
-/// A request: the RESP array to forward, and its arguments' ranges inside it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A request: the RESP array to forward, and its arguments' ranges inside it. Two requests are equal when
+/// their bytes and arguments are (the cached command lookup is derived from them).
+#[derive(Debug, Clone)]
 pub struct Request {
     /// The whole request as a RESP array of bulk strings: the client's bytes, or for an inline command
     /// the array it stands for.
     pub frame: Bytes,
     /// Each argument's range in `frame`; never empty (the command name is `args[0]`).
     pub args: Vec<Range<usize>>,
+    /// The command's index in the command table, looked up once for the request's latency tally and its
+    /// routing alike ([`command::index_of_request`](super::command::index_of_request)).
+    pub(super) command: std::cell::OnceCell<Option<usize>>,
 }
+
+impl PartialEq for Request {
+    fn eq(&self, other: &Request) -> bool {
+        self.frame == other.frame && self.args == other.args
+    }
+}
+
+impl Eq for Request {}
 
 impl Request {
     /// The bytes of argument `i`, if there is one.
@@ -437,6 +449,7 @@ impl Request {
         Request {
             frame: out.freeze(),
             args: ranges,
+            command: std::cell::OnceCell::new(),
         }
     }
 }
@@ -516,7 +529,11 @@ impl Decoder for RequestCodec {
                 Ok(Some(Scanned::Array { len, args })) => {
                     let frame = buf.split_to(len).freeze();
                     if !args.is_empty() {
-                        return Ok(Some(Decoded::Request(Request { frame, args })));
+                        return Ok(Some(Decoded::Request(Request {
+                            frame,
+                            args,
+                            command: std::cell::OnceCell::new(),
+                        })));
                     }
                 }
                 Ok(Some(Scanned::Inline { len, args })) => {
