@@ -1,5 +1,5 @@
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -187,12 +187,16 @@ fn readers_never_see_a_half_applied_snapshot() {
         ring_of(&sets[0].iter().map(|n| member(n, 1)).collect::<Vec<_>>()).unwrap(),
     ));
     let stop = Arc::new(AtomicBool::new(false));
+    // Readers that have made their first read: the snapshots are applied only once every reader
+    // reads, so that a busy machine starting the threads late cannot make the test vacuous.
+    let reading = Arc::new(AtomicUsize::new(0));
     let readers: Vec<_> = (0..2)
         .map(|_| {
             let (shared, stop, allowed) = (Arc::clone(&shared), Arc::clone(&stop), allowed.clone());
+            let reading = Arc::clone(&reading);
             std::thread::spawn(move || {
                 let mut seen = 0u64;
-                while !stop.load(Ordering::Relaxed) {
+                while seen == 0 || !stop.load(Ordering::Relaxed) {
                     let snap = shared.load();
                     let mut names: Vec<String> =
                         snap.nodes().iter().map(|n| n.name().to_string()).collect();
@@ -200,12 +204,18 @@ fn readers_never_see_a_half_applied_snapshot() {
                     assert!(allowed.contains(&names), "half-applied: {names:?}");
                     let owner = snap.lookup("key").unwrap().name().to_string();
                     assert!(names.contains(&owner));
+                    if seen == 0 {
+                        reading.fetch_add(1, Ordering::Relaxed);
+                    }
                     seen += 1;
                 }
                 seen
             })
         })
         .collect();
+    while reading.load(Ordering::Relaxed) < readers.len() {
+        std::thread::yield_now();
+    }
     let mut follower = Follower::new(Arc::clone(&shared), ring_of);
     for (round, set) in sets.iter().cycle().take(200).enumerate() {
         let members = set.iter().map(|n| member(n, 1)).collect();

@@ -4,22 +4,25 @@
 //! bucket's first point. When the ring is larger than the CPU caches (160,000 points and their index
 //! are 1.8 MiB at 1000 nodes; the keys of a real workload stream through the caches as well), each of
 //! those loads is a cache miss, and a loop of single lookups waits for them about one key at a time.
-//! [`Ring::lookup_many`] walks a batch in passes instead: hash every key and ask the cache for its
-//! index entry, then read every entry and ask for its point, then search, by which time the lines have
-//! arrived. Placement is exactly [`Ring::lookup_index`]'s.
+//! [`Ring::lookup_many`] walks the keys in passes instead, [`BATCH`] keys (a chunk) at a time: hash
+//! every key of a chunk and ask the cache for its index entry, then read every entry and ask for its
+//! point, then search. The passes are skewed: one step runs the first pass on chunk `c`, the second on
+//! chunk `c - 1` and the third on `c - 2`, so a line asked for in one pass has a whole step (all
+//! passes over three chunks) to arrive before it is read. Without the skew, every pass waited at its
+//! first key for the line asked for at the start of the pass before, a full memory latency per pass
+//! when the ring is larger than the last-level cache. With an answer table (`ring/answers.rs`) the
+//! first pass asks for the key's table entry, which answers most keys; the others go through the
+//! index and the points in two more passes. Placement is exactly [`Ring::lookup_index`]'s.
 
+use super::answers::AnswerTable;
 use super::prefetch::prefetch;
 use super::{PointScheme, Ring};
 use crate::hash::HashFunction;
 
-/// Keys per pass. Enough misses in flight to cover memory latency (a core tracks a few dozen outstanding
-/// lines), few enough that the pass's hashes and bucket starts (128 bytes) stay on the stack in L1.
+/// Keys per chunk. A step of the skewed passes keeps two or three chunks' lines in flight, enough
+/// to cover memory latency (a core tracks a few dozen outstanding lines), and the chunks' hashes and
+/// bucket starts stay on the stack in L1.
 pub(crate) const BATCH: usize = 16;
-
-/// Keys per pass with an answer table. A key then waits for one line, not two, but twice the keys
-/// (32) measured no faster: 6.65 ns a key against 6.01 at 1000 nodes over the cold pool (a one-off
-/// loop, best of 5).
-const TABLE_BATCH: usize = BATCH;
 
 impl Ring {
     /// For every `i`, `out[i] = self.lookup_index(keys[i])`: the index into [`nodes`](Ring::nodes) of
@@ -78,82 +81,158 @@ impl Ring {
             }
             return;
         }
-        if let Some(answers) = &self.answers {
-            let mut hashes = [0u32; TABLE_BATCH];
-            // The keys of a pass the table does not answer (about 7% at 1000 nodes), and where
-            // their searches start.
-            let mut rest = [0u8; TABLE_BATCH];
-            let mut starts = [0u32; TABLE_BATCH];
-            for (keys, out) in keys.chunks(TABLE_BATCH).zip(out.chunks_mut(TABLE_BATCH)) {
-                let hashes = &mut hashes[..keys.len()];
-                // Pass 1: hash, and ask for each key's table entry while the next keys hash.
+        match &self.answers {
+            Some(answers) => self.place_with_table(answers, keys, out, hash),
+            None => self.place_with_index(keys, out, hash),
+        }
+    }
+
+    /// Places the keys through the index alone, in three passes a chunk of [`BATCH`] keys goes
+    /// through one after the other, each pass on a later chunk than the next pass (see the module
+    /// docs): hash and ask for the index entry; read it and ask for the bucket's first point; count
+    /// the bucket's points below the hash.
+    #[inline(always)]
+    fn place_with_index<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        out: &mut [Option<usize>],
+        hash: impl Fn(&[u8]) -> u32,
+    ) {
+        const PASSES: usize = 3;
+        let mut hashes = [[0u32; BATCH]; PASSES];
+        let mut starts = [[0u32; BATCH]; PASSES];
+        let chunks = keys.len().div_ceil(BATCH);
+        for step in 0..chunks + PASSES - 1 {
+            // Pass 1 on chunk `step`: hash, and ask for each key's index entry while the next keys hash.
+            if let Some(keys) = chunk(keys, step) {
+                let hashes = &mut hashes[step % PASSES];
+                for (h, key) in hashes.iter_mut().zip(keys) {
+                    *h = hash(key.as_ref());
+                    self.index.prefetch_bucket(*h);
+                }
+            }
+            // Pass 2 on the chunk before: read the entries (arrived while pass 1 hashed a chunk), and
+            // ask for each bucket's first point.
+            if let Some(c) = step.checked_sub(1) {
+                if let Some(keys) = chunk(keys, c) {
+                    let (hashes, starts) = (&hashes[c % PASSES], &mut starts[c % PASSES]);
+                    for (start, &h) in starts.iter_mut().zip(hashes).take(keys.len()) {
+                        let i = self.index.bucket_start(h);
+                        if let Some(point) = self.points.get(i) {
+                            prefetch(point);
+                        }
+                        *start = i as u32;
+                    }
+                }
+            }
+            // Pass 3 on the chunk before that: count each bucket's points below the hash, without a
+            // branch on their positions (see `TopBitsIndex::search_counting`). A single xxh3 lookup
+            // searches with a branch, which wins while the points are cached; here a mispredicted
+            // branch on a point that has just arrived would also throw away the loads of the keys
+            // after it.
+            if let Some(c) = step.checked_sub(2) {
+                if let Some(out) = chunk_mut(out, c) {
+                    let (hashes, starts) = (&hashes[c % PASSES], &starts[c % PASSES]);
+                    for ((out, &start), &h) in out.iter_mut().zip(starts).zip(hashes) {
+                        let i = self
+                            .index
+                            .search_counting_from(&self.points, start as usize, h);
+                        *out = Some(self.points[self.wrap(i)].node as usize);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Places the keys through the answer table, as [`place_with_index`](Ring::place_with_index):
+    /// hash and ask for the table entry; read it, which answers most keys, and ask for the index
+    /// entries of the rest; read those and ask for the points; search.
+    #[inline(always)]
+    fn place_with_table<K: AsRef<[u8]>>(
+        &self,
+        answers: &AnswerTable,
+        keys: &[K],
+        out: &mut [Option<usize>],
+        hash: impl Fn(&[u8]) -> u32,
+    ) {
+        const PASSES: usize = 4;
+        let mut hashes = [[0u32; BATCH]; PASSES];
+        // For each chunk in flight, the keys the table did not answer (about 7% at 1000 nodes, in
+        // chunk order) and where their searches start.
+        let mut rest = [[0u8; BATCH]; PASSES];
+        let mut unanswered = [0usize; PASSES];
+        let mut starts = [[0u32; BATCH]; PASSES];
+        let chunks = keys.len().div_ceil(BATCH);
+        for step in 0..chunks + PASSES - 1 {
+            // Pass 1: hash, and ask for each key's table entry while the next keys hash.
+            if let Some(keys) = chunk(keys, step) {
+                let hashes = &mut hashes[step % PASSES];
                 for (h, key) in hashes.iter_mut().zip(keys) {
                     *h = hash(key.as_ref());
                     answers.prefetch(*h);
                 }
-                // Pass 2: read the entries; ask for the index entries of the keys they do not
-                // answer.
-                let mut unanswered = 0;
-                for (j, (out, &h)) in out.iter_mut().zip(hashes.iter()).enumerate() {
-                    *out = answers.node(h).map(|node| node as usize);
-                    if out.is_none() {
-                        self.index.prefetch_bucket(h);
-                        rest[unanswered] = j as u8;
-                        unanswered += 1;
+            }
+            // Pass 2: read the entries; ask for the index entries of the keys they do not answer.
+            if let Some(c) = step.checked_sub(1) {
+                if let Some(out) = chunk_mut(out, c) {
+                    let slot = c % PASSES;
+                    let mut n = 0;
+                    for (j, (out, &h)) in out.iter_mut().zip(&hashes[slot]).enumerate() {
+                        *out = answers.node(h).map(|node| node as usize);
+                        if out.is_none() {
+                            self.index.prefetch_bucket(h);
+                            rest[slot][n] = j as u8;
+                            n += 1;
+                        }
                     }
+                    unanswered[slot] = n;
                 }
-                // Passes 3 and 4, for those keys only: as the passes 2 and 3 below.
-                for (&j, start) in rest[..unanswered].iter().zip(starts.iter_mut()) {
-                    let i = self.index.bucket_start(hashes[j as usize]);
+            }
+            // Passes 3 and 4, for the keys the table left: as passes 2 and 3 of `place_with_index`.
+            if let Some(c) = step.checked_sub(2).filter(|&c| c < chunks) {
+                let slot = c % PASSES;
+                for (&j, start) in rest[slot][..unanswered[slot]]
+                    .iter()
+                    .zip(starts[slot].iter_mut())
+                {
+                    let i = self.index.bucket_start(hashes[slot][j as usize]);
                     if let Some(point) = self.points.get(i) {
                         prefetch(point);
                     }
                     *start = i as u32;
                 }
-                for (&j, &start) in rest[..unanswered].iter().zip(starts.iter()) {
-                    let h = hashes[j as usize];
-                    let i = self
-                        .index
-                        .search_counting_from(&self.points, start as usize, h);
-                    out[j as usize] = Some(self.points[self.wrap(i)].node as usize);
+            }
+            if let Some(c) = step.checked_sub(3) {
+                if let Some(out) = chunk_mut(out, c) {
+                    let slot = c % PASSES;
+                    for (&j, &start) in rest[slot][..unanswered[slot]].iter().zip(&starts[slot]) {
+                        let h = hashes[slot][j as usize];
+                        let i = self
+                            .index
+                            .search_counting_from(&self.points, start as usize, h);
+                        out[j as usize] = Some(self.points[self.wrap(i)].node as usize);
+                    }
                 }
-            }
-            return;
-        }
-        let mut hashes = [0u32; BATCH];
-        let mut starts = [0u32; BATCH];
-        for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            let hashes = &mut hashes[..keys.len()];
-            let starts = &mut starts[..keys.len()];
-            // Pass 1: hash, and ask for each key's index entry while the next keys hash.
-            for (h, key) in hashes.iter_mut().zip(keys) {
-                *h = hash(key.as_ref());
-                self.index.prefetch_bucket(*h);
-            }
-            // Pass 2: read the entries (arrived, or on their way together), and ask for each bucket's
-            // first point.
-            for (start, &h) in starts.iter_mut().zip(hashes.iter()) {
-                let i = self.index.bucket_start(h);
-                if let Some(point) = self.points.get(i) {
-                    prefetch(point);
-                }
-                *start = i as u32;
-            }
-            // Pass 3: count each bucket's points below the hash, without a branch on their positions
-            // (see `TopBitsIndex::search_counting`). A single xxh3 lookup searches with a branch,
-            // which wins while the points are cached; here a mispredicted branch on a point that has
-            // just arrived would also throw away the loads of the keys after it, and counting is much
-            // faster: 5.3 ns a key against 9.0 at 1000 nodes over the bench crate's cold pool, 4.6 against
-            // 4.3 over the hot one (a one-off loop over the pools, best of 5; the criterion figures are in
-            // BENCHMARKS.md). The prefetches of passes 1 and 2 take it from 6.2 ns to 5.3.
-            for ((out, &start), &h) in out.iter_mut().zip(starts.iter()).zip(hashes.iter()) {
-                let i = self
-                    .index
-                    .search_counting_from(&self.points, start as usize, h);
-                *out = Some(self.points[self.wrap(i)].node as usize);
             }
         }
     }
+}
+
+/// Chunk `c` of [`BATCH`] items of `items` (the last may be shorter); `None` past the end.
+#[inline(always)]
+fn chunk<T>(items: &[T], c: usize) -> Option<&[T]> {
+    let from = c.checked_mul(BATCH)?;
+    items
+        .get(from..items.len().min(from + BATCH))
+        .filter(|s| !s.is_empty())
+}
+
+/// [`chunk`], mutable.
+#[inline(always)]
+fn chunk_mut<T>(items: &mut [T], c: usize) -> Option<&mut [T]> {
+    let from = c.checked_mul(BATCH)?;
+    let to = items.len().min(from + BATCH);
+    items.get_mut(from..to).filter(|s| !s.is_empty())
 }
 
 #[cfg(test)]
@@ -170,7 +249,7 @@ mod tests {
     fn keys_strategy() -> impl Strategy<Value = Vec<Vec<u8>>> {
         proptest::collection::vec(
             proptest::collection::vec(any::<u8>(), 0..24),
-            0..(3 * BATCH + 3),
+            0..(5 * BATCH + 3),
         )
     }
 

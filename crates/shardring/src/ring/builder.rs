@@ -61,7 +61,7 @@ impl RingBuilder {
             scheme: PointScheme::Plain,
             max_points: DEFAULT_MAX_POINTS,
             lookup_index: true,
-            answer_table: false,
+            answer_table: true,
             build_threads: None,
             nodes: Vec::new(),
         }
@@ -111,16 +111,21 @@ impl RingBuilder {
 
     /// Whether to keep, beside the lookup index, a table of one 8-byte entry per index bucket that
     /// answers most lookups from that entry alone: one cache miss instead of two, and no branch on
-    /// the points, which makes single lookups over keys the caches have not seen about twice as fast
-    /// (7.35 ns against 13.70 at 1000 nodes × 160 points, 16-byte keys, over the bench crate's cold
-    /// pool; BENCHMARKS.md, `shardring-ring-table`). The price: lookups of keys that stay cached are
-    /// slower (5.26 ns against 3.72), as are [`replicas`](Ring::replicas) (35.0 ns against 27.9 cold:
-    /// the index beside the table is four times coarser), and memory grows to 15.5 bytes a point
-    /// (from 11.4). Placement is the same either way. Kept only
-    /// with the index on, on rings of at least 16 points and with few enough nodes for an entry's
-    /// fields (at 160 points a node, up to 4095 nodes; see `ring/answers.rs`); otherwise ignored.
+    /// the points. A search's branch is one the CPU cannot predict for keys in an order it has not
+    /// learnt, and its misprediction also throws away the lookups already under way, so the table
+    /// makes single lookups about twice as fast over keys the caches have not seen (7.35 ns against
+    /// 13.70 at 1000 nodes × 160 points, 16-byte keys, over the bench crate's cold pool), and over a
+    /// hot set of 4096 cached keys arriving in a changing order (6.4 ns against 11.8;
+    /// `bench/src/bin/lookup-floors.rs`). Without it, lookups are faster only when the same keys
+    /// come back in the same order, which a branch predictor learns (the bench crate's hot pool:
+    /// 3.7 ns against 5.3). The price: [`replicas`](Ring::replicas) are slower (35.0 ns against
+    /// 27.9 cold: the index beside the table is four times coarser), builds take about 0.3 ms longer
+    /// at 1000 × 160, and memory grows to 15.5 bytes a point (from 11.4). Placement is the same
+    /// either way. Kept only with the index on, on rings of at least 16 points and with few enough
+    /// nodes for an entry's fields (at 160 points a node, up to 4095 nodes; see `ring/answers.rs`);
+    /// otherwise ignored.
     ///
-    /// By default, this is off.
+    /// By default, this is on.
     pub fn answer_table(mut self, yes: bool) -> RingBuilder {
         self.answer_table = yes;
         self

@@ -100,6 +100,12 @@ impl TopBitsIndex {
         }
     }
 
+    /// The `2^bits + 1` bucket starts (empty when the index is not built): bucket `j`'s points are
+    /// `starts[j]..starts[j + 1]`.
+    pub(crate) fn starts(&self) -> &[u32] {
+        &self.starts
+    }
+
     /// Whether the index is present.
     pub(crate) fn is_built(&self) -> bool {
         !self.starts.is_empty()

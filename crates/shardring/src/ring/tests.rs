@@ -51,8 +51,8 @@ proptest! {
     #[test]
     fn lookup_equals_linear_scan(names in names_strategy(), vnodes in 1u32..40,
                                  hashes in proptest::collection::vec(any::<u32>(), 1..64),
-                                 index in any::<bool>()) {
-        let ring = Ring::builder().vnodes(vnodes).lookup_index(index)
+                                 index in any::<bool>(), table in any::<bool>()) {
+        let ring = Ring::builder().vnodes(vnodes).lookup_index(index).answer_table(table)
             .nodes(names.iter().cloned()).build().unwrap();
         for h in hashes.into_iter().chain([0, u32::MAX]) {
             prop_assert_eq!(ring.lookup_hash(h).map(|n| n.name().to_string()), naive_owner(&ring, h));
