@@ -21,7 +21,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use shardring::{HashFunction, Node, Ring};
+use shardring::{Node, Ring};
 use shardring_bench::{key_pool, node_names, ours, KeyPool, Pool};
 
 /// Keys per pass.
@@ -143,7 +143,12 @@ fn main() {
         .expect("NODES: a node count");
     let names = node_names(nodes);
     let ring = ours::ring_without_table(names);
-    let table = ours::ring(names, HashFunction::Xxh3, true);
+    let table = Ring::builder()
+        .vnodes(160)
+        .answer_table(true)
+        .nodes(names.iter().copied())
+        .build()
+        .expect("valid ring");
     let flat = Flat::of(&ring);
     let hash = |key: &[u8]| xxhash_rust::xxh3::xxh3_64(key) as u32;
     let cold = key_pool(Pool::Cold, 16);

@@ -110,20 +110,15 @@ impl RingBuilder {
     }
 
     /// Whether to keep, beside the lookup index, a table of one 8-byte entry per index bucket that
-    /// answers most lookups from that entry alone: one cache miss instead of two, and no branch on
-    /// the points. A search's branch is one the CPU cannot predict for keys in an order it has not
-    /// learnt, and its misprediction also throws away the lookups already under way, so the table
-    /// makes single lookups about twice as fast over keys the caches have not seen (7.35 ns against
-    /// 13.70 at 1000 nodes × 160 points, 16-byte keys, over the bench crate's cold pool), and over a
-    /// hot set of 4096 cached keys arriving in a changing order (6.4 ns against 11.8;
-    /// `bench/src/bin/lookup-floors.rs`). Without it, lookups are faster only when the same keys
-    /// come back in the same order, which a branch predictor learns (the bench crate's hot pool:
-    /// 3.7 ns against 5.3). The price: [`replicas`](Ring::replicas) are slower (35.0 ns against
-    /// 27.9 cold: the index beside the table is four times coarser), builds take about 0.3 ms longer
-    /// at 1000 × 160, and memory grows to 15.5 bytes a point (from 11.4). Placement is the same
-    /// either way. Kept only with the index on, on rings of at least 16 points and with few enough
-    /// nodes for an entry's fields (at 160 points a node, up to 4095 nodes; see `ring/answers.rs`);
-    /// otherwise ignored.
+    /// answers most lookups from that entry alone: one cache line instead of two, and no search over
+    /// the points. Single lookups at 1000 nodes × 160 points, 16-byte keys, over the bench crate's
+    /// cold pool: 7.5 ns with the table, 8.3 ns without (BENCHMARKS.md, `shardring-ring-notable`);
+    /// batched ([`lookup_many`](Ring::lookup_many)), 6.7 against 6.2. The price: builds take about
+    /// 0.3 ms longer at 1000 × 160, [`replicas`](Ring::replicas) are slower (the index beside the
+    /// table is four times coarser), and memory grows to 15.5 bytes a point (from 11.4). Placement is
+    /// the same either way. Kept only with the index on, on rings of at least 16 points and with few
+    /// enough nodes for an entry's fields (at 160 points a node, up to 4095 nodes; see
+    /// `ring/answers.rs`); otherwise ignored.
     ///
     /// By default, this is on.
     pub fn answer_table(mut self, yes: bool) -> RingBuilder {

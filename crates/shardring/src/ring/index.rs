@@ -200,14 +200,13 @@ impl TopBitsIndex {
     }
 
     /// As [`search`](TopBitsIndex::search), counting a bucket's points below `hash` [`WINDOW`] at a time
-    /// without a branch on their positions. `search` stops at the first point not below `hash`, a
-    /// branch the CPU mispredicts on about every other lookup; when the key hash takes long (CRC-32,
-    /// FNV, MD5), the misprediction also throws away the next lookup's hashing, already under way, and
-    /// counting is faster: at 1000 nodes with CRC-32 keys, 9.5 ns a lookup against 14.5 (independent
-    /// lookups; a dependent chain pays about 5% more, the count's few cycles of latency). With xxh3
-    /// there is little to throw away and the branch wins (4.2 ns against 6.0). Measured with
-    /// `SHARDRING_BENCH=quick SHARDRING_BENCH_NODES=1000 cargo bench -p shardring-bench --bench ring --
-    /// 'lookup.*/shardring-ring(-crc32)?/1000$'`, each search swapped in for the other.
+    /// without a branch on their positions; what lookups use. `search` stops at the first point not
+    /// below `hash`, a branch the CPU mispredicts on about every other lookup of keys in an order it has
+    /// not learnt, and the misprediction also throws away the lookups already under way: at 1000 nodes
+    /// over the bench crate's cold pool of xxh3 keys, 12.4 ns a lookup against 7.0 counting, and with
+    /// CRC-32 keys 14.5 against 9.5. The branch wins only over keys repeated in the same order, which
+    /// the branch predictor learns (the bench crate's hot pool: 3.2 ns against 5.3;
+    /// `bench/src/bin/lookup-floors.rs` measures both orders).
     #[inline]
     pub(crate) fn search_counting(&self, points: &[Point], hash: u32) -> usize {
         if self.starts.is_empty() || self.crowded {
