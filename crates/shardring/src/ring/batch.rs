@@ -126,10 +126,8 @@ impl Ring {
                 }
             }
             // Pass 3 on the chunk before that: count each bucket's points below the hash, without a
-            // branch on their positions (see `TopBitsIndex::search_counting`). A single xxh3 lookup
-            // searches with a branch, which wins while the points are cached; here a mispredicted
-            // branch on a point that has just arrived would also throw away the loads of the keys
-            // after it.
+            // branch on their positions, as single lookups do (`TopBitsIndex::search_counting` says
+            // why).
             if let Some(c) = step.checked_sub(2) {
                 if let Some(out) = chunk_mut(out, c) {
                     let (hashes, starts) = (&hashes[c % PASSES], &starts[c % PASSES]);
