@@ -112,9 +112,9 @@ impl RingBuilder {
     /// Whether to keep, beside the lookup index, a table of one 8-byte entry per index bucket that
     /// answers most lookups from that entry alone: one cache line instead of two, and no search over
     /// the points. Single lookups at 1000 nodes × 160 points, 16-byte keys, over the bench crate's
-    /// cold pool: 7.5 ns with the table, 8.3 ns without (BENCHMARKS.md, `shardring-ring-notable`);
-    /// batched ([`lookup_many`](Ring::lookup_many)), 6.7 against 6.2. The price: builds take about
-    /// 0.3 ms longer at 1000 × 160, [`replicas`](Ring::replicas) are slower (the index beside the
+    /// cold pool: 7.6 ns with the table, 8.4 ns without (BENCHMARKS.md, `shardring-ring-notable`);
+    /// batched ([`lookup_many`](Ring::lookup_many)) the table is slower, 6.8 against 6.2 ns. The
+    /// price: builds take about 0.3 ms longer at 1000 × 160 (1.38 ms against 1.0), [`replicas`](Ring::replicas) are slower (the index beside the
     /// table is four times coarser), and memory grows to 15.5 bytes a point (from 11.4). Placement is
     /// the same either way. Kept only with the index on, on rings of at least 16 points and with few
     /// enough nodes for an entry's fields (at 160 points a node, up to 4095 nodes; see
