@@ -180,7 +180,8 @@ impl RunningProxy {
             p.serve(listeners, async {
                 let _ = rx.await;
             })
-            .await;
+            .await
+            .expect("serve");
         });
         RunningProxy {
             addr,
