@@ -166,12 +166,27 @@ pub struct RunningProxy {
 
 impl RunningProxy {
     pub async fn start(config: PoolConfig) -> RunningProxy {
-        let proxy = Arc::new(
-            Proxy::new(ProxyConfig {
+        let proxy = Proxy::new(ProxyConfig {
+            pools: vec![config],
+        })
+        .expect("valid config");
+        RunningProxy::serve(proxy).await
+    }
+
+    /// A proxy served by `workers` worker threads of its own (`shardring proxy --threads N`).
+    pub async fn start_workers(config: PoolConfig, workers: usize) -> RunningProxy {
+        let proxy = Proxy::on_workers(
+            ProxyConfig {
                 pools: vec![config],
-            })
-            .expect("valid config"),
-        );
+            },
+            shardring_proxy::workers::Workers::start(workers).expect("worker threads"),
+        )
+        .expect("valid config");
+        RunningProxy::serve(proxy).await
+    }
+
+    async fn serve(proxy: Proxy) -> RunningProxy {
+        let proxy = Arc::new(proxy);
         let listeners = proxy.bind().await.expect("bind");
         let addr = listeners[0].local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
