@@ -21,8 +21,10 @@
 //! decoder, planner, reply framer) → `router` (key → server) → `backend` (each server's pipelined
 //! connections, health probes, ejection) → back through the protocol's framer and merge to the session.
 //! Around it: [`config`] (twemproxy's YAML, one type per pool), `cluster` (a pool at run time, swapped
-//! whole on reload), `pools` (pools of any protocol), [`Proxy`], [`metrics`], and [`run`] (the process:
-//! stats listeners, SIGHUP reload, SIGTERM drain).
+//! whole on reload), `pools` (pools of any protocol), [`Proxy`], [`metrics`], [`run`] (the process:
+//! stats listeners, SIGHUP reload, SIGTERM drain), [`workers`] (thread per core: each worker accepts
+//! and serves its own clients with its own server connections) and [`Admission`] (which worker takes
+//! the next client).
 //!
 //! ## Example
 //! ```no_run

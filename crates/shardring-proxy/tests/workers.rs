@@ -83,7 +83,10 @@ async fn clients_spread_over_workers_get_their_own_answers_and_the_tallies_add_u
                     }
                     reply += "END\r\n";
                     client
-                        .check(format!("get {}\r\n", keys.join(" ")).as_bytes(), reply.as_bytes())
+                        .check(
+                            format!("get {}\r\n", keys.join(" ")).as_bytes(),
+                            reply.as_bytes(),
+                        )
                         .await;
                     client
                 })
@@ -140,8 +143,11 @@ async fn a_reload_changes_the_servers_of_every_worker() {
     let proxy = RunningProxy::start_workers(md5_pool(&servers[..1]), 3).await;
     let mut clients = clients_on_every_worker(&proxy, 6).await;
     for (i, c) in clients.iter_mut().enumerate() {
-        c.check(format!("set before{i} 0 0 1\r\nx\r\n").as_bytes(), b"STORED\r\n")
-            .await;
+        c.check(
+            format!("set before{i} 0 0 1\r\nx\r\n").as_bytes(),
+            b"STORED\r\n",
+        )
+        .await;
     }
     proxy
         .proxy
@@ -153,8 +159,11 @@ async fn a_reload_changes_the_servers_of_every_worker() {
     for (i, c) in clients.iter_mut().enumerate() {
         c.check(format!("get before{i}\r\n").as_bytes(), b"END\r\n")
             .await;
-        c.check(format!("set after{i} 0 0 1\r\ny\r\n").as_bytes(), b"STORED\r\n")
-            .await;
+        c.check(
+            format!("set after{i} 0 0 1\r\ny\r\n").as_bytes(),
+            b"STORED\r\n",
+        )
+        .await;
     }
     let mut first = Client::connect(&servers[0].addr).await;
     let mut second = Client::connect(&servers[1].addr).await;
@@ -205,14 +214,19 @@ async fn a_killed_server_is_ejected_for_every_worker() {
     })
     .await;
     wait_until("the placement without it", Duration::from_secs(5), || {
-        victim.iter().all(|k| pool.server_for(k.as_bytes()) != Some(1))
+        victim
+            .iter()
+            .all(|k| pool.server_for(k.as_bytes()) != Some(1))
     })
     .await;
     // Ejected once, for the pool: clients on every worker store and read its keys elsewhere.
     for (i, c) in clients.iter_mut().enumerate() {
         for k in &victim {
-            c.check(format!("set {k}-{i} 0 0 1\r\nz\r\n").as_bytes(), b"STORED\r\n")
-                .await;
+            c.check(
+                format!("set {k}-{i} 0 0 1\r\nz\r\n").as_bytes(),
+                b"STORED\r\n",
+            )
+            .await;
             c.check(
                 format!("get {k}-{i}\r\n").as_bytes(),
                 format!("VALUE {k}-{i} 0 1\r\nz\r\nEND\r\n").as_bytes(),
@@ -316,7 +330,10 @@ fn bulk(v: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_clients_over_workers_get_their_own_answers() {
-    let Some(servers) = (0..3).map(|_| RedisServer::start()).collect::<Option<Vec<_>>>() else {
+    let Some(servers) = (0..3)
+        .map(|_| RedisServer::start())
+        .collect::<Option<Vec<_>>>()
+    else {
         return;
     };
     let listen = format!("127.0.0.1:{}", free_port());
