@@ -514,3 +514,90 @@ async fn sleep_until(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::net::TcpListener;
+    use tokio::sync::Notify;
+
+    use super::*;
+    use crate::backend::EjectPolicy;
+    use crate::metrics::PoolStats;
+    use crate::protocol::memcache::Memcache;
+
+    type Kind = <Memcache as Protocol>::ReplyKind;
+
+    /// A request takes its own worker's connection, which runs on that worker's runtime alone: with
+    /// worker 1's runtime never driven, its requests wait while worker 0's are answered.
+    #[tokio::test]
+    async fn a_request_takes_a_connection_of_its_own_worker() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 256];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(b"END\r\n").await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let idle = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let settings = BackendSettings {
+            addr,
+            timeout: None,
+            connections: 1,
+            max_value_len: 1 << 20,
+            keepalive: false,
+        };
+        let policy = EjectPolicy {
+            auto_eject: false,
+            failure_limit: 2,
+            retry_timeout: Duration::from_secs(30),
+        };
+        let health = Arc::new(ServerHealth::new(
+            policy,
+            Arc::new(Notify::new()),
+            Arc::new(PoolStats::new("alpha")),
+        ));
+        let backend = Backend::<Memcache>::spawn(
+            settings,
+            Arc::new(ServerStats::new("one")),
+            health,
+            false,
+            Vec::new(),
+            &[Handle::current(), idle.handle().clone()],
+        );
+        let to = |worker| Route {
+            worker,
+            lane: 0,
+            client_id: 7,
+        };
+        let get = || Bytes::from_static(b"get a\r\n");
+        let here = backend.send(to(0), get(), Kind::Values);
+        let reply = tokio::time::timeout(Duration::from_secs(5), here)
+            .await
+            .expect("worker 0's connection answers")
+            .unwrap();
+        assert_eq!(&reply.unwrap()[..], b"END\r\n");
+        let there = backend.send(to(1), get(), Kind::Values);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), there)
+                .await
+                .is_err(),
+            "worker 1's request went to a connection on another runtime"
+        );
+        drop(backend);
+        tokio::task::spawn_blocking(move || drop(idle))
+            .await
+            .unwrap();
+    }
+}
