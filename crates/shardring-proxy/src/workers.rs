@@ -15,12 +15,12 @@
 //! connections' tasks run on different threads, so each request crossed threads twice, with work
 //! stealing and cross-thread wake-ups on top (`BENCHMARKS.md`, "proxy: a per-thread data path (#16)").
 //!
-//! Why one shared listening socket rather than one `SO_REUSEPORT` socket per worker: the kernel wakes
-//! every worker for a new client and the first free one takes it, so an idle worker gets the next
-//! client rather than a worker chosen by a hash of the client's address; closing one worker's socket
-//! cannot drop clients queued on it; and it works for unix-socket listeners, which have no
-//! `SO_REUSEPORT`. Clients connect rarely (they keep their connections), so the extra wake-ups cost
-//! little.
+//! Why one shared listening socket rather than one `SO_REUSEPORT` socket per worker: the proxy, not a
+//! hash of the client's address, decides which worker takes a client (the least loaded one:
+//! [`crate::Admission`]; left to the kernel's wake-ups, one worker took every client of a burst); closing
+//! one worker's socket cannot drop clients queued on it; and it works for unix-socket listeners, which
+//! have no `SO_REUSEPORT`. The kernel wakes every waiting worker for a new client, but clients connect
+//! rarely (they keep their connections), so the extra wake-ups cost little.
 //!
 //! How many ([`default_workers`]): a proxy on a small machine shares its cores with its servers, its
 //! clients and the kernel's loopback and network work, which is most of a proxy's cost (85–90 % of
