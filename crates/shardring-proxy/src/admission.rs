@@ -51,16 +51,26 @@ impl Admission {
     /// Waits until worker `worker` may accept a client: a permit is free and no other worker has
     /// fewer clients. `None` once the permits are closed.
     pub(crate) async fn turn(self: &Arc<Self>, worker: usize) -> Option<OwnedSemaphorePermit> {
-        let permit = Arc::clone(&self.permits).acquire_owned().await.ok()?;
         loop {
             // Registered before the check, so a change between the check and the wait is not missed.
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if self.is_least_loaded(worker) {
-                return Some(permit);
+            if !self.is_least_loaded(worker) {
+                changed.await;
+                continue;
             }
-            changed.await;
+            // A worker that is not the least loaded holds no permit while it waits: at the cap, the
+            // permit a leaving client frees must reach a worker that may accept.
+            tokio::select! {
+                permit = Arc::clone(&self.permits).acquire_owned() => {
+                    let permit = permit.ok()?;
+                    if self.is_least_loaded(worker) {
+                        return Some(permit);
+                    }
+                }
+                () = &mut changed => {}
+            }
         }
     }
 
@@ -143,6 +153,39 @@ mod tests {
             .await
             .unwrap()
             .unwrap());
+    }
+
+    /// At the cap, a client leaving the less loaded side must not have its permit taken by a worker
+    /// that then may not accept (it was held while waiting, and no one accepted again).
+    #[tokio::test]
+    async fn at_the_cap_a_freed_place_goes_to_a_worker_that_may_accept() {
+        let a = Arc::new(Admission::new(2, 2));
+        let p = a.turn(0).await.unwrap();
+        let on_0 = a.admit(0, p);
+        let p = a.turn(1).await.unwrap();
+        let _on_1 = a.admit(1, p);
+        // Worker 1 waits first (first in the permits' queue), then worker 0.
+        let mut waiting = Vec::new();
+        for w in [1, 0] {
+            let a = Arc::clone(&a);
+            waiting.push(tokio::spawn(async move { a.turn(w).await.is_some() }));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(on_0);
+        let done = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(i) = waiting.iter().position(|t| t.is_finished()) {
+                    return i;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("a worker gets the freed place");
+        assert_eq!(done, 1, "worker 0, the one with fewer clients, takes it");
+        for t in waiting {
+            t.abort();
+        }
     }
 
     #[tokio::test]

@@ -274,6 +274,39 @@ async fn shutdown_drains_the_in_flight_requests_of_every_worker() {
     server.abort();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_connections_caps_clients_over_all_workers() {
+    let servers = memcacheds(1);
+    let mut config = pool_config(&servers);
+    config.client_connections = 2;
+    let proxy = RunningProxy::start_workers(config, 2).await;
+    let mut clients = clients_on_every_worker(&proxy, 2).await;
+    for c in &mut clients {
+        c.check(b"mn\r\n", b"MN\r\n").await;
+    }
+    // A third client is not served while two are open, though each worker holds only one...
+    let mut third = proxy.client().await;
+    third.send(b"mn\r\n").await;
+    let mut buf = [0u8; 4];
+    let early = tokio::time::timeout(
+        Duration::from_millis(300),
+        tokio::io::AsyncReadExt::read(&mut third.stream, &mut buf),
+    )
+    .await;
+    assert!(
+        early.is_err(),
+        "a third client was served past client_connections: 2"
+    );
+    // ...and is once one of them leaves, whichever worker it leaves: the freed place must reach the
+    // worker that may take a client (it did not, once: the other worker held it).
+    drop(clients.remove(0));
+    assert_eq!(third.read_n(4).await, b"MN\r\n");
+    drop(clients.remove(0));
+    let mut fourth = proxy.client().await;
+    fourth.check(b"mn\r\n", b"MN\r\n").await;
+    proxy.stop().await;
+}
+
 /// A redis-server child process, killed on drop.
 struct RedisServer {
     addr: String,

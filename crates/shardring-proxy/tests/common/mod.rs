@@ -165,7 +165,15 @@ pub struct RunningProxy {
 }
 
 impl RunningProxy {
+    /// On the test's runtime (one worker), or on `SHARDRING_TEST_WORKERS` worker threads when that is
+    /// set (to run every test on several workers).
     pub async fn start(config: PoolConfig) -> RunningProxy {
+        if let Some(n) = std::env::var("SHARDRING_TEST_WORKERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            return RunningProxy::start_workers(config, n).await;
+        }
         let proxy = Proxy::new(ProxyConfig {
             pools: vec![config],
         })
