@@ -128,6 +128,11 @@ fn on_one_thread_too() {
     serves_reports_reloads_and_drains(&["--threads", "1"]);
 }
 
+#[test]
+fn on_three_workers_too() {
+    serves_reports_reloads_and_drains(&["--threads", "3"]);
+}
+
 fn serves_reports_reloads_and_drains(extra_args: &[&str]) {
     let mc_port = free_port();
     let _memcached = start_memcached(mc_port);
@@ -187,6 +192,52 @@ fn serves_reports_reloads_and_drains(extra_args: &[&str]) {
         .success());
     std::thread::sleep(Duration::from_millis(300));
     roundtrip(&mut c, b"get k\r\n", b"VALUE k 0 2\r\nhi\r\nEND\r\n");
+
+    // SIGHUP with a good file naming another server: every client, on whichever worker, now reaches
+    // that server only.
+    let mc2_port = free_port();
+    let _memcached2 = start_memcached(mc2_port);
+    std::fs::write(
+        &path,
+        format!(
+            "alpha:\n  listen: 127.0.0.1:{listen}\n  servers:\n   - 127.0.0.1:{mc2_port}:1 two\n"
+        ),
+    )
+    .unwrap();
+    let mut clients: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let s = TcpStream::connect(&addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s
+        })
+        .collect();
+    assert!(StdCommand::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    std::thread::sleep(Duration::from_millis(500));
+    roundtrip(&mut c, b"get k\r\n", b"END\r\n");
+    for (i, cl) in clients.iter_mut().enumerate() {
+        roundtrip(cl, b"get k\r\n", b"END\r\n");
+        roundtrip(
+            cl,
+            format!("set moved{i} 0 0 1\r\nm\r\n").as_bytes(),
+            b"STORED\r\n",
+        );
+    }
+    let mut direct = TcpStream::connect(format!("127.0.0.1:{mc2_port}")).unwrap();
+    direct
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    for i in 0..clients.len() {
+        roundtrip(
+            &mut direct,
+            format!("get moved{i}\r\n").as_bytes(),
+            format!("VALUE moved{i} 0 1\r\nm\r\nEND\r\n").as_bytes(),
+        );
+    }
+    drop(clients);
 
     // SIGTERM: the open client is answered, then closed; exit 0.
     assert!(StdCommand::new("kill")

@@ -52,7 +52,7 @@ impl<P: Protocol> Cluster<P> {
     /// Builds the state for `config`, keeping the servers of `previous` whose address and settings are
     /// unchanged (their connections, tallies and ejection state carry over).
     ///
-    /// Must run inside a tokio runtime: new servers' connection tasks are spawned.
+    /// New servers' connection tasks are spawned on every worker's runtime (`shared.workers`).
     ///
     /// # Errors
     /// [`ProxyError::Placement`] when the placement cannot be built.
@@ -109,6 +109,7 @@ impl<P: Protocol> Cluster<P> {
                             health,
                             config.preconnect,
                             handshakes.clone(),
+                            &shared.workers,
                         ))
                     }
                 }
@@ -217,9 +218,15 @@ impl<P: Protocol> Cluster<P> {
     }
 }
 
-/// What a pool keeps across reloads: its tallies and the wake-up for its health task.
+/// What a pool keeps across reloads: its tallies, the wake-up for its health task, and the workers its
+/// servers' connections run on.
 #[derive(Debug)]
 pub(crate) struct PoolShared<P: Protocol> {
+    /// Each worker's runtime, by worker index ([`crate::workers`]): every server has connections on
+    /// each, so a client's requests stay on its worker's thread.
+    pub workers: Vec<tokio::runtime::Handle>,
+    /// Clients accepted by each worker, by worker index: how the shared listener spreads them.
+    pub accepted: Vec<crate::metrics::Counter>,
     /// The pool's client-side tallies.
     pub stats: Arc<PoolStats>,
     /// Woken on ejection or rejoin.
@@ -242,13 +249,19 @@ pub(crate) struct Pool<P: Protocol> {
 }
 
 impl<P: Protocol> Pool<P> {
-    /// Builds a pool from `config`. Must run inside a tokio runtime.
+    /// Builds a pool from `config` whose servers' connections run on `workers` (each worker's runtime,
+    /// by worker index; at least one).
     ///
     /// # Errors
     /// [`ProxyError::Placement`] when the placement cannot be built.
-    pub(crate) fn new(config: PoolConfig) -> Result<Pool<P>, ProxyError> {
+    pub(crate) fn new(
+        config: PoolConfig,
+        workers: Vec<tokio::runtime::Handle>,
+    ) -> Result<Pool<P>, ProxyError> {
         let stats = Arc::new(PoolStats::with_commands(&config.name, P::command_names()));
         let shared = PoolShared {
+            accepted: workers.iter().map(|_| Default::default()).collect(),
+            workers,
             hot: config
                 .hot_keys
                 .as_ref()

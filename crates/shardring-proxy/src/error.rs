@@ -26,6 +26,15 @@ pub enum ProxyError {
         #[source]
         source: io::Error,
     },
+    /// The worker threads could not be started.
+    #[error("cannot start {workers} worker threads")]
+    Workers {
+        /// How many were asked for.
+        workers: usize,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
     /// The pools' membership could not be read from the config store at start.
     #[error("membership: {0}")]
     Membership(String),

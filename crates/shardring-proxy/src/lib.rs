@@ -12,7 +12,8 @@
 //!   answer;
 //! - reload on SIGHUP, a bad new config refused and the running one kept;
 //! - twemproxy's stats JSON plus Prometheus metrics with per-server latency histograms;
-//! - multi-threaded (tokio).
+//! - thread per core: each worker thread accepts its own clients and serves them with its own server
+//!   connections (`workers`).
 //!
 //! ## Layout
 //! A request's path, in one direction: `net` (listeners) → `server` (accept loop) → `session` (one
@@ -20,8 +21,10 @@
 //! decoder, planner, reply framer) → `router` (key → server) → `backend` (each server's pipelined
 //! connections, health probes, ejection) → back through the protocol's framer and merge to the session.
 //! Around it: [`config`] (twemproxy's YAML, one type per pool), `cluster` (a pool at run time, swapped
-//! whole on reload), `pools` (pools of any protocol), [`Proxy`], [`metrics`], and [`run`] (the process:
-//! stats listeners, SIGHUP reload, SIGTERM drain).
+//! whole on reload), `pools` (pools of any protocol), [`Proxy`], [`metrics`], [`run`] (the process:
+//! stats listeners, SIGHUP reload, SIGTERM drain), [`workers`] (thread per core: each worker accepts
+//! and serves its own clients with its own server connections) and [`Admission`] (which worker takes
+//! the next client).
 //!
 //! ## Example
 //! ```no_run
@@ -31,7 +34,7 @@
 //! let pool = PoolConfig::new("alpha", "127.0.0.1:22121", &["127.0.0.1:11211:1", "127.0.0.1:11212:1"])?;
 //! let proxy = Proxy::new(ProxyConfig { pools: vec![pool] })?;
 //! let listeners = proxy.bind().await?;
-//! proxy.serve(listeners, async { let _ = tokio::signal::ctrl_c().await; }).await;
+//! proxy.serve(listeners, async { let _ = tokio::signal::ctrl_c().await; }).await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -46,6 +49,7 @@ macro_rules! name_version {
     };
 }
 
+mod admission;
 mod backend;
 mod cluster;
 pub mod config;
@@ -66,6 +70,7 @@ mod session;
 pub mod shutdown;
 pub mod workers;
 
+pub use crate::admission::Admission;
 pub use crate::config::{ConfigErrors, PoolConfig, ProxyConfig};
 pub use crate::error::{BackendError, ProxyError};
 pub use crate::net::Listener;

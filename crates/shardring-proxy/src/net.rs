@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket, UnixListener};
+use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Listen;
@@ -38,6 +39,35 @@ impl Listener {
             Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()),
             Listener::Unix(l) => l.local_addr().map(|a| format!("{:?}", a.as_pathname())),
         }
+    }
+
+    /// This listener for each of `workers` (each worker's runtime): the same listening socket, one
+    /// copy registered in each runtime, so every worker accepts clients itself and serves them on its
+    /// own thread (why one shared socket and not `SO_REUSEPORT`: [`crate::workers`]).
+    ///
+    /// # Errors
+    /// When the socket cannot be duplicated or registered.
+    pub(crate) fn for_workers(self, workers: &[Handle]) -> io::Result<Vec<Listener>> {
+        enum Std {
+            Tcp(std::net::TcpListener),
+            Unix(std::os::unix::net::UnixListener),
+        }
+        // Out of this runtime's reactor (tokio leaves it non-blocking, as `from_std` needs), then one
+        // duplicate per worker, registered in that worker's runtime.
+        let std = match self {
+            Listener::Tcp(l) => Std::Tcp(l.into_std()?),
+            Listener::Unix(l) => Std::Unix(l.into_std()?),
+        };
+        workers
+            .iter()
+            .map(|worker| {
+                let _in_worker = worker.enter();
+                Ok(match &std {
+                    Std::Tcp(l) => Listener::Tcp(TcpListener::from_std(l.try_clone()?)?),
+                    Std::Unix(l) => Listener::Unix(UnixListener::from_std(l.try_clone()?)?),
+                })
+            })
+            .collect()
     }
 
     /// The next client, set up for serving (`TCP_NODELAY`, and keepalive when asked), or `None` once

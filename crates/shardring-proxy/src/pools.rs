@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::Admission;
 use crate::cluster::Pool;
 use crate::config::PoolConfig;
 use crate::error::ProxyError;
@@ -33,10 +35,18 @@ pub trait ServedPool: Send + Sync + std::fmt::Debug {
     fn server_count(&self) -> usize;
     /// Whether the previous ring of the last warm-up window is still in memory.
     fn previous_ring_alive(&self) -> bool;
-    /// Serves clients from `listener` until `stop`, then drains them.
+    /// Clients accepted so far by each worker, by worker index: how the shared listener spreads them
+    /// ([`crate::workers`]).
+    fn clients_per_worker(&self) -> Vec<u64>;
+    /// Serves clients from `listener` on worker `worker` (the future must run on that worker's runtime:
+    /// its clients' requests take that worker's server connections), taking a client when `admission`
+    /// (the pool's `client_connections` and spread, shared by its workers) says so, until `stop`, then
+    /// drains them.
     fn serve(
         self: Arc<Self>,
         listener: Listener,
+        worker: usize,
+        admission: Arc<Admission>,
         stop: CancellationToken,
     ) -> BoxFuture<'static, ()>;
     /// Runs the health checks until `stop`.
@@ -68,12 +78,24 @@ impl<P: Protocol> ServedPool for Pool<P> {
         Pool::previous_ring_alive(self)
     }
 
+    fn clients_per_worker(&self) -> Vec<u64> {
+        self.shared.accepted.iter().map(|n| n.get()).collect()
+    }
+
     fn serve(
         self: Arc<Self>,
         listener: Listener,
+        worker: usize,
+        admission: Arc<Admission>,
         stop: CancellationToken,
     ) -> BoxFuture<'static, ()> {
-        Box::pin(crate::server::run(listener, self, stop.cancelled_owned()))
+        Box::pin(crate::server::run(
+            listener,
+            self,
+            worker,
+            admission,
+            stop.cancelled_owned(),
+        ))
     }
 
     fn health(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()> {
@@ -84,13 +106,17 @@ impl<P: Protocol> ServedPool for Pool<P> {
     }
 }
 
-/// Builds a pool speaking the protocol its config names. This is where a pool picks its protocol.
+/// Builds a pool speaking the protocol its config names, its servers' connections on `workers` (each
+/// worker's runtime). This is where a pool picks its protocol.
 ///
 /// # Errors
 /// [`ProxyError::Placement`] when the placement cannot be built.
-pub(crate) fn build_pool(config: PoolConfig) -> Result<Arc<dyn ServedPool>, ProxyError> {
+pub(crate) fn build_pool(
+    config: PoolConfig,
+    workers: &[Handle],
+) -> Result<Arc<dyn ServedPool>, ProxyError> {
     if config.redis {
-        return Ok(Arc::new(Pool::<Redis>::new(config)?));
+        return Ok(Arc::new(Pool::<Redis>::new(config, workers.to_vec())?));
     }
-    Ok(Arc::new(Pool::<Memcache>::new(config)?))
+    Ok(Arc::new(Pool::<Memcache>::new(config, workers.to_vec())?))
 }

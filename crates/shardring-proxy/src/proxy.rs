@@ -1,5 +1,5 @@
 //! The proxy: every pool of a config, each with its servers and health task; bound, served, reloaded
-//! and drained as one.
+//! and drained as one, on its workers ([`crate::workers`]: each accepts and serves its own clients).
 //!
 //! Reload swaps each pool's servers and placement atomically. A new config is validated whole before
 //! anything changes: if it has any problem, every problem is reported and the running config stays.
@@ -13,11 +13,14 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::Admission;
 use crate::config::{ConfigErrors, ProxyConfig};
 use crate::error::ProxyError;
 use crate::metrics::PoolView;
 use crate::net::{self, Listener};
 use crate::pools::{build_pool, ServedPool};
+use crate::server::client_cap;
+use crate::workers::Workers;
 
 /// The proxy: every pool of a config, each with its servers and health task.
 #[derive(Debug)]
@@ -26,25 +29,44 @@ pub struct Proxy {
     pools: Vec<Arc<dyn ServedPool>>,
     /// When the proxy started, for uptime in stats.
     started: Instant,
+    /// The threads serving clients. Last, so the pools go first and the worker threads are stopped
+    /// (and their tasks dropped) when the proxy is.
+    workers: Workers,
 }
 
 impl Proxy {
-    /// Validates `config` (every problem at once) and builds its pools. Must run inside a tokio runtime:
-    /// server connection tasks are spawned (they connect on first use unless `preconnect`).
+    /// Validates `config` (every problem at once) and builds its pools, served by one worker: the
+    /// calling runtime (must be inside one). Server connection tasks are spawned (they connect on first
+    /// use unless `preconnect`).
     ///
     /// # Errors
     /// [`ProxyError::Config`] with every problem.
     pub fn new(config: ProxyConfig) -> Result<Proxy, ProxyError> {
+        Proxy::on_workers(config, Workers::current())
+    }
+
+    /// Like [`Proxy::new`], served by `workers`: every server gets `server_connections` connections
+    /// on each worker, and each worker accepts and serves its own clients.
+    ///
+    /// # Errors
+    /// [`ProxyError::Config`] with every problem.
+    pub fn on_workers(config: ProxyConfig, workers: Workers) -> Result<Proxy, ProxyError> {
         config.validate()?;
         let pools = config
             .pools
             .into_iter()
-            .map(build_pool)
+            .map(|c| build_pool(c, workers.handles()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Proxy {
             pools,
             started: Instant::now(),
+            workers,
         })
+    }
+
+    /// How many workers serve clients.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
     }
 
     /// The pools.
@@ -65,18 +87,53 @@ impl Proxy {
         Ok(out)
     }
 
-    /// Serves every pool on its listener (in pool order) and runs the health checks, until `shutdown`
-    /// completes; then drains every client's in-flight requests and returns.
-    pub async fn serve(&self, listeners: Vec<Listener>, shutdown: impl Future<Output = ()>) {
+    /// Serves every pool on its listener (in pool order) from every worker, and runs the health checks
+    /// here, until `shutdown` completes; then every worker drains its clients' in-flight requests, and
+    /// this returns once all have.
+    ///
+    /// # Errors
+    /// [`ProxyError::Bind`] when a listener cannot be shared with the workers (nothing is served).
+    pub async fn serve(
+        &self,
+        listeners: Vec<Listener>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ProxyError> {
+        let handles = self.workers.handles();
+        let mut per_worker = Vec::with_capacity(listeners.len());
+        for (pool, listener) in self.pools.iter().zip(listeners) {
+            let shared = listener
+                .for_workers(handles)
+                .map_err(|source| ProxyError::Bind {
+                    addr: pool.config().listen.to_string(),
+                    source,
+                })?;
+            per_worker.push(shared);
+        }
         let stop = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
-        for (pool, listener) in self.pools.iter().zip(listeners) {
-            tasks.spawn(Arc::clone(pool).serve(listener, stop.clone()));
+        for (pool, listeners) in self.pools.iter().zip(per_worker) {
+            let admission = Arc::new(Admission::new(handles.len(), client_cap(&pool.config())));
+            for (worker, (listener, handle)) in listeners.into_iter().zip(handles).enumerate() {
+                let serving =
+                    Arc::clone(pool).serve(listener, worker, Arc::clone(&admission), stop.clone());
+                // The accept loop and its clients run on the worker; this waits for its drain.
+                let on_worker = handle.spawn(serving);
+                tasks.spawn(async move {
+                    let _ = on_worker.await;
+                });
+            }
             tasks.spawn(Arc::clone(pool).health(stop.clone()));
         }
         shutdown.await;
         stop.cancel();
         while tasks.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    /// Clients accepted so far by each worker, for each pool (in pool order): how the shared listener
+    /// spreads them.
+    pub fn clients_per_worker(&self) -> Vec<Vec<u64>> {
+        self.pools.iter().map(|p| p.clients_per_worker()).collect()
     }
 
     /// Every pool's tallies, for the stats renderers.

@@ -1,5 +1,5 @@
-//! The proxy as a process runs it: the composition root. [`run`] binds every pool and the stats
-//! listeners, reloads on SIGHUP, and on SIGINT/SIGTERM stops accepting and drains in-flight requests
+//! The proxy as a process runs it: the composition root. [`run`] starts the workers
+//! ([`crate::workers`]), binds every pool and the stats listeners, reloads on SIGHUP, and on SIGINT/SIGTERM stops accepting and drains in-flight requests
 //! (at most [`RunOptions::drain_limit`]); a second signal ends it at once.
 //!
 //! The CLI (`shardring proxy`) only parses flags and calls [`run`], as mini-redis's `bin/server.rs` does.
@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigErrors, ProxyConfig};
 use crate::error::ProxyError;
+use crate::workers::Workers;
 use crate::{metrics, shutdown, Proxy};
 
 /// How the process around the pools is set up.
@@ -25,6 +26,10 @@ pub struct RunOptions {
     pub metrics_addr: Option<String>,
     /// How long in-flight requests get to finish after SIGINT/SIGTERM. By default, 30 s.
     pub drain_limit: Duration,
+    /// How many workers serve clients ([`crate::workers`]). One (the default) serves them on the
+    /// thread that runs [`run`], beside the control plane; more start that many threads, each with
+    /// its own server connections, and leave the control plane on the calling thread.
+    pub workers: usize,
     /// Take every pool's servers from etcd instead of the file (a reload then changes the file's other
     /// settings only). By default, none: the file's servers.
     #[cfg(feature = "etcd")]
@@ -37,6 +42,7 @@ impl Default for RunOptions {
             stats_addr: "127.0.0.1:22222".into(),
             metrics_addr: None,
             drain_limit: Duration::from_secs(30),
+            workers: 1,
             #[cfg(feature = "etcd")]
             membership: None,
         }
@@ -44,15 +50,25 @@ impl Default for RunOptions {
 }
 
 /// Runs `config`'s pools until SIGINT or SIGTERM, reloading with `load`'s config on every SIGHUP.
-/// Must run inside a tokio runtime.
+/// Must run inside a tokio runtime: a current-thread one, where the control plane runs (and the one
+/// worker, when [`RunOptions::workers`] is 1).
 ///
 /// # Errors
-/// A refused config, an address that cannot be bound, or signal handlers that cannot be installed.
+/// A refused config, an address that cannot be bound, worker threads or signal handlers that cannot
+/// be started.
 pub async fn run<L>(config: ProxyConfig, options: RunOptions, mut load: L) -> Result<(), ProxyError>
 where
     L: FnMut() -> Result<ProxyConfig, ConfigErrors> + Send + 'static,
 {
-    let proxy = Arc::new(Proxy::new(config)?);
+    let workers = if options.workers <= 1 {
+        Workers::current()
+    } else {
+        Workers::start(options.workers).map_err(|source| ProxyError::Workers {
+            workers: options.workers,
+            source,
+        })?
+    };
+    let proxy = Arc::new(Proxy::on_workers(config, workers)?);
     let listeners = proxy.bind().await?;
     let stop = CancellationToken::new();
     #[cfg(feature = "etcd")]
@@ -96,7 +112,7 @@ where
     for (pool, l) in proxy.pools().iter().zip(&listeners) {
         tracing::info!(pool = %pool.config().name, listen = %l.local_addr().unwrap_or_default(), "serving");
     }
-    tracing::info!(stats = %options.stats_addr, metrics = ?options.metrics_addr, "stats");
+    tracing::info!(stats = %options.stats_addr, metrics = ?options.metrics_addr, workers = proxy.workers(), "stats");
 
     let p = Arc::clone(&proxy);
     tokio::spawn(metrics::serve_json(
@@ -128,14 +144,14 @@ where
     });
     tokio::pin!(serving);
     tokio::select! {
-        () = &mut serving => {}
+        served = &mut serving => served?,
         signal = shutdown::signal_received() => {
             tracing::info!(signal = signal?, "shutting down: draining in-flight requests");
         }
     }
     let _ = drain.send(());
     tokio::select! {
-        () = serving => {}
+        served = serving => served?,
         () = tokio::time::sleep(options.drain_limit) => tracing::warn!("drain limit reached; exiting"),
         second = shutdown::signal_received() => {
             tracing::warn!(signal = ?second.ok(), "second signal; exiting now");

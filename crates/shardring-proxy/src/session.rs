@@ -18,7 +18,7 @@ use futures_util::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Route};
 use crate::cluster::{Cluster, Pool};
 use crate::drain::Drain;
 use crate::error::BackendError;
@@ -37,10 +37,12 @@ const MAX_WRITE_BATCH: usize = 1 << 20;
 /// Numbers clients, so each client's requests to a server share one server connection.
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(0);
 
-/// Serves one client until it closes, fails, or `drain` starts (then in-flight requests finish).
+/// Serves one client on worker `worker` (whose thread runs this) until it closes, fails, or `drain`
+/// starts (then in-flight requests finish).
 pub(crate) async fn serve_client<P: Protocol>(
     stream: Box<dyn ClientStream>,
     pool: Arc<Pool<P>>,
+    worker: usize,
     drain: Arc<Drain>,
 ) {
     let stats = Arc::clone(&pool.shared.stats);
@@ -59,6 +61,7 @@ pub(crate) async fn serve_client<P: Protocol>(
         timings: VecDeque::with_capacity(16),
         state: P::Session::default(),
         lane: 0,
+        worker,
     };
     match session.run(&drain).await {
         Ok(()) => stats.client_eof.inc(),
@@ -127,6 +130,9 @@ struct Session<P: Protocol> {
     state: P::Session,
     /// The set of server connections this client's requests take ([`Protocol::lane`]).
     lane: usize,
+    /// The worker serving this client: its requests take that worker's server connections, on this
+    /// thread.
+    worker: usize,
 }
 
 impl<P: Protocol> Session<P> {
@@ -257,6 +263,15 @@ impl<P: Protocol> Session<P> {
         cluster.protocol.plan(req, &mut self.state, &ctx)
     }
 
+    /// Which server connections this client's requests take now.
+    fn route(&self) -> Route {
+        Route {
+            worker: self.worker,
+            lane: self.lane,
+            client_id: self.client_id,
+        }
+    }
+
     /// Sends a planned request on its way.
     fn start(&self, cluster: &Arc<Cluster<P>>, step: Step<P>) -> Pending<P> {
         match step {
@@ -270,7 +285,7 @@ impl<P: Protocol> Session<P> {
                 kind,
                 finish,
             } => {
-                let rx = cluster.backends[server].send(self.client_id, self.lane, frame, kind);
+                let rx = cluster.backends[server].send(self.route(), frame, kind);
                 Pending::Single(rx, Some(finish))
             }
             Step::Failover {
@@ -284,8 +299,7 @@ impl<P: Protocol> Session<P> {
                 };
                 // The first try goes out now, with the client's other requests; a retry only when its
                 // reply says so.
-                let rx =
-                    cluster.backends[first].send(self.client_id, self.lane, frame.clone(), kind);
+                let rx = cluster.backends[first].send(self.route(), frame.clone(), kind);
                 // The servers as this plan numbered them (a reload may renumber the pool meanwhile).
                 let rest: Vec<Arc<Backend<P>>> = servers[1..]
                     .iter()
@@ -293,8 +307,7 @@ impl<P: Protocol> Session<P> {
                     .collect();
                 let current = self.pool.current.load_full();
                 let stats = Arc::clone(&self.pool.shared.stats);
-                let client_id = self.client_id;
-                let lane = self.lane;
+                let to = self.route();
                 Pending::Joined(Box::pin(async move {
                     let mut reply = rx.await.unwrap_or(Err(BackendError::Removed));
                     for next in &rest {
@@ -302,7 +315,7 @@ impl<P: Protocol> Session<P> {
                             break;
                         }
                         stats.replica_failovers.inc();
-                        let rx = next.send(client_id, lane, frame.clone(), kind);
+                        let rx = next.send(to, frame.clone(), kind);
                         reply = rx.await.unwrap_or(Err(BackendError::Removed));
                     }
                     P::finish(finish, reply)
@@ -317,7 +330,7 @@ impl<P: Protocol> Session<P> {
                 if let Some(old) = cluster.previous.load_full() {
                     if let Some(b) = old.backends.get(previous) {
                         // Reply dropped: the invalidation is best effort, the write's own reply counts.
-                        drop(b.send(self.client_id, self.lane, frame, kind));
+                        drop(b.send(self.route(), frame, kind));
                     }
                 }
                 self.start(cluster, *step)
@@ -331,13 +344,12 @@ impl<P: Protocol> Session<P> {
                 finish,
             } => {
                 let backend = Arc::clone(&cluster.backends[server]);
-                let rx = backend.send(self.client_id, self.lane, frame, kind);
+                let rx = backend.send(self.route(), frame, kind);
                 let Some(old) = cluster.previous.load_full() else {
                     return Pending::Single(rx, Some(finish));
                 };
                 let current = self.pool.current.load_full();
-                let client_id = self.client_id;
-                let lane = self.lane;
+                let to = self.route();
                 Pending::Joined(Box::pin(async move {
                     let reply = rx.await.unwrap_or(Err(BackendError::Removed));
                     let (Some(prev), true) = (
@@ -347,12 +359,12 @@ impl<P: Protocol> Session<P> {
                         return P::finish(finish, reply);
                     };
                     let old_reply = prev
-                        .send(client_id, lane, fallback, kind)
+                        .send(to, fallback, kind)
                         .await
                         .unwrap_or(Err(BackendError::Removed));
                     let recovery = current.protocol.recover(finish, reply, old_reply);
                     if let Some((bytes, kind, finish)) = recovery.follow_up {
-                        let rx = backend.send(client_id, lane, bytes, kind);
+                        let rx = backend.send(to, bytes, kind);
                         tokio::spawn(async move {
                             let reply = rx.await.unwrap_or(Err(BackendError::Removed));
                             drop(P::finish(finish, reply));
@@ -366,13 +378,12 @@ impl<P: Protocol> Session<P> {
                     .into_iter()
                     .map(|part| {
                         let backend = &cluster.backends[part.server];
-                        let rx = backend.send(self.client_id, self.lane, part.frame, part.kind);
+                        let rx = backend.send(self.route(), part.frame, part.kind);
                         (Arc::clone(backend), rx)
                     })
                     .unzip();
                 let cluster = Arc::clone(cluster);
-                let client_id = self.client_id;
-                let lane = self.lane;
+                let to = self.route();
                 Pending::Joined(Box::pin(async move {
                     let (mut servers, mut receivers, mut merge) = (servers, receivers, merge);
                     loop {
@@ -397,7 +408,7 @@ impl<P: Protocol> Session<P> {
                             let Some(b) = cluster.backends.get(part.server) else {
                                 continue;
                             };
-                            let rx = b.send(client_id, lane, part.frame, part.kind);
+                            let rx = b.send(to, part.frame, part.kind);
                             tokio::spawn(async move {
                                 let reply = rx.await.unwrap_or(Err(BackendError::Removed));
                                 drop(P::finish(finish, reply));
@@ -411,10 +422,7 @@ impl<P: Protocol> Session<P> {
                             .into_iter()
                             .filter_map(|part| {
                                 let b = cluster.backends.get(part.server)?;
-                                Some((
-                                    Arc::clone(b),
-                                    b.send(client_id, lane, part.frame, part.kind),
-                                ))
+                                Some((Arc::clone(b), b.send(to, part.frame, part.kind)))
                             })
                             .unzip();
                         merge = next_merge;

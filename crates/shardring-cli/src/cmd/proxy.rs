@@ -35,9 +35,11 @@ pub struct Args {
     /// Serve Prometheus text at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
-    /// Worker threads. By default: one on a machine with up to 4 CPUs (everything on one thread, as
-    /// nutcracker runs: the least CPU per request when the proxy shares a small machine with its
-    /// servers and clients), else half the CPUs, at most 32 (CPUs as cgroup quotas and affinity allow).
+    /// Worker threads, each accepting and serving its own clients with its own server connections (N
+    /// workers open N × server_connections connections to each server). By default: one on a machine
+    /// with up to 4 CPUs (everything on one thread, as nutcracker runs: the least CPU per request when
+    /// the proxy shares a small machine with its servers and clients), else half the CPUs, at most 32
+    /// (CPUs as cgroup quotas and affinity allow).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// The largest value a client may store, for every pool (memcached's `-I`): bytes, or with a
@@ -256,8 +258,9 @@ pub fn run(args: Args) -> Result<()> {
         usize::from,
     );
     tracing::info!(workers, "starting");
-    let runtime = workers::runtime(workers).context("starting the runtime")?;
+    let runtime = workers::control_runtime().context("starting the runtime")?;
     let options = RunOptions {
+        workers,
         stats_addr: format!("{}:{}", args.stats_addr, args.stats_port),
         metrics_addr: args.metrics_addr.clone(),
         membership: args.etcd.as_ref().map(|urls| {

@@ -5,4 +5,4 @@ pub(crate) mod pool;
 pub(crate) mod stream;
 
 pub(crate) use self::health::{EjectPolicy, ServerHealth};
-pub(crate) use self::pool::{Backend, BackendSettings};
+pub(crate) use self::pool::{Backend, BackendSettings, Route};

@@ -1,8 +1,11 @@
-//! One server's connection pool: `server_connections` pipelined connections, each owned by a task that
-//! writes queued requests, frames the replies in order, and enforces the pool's `timeout`.
+//! One server's connection pool: `server_connections` pipelined connections per worker
+//! ([`crate::workers`]), each owned by a task that writes queued requests, frames the replies in order,
+//! and enforces the pool's `timeout`.
 //!
-//! A client's requests to one server always take the same connection (chosen by the client's id), so a
-//! `set` followed by a `get` on one client connection reach the server in that order.
+//! A worker's connections are tasks of its runtime, and a client sends only to its own worker's
+//! connections: a request and its reply stay on one thread. A client's requests to one server always
+//! take the same connection (chosen by the client's id within its worker), so a `set` followed by a
+//! `get` on one client connection reach the server in that order.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -10,6 +13,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -55,9 +59,9 @@ pub(crate) struct BackendSettings {
 pub(crate) struct Backend<P: Protocol> {
     /// What the connections were made with (a reload keeps the backend when these are unchanged).
     settings: BackendSettings,
-    /// One queue per connection task, for each set of connections ([`Protocol::lane`]); dropping them
-    /// ends the tasks once their replies are in.
-    queues: Vec<Vec<mpsc::UnboundedSender<Job<P>>>>,
+    /// One queue per connection task, by worker, then by set of connections ([`Protocol::lane`]);
+    /// dropping them ends the tasks once their replies are in.
+    queues: Vec<Vec<Vec<mpsc::UnboundedSender<Job<P>>>>>,
     /// Tallies, shared with the stats renderers.
     pub stats: Arc<ServerStats>,
     /// Failure counting and ejection state.
@@ -65,41 +69,26 @@ pub(crate) struct Backend<P: Protocol> {
 }
 
 impl<P: Protocol> Backend<P> {
-    /// Starts the connection tasks, `connections` for each handshake (a set per [`Protocol::lane`]).
-    /// They connect on first use, or now when `preconnect` (the first set only).
+    /// Starts the connection tasks on each worker's runtime (`workers`, by worker index): on each,
+    /// `connections` for each handshake (a set per [`Protocol::lane`]). They connect on first use, or
+    /// now when `preconnect` (the first set only).
     pub(crate) fn spawn(
         settings: BackendSettings,
         stats: Arc<ServerStats>,
         health: Arc<ServerHealth>,
         preconnect: bool,
         handshakes: Vec<Vec<(Bytes, P::ReplyKind)>>,
+        workers: &[Handle],
     ) -> Backend<P> {
         let handshakes = if handshakes.is_empty() {
             vec![Vec::new()]
         } else {
             handshakes
         };
-        let queues = handshakes
-            .into_iter()
-            .enumerate()
-            .map(|(lane, handshake)| {
-                (0..settings.connections.max(1))
-                    .map(|_| {
-                        let (tx, rx) = mpsc::unbounded_channel();
-                        let conn = Connection::<P> {
-                            settings: settings.clone(),
-                            handshake: handshake.clone(),
-                            stats: Arc::clone(&stats),
-                            health: Arc::clone(&health),
-                            in_flight: VecDeque::new(),
-                            rbuf: BytesMut::with_capacity(16 << 10),
-                            wbuf: BytesMut::with_capacity(16 << 10),
-                            scanner: P::ReplyScanner::default(),
-                        };
-                        tokio::spawn(conn.run(rx, preconnect && lane == 0));
-                        tx
-                    })
-                    .collect()
+        let queues = workers
+            .iter()
+            .map(|worker| {
+                Backend::spawn_worker(&settings, &stats, &health, preconnect, &handshakes, worker)
             })
             .collect();
         Backend {
@@ -110,23 +99,57 @@ impl<P: Protocol> Backend<P> {
         }
     }
 
+    /// One worker's connection tasks, spawned on its runtime: by lane, then by connection.
+    fn spawn_worker(
+        settings: &BackendSettings,
+        stats: &Arc<ServerStats>,
+        health: &Arc<ServerHealth>,
+        preconnect: bool,
+        handshakes: &[Vec<(Bytes, P::ReplyKind)>],
+        worker: &Handle,
+    ) -> Vec<Vec<mpsc::UnboundedSender<Job<P>>>> {
+        handshakes
+            .iter()
+            .enumerate()
+            .map(|(lane, handshake)| {
+                (0..settings.connections.max(1))
+                    .map(|_| {
+                        let (tx, rx) = mpsc::unbounded_channel();
+                        let conn = Connection::<P> {
+                            settings: settings.clone(),
+                            handshake: handshake.clone(),
+                            stats: Arc::clone(stats),
+                            health: Arc::clone(health),
+                            in_flight: VecDeque::new(),
+                            rbuf: BytesMut::with_capacity(16 << 10),
+                            wbuf: BytesMut::with_capacity(16 << 10),
+                            scanner: P::ReplyScanner::default(),
+                        };
+                        worker.spawn(conn.run(rx, preconnect && lane == 0));
+                        tx
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     /// The settings the backend runs with.
     pub(crate) fn settings(&self) -> &BackendSettings {
         &self.settings
     }
 
-    /// Queues `frame` on the connection for client `client_id` in the set `lane` and returns where its
-    /// reply will arrive. Never waits: requests from one client reach the server in the order they were
-    /// sent.
+    /// Queues `frame` on the connection `to` names and returns where its reply will arrive. Never waits: requests from one client reach the server in
+    /// the order they were sent.
     pub(crate) fn send(
         &self,
-        client_id: u64,
-        lane: usize,
+        to: Route,
         frame: Bytes,
         kind: P::ReplyKind,
     ) -> oneshot::Receiver<Reply> {
         let (tx, rx) = oneshot::channel();
-        let queues = self.queues.get(lane).unwrap_or(&self.queues[0]);
+        let worker = self.queues.get(to.worker).unwrap_or(&self.queues[0]);
+        let queues = worker.get(to.lane).unwrap_or(&worker[0]);
+        let client_id = to.client_id;
         let i = (client_id % queues.len() as u64) as usize;
         self.stats.in_queue.inc();
         let job = Job {
@@ -140,6 +163,18 @@ impl<P: Protocol> Backend<P> {
         }
         rx
     }
+}
+
+/// Which of a server's connections a client's request takes: its worker's, in its lane, the one its id
+/// picks. The same for every request of one client in one lane, which keeps them in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Route {
+    /// The worker serving the client ([`crate::workers`]): only its connections are on its thread.
+    pub worker: usize,
+    /// The set of connections ([`Protocol::lane`]).
+    pub lane: usize,
+    /// The client's number, which picks one connection of the set.
+    pub client_id: u64,
 }
 
 /// A request written and awaiting its reply.
@@ -477,5 +512,92 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::net::TcpListener;
+    use tokio::sync::Notify;
+
+    use super::*;
+    use crate::backend::EjectPolicy;
+    use crate::metrics::PoolStats;
+    use crate::protocol::memcache::Memcache;
+
+    type Kind = <Memcache as Protocol>::ReplyKind;
+
+    /// A request takes its own worker's connection, which runs on that worker's runtime alone: with
+    /// worker 1's runtime never driven, its requests wait while worker 0's are answered.
+    #[tokio::test]
+    async fn a_request_takes_a_connection_of_its_own_worker() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 256];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(b"END\r\n").await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let idle = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let settings = BackendSettings {
+            addr,
+            timeout: None,
+            connections: 1,
+            max_value_len: 1 << 20,
+            keepalive: false,
+        };
+        let policy = EjectPolicy {
+            auto_eject: false,
+            failure_limit: 2,
+            retry_timeout: Duration::from_secs(30),
+        };
+        let health = Arc::new(ServerHealth::new(
+            policy,
+            Arc::new(Notify::new()),
+            Arc::new(PoolStats::new("alpha")),
+        ));
+        let backend = Backend::<Memcache>::spawn(
+            settings,
+            Arc::new(ServerStats::new("one")),
+            health,
+            false,
+            Vec::new(),
+            &[Handle::current(), idle.handle().clone()],
+        );
+        let to = |worker| Route {
+            worker,
+            lane: 0,
+            client_id: 7,
+        };
+        let get = || Bytes::from_static(b"get a\r\n");
+        let here = backend.send(to(0), get(), Kind::Values);
+        let reply = tokio::time::timeout(Duration::from_secs(5), here)
+            .await
+            .expect("worker 0's connection answers")
+            .unwrap();
+        assert_eq!(&reply.unwrap()[..], b"END\r\n");
+        let there = backend.send(to(1), get(), Kind::Values);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), there)
+                .await
+                .is_err(),
+            "worker 1's request went to a connection on another runtime"
+        );
+        drop(backend);
+        tokio::task::spawn_blocking(move || drop(idle))
+            .await
+            .unwrap();
     }
 }

@@ -165,13 +165,36 @@ pub struct RunningProxy {
 }
 
 impl RunningProxy {
+    /// On the test's runtime (one worker), or on `SHARDRING_TEST_WORKERS` worker threads when that is
+    /// set (to run every test on several workers).
     pub async fn start(config: PoolConfig) -> RunningProxy {
-        let proxy = Arc::new(
-            Proxy::new(ProxyConfig {
+        if let Some(n) = std::env::var("SHARDRING_TEST_WORKERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            return RunningProxy::start_workers(config, n).await;
+        }
+        let proxy = Proxy::new(ProxyConfig {
+            pools: vec![config],
+        })
+        .expect("valid config");
+        RunningProxy::serve(proxy).await
+    }
+
+    /// A proxy served by `workers` worker threads of its own (`shardring proxy --threads N`).
+    pub async fn start_workers(config: PoolConfig, workers: usize) -> RunningProxy {
+        let proxy = Proxy::on_workers(
+            ProxyConfig {
                 pools: vec![config],
-            })
-            .expect("valid config"),
-        );
+            },
+            shardring_proxy::workers::Workers::start(workers).expect("worker threads"),
+        )
+        .expect("valid config");
+        RunningProxy::serve(proxy).await
+    }
+
+    async fn serve(proxy: Proxy) -> RunningProxy {
+        let proxy = Arc::new(proxy);
         let listeners = proxy.bind().await.expect("bind");
         let addr = listeners[0].local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
@@ -180,7 +203,8 @@ impl RunningProxy {
             p.serve(listeners, async {
                 let _ = rx.await;
             })
-            .await;
+            .await
+            .expect("serve");
         });
         RunningProxy {
             addr,
