@@ -271,8 +271,8 @@ fn lookup(c: &mut Criterion) {
         let ring = ours::ring(names, HashFunction::Xxh3, true);
         all(c, "shardring-ring", nodes, &ring);
         drop(ring);
-        let ring = ours::ring_without_table(names);
-        all(c, "shardring-ring-notable", nodes, &ring);
+        let ring = ours::ring_with_table(names);
+        all(c, "shardring-ring-table", nodes, &ring);
         drop(ring);
         let ring = ours::ring(names, HashFunction::Xxh3, false);
         all(c, "shardring-ring-bsearch", nodes, &ring);

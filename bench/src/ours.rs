@@ -13,12 +13,11 @@ pub fn ring(names: &[&str], hash: HashFunction, index: bool) -> Ring {
     ring_on(names, hash, index, None)
 }
 
-/// [`ring`] with xxh3 keys and without the answer table (`RingBuilder::answer_table(false)`): the
-/// index alone, as rings were built before the table was the default.
-pub fn ring_without_table(names: &[&str]) -> Ring {
+/// [`ring`] with xxh3 keys and an answer table (`RingBuilder::answer_table`).
+pub fn ring_with_table(names: &[&str]) -> Ring {
     Ring::builder()
         .vnodes(VNODES)
-        .answer_table(false)
+        .answer_table(true)
         .nodes(names.iter().copied())
         .build()
         .expect("valid ring")

@@ -11,8 +11,7 @@
 //! - `index, branchy`: the library's search (index entry, then a scan that stops at the first point not
 //!   below the hash), written out as a loop;
 //! - `index, counting`: the same search counting four points at a time without a branch on them;
-//! - the library's `Ring::lookup_index`, without the answer table (`answer_table(false)`) and by
-//!   default (with it).
+//! - the library's `Ring::lookup_index`, by default and with `answer_table(true)`.
 //!
 //! The hot pool runs twice: in the repeating order of the criterion bench (the same 4096 keys in the
 //! same order every round, which the CPU's branch predictor learns, so the index's search looks free)
@@ -21,7 +20,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use shardring::{Node, Ring};
+use shardring::{HashFunction, Node, Ring};
 use shardring_bench::{key_pool, node_names, ours, KeyPool, Pool};
 
 /// Keys per pass.
@@ -142,13 +141,8 @@ fn main() {
         .map_or(Ok(1000), |n| n.parse())
         .expect("NODES: a node count");
     let names = node_names(nodes);
-    let ring = ours::ring_without_table(names);
-    let table = Ring::builder()
-        .vnodes(160)
-        .answer_table(true)
-        .nodes(names.iter().copied())
-        .build()
-        .expect("valid ring");
+    let ring = ours::ring(names, HashFunction::Xxh3, true);
+    let table = ours::ring_with_table(names);
     let flat = Flat::of(&ring);
     let hash = |key: &[u8]| xxhash_rust::xxh3::xxh3_64(key) as u32;
     let cold = key_pool(Pool::Cold, 16);
@@ -188,10 +182,10 @@ fn main() {
         time("index, counting (loop)", keys, order, |k| {
             flat.counting(hash(k))
         });
-        time("Ring::lookup_index, no table", keys, order, |k| {
+        time("Ring::lookup_index", keys, order, |k| {
             ring.lookup_index(k).unwrap_or(0)
         });
-        time("Ring::lookup_index (table)", keys, order, |k| {
+        time("Ring::lookup_index, table", keys, order, |k| {
             table.lookup_index(k).unwrap_or(0)
         });
     }

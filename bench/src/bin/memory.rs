@@ -116,9 +116,9 @@ fn main() {
                 Some(ring.point_count()),
             );
         }
-        let (heap, ring) = held(|| ours::ring_without_table(names));
+        let (heap, ring) = held(|| ours::ring_with_table(names));
         emit(
-            "shardring-ring-notable",
+            "shardring-ring-table",
             false,
             nodes,
             heap,

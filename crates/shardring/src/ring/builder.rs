@@ -61,7 +61,7 @@ impl RingBuilder {
             scheme: PointScheme::Plain,
             max_points: DEFAULT_MAX_POINTS,
             lookup_index: true,
-            answer_table: true,
+            answer_table: false,
             build_threads: None,
             nodes: Vec::new(),
         }
@@ -111,16 +111,20 @@ impl RingBuilder {
 
     /// Whether to keep, beside the lookup index, a table of one 8-byte entry per index bucket that
     /// answers most lookups from that entry alone: one cache line instead of two, and no search over
-    /// the points. Single lookups at 1000 nodes × 160 points, 16-byte keys, over the bench crate's
-    /// cold pool: 7.6 ns with the table, 8.4 ns without (BENCHMARKS.md, `shardring-ring-notable`);
-    /// batched ([`lookup_many`](Ring::lookup_many)) the table is slower, 6.8 against 6.2 ns. The
-    /// price: builds take about 0.3 ms longer at 1000 × 160 (1.38 ms against 1.0), [`replicas`](Ring::replicas) are slower (the index beside the
-    /// table is four times coarser), and memory grows to 15.5 bytes a point (from 11.4). Placement is
-    /// the same either way. Kept only with the index on, on rings of at least 16 points and with few
-    /// enough nodes for an entry's fields (at 160 points a node, up to 4095 nodes; see
-    /// `ring/answers.rs`); otherwise ignored.
+    /// the points. It pays only for single lookups on large rings whose points the caches cannot
+    /// keep: at 1000 nodes × 160 points, 16-byte keys over the bench crate's cold pool, 8.0 ns a
+    /// lookup against 8.6 without it. Elsewhere it costs: the keys it does not answer (7% at 1000
+    /// nodes, more on small rings) search through an index four times coarser, on a branch the CPU
+    /// cannot predict, so at 10 nodes a lookup takes 5.9 ns against 4.9 and at 100 nodes 7.8 against
+    /// 6.0; batches ([`lookup_many`](Ring::lookup_many)) are slower at every size (6.5 against 6.3
+    /// ns a key at 1000 nodes, 7.4 against 5.5 at 10); so are [`replicas`](Ring::replicas); a 1000 ×
+    /// 160 build takes 1.4 ms instead of 1.0, and memory is 15.5 bytes a point instead of 11.4
+    /// (one-off loop over the bench crate's pools, best of 5, 2026-12-01). Placement is the same
+    /// either way. Kept only with the index on, on rings of at least 16 points and with few enough
+    /// nodes for an entry's fields (at 160 points a node, up to 4095 nodes; see `ring/answers.rs`);
+    /// otherwise ignored.
     ///
-    /// By default, this is on.
+    /// By default, this is off.
     pub fn answer_table(mut self, yes: bool) -> RingBuilder {
         self.answer_table = yes;
         self

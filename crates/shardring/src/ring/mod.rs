@@ -6,9 +6,9 @@
 //! optional index over the top bits of the position that turns the search into one
 //! indexed load and a look at a few points. Those two loads are cache misses once the ring is larger
 //! than the caches; [`Ring::lookup_many`] places a batch of keys so that their misses overlap. Beside
-//! the index (then four times coarser), rings keep an answer table (`ring/answers.rs`, unless built
-//! with [`RingBuilder::answer_table`]`(false)`) of one 8-byte entry per bucket that answers most
-//! lookups from that entry alone: one cache miss, and no branch on the points.
+//! the index (then four times coarser), rings built with [`RingBuilder::answer_table`] keep an answer
+//! table (`ring/answers.rs`) of one 8-byte entry per bucket that answers most lookups from that entry
+//! alone: one cache miss, and no search over the points.
 //!
 //! # Ties
 //! Two points may land on the same position. They are ordered by node name (byte-wise), so the point of the
