@@ -138,8 +138,8 @@ impl<P: Protocol> Backend<P> {
         &self.settings
     }
 
-    /// Queues `frame` on the connection `to` names and returns where its reply will arrive. Never waits: requests from one client reach the server in
-    /// the order they were sent.
+    /// Queues `frame` on the connection `to` names and returns where its reply will arrive. Never
+    /// waits: requests from one client reach the server in the order they were sent.
     pub(crate) fn send(
         &self,
         to: Route,
