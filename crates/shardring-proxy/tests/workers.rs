@@ -43,6 +43,25 @@ async fn clients_on_every_worker(proxy: &RunningProxy, n: usize) -> Vec<Client> 
 }
 
 /// A pool over `servers` with md5 (it spreads sequential keys over the servers).
+/// Runs `checks` on every client at once, each in its own task (with the client's index), and returns
+/// the clients once every check has passed.
+async fn all_at_once<F, Fut>(clients: Vec<Client>, checks: F) -> Vec<Client>
+where
+    F: Fn(usize, Client) -> Fut,
+    Fut: std::future::Future<Output = Client> + Send + 'static,
+{
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(c, client)| tokio::spawn(checks(c, client)))
+        .collect();
+    let mut clients = Vec::new();
+    for t in tasks {
+        clients.push(t.await.expect("a client's checks pass"));
+    }
+    clients
+}
+
 fn md5_pool(servers: &[Memcached]) -> PoolConfig {
     let mut c = pool_config(servers);
     c.hash = shardring_proxy::config::TwemproxyHash::Md5;
@@ -62,40 +81,31 @@ async fn clients_spread_over_workers_get_their_own_answers_and_the_tallies_add_u
         // Each client, at once with the others: 40 set-then-get pairs pipelined in one write (a
         // client's requests to one server take one connection, so each get sees its own set), then a
         // 12-key get over every server.
-        let tasks: Vec<_> = clients
-            .into_iter()
-            .enumerate()
-            .map(|(c, mut client)| {
-                tokio::spawn(async move {
-                    let mut batch = String::new();
-                    let mut expect = String::new();
-                    for i in 0..40 {
-                        let (k, v) = (format!("w{c}-{}", i % 10), format!("v{c}-{i}"));
-                        batch += &format!("set {k} 0 0 {}\r\n{v}\r\nget {k}\r\n", v.len());
-                        expect += &format!("STORED\r\nVALUE {k} 0 {}\r\n{v}\r\nEND\r\n", v.len());
-                    }
-                    client.check(batch.as_bytes(), expect.as_bytes()).await;
-                    let keys: Vec<String> = (0..10).map(|i| format!("w{c}-{i}")).collect();
-                    let mut reply = String::new();
-                    for (i, k) in keys.iter().enumerate() {
-                        let v = format!("v{c}-{}", 30 + i);
-                        reply += &format!("VALUE {k} 0 {}\r\n{v}\r\n", v.len());
-                    }
-                    reply += "END\r\n";
-                    client
-                        .check(
-                            format!("get {}\r\n", keys.join(" ")).as_bytes(),
-                            reply.as_bytes(),
-                        )
-                        .await;
-                    client
-                })
-            })
-            .collect();
-        let mut clients = Vec::new();
-        for t in tasks {
-            clients.push(t.await.expect("a client's checks pass"));
-        }
+        let clients = all_at_once(clients, |c, mut client| async move {
+            let mut batch = String::new();
+            let mut expect = String::new();
+            for i in 0..40 {
+                let (k, v) = (format!("w{c}-{}", i % 10), format!("v{c}-{i}"));
+                batch += &format!("set {k} 0 0 {}\r\n{v}\r\nget {k}\r\n", v.len());
+                expect += &format!("STORED\r\nVALUE {k} 0 {}\r\n{v}\r\nEND\r\n", v.len());
+            }
+            client.check(batch.as_bytes(), expect.as_bytes()).await;
+            let keys: Vec<String> = (0..10).map(|i| format!("w{c}-{i}")).collect();
+            let mut reply = String::new();
+            for (i, k) in keys.iter().enumerate() {
+                let v = format!("v{c}-{}", 30 + i);
+                reply += &format!("VALUE {k} 0 {}\r\n{v}\r\n", v.len());
+            }
+            reply += "END\r\n";
+            client
+                .check(
+                    format!("get {}\r\n", keys.join(" ")).as_bytes(),
+                    reply.as_bytes(),
+                )
+                .await;
+            client
+        })
+        .await;
         let views = proxy.proxy.views();
         let clients_n = 4 * workers as u64;
         // Every request counted once, whichever worker served it: 81 per client.
@@ -378,36 +388,29 @@ async fn redis_clients_over_workers_get_their_own_answers() {
     for workers in [2, 3] {
         let proxy = RunningProxy::start_workers(config.clone(), workers).await;
         let clients = clients_on_every_worker(&proxy, 2 * workers).await;
-        let tasks: Vec<_> = clients
-            .into_iter()
-            .enumerate()
-            .map(|(c, mut client)| {
-                tokio::spawn(async move {
-                    // SET then GET of one key, pipelined: the GET sees this SET.
-                    let mut batch = String::new();
-                    let mut expect = String::new();
-                    for i in 0..30 {
-                        let (k, v) = (format!("r{workers}-{c}-{}", i % 6), format!("v{i}"));
-                        batch += &resp(&["SET", &k, &v]);
-                        batch += &resp(&["GET", &k]);
-                        expect += &format!("+OK\r\n{}", bulk(&v));
-                    }
-                    client.check(batch.as_bytes(), expect.as_bytes()).await;
-                    // MGET over the servers, merged in the client's order.
-                    let keys: Vec<String> = (0..6).map(|i| format!("r{workers}-{c}-{i}")).collect();
-                    let mut args = vec!["MGET"];
-                    args.extend(keys.iter().map(String::as_str));
-                    let mut reply = "*6\r\n".to_string();
-                    for i in 0..6 {
-                        reply += &bulk(&format!("v{}", 24 + i));
-                    }
-                    client.check(resp(&args).as_bytes(), reply.as_bytes()).await;
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.expect("a client's checks pass");
-        }
+        all_at_once(clients, |c, mut client| async move {
+            // SET then GET of one key, pipelined: the GET sees this SET.
+            let mut batch = String::new();
+            let mut expect = String::new();
+            for i in 0..30 {
+                let (k, v) = (format!("r{workers}-{c}-{}", i % 6), format!("v{i}"));
+                batch += &resp(&["SET", &k, &v]);
+                batch += &resp(&["GET", &k]);
+                expect += &format!("+OK\r\n{}", bulk(&v));
+            }
+            client.check(batch.as_bytes(), expect.as_bytes()).await;
+            // MGET over the servers, merged in the client's order.
+            let keys: Vec<String> = (0..6).map(|i| format!("r{workers}-{c}-{i}")).collect();
+            let mut args = vec!["MGET"];
+            args.extend(keys.iter().map(String::as_str));
+            let mut reply = "*6\r\n".to_string();
+            for i in 0..6 {
+                reply += &bulk(&format!("v{}", 24 + i));
+            }
+            client.check(resp(&args).as_bytes(), reply.as_bytes()).await;
+            client
+        })
+        .await;
         assert_eq!(
             proxy.proxy.views()[0].pool.requests.get(),
             2 * workers as u64 * 61

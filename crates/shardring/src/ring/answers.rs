@@ -129,8 +129,8 @@ impl AnswerTable {
     /// or more matters); see the module docs for the layout.
     ///
     /// Written without a branch on `count`: a build makes one entry per bucket, and buckets hold 0, 1,
-    /// 2 or more points at random, so branches on the count were mispredicted about once a bucket and
-    /// made a table's build cost as much again as the ring's (2.2 ms against 1.0 at 1000 nodes × 160
+    /// 2 or more points at random, so branches on the count were mispredicted about once a bucket (with
+    /// them, a build with the table took about twice as long as one without, at 1000 nodes × 160
     /// points). `n_c`, for `c <= count`, is the node of the `c`-th point from `start` on, wrapping past
     /// the circle's end: a point of the bucket, or for `c == count` the next one on the circle.
     #[inline]

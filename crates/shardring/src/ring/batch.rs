@@ -111,11 +111,7 @@ impl Ring {
                 if let Some(keys) = chunk(keys, c) {
                     let (hashes, starts) = (&hashes[c % PASSES], &mut starts[c % PASSES]);
                     for (start, &h) in starts.iter_mut().zip(hashes).take(keys.len()) {
-                        let i = self.index.bucket_start(h);
-                        if let Some(point) = self.points.get(i) {
-                            prefetch(point);
-                        }
-                        *start = i as u32;
+                        *start = self.start_and_ask_for_point(h);
                     }
                 }
             }
@@ -126,10 +122,7 @@ impl Ring {
                 if let Some(out) = chunk_mut(out, c) {
                     let (hashes, starts) = (&hashes[c % PASSES], &starts[c % PASSES]);
                     for ((out, &start), &h) in out.iter_mut().zip(starts).zip(hashes) {
-                        let i = self
-                            .index
-                            .search_counting_from(&self.points, start as usize, h);
-                        *out = Some(self.points[self.wrap(i)].node as usize);
+                        *out = Some(self.node_from(start, h));
                     }
                 }
             }
@@ -185,30 +178,45 @@ impl Ring {
                     .iter()
                     .zip(starts[slot].iter_mut())
                 {
-                    let i = self.index.bucket_start(hashes[slot][j as usize]);
-                    if let Some(point) = self.points.get(i) {
-                        prefetch(point);
-                    }
-                    *start = i as u32;
+                    *start = self.start_and_ask_for_point(hashes[slot][j as usize]);
                 }
             }
             if let Some(c) = step.checked_sub(3) {
                 if let Some(out) = chunk_mut(out, c) {
                     let slot = c % PASSES;
                     for (&j, &start) in rest[slot][..unanswered[slot]].iter().zip(&starts[slot]) {
-                        let h = hashes[slot][j as usize];
-                        let i = self
-                            .index
-                            .search_counting_from(&self.points, start as usize, h);
-                        out[j as usize] = Some(self.points[self.wrap(i)].node as usize);
+                        out[j as usize] = Some(self.node_from(start, hashes[slot][j as usize]));
                     }
                 }
             }
         }
     }
+
+    /// The second pass for one key: the start of `hash`'s bucket, read from the index entry asked for
+    /// in the first pass, after asking for the bucket's first point.
+    #[inline(always)]
+    fn start_and_ask_for_point(&self, hash: u32) -> u32 {
+        let start = self.index.bucket_start(hash);
+        if let Some(point) = self.points.get(start) {
+            prefetch(point);
+        }
+        start as u32
+    }
+
+    /// The last pass for one key: the node of the first point at or after `hash`, counted from
+    /// `start`, its bucket's start (see `TopBitsIndex::search_counting`).
+    #[inline(always)]
+    fn node_from(&self, start: u32, hash: u32) -> usize {
+        let found = self
+            .index
+            .search_counting_from(&self.points, start as usize, hash);
+        self.points[self.wrap(found)].node as usize
+    }
 }
 
-/// Pass 1 over one chunk: each key's hash into `hashes`, and `ask` for the line it will need.
+/// Pass 1 over one chunk: each key's hash into `hashes`, and `ask` for the line it will need. Out of
+/// line, so that the hash is inlined into this small loop rather than left a call in the passes'
+/// large function.
 #[inline(never)]
 fn hash_chunk<K: AsRef<[u8]>>(
     keys: &[K],
@@ -223,9 +231,10 @@ fn hash_chunk<K: AsRef<[u8]>>(
 }
 
 /// A key's ring position, as the passes compute it: a trait whose methods are forced inline rather
-/// than a closure, which LLVM kept out of line in the table's passes (a call per key that made
-/// batches over cached rings a third slower with the table than without: 7.5 against 5.5 ns a key at
-/// 10 nodes in the criterion bench).
+/// than a closure, which LLVM kept out of line in the table's passes (a call per key; `perf report`
+/// over a loop of `lookup_many` shows it as a `lookup_many::{{closure}}` symbol). Batches through the
+/// table at 10 nodes still take 7.2 ns a key against 5.4 through the index alone over the cold pool
+/// (BENCHMARKS.md): the call was not the cause of that gap.
 trait Position {
     /// The ring position of `key`.
     fn of(&self, key: &[u8]) -> u32;
@@ -264,18 +273,21 @@ impl Position for AnyScheme<'_> {
 /// Chunk `c` of [`BATCH`] items of `items` (the last may be shorter); `None` past the end.
 #[inline(always)]
 fn chunk<T>(items: &[T], c: usize) -> Option<&[T]> {
-    let from = c.checked_mul(BATCH)?;
-    items
-        .get(from..items.len().min(from + BATCH))
-        .filter(|s| !s.is_empty())
+    Some(&items[chunk_range(items.len(), c)?])
 }
 
 /// [`chunk`], mutable.
 #[inline(always)]
 fn chunk_mut<T>(items: &mut [T], c: usize) -> Option<&mut [T]> {
-    let from = c.checked_mul(BATCH)?;
-    let to = items.len().min(from + BATCH);
-    items.get_mut(from..to).filter(|s| !s.is_empty())
+    let range = chunk_range(items.len(), c)?;
+    Some(&mut items[range])
+}
+
+/// Where chunk `c` of `len` items lies; `None` when it holds none.
+#[inline(always)]
+fn chunk_range(len: usize, c: usize) -> Option<std::ops::Range<usize>> {
+    let from = c.checked_mul(BATCH).filter(|&from| from < len)?;
+    Some(from..len.min(from + BATCH))
 }
 
 #[cfg(test)]

@@ -113,14 +113,14 @@ impl RingBuilder {
     /// answers most lookups from that entry alone: one cache line instead of two, and no search over
     /// the points. It pays only for single lookups on large rings whose points the caches cannot
     /// keep: at 1000 nodes × 160 points, 16-byte keys over the bench crate's cold pool, 8.0 ns a
-    /// lookup against 8.6 without it. Elsewhere it costs: the keys it does not answer (7% at 1000
+    /// lookup against 8.5 without it. Elsewhere it costs: the keys it does not answer (7% at 1000
     /// nodes, more on small rings) search through an index four times coarser, on a branch the CPU
-    /// cannot predict, so at 10 nodes a lookup takes 5.9 ns against 4.9 and at 100 nodes 7.8 against
-    /// 6.0; batches ([`lookup_many`](Ring::lookup_many)) are slower at every size (6.5 against 6.3
-    /// ns a key at 1000 nodes, 7.4 against 5.5 at 10); so are [`replicas`](Ring::replicas); a 1000 ×
-    /// 160 build takes 1.4 ms instead of 1.0, and memory is 15.5 bytes a point instead of 11.4
-    /// (one-off loop over the bench crate's pools, best of 5, 2026-12-01). Placement is the same
-    /// either way. Kept only with the index on, on rings of at least 16 points and with few enough
+    /// cannot predict, so at 10 nodes a lookup takes 6.0 ns against 5.0 and at 100 nodes 8.0 against
+    /// 6.0; batches ([`lookup_many`](Ring::lookup_many)) are slower at every size (7.7 against 6.3
+    /// ns a key at 1000 nodes, 7.2 against 5.4 at 10); so are [`replicas`](Ring::replicas); builds
+    /// make the table too (one more pass over the buckets), and memory is 15.5 bytes a point instead
+    /// of 11.4 (BENCHMARKS.md, `shardring-ring-table` against `shardring-ring`, from
+    /// `scripts/bench-report --quick`). Placement is the same either way. Kept only with the index on, on rings of at least 16 points and with few enough
     /// nodes for an entry's fields (at 160 points a node, up to 4095 nodes; see `ring/answers.rs`);
     /// otherwise ignored.
     ///
