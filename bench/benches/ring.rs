@@ -201,7 +201,8 @@ fn hash(c: &mut Criterion) {
             for chain in [false, true] {
                 let mode = if chain { "chain" } else { "independent" };
                 let mut group = c.benchmark_group(format!("hash.{mode}.k{bytes}.{}", pool.name()));
-                // xxh3, our default; CRC-32 (crc32fast), the hash of the crc32 ring comparisons. Each is
+                // xxh3, our default; CRC-32 (crc32fast), the hash of the crc32 ring comparisons, and CRC-32 as
+                // our ring computes it. Each is
                 // a closure of its own type, so the timed loop calls it inline, not through a pointer.
                 bench_hash(
                     &mut group,
@@ -213,6 +214,10 @@ fn hash(c: &mut Criterion) {
                 );
                 bench_hash(&mut group, "crc32", keys, pool, chain, |key| {
                     u64::from(crc32fast::hash(key))
+                });
+                // The same CRC-32 as our crc32 ring computes it (tables for short keys).
+                bench_hash(&mut group, "crc32-shardring", keys, pool, chain, |key| {
+                    u64::from(shardring::hash::crc32(key))
                 });
                 group.finish();
             }
