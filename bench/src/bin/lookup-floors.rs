@@ -11,7 +11,9 @@
 //! - `index, branchy`: the library's search (index entry, then a scan that stops at the first point not
 //!   below the hash), written out as a loop;
 //! - `index, counting`: the same search counting four points at a time without a branch on them;
-//! - the library's `Ring::lookup_index`, by default and with `answer_table(true)`.
+//! - the library's `Ring::lookup_index`, by default and with `answer_table(true)`;
+//! - the library's `Ring::lookup_many`, 64 keys a call as the criterion bench's `batch` mode (time per
+//!   key).
 //!
 //! The hot pool runs twice: in the repeating order of the criterion bench (the same 4096 keys in the
 //! same order every round, which the CPU's branch predictor learns, so the index's search looks free)
@@ -114,6 +116,28 @@ fn time(name: &str, keys: &KeyPool, order: Order, f: impl Fn(&[u8]) -> usize) {
     println!("{name:<30} {best:6.2} ns");
 }
 
+/// As [`time`], through [`Ring::lookup_many`] [`BATCH_KEYS`] keys a call, as the criterion bench's
+/// `batch` mode: the time per key.
+fn time_batched(name: &str, keys: &KeyPool, order: Order, ring: &Ring) {
+    let mut best = f64::MAX;
+    let mut out = [None; BATCH_KEYS];
+    for _ in 0..5 {
+        let start = Instant::now();
+        let mut sum = 0usize;
+        for i in (0..KEYS).step_by(BATCH_KEYS) {
+            let batch: [&[u8]; BATCH_KEYS] = std::array::from_fn(|j| keys.key(order.index(i + j)));
+            ring.lookup_many(black_box(&batch), &mut out);
+            sum = sum.wrapping_add(out[BATCH_KEYS - 1].unwrap_or(0));
+        }
+        black_box(sum);
+        best = best.min(start.elapsed().as_secs_f64() * 1e9 / KEYS as f64);
+    }
+    println!("{name:<30} {best:6.2} ns");
+}
+
+/// Keys per [`Ring::lookup_many`] call in [`time_batched`], as in the criterion bench.
+const BATCH_KEYS: usize = 64;
+
 /// The order a pass visits a pool's keys in.
 #[derive(Clone, Copy)]
 enum Order {
@@ -188,5 +212,6 @@ fn main() {
         time("Ring::lookup_index, table", keys, order, |k| {
             table.lookup_index(k).unwrap_or(0)
         });
+        time_batched("Ring::lookup_many (64 a call)", keys, order, &ring);
     }
 }

@@ -203,9 +203,7 @@ impl AnswerTable {
     /// Asks the cache for `hash`'s entry.
     #[inline(always)]
     pub(crate) fn prefetch(&self, hash: u32) {
-        if let Some(entry) = self.entries.get((hash >> self.shift) as usize) {
-            super::prefetch::prefetch(entry);
-        }
+        super::prefetch::prefetch_item(&self.entries, (hash >> self.shift) as usize);
     }
 
     /// Heap bytes used.

@@ -15,7 +15,8 @@
 //! index and the points in two more passes. Placement is exactly [`Ring::lookup_index`]'s.
 
 use super::answers::AnswerTable;
-use super::prefetch::prefetch;
+use super::index::count_below;
+use super::prefetch::prefetch_item;
 use super::{PointScheme, Ring};
 use crate::hash::HashFunction;
 
@@ -68,11 +69,14 @@ impl Ring {
         out: &mut [Option<usize>],
         hash: &impl Position,
     ) {
-        if !self.index.is_built() {
-            // A binary search's loads depend on each other: nothing to start early.
+        if !self.index.counts() {
+            // A binary search's loads depend on each other: nothing to start early. A crowded index
+            // (never seen with a shipped hash) binary-searches its buckets, so the passes below, which
+            // count a bucket's points, do not apply.
             for (key, out) in keys.iter().zip(out) {
-                let h = hash.of(key.as_ref());
-                let i = self.points.partition_point(|p| p.position < h);
+                let i = self
+                    .index
+                    .search_counting(&self.points, hash.of(key.as_ref()));
                 *out = Some(self.points[self.wrap(i)].node as usize);
             }
             return;
@@ -197,19 +201,15 @@ impl Ring {
     #[inline(always)]
     fn start_and_ask_for_point(&self, hash: u32) -> u32 {
         let start = self.index.bucket_start(hash);
-        if let Some(point) = self.points.get(start) {
-            prefetch(point);
-        }
+        prefetch_item(&self.points, start);
         start as u32
     }
 
     /// The last pass for one key: the node of the first point at or after `hash`, counted from
-    /// `start`, its bucket's start (see `TopBitsIndex::search_counting`).
+    /// `start`, its bucket's start (see `TopBitsIndex::search_counting`). The index is not crowded.
     #[inline(always)]
     fn node_from(&self, start: u32, hash: u32) -> usize {
-        let found = self
-            .index
-            .search_counting_from(&self.points, start as usize, hash);
+        let found = count_below(&self.points, start as usize, hash);
         self.points[self.wrap(found)].node as usize
     }
 }

@@ -604,7 +604,7 @@ mod tests {
                         TopBitsIndex::build(&points, bits_for(points.len())).starts_for_tests()
                     );
                     if len == positions.len() && len > 100 {
-                        assert_eq!(index.is_crowded_for_tests(), crowd);
+                        assert_eq!(index.is_crowded(), crowd);
                     }
                     let index = index.starts_for_tests();
                     assert_eq!(*serial.get_or_insert(index.clone()), index);

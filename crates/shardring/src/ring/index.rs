@@ -172,13 +172,11 @@ impl TopBitsIndex {
         self.starts[(hash >> self.shift) as usize] as usize
     }
 
-    /// Asks the cache for `hash`'s bucket start (the index entry a search loads first); nothing when
-    /// the index is not built.
+    /// Asks the cache for `hash`'s bucket start (the index entry a search loads first). When the index
+    /// is not built, the address asked for lies past an empty vector: a line nobody reads.
     #[inline]
     pub(crate) fn prefetch_bucket(&self, hash: u32) {
-        if let Some(start) = self.starts.get((hash >> self.shift) as usize) {
-            super::prefetch::prefetch(start);
-        }
+        super::prefetch::prefetch_item(&self.starts, (hash >> self.shift) as usize);
     }
 
     /// [`search`](TopBitsIndex::search) from `start`, the [`bucket_start`](TopBitsIndex::bucket_start) of
@@ -224,20 +222,20 @@ impl TopBitsIndex {
         if self.crowded {
             return self.search_from(points, start, hash);
         }
-        let mut i = start;
-        loop {
-            let below = match points.get(i..i + WINDOW) {
-                Some(window) => window
-                    .iter()
-                    .map(|p| usize::from(p.position < hash))
-                    .sum::<usize>(),
-                None => points[i..].iter().filter(|p| p.position < hash).count(),
-            };
-            i += below;
-            if below < WINDOW {
-                return i;
-            }
-        }
+        count_below(points, start, hash)
+    }
+
+    /// Whether lookups count a bucket's points with [`count_below`]: the index is built (so the ring
+    /// has points) and not crowded.
+    #[inline(always)]
+    pub(crate) fn counts(&self) -> bool {
+        !self.starts.is_empty() && !self.crowded
+    }
+
+    /// Whether some bucket holds more than [`SCAN`] points, for tests.
+    #[cfg(test)]
+    pub(crate) fn is_crowded(&self) -> bool {
+        self.crowded
     }
 
     /// The bucket starts, for tests that compare indexes.
@@ -251,16 +249,42 @@ impl TopBitsIndex {
         self.starts.last().map_or(0, |&s| s as usize)
     }
 
-    /// Whether the index is crowded, for tests.
-    #[cfg(test)]
-    pub(crate) fn is_crowded_for_tests(&self) -> bool {
-        self.crowded
-    }
-
     /// Heap bytes used.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.starts.capacity() * std::mem::size_of::<u32>()
     }
+}
+
+/// The first point at or after `hash`, counted from `start`, the first point of `hash`'s bucket in an
+/// index that is not crowded: `start` plus how many points from there on are below `hash`, counted
+/// [`WINDOW`] at a time without a branch on their positions (see
+/// [`TopBitsIndex::search_counting`]). Forced inline: out of line it was a call per key in
+/// `Ring::lookup_many`'s last pass, whose set-up (the hash broadcast for the tail's vector loop) ran on
+/// every call.
+#[inline(always)]
+pub(crate) fn count_below(points: &[Point], start: usize, hash: u32) -> usize {
+    let mut i = start;
+    loop {
+        let Some(window) = points.get(i..i + WINDOW) else {
+            return count_tail(points, i, hash);
+        };
+        let below = window
+            .iter()
+            .map(|p| usize::from(p.position < hash))
+            .sum::<usize>();
+        i += below;
+        if below < WINDOW {
+            return i;
+        }
+    }
+}
+
+/// [`count_below`] over the last points of the ring, fewer than a [`WINDOW`]: rare, and out of the
+/// way of the common path.
+#[cold]
+#[inline(never)]
+fn count_tail(points: &[Point], from: usize, hash: u32) -> usize {
+    from + points[from..].iter().filter(|p| p.position < hash).count()
 }
 
 /// Turns per-bucket counts in `starts[1..]` into bucket starts.

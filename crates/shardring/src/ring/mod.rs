@@ -42,7 +42,7 @@ use std::ops::Range;
 
 use self::answers::{AnswerTable, INDEX_COARSER};
 use self::build::{BucketPlan, Collector, COLLECT_BATCH};
-use self::index::TopBitsIndex;
+use self::index::{count_below, TopBitsIndex};
 use self::scheme::SchemeInput;
 use crate::hash::{HashFunction, KeyHash};
 use crate::{Error, Node};
@@ -212,8 +212,23 @@ impl Ring {
     }
 
     /// The index into `nodes` of the owner of ring position `hash`; `None` if the ring is empty.
-    #[inline]
+    ///
+    /// The default ring (an index that is not crowded, no answer table) takes the inlined path: the
+    /// bucket's start, then its points counted below `hash`. The other cases (an answer table, a
+    /// crowded index, no index, no points) cost the default path one test; their code is out of line.
+    #[inline(always)]
     fn node_at(&self, hash: u32) -> Option<u32> {
+        if self.answers.is_none() && self.index.counts() {
+            let found = count_below(&self.points, self.index.bucket_start(hash), hash);
+            return Some(self.points[self.wrap(found)].node);
+        }
+        self.node_at_other(hash)
+    }
+
+    /// [`node_at`](Ring::node_at) on an empty ring, without an index, with a crowded one, or through
+    /// the answer table.
+    #[inline(never)]
+    fn node_at_other(&self, hash: u32) -> Option<u32> {
         if let Some(answers) = &self.answers {
             if let Some(node) = answers.node(hash) {
                 return Some(node);
