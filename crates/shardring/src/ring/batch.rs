@@ -250,13 +250,14 @@ impl Position for Xxh3 {
     }
 }
 
-/// CRC-32 keys on a plain ring.
+/// CRC-32 keys on a plain ring, hashed for throughput (`hash::crc32_throughput`: tables for short
+/// keys, the same values).
 struct Crc32;
 
 impl Position for Crc32 {
     #[inline(always)]
     fn of(&self, key: &[u8]) -> u32 {
-        crate::hash::crc32(key)
+        crate::hash::crc32_throughput(key)
     }
 }
 
