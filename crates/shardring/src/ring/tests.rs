@@ -718,3 +718,53 @@ fn a_ring_with_an_answer_table_follows_large_changes() {
     }
     check(&ring);
 }
+
+#[test]
+fn a_crowded_index_places_single_and_batched_lookups_like_the_oracle() {
+    // No shipped hash crowds a bucket (more than `SCAN` points), so place the points by hand: 600
+    // spread over the circle and 40 in one bucket, at its start, middle and end.
+    let mut ring = Ring::builder()
+        .vnodes(1)
+        .nodes(["a", "b", "c"])
+        .build()
+        .unwrap();
+    let mut state = 0x9e37_79b9_u32;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state
+    };
+    let mut points: Vec<Point> = (0..600)
+        .map(|i| Point {
+            position: next(),
+            node: i % 3,
+        })
+        .collect();
+    points.extend((0..40).map(|i| Point {
+        position: 0x4000_0000 + i * 0x1000,
+        node: i % 3,
+    }));
+    let nodes = ring.nodes.clone();
+    points.sort_by(|x, y| Ring::point_order(ring.scheme, &nodes, x, y));
+    ring.points = points;
+    ring.reindex();
+    assert!(ring.index.is_crowded());
+    let hashes = (0..2000)
+        .map(|_| next())
+        .chain((0..60).map(|i| 0x4000_0000 + i * 0x800))
+        .chain([0, u32::MAX]);
+    for hash in hashes {
+        assert_eq!(
+            ring.lookup_hash(hash).map(|n| n.name().to_string()),
+            naive_owner(&ring, hash),
+            "{hash:#x}"
+        );
+    }
+    let keys: Vec<String> = (0..500).map(|i| format!("key:{i}")).collect();
+    let mut many = vec![None; keys.len()];
+    ring.lookup_many(&keys, &mut many);
+    for (key, got) in keys.iter().zip(many) {
+        assert_eq!(got, ring.lookup_index(key), "{key}");
+    }
+}
