@@ -71,6 +71,17 @@ async fn read_all(addr: &str) -> usize {
     hits
 }
 
+/// How many of the keys the pool of the first 4 of `servers` and the pool of all 5 place on different
+/// servers.
+fn moved_keys(servers: &[Memcached]) -> usize {
+    let four = pool(&servers[..4], None).placement().unwrap();
+    let five = pool(servers, None).placement().unwrap();
+    (0..KEYS)
+        .map(key)
+        .filter(|k| four.locate(k.as_bytes()) != five.locate(k.as_bytes()))
+        .count()
+}
+
 /// 4 servers filled, a 5th added by reload; returns the proxy, the servers and the hits of one read of
 /// every key.
 async fn add_a_fifth(window: Option<Duration>) -> (RunningProxy, Vec<Memcached>, usize) {
@@ -90,7 +101,7 @@ async fn add_a_fifth(window: Option<Duration>) -> (RunningProxy, Vec<Memcached>,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adding_a_server_with_warm_up_keeps_the_hits_and_without_it_a_fifth_miss() {
-    let (cold, _servers, cold_hits) = add_a_fifth(None).await;
+    let (cold, cold_servers, cold_hits) = add_a_fifth(None).await;
     cold.stop().await;
     let (warm, servers, warm_hits) = add_a_fifth(Some(Duration::from_secs(60))).await;
     let stats = &warm.proxy.views()[0].pool;
@@ -102,10 +113,15 @@ async fn adding_a_server_with_warm_up_keeps_the_hits_and_without_it_a_fifth_miss
         stats.warmup_copies.get(),
         stats.warmup_copies_refused.get()
     );
-    let cold_ratio = cold_hits as f64 / KEYS as f64;
-    assert!(
-        (0.70..=0.90).contains(&cold_ratio),
-        "without warm-up about 80% hit: {cold_ratio:.3}"
+    // Without warm-up, exactly the keys whose server changed miss. How many that is depends on the
+    // servers' ports (their names): 8% to 31% of these keys over a dozen runs, so the count comes from
+    // the two placements, not from a range around a fifth.
+    let moved_by_placement = moved_keys(&cold_servers);
+    assert!(moved_by_placement > 0 && moved_by_placement < KEYS / 2);
+    assert_eq!(
+        cold_hits,
+        KEYS - moved_by_placement,
+        "without warm-up, every key that did not move hits and every moved key misses"
     );
     assert!(
         warm_hits as f64 >= 0.99 * KEYS as f64,
