@@ -152,6 +152,11 @@ impl<P: Protocol> Session<P> {
                     }
                     self.lane = P::lane(&self.state);
                 }
+                // Nothing buffered is always "more bytes needed": skip the decoder's call (twice per
+                // request otherwise, once after the answer and once after the read).
+                if self.rbuf.is_empty() {
+                    break;
+                }
                 match self.decoder.decode(&mut self.rbuf)? {
                     None => break,
                     Some(Incoming::Request(req)) => {
