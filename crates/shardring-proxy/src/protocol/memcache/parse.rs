@@ -146,7 +146,7 @@ fn get_chunk<'a>(
         frame.extend_from_slice(e);
         frame.len() - e.len()..frame.len()
     });
-    let mut ranges = Vec::new();
+    let mut ranges = Keys::new();
     for key in keys {
         if key.len() > limits.max_key_len {
             return Err(RequestError::line(E::KeyTooLong, 0));
@@ -239,7 +239,7 @@ impl Line<'_> {
         } else {
             None
         };
-        let mut keys = Vec::with_capacity(self.count().saturating_sub(first_key));
+        let mut keys = Keys::with_capacity(self.count().saturating_sub(first_key));
         for (index, (start, key)) in spaced_tokens(self.text).enumerate() {
             if index >= first_key {
                 if key.len() > self.limits.max_key_len {
