@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::health::ServerHealth;
+use super::reply::ReplyTo;
 use super::stream::ServerStream;
 use crate::error::BackendError;
 use crate::metrics::ServerStats;
@@ -36,7 +37,7 @@ struct Job<P: Protocol> {
     /// How to frame the reply.
     kind: P::ReplyKind,
     /// Where the reply goes.
-    reply: oneshot::Sender<Reply>,
+    reply: ReplyTo,
 }
 
 /// How a server's connections behave; from the pool's config.
@@ -147,21 +148,22 @@ impl<P: Protocol> Backend<P> {
         kind: P::ReplyKind,
     ) -> oneshot::Receiver<Reply> {
         let (tx, rx) = oneshot::channel();
+        self.send_to(to, frame, kind, ReplyTo::Once(tx));
+        rx
+    }
+
+    /// [`Backend::send`] with the reply going to `reply` (a session's reply slot: no channel made).
+    pub(crate) fn send_to(&self, to: Route, frame: Bytes, kind: P::ReplyKind, reply: ReplyTo) {
         let worker = self.queues.get(to.worker).unwrap_or(&self.queues[0]);
         let queues = worker.get(to.lane).unwrap_or(&worker[0]);
         let client_id = to.client_id;
         let i = (client_id % queues.len() as u64) as usize;
         self.stats.in_queue.inc();
-        let job = Job {
-            frame,
-            kind,
-            reply: tx,
-        };
+        let job = Job { frame, kind, reply };
         if let Err(mpsc::error::SendError(job)) = queues[i].send(job) {
             self.stats.in_queue.dec();
-            let _ = job.reply.send(Err(BackendError::Removed));
+            job.reply.send(Err(BackendError::Removed));
         }
-        rx
     }
 }
 
@@ -183,7 +185,7 @@ struct InFlight<P: Protocol> {
     /// How to frame the reply.
     kind: P::ReplyKind,
     /// Where it goes.
-    reply: oneshot::Sender<Reply>,
+    reply: ReplyTo,
     /// When the connection task took it (one clock read per batch, not per request): the start of its
     /// latency and of its timeout.
     queued: Instant,
@@ -260,7 +262,7 @@ impl<P: Protocol> Connection<P> {
                     tracing::warn!(server = %self.settings.addr, error = %err, "server connection failed");
                     for f in self.in_flight.drain(..) {
                         self.stats.in_queue.dec();
-                        let _ = f.reply.send(Err(err.clone()));
+                        f.reply.send(Err(err.clone()));
                     }
                     self.health.record_failure(&self.stats);
                 }
@@ -363,7 +365,7 @@ impl<P: Protocol> Connection<P> {
 
     fn fail_job(&self, job: Job<P>, err: &BackendError) {
         self.stats.in_queue.dec();
-        let _ = job.reply.send(Err(err.clone()));
+        job.reply.send(Err(err.clone()));
     }
 
     fn enqueue(&mut self, job: Job<P>, now: Instant) {
@@ -488,7 +490,7 @@ impl<P: Protocol> Connection<P> {
                         .latency
                         .observe(now.saturating_duration_since(f.queued));
                     self.health.record_success();
-                    let _ = f.reply.send(Ok(reply));
+                    f.reply.send(Ok(reply));
                 }
                 Err(e) => {
                     return Err(BackendError::Lost {
