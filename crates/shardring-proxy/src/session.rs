@@ -24,7 +24,7 @@ use crate::drain::Drain;
 use crate::error::BackendError;
 use crate::net::ClientStream;
 use crate::protocol::{
-    Answer, Incoming, PartReply, Phase, PlanContext, Protocol, Reply, RequestDecoder, Step,
+    Answer, Incoming, Part, PartReply, Phase, PlanContext, Protocol, Reply, RequestDecoder, Step,
 };
 
 /// The most requests one client may have in flight; past it the proxy stops reading from that client
@@ -395,29 +395,22 @@ impl<P: Protocol> Session<P> {
                 }))
             }
             Step::FanOut { parts, merge } => {
-                let (servers, receivers): (Vec<Arc<Backend<P>>>, Vec<_>) = parts
-                    .into_iter()
-                    .map(|part| {
-                        let backend = &cluster.backends[part.server];
-                        let rx = backend.send(self.route(), part.frame, part.kind);
-                        (Arc::clone(backend), rx)
-                    })
-                    .unzip();
+                let replies = self.replies.clone();
+                let (servers, slots) = self.send_parts(cluster, parts);
                 let cluster = Arc::clone(cluster);
                 let to = self.route();
                 Pending::Joined(Box::pin(async move {
-                    let (mut servers, mut receivers, mut merge) = (servers, receivers, merge);
+                    let (mut servers, mut slots, mut merge) = (servers, slots, merge);
                     loop {
-                        let replies = futures_util::future::join_all(receivers).await;
-                        let replies = replies
-                            .into_iter()
-                            .zip(&servers)
-                            .map(|(r, server)| PartReply {
-                                reply: r.unwrap_or(Err(BackendError::Removed)),
+                        // Each part's reply in turn: the answer needs them all.
+                        let mut replies_in = Vec::with_capacity(slots.len());
+                        for (&number, server) in slots.iter().zip(&servers) {
+                            replies_in.push(PartReply {
+                                reply: poll_fn(|cx| replies.poll_take(number, cx)).await,
                                 server: &server.settings().addr,
-                            })
-                            .collect();
-                        let (next, follow_ups) = match cluster.protocol.phase(merge, replies) {
+                            });
+                        }
+                        let (next, follow_ups) = match cluster.protocol.phase(merge, replies_in) {
                             Phase::Done { answer, follow_ups } => (Err(answer), follow_ups),
                             Phase::Again {
                                 parts,
@@ -429,6 +422,7 @@ impl<P: Protocol> Session<P> {
                             let Some(b) = cluster.backends.get(part.server) else {
                                 continue;
                             };
+                            // Awaited by a task of its own: a channel, not a slot of this session.
                             let rx = b.send(to, part.frame, part.kind);
                             tokio::spawn(async move {
                                 let reply = rx.await.unwrap_or(Err(BackendError::Removed));
@@ -439,11 +433,13 @@ impl<P: Protocol> Session<P> {
                             Err(answer) => return answer,
                             Ok(next) => next,
                         };
-                        (servers, receivers) = parts
+                        (servers, slots) = parts
                             .into_iter()
                             .filter_map(|part| {
                                 let b = cluster.backends.get(part.server)?;
-                                Some((Arc::clone(b), b.send(to, part.frame, part.kind)))
+                                let (number, slot) = replies.slot();
+                                b.send_to(to, part.frame, part.kind, ReplyTo::Slot(slot));
+                                Some((Arc::clone(b), number))
                             })
                             .unzip();
                         merge = next_merge;
@@ -451,6 +447,24 @@ impl<P: Protocol> Session<P> {
                 }))
             }
         }
+    }
+
+    /// Sends a fan-out's parts, each to its server with a slot of the session's reply queue: the
+    /// servers (as this plan numbered them) and the slots, by part.
+    fn send_parts(
+        &self,
+        cluster: &Cluster<P>,
+        parts: Vec<Part<P>>,
+    ) -> (Vec<Arc<Backend<P>>>, Vec<u64>) {
+        parts
+            .into_iter()
+            .map(|part| {
+                let backend = &cluster.backends[part.server];
+                let (number, slot) = self.replies.slot();
+                backend.send_to(self.route(), part.frame, part.kind, ReplyTo::Slot(slot));
+                (Arc::clone(backend), number)
+            })
+            .unzip()
     }
 
     fn write_answer(&mut self, a: Answer) {

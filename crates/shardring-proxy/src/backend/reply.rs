@@ -1,14 +1,16 @@
 //! Where a server connection puts a request's reply: a slot of the client session's reply queue, or a
 //! oneshot channel.
 //!
-//! Most requests go to one server and are answered from that one reply. They need no channel of their
-//! own: the session keeps one [`ReplyQueue`] for all of its requests, each such request takes the next
-//! numbered slot of it, and the server connection fills the slot ([`SlotSender`]). The session writes
-//! answers in request order, so it only ever waits for its oldest slot, and a fill wakes it only when
-//! that is the slot filled. Against a tokio oneshot per request, this saves the oneshot's heap
-//! allocation and its waker clones (callgrind, `scripts/proxy-instructions`: BENCHMARKS.md, "proxy:
-//! user-space cost per request (#16)"). Fan-outs, failovers and fire-and-forget copies, which await
-//! their replies in futures of their own, keep a oneshot ([`ReplyTo::Once`]).
+//! A request needs no channel of its own: its session keeps one [`ReplyQueue`] for all of its requests
+//! (those to one server, and each part of a fan-out), each request takes the next numbered slot of it,
+//! and the server connection fills the slot ([`SlotSender`]). A fill wakes the session only when that
+//! slot is awaited (the session writes answers in order, so it waits for one at a time). Against a
+//! tokio oneshot per request, this saves the oneshot's heap allocation and its waker clones (callgrind,
+//! `scripts/proxy-instructions`: BENCHMARKS.md, "proxy: user-space cost per request (#16)").
+//!
+//! Only futures polled by the session's own task may take slots (the queue wakes one task). Replies
+//! awaited elsewhere (the follow-up copies a fan-out or a warm-up spawns as tasks of their own) and
+//! the replica and warm-up retries keep a oneshot ([`ReplyTo::Once`]).
 //!
 //! A session and the server connections it sends to run on one worker thread ([`crate::workers`]), so
 //! the queue's lock is never contended; it is a lock rather than a cell because tasks are `Send`.
@@ -43,8 +45,9 @@ impl ReplyTo {
     }
 }
 
-/// One client session's replies in flight, by slot number, oldest first.
-#[derive(Debug, Default)]
+/// One client session's replies in flight, by slot number, oldest first. Clones are handles to the
+/// same queue (for the session's fan-out futures).
+#[derive(Debug, Default, Clone)]
 pub(crate) struct ReplyQueue {
     /// Shared with the [`SlotSender`]s of the slots in flight.
     shared: Arc<Mutex<Slots>>,
@@ -55,10 +58,21 @@ pub(crate) struct ReplyQueue {
 struct Slots {
     /// The number of the slot at the front of `slots`: the oldest not yet taken.
     first: u64,
-    /// Every slot given out and not yet taken, in number order: `None` until its reply is in.
-    slots: VecDeque<Option<Reply>>,
-    /// The session's task, to wake when the front slot is filled.
+    /// Every slot from `first` on, in number order (taken ones leave from the front).
+    slots: VecDeque<Slot>,
+    /// The session's task, to wake when an awaited slot is filled.
     waker: Option<Waker>,
+}
+
+/// One reply's place.
+#[derive(Debug)]
+enum Slot {
+    /// Not in yet; `true` once the session waits for it (then its fill wakes the session).
+    Waiting(bool),
+    /// In, not taken.
+    Filled(Reply),
+    /// Taken (it leaves once every older slot is taken too).
+    Taken,
 }
 
 impl ReplyQueue {
@@ -66,7 +80,7 @@ impl ReplyQueue {
     pub(crate) fn slot(&self) -> (u64, SlotSender) {
         let mut s = lock(&self.shared);
         let number = s.first + s.slots.len() as u64;
-        s.slots.push_back(None);
+        s.slots.push_back(Slot::Waiting(false));
         let sender = SlotSender {
             queue: Some(Arc::clone(&self.shared)),
             number,
@@ -74,22 +88,39 @@ impl ReplyQueue {
         (number, sender)
     }
 
-    /// The reply of slot `number`, which must be the oldest slot not taken (answers are taken in
-    /// order); when it is not in yet, wakes `cx`'s task once it is.
+    /// The reply of slot `number` (taken once; a slot taken already reads as
+    /// [`BackendError::Removed`]); when it is not in yet, wakes `cx`'s task once it is.
     pub(crate) fn poll_take(&self, number: u64, cx: &mut Context<'_>) -> Poll<Reply> {
         let mut s = lock(&self.shared);
-        debug_assert_eq!(number, s.first, "reply slots are taken oldest first");
-        if let Some(Some(_)) = s.slots.front() {
-            let reply = s.slots.pop_front().flatten();
-            s.first += 1;
-            return Poll::Ready(reply.unwrap_or(Err(BackendError::Removed)));
+        let Some(slot) = s.index(number).and_then(|i| s.slots.get_mut(i)) else {
+            return Poll::Ready(Err(BackendError::Removed));
+        };
+        match std::mem::replace(slot, Slot::Taken) {
+            Slot::Filled(reply) => {
+                while let Some(Slot::Taken) = s.slots.front() {
+                    s.slots.pop_front();
+                    s.first += 1;
+                }
+                Poll::Ready(reply)
+            }
+            Slot::Taken => Poll::Ready(Err(BackendError::Removed)),
+            Slot::Waiting(_) => {
+                *slot = Slot::Waiting(true);
+                // Registered under the lock that the fill takes too, so a fill cannot slip in unseen.
+                match &s.waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => s.waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
         }
-        // Registered under the lock that the fill takes too, so a fill cannot slip in unseen.
-        match &s.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => s.waker = Some(cx.waker().clone()),
-        }
-        Poll::Pending
+    }
+}
+
+impl Slots {
+    /// Where slot `number` is in `slots`, if it was given out and has not left.
+    fn index(&self, number: u64) -> Option<usize> {
+        usize::try_from(number.checked_sub(self.first)?).ok()
     }
 }
 
@@ -116,17 +147,12 @@ impl SlotSender {
         };
         let mut s = lock(&queue);
         // A slot is taken only once filled, so it is still in the queue.
-        let Some(at) = self
-            .number
-            .checked_sub(s.first)
-            .and_then(|i| usize::try_from(i).ok())
-        else {
+        let Some(slot) = s.index(self.number).and_then(|i| s.slots.get_mut(i)) else {
             return;
         };
-        if let Some(slot) = s.slots.get_mut(at) {
-            *slot = Some(reply);
-        }
-        if at == 0 {
+        let awaited = matches!(slot, Slot::Waiting(true));
+        *slot = Slot::Filled(reply);
+        if awaited {
             // Waking schedules the session's task; it does not run it here, so the lock is not taken
             // again underneath.
             if let Some(w) = &s.waker {
@@ -170,6 +196,43 @@ mod tests {
         tx_a.send(Ok(Bytes::from_static(b"a")));
         assert!(matches!(take(&q, a), Poll::Ready(Ok(r)) if &r[..] == b"a"));
         assert!(matches!(take(&q, b), Poll::Ready(Ok(r)) if &r[..] == b"b"));
+    }
+
+    #[test]
+    fn slots_taken_out_of_order_leave_once_the_older_ones_are_taken() {
+        let q = ReplyQueue::default();
+        let (a, tx_a) = q.slot();
+        let (b, tx_b) = q.slot();
+        tx_b.send(Ok(Bytes::from_static(b"b")));
+        assert!(matches!(take(&q, b), Poll::Ready(Ok(r)) if &r[..] == b"b"));
+        assert!(matches!(take(&q, b), Poll::Ready(Err(BackendError::Removed))));
+        tx_a.send(Ok(Bytes::from_static(b"a")));
+        assert!(matches!(take(&q, a), Poll::Ready(Ok(r)) if &r[..] == b"a"));
+        assert!(lock(&q.shared).slots.is_empty());
+        let (c, _tx_c) = q.slot();
+        assert_eq!(c, 2);
+    }
+
+    #[test]
+    fn only_a_fill_of_an_awaited_slot_wakes_the_session() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::task::Wake;
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        let q = ReplyQueue::default();
+        let (a, tx_a) = q.slot();
+        let (_, tx_b) = q.slot();
+        assert!(q.poll_take(a, &mut Context::from_waker(&waker)).is_pending());
+        tx_b.send(Ok(Bytes::new()));
+        assert_eq!(count.0.load(Ordering::Relaxed), 0, "nobody waits for b");
+        tx_a.send(Ok(Bytes::new()));
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
     }
 
     #[test]
