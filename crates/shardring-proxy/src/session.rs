@@ -93,7 +93,9 @@ impl<P: Protocol> Pending<P> {
         let (reply, finish) = match self {
             Pending::Ready(a) => return Poll::Ready(a.take().unwrap_or(Answer::Nothing)),
             Pending::Joined(f) => return f.as_mut().poll(cx),
-            Pending::Slot(_, None) | Pending::Single(_, None) => return Poll::Ready(Answer::Nothing),
+            Pending::Slot(_, None) | Pending::Single(_, None) => {
+                return Poll::Ready(Answer::Nothing)
+            }
             Pending::Slot(number, finish) => match replies.poll_take(*number, cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(reply) => (reply, finish),

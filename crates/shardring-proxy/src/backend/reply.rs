@@ -192,7 +192,10 @@ mod tests {
         let (a, tx_a) = q.slot();
         let (b, tx_b) = q.slot();
         tx_b.send(Ok(Bytes::from_static(b"b")));
-        assert!(take(&q, a).is_pending(), "the oldest slot is not filled yet");
+        assert!(
+            take(&q, a).is_pending(),
+            "the oldest slot is not filled yet"
+        );
         tx_a.send(Ok(Bytes::from_static(b"a")));
         assert!(matches!(take(&q, a), Poll::Ready(Ok(r)) if &r[..] == b"a"));
         assert!(matches!(take(&q, b), Poll::Ready(Ok(r)) if &r[..] == b"b"));
@@ -205,7 +208,10 @@ mod tests {
         let (b, tx_b) = q.slot();
         tx_b.send(Ok(Bytes::from_static(b"b")));
         assert!(matches!(take(&q, b), Poll::Ready(Ok(r)) if &r[..] == b"b"));
-        assert!(matches!(take(&q, b), Poll::Ready(Err(BackendError::Removed))));
+        assert!(matches!(
+            take(&q, b),
+            Poll::Ready(Err(BackendError::Removed))
+        ));
         tx_a.send(Ok(Bytes::from_static(b"a")));
         assert!(matches!(take(&q, a), Poll::Ready(Ok(r)) if &r[..] == b"a"));
         assert!(lock(&q.shared).slots.is_empty());
@@ -228,7 +234,9 @@ mod tests {
         let q = ReplyQueue::default();
         let (a, tx_a) = q.slot();
         let (_, tx_b) = q.slot();
-        assert!(q.poll_take(a, &mut Context::from_waker(&waker)).is_pending());
+        assert!(q
+            .poll_take(a, &mut Context::from_waker(&waker))
+            .is_pending());
         tx_b.send(Ok(Bytes::new()));
         assert_eq!(count.0.load(Ordering::Relaxed), 0, "nobody waits for b");
         tx_a.send(Ok(Bytes::new()));

@@ -307,7 +307,13 @@ mod tests {
     #[test]
     fn a_value_header_gives_its_key_and_length() {
         let h = parse_value_header(b"VALUE some:key 5 100 77").unwrap();
-        assert_eq!(h, ValueHeader { key: 6..14, len: 100 });
+        assert_eq!(
+            h,
+            ValueHeader {
+                key: 6..14,
+                len: 100
+            }
+        );
         assert_eq!(parse_value_header(b"VALUE k 0 18446744073709551616"), None);
         assert_eq!(parse_value_header(b"VALUE k 0 1 2 3"), None);
         assert_eq!(parse_value_header(b"VALUE k 0"), None);
