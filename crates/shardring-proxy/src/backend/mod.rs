@@ -1,8 +1,9 @@
-//! Servers: each one's connection pool ([`pool`]), health ([`health`]), connections ([`stream`]) and
-//! where replies go ([`reply`]).
+//! Servers: each one's connection pool ([`pool`]), health ([`health`]), connections ([`stream`]), the
+//! queue of requests to a connection ([`queue`]) and where replies go ([`reply`]).
 
 pub(crate) mod health;
 pub(crate) mod pool;
+pub(crate) mod queue;
 pub(crate) mod reply;
 pub(crate) mod stream;
 

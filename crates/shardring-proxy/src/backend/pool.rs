@@ -14,10 +14,11 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::health::ServerHealth;
+use super::queue::{self, Receiver, Sender};
 use super::reply::ReplyTo;
 use super::stream::ServerStream;
 use crate::error::BackendError;
@@ -62,7 +63,7 @@ pub(crate) struct Backend<P: Protocol> {
     settings: BackendSettings,
     /// One queue per connection task, by worker, then by set of connections ([`Protocol::lane`]);
     /// dropping them ends the tasks once their replies are in.
-    queues: Vec<Vec<Vec<mpsc::UnboundedSender<Job<P>>>>>,
+    queues: Vec<Vec<Vec<Sender<Job<P>>>>>,
     /// Tallies, shared with the stats renderers.
     pub stats: Arc<ServerStats>,
     /// Failure counting and ejection state.
@@ -108,14 +109,14 @@ impl<P: Protocol> Backend<P> {
         preconnect: bool,
         handshakes: &[Vec<(Bytes, P::ReplyKind)>],
         worker: &Handle,
-    ) -> Vec<Vec<mpsc::UnboundedSender<Job<P>>>> {
+    ) -> Vec<Vec<Sender<Job<P>>>> {
         handshakes
             .iter()
             .enumerate()
             .map(|(lane, handshake)| {
                 (0..settings.connections.max(1))
                     .map(|_| {
-                        let (tx, rx) = mpsc::unbounded_channel();
+                        let (tx, rx) = queue::channel();
                         let conn = Connection::<P> {
                             settings: settings.clone(),
                             handshake: handshake.clone(),
@@ -160,7 +161,7 @@ impl<P: Protocol> Backend<P> {
         let i = (client_id % queues.len() as u64) as usize;
         self.stats.in_queue.inc();
         let job = Job { frame, kind, reply };
-        if let Err(mpsc::error::SendError(job)) = queues[i].send(job) {
+        if let Err(job) = queues[i].send(job) {
             self.stats.in_queue.dec();
             job.reply.send(Err(BackendError::Removed));
         }
@@ -221,7 +222,7 @@ enum End {
 }
 
 impl<P: Protocol> Connection<P> {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job<P>>, preconnect: bool) {
+    async fn run(mut self, mut rx: Receiver<Job<P>>, preconnect: bool) {
         let mut first = None;
         let mut try_now = preconnect;
         loop {
@@ -240,7 +241,7 @@ impl<P: Protocol> Connection<P> {
                     if let Some(job) = first.take() {
                         self.fail_job(job, &err);
                     }
-                    while let Ok(job) = rx.try_recv() {
+                    while let Some(job) = rx.try_recv() {
                         self.fail_job(job, &err);
                     }
                     self.health.record_failure(&self.stats);
@@ -379,11 +380,7 @@ impl<P: Protocol> Connection<P> {
         });
     }
 
-    async fn serve(
-        &mut self,
-        stream: ServerStream,
-        rx: &mut mpsc::UnboundedReceiver<Job<P>>,
-    ) -> End {
+    async fn serve(&mut self, stream: ServerStream, rx: &mut Receiver<Job<P>>) -> End {
         match stream {
             ServerStream::Tcp(mut s) => {
                 let (rd, wr) = s.split();
@@ -402,7 +399,7 @@ impl<P: Protocol> Connection<P> {
         &mut self,
         mut rd: impl AsyncRead + Unpin,
         mut wr: impl AsyncWrite + Unpin,
-        rx: &mut mpsc::UnboundedReceiver<Job<P>>,
+        rx: &mut Receiver<Job<P>>,
     ) -> End {
         let addr = self.settings.addr.clone();
         let mut queues_open = true;
@@ -452,8 +449,8 @@ impl<P: Protocol> Connection<P> {
                             tokio::task::yield_now().await;
                             while self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER {
                                 match rx.try_recv() {
-                                    Ok(job) => self.enqueue(job, now),
-                                    Err(_) => break,
+                                    Some(job) => self.enqueue(job, now),
+                                    None => break,
                                 }
                             }
                         }
