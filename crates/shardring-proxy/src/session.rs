@@ -3,8 +3,8 @@
 //!
 //! Only the oldest pending answer is polled: an answer makes progress without being polled (its server
 //! connection task completes it), so polling the head is enough to write in order, and saves a task per
-//! request. A request to one server takes a slot of the session's reply queue rather than a channel of
-//! its own ([`crate::backend::reply`]).
+//! request. A request to one server, and each part of a fan-out, takes a slot of the session's reply
+//! queue rather than a channel of its own ([`crate::backend::reply`]).
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
