@@ -3,7 +3,8 @@
 //!
 //! Only the oldest pending answer is polled: an answer makes progress without being polled (its server
 //! connection task completes it), so polling the head is enough to write in order, and saves a task per
-//! request.
+//! request. A request to one server, and each part of a fan-out, takes a slot of the session's reply
+//! queue rather than a channel of its own ([`crate::backend::reply`]).
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -11,20 +12,19 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use bytes::BytesMut;
-use futures_util::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 
-use crate::backend::{Backend, Route};
+use crate::backend::{Backend, ReplyQueue, ReplyTo, Route};
 use crate::cluster::{Cluster, Pool};
 use crate::drain::Drain;
 use crate::error::BackendError;
 use crate::net::ClientStream;
 use crate::protocol::{
-    Answer, Incoming, PartReply, Phase, PlanContext, Protocol, Reply, RequestDecoder, Step,
+    Answer, Incoming, Part, PartReply, Phase, PlanContext, Protocol, Reply, RequestDecoder, Step,
 };
 
 /// The most requests one client may have in flight; past it the proxy stops reading from that client
@@ -58,6 +58,7 @@ pub(crate) async fn serve_client<P: Protocol>(
         pool,
         client_id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
         pending: VecDeque::with_capacity(16),
+        replies: ReplyQueue::default(),
         timings: VecDeque::with_capacity(16),
         state: P::Session::default(),
         lane: 0,
@@ -77,31 +78,37 @@ pub(crate) async fn serve_client<P: Protocol>(
 enum Pending<P: Protocol> {
     /// Known already.
     Ready(Option<Answer>),
-    /// One server's reply, and how it becomes the answer.
+    /// One server's reply in the session's reply slot of this number, and how it becomes the answer.
+    Slot(u64, Option<P::Finish>),
+    /// One server's reply on a channel, and how it becomes the answer.
     Single(oneshot::Receiver<Reply>, Option<P::Finish>),
     /// A fan-out's replies, merged.
     Joined(Pin<Box<dyn Future<Output = Answer> + Send>>),
 }
 
-impl<P: Protocol> Future for Pending<P> {
-    type Output = Answer;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
-        match self.get_mut() {
-            Pending::Ready(a) => Poll::Ready(a.take().unwrap_or(Answer::Nothing)),
-            Pending::Single(rx, finish) => match Pin::new(rx).poll(cx) {
-                Poll::Pending => Poll::Pending,
-                Poll::Ready(reply) => {
-                    let reply = reply.unwrap_or(Err(BackendError::Removed));
-                    Poll::Ready(match finish.take() {
-                        Some(finish) => P::finish(finish, reply),
-                        // Polled again after completing: nothing more to answer.
-                        None => Answer::Nothing,
-                    })
-                }
+impl<P: Protocol> Pending<P> {
+    /// The answer, once known; `replies` is the session's reply queue (for [`Pending::Slot`]). Polled
+    /// again after completing, it answers nothing.
+    fn poll_answer(&mut self, replies: &ReplyQueue, cx: &mut Context<'_>) -> Poll<Answer> {
+        let (reply, finish) = match self {
+            Pending::Ready(a) => return Poll::Ready(a.take().unwrap_or(Answer::Nothing)),
+            Pending::Joined(f) => return f.as_mut().poll(cx),
+            Pending::Slot(_, None) | Pending::Single(_, None) => {
+                return Poll::Ready(Answer::Nothing)
+            }
+            Pending::Slot(number, finish) => match replies.poll_take(*number, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(reply) => (reply, finish),
             },
-            Pending::Joined(f) => f.as_mut().poll(cx),
-        }
+            Pending::Single(rx, finish) => match Pin::new(rx).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(reply) => (reply.unwrap_or(Err(BackendError::Removed)), finish),
+            },
+        };
+        Poll::Ready(match finish.take() {
+            Some(finish) => P::finish(finish, reply),
+            None => Answer::Nothing,
+        })
     }
 }
 
@@ -123,6 +130,8 @@ struct Session<P: Protocol> {
     client_id: u64,
     /// Answers in request order.
     pending: VecDeque<Pending<P>>,
+    /// Where the servers put the replies of [`Pending::Slot`] answers.
+    replies: ReplyQueue,
     /// For each entry of `pending`, in step: the command (one of [`Protocol::command_names`]) and when its
     /// request was decoded, for the per-command latency; `None` for what is not tallied.
     timings: VecDeque<Option<(usize, std::time::Instant)>>,
@@ -151,6 +160,11 @@ impl<P: Protocol> Session<P> {
                         break;
                     }
                     self.lane = P::lane(&self.state);
+                }
+                // Nothing buffered is always "more bytes needed": skip the decoder's call (twice per
+                // request otherwise, once after the answer and once after the read).
+                if self.rbuf.is_empty() {
+                    break;
                 }
                 match self.decoder.decode(&mut self.rbuf)? {
                     None => break,
@@ -197,21 +211,12 @@ impl<P: Protocol> Session<P> {
             tokio::select! {
                 biased;
                 answer = poll_fn(|cx| match self.pending.front_mut() {
-                    Some(p) => Pin::new(p).poll(cx),
+                    Some(p) => p.poll_answer(&self.replies, cx),
                     None => Poll::Pending,
                 }), if !self.pending.is_empty() => {
                     self.pop();
                     self.write_answer(answer);
-                    while let Some(front) = self.pending.front_mut() {
-                        let Some(a) = front.now_or_never() else {
-                            break;
-                        };
-                        self.pop();
-                        self.write_answer(a);
-                        if self.out.len() > MAX_WRITE_BATCH {
-                            break;
-                        }
-                    }
+                    self.write_ready();
                     if !self.out.is_empty() {
                         self.stream.write_all(&self.out).await?;
                         self.out.clear();
@@ -223,6 +228,23 @@ impl<P: Protocol> Session<P> {
                     }
                 }
                 () = &mut stopped, if !closing => closing = true,
+            }
+        }
+    }
+
+    /// Writes out the answers ready at the front, up to [`MAX_WRITE_BATCH`] bytes, so they go out in one
+    /// write. The first one not ready is polled again, with the task's waker, by the `select!` of
+    /// [`Session::run`].
+    fn write_ready(&mut self) {
+        let mut now = Context::from_waker(Waker::noop());
+        while let Some(front) = self.pending.front_mut() {
+            let Poll::Ready(a) = front.poll_answer(&self.replies, &mut now) else {
+                break;
+            };
+            self.pop();
+            self.write_answer(a);
+            if self.out.len() > MAX_WRITE_BATCH {
+                break;
             }
         }
     }
@@ -285,8 +307,9 @@ impl<P: Protocol> Session<P> {
                 kind,
                 finish,
             } => {
-                let rx = cluster.backends[server].send(self.route(), frame, kind);
-                Pending::Single(rx, Some(finish))
+                let (number, slot) = self.replies.slot();
+                cluster.backends[server].send_to(self.route(), frame, kind, ReplyTo::Slot(slot));
+                Pending::Slot(number, Some(finish))
             }
             Step::Failover {
                 servers,
@@ -374,29 +397,22 @@ impl<P: Protocol> Session<P> {
                 }))
             }
             Step::FanOut { parts, merge } => {
-                let (servers, receivers): (Vec<Arc<Backend<P>>>, Vec<_>) = parts
-                    .into_iter()
-                    .map(|part| {
-                        let backend = &cluster.backends[part.server];
-                        let rx = backend.send(self.route(), part.frame, part.kind);
-                        (Arc::clone(backend), rx)
-                    })
-                    .unzip();
+                let replies = self.replies.clone();
+                let (servers, slots) = self.send_parts(cluster, parts);
                 let cluster = Arc::clone(cluster);
                 let to = self.route();
                 Pending::Joined(Box::pin(async move {
-                    let (mut servers, mut receivers, mut merge) = (servers, receivers, merge);
+                    let (mut servers, mut slots, mut merge) = (servers, slots, merge);
                     loop {
-                        let replies = futures_util::future::join_all(receivers).await;
-                        let replies = replies
-                            .into_iter()
-                            .zip(&servers)
-                            .map(|(r, server)| PartReply {
-                                reply: r.unwrap_or(Err(BackendError::Removed)),
+                        // Each part's reply in turn: the answer needs them all.
+                        let mut replies_in = Vec::with_capacity(slots.len());
+                        for (&number, server) in slots.iter().zip(&servers) {
+                            replies_in.push(PartReply {
+                                reply: poll_fn(|cx| replies.poll_take(number, cx)).await,
                                 server: &server.settings().addr,
-                            })
-                            .collect();
-                        let (next, follow_ups) = match cluster.protocol.phase(merge, replies) {
+                            });
+                        }
+                        let (next, follow_ups) = match cluster.protocol.phase(merge, replies_in) {
                             Phase::Done { answer, follow_ups } => (Err(answer), follow_ups),
                             Phase::Again {
                                 parts,
@@ -408,6 +424,7 @@ impl<P: Protocol> Session<P> {
                             let Some(b) = cluster.backends.get(part.server) else {
                                 continue;
                             };
+                            // Awaited by a task of its own: a channel, not a slot of this session.
                             let rx = b.send(to, part.frame, part.kind);
                             tokio::spawn(async move {
                                 let reply = rx.await.unwrap_or(Err(BackendError::Removed));
@@ -418,11 +435,13 @@ impl<P: Protocol> Session<P> {
                             Err(answer) => return answer,
                             Ok(next) => next,
                         };
-                        (servers, receivers) = parts
+                        (servers, slots) = parts
                             .into_iter()
                             .filter_map(|part| {
                                 let b = cluster.backends.get(part.server)?;
-                                Some((Arc::clone(b), b.send(to, part.frame, part.kind)))
+                                let (number, slot) = replies.slot();
+                                b.send_to(to, part.frame, part.kind, ReplyTo::Slot(slot));
+                                Some((Arc::clone(b), number))
                             })
                             .unzip();
                         merge = next_merge;
@@ -430,6 +449,24 @@ impl<P: Protocol> Session<P> {
                 }))
             }
         }
+    }
+
+    /// Sends a fan-out's parts, each to its server with a slot of the session's reply queue: the
+    /// servers (as this plan numbered them) and the slots, by part.
+    fn send_parts(
+        &self,
+        cluster: &Cluster<P>,
+        parts: Vec<Part<P>>,
+    ) -> (Vec<Arc<Backend<P>>>, Vec<u64>) {
+        parts
+            .into_iter()
+            .map(|part| {
+                let backend = &cluster.backends[part.server];
+                let (number, slot) = self.replies.slot();
+                backend.send_to(self.route(), part.frame, part.kind, ReplyTo::Slot(slot));
+                (Arc::clone(backend), number)
+            })
+            .unzip()
     }
 
     fn write_answer(&mut self, a: Answer) {

@@ -14,10 +14,12 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::health::ServerHealth;
+use super::queue::{self, Receiver, Sender};
+use super::reply::ReplyTo;
 use super::stream::ServerStream;
 use crate::error::BackendError;
 use crate::metrics::ServerStats;
@@ -36,7 +38,7 @@ struct Job<P: Protocol> {
     /// How to frame the reply.
     kind: P::ReplyKind,
     /// Where the reply goes.
-    reply: oneshot::Sender<Reply>,
+    reply: ReplyTo,
 }
 
 /// How a server's connections behave; from the pool's config.
@@ -61,7 +63,7 @@ pub(crate) struct Backend<P: Protocol> {
     settings: BackendSettings,
     /// One queue per connection task, by worker, then by set of connections ([`Protocol::lane`]);
     /// dropping them ends the tasks once their replies are in.
-    queues: Vec<Vec<Vec<mpsc::UnboundedSender<Job<P>>>>>,
+    queues: Vec<Vec<Vec<Sender<Job<P>>>>>,
     /// Tallies, shared with the stats renderers.
     pub stats: Arc<ServerStats>,
     /// Failure counting and ejection state.
@@ -107,14 +109,14 @@ impl<P: Protocol> Backend<P> {
         preconnect: bool,
         handshakes: &[Vec<(Bytes, P::ReplyKind)>],
         worker: &Handle,
-    ) -> Vec<Vec<mpsc::UnboundedSender<Job<P>>>> {
+    ) -> Vec<Vec<Sender<Job<P>>>> {
         handshakes
             .iter()
             .enumerate()
             .map(|(lane, handshake)| {
                 (0..settings.connections.max(1))
                     .map(|_| {
-                        let (tx, rx) = mpsc::unbounded_channel();
+                        let (tx, rx) = queue::channel();
                         let conn = Connection::<P> {
                             settings: settings.clone(),
                             handshake: handshake.clone(),
@@ -147,21 +149,22 @@ impl<P: Protocol> Backend<P> {
         kind: P::ReplyKind,
     ) -> oneshot::Receiver<Reply> {
         let (tx, rx) = oneshot::channel();
+        self.send_to(to, frame, kind, ReplyTo::Once(tx));
+        rx
+    }
+
+    /// [`Backend::send`] with the reply going to `reply` (a session's reply slot: no channel made).
+    pub(crate) fn send_to(&self, to: Route, frame: Bytes, kind: P::ReplyKind, reply: ReplyTo) {
         let worker = self.queues.get(to.worker).unwrap_or(&self.queues[0]);
         let queues = worker.get(to.lane).unwrap_or(&worker[0]);
         let client_id = to.client_id;
         let i = (client_id % queues.len() as u64) as usize;
         self.stats.in_queue.inc();
-        let job = Job {
-            frame,
-            kind,
-            reply: tx,
-        };
-        if let Err(mpsc::error::SendError(job)) = queues[i].send(job) {
+        let job = Job { frame, kind, reply };
+        if let Err(job) = queues[i].send(job) {
             self.stats.in_queue.dec();
-            let _ = job.reply.send(Err(BackendError::Removed));
+            job.reply.send(Err(BackendError::Removed));
         }
-        rx
     }
 }
 
@@ -183,7 +186,7 @@ struct InFlight<P: Protocol> {
     /// How to frame the reply.
     kind: P::ReplyKind,
     /// Where it goes.
-    reply: oneshot::Sender<Reply>,
+    reply: ReplyTo,
     /// When the connection task took it (one clock read per batch, not per request): the start of its
     /// latency and of its timeout.
     queued: Instant,
@@ -219,7 +222,7 @@ enum End {
 }
 
 impl<P: Protocol> Connection<P> {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job<P>>, preconnect: bool) {
+    async fn run(mut self, mut rx: Receiver<Job<P>>, preconnect: bool) {
         let mut first = None;
         let mut try_now = preconnect;
         loop {
@@ -238,7 +241,7 @@ impl<P: Protocol> Connection<P> {
                     if let Some(job) = first.take() {
                         self.fail_job(job, &err);
                     }
-                    while let Ok(job) = rx.try_recv() {
+                    while let Some(job) = rx.try_recv() {
                         self.fail_job(job, &err);
                     }
                     self.health.record_failure(&self.stats);
@@ -260,7 +263,7 @@ impl<P: Protocol> Connection<P> {
                     tracing::warn!(server = %self.settings.addr, error = %err, "server connection failed");
                     for f in self.in_flight.drain(..) {
                         self.stats.in_queue.dec();
-                        let _ = f.reply.send(Err(err.clone()));
+                        f.reply.send(Err(err.clone()));
                     }
                     self.health.record_failure(&self.stats);
                 }
@@ -363,7 +366,7 @@ impl<P: Protocol> Connection<P> {
 
     fn fail_job(&self, job: Job<P>, err: &BackendError) {
         self.stats.in_queue.dec();
-        let _ = job.reply.send(Err(err.clone()));
+        job.reply.send(Err(err.clone()));
     }
 
     fn enqueue(&mut self, job: Job<P>, now: Instant) {
@@ -377,11 +380,7 @@ impl<P: Protocol> Connection<P> {
         });
     }
 
-    async fn serve(
-        &mut self,
-        stream: ServerStream,
-        rx: &mut mpsc::UnboundedReceiver<Job<P>>,
-    ) -> End {
+    async fn serve(&mut self, stream: ServerStream, rx: &mut Receiver<Job<P>>) -> End {
         match stream {
             ServerStream::Tcp(mut s) => {
                 let (rd, wr) = s.split();
@@ -400,7 +399,7 @@ impl<P: Protocol> Connection<P> {
         &mut self,
         mut rd: impl AsyncRead + Unpin,
         mut wr: impl AsyncWrite + Unpin,
-        rx: &mut mpsc::UnboundedReceiver<Job<P>>,
+        rx: &mut Receiver<Job<P>>,
     ) -> End {
         let addr = self.settings.addr.clone();
         let mut queues_open = true;
@@ -450,8 +449,8 @@ impl<P: Protocol> Connection<P> {
                             tokio::task::yield_now().await;
                             while self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER {
                                 match rx.try_recv() {
-                                    Ok(job) => self.enqueue(job, now),
-                                    Err(_) => break,
+                                    Some(job) => self.enqueue(job, now),
+                                    None => break,
                                 }
                             }
                         }
@@ -488,7 +487,7 @@ impl<P: Protocol> Connection<P> {
                         .latency
                         .observe(now.saturating_duration_since(f.queued));
                     self.health.record_success();
-                    let _ = f.reply.send(Ok(reply));
+                    f.reply.send(Ok(reply));
                 }
                 Err(e) => {
                     return Err(BackendError::Lost {

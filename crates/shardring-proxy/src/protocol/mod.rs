@@ -188,6 +188,7 @@ pub trait RequestDecoder: Send + Sync + 'static {
     type Request;
 
     /// Takes the next request (or refusal) off the front of `buf`; `Ok(None)` when more bytes are needed.
+    /// Not called with an empty `buf`, which always needs more bytes (a decoder keeps no answer for it).
     ///
     /// # Errors
     /// Only for failures of the stream itself; malformed input is an [`Incoming::Refused`].

@@ -29,21 +29,20 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
         return Ok(None);
     };
     let text = &buf[..end];
-    let tokens = Tokens::split(text, 24);
-    if tokens.len == 0 {
+    // Retrieval lines (most requests) are walked once for their keys, without the token table.
+    let Some((_, word)) = spaced_tokens(text).next() else {
         return Err(RequestError::line(E::UnknownCommand, line_len));
+    };
+    if let Some(kind) = GetKind::from_word(word) {
+        return retrieval(text, line_len, kind, limits);
     }
     let line = Line {
         buf,
         text,
         len: line_len,
-        tokens,
+        tokens: Tokens::split(text, 24),
         limits,
     };
-    let word = &text[line.tokens.get(0)];
-    if let Some(kind) = GetKind::from_word(word) {
-        return line.retrieval(kind);
-    }
     if end > limits.max_line_len {
         return Err(RequestError::closing(E::LineTooLong, line_len));
     }
@@ -146,7 +145,7 @@ fn get_chunk<'a>(
         frame.extend_from_slice(e);
         frame.len() - e.len()..frame.len()
     });
-    let mut ranges = Vec::new();
+    let mut ranges = Keys::new();
     for key in keys {
         if key.len() > limits.max_key_len {
             return Err(RequestError::line(E::KeyTooLong, 0));
@@ -166,6 +165,48 @@ fn get_chunk<'a>(
         },
         strip: None,
     })
+}
+
+/// get/gets `<key>+`, gat/gats `<exptime> <key>*` (a gat without keys is answered `END`, as by
+/// memcached), as the whole line `text` (`line_len` bytes with its terminator): any number of keys.
+fn retrieval(
+    text: &[u8],
+    line_len: usize,
+    kind: GetKind,
+    limits: &Limits,
+) -> Result<Option<Parsed>, RequestError> {
+    let refuse = |kind| Err(RequestError::line(kind, line_len));
+    let mut tokens = spaced_tokens(text);
+    tokens.next(); // the command word
+    let exptime = match kind {
+        GetKind::Gat | GetKind::Gats => match tokens.next() {
+            Some((at, e)) if parse_i64(e).is_some() => Some(at..at + e.len()),
+            Some(_) => return refuse(E::InvalidExptime),
+            None => return refuse(E::UnknownCommand),
+        },
+        GetKind::Get | GetKind::Gets => None,
+    };
+    // At most one key per space: room for all of them at once (a one-key get stays inline).
+    let mut keys = Keys::with_capacity(memchr::memchr_iter(b' ', text).count());
+    for (at, key) in tokens {
+        if key.len() > limits.max_key_len {
+            return refuse(E::KeyTooLong);
+        }
+        keys.push(at..at + key.len());
+    }
+    if keys.is_empty() && exptime.is_none() {
+        return refuse(E::UnknownCommand);
+    }
+    Ok(Some(Parsed {
+        len: line_len,
+        command: Command::Get {
+            kind,
+            exptime,
+            keys,
+            more: false,
+        },
+        strip: None,
+    }))
 }
 
 /// One whole command line at the front of the buffer.
@@ -220,43 +261,6 @@ impl Line<'_> {
 
     fn key_ok(&self, key: &Range<usize>) -> bool {
         key.len() <= self.limits.max_key_len
-    }
-
-    /// get/gets `<key>+`, gat/gats `<exptime> <key>*` (a gat without keys is answered `END`, as by
-    /// memcached). The line is walked again without the token cap: it may hold any number of keys.
-    fn retrieval(&self, kind: GetKind) -> Result<Option<Parsed>, RequestError> {
-        let touch = matches!(kind, GetKind::Gat | GetKind::Gats);
-        let first_key = if touch { 2 } else { 1 };
-        if self.count() < 2 {
-            return self.refuse(E::UnknownCommand);
-        }
-        let exptime = if touch {
-            let r = self.tokens.get(1);
-            if parse_i64(&self.text[r.clone()]).is_none() {
-                return self.refuse(E::InvalidExptime);
-            }
-            Some(r)
-        } else {
-            None
-        };
-        let mut keys = Vec::with_capacity(self.count().saturating_sub(first_key));
-        for (index, (start, key)) in spaced_tokens(self.text).enumerate() {
-            if index >= first_key {
-                if key.len() > self.limits.max_key_len {
-                    return self.refuse(E::KeyTooLong);
-                }
-                keys.push(start..start + key.len());
-            }
-        }
-        self.request(
-            Command::Get {
-                kind,
-                exptime,
-                keys,
-                more: false,
-            },
-            None,
-        )
     }
 
     /// set/add/replace/append/prepend `<key> <flags> <exptime> <bytes> [noreply]`, cas with `<cas>`

@@ -12,7 +12,7 @@ use super::codec::{Decoded, RequestCodec};
 use super::gutter;
 use super::hotkeys::{self, HotFill, HotInvalidate, HotRead};
 use super::replicas::{self, ReplicatedWrite};
-use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
+use super::request::{Command, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
     is_error_reply, parse_response_from, status_code, ResponseKind, ValueBlocks,
 };
@@ -406,40 +406,48 @@ impl Memcache {
                 finish,
             };
         }
-        // Split: one request per server, keys in the client's order.
-        let mut lines: Vec<(usize, BytesMut)> = Vec::new();
-        let mut part_of = Vec::with_capacity(keys.len());
-        for (k, owner) in keys.iter().zip(owners) {
-            let Some(owner) = *owner else {
-                part_of.push(None);
-                continue;
-            };
-            let part = match lines.iter().position(|(s, _)| *s == owner) {
-                Some(p) => p,
-                None => {
-                    lines.push((
-                        owner,
-                        get_line_start(*kind, exptime.as_ref().map(|e| req.bytes(e))),
-                    ));
-                    lines.len() - 1
+        // Split: one request per server (in the order of their first key), keys in the client's order.
+        // Every part's line is written into one buffer and split off it: one allocation for all the
+        // parts rather than two per part (the line, and its `freeze`).
+        let mut servers: Vec<usize> = Vec::new();
+        let part_of: Vec<Option<usize>> = owners
+            .iter()
+            .map(|owner| {
+                owner.map(|o| match servers.iter().position(|&s| s == o) {
+                    Some(p) => p,
+                    None => {
+                        servers.push(o);
+                        servers.len() - 1
+                    }
+                })
+            })
+            .collect();
+        let exptime = exptime.as_ref().map(|e| req.bytes(e));
+        let start_len = kind.word().len() + exptime.map_or(0, |e| e.len() + 1);
+        let key_bytes: usize = keys.iter().map(|k| k.len() + 1).sum();
+        let mut lines = BytesMut::with_capacity(servers.len() * (start_len + 2) + key_bytes);
+        let parts = servers
+            .iter()
+            .enumerate()
+            .map(|(p, &server)| {
+                lines.extend_from_slice(kind.word().as_bytes());
+                if let Some(e) = exptime {
+                    lines.extend_from_slice(b" ");
+                    lines.extend_from_slice(e);
                 }
-            };
-            lines[part].1.extend_from_slice(b" ");
-            lines[part].1.extend_from_slice(req.bytes(k));
-            part_of.push(Some(part));
-        }
-        ctx.stats.fragments.add(lines.len() as u64);
-        let parts = lines
-            .into_iter()
-            .map(|(server, mut line)| {
-                line.extend_from_slice(b"\r\n");
+                for (k, _) in keys.iter().zip(&part_of).filter(|(_, q)| **q == Some(p)) {
+                    lines.extend_from_slice(b" ");
+                    lines.extend_from_slice(req.bytes(k));
+                }
+                lines.extend_from_slice(b"\r\n");
                 Part {
                     server,
-                    frame: line.freeze(),
+                    frame: lines.split().freeze(),
                     kind: ResponseKind::Values,
                 }
             })
             .collect();
+        ctx.stats.fragments.add(servers.len() as u64);
         Step::FanOut {
             parts,
             merge: Merge::Get(GetMerge {
@@ -464,17 +472,6 @@ fn owners_of(req: &Request, keys: &[Range<usize>], ctx: &PlanContext<'_>) -> Vec
         ctx.servers_for(&key_bytes, &mut owners);
     }
     owners
-}
-
-/// The start of a split get's line: its command word and, for gat/gats, the exptime.
-fn get_line_start(kind: GetKind, exptime: Option<&[u8]>) -> BytesMut {
-    let mut line = BytesMut::with_capacity(256);
-    line.extend_from_slice(kind.word().as_bytes());
-    if let Some(e) = exptime {
-        line.extend_from_slice(b" ");
-        line.extend_from_slice(e);
-    }
-    line
 }
 
 impl GetMerge {

@@ -45,7 +45,8 @@ pub use plan::{Finish, RedisMerge, Resp, RespScanner};
 pub use pool::Redis;
 pub use reply::{elements, reply_len, Framed, ReplyError, ReplyFramer, ReplyLimits};
 pub use request::{
-    Decoded, Limits, Request, RequestCodec, RequestError, RequestErrorKind, RequestScanner, Scanned,
+    Args, Decoded, Limits, Request, RequestCodec, RequestError, RequestErrorKind, RequestScanner,
+    Scanned,
 };
 pub use session::Session;
 
