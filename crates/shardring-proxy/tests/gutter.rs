@@ -46,13 +46,19 @@ fn requests(proxy: &RunningProxy) -> Vec<u64> {
         .collect()
 }
 
-async fn until_ejected(proxy: &RunningProxy, server: usize, ejected: bool) {
+/// Waits until `server` is ejected (or back) in the stats and in the routing: the control thread
+/// rebuilds the placement after the flag flips, and a request routed in between still goes to the
+/// server. `its_key` is a key the server owns when live.
+async fn until_ejected(proxy: &RunningProxy, server: usize, ejected: bool, its_key: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while proxy.proxy.views()[0].servers[server]
-        .ejected
-        .load(Ordering::Relaxed)
-        != ejected
-    {
+    let settled = || {
+        let flag = proxy.proxy.views()[0].servers[server]
+            .ejected
+            .load(Ordering::Relaxed);
+        let routed_to_it = proxy.proxy.pools()[0].server_for(its_key.as_bytes()) == Some(server);
+        flag == ejected && routed_to_it != ejected
+    };
+    while !settled() {
         assert!(
             Instant::now() < deadline,
             "server {server} ejected={ejected} in time"
@@ -89,8 +95,9 @@ async fn a_dead_servers_keys_are_served_from_the_gutter_after_one_miss_each() {
         .collect();
     let owned = |s: usize| owner.iter().filter(|&&o| o == s).count() as u64;
 
+    let its_key = key(owner.iter().position(|&o| o == 1).unwrap());
     servers[1].kill();
-    until_ejected(&proxy, 1, true).await;
+    until_ejected(&proxy, 1, true, &its_key).await;
     let before = requests(&proxy);
     let first = look_aside(&mut c).await;
     let second = look_aside(&mut c).await;
@@ -120,8 +127,7 @@ async fn a_dead_servers_keys_are_served_from_the_gutter_after_one_miss_each() {
 
     // TTLs in the gutter are at most the cap (the client asked for no expiry).
     let mut g = Client::connect(&gutter[0].addr).await;
-    let k = key(owner.iter().position(|&o| o == 1).unwrap());
-    g.send(format!("mg {k} t\r\n").as_bytes()).await;
+    g.send(format!("mg {its_key} t\r\n").as_bytes()).await;
     let line = g.read_line().await;
     let ttl: i64 = line
         .trim_end()
@@ -133,7 +139,7 @@ async fn a_dead_servers_keys_are_served_from_the_gutter_after_one_miss_each() {
 
     // Back: its keys go to it again (empty, so one miss each), not to the gutter.
     servers[1] = Memcached::start_on(servers[1].port);
-    until_ejected(&proxy, 1, false).await;
+    until_ejected(&proxy, 1, false, &its_key).await;
     let before = requests(&proxy);
     assert_eq!(look_aside(&mut c).await as u64, owned(1));
     let after = requests(&proxy);
