@@ -15,6 +15,9 @@
 //! - the library's `Ring::lookup_many`, 64 keys a call as the criterion bench's `batch` mode (time per
 //!   key).
 //!
+//! Then, over the cold pool, a CRC-32 ring: the bare hash as `crc32fast` and as the library computes
+//! it (`shardring::hash::crc32`), single lookups (`Ring::lookup_hash`) after each, and batches.
+//!
 //! The hot pool runs twice: in the repeating order of the criterion bench (the same 4096 keys in the
 //! same order every round, which the CPU's branch predictor learns, so the index's search looks free)
 //! and in an order that changes every round (the same keys, as a hot set really arrives).
@@ -214,4 +217,34 @@ fn main() {
         });
         time_batched("Ring::lookup_many (64 a call)", keys, order, &ring);
     }
+    // CRC-32 keys (`hash/crc/`): the same lookups with each CRC-32 implementation, cold pool.
+    let crc_ring = ours::ring(names, HashFunction::Crc32, true);
+    println!("-- cold pool, CRC-32 ring");
+    time("bare crc32fast", cold, Order::Repeating, |k| {
+        crc32fast::hash(k) as usize
+    });
+    time("bare shardring::hash::crc32", cold, Order::Repeating, |k| {
+        shardring::hash::crc32(k) as usize
+    });
+    time("lookup_hash(crc32fast)", cold, Order::Repeating, |k| {
+        crc_ring
+            .lookup_hash(crc32fast::hash(k))
+            .map_or(0, |n| n.weight() as usize)
+    });
+    time(
+        "lookup_hash(shardring crc32)",
+        cold,
+        Order::Repeating,
+        |k| {
+            crc_ring
+                .lookup_hash(shardring::hash::crc32(k))
+                .map_or(0, |n| n.weight() as usize)
+        },
+    );
+    time_batched(
+        "Ring::lookup_many (64 a call)",
+        cold,
+        Order::Repeating,
+        &crc_ring,
+    );
 }

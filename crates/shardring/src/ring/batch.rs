@@ -15,7 +15,6 @@
 //! index and the points in two more passes. Placement is exactly [`Ring::lookup_index`]'s.
 
 use super::answers::AnswerTable;
-use super::index::count_below;
 use super::prefetch::prefetch_item;
 use super::{PointScheme, Ring};
 use crate::hash::HashFunction;
@@ -74,10 +73,9 @@ impl Ring {
             // (never seen with a shipped hash) binary-searches its buckets, so the passes below, which
             // count a bucket's points, do not apply.
             for (key, out) in keys.iter().zip(out) {
-                let i = self
-                    .index
-                    .search_counting(&self.points, hash.of(key.as_ref()));
-                *out = Some(self.points[self.wrap(i)].node as usize);
+                *out = self
+                    .point_at(hash.of(key.as_ref()))
+                    .map(|i| self.points[i].node as usize);
             }
             return;
         }
@@ -126,7 +124,7 @@ impl Ring {
                 if let Some(out) = chunk_mut(out, c) {
                     let (hashes, starts) = (&hashes[c % PASSES], &starts[c % PASSES]);
                     for ((out, &start), &h) in out.iter_mut().zip(starts).zip(hashes) {
-                        *out = Some(self.node_from(start, h));
+                        *out = Some(self.node_counted_from(start as usize, h) as usize);
                     }
                 }
             }
@@ -189,7 +187,8 @@ impl Ring {
                 if let Some(out) = chunk_mut(out, c) {
                     let slot = c % PASSES;
                     for (&j, &start) in rest[slot][..unanswered[slot]].iter().zip(&starts[slot]) {
-                        out[j as usize] = Some(self.node_from(start, hashes[slot][j as usize]));
+                        let h = hashes[slot][j as usize];
+                        out[j as usize] = Some(self.node_counted_from(start as usize, h) as usize);
                     }
                 }
             }
@@ -203,14 +202,6 @@ impl Ring {
         let start = self.index.bucket_start(hash);
         prefetch_item(&self.points, start);
         start as u32
-    }
-
-    /// The last pass for one key: the node of the first point at or after `hash`, counted from
-    /// `start`, its bucket's start (see `TopBitsIndex::search_counting`). The index is not crowded.
-    #[inline(always)]
-    fn node_from(&self, start: u32, hash: u32) -> usize {
-        let found = count_below(&self.points, start as usize, hash);
-        self.points[self.wrap(found)].node as usize
     }
 }
 
@@ -233,8 +224,9 @@ fn hash_chunk<K: AsRef<[u8]>>(
 /// A key's ring position, as the passes compute it: a trait whose methods are forced inline rather
 /// than a closure, which LLVM kept out of line in the table's passes (a call per key; `perf report`
 /// over a loop of `lookup_many` shows it as a `lookup_many::{{closure}}` symbol). Batches through the
-/// table at 10 nodes still take 7.2 ns a key against 5.4 through the index alone over the cold pool
-/// (BENCHMARKS.md): the call was not the cause of that gap.
+/// table at 10 nodes still take 7.3 ns a key against 4.6 through the index alone over the cold pool
+/// (BENCHMARKS.md, `shardring-ring-table` against `shardring-ring`): the call was not the cause of
+/// that gap.
 trait Position {
     /// The ring position of `key`.
     fn of(&self, key: &[u8]) -> u32;

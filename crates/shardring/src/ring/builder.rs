@@ -111,18 +111,18 @@ impl RingBuilder {
 
     /// Whether to keep, beside the lookup index, a table of one 8-byte entry per index bucket that
     /// answers most lookups from that entry alone: one cache line instead of two, and no search over
-    /// the points. It pays only for single lookups on large rings whose points the caches cannot
-    /// keep: at 1000 nodes × 160 points, 16-byte keys over the bench crate's cold pool, 8.0 ns a
-    /// lookup against 8.5 without it. Elsewhere it costs: the keys it does not answer (7% at 1000
-    /// nodes, more on small rings) search through an index four times coarser, on a branch the CPU
-    /// cannot predict, so at 10 nodes a lookup takes 6.0 ns against 5.0 and at 100 nodes 8.0 against
-    /// 6.0; batches ([`lookup_many`](Ring::lookup_many)) are slower at every size (7.7 against 6.3
-    /// ns a key at 1000 nodes, 7.2 against 5.4 at 10); so are [`replicas`](Ring::replicas); builds
-    /// make the table too (one more pass over the buckets), and memory is 15.5 bytes a point instead
-    /// of 11.4 (BENCHMARKS.md, `shardring-ring-table` against `shardring-ring`, from
-    /// `scripts/bench-report --quick`). Placement is the same either way. Kept only with the index on, on rings of at least 16 points and with few enough
-    /// nodes for an entry's fields (at 160 points a node, up to 4095 nodes; see `ring/answers.rs`);
-    /// otherwise ignored.
+    /// the points. Measured against the default in one `scripts/bench-report --quick` run
+    /// (BENCHMARKS.md, `shardring-ring-table` against `shardring-ring`, 16-byte keys over the bench
+    /// crate's cold pool, 2026-12-01 17:30 UTC), it pays nowhere: single lookups at 1000 nodes × 160
+    /// points take 8.3 ns with it against 7.8 without (the run before had 8.4 against 8.1); the keys it
+    /// does not answer (7% at 1000 nodes, more on small rings) search through an index four times
+    /// coarser, on a branch the CPU cannot predict, so at 10 nodes a lookup takes 6.8 ns against 4.6
+    /// and at 100 nodes 9.2 against 5.9; batches ([`lookup_many`](Ring::lookup_many)) take 6.7
+    /// against 5.2 ns a key at 1000 nodes and 7.3 against 4.6 at 10; [`replicas`](Ring::replicas) are
+    /// slower too; builds make the table as well (one more pass over the buckets), and memory is 15.5
+    /// bytes a point instead of 11.4. Placement is the same either way. Kept only with the index on,
+    /// on rings of at least 16 points and with few enough nodes for an entry's fields (at 160 points a
+    /// node, up to 4095 nodes; see `ring/answers.rs`); otherwise ignored.
     ///
     /// By default, this is off.
     pub fn answer_table(mut self, yes: bool) -> RingBuilder {

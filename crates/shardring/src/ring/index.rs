@@ -207,22 +207,12 @@ impl TopBitsIndex {
     /// `bench/src/bin/lookup-floors.rs` measures both orders).
     #[inline]
     pub(crate) fn search_counting(&self, points: &[Point], hash: u32) -> usize {
-        if self.starts.is_empty() || self.crowded {
+        if !self.counts() {
             return self.search(points, hash);
         }
         // Every point of an earlier bucket is below `hash` and none of a later one is, so the answer is
         // the bucket's start plus how many points from there on are below `hash`.
-        self.search_counting_from(points, self.bucket_start(hash), hash)
-    }
-
-    /// [`search_counting`](TopBitsIndex::search_counting) from `start`, the
-    /// [`bucket_start`](TopBitsIndex::bucket_start) of `hash`, already loaded. The index must be built.
-    #[inline]
-    pub(crate) fn search_counting_from(&self, points: &[Point], start: usize, hash: u32) -> usize {
-        if self.crowded {
-            return self.search_from(points, start, hash);
-        }
-        count_below(points, start, hash)
+        count_below(points, self.bucket_start(hash), hash)
     }
 
     /// Whether lookups count a bucket's points with [`count_below`]: the index is built (so the ring

@@ -219,10 +219,18 @@ impl Ring {
     #[inline(always)]
     fn node_at(&self, hash: u32) -> Option<u32> {
         if self.answers.is_none() && self.index.counts() {
-            let found = count_below(&self.points, self.index.bucket_start(hash), hash);
-            return Some(self.points[self.wrap(found)].node);
+            return Some(self.node_counted_from(self.index.bucket_start(hash), hash));
         }
         self.node_at_other(hash)
+    }
+
+    /// The node of the first point at or after `hash`, counted from `start`, the first point of
+    /// `hash`'s bucket (`index::count_below`), wrapping past the last point. The index must count
+    /// ([`TopBitsIndex::counts`]). The default ring's single lookups and `lookup_many`'s last pass.
+    #[inline(always)]
+    fn node_counted_from(&self, start: usize, hash: u32) -> u32 {
+        let found = count_below(&self.points, start, hash);
+        self.points[self.wrap(found)].node
     }
 
     /// [`node_at`](Ring::node_at) on an empty ring, without an index, with a crowded one, or through

@@ -4,14 +4,15 @@
 //! then the last 128 bits are reduced to 64, to 32, and to the CRC by a Barrett reduction. The key's
 //! last bytes (fewer than 16) continue through the tables from the CRC of its blocks.
 //!
-//! About fifteen instructions for a 16-byte key, against some fifty through the tables; for a cold
-//! ring lookup, which is bound by how many lookups the CPU keeps in flight, that is 8.0 against 11.1
-//! ns (the parent module's figures).
+//! About fifteen instructions for a 16-byte key, against some fifty through the tables; a cold ring
+//! lookup, bound by how many lookups the CPU keeps in flight, gains a few percent from that (the
+//! parent module's figures).
 
 #![allow(
     unsafe_code,
     reason = "carry-less multiplies exist only as target-feature intrinsics; single CRC-32 ring lookups \
-              measured 8.0-8.2 ns with them against 10.6-10.8 with crc32fast (hash/crc/mod.rs)"
+              measured 10.7-11.4 ns with them against 11.5-11.6 with crc32fast or the tables \
+              (criterion; lookup-floors: 12.8-13.0 against 13.1-13.6; hash/crc/mod.rs)"
 )]
 
 use std::sync::atomic::{AtomicU8, Ordering};

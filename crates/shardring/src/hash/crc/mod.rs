@@ -12,15 +12,20 @@
 //! - longer keys, and CPUs without `pclmulqdq`, go to `crc32fast`, whose wider folds win there.
 //!
 //! Over 16-byte keys, at 1000 nodes × 160 points, cold pool, 2026-12-01:
-//! - single ring lookups: 8.0–8.2 ns with the multiplies against 10.6–10.8 with `crc32fast` and
-//!   11.1–11.8 with the tables alone (one-off loop of `Ring::lookup_hash` after the hash); in
-//!   criterion (`scripts/bench-report --quick --only ...`), 10.7 ns against 11.5 with the tables. A cold
-//!   lookup is bound by how many lookups the CPU keeps in flight, and the tables take three times the
-//!   instructions of the multiplies;
+//! - single ring lookups (`Ring::lookup_hash` after the hash): 12.8–13.0 ns through [`crc32`]
+//!   against 13.1–13.6 through `crc32fast` (`bench/src/bin/lookup-floors.rs`, its CRC-32 rows, two
+//!   runs); in criterion, `shardring-ring-crc32` took 11.5–11.6 ns a lookup with `crc32fast` or the
+//!   tables alone and 10.7–11.4 since (`scripts/bench-report --quick`, BENCHMARKS.md). A cold lookup
+//!   is bound by how many lookups the CPU keeps in flight, and the tables take about three times the
+//!   instructions of the multiplies for a 16-byte key, so the fastest bare hash is not the fastest
+//!   lookup. A multiply path specialised to exactly 16 bytes and inlined into the loop (a scratch
+//!   experiment, not kept) took 8.0 ns; the general path here (the feature check, the length dispatch,
+//!   and a call a `#[target_feature]` function cannot inline away) does not come near that;
 //! - bare hashes in a loop, where nothing else waits: the tables are fastest up to 32 bytes (16 bytes
-//!   3.1 ns, multiplies 5.0, `crc32fast` 5.7; through a function pointer), the multiplies from 48 to 96
-//!   bytes (64 bytes 7.6 against 8.3 for `crc32fast`). So batches, which hash a chunk of keys in a
-//!   loop of their own, take [`crc32_throughput`].
+//!   3.1 ns, multiplies 5.0, `crc32fast` 5.7, through a function pointer in a scratch loop), the
+//!   multiplies from 48 to 96 bytes (64 bytes 7.6 against 8.3 for `crc32fast`). So batches, which hash
+//!   a chunk of keys in a loop of their own, take [`crc32_throughput`] (batched CRC-32 ring lookups
+//!   9.3 → 6.7–6.9 ns, BENCHMARKS.md).
 
 #[cfg(target_arch = "x86_64")]
 mod clmul;
