@@ -103,6 +103,15 @@ fn roundtrip(stream: &mut TcpStream, req: &[u8], expect: &[u8]) {
     );
 }
 
+/// Sends `sig` (`-HUP`, `-TERM`) to process `pid` with kill(1).
+fn signal(sig: &str, pid: &str) {
+    assert!(StdCommand::new("kill")
+        .args([sig, pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
 fn http_get(addr: &str, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -185,11 +194,7 @@ fn serves_reports_reloads_and_drains(extra_args: &[&str]) {
     // SIGHUP with a broken file: refused, the proxy keeps serving.
     std::fs::write(&path, "alpha:\n  listen: 127.0.0.1:1\n  bogus: 1\n").unwrap();
     let pid = proxy.0.id().to_string();
-    assert!(StdCommand::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    signal("-HUP", &pid);
     std::thread::sleep(Duration::from_millis(300));
     roundtrip(&mut c, b"get k\r\n", b"VALUE k 0 2\r\nhi\r\nEND\r\n");
 
@@ -211,11 +216,7 @@ fn serves_reports_reloads_and_drains(extra_args: &[&str]) {
             s
         })
         .collect();
-    assert!(StdCommand::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    signal("-HUP", &pid);
     std::thread::sleep(Duration::from_millis(500));
     roundtrip(&mut c, b"get k\r\n", b"END\r\n");
     for (i, cl) in clients.iter_mut().enumerate() {
@@ -240,11 +241,7 @@ fn serves_reports_reloads_and_drains(extra_args: &[&str]) {
     drop(clients);
 
     // SIGTERM: the open client is answered, then closed; exit 0.
-    assert!(StdCommand::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    signal("-TERM", &pid);
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
         if let Some(st) = proxy.0.try_wait().unwrap() {

@@ -129,14 +129,18 @@ mod tests {
             .is_ok()
     }
 
+    /// A client admitted on `worker`, once its turn comes.
+    async fn place(a: &Arc<Admission>, worker: usize) -> Admitted {
+        let p = a.turn(worker).await.unwrap();
+        a.admit(worker, p)
+    }
+
     #[tokio::test]
     async fn a_worker_ahead_of_the_others_waits_until_they_catch_up() {
         let a = Arc::new(Admission::new(2, 100));
-        let p = a.turn(0).await.unwrap();
-        let first = a.admit(0, p);
+        let first = place(&a, 0).await;
         assert!(!ready(a.turn(0)).await, "worker 0 holds more clients");
-        let p = a.turn(1).await.unwrap();
-        let second = a.admit(1, p);
+        let second = place(&a, 1).await;
         assert_eq!(a.active(), vec![1, 1]);
         let p = a.turn(0).await.unwrap();
         drop(p);
@@ -160,10 +164,8 @@ mod tests {
     #[tokio::test]
     async fn at_the_cap_a_freed_place_goes_to_a_worker_that_may_accept() {
         let a = Arc::new(Admission::new(2, 2));
-        let p = a.turn(0).await.unwrap();
-        let on_0 = a.admit(0, p);
-        let p = a.turn(1).await.unwrap();
-        let _on_1 = a.admit(1, p);
+        let on_0 = place(&a, 0).await;
+        let _on_1 = place(&a, 1).await;
         // Worker 1 waits first (first in the permits' queue), then worker 0.
         let mut waiting = Vec::new();
         for w in [1, 0] {
@@ -191,10 +193,8 @@ mod tests {
     #[tokio::test]
     async fn the_cap_counts_clients_of_every_worker() {
         let a = Arc::new(Admission::new(2, 2));
-        let p = a.turn(0).await.unwrap();
-        let _x = a.admit(0, p);
-        let p = a.turn(1).await.unwrap();
-        let y = a.admit(1, p);
+        let _x = place(&a, 0).await;
+        let y = place(&a, 1).await;
         assert!(!ready(a.turn(1)).await, "both permits held");
         drop(y);
         assert!(ready(a.turn(1)).await);

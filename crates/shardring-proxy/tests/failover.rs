@@ -5,7 +5,7 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{memcacheds, pool_config, Memcached, RunningProxy};
+use common::{memcacheds, pool_config, wait_until, Memcached, RunningProxy};
 use shardring_proxy::{PoolConfig, ProxyConfig};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
@@ -28,14 +28,6 @@ fn keys_by_owner(proxy: &RunningProxy, index: usize, n: usize) -> (Vec<String>, 
         }
     }
     (mine, other)
-}
-
-async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

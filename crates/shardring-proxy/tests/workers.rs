@@ -9,19 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{free_port, memcacheds, pool_config, Client, Memcached, RunningProxy};
+use common::{free_port, memcacheds, pool_config, wait_until, Client, Memcached, RunningProxy};
 use shardring_proxy::metrics::{render_prometheus, render_twemproxy_json};
 use shardring_proxy::{PoolConfig, ProxyConfig};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
-
-async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// `n` clients of `proxy`, connected one after another, and waited for until the proxy has accepted
 /// them all; asserts they are spread evenly over its workers (at most one apart, each worker some).
@@ -42,7 +34,6 @@ async fn clients_on_every_worker(proxy: &RunningProxy, n: usize) -> Vec<Client> 
     clients
 }
 
-/// A pool over `servers` with md5 (it spreads sequential keys over the servers).
 /// Runs `checks` on every client at once, each in its own task (with the client's index), and returns
 /// the clients once every check has passed.
 async fn all_at_once<F, Fut>(clients: Vec<Client>, checks: F) -> Vec<Client>
@@ -62,6 +53,7 @@ where
     clients
 }
 
+/// A pool over `servers` with md5 (it spreads sequential keys over the servers).
 fn md5_pool(servers: &[Memcached]) -> PoolConfig {
     let mut c = pool_config(servers);
     c.hash = shardring_proxy::config::TwemproxyHash::Md5;

@@ -317,3 +317,12 @@ impl Client {
         );
     }
 }
+
+/// Waits until `cond` holds, checking every 20 ms; panics naming `what` after `timeout`.
+pub async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
