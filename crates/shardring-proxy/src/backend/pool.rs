@@ -155,6 +155,13 @@ impl<P: Protocol> Backend<P> {
 
     /// [`Backend::send`] with the reply going to `reply` (a session's reply slot: no channel made).
     pub(crate) fn send_to(&self, to: Route, frame: Bytes, kind: P::ReplyKind, reply: ReplyTo) {
+        // A route names a worker this backend has queues for; the fallback keeps a release build
+        // serving should that ever break, at the price of a request crossing threads.
+        debug_assert!(
+            to.worker < self.queues.len(),
+            "route to worker {}",
+            to.worker
+        );
         let worker = self.queues.get(to.worker).unwrap_or(&self.queues[0]);
         let queues = worker.get(to.lane).unwrap_or(&worker[0]);
         let client_id = to.client_id;

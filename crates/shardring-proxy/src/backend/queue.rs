@@ -4,9 +4,11 @@
 //! connection bounds what it takes per turn, and a session bounds what it has in flight). In place of a
 //! tokio unbounded mpsc channel because the connection takes every queued request in one lock, then
 //! hands them out without touching shared state again, and a send wakes the task only when the queue
-//! was empty (it is awake, or about to be, otherwise): with requests from many clients arriving
-//! between two turns of the connection, that is about a third of the channel's instructions per
-//! request (callgrind: BENCHMARKS.md, "proxy: user-space cost per request (#16)").
+//! was empty (it is awake, or about to be, otherwise). With requests from many clients arriving
+//! between two turns of the connection, that took a proxied get from 7,323 to 7,129 user-space
+//! instructions and a set from 7,256 to 7,085; the queue itself costs about 190 a request
+//! (`scripts/proxy-instructions`, callgrind; BENCHMARKS.md, "proxy: user-space cost per request
+//! (#16)").
 //!
 //! A session and the connections it sends to run on one worker thread ([`crate::workers`]), so the
 //! lock is not contended; it is a lock rather than a cell because tasks are `Send`.
