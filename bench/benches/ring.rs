@@ -29,7 +29,7 @@ use criterion::{
     criterion_group, criterion_main, BatchSize, BenchmarkGroup, BenchmarkId, Criterion,
     SamplingMode, Throughput,
 };
-use shardring::{HashFunction, Ring};
+use shardring::HashFunction;
 use shardring_bench::peers::{self, peer};
 use shardring_bench::{
     key_pool, node_name, node_names, ours, KeyPool, Pool, Subject, KEY_BYTES, NODE_COUNTS,
@@ -276,14 +276,17 @@ fn lookup(c: &mut Criterion) {
         let ring = ours::ring(names, HashFunction::Xxh3, true);
         all(c, "shardring-ring", nodes, &ring);
         drop(ring);
-        let ring = ours::ring_with_table(names);
-        all(c, "shardring-ring-table", nodes, &ring);
+        let ring = ours::ring_with_lines(names);
+        all(c, "shardring-ring-lines", nodes, &ring);
         drop(ring);
         let ring = ours::ring(names, HashFunction::Xxh3, false);
         all(c, "shardring-ring-bsearch", nodes, &ring);
         drop(ring);
         let ring = ours::ring(names, HashFunction::Crc32, true);
         all(c, "shardring-ring-crc32", nodes, &ring);
+        drop(ring);
+        let ring = ours::ring_with_lines_hashing(names, HashFunction::Crc32);
+        all(c, "shardring-ring-lines-crc32", nodes, &ring);
         drop(ring);
 
         let members = ours::nodes(names);
@@ -342,6 +345,9 @@ fn build(c: &mut Criterion) {
                 b.iter(|| ours::ring_on(black_box(names), hash, index, threads))
             });
         }
+        group.bench_function(BenchmarkId::new("shardring-ring-lines", nodes), |b| {
+            b.iter(|| ours::ring_with_lines(black_box(names)))
+        });
         let members = ours::nodes(names);
         for algorithm in ours::algorithms() {
             group.bench_function(BenchmarkId::new(ours::impl_name(algorithm), nodes), |b| {
@@ -402,8 +408,17 @@ fn build(c: &mut Criterion) {
     for nodes in sizes() {
         let names = node_names(nodes);
         let extra = node_name(nodes);
-        for (label, index) in [("shardring-ring", true), ("shardring-ring-bsearch", false)] {
-            let base: Ring = ours::ring(names, HashFunction::Xxh3, index);
+        for (label, base) in [
+            (
+                "shardring-ring",
+                ours::ring(names, HashFunction::Xxh3, true),
+            ),
+            (
+                "shardring-ring-bsearch",
+                ours::ring(names, HashFunction::Xxh3, false),
+            ),
+            ("shardring-ring-lines", ours::ring_with_lines(names)),
+        ] {
             group.bench_function(BenchmarkId::new(label, nodes), |b| {
                 b.iter_batched_ref(
                     || base.clone(),

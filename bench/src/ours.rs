@@ -13,11 +13,17 @@ pub fn ring(names: &[&str], hash: HashFunction, index: bool) -> Ring {
     ring_on(names, hash, index, None)
 }
 
-/// [`ring`] with xxh3 keys and an answer table (`RingBuilder::answer_table`).
-pub fn ring_with_table(names: &[&str]) -> Ring {
+/// [`ring`] with xxh3 keys and a line table (`RingBuilder::line_table`).
+pub fn ring_with_lines(names: &[&str]) -> Ring {
+    ring_with_lines_hashing(names, HashFunction::Xxh3)
+}
+
+/// [`ring_with_lines`] with keys hashed by `hash`.
+pub fn ring_with_lines_hashing(names: &[&str], hash: HashFunction) -> Ring {
     Ring::builder()
         .vnodes(VNODES)
-        .answer_table(true)
+        .hash(hash)
+        .line_table(true)
         .nodes(names.iter().copied())
         .build()
         .expect("valid ring")

@@ -81,10 +81,10 @@ fn every_subject_answers_sensibly() {
         check_replicas("ring", &ring, true);
         check_batch("ring", &ring);
     }
-    let ring = ours::ring_with_table(names);
-    check_spread("ring with a table", &ring, index_of);
-    check_replicas("ring with a table", &ring, true);
-    check_batch("ring with a table", &ring);
+    let ring = ours::ring_with_lines(names);
+    check_spread("ring with a line table", &ring, index_of);
+    check_replicas("ring with a line table", &ring, true);
+    check_batch("ring with a line table", &ring);
     let members = ours::nodes(names);
     for algorithm in ours::algorithms() {
         let p = ours::build(algorithm, &members);

@@ -1,5 +1,5 @@
 //! The floors under a single cold lookup (#15): what the loads alone cost, measured with minimal loops
-//! over the bench crate's key pools, beside the library's ring with and without its answer table.
+//! over the bench crate's key pools, beside the library's ring with and without its line table.
 //!
 //! `cargo run --release -p shardring-bench --bin lookup-floors [NODES]` (1000 by default; run it under
 //! `flock /tmp/bench.lock` on a shared machine). Each row is the best of 5 passes over 4,194,304 keys
@@ -7,16 +7,17 @@
 //! - `bare xxh3`: the hash alone;
 //! - `two loads`: hash, the index entry of the hash's bucket, the node of the bucket's first point (the
 //!   two dependent loads of a lookup through the index, without the search; wrong answers);
-//! - `one load`: hash, one 8-byte entry from an array the size of the answer table (wrong answers);
+//! - `one load`: hash, one 64-byte line from an array the size of the line table (wrong answers);
 //! - `index, branchy`: the library's search (index entry, then a scan that stops at the first point not
 //!   below the hash), written out as a loop;
 //! - `index, counting`: the same search counting four points at a time without a branch on them;
-//! - the library's `Ring::lookup_index`, by default and with `answer_table(true)`;
+//! - the library's `Ring::lookup_index`, by default and with `line_table(true)`;
 //! - the library's `Ring::lookup_many`, 64 keys a call as the criterion bench's `batch` mode (time per
-//!   key).
+//!   key), by default and with `line_table(true)`.
 //!
 //! Then, over the cold pool, a CRC-32 ring: the bare hash as `crc32fast` and as the library computes
-//! it (`shardring::hash::crc32`), single lookups (`Ring::lookup_hash`) after each, and batches.
+//! it (`shardring::hash::crc32`), single lookups (`Ring::lookup_hash`) after each, and batches; then
+//! the same ring with a line table.
 //!
 //! The hot pool runs twice: in the repeating order of the criterion bench (the same 4096 keys in the
 //! same order every round, which the CPU's branch predictor learns, so the index's search looks free)
@@ -39,8 +40,8 @@ struct Flat {
     starts: Vec<u32>,
     /// (position, node index), sorted.
     points: Vec<(u32, u32)>,
-    /// One u64 per bucket, as big as an answer table (for the one-load floor).
-    entries: Vec<u64>,
+    /// One 64-byte line per four buckets, as big as a line table (for the one-load floor).
+    entries: Vec<[u64; 8]>,
 }
 
 impl Flat {
@@ -60,7 +61,9 @@ impl Flat {
         for i in 1..starts.len() {
             starts[i] += starts[i - 1];
         }
-        let entries = (0..1u64 << bits).collect();
+        let entries = (0..1u64 << bits.saturating_sub(2))
+            .map(|i| [i; 8])
+            .collect();
         Flat {
             shift,
             starts,
@@ -101,7 +104,7 @@ impl Flat {
     }
 
     fn one_load(&self, h: u32) -> usize {
-        self.entries[(h >> self.shift) as usize] as usize
+        self.entries[(h >> (self.shift + 2)) as usize][(h & 7) as usize] as usize
     }
 }
 
@@ -169,7 +172,7 @@ fn main() {
         .expect("NODES: a node count");
     let names = node_names(nodes);
     let ring = ours::ring(names, HashFunction::Xxh3, true);
-    let table = ours::ring_with_table(names);
+    let table = ours::ring_with_lines(names);
     let flat = Flat::of(&ring);
     let hash = |key: &[u8]| xxhash_rust::xxh3::xxh3_64(key) as u32;
     let cold = key_pool(Pool::Cold, 16);
@@ -181,9 +184,9 @@ fn main() {
         assert_eq!(table.lookup_index(key), want);
     }
     println!(
-        "{nodes} nodes, {} points; answer table kept: {}",
+        "{nodes} nodes, {} points; line table kept: {}",
         flat.points.len(),
-        table.has_answer_table()
+        table.has_line_table()
     );
     for (pool, order) in [
         (Pool::Hot, Order::Repeating),
@@ -212,10 +215,11 @@ fn main() {
         time("Ring::lookup_index", keys, order, |k| {
             ring.lookup_index(k).unwrap_or(0)
         });
-        time("Ring::lookup_index, table", keys, order, |k| {
+        time("Ring::lookup_index, line table", keys, order, |k| {
             table.lookup_index(k).unwrap_or(0)
         });
         time_batched("Ring::lookup_many (64 a call)", keys, order, &ring);
+        time_batched("lookup_many, line table", keys, order, &table);
     }
     // CRC-32 keys (`hash/crc/`): the same lookups with each CRC-32 implementation, cold pool.
     let crc_ring = ours::ring(names, HashFunction::Crc32, true);
@@ -246,5 +250,22 @@ fn main() {
         cold,
         Order::Repeating,
         &crc_ring,
+    );
+    let crc_lines = Ring::builder()
+        .hash(HashFunction::Crc32)
+        .line_table(true)
+        .nodes(names.iter().copied())
+        .build()
+        .expect("valid ring");
+    time("lookup_hash, line table", cold, Order::Repeating, |k| {
+        crc_lines
+            .lookup_hash(shardring::hash::crc32(k))
+            .map_or(0, |n| n.weight() as usize)
+    });
+    time_batched(
+        "lookup_many, line table",
+        cold,
+        Order::Repeating,
+        &crc_lines,
     );
 }

@@ -116,9 +116,9 @@ fn main() {
                 Some(ring.point_count()),
             );
         }
-        let (heap, ring) = held(|| ours::ring_with_table(names));
+        let (heap, ring) = held(|| ours::ring_with_lines(names));
         emit(
-            "shardring-ring-table",
+            "shardring-ring-lines",
             false,
             nodes,
             heap,

@@ -10,11 +10,12 @@
 //! chunk `c - 1` and the third on `c - 2`, so a line asked for in one pass has a whole step (all
 //! passes over three chunks) to arrive before it is read. Without the skew, every pass waited at its
 //! first key for the line asked for at the start of the pass before, a full memory latency per pass
-//! when the ring is larger than the last-level cache. With an answer table (`ring/answers.rs`) the
-//! first pass asks for the key's table entry, which answers most keys; the others go through the
-//! index and the points in two more passes. Placement is exactly [`Ring::lookup_index`]'s.
+//! when the ring is larger than the last-level cache. With a line table (`ring/lines.rs`) there are
+//! two passes over chunks of [`LINE_BATCH`] keys: hash and ask for each key's line, then read the
+//! lines, which answer nearly every key (the rest search the points one at a time). Placement is
+//! exactly [`Ring::lookup_index`]'s.
 
-use super::answers::AnswerTable;
+use super::lines::LineTable;
 use super::prefetch::prefetch_item;
 use super::{PointScheme, Ring};
 use crate::hash::HashFunction;
@@ -23,6 +24,12 @@ use crate::hash::HashFunction;
 /// to cover memory latency (a core tracks a few dozen outstanding lines), and the chunks' hashes and
 /// bucket starts stay on the stack in L1.
 pub(crate) const BATCH: usize = 16;
+
+/// Keys per chunk through a line table. Its passes ask for one line a key, so a chunk twice the
+/// size of [`BATCH`] keeps as many lines in flight: at 10,000 nodes × 160 points over the bench
+/// crate's cold pool, 6.6-7.8 ns a key against 9.4-10.3 with chunks of 16 (a loop of 64-key calls,
+/// one run each).
+const LINE_BATCH: usize = 2 * BATCH;
 
 impl Ring {
     /// For every `i`, `out[i] = self.lookup_index(keys[i])`: the index into [`nodes`](Ring::nodes) of
@@ -68,6 +75,9 @@ impl Ring {
         out: &mut [Option<usize>],
         hash: &impl Position,
     ) {
+        if let Some(lines) = &self.lines {
+            return self.place_with_lines(lines, keys, out, hash);
+        }
         if !self.index.counts() {
             // A binary search's loads depend on each other: nothing to start early. A crowded index
             // (never seen with a shipped hash) binary-searches its buckets, so the passes below, which
@@ -79,10 +89,7 @@ impl Ring {
             }
             return;
         }
-        match &self.answers {
-            Some(answers) => self.place_with_table(answers, keys, out, hash),
-            None => self.place_with_index(keys, out, hash),
-        }
+        self.place_with_index(keys, out, hash)
     }
 
     /// Places the keys through the index alone, in three passes a chunk of [`BATCH`] keys goes
@@ -102,7 +109,7 @@ impl Ring {
         let chunks = keys.len().div_ceil(BATCH);
         for step in 0..chunks + PASSES - 1 {
             // Pass 1 on chunk `step`: hash, and ask for each key's index entry while the next keys hash.
-            if let Some(keys) = chunk(keys, step) {
+            if let Some(keys) = chunk::<_, BATCH>(keys, step) {
                 hash_chunk(keys, &mut hashes[step % PASSES], hash, |h| {
                     self.index.prefetch_bucket(h)
                 });
@@ -110,7 +117,7 @@ impl Ring {
             // Pass 2 on the chunk before: read the entries (arrived while pass 1 hashed a chunk), and
             // ask for each bucket's first point.
             if let Some(c) = step.checked_sub(1) {
-                if let Some(keys) = chunk(keys, c) {
+                if let Some(keys) = chunk::<_, BATCH>(keys, c) {
                     let (hashes, starts) = (&hashes[c % PASSES], &mut starts[c % PASSES]);
                     for (start, &h) in starts.iter_mut().zip(hashes).take(keys.len()) {
                         *start = self.start_and_ask_for_point(h);
@@ -121,7 +128,7 @@ impl Ring {
             // branch on their positions, as single lookups do (`TopBitsIndex::search_counting` says
             // why).
             if let Some(c) = step.checked_sub(2) {
-                if let Some(out) = chunk_mut(out, c) {
+                if let Some(out) = chunk_mut::<_, BATCH>(out, c) {
                     let (hashes, starts) = (&hashes[c % PASSES], &starts[c % PASSES]);
                     for ((out, &start), &h) in out.iter_mut().zip(starts).zip(hashes) {
                         *out = Some(self.node_counted_from(start as usize, h) as usize);
@@ -131,64 +138,30 @@ impl Ring {
         }
     }
 
-    /// Places the keys through the answer table, as [`place_with_index`](Ring::place_with_index):
-    /// hash and ask for the table entry; read it, which answers most keys, and ask for the index
-    /// entries of the rest; read those and ask for the points; search.
+    /// Places the keys through the line table, in two passes a chunk of [`LINE_BATCH`] keys goes
+    /// through one after the other, the first pass a chunk ahead of the second: hash and ask for each
+    /// key's line; read the line. A key its line does not answer searches the points.
     #[inline(always)]
-    fn place_with_table<K: AsRef<[u8]>>(
+    fn place_with_lines<K: AsRef<[u8]>>(
         &self,
-        answers: &AnswerTable,
+        lines: &LineTable,
         keys: &[K],
         out: &mut [Option<usize>],
         hash: &impl Position,
     ) {
-        const PASSES: usize = 4;
-        let mut hashes = [[0u32; BATCH]; PASSES];
-        // For each chunk in flight, the keys the table did not answer (about 7% at 1000 nodes, in
-        // chunk order) and where their searches start.
-        let mut rest = [[0u8; BATCH]; PASSES];
-        let mut unanswered = [0usize; PASSES];
-        let mut starts = [[0u32; BATCH]; PASSES];
-        let chunks = keys.len().div_ceil(BATCH);
-        for step in 0..chunks + PASSES - 1 {
-            // Pass 1: hash, and ask for each key's table entry while the next keys hash.
-            if let Some(keys) = chunk(keys, step) {
-                hash_chunk(keys, &mut hashes[step % PASSES], hash, |h| {
-                    answers.prefetch(h)
-                });
+        let mut hashes = [[0u32; LINE_BATCH]; 2];
+        let chunks = keys.len().div_ceil(LINE_BATCH);
+        for step in 0..=chunks {
+            if let Some(keys) = chunk::<_, LINE_BATCH>(keys, step) {
+                hash_chunk(keys, &mut hashes[step % 2], hash, |h| lines.prefetch(h));
             }
-            // Pass 2: read the entries; ask for the index entries of the keys they do not answer.
             if let Some(c) = step.checked_sub(1) {
-                if let Some(out) = chunk_mut(out, c) {
-                    let slot = c % PASSES;
-                    let mut n = 0;
-                    for (j, (out, &h)) in out.iter_mut().zip(&hashes[slot]).enumerate() {
-                        *out = answers.node(h).map(|node| node as usize);
-                        if out.is_none() {
-                            self.index.prefetch_bucket(h);
-                            rest[slot][n] = j as u8;
-                            n += 1;
-                        }
-                    }
-                    unanswered[slot] = n;
-                }
-            }
-            // Passes 3 and 4, for the keys the table left: as passes 2 and 3 of `place_with_index`.
-            if let Some(c) = step.checked_sub(2).filter(|&c| c < chunks) {
-                let slot = c % PASSES;
-                for (&j, start) in rest[slot][..unanswered[slot]]
-                    .iter()
-                    .zip(starts[slot].iter_mut())
-                {
-                    *start = self.start_and_ask_for_point(hashes[slot][j as usize]);
-                }
-            }
-            if let Some(c) = step.checked_sub(3) {
-                if let Some(out) = chunk_mut(out, c) {
-                    let slot = c % PASSES;
-                    for (&j, &start) in rest[slot][..unanswered[slot]].iter().zip(&starts[slot]) {
-                        let h = hashes[slot][j as usize];
-                        out[j as usize] = Some(self.node_counted_from(start as usize, h) as usize);
+                if let Some(out) = chunk_mut::<_, LINE_BATCH>(out, c) {
+                    for (out, &h) in out.iter_mut().zip(&hashes[c % 2]) {
+                        *out = match lines.node(h) {
+                            Some(node) => Some(node as usize),
+                            None => self.node_at_other(h).map(|node| node as usize),
+                        };
                     }
                 }
             }
@@ -209,9 +182,9 @@ impl Ring {
 /// line, so that the hash is inlined into this small loop rather than left a call in the passes'
 /// large function.
 #[inline(never)]
-fn hash_chunk<K: AsRef<[u8]>>(
+fn hash_chunk<K: AsRef<[u8]>, const N: usize>(
     keys: &[K],
-    hashes: &mut [u32; BATCH],
+    hashes: &mut [u32; N],
     hash: &impl Position,
     ask: impl Fn(u32),
 ) {
@@ -222,11 +195,8 @@ fn hash_chunk<K: AsRef<[u8]>>(
 }
 
 /// A key's ring position, as the passes compute it: a trait whose methods are forced inline rather
-/// than a closure, which LLVM kept out of line in the table's passes (a call per key; `perf report`
-/// over a loop of `lookup_many` shows it as a `lookup_many::{{closure}}` symbol). Batches through the
-/// table at 10 nodes still take 7.3 ns a key against 4.6 through the index alone over the cold pool
-/// (BENCHMARKS.md, `shardring-ring-table` against `shardring-ring`): the call was not the cause of
-/// that gap.
+/// than a closure, which LLVM kept out of line in the passes of an earlier lookup table (a call per
+/// key; `perf report` over a loop of `lookup_many` showed it as a `lookup_many::{{closure}}` symbol).
 trait Position {
     /// The ring position of `key`.
     fn of(&self, key: &[u8]) -> u32;
@@ -263,24 +233,24 @@ impl Position for AnyScheme<'_> {
     }
 }
 
-/// Chunk `c` of [`BATCH`] items of `items` (the last may be shorter); `None` past the end.
+/// Chunk `c` of `N` items of `items` (the last may be shorter); `None` past the end.
 #[inline(always)]
-fn chunk<T>(items: &[T], c: usize) -> Option<&[T]> {
-    Some(&items[chunk_range(items.len(), c)?])
+fn chunk<T, const N: usize>(items: &[T], c: usize) -> Option<&[T]> {
+    Some(&items[chunk_range::<N>(items.len(), c)?])
 }
 
 /// [`chunk`], mutable.
 #[inline(always)]
-fn chunk_mut<T>(items: &mut [T], c: usize) -> Option<&mut [T]> {
-    let range = chunk_range(items.len(), c)?;
+fn chunk_mut<T, const N: usize>(items: &mut [T], c: usize) -> Option<&mut [T]> {
+    let range = chunk_range::<N>(items.len(), c)?;
     Some(&mut items[range])
 }
 
-/// Where chunk `c` of `len` items lies; `None` when it holds none.
+/// Where chunk `c` of `N` items of `len` lies; `None` when it holds none.
 #[inline(always)]
-fn chunk_range(len: usize, c: usize) -> Option<std::ops::Range<usize>> {
-    let from = c.checked_mul(BATCH).filter(|&from| from < len)?;
-    Some(from..len.min(from + BATCH))
+fn chunk_range<const N: usize>(len: usize, c: usize) -> Option<std::ops::Range<usize>> {
+    let from = c.checked_mul(N).filter(|&from| from < len)?;
+    Some(from..len.min(from + N))
 }
 
 #[cfg(test)]
@@ -317,13 +287,16 @@ mod tests {
     }
 
     proptest! {
-        /// Every hash, weights, colliding points (CRC-32 and few vnodes), index on and off.
+        /// Every hash, weights, colliding points (CRC-32 and few vnodes), index and line table on and
+        /// off.
         #[test]
         fn lookup_many_equals_lookup_index(names in names_strategy(), vnodes in 1u32..40,
                                            weights in proptest::collection::vec(1u32..4, 12),
                                            hash in proptest::sample::select(HashFunction::ALL.to_vec()),
-                                           index in any::<bool>(), keys in keys_strategy()) {
-            let mut builder = Ring::builder().vnodes(vnodes).hash(hash).lookup_index(index);
+                                           index in any::<bool>(), lines in any::<bool>(),
+                                           keys in keys_strategy()) {
+            let mut builder = Ring::builder().vnodes(vnodes).hash(hash).lookup_index(index)
+                .line_table(lines);
             for (name, &w) in names.iter().zip(&weights) {
                 builder = builder.node(name.clone(), f64::from(w) / 2.0);
             }

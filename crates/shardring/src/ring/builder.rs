@@ -38,8 +38,8 @@ pub struct RingBuilder {
     max_points: u64,
     /// Whether to build the lookup index.
     lookup_index: bool,
-    /// Whether to keep an answer table beside the index.
-    answer_table: bool,
+    /// Whether to keep a line table beside the index.
+    line_table: bool,
     /// How many threads build the points (`None`: the available parallelism), validated at `build`.
     build_threads: Option<usize>,
     /// The members to start with (name, weight, identity when apart from the name), validated at `build`.
@@ -61,7 +61,7 @@ impl RingBuilder {
             scheme: PointScheme::Plain,
             max_points: DEFAULT_MAX_POINTS,
             lookup_index: true,
-            answer_table: false,
+            line_table: false,
             build_threads: None,
             nodes: Vec::new(),
         }
@@ -109,24 +109,23 @@ impl RingBuilder {
         self
     }
 
-    /// Whether to keep, beside the lookup index, a table of one 8-byte entry per index bucket that
-    /// answers most lookups from that entry alone: one cache line instead of two, and no search over
-    /// the points. Measured against the default in one `scripts/bench-report --quick` run
-    /// (BENCHMARKS.md, `shardring-ring-table` against `shardring-ring`, 16-byte keys over the bench
-    /// crate's cold pool, 2026-12-01 17:30 UTC), it pays nowhere: single lookups at 1000 nodes × 160
-    /// points take 8.3 ns with it against 7.8 without (the run before had 8.4 against 8.1); the keys it
-    /// does not answer (7% at 1000 nodes, more on small rings) search through an index four times
-    /// coarser, on a branch the CPU cannot predict, so at 10 nodes a lookup takes 6.8 ns against 4.6
-    /// and at 100 nodes 9.2 against 5.9; batches ([`lookup_many`](Ring::lookup_many)) take 6.7
-    /// against 5.2 ns a key at 1000 nodes and 7.3 against 4.6 at 10; [`replicas`](Ring::replicas) are
-    /// slower too; builds make the table as well (one more pass over the buckets), and memory is 15.5
-    /// bytes a point instead of 11.4. Placement is the same either way. Kept only with the index on,
-    /// on rings of at least 16 points and with few enough nodes for an entry's fields (at 160 points a
-    /// node, up to 4095 nodes; see `ring/answers.rs`); otherwise ignored.
+    /// Whether to keep, beside the lookup index, a line table: one 64-byte cache line for every four
+    /// index buckets (4 to 8 points), holding 16 bits of each point's position and its node, so that a
+    /// lookup reads one line where the index alone reads its entry and then the points, two cache
+    /// misses that wait on each other once the ring is larger than the caches (see `ring/lines.rs`).
+    /// Placement is the same either way.
+    ///
+    /// It costs 8 to 16 bytes a point on top of the default's 10 to 12 (BENCHMARKS.md, "Memory"),
+    /// which is why it is off by default: the default ring stays within 16 bytes a point. It speeds
+    /// up single and batched lookups at every size, most where the ring outgrows the caches
+    /// (BENCHMARKS.md, `shardring-ring-lines` against `shardring-ring`). Builds and node removals
+    /// also write the table (one pass over its lines); adding a node updates the lines it touches.
+    /// Kept only with the index on and for up to 65,535 nodes (a line names nodes in 16 bits);
+    /// otherwise ignored.
     ///
     /// By default, this is off.
-    pub fn answer_table(mut self, yes: bool) -> RingBuilder {
-        self.answer_table = yes;
+    pub fn line_table(mut self, yes: bool) -> RingBuilder {
+        self.line_table = yes;
         self
     }
 
@@ -245,9 +244,9 @@ impl RingBuilder {
             nodes,
             points: Vec::new(),
             index: TopBitsIndex::default(),
-            answers: None,
+            lines: None,
             use_index: self.lookup_index,
-            use_answers: self.answer_table,
+            use_lines: self.line_table,
             hash: self.hash,
             scheme: self.scheme,
             vnodes: self.vnodes,

@@ -65,21 +65,6 @@ impl TopBitsIndex {
         }
     }
 
-    /// This index with `2^by` times fewer buckets (bucket `j` of the result is buckets `j << by` to
-    /// `(j + 1 << by) - 1` of this one), without looking at the points again.
-    pub(crate) fn coarsened(&self, by: u32) -> TopBitsIndex {
-        if !self.is_built() || by == 0 {
-            return self.clone();
-        }
-        let starts: Vec<u32> = self.starts.iter().step_by(1 << by).copied().collect();
-        let crowded = starts.windows(2).any(|w| (w[1] - w[0]) as usize > SCAN);
-        TopBitsIndex {
-            shift: self.shift + by,
-            starts,
-            crowded,
-        }
-    }
-
     /// How many top bits the index uses (0 when it is not built).
     pub(crate) fn bits(&self) -> u32 {
         if self.is_built() {
@@ -353,22 +338,5 @@ mod tests {
         );
         // Another number of buckets asks for a rebuild.
         assert!(!index.inserted(&new, 13));
-    }
-
-    #[test]
-    fn a_coarsened_index_is_the_coarser_build() {
-        let mut positions: Vec<u32> = (0..5000u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
-        positions.extend([0; 40]);
-        positions.sort_unstable();
-        let points = points(&positions);
-        let fine = TopBitsIndex::build(&points, 12);
-        for by in 0..4 {
-            let coarse = fine.coarsened(by);
-            let built = TopBitsIndex::build(&points, 12 - by);
-            assert_eq!(
-                (coarse.shift, &coarse.starts, coarse.crowded),
-                (built.shift, &built.starts, built.crowded)
-            );
-        }
     }
 }

@@ -6,9 +6,9 @@
 //! optional index over the top bits of the position that turns the search into one
 //! indexed load and a look at a few points. Those two loads are cache misses once the ring is larger
 //! than the caches; [`Ring::lookup_many`] places a batch of keys so that their misses overlap. Beside
-//! the index (then four times coarser), rings built with [`RingBuilder::answer_table`] keep an answer
-//! table (`ring/answers.rs`) of one 8-byte entry per bucket that answers most lookups from that entry
-//! alone: one cache miss, and no search over the points.
+//! the index, rings built with [`RingBuilder::line_table`] keep a line table (`ring/lines.rs`) of one
+//! 64-byte cache line per four index buckets that answers nearly every lookup from that line alone:
+//! one cache miss instead of two that wait on each other.
 //!
 //! # Ties
 //! Two points may land on the same position. They are ordered by node name (byte-wise), so the point of the
@@ -18,11 +18,11 @@
 //! configured wins); uhashring by configuration order reversed (the last added wins). Configuration
 //! order is the builder's order, then each [`add`](Ring::add) comes last.
 
-mod answers;
 mod batch;
 mod build;
 mod builder;
 mod index;
+mod lines;
 mod migration;
 mod prefetch;
 mod replicas;
@@ -40,9 +40,9 @@ pub use self::template::{
 use std::num::NonZeroUsize;
 use std::ops::Range;
 
-use self::answers::{AnswerTable, INDEX_COARSER};
 use self::build::{BucketPlan, Collector, COLLECT_BATCH};
 use self::index::{count_below, TopBitsIndex};
+use self::lines::LineTable;
 use self::scheme::SchemeInput;
 use crate::hash::{HashFunction, KeyHash};
 use crate::{Error, Node};
@@ -95,13 +95,14 @@ pub struct Ring {
     points: Vec<Point>,
     /// Narrows lookups to a bucket of `points`; rebuilt after every change.
     index: TopBitsIndex,
-    /// Answers most lookups from one entry, when the index is on and the ring's node and point
-    /// counts allow one ([`AnswerTable::bits_for`]); kept in step with `points`.
-    answers: Option<AnswerTable>,
+    /// Answers nearly every lookup from one cache line, when asked for ([`RingBuilder::line_table`]),
+    /// the index is built and the nodes are few enough to be named in 16 bits; kept in step with
+    /// `points` and `index`.
+    lines: Option<LineTable>,
     /// Whether to keep `index` (it costs up to 4 bytes a point).
     use_index: bool,
-    /// Whether to keep `answers` where it fits (see [`RingBuilder::answer_table`]).
-    use_answers: bool,
+    /// Whether to keep `lines` where it can be kept (see [`RingBuilder::line_table`]).
+    use_lines: bool,
     /// Hashes keys, and (under [`PointScheme::Plain`]) node point names.
     hash: HashFunction,
     /// How nodes become points.
@@ -124,9 +125,9 @@ impl Clone for Ring {
             nodes: self.nodes.clone(),
             points,
             index: self.index.clone(),
-            answers: self.answers.clone(),
+            lines: self.lines.clone(),
             use_index: self.use_index,
-            use_answers: self.use_answers,
+            use_lines: self.use_lines,
             hash: self.hash,
             scheme: self.scheme,
             vnodes: self.vnodes,
@@ -191,8 +192,8 @@ impl Ring {
         Some(&self.nodes[node as usize])
     }
 
-    /// The index into `nodes` of `key`'s owner; `None` if the ring is empty. From the answer table
-    /// when it has the answer, else as [`locate_point`](Ring::locate_point).
+    /// The index into `nodes` of `key`'s owner; `None` if the ring is empty. From the line table when
+    /// it has the answer, else as [`locate_point`](Ring::locate_point).
     #[inline]
     fn locate_node(&self, key: &[u8]) -> Option<u32> {
         match (self.scheme, self.hash) {
@@ -213,13 +214,22 @@ impl Ring {
 
     /// The index into `nodes` of the owner of ring position `hash`; `None` if the ring is empty.
     ///
-    /// The default ring (an index that is not crowded, no answer table) takes the inlined path: the
-    /// bucket's start, then its points counted below `hash`. The other cases (an answer table, a
-    /// crowded index, no index, no points) cost the default path one test; their code is out of line.
+    /// Two paths are inlined: a ring with a line table reads the hash's line, and the default ring (an
+    /// index that is not crowded) reads the bucket's start, then counts its points below `hash`. The
+    /// other cases (the few hashes a line cannot answer, a crowded index, no index, no points) are out
+    /// of line.
     #[inline(always)]
     fn node_at(&self, hash: u32) -> Option<u32> {
-        if self.answers.is_none() && self.index.counts() {
-            return Some(self.node_counted_from(self.index.bucket_start(hash), hash));
+        match &self.lines {
+            Some(lines) => {
+                if let Some(node) = lines.node(hash) {
+                    return Some(node);
+                }
+            }
+            None if self.index.counts() => {
+                return Some(self.node_counted_from(self.index.bucket_start(hash), hash));
+            }
+            None => {}
         }
         self.node_at_other(hash)
     }
@@ -233,15 +243,11 @@ impl Ring {
         self.points[self.wrap(found)].node
     }
 
-    /// [`node_at`](Ring::node_at) on an empty ring, without an index, with a crowded one, or through
-    /// the answer table.
+    /// [`node_at`](Ring::node_at) on an empty ring, without an index, with a crowded one, or for a
+    /// hash the line table does not answer: a search of the points.
+    #[cold]
     #[inline(never)]
     fn node_at_other(&self, hash: u32) -> Option<u32> {
-        if let Some(answers) = &self.answers {
-            if let Some(node) = answers.node(hash) {
-                return Some(node);
-            }
-        }
         let i = self.point_at(hash)?;
         Some(self.points[i].node)
     }
@@ -356,18 +362,18 @@ impl Ring {
         let index = self.nodes.len() as u32;
         self.nodes.push(node);
         let positions = self.merge_points(index, positions);
-        let (index_bits, table_bits) = self.lookup_bits();
-        let nodes = self.nodes.len();
-        let table_kept = match &self.answers {
-            Some(answers) => answers.has_layout(table_bits, nodes),
-            None => table_bits.is_none(),
-        };
-        if table_kept && self.index.inserted(&positions, index_bits) {
-            if let Some(answers) = &mut self.answers {
-                answers.inserted(&self.points, &self.index, &positions);
-            }
-        } else {
+        if !self
+            .index
+            .inserted(&positions, index::bits_for(self.points.len()))
+        {
             self.reindex();
+            return Ok(());
+        }
+        match &mut self.lines {
+            Some(lines) if lines.fits(&self.index) && self.nodes.len() <= lines::MAX_NODES => {
+                lines.inserted(&self.points, &self.index, &positions);
+            }
+            _ => self.rebuild_lines(),
         }
         Ok(())
     }
@@ -407,11 +413,13 @@ impl Ring {
             true
         });
         let node = self.nodes.swap_remove(index);
-        // The table holds node indices, and the last node's changed: it is rebuilt (one pass, as the
-        // pass above over the points).
-        let (index_bits, _) = self.lookup_bits();
-        if self.index.removed(&gone, self.points.len(), index_bits) {
-            self.rebuild_answers();
+        // The line table holds node indices, and the last node's changed: it is rebuilt (one pass, as
+        // the pass above over the points).
+        if self
+            .index
+            .removed(&gone, self.points.len(), index::bits_for(self.points.len()))
+        {
+            self.rebuild_lines();
         } else {
             self.reindex();
         }
@@ -459,18 +467,20 @@ impl Ring {
         });
         // (Bits are compared with the final count's: a mismatch drops the index, rebuilt below.)
         let others = self.points.len() as u64 + count;
-        let (index_bits, _) = self.lookup_bits_for(others as usize);
+        let index_bits = index::bits_for(others as usize);
         if !self.index.removed(&gone, self.points.len(), index_bits) {
             self.index = TopBitsIndex::default();
         }
-        self.answers = None;
+        self.lines = None;
         let mut positions = Vec::with_capacity(count as usize);
         self.scheme.positions(&node, count, input, &mut positions);
         self.nodes[index] = node;
         let positions = self.merge_points(index as u32, positions);
-        let (index_bits, _) = self.lookup_bits();
-        if self.index.inserted(&positions, index_bits) {
-            self.rebuild_answers();
+        if self
+            .index
+            .inserted(&positions, index::bits_for(self.points.len()))
+        {
+            self.rebuild_lines();
         } else {
             self.reindex();
         }
@@ -593,52 +603,23 @@ impl Ring {
             }
         };
         (self.points, self.index) = plan.build(shares, collect, &by_name, self.use_index);
-        // The build leaves the index the counting sort used (one bucket per point or so); with an
-        // answer table, the index beside it is coarser, and both come from the same buckets.
-        let (index_bits, table_bits) = self.lookup_bits();
-        self.answers = None;
-        if self.index.is_built() {
-            if let Some(bits) = table_bits {
-                let nodes = self.nodes.len();
-                self.answers = Some(match self.index.bits().checked_sub(bits) {
-                    Some(0) => AnswerTable::from_index(&self.points, &self.index, nodes),
-                    Some(by) => {
-                        AnswerTable::from_index(&self.points, &self.index.coarsened(by), nodes)
-                    }
-                    None => AnswerTable::build(&self.points, bits, nodes),
-                });
-            }
-            if self.index.bits() != index_bits {
-                self.index = self
-                    .index
-                    .coarsened(self.index.bits().saturating_sub(index_bits));
-            }
-            if self.index.bits() != index_bits {
-                self.index = TopBitsIndex::build(&self.points, index_bits);
-            }
+        // The counting sort's buckets are the index's (one per point or so) when the plan counted the
+        // points right; a plan is not trusted to have.
+        let bits = index::bits_for(self.points.len());
+        if self.index.is_built() && self.index.bits() != bits {
+            self.index = TopBitsIndex::build(&self.points, bits);
         }
+        self.rebuild_lines();
         Ok(())
     }
 
-    /// The bits of the index and of the answer table (`None`: no table) for the ring as it is.
-    fn lookup_bits(&self) -> (u32, Option<u32>) {
-        self.lookup_bits_for(self.points.len())
-    }
-
-    /// [`lookup_bits`](Ring::lookup_bits) for `len` points over the ring's nodes.
-    fn lookup_bits_for(&self, len: usize) -> (u32, Option<u32>) {
-        let table = AnswerTable::bits_for(len, self.nodes.len())
-            .filter(|_| self.use_index && self.use_answers);
-        let index = table.map_or(index::bits_for(len), |bits| bits - INDEX_COARSER);
-        (index, table)
-    }
-
-    /// Rebuilds the answer table (or drops it) for the points as they are.
-    fn rebuild_answers(&mut self) {
-        let (_, table_bits) = self.lookup_bits();
-        self.answers = table_bits
-            .filter(|_| self.index.is_built())
-            .map(|bits| AnswerTable::build(&self.points, bits, self.nodes.len()));
+    /// Builds the line table (or drops it) for the points and index as they are.
+    fn rebuild_lines(&mut self) {
+        let kept = self.use_lines
+            && self.index.is_built()
+            && !self.points.is_empty()
+            && self.nodes.len() <= lines::MAX_NODES;
+        self.lines = kept.then(|| LineTable::build(&self.points, &self.index));
     }
 
     /// How many threads build `total` points: one below [`PARALLEL_MIN_POINTS`], else the setting
@@ -658,13 +639,12 @@ impl Ring {
     }
 
     fn reindex(&mut self) {
-        let (index_bits, _) = self.lookup_bits();
         self.index = if self.use_index {
-            TopBitsIndex::build(&self.points, index_bits)
+            TopBitsIndex::build(&self.points, index::bits_for(self.points.len()))
         } else {
             TopBitsIndex::default()
         };
-        self.rebuild_answers();
+        self.rebuild_lines();
     }
 
     /// The members, in unspecified order; [`lookup_index`](Ring::lookup_index) indexes this slice.
@@ -757,12 +737,12 @@ impl Ring {
         self.vnodes
     }
 
-    /// Heap bytes held by the point array and the index (node names not counted). The point array
-    /// keeps about 1/64 of headroom so that adding a node does not reallocate it.
+    /// Heap bytes held by the point array, the index and the line table (node names not counted). The
+    /// point array keeps about 1/64 of headroom so that adding a node does not reallocate it.
     pub fn memory_bytes(&self) -> usize {
         self.points.capacity() * std::mem::size_of::<Point>()
             + self.index.memory_bytes()
-            + self.answers.as_ref().map_or(0, AnswerTable::memory_bytes)
+            + self.lines.as_ref().map_or(0, LineTable::memory_bytes)
     }
 
     /// Whether lookups use the top-bits index.
@@ -770,10 +750,10 @@ impl Ring {
         self.index.is_built()
     }
 
-    /// Whether lookups use an answer table ([`RingBuilder::answer_table`]; it is only kept where
-    /// it fits).
-    pub fn has_answer_table(&self) -> bool {
-        self.answers.is_some()
+    /// Whether lookups use a line table ([`RingBuilder::line_table`]; it is only kept where it can
+    /// be: see there).
+    pub fn has_line_table(&self) -> bool {
+        self.lines.is_some()
     }
 
     /// The hash ranges whose owner differs between `self` and `to`: the migration plan from this ring to

@@ -52,7 +52,7 @@ proptest! {
     fn lookup_equals_linear_scan(names in names_strategy(), vnodes in 1u32..40,
                                  hashes in proptest::collection::vec(any::<u32>(), 1..64),
                                  index in any::<bool>(), table in any::<bool>()) {
-        let ring = Ring::builder().vnodes(vnodes).lookup_index(index).answer_table(table)
+        let ring = Ring::builder().vnodes(vnodes).lookup_index(index).line_table(table)
             .nodes(names.iter().cloned()).build().unwrap();
         for h in hashes.into_iter().chain([0, u32::MAX]) {
             prop_assert_eq!(ring.lookup_hash(h).map(|n| n.name().to_string()), naive_owner(&ring, h));
@@ -605,12 +605,16 @@ fn large_builds_on_threads_equal_serial_builds() {
     ));
 }
 
-/// The ring's answer table, and one built afresh from its points as they are now (both `None` when
-/// the ring keeps no table).
-fn tables(ring: &Ring) -> (Option<super::AnswerTable>, Option<super::AnswerTable>) {
-    let (_, bits) = ring.lookup_bits();
-    let fresh = bits.map(|bits| super::AnswerTable::build(&ring.points, bits, ring.nodes.len()));
-    (ring.answers.clone(), fresh)
+/// The ring's line table, and one built afresh from its points and index as they are now (`None`
+/// when the ring keeps no table), and the ring's index against one built afresh.
+fn tables(ring: &Ring) -> (Option<super::LineTable>, Option<super::LineTable>) {
+    let index = super::TopBitsIndex::build(&ring.points, super::index::bits_for(ring.points.len()));
+    assert_eq!(ring.index.starts_for_tests(), index.starts_for_tests());
+    let fresh = ring
+        .lines
+        .as_ref()
+        .map(|_| super::LineTable::build(&ring.points, &index));
+    (ring.lines.clone(), fresh)
 }
 
 /// Every path to an owner agrees with the oracle: single lookups, lookups by hash, batches, the
@@ -640,22 +644,19 @@ fn check_owners(ring: &Ring, hashes: &[u32], keys: &[Vec<u8>]) -> Result<(), Tes
 }
 
 proptest! {
-    /// Issue 15: a ring with an answer table places every key as the oracle does, after a build
-    /// and after every membership change (adds, removes, new weights), with colliding positions
-    /// (CRC32 and few vnodes) and every hash; and its table is always the one its points give.
+    /// Issue 15: a ring with a line table places every key as the oracle does, after a build and
+    /// after every membership change (adds, removes, new weights), with colliding positions (CRC32
+    /// and few vnodes) and every hash; and its table is always the one its points give.
     #[test]
-    fn a_ring_with_an_answer_table_places_like_the_oracle_through_changes(
+    fn a_ring_with_a_line_table_places_like_the_oracle_through_changes(
         names in names_strategy(), more in names_strategy(), vnodes in 1u32..60,
         hash in proptest::sample::select(HashFunction::ALL.to_vec()),
         hashes in proptest::collection::vec(any::<u32>(), 1..64),
         keys in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..20), 0..40),
         weight in 0.25f64..4.0) {
-        let mut ring = Ring::builder().vnodes(vnodes).hash(hash).answer_table(true)
+        let mut ring = Ring::builder().vnodes(vnodes).hash(hash).line_table(true)
             .nodes(names.iter().cloned()).build().unwrap();
-        // (A small ring's low bits are too wide for an entry: it keeps no table, and needs none.)
-        if ring.point_count() >= 128 {
-            prop_assert!(ring.has_answer_table());
-        }
+        prop_assert!(ring.has_line_table());
         let (kept, fresh) = tables(&ring);
         prop_assert_eq!(kept, fresh);
         check_owners(&ring, &hashes, &keys)?;
@@ -679,18 +680,18 @@ proptest! {
 }
 
 #[test]
-fn a_ring_with_an_answer_table_follows_large_changes() {
-    // 300 nodes of 160 points: a table with hundreds of crowded and empty buckets, grown past a
-    // power of two of points (the table and the index change size) and shrunk back.
+fn a_ring_with_a_line_table_follows_large_changes() {
+    // 300 nodes of 160 points, grown past a power of two of points (the table and the index change
+    // size) and shrunk back.
     let names: Vec<String> = (0..420)
         .map(|i| format!("10.0.{}.{}:11211", i / 256, i % 256))
         .collect();
     let mut ring = Ring::builder()
-        .answer_table(true)
+        .line_table(true)
         .nodes(names[..300].iter().cloned())
         .build()
         .unwrap();
-    assert!(ring.has_answer_table());
+    assert!(ring.has_line_table());
     let probes: Vec<u32> = (0..20_000u32)
         .map(|i| i.wrapping_mul(0x9E37_79B9))
         .collect();
