@@ -85,19 +85,31 @@ impl LineTable {
     /// lines [`COARSER`] bits coarser than `index` (built over these points): the index's bucket starts
     /// say where each line's points are, so the build takes no pass of its own to find them.
     pub(crate) fn build(points: &[Point], index: &TopBitsIndex) -> LineTable {
-        debug_assert!(index.is_built() && !points.is_empty());
-        let bits = index.bits().saturating_sub(COARSER).max(1);
-        let finer = index.bits() - bits;
         let mut table = LineTable {
-            bits,
-            shift: 32 - bits,
-            finer,
+            bits: 0,
+            shift: 32,
+            finer: 0,
             lines: Vec::new(),
         };
-        table.lines = (0..1usize << bits)
-            .map(|b| table.line(points, index, b))
-            .collect();
+        table.rebuild(points, index);
         table
+    }
+
+    /// Makes this table [`build`](LineTable::build)'s for `points` and `index`, writing over its lines
+    /// where the number of lines stays: a ring's node removal redoes every line (node indices
+    /// change), and fresh memory for the lines costs the kernel a page fault per 4 KiB.
+    pub(crate) fn rebuild(&mut self, points: &[Point], index: &TopBitsIndex) {
+        debug_assert!(index.is_built() && !points.is_empty());
+        self.bits = index.bits().saturating_sub(COARSER).max(1);
+        self.shift = 32 - self.bits;
+        self.finer = index.bits() - self.bits;
+        let count = 1usize << self.bits;
+        if self.lines.len() != count {
+            self.lines = vec![Line::UNANSWERED; count];
+        }
+        for b in 0..count {
+            self.lines[b] = self.line(points, index, b);
+        }
     }
 
     /// Line `b` of `points`, as `index` (up to date) bounds it.

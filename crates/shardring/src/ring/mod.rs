@@ -471,7 +471,8 @@ impl Ring {
         if !self.index.removed(&gone, self.points.len(), index_bits) {
             self.index = TopBitsIndex::default();
         }
-        self.lines = None;
+        // The line table is stale from here until it is rebuilt below (in place, in its memory);
+        // nothing between reads it.
         let mut positions = Vec::with_capacity(count as usize);
         self.scheme.positions(&node, count, input, &mut positions);
         self.nodes[index] = node;
@@ -619,7 +620,14 @@ impl Ring {
             && self.index.is_built()
             && !self.points.is_empty()
             && self.nodes.len() <= lines::MAX_NODES;
-        self.lines = kept.then(|| LineTable::build(&self.points, &self.index));
+        if !kept {
+            self.lines = None;
+            return;
+        }
+        match &mut self.lines {
+            Some(lines) => lines.rebuild(&self.points, &self.index),
+            None => self.lines = Some(LineTable::build(&self.points, &self.index)),
+        }
     }
 
     /// How many threads build `total` points: one below [`PARALLEL_MIN_POINTS`], else the setting
