@@ -25,10 +25,10 @@ use crate::hash::HashFunction;
 /// bucket starts stay on the stack in L1.
 pub(crate) const BATCH: usize = 16;
 
-/// Keys per chunk through a line table. Its passes ask for one line a key, so a chunk twice the
-/// size of [`BATCH`] keeps as many lines in flight: at 10,000 nodes × 160 points over the bench
-/// crate's cold pool, 6.6-7.8 ns a key against 9.4-10.3 with chunks of 16 (a loop of 64-key calls,
-/// one run each).
+/// Keys per chunk through a line table. Its two passes ask for one line a key, so a chunk twice the
+/// size of [`BATCH`] keeps about as many lines in flight as the index's three: at 10,000 nodes × 160
+/// points over the bench crate's cold pool, a scratch loop of 64-key calls (not kept) took 6.6-7.8 ns
+/// a key with chunks of 32 or 64 against 9.4-10.3 with chunks of 16 and 13.9 with chunks of 8.
 const LINE_BATCH: usize = 2 * BATCH;
 
 impl Ring {

@@ -208,9 +208,10 @@ impl LineTable {
 #[inline(always)]
 #[allow(
     unsafe_code,
-    reason = "SSE2 compares: single lookups at 1000 nodes × 160 points over the bench crate's cold pool \
-              took 5.4 ns with them against 6.8-7.9 with the same compares written as a loop that LLVM \
-              vectorised (lookup-floors' line-table rows); see ring/lines.rs"
+    reason = "SSE2 compares: in a scratch loop (not kept) at 1000 nodes × 160 points over the bench \
+              crate's cold pool, single lookups took 5.4 ns with them against 6.8-7.9 with the compares \
+              written as a loop, which LLVM vectorised but counted with a software popcount (x86-64's \
+              baseline has no popcnt) or, as a mask, assembled lane by lane"
 )]
 fn compare(marks: &[u16; SLOTS], mark: u16) -> (u32, bool) {
     use core::arch::x86_64::{

@@ -722,10 +722,19 @@ fn a_ring_with_a_line_table_follows_large_changes() {
 
 #[test]
 fn a_crowded_index_places_single_and_batched_lookups_like_the_oracle() {
+    for lines in [false, true] {
+        crowded_ring_places_like_the_oracle(lines);
+    }
+}
+
+/// [`a_crowded_index_places_single_and_batched_lookups_like_the_oracle`], with or without a line
+/// table (whose line over the crowded bucket holds no points: its hashes search the points).
+fn crowded_ring_places_like_the_oracle(lines: bool) {
     // No shipped hash crowds a bucket (more than `SCAN` points), so place the points by hand: 600
     // spread over the circle and 40 in one bucket, at its start, middle and end.
     let mut ring = Ring::builder()
         .vnodes(1)
+        .line_table(lines)
         .nodes(["a", "b", "c"])
         .build()
         .unwrap();
@@ -751,6 +760,7 @@ fn a_crowded_index_places_single_and_batched_lookups_like_the_oracle() {
     ring.points = points;
     ring.reindex();
     assert!(ring.index.is_crowded());
+    assert_eq!(ring.has_line_table(), lines);
     let hashes = (0..2000)
         .map(|_| next())
         .chain((0..60).map(|i| 0x4000_0000 + i * 0x800))
@@ -767,5 +777,37 @@ fn a_crowded_index_places_single_and_batched_lookups_like_the_oracle() {
     ring.lookup_many(&keys, &mut many);
     for (key, got) in keys.iter().zip(many) {
         assert_eq!(got, ring.lookup_index(key), "{key}");
+    }
+}
+
+#[test]
+fn a_line_table_is_kept_for_up_to_65535_nodes() {
+    // A line names nodes in 16 bits, all ones meaning none.
+    let names: Vec<String> = (0..65_536).map(|i| format!("n{i}")).collect();
+    let mut ring = Ring::builder()
+        .vnodes(1)
+        .line_table(true)
+        .nodes(names[..65_535].iter().cloned())
+        .build()
+        .unwrap();
+    assert!(ring.has_line_table());
+    ring.add(names[65_535].clone(), 1.0).unwrap();
+    assert!(!ring.has_line_table());
+    let probes: Vec<u32> = (0..300u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
+    for &h in &probes {
+        assert_eq!(
+            ring.lookup_hash(h).map(|n| n.name().to_string()),
+            naive_owner(&ring, h)
+        );
+    }
+    ring.remove(&names[7]).unwrap();
+    assert!(ring.has_line_table());
+    let (kept, fresh) = tables(&ring);
+    assert_eq!(kept, fresh);
+    for &h in &probes {
+        assert_eq!(
+            ring.lookup_hash(h).map(|n| n.name().to_string()),
+            naive_owner(&ring, h)
+        );
     }
 }
