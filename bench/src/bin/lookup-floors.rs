@@ -235,37 +235,22 @@ fn main() {
             .lookup_hash(crc32fast::hash(k))
             .map_or(0, |n| n.weight() as usize)
     });
-    time(
-        "lookup_hash(shardring crc32)",
-        cold,
-        Order::Repeating,
-        |k| {
-            crc_ring
-                .lookup_hash(shardring::hash::crc32(k))
-                .map_or(0, |n| n.weight() as usize)
-        },
-    );
-    time_batched(
-        "Ring::lookup_many (64 a call)",
-        cold,
-        Order::Repeating,
-        &crc_ring,
-    );
-    let crc_lines = Ring::builder()
-        .hash(HashFunction::Crc32)
-        .line_table(true)
-        .nodes(names.iter().copied())
-        .build()
-        .expect("valid ring");
-    time("lookup_hash, line table", cold, Order::Repeating, |k| {
-        crc_lines
-            .lookup_hash(shardring::hash::crc32(k))
-            .map_or(0, |n| n.weight() as usize)
-    });
-    time_batched(
-        "lookup_many, line table",
-        cold,
-        Order::Repeating,
-        &crc_lines,
-    );
+    let crc_lines = ours::ring_with_lines_hashing(names, HashFunction::Crc32);
+    for (table, crc) in [("", &crc_ring), (", line table", &crc_lines)] {
+        time(
+            &format!("lookup_hash(shardring crc32){table}"),
+            cold,
+            Order::Repeating,
+            |k| {
+                crc.lookup_hash(shardring::hash::crc32(k))
+                    .map_or(0, |n| n.weight() as usize)
+            },
+        );
+        time_batched(
+            &format!("Ring::lookup_many{table}"),
+            cold,
+            Order::Repeating,
+            crc,
+        );
+    }
 }
