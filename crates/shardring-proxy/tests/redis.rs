@@ -7,104 +7,12 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::redis::{bulk, redises, RedisServer};
 use common::{free_port, Client, RunningProxy, IO_TIMEOUT};
 use shardring_proxy::config::PoolConfig;
 use shardring_proxy::protocol::redis::{reply_len, ReplyLimits, Request};
 use shardring_proxy::ProxyConfig;
 use tokio::io::AsyncReadExt;
-
-/// A redis-server child process, killed on drop.
-struct RedisServer {
-    addr: String,
-    port: u16,
-    child: Option<Child>,
-    args: Vec<String>,
-}
-
-impl RedisServer {
-    fn start(extra: &[&str]) -> Option<RedisServer> {
-        for _ in 0..5 {
-            let port = free_port();
-            match RedisServer::start_on(port, extra) {
-                Ok(Some(s)) => return Some(s),
-                Ok(None) => continue,
-                Err(e) if std::env::var_os("CI").is_none() => {
-                    eprintln!(
-                        "skipping: redis-server not runnable here ({e}); .ci/run installs it"
-                    );
-                    return None;
-                }
-                Err(e) => panic!("redis-server must be installed in CI: {e}"),
-            }
-        }
-        panic!("redis-server did not start on any of 5 free ports");
-    }
-
-    fn start_on(port: u16, extra: &[&str]) -> std::io::Result<Option<RedisServer>> {
-        let mut args: Vec<String> = [
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--protected-mode",
-            "no",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut child = Command::new("redis-server")
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let addr = format!("127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            if Instant::now() > deadline || matches!(child.try_wait(), Ok(Some(_))) {
-                let _ = child.kill();
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(Some(RedisServer {
-            addr,
-            port,
-            child: Some(child),
-            args: extra.iter().map(|s| s.to_string()).collect(),
-        }))
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn restart(&mut self) {
-        self.kill();
-        let extra: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        let again = RedisServer::start_on(self.port, &extra)
-            .unwrap()
-            .expect("restarts on its port");
-        *self = again;
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn redises(n: usize, extra: &[&str]) -> Option<Vec<RedisServer>> {
-    (0..n).map(|_| RedisServer::start(extra)).collect()
-}
 
 /// A pool's YAML over `servers`: mixed names and weights, `hash_tag: "{}"`.
 fn yaml(listen: &str, servers: &[RedisServer], extra: &str) -> String {
@@ -182,10 +90,6 @@ async fn read_replies(c: &mut Client, n: usize) -> Vec<Vec<u8>> {
 
 async fn direct(s: &RedisServer) -> Client {
     Client::connect(&s.addr).await
-}
-
-fn bulk(v: &str) -> String {
-    format!("${}\r\n{v}\r\n", v.len())
 }
 
 /// A live nutcracker, killed on drop.

@@ -5,10 +5,10 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::redis::{bulk, resp, RedisServer};
 use common::{free_port, memcacheds, pool_config, wait_until, Client, Memcached, RunningProxy};
 use shardring_proxy::metrics::{render_prometheus, render_twemproxy_json};
 use shardring_proxy::{PoolConfig, ProxyConfig};
@@ -309,64 +309,10 @@ async fn client_connections_caps_clients_over_all_workers() {
     proxy.stop().await;
 }
 
-/// A redis-server child process, killed on drop.
-struct RedisServer {
-    addr: String,
-    child: Child,
-}
-
-impl RedisServer {
-    /// On a free port; `None` (the test is skipped) when redis-server is not installed, except in CI.
-    fn start() -> Option<RedisServer> {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = match child {
-            Ok(c) => c,
-            Err(e) if std::env::var_os("CI").is_none() => {
-                eprintln!("skipping: redis-server not runnable here ({e})");
-                return None;
-            }
-            Err(e) => panic!("redis-server must be installed in CI: {e}"),
-        };
-        let addr = format!("127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(RedisServer { addr, child })
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A RESP command.
-fn resp(args: &[&str]) -> String {
-    let mut s = format!("*{}\r\n", args.len());
-    for a in args {
-        s += &format!("${}\r\n{a}\r\n", a.len());
-    }
-    s
-}
-
-fn bulk(v: &str) -> String {
-    format!("${}\r\n{v}\r\n", v.len())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_clients_over_workers_get_their_own_answers() {
     let Some(servers) = (0..3)
-        .map(|_| RedisServer::start())
+        .map(|_| RedisServer::start(&[]))
         .collect::<Option<Vec<_>>>()
     else {
         return;

@@ -6,6 +6,8 @@
     reason = "each test file uses a different part of the support code"
 )]
 
+pub mod redis;
+
 use std::net::{TcpListener as StdListener, TcpStream as StdStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
