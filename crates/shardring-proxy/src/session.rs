@@ -398,9 +398,9 @@ impl<P: Protocol> Session<P> {
             }
             Step::FanOut { parts, merge } => {
                 let replies = self.replies.clone();
-                let (servers, slots) = self.send_parts(cluster, parts);
-                let cluster = Arc::clone(cluster);
                 let to = self.route();
+                let (servers, slots) = send_parts(&replies, cluster, to, parts);
+                let cluster = Arc::clone(cluster);
                 Pending::Joined(Box::pin(async move {
                     let (mut servers, mut slots, mut merge) = (servers, slots, merge);
                     loop {
@@ -435,38 +435,12 @@ impl<P: Protocol> Session<P> {
                             Err(answer) => return answer,
                             Ok(next) => next,
                         };
-                        (servers, slots) = parts
-                            .into_iter()
-                            .filter_map(|part| {
-                                let b = cluster.backends.get(part.server)?;
-                                let (number, slot) = replies.slot();
-                                b.send_to(to, part.frame, part.kind, ReplyTo::Slot(slot));
-                                Some((Arc::clone(b), number))
-                            })
-                            .unzip();
+                        (servers, slots) = send_parts(&replies, &cluster, to, parts);
                         merge = next_merge;
                     }
                 }))
             }
         }
-    }
-
-    /// Sends a fan-out's parts, each to its server with a slot of the session's reply queue: the
-    /// servers (as this plan numbered them) and the slots, by part.
-    fn send_parts(
-        &self,
-        cluster: &Cluster<P>,
-        parts: Vec<Part<P>>,
-    ) -> (Vec<Arc<Backend<P>>>, Vec<u64>) {
-        parts
-            .into_iter()
-            .map(|part| {
-                let backend = &cluster.backends[part.server];
-                let (number, slot) = self.replies.slot();
-                backend.send_to(self.route(), part.frame, part.kind, ReplyTo::Slot(slot));
-                (Arc::clone(backend), number)
-            })
-            .unzip()
     }
 
     fn write_answer(&mut self, a: Answer) {
@@ -479,4 +453,27 @@ impl<P: Protocol> Session<P> {
             }
         }
     }
+}
+
+/// Sends a fan-out's parts, each to its server with a slot of the session's reply queue: the
+/// servers (as this plan numbered them) and the slots, by part.
+///
+/// The first round of a fan-out and every later round of a multi-phase one (a warm-up's) send alike.
+/// A part's server is an index into `cluster`, the snapshot its plan was made against, as a forwarded
+/// request's is.
+fn send_parts<P: Protocol>(
+    replies: &ReplyQueue,
+    cluster: &Cluster<P>,
+    to: Route,
+    parts: Vec<Part<P>>,
+) -> (Vec<Arc<Backend<P>>>, Vec<u64>) {
+    parts
+        .into_iter()
+        .map(|part| {
+            let backend = &cluster.backends[part.server];
+            let (number, slot) = replies.slot();
+            backend.send_to(to, part.frame, part.kind, ReplyTo::Slot(slot));
+            (Arc::clone(backend), number)
+        })
+        .unzip()
 }
