@@ -1,6 +1,6 @@
 //! Proves the lookup path allocates nothing: a counting global allocator wraps the system one, and the
-//! count must not move across many lookups (with and without the index, on every hash), single and
-//! batched.
+//! count must not move across many lookups (with and without the index, with the line table, on every
+//! hash), single and batched.
 
 use shardring::{HashFunction, Placement, Ring};
 
@@ -14,10 +14,11 @@ fn lookups_do_not_allocate() {
         .map(|i| format!("user:{i}:profile").into_bytes())
         .collect();
     for &hash in HashFunction::ALL {
-        for index in [true, false] {
+        for (index, lines) in [(true, false), (false, false), (true, true)] {
             let ring = Ring::builder()
                 .hash(hash)
                 .lookup_index(index)
+                .line_table(lines)
                 .nodes((0..50).map(|i| format!("10.0.0.{i}:11211")))
                 .build()
                 .unwrap();
@@ -42,7 +43,7 @@ fn lookups_do_not_allocate() {
             assert_eq!(found, 20 * 1000 * 7);
             assert_eq!(
                 after, before,
-                "{hash} (index {index}) allocated during lookups"
+                "{hash} (index {index}, line table {lines}) allocated during lookups"
             );
         }
     }
