@@ -313,13 +313,22 @@ fn max_value_size_sets_the_value_limit() {
         over.as_bytes(),
         b"SERVER_ERROR object too large for cache\r\nEND\r\n",
     );
-    for bad in ["0", "2g", "lots", "1025m"] {
-        shardring()
-            .args(["proxy", "-t", "--max-value-size", bad, "-c"])
-            .arg(temp_file("t.yml", &config))
-            .assert()
-            .code(2)
-            .stderr(predicate::str::contains("--max-value-size"));
+    for flag in ["--max-value-size", "--max-request-size"] {
+        for bad in ["0", "2g", "lots", "1025m", "1t"] {
+            shardring()
+                .args(["proxy", "-t", flag, bad, "-c"])
+                .arg(temp_file("t.yml", &config))
+                .assert()
+                .code(2)
+                .stderr(predicate::str::contains(flag));
+        }
+        for good in ["1", "64k", "1g", "1024M"] {
+            shardring()
+                .args(["proxy", "-t", flag, good, "-c"])
+                .arg(temp_file("t.yml", &config))
+                .assert()
+                .success();
+        }
     }
 }
 

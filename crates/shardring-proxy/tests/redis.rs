@@ -7,9 +7,9 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::redis::{bulk, redises, RedisServer};
+use common::redis::{bulk, redises, resp, RedisServer};
 use common::{free_port, Client, RunningProxy, IO_TIMEOUT};
-use shardring_proxy::config::PoolConfig;
+use shardring_proxy::config::{PoolConfig, RedisLimits};
 use shardring_proxy::protocol::redis::{reply_len, ReplyLimits, Request};
 use shardring_proxy::ProxyConfig;
 use tokio::io::AsyncReadExt;
@@ -925,5 +925,45 @@ async fn what_clients_probe_at_connect_is_answered_by_the_proxy() {
         cmds(&mut c3, &["INFO"]).await.starts_with('='),
         "a verbatim string in RESP3"
     );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_pool_refuses_requests_over_its_limits_before_buffering_them() {
+    let Some(servers) = redises(1, &[]) else {
+        return;
+    };
+    let mut config = pool(&servers, "");
+    config.redis_limits = RedisLimits {
+        max_bulk_len: 100,
+        max_request_len: 300,
+    };
+    let proxy = RunningProxy::start(config).await;
+    let mut c = proxy.client().await;
+    // At the argument limit, within the request limit: served.
+    let v100 = "v".repeat(100);
+    assert_eq!(cmds(&mut c, &["SET", "k", &v100]).await, "+OK\r\n");
+    assert_eq!(cmds(&mut c, &["GET", "k"]).await, bulk(&v100));
+    // An argument over the limit is refused at its header, before its bytes arrive.
+    let mut b = proxy.client().await;
+    b.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$101\r\n").await;
+    assert_eq!(
+        String::from_utf8_lossy(&read_reply(&mut b).await),
+        "-ERR Protocol error: bulk length 101 over the proxy's limit of 100\r\n"
+    );
+    b.expect_closed().await;
+    // So is a request whose arguments are each within the limit but together over the request's.
+    let mut r = proxy.client().await;
+    let v90 = "v".repeat(90);
+    r.send(resp(&["MSET", "a", &v90, "b", &v90, "c", &v90]).as_bytes())
+        .await;
+    assert_eq!(
+        String::from_utf8_lossy(&read_reply(&mut r).await),
+        "-ERR Protocol error: request over the proxy's limit of 300 bytes\r\n"
+    );
+    r.expect_closed().await;
+    // The other clients go on.
+    c.check(b"PING\r\n", b"+PONG\r\n").await;
+    assert_eq!(cmds(&mut c, &["GET", "k"]).await, bulk(&v100));
     proxy.stop().await;
 }

@@ -43,9 +43,18 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// The largest value a client may store, for every pool (memcached's `-I`): bytes, or with a
-    /// `k`/`m` suffix. Larger ones get `SERVER_ERROR object too large for cache`. [default: 1m]
+    /// `k`, `m` or `g` suffix. Larger ones get `SERVER_ERROR object too large for cache`. In redis
+    /// pools, the longest argument (Redis's `proto-max-bulk-len`): a longer one gets a protocol
+    /// error and the connection is closed before it is buffered. [default: 1m for memcached pools,
+    /// 512m for redis pools]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_value_size: Option<usize>,
+    /// Redis pools: the longest request a client may send, all its arguments together (Redis's
+    /// `client-query-buffer-limit`), which bounds what one client can make the proxy buffer: a longer
+    /// one gets a protocol error and the connection is closed before it is buffered. Bytes, or with
+    /// a `k`, `m` or `g` suffix. [default: 1g]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_request_size: Option<usize>,
     /// A multi-get fails whole (`SERVER_ERROR`) when one of its servers fails, as in twemproxy; by
     /// default the keys that could be fetched are returned.
     #[arg(long)]
@@ -141,7 +150,8 @@ fn parse_gutter_server(text: &str) -> Result<TwemproxyServer, String> {
         .map_err(|e| format!("gutter server {text:?}: {e}"))
 }
 
-/// The largest `--max-value-size`: memcached's own limit for `-I`.
+/// The largest `--max-value-size` and `--max-request-size`: memcached's own limit for `-I`, and the
+/// default of Redis's `client-query-buffer-limit`.
 const MAX_VALUE_SIZE: usize = 1 << 30;
 
 /// `1048576`, `512k`, `2m` → bytes.
@@ -149,15 +159,16 @@ fn parse_size(text: &str) -> Result<usize, String> {
     let (digits, unit) = match text.char_indices().last() {
         Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&text[..i], 1 << 10),
         Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&text[..i], 1 << 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&text[..i], 1 << 30),
         _ => (text, 1),
     };
     let size = digits
         .parse::<usize>()
         .ok()
         .and_then(|n| n.checked_mul(unit))
-        .ok_or_else(|| format!("not a size: {text:?} (bytes, or a number with k or m)"))?;
+        .ok_or_else(|| format!("not a size: {text:?} (bytes, or a number with k, m or g)"))?;
     if size == 0 || size > MAX_VALUE_SIZE {
-        return Err(format!("must be between 1 byte and 1024m, not {text}"));
+        return Err(format!("must be between 1 byte and 1g, not {text}"));
     }
     Ok(size)
 }
@@ -167,6 +178,7 @@ fn parse_size(text: &str) -> Result<usize, String> {
 #[derive(Debug, Clone)]
 struct Overrides {
     max_value_size: Option<usize>,
+    max_request_size: Option<usize>,
     multiget_all_or_nothing: bool,
     health_check_interval: Duration,
     hot_keys: Option<u16>,
@@ -184,6 +196,7 @@ impl Overrides {
     fn from_args(args: &Args) -> Overrides {
         Overrides {
             max_value_size: args.max_value_size,
+            max_request_size: args.max_request_size,
             multiget_all_or_nothing: args.multiget_all_or_nothing,
             health_check_interval: Duration::from_millis(args.health_check_interval),
             hot_keys: args.hot_keys,
@@ -202,6 +215,10 @@ impl Overrides {
         for pool in &mut config.pools {
             if let Some(size) = self.max_value_size {
                 pool.limits.max_value_len = size;
+                pool.redis_limits.max_bulk_len = size;
+            }
+            if let Some(size) = self.max_request_size {
+                pool.redis_limits.max_request_len = size;
             }
             pool.multiget_all_or_nothing = self.multiget_all_or_nothing;
             pool.health_check_interval = self.health_check_interval;
@@ -297,6 +314,7 @@ mod tests {
         assert_eq!(parse_size("512k"), Ok(512 << 10));
         assert_eq!(parse_size("2M"), Ok(2 << 20));
         assert_eq!(parse_size("1024m"), Ok(1 << 30));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
         for bad in [
             "",
             "0",
@@ -305,9 +323,44 @@ mod tests {
             "-1",
             "1025m",
             "99999999999999999999",
-            "1g",
+            "2g",
+            "1t",
         ] {
             assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The command line as clap reads it, for the flags' effect on a configuration.
+    #[derive(clap::Parser)]
+    struct Line {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn overridden(flags: &[&str]) -> ProxyConfig {
+        use clap::Parser;
+        let line = Line::try_parse_from(["proxy", "-c", "unused.yml"].iter().chain(flags)).unwrap();
+        let yaml = "mc:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:2:1\n\
+                    rd:\n  listen: 127.0.0.1:3\n  redis: true\n  servers:\n   - 127.0.0.1:4:1\n";
+        Overrides::from_args(&line.args).apply(ProxyConfig::from_yaml(yaml).unwrap())
+    }
+
+    #[test]
+    fn size_flags_set_both_protocols_limits() {
+        let defaults = overridden(&[]);
+        for pool in &defaults.pools {
+            assert_eq!(pool.limits, shardring_proxy::config::Limits::default());
+            assert_eq!(
+                pool.redis_limits,
+                shardring_proxy::config::RedisLimits::default()
+            );
+        }
+        let set = overridden(&["--max-value-size", "2k", "--max-request-size", "8k"]);
+        for pool in &set.pools {
+            // The value limit is both protocols' (memcached's value, Redis's argument).
+            assert_eq!(pool.limits.max_value_len, 2048);
+            assert_eq!(pool.redis_limits.max_bulk_len, 2048);
+            assert_eq!(pool.redis_limits.max_request_len, 8192);
         }
     }
 }

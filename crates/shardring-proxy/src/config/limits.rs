@@ -25,6 +25,26 @@ impl Default for Limits {
     }
 }
 
+/// A redis pool's input size limits *(proxy-only settings)*: with the defaults, every request Redis
+/// itself accepts passes; lower ones bound what one client can make the proxy buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisLimits {
+    /// The longest argument (bulk string). By default, this is 512 MiB (Redis's `proto-max-bulk-len`).
+    pub max_bulk_len: usize,
+    /// The longest request, all its arguments and headers together. By default, this is 1 GiB
+    /// (Redis's `client-query-buffer-limit`).
+    pub max_request_len: usize,
+}
+
+impl Default for RedisLimits {
+    fn default() -> RedisLimits {
+        RedisLimits {
+            max_bulk_len: 512 << 20,
+            max_request_len: 1 << 30,
+        }
+    }
+}
+
 impl Limits {
     /// The most bytes one request can occupy in a buffer: a line, a value and its `\r\n`.
     pub fn max_request_len(&self) -> usize {

@@ -9,7 +9,7 @@ use shardring::hash::TwemproxyHash;
 
 use super::problem::ConfigErrors;
 use super::twemproxy_keys::parse_listen;
-use super::Limits;
+use super::{Limits, RedisLimits};
 
 /// Where a pool accepts clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +99,11 @@ pub struct PoolConfig {
     pub multiget_all_or_nothing: bool,
     /// *proxy-only*: key, value and line limits (`shardring proxy --max-value-size` sets the value limit).
     pub limits: Limits,
+    /// *proxy-only*: a redis pool's argument and request limits; a request over them is refused
+    /// with a protocol error and its connection closed, before its bytes are buffered (see
+    /// `protocol::redis`). `shardring proxy --max-value-size` sets the argument limit too, and
+    /// `--max-request-size` the request limit.
+    pub redis_limits: RedisLimits,
     /// *proxy-only*: hot-key detection and the hot-key cache. By default, off.
     /// `shardring proxy --hot-keys K [--hot-cache-ttl MS]`. Read when the pool starts: a reload does not
     /// change it.
@@ -238,6 +243,7 @@ impl PoolConfig {
             health_check_interval: Duration::from_secs(1),
             multiget_all_or_nothing: false,
             limits: Limits::default(),
+            redis_limits: RedisLimits::default(),
             hot_keys: None,
             replicas: 1,
             replica_read_miss: false,
@@ -293,6 +299,12 @@ impl PoolConfig {
         }
         if self.limits.max_key_len == 0 || self.limits.max_key_len > 250 {
             errors.push(n, "the key limit must be between 1 and 250".into());
+        }
+        if self.redis_limits.max_bulk_len == 0 || self.redis_limits.max_request_len == 0 {
+            errors.push(
+                n,
+                "the redis argument and request limits must be at least 1 byte".into(),
+            );
         }
         if self.health_check_interval.is_zero() {
             errors.push(n, "the health check interval must be greater than 0".into());

@@ -94,7 +94,11 @@ impl Protocol for Redis {
         Redis {
             auth: config.redis_auth.clone(),
             db: config.redis_db,
-            limits: Limits::default(),
+            limits: Limits {
+                max_bulk_len: config.redis_limits.max_bulk_len,
+                max_request_len: config.redis_limits.max_request_len,
+                ..Limits::default()
+            },
             reply_limits: ReplyLimits::default(),
         }
     }
