@@ -333,6 +333,45 @@ fn max_value_size_sets_the_value_limit() {
 }
 
 #[test]
+fn test_conf_checks_the_flags_with_the_file() {
+    let config = "mc:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:2:1\n   - 127.0.0.1:3:1\n\
+                  rd:\n  listen: 127.0.0.1:4\n  redis: true\n  servers:\n   - 127.0.0.1:5:1\n";
+    let file = temp_file("flags.yml", config);
+    for (flags, problem) in [
+        (
+            &["--replicas", "5"][..],
+            "mc: replicas must be between 1 and the number of servers (2), not 5",
+        ),
+        (
+            &["--replicas", "rd=2"],
+            "rd: replicas: memcached pools only, and this is a redis pool",
+        ),
+        (
+            &["--replicas", "nope=2"],
+            "--replicas names no pool of the file: \"nope\"",
+        ),
+    ] {
+        shardring()
+            .args(["proxy", "-t", "-c"])
+            .arg(&file)
+            .args(flags)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(problem));
+    }
+    // Given for every pool, a remedy flag leaves the redis pool alone, and says so.
+    shardring()
+        .args(["proxy", "-t", "-c"])
+        .arg(&file)
+        .args(["--replicas", "2", "--hot-keys", "10"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "--replicas, --hot-keys apply to memcached pools only, not to redis pool \"rd\"",
+        ));
+}
+
+#[test]
 fn multiget_all_or_nothing_fails_a_multi_get_whole() {
     let mc = free_port();
     let _memcached = start_memcached(mc);

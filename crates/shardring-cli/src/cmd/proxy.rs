@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
-use shardring_proxy::config::{GutterConfig, HotKeysConfig};
+use shardring_proxy::config::{ConfigErrors, GutterConfig, HotKeysConfig};
 use shardring_proxy::{membership, workers, ProxyConfig, RunOptions};
 
 use crate::compat::{config_problems as config_error, load_config as load};
@@ -211,6 +211,9 @@ impl Overrides {
         }
     }
 
+    /// Sets every pool's proxy-only settings from the flags. The memcached-only remedies (replicas,
+    /// warm-up, gutter, hot keys) are not given to redis pools unless a flag names the pool (then
+    /// [`ProxyConfig::validate`] refuses it).
     fn apply(&self, mut config: ProxyConfig) -> ProxyConfig {
         for pool in &mut config.pools {
             if let Some(size) = self.max_value_size {
@@ -222,16 +225,20 @@ impl Overrides {
             }
             pool.multiget_all_or_nothing = self.multiget_all_or_nothing;
             pool.health_check_interval = self.health_check_interval;
-            pool.gutter = (!self.gutter.is_empty()).then(|| GutterConfig {
-                servers: self.gutter.clone(),
-                ttl_cap: self.gutter_ttl,
-            });
-            pool.warmup_window = self.warmup_window;
             let named = self
                 .replicas
                 .iter()
                 .rev()
                 .find(|(p, _)| p.as_deref() == Some(pool.name.as_str()));
+            pool.replicas = named.map_or(1, |(_, r)| usize::from(*r));
+            if pool.redis {
+                continue;
+            }
+            pool.gutter = (!self.gutter.is_empty()).then(|| GutterConfig {
+                servers: self.gutter.clone(),
+                ttl_cap: self.gutter_ttl,
+            });
+            pool.warmup_window = self.warmup_window;
             let every = self.replicas.iter().rev().find(|(p, _)| p.is_none());
             pool.replicas = named.or(every).map_or(1, |(_, r)| usize::from(*r));
             pool.replica_read_miss = self.replica_read_miss;
@@ -247,13 +254,67 @@ impl Overrides {
         }
         config
     }
+
+    /// The flags' problems with `config` (as it is after [`apply`](Overrides::apply)): a pool named
+    /// by `--replicas` that the file does not have, and every pool's settings checked again with the
+    /// flags' values in them.
+    fn check(&self, config: &ProxyConfig) -> Result<(), ConfigErrors> {
+        let mut errors = match config.validate() {
+            Ok(()) => ConfigErrors::default(),
+            Err(errors) => errors,
+        };
+        for name in self.replicas.iter().filter_map(|(p, _)| p.as_deref()) {
+            if !config.pools.iter().any(|p| p.name == name) {
+                errors.push(
+                    "",
+                    format!("--replicas names no pool of the file: {name:?}"),
+                );
+            }
+        }
+        errors.into_result()
+    }
+
+    /// The global remedy flags given that redis pools do not take, as one line a pool for the user.
+    fn unused_by_redis(&self, config: &ProxyConfig) -> Vec<String> {
+        let flags = [
+            ("--replicas", self.replicas.iter().any(|(p, _)| p.is_none())),
+            ("--warmup-window", self.warmup_window.is_some()),
+            ("--gutter", !self.gutter.is_empty()),
+            ("--hot-keys", self.hot_keys.is_some()),
+        ];
+        let given: Vec<&str> = flags
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(f, _)| *f)
+            .collect();
+        if given.is_empty() {
+            return Vec::new();
+        }
+        config
+            .pools
+            .iter()
+            .filter(|p| p.redis)
+            .map(|p| {
+                format!(
+                    "shardring: {} {} to memcached pools only, not to redis pool {:?}",
+                    given.join(", "),
+                    if given.len() == 1 { "applies" } else { "apply" },
+                    p.name
+                )
+            })
+            .collect()
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
     let overrides = Overrides::from_args(&args);
     let config = load(&args.config)
         .map(|c| overrides.apply(c))
+        .and_then(|c| overrides.check(&c).map(|()| c))
         .map_err(|e| config_error(&args.config, &e))?;
+    for line in overrides.unused_by_redis(&config) {
+        eprintln!("{line}");
+    }
     if args.test_conf {
         println!(
             "shardring: configuration file '{}' syntax is ok",
@@ -289,7 +350,11 @@ pub fn run(args: Args) -> Result<()> {
         ..RunOptions::default()
     };
     let path = args.config.clone();
-    let reload = move || load(&path).map(|c| overrides.apply(c));
+    let reload = move || {
+        load(&path)
+            .map(|c| overrides.apply(c))
+            .and_then(|c| overrides.check(&c).map(|()| c))
+    };
     runtime
         .block_on(shardring_proxy::run(config, options, reload))
         .context("shardring proxy")
@@ -337,12 +402,19 @@ mod tests {
         args: Args,
     }
 
-    fn overridden(flags: &[&str]) -> ProxyConfig {
+    /// The flags' overrides, from a command line of `flags`.
+    fn overrides(flags: &[&str]) -> Overrides {
         use clap::Parser;
         let line = Line::try_parse_from(["proxy", "-c", "unused.yml"].iter().chain(flags)).unwrap();
-        let yaml = "mc:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:2:1\n\
+        Overrides::from_args(&line.args)
+    }
+
+    /// A memcached pool `mc` (two servers) and a redis pool `rd` (one), with `flags` applied.
+    fn overridden(flags: &[&str]) -> ProxyConfig {
+        let yaml =
+            "mc:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:2:1\n   - 127.0.0.1:5:1\n\
                     rd:\n  listen: 127.0.0.1:3\n  redis: true\n  servers:\n   - 127.0.0.1:4:1\n";
-        Overrides::from_args(&line.args).apply(ProxyConfig::from_yaml(yaml).unwrap())
+        overrides(flags).apply(ProxyConfig::from_yaml(yaml).unwrap())
     }
 
     #[test]
@@ -362,5 +434,49 @@ mod tests {
             assert_eq!(pool.redis_limits.max_bulk_len, 2048);
             assert_eq!(pool.redis_limits.max_request_len, 8192);
         }
+    }
+
+    #[test]
+    fn remedy_flags_reach_memcached_pools_and_leave_redis_pools_alone() {
+        let flags = [
+            "--replicas",
+            "1",
+            "--warmup-window",
+            "500",
+            "--gutter",
+            "127.0.0.1:9:1",
+            "--hot-keys",
+            "10",
+        ];
+        let config = overridden(&flags);
+        let (mc, rd) = (&config.pools[0], &config.pools[1]);
+        assert!(!mc.redis && rd.redis);
+        assert!(mc.warmup_window.is_some() && mc.gutter.is_some() && mc.hot_keys.is_some());
+        assert!(rd.warmup_window.is_none() && rd.gutter.is_none() && rd.hot_keys.is_none());
+        assert!(overrides(&flags).check(&config).is_ok());
+        assert_eq!(
+            overrides(&flags).unused_by_redis(&config),
+            [
+                "shardring: --replicas, --warmup-window, --gutter, --hot-keys apply to memcached \
+              pools only, not to redis pool \"rd\""
+            ]
+        );
+        // A flag that names a redis pool reaches it, and the configuration is refused; so is one
+        // that names no pool.
+        for (flags, problem) in [
+            (["--replicas", "rd=2"], "rd: replicas: memcached pools only"),
+            (
+                ["--replicas", "nope=2"],
+                "--replicas names no pool of the file",
+            ),
+        ] {
+            let config = overridden(&flags);
+            let errors = overrides(&flags).check(&config).unwrap_err();
+            let text: Vec<String> = errors.problems.iter().map(ToString::to_string).collect();
+            assert!(text.iter().any(|t| t.contains(problem)), "{text:?}");
+        }
+        // Flags over a pool's servers are refused as the file's settings are (`-t` says so).
+        let config = overridden(&["--replicas", "3"]);
+        assert!(overrides(&["--replicas", "3"]).check(&config).is_err());
     }
 }

@@ -151,6 +151,38 @@ mod tests {
     }
 
     #[test]
+    fn redis_pools_refuse_the_memcached_remedies() {
+        let mut p =
+            PoolConfig::new("alpha", "127.0.0.1:0", &["127.0.0.1:1:1", "127.0.0.1:2:1"]).unwrap();
+        p.redis = true;
+        assert!(ProxyConfig {
+            pools: vec![p.clone()]
+        }
+        .validate()
+        .is_ok());
+        p.replicas = 2;
+        p.warmup_window = Some(Duration::from_secs(1));
+        p.gutter = Some(GutterConfig {
+            servers: vec!["127.0.0.1:3:1".parse().unwrap()],
+            ttl_cap: 10,
+        });
+        p.hot_keys = Some(HotKeysConfig::new(10));
+        let errs = ProxyConfig { pools: vec![p] }.validate().unwrap_err();
+        let text = errs.to_string();
+        for what in [
+            "replicas",
+            "a warm-up window",
+            "a gutter",
+            "hot-key detection",
+        ] {
+            assert!(
+                text.contains(&format!("{what}: memcached pools only")),
+                "{what}: {text}"
+            );
+        }
+    }
+
+    #[test]
     fn listen_takes_unix_sockets() {
         let p = PoolConfig::new("p", "/tmp/x.sock 0666", &["127.0.0.1:1:1"]).unwrap();
         assert_eq!(

@@ -319,6 +319,23 @@ impl PoolConfig {
                 ),
             );
         }
+        if self.redis {
+            // The remedies of issue 14 read and write memcached's meta commands and TTLs: a redis
+            // pool would take them silently and do none of it (or, with a gutter, keep dead servers'
+            // keys there without a TTL cap).
+            let set = [
+                ("replicas", self.replicas > 1),
+                ("a warm-up window", self.warmup_window.is_some()),
+                ("a gutter", self.gutter.is_some()),
+                ("hot-key detection", self.hot_keys.is_some()),
+            ];
+            for (what, _) in set.iter().filter(|(_, on)| *on) {
+                errors.push(
+                    n,
+                    format!("{what}: memcached pools only, and this is a redis pool"),
+                );
+            }
+        }
         if self.replicas > 1 && self.distribution == Distribution::Random {
             errors.push(
                 n,
