@@ -88,6 +88,25 @@ fn lookup_prints_the_same_whatever_the_batch() {
                 "{algo}: --batch {batch} differs from --batch 1"
             );
         }
+        if algo == "ring" {
+            // A line table places every key as the ring without one, single and batched.
+            for batch in ["1", "1024"] {
+                let out = shardring()
+                    .args([
+                        "lookup",
+                        "--nodes",
+                        "a,b,c,d",
+                        "--line-table",
+                        "--batch",
+                        batch,
+                    ])
+                    .write_stdin(input.clone())
+                    .output()
+                    .unwrap();
+                assert!(out.status.success());
+                assert!(out.stdout == one, "--line-table --batch {batch} differs");
+            }
+        }
     }
 }
 
@@ -161,6 +180,25 @@ fn bad_input_exits_2_with_a_reason_and_no_stdout() {
         &["lookup", "--nodes", "a", "--vnodes", "0", "k"],
         &["lookup", "--nodes", "a", "--replicas", "0", "k"],
         &["lookup", "--nodes", "a", "--batch", "0", "k"],
+        &[
+            "lookup",
+            "--nodes",
+            "a",
+            "--algo",
+            "jump",
+            "--line-table",
+            "k",
+        ],
+        &[
+            "lookup",
+            "--nodes",
+            "a",
+            "--compat",
+            "twemproxy",
+            "--line-table",
+            "k",
+        ],
+        &["lookup", "--config", "x.yml", "--line-table", "k"],
         &["lookup", "k"],
         &["lookup", "--nodes", "a", "--file", "/nonexistent/keys.txt"],
         &["lookup", "--nodes", "a", "--vnodes", "4000000000", "k"],

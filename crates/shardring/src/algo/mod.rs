@@ -184,6 +184,11 @@ pub struct AlgorithmOptions {
     ///
     /// By default, this is `None`: twice the initial node count, and at least 16.
     pub anchor_capacity: Option<u32>,
+    /// Whether the ring keeps a line table ([`RingBuilder::line_table`](crate::RingBuilder::line_table)):
+    /// one cache miss a lookup, for 8 to 16 more bytes a point (ring only).
+    ///
+    /// By default, this is false.
+    pub line_table: bool,
 }
 
 impl Default for AlgorithmOptions {
@@ -194,6 +199,7 @@ impl Default for AlgorithmOptions {
             maglev_table_size: None,
             probes: multiprobe::DEFAULT_PROBES,
             anchor_capacity: None,
+            line_table: false,
         }
     }
 }
@@ -211,7 +217,10 @@ pub fn build(
 ) -> Result<Box<dyn Placement>, Error> {
     Ok(match algorithm {
         Algorithm::Ring => {
-            let builder = Ring::builder().hash(options.hash).vnodes(options.vnodes);
+            let builder = Ring::builder()
+                .hash(options.hash)
+                .vnodes(options.vnodes)
+                .line_table(options.line_table);
             let ring = nodes
                 .iter()
                 .fold(builder, |b, n| b.node(n.name(), n.weight()))
