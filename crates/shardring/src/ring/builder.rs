@@ -120,8 +120,9 @@ impl RingBuilder {
     /// up single and batched lookups at every size, most where the ring outgrows the caches
     /// (BENCHMARKS.md, `shardring-ring-lines` against `shardring-ring`). Builds and node removals
     /// also write the table (one pass over its lines); adding a node updates the lines it touches.
-    /// Kept only with the index on and for up to 65,535 nodes (a line names nodes in 16 bits);
-    /// otherwise ignored.
+    /// Kept only with the index on, for up to 65,535 nodes (a line names nodes in 16 bits) and up to
+    /// 8,388,608 points (past them, the index stops growing and lines would hold more points than
+    /// they have room for); otherwise ignored, and dropped or made again as membership changes.
     ///
     /// By default, this is off.
     pub fn line_table(mut self, yes: bool) -> RingBuilder {

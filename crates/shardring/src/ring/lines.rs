@@ -24,7 +24,7 @@
 //!
 //! Memory: 64 bytes a line, 8 to 16 bytes a point (the points and the index stay, for replicas, the
 //! searches the table sends back, and everything else a ring does). Nodes are named in 16 bits, so the
-//! table is only kept for up to [`MAX_NODES`] nodes.
+//! table is only kept for up to [`MAX_NODES`] nodes, and for up to [`MAX_POINTS`] points.
 
 use super::index::TopBitsIndex;
 use super::Point;
@@ -48,6 +48,12 @@ const NO_NODE: u16 = u16::MAX;
 
 /// The most nodes a table names: node indices below [`NO_NODE`].
 pub(crate) const MAX_NODES: usize = NO_NODE as usize;
+
+/// The most points a table is kept for. The index stops growing at 2^22 buckets
+/// (`index::MAX_BITS`), so lines stop at 2^20, and past 8 points a line on average more and more
+/// buckets overflow a line and are searched instead (5% of them at 10 points a line): a ring that
+/// large gains nothing from the table, so it keeps none.
+pub(crate) const MAX_POINTS: usize = 8 << 20;
 
 /// One bucket's line: see the module docs. Marks are stored with their top bit flipped, so that the
 /// signed 16-bit compares of SSE2 order them as unsigned numbers.

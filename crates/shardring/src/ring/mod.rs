@@ -369,8 +369,9 @@ impl Ring {
             self.reindex();
             return Ok(());
         }
+        let keeps = self.keeps_lines();
         match &mut self.lines {
-            Some(lines) if lines.fits(&self.index) && self.nodes.len() <= lines::MAX_NODES => {
+            Some(lines) if keeps && lines.fits(&self.index) => {
                 lines.inserted(&self.points, &self.index, &positions);
             }
             _ => self.rebuild_lines(),
@@ -614,13 +615,19 @@ impl Ring {
         Ok(())
     }
 
-    /// Builds the line table (or drops it) for the points and index as they are.
-    fn rebuild_lines(&mut self) {
-        let kept = self.use_lines
+    /// Whether the ring, as it is, keeps a line table: asked for, over a built index, with points,
+    /// and within [`lines::MAX_NODES`] and [`lines::MAX_POINTS`].
+    fn keeps_lines(&self) -> bool {
+        self.use_lines
             && self.index.is_built()
             && !self.points.is_empty()
-            && self.nodes.len() <= lines::MAX_NODES;
-        if !kept {
+            && self.nodes.len() <= lines::MAX_NODES
+            && self.points.len() <= lines::MAX_POINTS
+    }
+
+    /// Builds the line table (or drops it) for the points and index as they are.
+    fn rebuild_lines(&mut self) {
+        if !self.keeps_lines() {
             self.lines = None;
             return;
         }

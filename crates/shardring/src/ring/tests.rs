@@ -811,3 +811,32 @@ fn a_line_table_is_kept_for_up_to_65535_nodes() {
         );
     }
 }
+
+#[test]
+fn a_line_table_is_not_kept_past_its_point_limit() {
+    let mut ring = Ring::builder()
+        .vnodes(1)
+        .line_table(true)
+        .nodes(["a", "b"])
+        .build()
+        .unwrap();
+    assert!(ring.has_line_table());
+    // More points than lines have room for (spread evenly; no need to hash that many names).
+    let len = super::lines::MAX_POINTS + 1;
+    let step = u32::MAX / len as u32;
+    ring.points = (0..len as u32)
+        .map(|i| Point {
+            position: i * step,
+            node: i % 2,
+        })
+        .collect();
+    ring.reindex();
+    assert!(!ring.has_line_table());
+    assert!(ring.has_lookup_index());
+    for h in [0, 1, step, step + 1, u32::MAX / 2, u32::MAX] {
+        assert_eq!(
+            ring.lookup_hash(h).map(|n| n.name().to_string()),
+            naive_owner(&ring, h)
+        );
+    }
+}
