@@ -22,14 +22,16 @@ use crate::hash::HashFunction;
 
 /// Keys per chunk. A step of the skewed passes keeps two or three chunks' lines in flight, enough
 /// to cover memory latency (a core tracks a few dozen outstanding lines), and the chunks' hashes and
-/// bucket starts stay on the stack in L1.
-pub(crate) const BATCH: usize = 16;
+/// bucket starts stay on the stack in L1. 32 rather than 16: at 10,000 nodes × 160 points over the
+/// bench crate's cold pool, 10.0-10.3 ns a key against 11.0-12.1, and the same within noise at 1000
+/// nodes (`lookup-floors 10000` and `lookup-floors 1000`, two builds interleaved, two runs each).
+pub(crate) const BATCH: usize = 32;
 
-/// Keys per chunk through a line table. Its two passes ask for one line a key, so a chunk twice the
-/// size of [`BATCH`] keeps about as many lines in flight as the index's three: at 10,000 nodes × 160
-/// points over the bench crate's cold pool, a scratch loop of 64-key calls (not kept) took 6.6-7.8 ns
-/// a key with chunks of 32 or 64 against 9.4-10.3 with chunks of 16 and 13.9 with chunks of 8.
-const LINE_BATCH: usize = 2 * BATCH;
+/// Keys per chunk through a line table. Its two passes ask for one line a key: at 10,000 nodes ×
+/// 160 points over the bench crate's cold pool, a scratch loop of 64-key calls (not kept) took
+/// 6.6-7.8 ns a key with chunks of 32 or 64 against 9.4-10.3 with chunks of 16 and 13.9 with chunks
+/// of 8; in the library, chunks of 64 measured no better than 32 (`lookup-floors`, two runs each).
+const LINE_BATCH: usize = 32;
 
 impl Ring {
     /// For every `i`, `out[i] = self.lookup_index(keys[i])`: the index into [`nodes`](Ring::nodes) of
