@@ -244,7 +244,9 @@ impl Ring {
     }
 
     /// [`node_at`](Ring::node_at) on an empty ring, without an index, with a crowded one, or for a
-    /// hash the line table does not answer: a search of the points.
+    /// hash the line table does not answer: a search of the points. Marked cold so that the inlined
+    /// paths lay their branch here out of the way; a ring without an index comes here for every
+    /// lookup, and pays the call it paid before (its rows, `shardring-ring-bsearch`, did not move).
     #[cold]
     #[inline(never)]
     fn node_at_other(&self, hash: u32) -> Option<u32> {
@@ -605,8 +607,8 @@ impl Ring {
             }
         };
         (self.points, self.index) = plan.build(shares, collect, &by_name, self.use_index);
-        // The counting sort's buckets are the index's (one per point or so) when the plan counted the
-        // points right; a plan is not trusted to have.
+        // The counting sort leaves the index of its own buckets (one per point or so, from the points
+        // the plan expected); were the plan's count off, the index is rebuilt at the right size.
         let bits = index::bits_for(self.points.len());
         if self.index.is_built() && self.index.bits() != bits {
             self.index = TopBitsIndex::build(&self.points, bits);
