@@ -773,6 +773,30 @@ impl Ring {
         self.lines.is_some()
     }
 
+    /// Keeps a line table from now on, or drops it: [`RingBuilder::line_table`] for a ring already
+    /// built, such as one the compatibility builders made (they take no such setting). Placement
+    /// does not change.
+    ///
+    /// ```
+    /// use shardring::compat::twemproxy::{ketama_ring, TwemproxyServer};
+    /// use shardring::hash::TwemproxyHash;
+    ///
+    /// let servers: Vec<TwemproxyServer> = ["10.0.0.1:11211:1", "10.0.0.2:11211:1"]
+    ///     .iter()
+    ///     .map(|s| s.parse())
+    ///     .collect::<Result<_, _>>()?;
+    /// let mut ring = ketama_ring(&servers, TwemproxyHash::Fnv1a64, None)?;
+    /// let before = ring.lookup("user:1").map(|n| n.name().to_string());
+    /// ring.set_line_table(true);
+    /// assert!(ring.has_line_table());
+    /// assert_eq!(ring.lookup("user:1").map(|n| n.name().to_string()), before);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_line_table(&mut self, yes: bool) {
+        self.use_lines = yes;
+        self.rebuild_lines();
+    }
+
     /// The hash ranges whose owner differs between `self` and `to`: the migration plan from this ring to
     /// that one. Both rings should hash keys alike; the plan compares positions only.
     pub fn migration_to(&self, to: &Ring) -> Vec<Migration> {

@@ -840,3 +840,43 @@ fn a_line_table_is_not_kept_past_its_point_limit() {
         );
     }
 }
+
+#[test]
+fn a_built_ring_takes_a_line_table_and_places_as_before() {
+    // A compatibility ring (twemproxy's ketama, with a hash tag), which no builder setting reaches.
+    use crate::compat::twemproxy::{ketama_ring, TwemproxyServer};
+    use crate::hash::TwemproxyHash;
+    let servers: Vec<TwemproxyServer> = (0..50)
+        .map(|i| format!("10.0.{}.{}:11211:{}", i / 10, i % 10, 1 + i % 3).parse())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let plain = ketama_ring(&servers, TwemproxyHash::Fnv1a64, Some(*b"{}")).unwrap();
+    let mut lined = plain.clone();
+    assert!(!lined.has_line_table());
+    lined.set_line_table(true);
+    assert!(lined.has_line_table());
+    let keys: Vec<String> = (0..5000)
+        .map(|i| format!("{{user{}}}.k{i}", i % 97))
+        .collect();
+    let place = |ring: &Ring| -> Vec<Option<usize>> {
+        let mut many = vec![None; keys.len()];
+        ring.lookup_many(&keys, &mut many);
+        let single: Vec<Option<usize>> = keys.iter().map(|k| ring.lookup_index(k)).collect();
+        assert_eq!(many, single);
+        single
+    };
+    assert_eq!(place(&lined), place(&plain));
+    // Kept through changes, and dropped on request.
+    let (mut plain, mut lined) = (plain, lined);
+    for ring in [&mut plain, &mut lined] {
+        ring.add("10.9.9.9:11211", 1.0).unwrap();
+        ring.remove("10.0.1.3:11211").unwrap();
+    }
+    assert!(lined.has_line_table());
+    assert_eq!(place(&lined), place(&plain));
+    let (kept, fresh) = tables(&lined);
+    assert_eq!(kept, fresh);
+    lined.set_line_table(false);
+    assert!(!lined.has_line_table());
+    assert_eq!(place(&lined), place(&plain));
+}
