@@ -230,7 +230,9 @@ impl Overrides {
                 .iter()
                 .rev()
                 .find(|(p, _)| p.as_deref() == Some(pool.name.as_str()));
-            pool.replicas = named.map_or(1, |(_, r)| usize::from(*r));
+            let every = self.replicas.iter().rev().find(|(p, _)| p.is_none());
+            let replicas = if pool.redis { named } else { named.or(every) };
+            pool.replicas = replicas.map_or(1, |(_, r)| usize::from(*r));
             if pool.redis {
                 continue;
             }
@@ -239,8 +241,6 @@ impl Overrides {
                 ttl_cap: self.gutter_ttl,
             });
             pool.warmup_window = self.warmup_window;
-            let every = self.replicas.iter().rev().find(|(p, _)| p.is_none());
-            pool.replicas = named.or(every).map_or(1, |(_, r)| usize::from(*r));
             pool.replica_read_miss = self.replica_read_miss;
             pool.hot_keys = self.hot_keys.map(|k| {
                 let mut h = HotKeysConfig::new(usize::from(k));

@@ -27,10 +27,10 @@ use crate::hash::HashFunction;
 /// nodes (`lookup-floors 10000` and `lookup-floors 1000`, two builds interleaved, two runs each).
 pub(crate) const BATCH: usize = 32;
 
-/// Keys per chunk through a line table. Its two passes ask for one line a key: at 10,000 nodes ×
-/// 160 points over the bench crate's cold pool, a scratch loop of 64-key calls (not kept) took
-/// 6.6-7.8 ns a key with chunks of 32 or 64 against 9.4-10.3 with chunks of 16 and 13.9 with chunks
-/// of 8; in the library, chunks of 64 measured no better than 32 (`lookup-floors`, two runs each).
+/// Keys per chunk through a line table. Its two passes ask for one line a key, so smaller chunks
+/// keep too few lines in flight: chunks of 8 and 16 were slower than 32 at 10,000 nodes in a scratch
+/// loop, and chunks of 64 measured no better than 32 (`lookup-floors 10000` and `1000` with the
+/// constant changed, two runs each).
 const LINE_BATCH: usize = 32;
 
 impl Ring {

@@ -165,9 +165,9 @@ impl TopBitsIndex {
     }
 
     /// [`search`](TopBitsIndex::search) from `start`, the [`bucket_start`](TopBitsIndex::bucket_start) of
-    /// `hash`, already loaded. The index must be built.
+    /// `hash`. The index must be built.
     #[inline]
-    pub(crate) fn search_from(&self, points: &[Point], start: usize, hash: u32) -> usize {
+    fn search_from(&self, points: &[Point], start: usize, hash: u32) -> usize {
         let mut i = start;
         if self.crowded {
             let hi = self.starts[(hash >> self.shift) as usize + 1] as usize;

@@ -11,21 +11,15 @@
 //!   through the tables;
 //! - longer keys, and CPUs without `pclmulqdq`, go to `crc32fast`, whose wider folds win there.
 //!
-//! Over 16-byte keys, at 1000 nodes × 160 points, cold pool, 2026-12-01:
-//! - single ring lookups (`Ring::lookup_hash` after the hash): 12.8–13.0 ns through [`crc32`]
-//!   against 13.1–13.6 through `crc32fast` (`bench/src/bin/lookup-floors.rs`, its CRC-32 rows, two
-//!   runs); in criterion, `shardring-ring-crc32` took 11.5–11.6 ns a lookup with `crc32fast` or the
-//!   tables alone and 10.7–11.4 since (`scripts/bench-report --quick`, BENCHMARKS.md). A cold lookup
-//!   is bound by how many lookups the CPU keeps in flight, and the tables take about three times the
-//!   instructions of the multiplies for a 16-byte key, so the fastest bare hash is not the fastest
-//!   lookup. A multiply path specialised to exactly 16 bytes and inlined into the loop (a scratch
-//!   experiment, not kept) took 8.0 ns; the general path here (the feature check, the length dispatch,
-//!   and a call a `#[target_feature]` function cannot inline away) does not come near that;
-//! - bare hashes in a loop, where nothing else waits: the tables are fastest up to 32 bytes (16 bytes
-//!   3.1 ns, multiplies 5.0, `crc32fast` 5.7, through a function pointer in a scratch loop), the
-//!   multiplies from 48 to 96 bytes (64 bytes 7.6 against 8.3 for `crc32fast`). So batches, which hash
-//!   a chunk of keys in a loop of their own, take [`crc32_throughput`] (batched CRC-32 ring lookups
-//!   9.3 → 6.7–6.9 ns, BENCHMARKS.md).
+//! Over 16-byte keys, at 1000 nodes × 160 points, cold pool: single ring lookups (`Ring::lookup_hash`
+//! after the hash) take 12.4–13.0 ns through [`crc32`] against 12.7–13.6 through `crc32fast`
+//! (`flock /tmp/bench.lock target/release/lookup-floors 1000`, its CRC-32 rows, 2026-12-01, four runs):
+//! a few percent. A cold lookup is bound by how many lookups the CPU keeps in flight, and the tables
+//! take about three times the instructions of the multiplies for a 16-byte key, so the fastest bare
+//! hash is not the fastest lookup: over the cold pool the bare hash alone is no faster than
+//! `crc32fast`'s (BENCHMARKS.md, the bare-hash table, `crc32 (shardring)` against `crc32 (crc32fast)`). In a loop of bare hashes,
+//! where nothing else waits, the tables win for short keys, so batches, which hash a chunk of keys in
+//! a loop of their own, take [`crc32_throughput`] (BENCHMARKS.md, `shardring-ring-crc32` batched).
 
 #[cfg(target_arch = "x86_64")]
 mod clmul;
@@ -58,8 +52,8 @@ pub fn crc32(key: &[u8]) -> u32 {
 /// [`crc32`] for a loop that hashes many keys back to back and waits on nothing else, as the first
 /// pass of `Ring::lookup_many`: keys up to [`THROUGHPUT_TABLES`] bytes go through the tables, whose
 /// fifty-odd independent instructions keep the CPU busier than the multiplies' chain of dependent
-/// ones (batched CRC-32 ring lookups, 1000 nodes, cold pool, criterion `--quick`: 6.7 ns a key with
-/// the tables against 8.3 with the multiplies). The same values as [`crc32`].
+/// ones (batched CRC-32 ring lookups measured faster with the tables when this was written). The same
+/// values as [`crc32`].
 #[inline(always)]
 pub(crate) fn crc32_throughput(key: &[u8]) -> u32 {
     if key.len() <= THROUGHPUT_TABLES {
@@ -69,9 +63,9 @@ pub(crate) fn crc32_throughput(key: &[u8]) -> u32 {
     }
 }
 
-/// The longest key [`crc32_throughput`] hashes through the tables: up to 32 bytes they take less
-/// time a key than the multiplies in a loop of bare hashes (32 bytes: 5.5 against 6.3 ns; 48: 8.5
-/// against 6.7; one-off loop through a function pointer over 2M random keys, 2026-12-01).
+/// The longest key [`crc32_throughput`] hashes through the tables: up to 32 bytes they took less
+/// time a key than the multiplies in a loop of bare hashes, and from 48 bytes more (a one-off loop
+/// when this was written; no kept command times the two paths apart).
 const THROUGHPUT_TABLES: usize = 32;
 
 #[cfg(test)]
