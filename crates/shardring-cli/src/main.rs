@@ -31,7 +31,7 @@ enum Command {
     Ring(cmd::ring::Args),
     /// Replay synthetic traffic round by round, with the adaptive rebalancer and/or bounded loads (JSON).
     Simulate(cmd::simulate::Args),
-    /// Run the pools of a twemproxy (nutcracker) YAML file as a memcached sharding proxy.
+    /// Run the pools of a twemproxy (nutcracker) YAML file as a memcached and Redis sharding proxy.
     Proxy(cmd::proxy::Args),
     /// A pool's servers in etcd: publish a YAML pool, list, add, remove, re-weight, watch.
     Members(cmd::members::Args),

@@ -1,9 +1,10 @@
 //! # shardring-proxy
 //!
-//! A memcached sharding proxy that reads twemproxy's (nutcracker's) pools and places keys with shardring.
+//! A memcached and Redis sharding proxy that reads twemproxy's (nutcracker's) pools and places keys with
+//! shardring exactly where nutcracker places them, so switching moves no key.
 //!
 //! Why use it instead of twemproxy:
-//! - more of the protocol: gat/gats, touch, the meta commands (mg/ms/md/ma/me/mn, flags passed through),
+//! - memcached pools speak more of the protocol: gat/gats, touch, the meta commands (mg/ms/md/ma/me/mn, flags passed through),
 //!   flush_all, verbosity, stats, 250-byte keys; unknown or malformed commands get `ERROR` or
 //!   `CLIENT_ERROR` and the connection goes on wherever the protocol allows;
 //! - a multi-get returns the keys it could fetch when one server is down (twemproxy's all-or-nothing is an
@@ -12,13 +13,15 @@
 //!   answer;
 //! - reload on SIGHUP, a bad new config refused and the running one kept;
 //! - twemproxy's stats JSON plus Prometheus metrics with per-server latency histograms;
+//! - Redis pools (`redis: true`) speak RESP2 and RESP3 end to end, inline commands, twemproxy's
+//!   commands and multi-key splits, with Redis's own error wording for what they refuse;
 //! - thread per core: each worker thread accepts its own clients and serves them with its own server
 //!   connections (`workers`).
 //!
 //! ## Layout
 //! A request's path, in one direction: `net` (listeners) → `server` (accept loop) → `session` (one
-//! client: decode, plan, answer in order) → [`protocol`] (the seam, and [`protocol::memcache`]: pure
-//! decoder, planner, reply framer) → `router` (key → server) → `backend` (each server's pipelined
+//! client: decode, plan, answer in order) → [`protocol`] (the seam, and [`protocol::memcache`] and
+//! [`protocol::redis`]: pure decoder, planner, reply framer) → `router` (key → server) → `backend` (each server's pipelined
 //! connections, health probes, ejection) → back through the protocol's framer and merge to the session.
 //! Around it: [`config`] (twemproxy's YAML, one type per pool), `cluster` (a pool at run time, swapped
 //! whole on reload), `pools` (pools of any protocol), [`Proxy`], [`metrics`], [`run`] (the process:

@@ -1,4 +1,4 @@
-//! `shardring proxy`: run the pools of a twemproxy (nutcracker) YAML file as a memcached sharding proxy.
+//! `shardring proxy`: run the pools of a twemproxy (nutcracker) YAML file as a memcached and Redis sharding proxy.
 //!
 //! Signals: SIGINT/SIGTERM stop accepting, let in-flight requests finish (at most 30 s) and exit 0; a
 //! second one exits at once. SIGHUP re-reads the file and swaps every pool's servers and placement; a bad
