@@ -249,6 +249,26 @@ mod tests {
     }
 
     #[test]
+    fn a_shortage_is_answered_as_each_protocols_server_error() {
+        use crate::protocol::{memcache::Memcache, redis::Redis, Protocol};
+        let e = crate::BackendError::LocalResources {
+            reason: io::Error::from_raw_os_error(libc::EMFILE).to_string(),
+        };
+        let mut out = bytes::BytesMut::new();
+        Memcache::encode_failure(&e, &mut out);
+        assert_eq!(
+            &out[..],
+            b"SERVER_ERROR proxy out of local resources: Too many open files (os error 24)\r\n"
+        );
+        out.clear();
+        Redis::encode_failure(&e, &mut out);
+        assert_eq!(
+            &out[..],
+            b"-ERR proxy out of local resources: Too many open files (os error 24)\r\n"
+        );
+    }
+
+    #[test]
     fn the_throttle_lets_one_event_through_per_interval_and_counts_the_rest() {
         let t = Throttle::new(Duration::from_secs(5));
         assert_eq!(t.allow(0), Some(0), "the first event is logged at once");
