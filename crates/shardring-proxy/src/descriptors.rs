@@ -162,7 +162,7 @@ pub(crate) fn shortage(pool: Option<&PoolStats>, during: During<'_>, error: &io:
         during = %during,
         error = %error,
         unlogged,
-        "out of file descriptors or socket memory: the request fails, no server is blamed \
+        "out of file descriptors or socket memory: the proxy's own shortage, not a server's failure \
          (raise the descriptor limit or lower client_connections)"
     );
 }
