@@ -8,10 +8,11 @@ use arc_swap::ArcSwap;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::health::probe;
+use crate::backend::health::{probe, ProbeFailure};
 use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
 use crate::config::PoolConfig;
+use crate::descriptors::During;
 use crate::error::ProxyError;
 use crate::hotkeys::{HotKeys, TickState};
 use crate::metrics::{HotKeyRow, HotKeysReport, PoolStats, PoolView, ServerStats};
@@ -195,7 +196,9 @@ impl<P: Protocol> Cluster<P> {
     }
 
     /// Probes every server once: live ones count a failure when they do not answer, ejected ones whose
-    /// retry time has come rejoin when they do.
+    /// retry time has come rejoin when they do. A probe the proxy could not open for want of
+    /// descriptors proves nothing either way: it is counted and logged as the proxy's shortage, and
+    /// the server keeps its state (an ejected one is probed again next round).
     pub(crate) async fn health_round(&self) {
         let timeout = self.config.timeout.unwrap_or(DEFAULT_PROBE_TIMEOUT);
         let request = self.protocol.probe_request();
@@ -204,14 +207,24 @@ impl<P: Protocol> Cluster<P> {
             if ejected && !b.health.retry_due() {
                 return;
             }
-            let ok = probe::<P>(&b.settings().addr, request, timeout).await;
-            if ejected {
-                b.health.rejoin_result(ok, &b.stats);
-            } else if ok {
-                b.health.record_success();
-            } else {
-                tracing::debug!(server = %b.stats.name, "health probe failed");
-                b.health.record_failure(&b.stats);
+            match probe::<P>(&b.settings().addr, request, timeout).await {
+                Err(ProbeFailure::Shortage(e)) => crate::descriptors::shortage(
+                    Some(b.health.pool_stats()),
+                    During::Probe(&b.stats.name),
+                    &e,
+                ),
+                Ok(()) if ejected => b.health.rejoin_result(true, &b.stats),
+                Ok(()) => b.health.record_success(),
+                Err(_) if ejected => b.health.rejoin_result(false, &b.stats),
+                Err(failure) => {
+                    tracing::debug!(
+                        pool = %self.config.name,
+                        server = %b.stats.name,
+                        cause = %failure,
+                        "health probe failed"
+                    );
+                    b.health.record_failure(&b.stats, &failure);
+                }
             }
         });
         futures_util::future::join_all(probes).await;

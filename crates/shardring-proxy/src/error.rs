@@ -83,4 +83,80 @@ pub enum BackendError {
     /// The server was removed by a reload while the request waited.
     #[error("server removed")]
     Removed,
+    /// The proxy could not open a connection to the server for want of a descriptor or socket memory
+    /// (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`): the proxy's failure, never counted against the
+    /// server ([`crate::descriptors`]).
+    #[error("proxy out of local resources: {reason}")]
+    LocalResources {
+        /// The cause, as text.
+        reason: String,
+    },
+}
+
+impl BackendError {
+    /// Whether this failure counts toward ejecting the server: every failure but the proxy's own
+    /// shortage of descriptors, and the answers that need no server.
+    pub fn counts_against_server(&self) -> bool {
+        !matches!(
+            self,
+            BackendError::LocalResources { .. } | BackendError::NoServer | BackendError::Removed
+        )
+    }
+
+    /// Why, without the server's address: for log lines that name the server once, by its name.
+    pub(crate) fn cause(&self) -> Cause<'_> {
+        Cause(self)
+    }
+}
+
+/// A [`BackendError`]'s cause alone (`connect failed: Connection refused (os error 111)`, `timed
+/// out waiting for a reply`, `connection lost: closed by server`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cause<'a>(&'a BackendError);
+
+impl std::fmt::Display for Cause<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            BackendError::Connect { reason, .. } => write!(f, "connect failed: {reason}"),
+            BackendError::Timeout { .. } => f.write_str("timed out waiting for a reply"),
+            BackendError::Lost { reason, .. } => write!(f, "connection lost: {reason}"),
+            BackendError::Refused { reply, .. } => write!(f, "answered {reply}"),
+            other => std::fmt::Display::fmt(other, f),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_server_failures_count_toward_ejecting_a_server() {
+        let addr = || "127.0.0.1:11211".to_owned();
+        for counted in [
+            BackendError::Connect {
+                addr: addr(),
+                reason: "Connection refused (os error 111)".into(),
+            },
+            BackendError::Timeout { addr: addr() },
+            BackendError::Lost {
+                addr: addr(),
+                reason: "closed by server".into(),
+            },
+        ] {
+            assert!(counted.counts_against_server(), "{counted}");
+            assert!(
+                !counted.cause().to_string().contains("127.0.0.1"),
+                "{counted}"
+            );
+        }
+        let local = BackendError::LocalResources {
+            reason: "Too many open files (os error 24)".into(),
+        };
+        assert!(!local.counts_against_server());
+        assert_eq!(
+            local.to_string(),
+            "proxy out of local resources: Too many open files (os error 24)"
+        );
+    }
 }

@@ -26,8 +26,9 @@
 //! Around it: [`config`] (twemproxy's YAML, one type per pool), `cluster` (a pool at run time, swapped
 //! whole on reload), `pools` (pools of any protocol), [`Proxy`], [`metrics`], [`run`] (the process:
 //! stats listeners, SIGHUP reload, SIGTERM drain), [`workers`] (thread per core: each worker accepts
-//! and serves its own clients with its own server connections) and [`Admission`] (which worker takes
-//! the next client).
+//! and serves its own clients with its own server connections), [`Admission`] (which worker takes
+//! the next client) and [`descriptors`] (the descriptor limit, and a shortage of descriptors told from
+//! a failing server).
 //!
 //! ## Example
 //! ```no_run
@@ -56,6 +57,7 @@ mod admission;
 mod backend;
 mod cluster;
 pub mod config;
+pub mod descriptors;
 mod drain;
 mod error;
 mod hotkeys;

@@ -10,10 +10,15 @@ use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Listen;
+use crate::descriptors::{self, During};
 use crate::error::ProxyError;
+use crate::metrics::PoolStats;
 
-/// How long an accept loop pauses after a failed accept (out of file descriptors and the like), instead
-/// of spinning on the error.
+/// How long an accept loop pauses after a failed accept, instead of spinning on the error. Out of
+/// descriptors (`EMFILE`), the waiting client stays in the listen backlog and the next accept fails
+/// the same way at once: without the pause the loop would take a core while clients already
+/// connected go unserved (tokio's `TcpListener::accept` docs and mini-redis's accept loop say the
+/// same). Accepting resumes by itself, within one pause, once a descriptor is free.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// A bound listener: TCP or a unix socket.
@@ -71,14 +76,15 @@ impl Listener {
     }
 
     /// The next client, set up for serving (`TCP_NODELAY`, and keepalive when asked), or `None` once
-    /// `stop` is cancelled.
+    /// `stop` is cancelled. A descriptor shortage is counted in `pool`'s tallies.
     pub(crate) async fn accept(
         &self,
         keepalive: bool,
         stop: &CancellationToken,
+        pool: &PoolStats,
     ) -> Option<Box<dyn ClientStream>> {
         match self {
-            Listener::Tcp(l) => accept_with_backoff(l, stop, "clients").await.map(|s| {
+            Listener::Tcp(l) => accept_tcp(l, stop, "clients", Some(pool)).await.map(|s| {
                 let _ = s.set_nodelay(true);
                 if keepalive {
                     set_keepalive(&s);
@@ -90,7 +96,7 @@ impl Listener {
                     () = stop.cancelled() => return None,
                     a = l.accept() => match a {
                         Ok((s, _)) => return Some(Box::new(s)),
-                        Err(e) => backoff(&e, "clients").await,
+                        Err(e) => backoff(&e, "clients", Some(pool)).await,
                     },
                 }
             },
@@ -105,19 +111,36 @@ pub(crate) async fn accept_with_backoff(
     stop: &CancellationToken,
     what: &str,
 ) -> Option<tokio::net::TcpStream> {
+    accept_tcp(listener, stop, what, None).await
+}
+
+/// [`accept_with_backoff`], counting descriptor shortages in `pool`'s tallies when the listener is
+/// a pool's.
+async fn accept_tcp(
+    listener: &TcpListener,
+    stop: &CancellationToken,
+    what: &str,
+    pool: Option<&PoolStats>,
+) -> Option<tokio::net::TcpStream> {
     loop {
         tokio::select! {
             () = stop.cancelled() => return None,
             a = listener.accept() => match a {
                 Ok((s, _)) => return Some(s),
-                Err(e) => backoff(&e, what).await,
+                Err(e) => backoff(&e, what, pool).await,
             },
         }
     }
 }
 
-async fn backoff(e: &io::Error, what: &str) {
-    tracing::warn!(error = %e, listener = what, "accept failed");
+/// Logs a failed accept (a descriptor shortage counted and rate-limited: [`descriptors::shortage`])
+/// and pauses for [`ACCEPT_BACKOFF`].
+async fn backoff(e: &io::Error, what: &str, pool: Option<&PoolStats>) {
+    if descriptors::is_shortage(e) {
+        descriptors::shortage(pool, During::Accept(what), e);
+    } else {
+        tracing::warn!(error = %e, listener = what, "accept failed");
+    }
     tokio::time::sleep(ACCEPT_BACKOFF).await;
 }
 

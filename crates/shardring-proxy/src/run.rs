@@ -1,5 +1,6 @@
-//! The proxy as a process runs it: the composition root. [`run`] starts the workers
-//! ([`crate::workers`]), binds every pool and the stats listeners, reloads on SIGHUP, and on SIGINT/SIGTERM stops accepting and drains in-flight requests
+//! The proxy as a process runs it: the composition root. [`run`] raises the descriptor limit
+//! ([`crate::descriptors`]), starts the workers ([`crate::workers`]), binds every pool and the stats
+//! listeners, reloads on SIGHUP, and on SIGINT/SIGTERM stops accepting and drains in-flight requests
 //! (at most [`RunOptions::drain_limit`]); a second signal ends it at once.
 //!
 //! The CLI (`shardring proxy`) only parses flags and calls [`run`], as mini-redis's `bin/server.rs` does.
@@ -12,6 +13,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigErrors, ProxyConfig};
+use crate::descriptors::{self, DescriptorLimit, DescriptorNeed};
 use crate::error::ProxyError;
 use crate::workers::Workers;
 use crate::{metrics, shutdown, Proxy};
@@ -53,6 +55,10 @@ impl Default for RunOptions {
 /// Must run inside a tokio runtime: a current-thread one, where the control plane runs (and the one
 /// worker, when [`RunOptions::workers`] is 1).
 ///
+/// First it raises the process's soft descriptor limit to the hard one, and warns, with the
+/// numbers, when the limit is below what the configuration may hold open
+/// ([`crate::descriptors::needed`]).
+///
 /// # Errors
 /// A refused config, an address that cannot be bound, worker threads or signal handlers that cannot
 /// be started.
@@ -60,6 +66,7 @@ pub async fn run<L>(config: ProxyConfig, options: RunOptions, mut load: L) -> Re
 where
     L: FnMut() -> Result<ProxyConfig, ConfigErrors> + Send + 'static,
 {
+    let limit = raise_descriptor_limit();
     let workers = if options.workers <= 1 {
         Workers::current()
     } else {
@@ -69,6 +76,14 @@ where
         })?
     };
     let proxy = Arc::new(Proxy::on_workers(config, workers)?);
+    if let Some(limit) = limit {
+        let pools: Vec<_> = proxy.pools().iter().map(|p| p.config()).collect();
+        let stats_listeners = 1 + usize::from(options.metrics_addr.is_some());
+        warn_if_short(
+            limit,
+            descriptors::needed(&pools, proxy.workers(), stats_listeners),
+        );
+    }
     let listeners = proxy.bind().await?;
     let stop = CancellationToken::new();
     #[cfg(feature = "etcd")]
@@ -159,6 +174,48 @@ where
     }
     stop.cancel();
     Ok(())
+}
+
+/// Raises the soft descriptor limit to the hard one and logs what it did; `None` (logged) when the
+/// limit cannot be read or set, which leaves the proxy running with what it has.
+fn raise_descriptor_limit() -> Option<DescriptorLimit> {
+    match descriptors::raise_limit() {
+        Ok(limit) => {
+            if limit.soft != limit.before {
+                tracing::info!(
+                    from = limit.before,
+                    to = limit.soft,
+                    hard = limit.hard,
+                    "descriptor limit raised"
+                );
+            }
+            Some(limit)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the descriptor limit");
+            None
+        }
+    }
+}
+
+/// Warns when `limit` is below `need`: past it, accepts and connects fail for want of descriptors
+/// (counted as `descriptor_shortages`, never against a server).
+fn warn_if_short(limit: DescriptorLimit, need: DescriptorNeed) {
+    if limit.soft >= need.total() {
+        return;
+    }
+    tracing::warn!(
+        limit = limit.soft,
+        hard = limit.hard,
+        needed = need.total(),
+        clients = need.clients,
+        server_connections = need.servers,
+        listeners = need.listeners,
+        margin = need.margin,
+        "the descriptor limit is below what the configuration may open: past it, new clients wait \
+         and requests needing a new server connection fail with a server error (raise the hard \
+         limit: ulimit -Hn, systemd's LimitNOFILE=; or lower client_connections)"
+    );
 }
 
 /// Reloads `proxy` with the config `load` returns on every SIGHUP, until `stop` completes. A refused

@@ -49,7 +49,10 @@ pub(crate) async fn run<P: Protocol>(
             let Some(permit) = admission.turn(worker).await else {
                 return;
             };
-            let Some(stream) = listener.accept(keepalive, &accepting).await else {
+            let Some(stream) = listener
+                .accept(keepalive, &accepting, &pool.shared.stats)
+                .await
+            else {
                 return;
             };
             let place = admission.admit(worker, permit);

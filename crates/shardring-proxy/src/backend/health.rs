@@ -7,7 +7,14 @@
 //! a dead server with no traffic is never noticed. Here the probe runs every `health_check_interval`
 //! whether or not clients send anything: probe failures count like request failures, and an ejected server
 //! rejoins only when, after `server_retry_timeout`, it answers a probe.
+//!
+//! Only the server's own failures count: a connect or probe that fails because the proxy is out of
+//! descriptors ([`crate::descriptors`]) is the proxy's failure and never moves a server toward
+//! ejection. Every ejection is logged once, with the pool, the server's name and the failure that
+//! tipped it.
 
+use std::fmt;
+use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -67,6 +74,11 @@ impl ServerHealth {
         self.policy
     }
 
+    /// The pool's tallies (for the pool's name in logs and its `descriptor_shortages`).
+    pub(crate) fn pool_stats(&self) -> &PoolStats {
+        &self.pool_stats
+    }
+
     /// Whether the server is ejected now.
     pub(crate) fn is_ejected(&self) -> bool {
         self.ejected_since
@@ -84,8 +96,10 @@ impl ServerHealth {
         }
     }
 
-    /// A request, connection or probe failed: ejects the server when the policy says so.
-    pub(crate) fn record_failure(&self, stats: &ServerStats) {
+    /// A request, connection or probe failed because of the server (`cause`: why, without the
+    /// server's address): ejects the server when the policy says so. A shortage of the proxy's own
+    /// descriptors is never recorded here.
+    pub(crate) fn record_failure(&self, stats: &ServerStats, cause: &dyn fmt::Display) {
         let n = self
             .failures
             .fetch_add(1, Ordering::Relaxed)
@@ -102,7 +116,13 @@ impl ServerHealth {
             stats.ejections.inc();
             stats.server_ejected_at.set(unix_time());
             self.pool_stats.server_ejects.inc();
-            tracing::warn!(server = %stats.name, failures = n, "server ejected");
+            tracing::warn!(
+                pool = %self.pool_stats.name,
+                server = %stats.name,
+                failures = n,
+                cause = %cause,
+                "server ejected"
+            );
             self.changed.notify_one();
         }
     }
@@ -124,7 +144,11 @@ impl ServerHealth {
             *since = None;
             self.failures.store(0, Ordering::Relaxed);
             stats.ejected.store(false, Ordering::Relaxed);
-            tracing::info!(server = %stats.name, "server answered its probe and rejoins");
+            tracing::info!(
+                pool = %self.pool_stats.name,
+                server = %stats.name,
+                "server answered its probe and rejoins"
+            );
             self.changed.notify_one();
         } else {
             *since = Some(Instant::now());
@@ -132,37 +156,92 @@ impl ServerHealth {
     }
 }
 
+/// Why a health probe failed.
+#[derive(Debug)]
+pub(crate) enum ProbeFailure {
+    /// The proxy could not open the probe's connection for want of a descriptor or socket memory:
+    /// says nothing about the server ([`crate::descriptors::is_shortage`]).
+    Shortage(io::Error),
+    /// The connect failed (refused, unreachable, no such socket).
+    Connect(io::Error),
+    /// No healthy answer within the timeout.
+    TimedOut,
+    /// The connection failed after it opened (reset, or closed before a full answer).
+    Lost(io::Error),
+    /// The server closed the connection without answering.
+    Closed,
+    /// The server answered, but not as a healthy server does.
+    Unhealthy,
+}
+
+impl fmt::Display for ProbeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProbeFailure::Shortage(e) => write!(f, "probe failed: proxy out of descriptors: {e}"),
+            ProbeFailure::Connect(e) => write!(f, "probe failed: connect: {e}"),
+            ProbeFailure::TimedOut => f.write_str("probe failed: timed out"),
+            ProbeFailure::Lost(e) => write!(f, "probe failed: connection lost: {e}"),
+            ProbeFailure::Closed => f.write_str("probe failed: closed without answering"),
+            ProbeFailure::Unhealthy => f.write_str("probe failed: unhealthy answer"),
+        }
+    }
+}
+
 /// Sends the protocol's probe on a fresh connection and waits for a healthy answer, all within
 /// `timeout`.
-pub(crate) async fn probe<P: Protocol>(addr: &str, request: &[u8], timeout: Duration) -> bool {
+pub(crate) async fn probe<P: Protocol>(
+    addr: &str,
+    request: &[u8],
+    timeout: Duration,
+) -> Result<(), ProbeFailure> {
     let attempt = async {
-        match ServerStream::connect(addr).await? {
+        let stream = ServerStream::connect(addr).await.map_err(|e| {
+            if crate::descriptors::is_shortage(&e) {
+                ProbeFailure::Shortage(e)
+            } else {
+                ProbeFailure::Connect(e)
+            }
+        })?;
+        match stream {
             ServerStream::Tcp(mut s) => ask::<P>(&mut s, request).await,
             ServerStream::Unix(mut s) => ask::<P>(&mut s, request).await,
         }
     };
-    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(true)))
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .unwrap_or(Err(ProbeFailure::TimedOut))
 }
 
 /// Whether the server answers `request` as the protocol says a healthy server does.
 async fn ask<P: Protocol>(
     s: &mut (impl AsyncRead + AsyncWrite + Unpin),
     request: &[u8],
-) -> std::io::Result<bool> {
-    s.write_all(request).await?;
+) -> Result<(), ProbeFailure> {
+    s.write_all(request).await.map_err(ProbeFailure::Lost)?;
     let mut buf = [0u8; 512];
     let mut len = 0;
+    let healthy = |ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            Err(ProbeFailure::Unhealthy)
+        }
+    };
     while len < buf.len() {
-        let n = s.read(&mut buf[len..]).await?;
+        let n = s.read(&mut buf[len..]).await.map_err(ProbeFailure::Lost)?;
         if n == 0 {
-            break;
+            return match P::probe_answered(&buf[..len]) {
+                Some(ok) => healthy(ok),
+                None if len == 0 => Err(ProbeFailure::Closed),
+                None => Err(ProbeFailure::Unhealthy),
+            };
         }
         len += n;
-        if let Some(healthy) = P::probe_answered(&buf[..len]) {
-            return Ok(healthy);
+        if let Some(ok) = P::probe_answered(&buf[..len]) {
+            return healthy(ok);
         }
     }
-    Ok(P::probe_answered(&buf[..len]).unwrap_or(false))
+    healthy(P::probe_answered(&buf[..len]).unwrap_or(false))
 }
 
 #[cfg(test)]
@@ -187,8 +266,11 @@ mod tests {
         });
         let second = Duration::from_secs(1);
         let addr = path.to_str().unwrap();
-        assert!(probe::<Memcache>(addr, b"version\r\n", second).await);
-        assert!(!probe::<Memcache>("/nonexistent/shardring.sock", b"version\r\n", second).await);
+        assert!(probe::<Memcache>(addr, b"version\r\n", second)
+            .await
+            .is_ok());
+        let dead = probe::<Memcache>("/nonexistent/shardring.sock", b"version\r\n", second).await;
+        assert!(matches!(&dead, Err(ProbeFailure::Connect(_))), "{dead:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

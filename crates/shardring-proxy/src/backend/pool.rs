@@ -21,6 +21,7 @@ use super::health::ServerHealth;
 use super::queue::{self, Receiver, Sender};
 use super::reply::ReplyTo;
 use super::stream::ServerStream;
+use crate::descriptors::During;
 use crate::error::BackendError;
 use crate::metrics::ServerStats;
 use crate::protocol::{Protocol, Reply, ReplyScanner};
@@ -251,7 +252,11 @@ impl<P: Protocol> Connection<P> {
                     while let Some(job) = rx.try_recv() {
                         self.fail_job(job, &err);
                     }
-                    self.health.record_failure(&self.stats);
+                    // A shortage of the proxy's own descriptors was counted and logged where it
+                    // happened ([`Connection::connect`]); it says nothing about the server.
+                    if err.counts_against_server() {
+                        self.health.record_failure(&self.stats, &err.cause());
+                    }
                     continue;
                 }
             };
@@ -267,12 +272,17 @@ impl<P: Protocol> Connection<P> {
             match end {
                 End::Done => return,
                 End::Failed(err) => {
-                    tracing::warn!(server = %self.settings.addr, error = %err, "server connection failed");
+                    tracing::warn!(
+                        pool = %self.health.pool_stats().name,
+                        server = %self.stats.name,
+                        cause = %err.cause(),
+                        "server connection failed"
+                    );
                     for f in self.in_flight.drain(..) {
                         self.stats.in_queue.dec();
                         f.reply.send(Err(err.clone()));
                     }
-                    self.health.record_failure(&self.stats);
+                    self.health.record_failure(&self.stats, &err.cause());
                 }
             }
         }
@@ -301,6 +311,16 @@ impl<P: Protocol> Connection<P> {
                 }
             })
             .map_err(|e| {
+                if crate::descriptors::is_shortage(&e) {
+                    crate::descriptors::shortage(
+                        Some(self.health.pool_stats()),
+                        During::Connect(&self.stats.name),
+                        &e,
+                    );
+                    return BackendError::LocalResources {
+                        reason: e.to_string(),
+                    };
+                }
                 self.stats.server_err.inc();
                 BackendError::Connect {
                     addr: addr.clone(),

@@ -129,6 +129,10 @@ pub struct PoolStats {
     pub total_connections: Counter,
     /// Servers ejected.
     pub server_ejects: Counter,
+    /// Client accepts, server connects and health probes that failed for want of a descriptor or
+    /// socket memory (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`): the proxy's failures, never counted
+    /// against a server ([`crate::descriptors`]).
+    pub descriptor_shortages: Counter,
     /// Requests answered with `SERVER_ERROR` because a server failed.
     pub forward_error: Counter,
     /// Server requests made by splitting multi-gets.

@@ -16,7 +16,7 @@ pub(super) enum Kind {
 pub(super) type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-pub(super) const POOL_FAMILIES: [PoolFamily; 23] = [
+pub(super) const POOL_FAMILIES: [PoolFamily; 24] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -64,6 +64,12 @@ pub(super) const POOL_FAMILIES: [PoolFamily; 23] = [
         Kind::Counter,
         "Server ejections.",
         |p| p.server_ejects.get(),
+    ),
+    (
+        "shardring_proxy_pool_descriptor_shortages",
+        Kind::Counter,
+        "Accepts, connects and probes that failed for want of a descriptor or socket memory (never counted against a server).",
+        |p| p.descriptor_shortages.get(),
     ),
     (
         "shardring_proxy_pool_membership_revision",

@@ -414,6 +414,7 @@ mod tests {
             "shardring_proxy_pool_client_errors_total",
             "shardring_proxy_pool_forward_errors_total",
             "shardring_proxy_pool_server_ejects_total",
+            "shardring_proxy_pool_descriptor_shortages_total",
             "shardring_proxy_pool_membership_revision",
             "shardring_proxy_pool_membership_updated_timestamp_seconds",
             "shardring_proxy_pool_membership_errors_total",

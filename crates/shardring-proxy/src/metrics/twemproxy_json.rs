@@ -35,6 +35,11 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
             json!(p.client_connections.get()),
         );
         pool.insert("server_ejects".into(), json!(p.server_ejects.get()));
+        // Not twemproxy's (which counts a shortage as a server's failure).
+        pool.insert(
+            "descriptor_shortages".into(),
+            json!(p.descriptor_shortages.get()),
+        );
         pool.insert("forward_error".into(), json!(p.forward_error.get()));
         pool.insert("fragments".into(), json!(p.fragments.get()));
         pool.insert(
@@ -181,6 +186,7 @@ mod tests {
             "client_err",
             "client_connections",
             "server_ejects",
+            "descriptor_shortages",
             "forward_error",
             "fragments",
         ] {
