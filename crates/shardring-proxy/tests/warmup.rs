@@ -6,6 +6,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use common::{memcacheds, Client, Memcached, RunningProxy};
 use shardring_proxy::{PoolConfig, ProxyConfig};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -181,10 +183,11 @@ async fn a_key_deleted_during_the_window_never_comes_back_and_the_window_closes(
         .take(3)
         .collect();
     let mut c = proxy.client().await;
-    // Deleted before any read: the old copy goes too, so the fallback finds nothing.
+    // Deleted before any read: `DELETED`, as its old copy was there, and that copy goes too, so the
+    // fallback finds nothing.
     c.check(
         format!("delete {}\r\n", moved[0]).as_bytes(),
-        b"NOT_FOUND\r\n",
+        b"DELETED\r\n",
     )
     .await;
     c.check(format!("get {}\r\n", moved[0]).as_bytes(), b"END\r\n")
@@ -320,4 +323,351 @@ async fn multi_gets_warm_up_every_key_that_moved() {
     assert_eq!(read_all_multi(&proxy.addr).await, KEYS);
     assert_eq!(stats.warmup_fallbacks.get(), copies, "no second fallback");
     proxy.stop().await;
+}
+
+/// One command sequence on a moved key: its name, the key's value before the ring change (`None`: no
+/// value), and the requests sent one after another, each answered before the next. `{k}` is the key
+/// (for a name starting "binary key", the base64 of a key with a control byte, which the requests
+/// flag `b`), `{cas}` the CAS of the last `gets`/`gats` answer of the same server.
+struct Case {
+    name: &'static str,
+    old: Option<&'static str>,
+    requests: &'static [&'static str],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "delete",
+        old: Some("v1"),
+        requests: &["delete {k}\r\n", "get {k}\r\n", "delete {k}\r\n"],
+    },
+    Case {
+        name: "delete noreply",
+        old: Some("v1"),
+        requests: &["delete {k} noreply\r\n", "get {k}\r\n"],
+    },
+    Case {
+        name: "delete of a missing key",
+        old: None,
+        requests: &["delete {k}\r\n"],
+    },
+    Case {
+        name: "append",
+        old: Some("v1"),
+        requests: &["append {k} 0 0 3\r\nabc\r\n", "get {k}\r\n"],
+    },
+    Case {
+        name: "append noreply, then append",
+        old: Some("v1"),
+        requests: &[
+            "append {k} 0 0 1 noreply\r\nx\r\n",
+            "append {k} 0 0 1\r\ny\r\n",
+            "get {k}\r\n",
+        ],
+    },
+    Case {
+        name: "append to a missing key",
+        old: None,
+        requests: &["append {k} 0 0 3\r\nabc\r\n", "get {k}\r\n"],
+    },
+    Case {
+        name: "prepend",
+        old: Some("v1"),
+        requests: &["prepend {k} 0 0 3\r\nabc\r\n", "get {k}\r\n"],
+    },
+    Case {
+        name: "incr, then decr",
+        old: Some("10"),
+        requests: &["incr {k} 5\r\n", "decr {k} 3\r\n", "get {k}\r\n"],
+    },
+    Case {
+        name: "decr below zero",
+        old: Some("10"),
+        requests: &["decr {k} 20\r\n", "get {k}\r\n"],
+    },
+    Case {
+        name: "incr noreply",
+        old: Some("10"),
+        requests: &["incr {k} 1 noreply\r\n", "get {k}\r\n"],
+    },
+    Case {
+        name: "incr of a missing key",
+        old: None,
+        requests: &["incr {k} 1\r\n"],
+    },
+    Case {
+        name: "touch",
+        old: Some("v1"),
+        requests: &["touch {k} 500\r\n", "get {k}\r\n"],
+    },
+    Case {
+        name: "add and replace",
+        old: Some("v1"),
+        requests: &[
+            "add {k} 1 0 1\r\nx\r\n",
+            "replace {k} 2 0 1\r\ny\r\n",
+            "get {k}\r\n",
+        ],
+    },
+    Case {
+        name: "cas after a gets",
+        old: Some("v1"),
+        requests: &[
+            "gets {k}\r\n",
+            "cas {k} 7 0 2 {cas}\r\nzz\r\n",
+            "cas {k} 7 0 2 {cas}\r\nyy\r\n",
+            "get {k}\r\n",
+        ],
+    },
+    Case {
+        name: "gets",
+        old: Some("v1"),
+        requests: &["gets {k}\r\n", "get {k}\r\n"],
+    },
+    Case {
+        name: "gat and gats",
+        old: Some("v1"),
+        requests: &["gat 300 {k}\r\n", "gats 300 {k}\r\n"],
+    },
+    Case {
+        name: "ms in append mode",
+        old: Some("v1"),
+        requests: &["ms {k} 3 MA\r\nabc\r\n", "mg {k} v f\r\n"],
+    },
+    Case {
+        name: "ms in set mode",
+        old: Some("v1"),
+        requests: &["ms {k} 3 F5\r\nnew\r\n", "mg {k} v f\r\n"],
+    },
+    Case {
+        name: "ms in add mode",
+        old: Some("v1"),
+        requests: &["ms {k} 3 ME\r\nnew\r\n", "mg {k} v f\r\n"],
+    },
+    Case {
+        name: "md",
+        old: Some("v1"),
+        requests: &["md {k} O9 k\r\n", "mg {k} v\r\n", "md {k}\r\n"],
+    },
+    Case {
+        name: "md quiet",
+        old: Some("v1"),
+        requests: &["md {k} q\r\n", "mg {k} v\r\n"],
+    },
+    Case {
+        name: "md with a CAS that does not match",
+        old: Some("v1"),
+        requests: &["md {k} C1\r\n", "mg {k} v\r\n"],
+    },
+    Case {
+        name: "ma",
+        old: Some("10"),
+        requests: &["ma {k}\r\n", "ma {k} v MD D5\r\n", "mg {k} v\r\n"],
+    },
+    Case {
+        name: "mg",
+        old: Some("v1"),
+        requests: &["mg {k} v f k O7\r\n", "mg {k} s v\r\n"],
+    },
+    Case {
+        name: "mg of a missing key",
+        old: None,
+        requests: &["mg {k} v\r\n", "mg {k} v q\r\n"],
+    },
+    Case {
+        name: "binary key: ms in append mode",
+        old: Some("v1"),
+        requests: &["ms {k} 3 b MA\r\nabc\r\n", "mg {k} b v f k\r\n"],
+    },
+    Case {
+        name: "binary key: ma",
+        old: Some("10"),
+        requests: &["ma {k} b v\r\n"],
+    },
+    Case {
+        name: "binary key: md",
+        old: Some("v1"),
+        requests: &["md {k} b\r\n", "mg {k} b v\r\n"],
+    },
+    Case {
+        name: "binary key: mg",
+        old: Some("v1"),
+        requests: &["mg {k} b v f\r\n", "md {k} b C1\r\n"],
+    },
+];
+
+/// Sends `req` and reads its whole answer: the request is followed by `mn`, and the answer ends at
+/// the `MN` it gets (none of these answers holds that line).
+async fn exchange(c: &mut Client, req: &[u8]) -> Vec<u8> {
+    c.send(req).await;
+    c.send(b"mn\r\n").await;
+    let mut got = Vec::new();
+    while !got.ends_with(b"MN\r\n") {
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(common::IO_TIMEOUT, c.stream.read(&mut buf))
+            .await
+            .expect("an answer in time")
+            .expect("read");
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    got.truncate(got.len() - 4);
+    got
+}
+
+/// The CAS of a `gets`/`gats` answer (`VALUE <key> <flags> <len> <cas>`), and the answer with it
+/// replaced by `<cas>`: each server numbers its items' CAS values itself.
+fn split_cas(answer: &[u8]) -> (Option<String>, Vec<u8>) {
+    let text = String::from_utf8_lossy(answer);
+    let Some(line) = text.lines().next().filter(|l| l.starts_with("VALUE ")) else {
+        return (None, answer.to_vec());
+    };
+    let tokens: Vec<&str> = line.split(' ').collect();
+    if tokens.len() != 5 {
+        return (None, answer.to_vec());
+    }
+    let masked = format!("{} <cas>", tokens[..4].join(" "));
+    (
+        Some(tokens[4].to_owned()),
+        text.replacen(line, &masked, 1).into_bytes(),
+    )
+}
+
+/// Runs `case`'s requests on `c` with key `k`: the answers (CAS values masked).
+async fn run_case(c: &mut Client, case: &Case, k: &str) -> Vec<Vec<u8>> {
+    let mut cas = String::from("0");
+    let mut answers = Vec::new();
+    for r in case.requests {
+        let req = r.replace("{k}", k).replace("{cas}", &cas);
+        let (got_cas, masked) = split_cas(&exchange(c, req.as_bytes()).await);
+        if let Some(got) = got_cas {
+            cas = got;
+        }
+        answers.push(masked);
+    }
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_on_a_moved_key_not_yet_copied_answers_as_one_memcached_holding_its_value() {
+    let servers = memcacheds(5);
+    let reference = Memcached::start();
+    let window = Some(Duration::from_secs(60));
+    let proxy = RunningProxy::start(pool(&servers[..4], window)).await;
+    let four = pool(&servers[..4], None).placement().unwrap();
+    let five = pool(&servers, None).placement().unwrap();
+    // Two keys per case (a text one, and for the meta commands a binary one through `b`), all moving
+    // to the 5th server.
+    let mut moved = (0..)
+        .map(|i| format!("case:{i}"))
+        .filter(|k| five.locate(k.as_bytes()) == Some(4) && four.locate(k.as_bytes()).is_some());
+    let mut moved_binary = (0..)
+        .map(|i| format!("bin\x01{i}"))
+        .filter(|k| five.locate(k.as_bytes()) == Some(4) && four.locate(k.as_bytes()).is_some());
+    let keys: Vec<String> = CASES
+        .iter()
+        .map(|case| match case.name.starts_with("binary key") {
+            true => STANDARD.encode(moved_binary.next().unwrap()),
+            false => moved.next().unwrap(),
+        })
+        .collect();
+    let mut before = Client::connect(&proxy.addr).await;
+    let mut single = Client::connect(&reference.addr).await;
+    for (case, k) in CASES.iter().zip(&keys) {
+        if let Some(v) = case.old {
+            let (set, stored): (String, &[u8]) = match case.name.starts_with("binary key") {
+                true => (
+                    format!("ms {k} {} b F42 T1000\r\n{v}\r\n", v.len()),
+                    b"HD\r\n",
+                ),
+                false => (
+                    format!("set {k} 42 1000 {}\r\n{v}\r\n", v.len()),
+                    b"STORED\r\n",
+                ),
+            };
+            before.check(set.as_bytes(), stored).await;
+            single.check(set.as_bytes(), stored).await;
+        }
+    }
+    proxy
+        .proxy
+        .reload(ProxyConfig {
+            pools: vec![pool(&servers, window)],
+        })
+        .unwrap();
+    let mut c = proxy.client().await;
+    let mut new_server = Client::connect(&servers[4].addr).await;
+    let mut wrong = Vec::new();
+    for (case, k) in CASES.iter().zip(&keys) {
+        let through_proxy = run_case(&mut c, case, k).await;
+        let on_one = run_case(&mut single, case, k).await;
+        for ((r, got), want) in case.requests.iter().zip(&through_proxy).zip(&on_one) {
+            eprintln!(
+                "{:<32} {:<34} proxy {:<40} memcached {:?}",
+                case.name,
+                format!("{r:?}"),
+                format!("{:?}", String::from_utf8_lossy(got)),
+                String::from_utf8_lossy(want)
+            );
+            if got != want {
+                wrong.push(format!("{}: {r:?}", case.name));
+            }
+        }
+        // Afterwards the value is the same through the proxy and on the new server itself.
+        let read = match case.name.starts_with("binary key") {
+            true => format!("mg {k} b v f\r\n"),
+            false => format!("mg {k} v f\r\n"),
+        };
+        let want = exchange(&mut single, read.as_bytes()).await;
+        for (place, got) in [
+            ("through the proxy", exchange(&mut c, read.as_bytes()).await),
+            (
+                "on the new server",
+                exchange(&mut new_server, read.as_bytes()).await,
+            ),
+        ] {
+            if got != want {
+                wrong.push(format!(
+                    "{}: afterwards {place} {:?}, memcached {:?}",
+                    case.name,
+                    String::from_utf8_lossy(&got),
+                    String::from_utf8_lossy(&want)
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "answers that differ: {wrong:#?}");
+    // A command that changes the item deleted the old copy once the new server had the value, so no
+    // later fallback finds it; reads leave it (the new server has the same value).
+    for (case, k) in CASES.iter().zip(&keys) {
+        let old = four.locate(&key_bytes(case, k)).unwrap();
+        let mut d = Client::connect(&servers[old].addr).await;
+        let flag = if case.name.starts_with("binary key") {
+            " b"
+        } else {
+            ""
+        };
+        let got = exchange(&mut d, format!("mg {k}{flag} v\r\n").as_bytes()).await;
+        let kept = case.old.is_some() && ["gets", "gat and gats", "mg"].contains(&case.name);
+        assert_eq!(
+            got.starts_with(b"VA "),
+            kept,
+            "{}: the old server has {:?}",
+            case.name,
+            String::from_utf8_lossy(&got)
+        );
+    }
+    let stats = &proxy.proxy.views()[0].pool;
+    assert_eq!(stats.warmup_copies_refused.get(), 0);
+    assert!(stats.warmup_copies.get() > 0);
+    proxy.stop().await;
+}
+
+/// The bytes `case`'s key `k` is placed by (a binary key's decoded bytes).
+fn key_bytes(case: &Case, k: &str) -> Vec<u8> {
+    if case.name.starts_with("binary key") {
+        STANDARD.decode(k).unwrap()
+    } else {
+        k.as_bytes().to_vec()
+    }
 }

@@ -292,12 +292,26 @@ pub enum Step<P: Protocol> {
 /// One server's share of a fan-out.
 #[derive(Debug)]
 pub struct Part<P: Protocol> {
-    /// The server's index in the pool.
+    /// The server's index in `placement`.
     pub server: usize,
+    /// Which version of the pool `server` indexes: a warm-up reads and cleans up a moved key on its
+    /// previous server, which may have left the pool.
+    pub placement: Placement,
     /// The bytes to send.
     pub frame: Bytes,
     /// How the reply is framed.
     pub kind: P::ReplyKind,
+}
+
+/// Which version of the pool a [`Part`]'s server index points into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// The pool as the plan saw it.
+    Current,
+    /// The pool before the last ring change, while a warm-up window is open (the version
+    /// [`PlanContext::moved_from`] indexes). A part sent there once that version is gone gets
+    /// [`BackendError::Removed`] as its reply.
+    Previous,
 }
 
 /// A fan-out part's reply, with the server it came from (for error messages).

@@ -39,7 +39,7 @@ use super::response::ResponseKind;
 use super::response::ValueBlocks;
 use crate::metrics::PoolStats;
 use crate::protocol::{
-    Answer, Part, PartReply, Phase, PlanContext, Protocol, Recovery, Reply, Step,
+    Answer, Part, PartReply, Phase, Placement, PlanContext, Protocol, Recovery, Reply, Step,
 };
 
 /// How long the reservation of step 1 lives, in seconds.
@@ -129,6 +129,394 @@ pub(super) fn write(key: &[u8], step: Step<Memcache>, ctx: &PlanContext<'_>) -> 
         frame: frame.freeze(),
         kind: ResponseKind::Line,
         step: Box::new(step),
+    }
+}
+
+/// How a one-key command of a moved key is sent during a warm-up window.
+enum MovedPath {
+    /// Its result does not depend on the key's value (`set`, `ms` in set mode without a CAS): to the
+    /// new server, after a delete of the old copy ([`write`]).
+    Overwrite,
+    /// A delete (`delete`, `md` without `C`, `I` or `x`): to both servers at once; it deleted when
+    /// either had the key.
+    DeleteBoth,
+    /// Anything else: copy the old value first, then send the command ([`WarmKeyed`]).
+    CopyFirst,
+}
+
+/// Which [`MovedPath`] a request takes.
+fn route_of(req: &Request) -> MovedPath {
+    let eol = memchr::memmem::find(&req.frame, b"\r\n").unwrap_or(req.frame.len());
+    let mut tokens = req.frame[..eol]
+        .split(|&b| b == b' ')
+        .filter(|t| !t.is_empty());
+    let word = tokens.next().unwrap_or_default();
+    let flag = |t: &&[u8], letters: &[u8]| t.first().is_some_and(|c| letters.contains(c));
+    match (&req.command, word) {
+        (Command::Keyed { .. }, b"set") => MovedPath::Overwrite,
+        (Command::Keyed { .. }, b"delete") => MovedPath::DeleteBoth,
+        (Command::Meta { .. }, b"ms") => {
+            // `ms <key> <datalen> <flags>*`: a plain set unless a mode other than set, or a CAS
+            // (compare, or invalidate with one), makes the old value matter.
+            let mut flags = tokens.skip(2);
+            let depends = flags.any(|t| {
+                flag(&t, b"CI") || (flag(&t, b"M") && !matches!(t.get(1), Some(b'S' | b's')))
+            });
+            if depends {
+                MovedPath::CopyFirst
+            } else {
+                MovedPath::Overwrite
+            }
+        }
+        (Command::Meta { .. }, b"md") => {
+            if tokens.skip(1).any(|t| flag(&t, b"CIx")) {
+                MovedPath::CopyFirst
+            } else {
+                MovedPath::DeleteBoth
+            }
+        }
+        _ => MovedPath::CopyFirst,
+    }
+}
+
+/// A key as meta commands take it: the token, and whether it is base64 (a binary key, the `b` flag).
+#[derive(Debug)]
+struct MetaKey {
+    /// The key, or its base64.
+    token: Bytes,
+    /// The token is base64.
+    base64: bool,
+}
+
+impl MetaKey {
+    /// The key of `req` (its token `range`) as meta commands take it.
+    fn of(req: &Request, range: &std::ops::Range<usize>) -> MetaKey {
+        MetaKey {
+            token: req.frame.slice(range.clone()),
+            base64: matches!(req.command, Command::Meta { base64: true, .. }),
+        }
+    }
+
+    /// `<command> <key>[ <middle>][ b] <flags>\r\n`.
+    fn line(&self, command: &str, middle: &str, flags: &str) -> BytesMut {
+        let mut b = BytesMut::with_capacity(self.token.len() + middle.len() + flags.len() + 16);
+        b.extend_from_slice(command.as_bytes());
+        b.extend_from_slice(b" ");
+        b.extend_from_slice(&self.token);
+        if !middle.is_empty() {
+            b.extend_from_slice(b" ");
+            b.extend_from_slice(middle.as_bytes());
+        }
+        if self.base64 {
+            b.extend_from_slice(b" b");
+        }
+        if !flags.is_empty() {
+            b.extend_from_slice(b" ");
+            b.extend_from_slice(flags.as_bytes());
+        }
+        b.extend_from_slice(b"\r\n");
+        b
+    }
+}
+
+/// Where a [`WarmKeyed`] exchange is.
+#[derive(Debug)]
+enum Stage {
+    /// Round one on the new server: `mg <key> c N2`.
+    Reserve,
+    /// The key was on the new server already: the command's reply.
+    Direct,
+    /// The reservation's CAS is `cas`: the previous server's `mg <key> v f t`.
+    ReadOld {
+        /// The reservation's CAS.
+        cas: Bytes,
+    },
+    /// The copy (or release) and the command, pipelined on the new server: their replies.
+    Apply {
+        /// A copy (not a release) was sent: a refusal is counted.
+        copied: bool,
+    },
+    /// A delete sent to both servers at once.
+    DeleteBoth,
+}
+
+/// A one-key command of a key that moved and may not have been copied yet, while a warm-up window is
+/// open: copy first, then apply, so the command sees the old server's value (a multi-round
+/// [`Step::FanOut`] answered through [`Protocol::phase`]).
+#[derive(Debug)]
+pub struct WarmKeyed {
+    /// The client's command as a server takes it (`noreply`/`q` stripped, a gutter's TTL cap applied).
+    command: Bytes,
+    /// How the command's reply is framed.
+    kind: ResponseKind,
+    /// How the command's reply becomes the answer.
+    finish: Finish,
+    /// The key, as the meta commands of the copy take it.
+    key: MetaKey,
+    /// The key's server now.
+    new: usize,
+    /// Its server on the previous ring (index there).
+    old: usize,
+    /// The command changes the item: the old copy is deleted once the new server has the value.
+    writes: bool,
+    /// The new server is a gutter server: the copy's TTL is capped to this.
+    ttl_cap: Option<u32>,
+    /// Where the exchange is.
+    stage: Stage,
+    /// Where fallbacks, recoveries and copies are counted.
+    stats: Arc<PoolStats>,
+}
+
+/// A one-key command of a key that moved, while a warm-up window is open: the exchange that gives the
+/// answer it would get had the key been copied already. `Err(finish)` when the caller's usual path
+/// does (the key did not move, a plain overwrite, replicas, no live server).
+pub(super) fn keyed(
+    req: &Request,
+    range: &std::ops::Range<usize>,
+    key: &[u8],
+    finish: Finish,
+    ctx: &PlanContext<'_>,
+) -> Result<Step<Memcache>, Finish> {
+    if ctx.replicas() > 1 || matches!(req.command, Command::Get { more: true, .. }) {
+        return Err(finish);
+    }
+    let (Some(old), Some(new)) = (ctx.moved_from(key), ctx.server_for(key)) else {
+        return Err(finish);
+    };
+    let route = route_of(req);
+    if matches!(route, MovedPath::Overwrite) {
+        return Err(finish);
+    }
+    let ttl_cap = ctx.gutter_ttl_cap(new);
+    let command = match (&req.command, ttl_cap) {
+        (Command::Get { .. }, None) => req.frame.clone(),
+        (Command::Get { .. }, Some(cap)) => super::gutter::cap_ttl(&req.frame, cap),
+        (_, None) => req.to_forward(),
+        (_, Some(cap)) => super::gutter::cap_ttl(&req.to_forward(), cap),
+    };
+    let kind = req.command.response_kind();
+    let key = MetaKey::of(req, range);
+    let (parts, stage) = match route {
+        MovedPath::DeleteBoth => (
+            vec![
+                part(Placement::Current, new, command.clone(), kind),
+                part(Placement::Previous, old, command.clone(), kind),
+            ],
+            Stage::DeleteBoth,
+        ),
+        _ => (
+            vec![part(
+                Placement::Current,
+                new,
+                key.line("mg", "", &format!("c N{RESERVATION_TTL}"))
+                    .freeze(),
+                ResponseKind::Meta,
+            )],
+            Stage::Reserve,
+        ),
+    };
+    Ok(Step::FanOut {
+        parts,
+        merge: Merge::WarmKeyed(WarmKeyed {
+            command,
+            kind,
+            finish,
+            key,
+            new,
+            old,
+            writes: super::replicas::is_write(&req.command),
+            ttl_cap,
+            stage,
+            stats: Arc::clone(ctx.stats),
+        }),
+    })
+}
+
+/// A part of a warm-up exchange.
+fn part(placement: Placement, server: usize, frame: Bytes, kind: ResponseKind) -> Part<Memcache> {
+    Part {
+        placement,
+        server,
+        frame,
+        kind,
+    }
+}
+
+/// A request whose reply is dropped.
+fn fire(part: Part<Memcache>) -> (Part<Memcache>, Finish) {
+    (part, Finish::NoReply)
+}
+
+/// Whether a delete's reply says it deleted (`DELETED`, or `HD` for `md`).
+fn deleted(reply: &Reply) -> bool {
+    matches!(reply, Ok(b) if b.starts_with(b"DELETED") || b.starts_with(b"HD"))
+}
+
+impl WarmKeyed {
+    /// The next round, or the client's answer.
+    pub(super) fn phase(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let mut replies: Vec<Reply> = replies.into_iter().map(|r| r.reply).collect();
+        let first = if replies.is_empty() {
+            Err(crate::error::BackendError::Removed)
+        } else {
+            replies.remove(0)
+        };
+        match std::mem::replace(&mut self.stage, Stage::Direct) {
+            Stage::Reserve => {
+                let reservation = first.as_ref().ok().and_then(|b| MetaReply::parse(b));
+                let cas = reservation
+                    .as_ref()
+                    .filter(|m| m.has(b'W') || m.has(b'Z'))
+                    .and_then(|m| m.flag(b'c'))
+                    .map(Bytes::copy_from_slice);
+                let failed = match &first {
+                    Ok(b) => super::response::is_error_reply(b),
+                    Err(_) => true,
+                };
+                if let Some(cas) = cas {
+                    // Not on the new server: ours to fill (`W`), or another warm-up's (`Z`), whose
+                    // CAS fills it as well as ours: both copy the same old value and the second copy
+                    // is refused; a release after a miss removes either.
+                    self.stage = Stage::ReadOld { cas };
+                    let read = self.key.line("mg", "", "v f t").freeze();
+                    Phase::Again {
+                        parts: vec![part(
+                            Placement::Previous,
+                            self.old,
+                            read,
+                            ResponseKind::Meta,
+                        )],
+                        merge: Merge::WarmKeyed(self),
+                        follow_ups: Vec::new(),
+                    }
+                } else if failed {
+                    // Nothing was applied: the new server's failure is the answer.
+                    self.done(first)
+                } else {
+                    // Copied already (or written since the ring change): as usual.
+                    let follow_ups = self.delete_old();
+                    let command = part(
+                        Placement::Current,
+                        self.new,
+                        self.command.clone(),
+                        self.kind,
+                    );
+                    Phase::Again {
+                        parts: vec![command],
+                        merge: Merge::WarmKeyed(self),
+                        follow_ups,
+                    }
+                }
+            }
+            Stage::ReadOld { cas } => {
+                self.stats.warmup_fallbacks.inc();
+                let hit = first
+                    .as_ref()
+                    .ok()
+                    .and_then(|b| MetaReply::parse(b))
+                    .filter(|m| m.status == b"VA" && !m.is_reservation());
+                let (fill, follow_ups) = match &hit {
+                    Some(m) => {
+                        self.stats.warmup_recovered.inc();
+                        self.stats.warmup_copies.inc();
+                        (self.copy(&cas, m), self.delete_old())
+                    }
+                    // Not there either: release the reservation, so the command finds no item.
+                    None => (
+                        self.key
+                            .line("md", "", &format!("C{}", String::from_utf8_lossy(&cas))),
+                        Vec::new(),
+                    ),
+                };
+                self.stage = Stage::Apply {
+                    copied: hit.is_some(),
+                };
+                let new = self.new;
+                let parts = vec![
+                    part(Placement::Current, new, fill.freeze(), ResponseKind::Line),
+                    part(Placement::Current, new, self.command.clone(), self.kind),
+                ];
+                Phase::Again {
+                    parts,
+                    merge: Merge::WarmKeyed(self),
+                    follow_ups,
+                }
+            }
+            Stage::Apply { copied } => {
+                if copied && !matches!(&first, Ok(b) if b.starts_with(b"HD")) {
+                    self.stats.warmup_copies_refused.inc();
+                }
+                let reply = if replies.is_empty() {
+                    Err(crate::error::BackendError::Removed)
+                } else {
+                    replies.remove(0)
+                };
+                self.done(reply)
+            }
+            Stage::Direct => self.done(first),
+            Stage::DeleteBoth => {
+                let old = replies
+                    .pop()
+                    .unwrap_or(Err(crate::error::BackendError::Removed));
+                let reply = match first {
+                    // The new server did not have it (and did not fail): the old server's answer
+                    // when it did.
+                    Ok(b) if !deleted(&Ok(b.clone())) && !super::response::is_error_reply(&b) => {
+                        if deleted(&old) {
+                            old
+                        } else {
+                            Ok(b)
+                        }
+                    }
+                    other => other,
+                };
+                self.done(reply)
+            }
+        }
+    }
+
+    /// The answer from the command's reply.
+    fn done(self, reply: Reply) -> Phase<Memcache> {
+        Phase::Done {
+            answer: Memcache::finish(self.finish, reply),
+            follow_ups: Vec::new(),
+        }
+    }
+
+    /// The delete of the old copy, for a command that changes the item (not waited for).
+    fn delete_old(&self) -> Vec<(Part<Memcache>, Finish)> {
+        if !self.writes {
+            return Vec::new();
+        }
+        let md = self.key.line("md", "", "").freeze();
+        vec![fire(part(
+            Placement::Previous,
+            self.old,
+            md,
+            ResponseKind::Line,
+        ))]
+    }
+
+    /// The CAS copy of the old server's hit `m` into the reservation `cas`.
+    fn copy(&self, cas: &[u8], m: &MetaReply<'_>) -> BytesMut {
+        let t: i64 = m
+            .flag(b't')
+            .and_then(|t| std::str::from_utf8(t).ok())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(-1);
+        let ttl = match self.ttl_cap {
+            Some(cap) => super::gutter::capped(copy_ttl(t), cap, crate::metrics::unix_time()),
+            None => copy_ttl(t),
+        };
+        let flags = format!(
+            "C{} T{ttl} F{}",
+            String::from_utf8_lossy(cas),
+            String::from_utf8_lossy(m.flag(b'f').unwrap_or(b"0"))
+        );
+        let mut ms = self.key.line("ms", &m.data.len().to_string(), &flags);
+        ms.extend_from_slice(m.data);
+        ms.extend_from_slice(b"\r\n");
+        ms
     }
 }
 
@@ -398,6 +786,7 @@ pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Mem
                 b.extend_from_slice(key);
                 b.extend_from_slice(format!(" v f t c N{RESERVATION_TTL}\r\n").as_bytes());
                 parts.push(Part {
+                    placement: Placement::Current,
                     server: new,
                     frame: b.freeze(),
                     kind: ResponseKind::Meta,
@@ -432,6 +821,7 @@ pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Mem
     for (server, mut line) in lines {
         line.extend_from_slice(b"\r\n");
         parts.push(Part {
+            placement: Placement::Current,
             server,
             frame: line.freeze(),
             kind: ResponseKind::Values,
@@ -471,6 +861,7 @@ impl WarmMulti {
                 if let Some((frame, kind, finish)) = follow_up {
                     follow_ups.push((
                         Part {
+                            placement: Placement::Current,
                             server: new,
                             frame,
                             kind,
@@ -511,6 +902,7 @@ impl WarmMulti {
                         b.extend_from_slice(key);
                         b.extend_from_slice(b" v f t\r\n");
                         next.push(Part {
+                            placement: Placement::Current,
                             server: old,
                             frame: b.freeze(),
                             kind: ResponseKind::Meta,
