@@ -63,6 +63,7 @@ pub(crate) async fn serve_client<P: Protocol>(
         timings: VecDeque::with_capacity(16),
         state: P::Session::default(),
         lane: 0,
+        held: false,
         worker,
     };
     match session.run(&drain).await {
@@ -140,6 +141,9 @@ struct Session<P: Protocol> {
     state: P::Session,
     /// The set of server connections this client's requests take ([`Protocol::lane`]).
     lane: usize,
+    /// The last request started is an exchange that later requests must not overtake
+    /// ([`Protocol::in_order`]): nothing more is sent until the answers in flight are in.
+    held: bool,
     /// The worker serving this client: its requests take that worker's server connections, on this
     /// thread.
     worker: usize,
@@ -162,6 +166,12 @@ impl<P: Protocol> Session<P> {
                     }
                     self.lane = P::lane(&self.state);
                 }
+                if self.held {
+                    if !self.pending.is_empty() {
+                        break;
+                    }
+                    self.held = false;
+                }
                 // Nothing buffered is always "more bytes needed": skip the decoder's call (twice per
                 // request otherwise, once after the answer and once after the read).
                 if self.rbuf.is_empty() {
@@ -178,6 +188,9 @@ impl<P: Protocol> Session<P> {
                             self.push(Pending::Ready(Some(answer)), timed);
                             closing = true;
                             break;
+                        }
+                        if let Step::FanOut { merge, .. } = &step {
+                            self.held = cluster.protocol.in_order(merge);
                         }
                         let p = self.start(&cluster, step);
                         self.push(p, timed);

@@ -326,13 +326,17 @@ async fn multi_gets_warm_up_every_key_that_moved() {
 }
 
 /// One command sequence on a moved key: its name, the key's value before the ring change (`None`: no
-/// value), and the requests sent one after another, each answered before the next. `{k}` is the key
-/// (for a name starting "binary key", the base64 of a key with a control byte, which the requests
+/// value), and the requests sent one after another, each answered before the next unless pipelined.
+/// `{k}` is the key (for a binary key, the base64 of a key with a control byte, which the requests
 /// flag `b`), `{cas}` the CAS of the last `gets`/`gats` answer of the same server.
 struct Case {
     name: &'static str,
     old: Option<&'static str>,
     requests: &'static [&'static str],
+    /// The key is binary: `{k}` is its base64.
+    binary: bool,
+    /// The requests are sent in one write, without waiting for answers.
+    pipelined: bool,
 }
 
 const CASES: &[Case] = &[
@@ -340,21 +344,29 @@ const CASES: &[Case] = &[
         name: "delete",
         old: Some("v1"),
         requests: &["delete {k}\r\n", "get {k}\r\n", "delete {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "delete noreply",
         old: Some("v1"),
         requests: &["delete {k} noreply\r\n", "get {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "delete of a missing key",
         old: None,
         requests: &["delete {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "append",
         old: Some("v1"),
         requests: &["append {k} 0 0 3\r\nabc\r\n", "get {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "append noreply, then append",
@@ -364,41 +376,57 @@ const CASES: &[Case] = &[
             "append {k} 0 0 1\r\ny\r\n",
             "get {k}\r\n",
         ],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "append to a missing key",
         old: None,
         requests: &["append {k} 0 0 3\r\nabc\r\n", "get {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "prepend",
         old: Some("v1"),
         requests: &["prepend {k} 0 0 3\r\nabc\r\n", "get {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "incr, then decr",
         old: Some("10"),
         requests: &["incr {k} 5\r\n", "decr {k} 3\r\n", "get {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "decr below zero",
         old: Some("10"),
         requests: &["decr {k} 20\r\n", "get {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "incr noreply",
         old: Some("10"),
         requests: &["incr {k} 1 noreply\r\n", "get {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "incr of a missing key",
         old: None,
         requests: &["incr {k} 1\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "touch",
         old: Some("v1"),
         requests: &["touch {k} 500\r\n", "get {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "add and replace",
@@ -408,6 +436,8 @@ const CASES: &[Case] = &[
             "replace {k} 2 0 1\r\ny\r\n",
             "get {k}\r\n",
         ],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "cas after a gets",
@@ -418,81 +448,139 @@ const CASES: &[Case] = &[
             "cas {k} 7 0 2 {cas}\r\nyy\r\n",
             "get {k}\r\n",
         ],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "gets",
         old: Some("v1"),
         requests: &["gets {k}\r\n", "get {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "gat and gats",
         old: Some("v1"),
         requests: &["gat 300 {k}\r\n", "gats 300 {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "ms in append mode",
         old: Some("v1"),
         requests: &["ms {k} 3 MA\r\nabc\r\n", "mg {k} v f\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "ms in set mode",
         old: Some("v1"),
         requests: &["ms {k} 3 F5\r\nnew\r\n", "mg {k} v f\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "ms in add mode",
         old: Some("v1"),
         requests: &["ms {k} 3 ME\r\nnew\r\n", "mg {k} v f\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "md",
         old: Some("v1"),
         requests: &["md {k} O9 k\r\n", "mg {k} v\r\n", "md {k}\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "md quiet",
         old: Some("v1"),
         requests: &["md {k} q\r\n", "mg {k} v\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "md with a CAS that does not match",
         old: Some("v1"),
         requests: &["md {k} C1\r\n", "mg {k} v\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "ma",
         old: Some("10"),
         requests: &["ma {k}\r\n", "ma {k} v MD D5\r\n", "mg {k} v\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "mg",
         old: Some("v1"),
         requests: &["mg {k} v f k O7\r\n", "mg {k} s v\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "mg of a missing key",
         old: None,
         requests: &["mg {k} v\r\n", "mg {k} v q\r\n"],
+        binary: false,
+        pipelined: false,
     },
     Case {
         name: "binary key: ms in append mode",
         old: Some("v1"),
         requests: &["ms {k} 3 b MA\r\nabc\r\n", "mg {k} b v f k\r\n"],
+        binary: true,
+        pipelined: false,
     },
     Case {
         name: "binary key: ma",
         old: Some("10"),
         requests: &["ma {k} b v\r\n"],
+        binary: true,
+        pipelined: false,
     },
     Case {
         name: "binary key: md",
         old: Some("v1"),
         requests: &["md {k} b\r\n", "mg {k} b v\r\n"],
+        binary: true,
+        pipelined: false,
     },
     Case {
         name: "binary key: mg",
         old: Some("v1"),
         requests: &["mg {k} b v f\r\n", "md {k} b C1\r\n"],
+        binary: true,
+        pipelined: false,
+    },
+    Case {
+        name: "pipelined: append, set, append, get",
+        old: Some("v1"),
+        requests: &[
+            "append {k} 0 0 1\r\nx\r\n",
+            "set {k} 0 0 3\r\nnew\r\n",
+            "append {k} 0 0 1\r\ny\r\n",
+            "get {k}\r\n",
+        ],
+        binary: false,
+        pipelined: true,
+    },
+    Case {
+        name: "pipelined: incr, incr, get",
+        old: Some("10"),
+        requests: &["incr {k} 1\r\n", "incr {k} 1\r\n", "get {k}\r\n"],
+        binary: false,
+        pipelined: true,
+    },
+    Case {
+        name: "pipelined: delete, add, get",
+        old: Some("v1"),
+        requests: &["delete {k}\r\n", "add {k} 0 0 1\r\nx\r\n", "get {k}\r\n"],
+        binary: false,
+        pipelined: true,
     },
 ];
 
@@ -535,6 +623,10 @@ fn split_cas(answer: &[u8]) -> (Option<String>, Vec<u8>) {
 
 /// Runs `case`'s requests on `c` with key `k`: the answers (CAS values masked).
 async fn run_case(c: &mut Client, case: &Case, k: &str) -> Vec<Vec<u8>> {
+    if case.pipelined {
+        let all: String = case.requests.iter().map(|r| r.replace("{k}", k)).collect();
+        return vec![exchange(c, all.as_bytes()).await];
+    }
     let mut cas = String::from("0");
     let mut answers = Vec::new();
     for r in case.requests {
@@ -566,7 +658,7 @@ async fn every_command_on_a_moved_key_not_yet_copied_answers_as_one_memcached_ho
         .filter(|k| five.locate(k.as_bytes()) == Some(4) && four.locate(k.as_bytes()).is_some());
     let keys: Vec<String> = CASES
         .iter()
-        .map(|case| match case.name.starts_with("binary key") {
+        .map(|case| match case.binary {
             true => STANDARD.encode(moved_binary.next().unwrap()),
             false => moved.next().unwrap(),
         })
@@ -575,7 +667,7 @@ async fn every_command_on_a_moved_key_not_yet_copied_answers_as_one_memcached_ho
     let mut single = Client::connect(&reference.addr).await;
     for (case, k) in CASES.iter().zip(&keys) {
         if let Some(v) = case.old {
-            let (set, stored): (String, &[u8]) = match case.name.starts_with("binary key") {
+            let (set, stored): (String, &[u8]) = match case.binary {
                 true => (
                     format!("ms {k} {} b F42 T1000\r\n{v}\r\n", v.len()),
                     b"HD\r\n",
@@ -614,7 +706,7 @@ async fn every_command_on_a_moved_key_not_yet_copied_answers_as_one_memcached_ho
             }
         }
         // Afterwards the value is the same through the proxy and on the new server itself.
-        let read = match case.name.starts_with("binary key") {
+        let read = match case.binary {
             true => format!("mg {k} b v f\r\n"),
             false => format!("mg {k} v f\r\n"),
         };
@@ -642,11 +734,7 @@ async fn every_command_on_a_moved_key_not_yet_copied_answers_as_one_memcached_ho
     for (case, k) in CASES.iter().zip(&keys) {
         let old = four.locate(&key_bytes(case, k)).unwrap();
         let mut d = Client::connect(&servers[old].addr).await;
-        let flag = if case.name.starts_with("binary key") {
-            " b"
-        } else {
-            ""
-        };
+        let flag = if case.binary { " b" } else { "" };
         let got = exchange(&mut d, format!("mg {k}{flag} v\r\n").as_bytes()).await;
         let kept = case.old.is_some() && ["gets", "gat and gats", "mg"].contains(&case.name);
         assert_eq!(
@@ -665,7 +753,7 @@ async fn every_command_on_a_moved_key_not_yet_copied_answers_as_one_memcached_ho
 
 /// The bytes `case`'s key `k` is placed by (a binary key's decoded bytes).
 fn key_bytes(case: &Case, k: &str) -> Vec<u8> {
-    if case.name.starts_with("binary key") {
+    if case.binary {
         STANDARD.decode(k).unwrap()
     } else {
         k.as_bytes().to_vec()

@@ -133,6 +133,14 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
         }
     }
 
+    /// Whether the client's later requests wait until this [`Step::FanOut`] is answered before they
+    /// are sent: an exchange of several rounds on one key whose later rounds a later request of the
+    /// same key must not overtake (a warm-up's copy, then the command). By default, never.
+    fn in_order(&self, merge: &Self::Merge) -> bool {
+        let _ = merge;
+        false
+    }
+
     /// Whether a [`Step::Fallback`] asks the previous ring after `reply`. By default, never.
     fn fall_back(&self, finish: &Self::Finish, reply: &Reply) -> bool {
         let _ = (finish, reply);

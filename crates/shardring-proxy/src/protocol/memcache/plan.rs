@@ -269,6 +269,10 @@ impl Protocol for Memcache {
         }
     }
 
+    fn in_order(&self, merge: &Merge) -> bool {
+        matches!(merge, Merge::WarmKeyed(w) if w.rounds_follow())
+    }
+
     fn fall_back(&self, finish: &Finish, reply: &Reply) -> bool {
         warmup::fall_back(finish, reply)
     }

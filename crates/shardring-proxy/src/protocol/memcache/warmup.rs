@@ -475,6 +475,11 @@ impl WarmKeyed {
         }
     }
 
+    /// Whether more rounds follow the first (all but a delete sent to both servers at once).
+    pub(super) fn rounds_follow(&self) -> bool {
+        !matches!(self.stage, Stage::DeleteBoth)
+    }
+
     /// The answer from the command's reply.
     fn done(self, reply: Reply) -> Phase<Memcache> {
         Phase::Done {
