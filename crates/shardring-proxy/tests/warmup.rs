@@ -557,6 +557,31 @@ const CASES: &[Case] = &[
         pipelined: false,
     },
     Case {
+        name: "gets of two moved keys and one that stayed",
+        old: Some("v1"),
+        requests: &[
+            "gets {k} {s} {k2}\r\n",
+            "cas {k} 7 0 2 {cas}\r\nzz\r\n",
+            "gets {k2} {k} {k}\r\n",
+        ],
+        binary: false,
+        pipelined: false,
+    },
+    Case {
+        name: "gat and gats of two moved keys",
+        old: Some("v1"),
+        requests: &["gat 300 {k2} {s} {k}\r\n", "gats 300 {k} {k2}\r\n"],
+        binary: false,
+        pipelined: false,
+    },
+    Case {
+        name: "gets of moved keys, one missing",
+        old: None,
+        requests: &["gets {k} {s}\r\n"],
+        binary: false,
+        pipelined: false,
+    },
+    Case {
         name: "pipelined: append, set, append, get",
         old: Some("v1"),
         requests: &[
@@ -603,26 +628,40 @@ async fn exchange(c: &mut Client, req: &[u8]) -> Vec<u8> {
     got
 }
 
-/// The CAS of a `gets`/`gats` answer (`VALUE <key> <flags> <len> <cas>`), and the answer with it
-/// replaced by `<cas>`: each server numbers its items' CAS values itself.
+/// The CAS of a `gets`/`gats` answer's first value (`VALUE <key> <flags> <len> <cas>`), and the
+/// answer with every value's CAS replaced by `<cas>`: each server numbers its items' CAS values
+/// itself.
 fn split_cas(answer: &[u8]) -> (Option<String>, Vec<u8>) {
-    let text = String::from_utf8_lossy(answer);
-    let Some(line) = text.lines().next().filter(|l| l.starts_with("VALUE ")) else {
-        return (None, answer.to_vec());
-    };
-    let tokens: Vec<&str> = line.split(' ').collect();
-    if tokens.len() != 5 {
-        return (None, answer.to_vec());
+    let mut first = None;
+    let mut out = Vec::with_capacity(answer.len());
+    let mut rest = answer;
+    while !rest.is_empty() {
+        let end = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .map_or(rest.len(), |i| i + 2);
+        let (line, tail) = rest.split_at(end);
+        rest = tail;
+        let text = String::from_utf8_lossy(line);
+        let tokens: Vec<&str> = text.trim_end().split(' ').collect();
+        if tokens.len() == 5 && tokens[0] == "VALUE" {
+            first.get_or_insert_with(|| tokens[4].to_owned());
+            out.extend_from_slice(format!("{} <cas>\r\n", tokens[..4].join(" ")).as_bytes());
+            // The value itself follows as it is.
+            let len: usize = tokens[3].parse().unwrap_or(0);
+            let take = (len + 2).min(rest.len());
+            out.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+        } else {
+            out.extend_from_slice(line);
+        }
     }
-    let masked = format!("{} <cas>", tokens[..4].join(" "));
-    (
-        Some(tokens[4].to_owned()),
-        text.replacen(line, &masked, 1).into_bytes(),
-    )
+    (first, out)
 }
 
-/// Runs `case`'s requests on `c` with key `k`: the answers (CAS values masked).
-async fn run_case(c: &mut Client, case: &Case, k: &str) -> Vec<Vec<u8>> {
+/// Runs `case`'s requests on `c` with key `k` (`{k2}`: `k2`, another moved key; `{s}`: `stayed`, a
+/// key that did not move): the answers (CAS values masked).
+async fn run_case(c: &mut Client, case: &Case, [k, k2, stayed]: [&str; 3]) -> Vec<Vec<u8>> {
     if case.pipelined {
         let all: String = case.requests.iter().map(|r| r.replace("{k}", k)).collect();
         return vec![exchange(c, all.as_bytes()).await];
@@ -630,7 +669,11 @@ async fn run_case(c: &mut Client, case: &Case, k: &str) -> Vec<Vec<u8>> {
     let mut cas = String::from("0");
     let mut answers = Vec::new();
     for r in case.requests {
-        let req = r.replace("{k}", k).replace("{cas}", &cas);
+        let req = r
+            .replace("{k2}", k2)
+            .replace("{k}", k)
+            .replace("{s}", stayed)
+            .replace("{cas}", &cas);
         let (got_cas, masked) = split_cas(&exchange(c, req.as_bytes()).await);
         if let Some(got) = got_cas {
             cas = got;
@@ -648,8 +691,8 @@ async fn every_command_on_a_moved_key_not_yet_copied_answers_as_one_memcached_ho
     let proxy = RunningProxy::start(pool(&servers[..4], window)).await;
     let four = pool(&servers[..4], None).placement().unwrap();
     let five = pool(&servers, None).placement().unwrap();
-    // Two keys per case (a text one, and for the meta commands a binary one through `b`), all moving
-    // to the 5th server.
+    // Two keys per case (text ones, or for the meta commands a binary one through `b`), all moving to
+    // the 5th server, and one key that stays.
     let mut moved = (0..)
         .map(|i| format!("case:{i}"))
         .filter(|k| five.locate(k.as_bytes()) == Some(4) && four.locate(k.as_bytes()).is_some());
@@ -663,9 +706,23 @@ async fn every_command_on_a_moved_key_not_yet_copied_answers_as_one_memcached_ho
             false => moved.next().unwrap(),
         })
         .collect();
+    let seconds: Vec<String> = CASES.iter().map(|_| moved.next().unwrap()).collect();
+    let stayed = (0..)
+        .map(|i| format!("stays:{i}"))
+        .find(|k| five.locate(k.as_bytes()) != Some(4))
+        .unwrap();
     let mut before = Client::connect(&proxy.addr).await;
     let mut single = Client::connect(&reference.addr).await;
-    for (case, k) in CASES.iter().zip(&keys) {
+    for c in [&mut before, &mut single] {
+        let set = format!("set {stayed} 42 1000 2\r\nst\r\n");
+        c.check(set.as_bytes(), b"STORED\r\n").await;
+    }
+    for ((case, k), k2) in CASES.iter().zip(&keys).zip(&seconds) {
+        if let Some(v) = case.old {
+            let set = format!("set {k2} 43 1000 {}\r\n{v}2\r\n", v.len() + 1);
+            before.check(set.as_bytes(), b"STORED\r\n").await;
+            single.check(set.as_bytes(), b"STORED\r\n").await;
+        }
         if let Some(v) = case.old {
             let (set, stored): (String, &[u8]) = match case.binary {
                 true => (
@@ -690,9 +747,9 @@ async fn every_command_on_a_moved_key_not_yet_copied_answers_as_one_memcached_ho
     let mut c = proxy.client().await;
     let mut new_server = Client::connect(&servers[4].addr).await;
     let mut wrong = Vec::new();
-    for (case, k) in CASES.iter().zip(&keys) {
-        let through_proxy = run_case(&mut c, case, k).await;
-        let on_one = run_case(&mut single, case, k).await;
+    for ((case, k), k2) in CASES.iter().zip(&keys).zip(&seconds) {
+        let through_proxy = run_case(&mut c, case, [k, k2, &stayed]).await;
+        let on_one = run_case(&mut single, case, [k, k2, &stayed]).await;
         for ((r, got), want) in case.requests.iter().zip(&through_proxy).zip(&on_one) {
             eprintln!(
                 "{:<32} {:<34} proxy {:<40} memcached {:?}",
@@ -736,7 +793,12 @@ async fn every_command_on_a_moved_key_not_yet_copied_answers_as_one_memcached_ho
         let mut d = Client::connect(&servers[old].addr).await;
         let flag = if case.binary { " b" } else { "" };
         let got = exchange(&mut d, format!("mg {k}{flag} v\r\n").as_bytes()).await;
-        let kept = case.old.is_some() && ["gets", "gat and gats", "mg"].contains(&case.name);
+        let reads_only = case.requests.iter().all(|r| {
+            ["get ", "gets ", "gat ", "gats ", "mg "]
+                .iter()
+                .any(|w| r.starts_with(w))
+        });
+        let kept = case.old.is_some() && reads_only;
         assert_eq!(
             got.starts_with(b"VA "),
             kept,

@@ -12,7 +12,7 @@ use super::codec::{Decoded, RequestCodec};
 use super::gutter;
 use super::hotkeys::{self, HotFill, HotInvalidate, HotRead};
 use super::replicas::{self, ReplicatedWrite};
-use super::request::{Command, Limits, MetaKind, Request, StatsRequest};
+use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
     is_error_reply, parse_response_from, status_code, ResponseKind, ValueBlocks,
 };
@@ -363,15 +363,17 @@ impl Memcache {
             if let Some(step) = warmup::read(&req, ctx) {
                 return step;
             }
-            if let [key] = keys.as_slice() {
-                // gets/gat/gats of one key: copy first, then read, so the CAS is the new server's.
-                let key = key.clone();
-                let finish = fill.map_or(Finish::Plain, Finish::Fill);
-                return match warmup::keyed(&req, &key, req.bytes(&key), finish, ctx) {
-                    Ok(step) => step,
-                    Err(Finish::Fill(fill)) => self.get_now(req, Some(fill), ctx),
-                    Err(_) => self.get_now(req, None, ctx),
-                };
+            if !matches!(
+                req.command,
+                Command::Get {
+                    kind: GetKind::Get,
+                    ..
+                }
+            ) {
+                // gets/gat/gats: the moved keys are copied first, then read where they live now,
+                // so the CAS values are the new servers'.
+                let step = self.get_now(req.clone(), fill, ctx);
+                return warmup::retrieval(&req, step, ctx);
             }
             return match warmup::read_multi(req, ctx) {
                 Ok(step) => step,

@@ -222,45 +222,56 @@ impl MetaKey {
 /// Where a [`WarmKeyed`] exchange is.
 #[derive(Debug)]
 enum Stage {
-    /// Round one on the new server: `mg <key> c N2`.
+    /// Round one on the new servers: `mg <key> c N2` per moved key.
     Reserve,
-    /// The key was on the new server already: the command's reply.
-    Direct,
-    /// The reservation's CAS is `cas`: the previous server's `mg <key> v f t`.
-    ReadOld {
-        /// The reservation's CAS.
-        cas: Bytes,
-    },
-    /// The copy (or release) and the command, pipelined on the new server: their replies.
+    /// The previous servers' `mg <key> v f t`, one per key that was not on its new server.
+    ReadOld,
+    /// The copies (or releases), then the command, pipelined: the command's replies follow one
+    /// reply per fill.
     Apply {
-        /// A copy (not a release) was sent: a refusal is counted.
-        copied: bool,
+        /// For each fill, in order: it is a copy (a refusal is counted), not a release.
+        copies: Vec<bool>,
     },
     /// A delete sent to both servers at once.
     DeleteBoth,
 }
 
-/// A one-key command of a key that moved and may not have been copied yet, while a warm-up window is
-/// open: copy first, then apply, so the command sees the old server's value (a multi-round
-/// [`Step::FanOut`] answered through [`Protocol::phase`]).
+/// One moved key of a [`WarmKeyed`] exchange.
 #[derive(Debug)]
-pub struct WarmKeyed {
-    /// The client's command as a server takes it (`noreply`/`q` stripped, a gutter's TTL cap applied).
-    command: Bytes,
-    /// How the command's reply is framed.
-    kind: ResponseKind,
-    /// How the command's reply becomes the answer.
-    finish: Finish,
+struct Moved {
     /// The key, as the meta commands of the copy take it.
     key: MetaKey,
-    /// The key's server now.
+    /// Its server now.
     new: usize,
     /// Its server on the previous ring (index there).
     old: usize,
-    /// The command changes the item: the old copy is deleted once the new server has the value.
-    writes: bool,
     /// The new server is a gutter server: the copy's TTL is capped to this.
     ttl_cap: Option<u32>,
+    /// The reservation's CAS, while the key is to be read on its previous server.
+    cas: Option<Bytes>,
+}
+
+/// The client's command itself, sent in the last round.
+#[derive(Debug)]
+enum Then {
+    /// To one server; its reply through the finish.
+    One(Part<Memcache>, Finish),
+    /// A retrieval split over several servers, merged in the client's key order (boxed: a merge
+    /// may be this exchange itself).
+    Split(Vec<Part<Memcache>>, Box<Merge>),
+}
+
+/// A command of keys that moved and may not have been copied yet, while a warm-up window is open:
+/// copy first, then apply, so the command sees the old servers' values (a multi-round
+/// [`Step::FanOut`] answered through [`Protocol::phase`]).
+#[derive(Debug)]
+pub struct WarmKeyed {
+    /// The moved keys.
+    moved: Vec<Moved>,
+    /// The command, as it would be sent without a warm-up.
+    then: Then,
+    /// The command changes the item: a key's old copy is deleted once its new server has the value.
+    writes: bool,
     /// Where the exchange is.
     stage: Stage,
     /// Where fallbacks, recoveries and copies are counted.
@@ -277,58 +288,114 @@ pub(super) fn keyed(
     finish: Finish,
     ctx: &PlanContext<'_>,
 ) -> Result<Step<Memcache>, Finish> {
-    if ctx.replicas() > 1 || matches!(req.command, Command::Get { more: true, .. }) {
+    if ctx.replicas() > 1 {
         return Err(finish);
     }
-    let (Some(old), Some(new)) = (ctx.moved_from(key), ctx.server_for(key)) else {
+    let Some(moved) = moved(req, range, key, ctx) else {
         return Err(finish);
     };
     let route = route_of(req);
     if matches!(route, MovedPath::Overwrite) {
         return Err(finish);
     }
-    let ttl_cap = ctx.gutter_ttl_cap(new);
-    let command = match (&req.command, ttl_cap) {
-        (Command::Get { .. }, None) => req.frame.clone(),
-        (Command::Get { .. }, Some(cap)) => super::gutter::cap_ttl(&req.frame, cap),
-        (_, None) => req.to_forward(),
-        (_, Some(cap)) => super::gutter::cap_ttl(&req.to_forward(), cap),
+    let command = match moved.ttl_cap {
+        None => req.to_forward(),
+        Some(cap) => super::gutter::cap_ttl(&req.to_forward(), cap),
     };
     let kind = req.command.response_kind();
-    let key = MetaKey::of(req, range);
     let (parts, stage) = match route {
         MovedPath::DeleteBoth => (
             vec![
-                part(Placement::Current, new, command.clone(), kind),
-                part(Placement::Previous, old, command.clone(), kind),
+                part(Placement::Current, moved.new, command.clone(), kind),
+                part(Placement::Previous, moved.old, command.clone(), kind),
             ],
             Stage::DeleteBoth,
         ),
-        _ => (
-            vec![part(
-                Placement::Current,
-                new,
-                key.line("mg", "", &format!("c N{RESERVATION_TTL}"))
-                    .freeze(),
-                ResponseKind::Meta,
-            )],
-            Stage::Reserve,
-        ),
+        _ => (vec![moved.reserve()], Stage::Reserve),
     };
+    let then = Then::One(part(Placement::Current, moved.new, command, kind), finish);
     Ok(Step::FanOut {
         parts,
         merge: Merge::WarmKeyed(WarmKeyed {
-            command,
-            kind,
-            finish,
-            key,
-            new,
-            old,
+            moved: vec![moved],
+            then,
             writes: super::replicas::is_write(&req.command),
-            ttl_cap,
             stage,
             stats: Arc::clone(ctx.stats),
         }),
+    })
+}
+
+/// `gets`/`gat`/`gats` with keys that moved, while a warm-up window is open: every moved key is
+/// copied first, then `step` (the retrieval as planned without a warm-up) is sent, so the values and
+/// CAS values come from the new servers. `step` itself when no key moved.
+pub(super) fn retrieval(
+    req: &Request,
+    step: Step<Memcache>,
+    ctx: &PlanContext<'_>,
+) -> Step<Memcache> {
+    let Command::Get {
+        kind,
+        keys,
+        more: false,
+        ..
+    } = &req.command
+    else {
+        return step;
+    };
+    if *kind == GetKind::Get || ctx.replicas() > 1 {
+        return step;
+    }
+    let mut moved: Vec<Moved> = Vec::new();
+    for k in keys {
+        if let Some(m) = self::moved(req, k, req.bytes(k), ctx) {
+            // A key asked for twice is copied once.
+            if !moved.iter().any(|o| o.key.token == m.key.token) {
+                moved.push(m);
+            }
+        }
+    }
+    if moved.is_empty() {
+        return step;
+    }
+    let then = match step {
+        Step::Forward {
+            server: Some(server),
+            frame,
+            kind,
+            finish,
+        } => Then::One(part(Placement::Current, server, frame, kind), finish),
+        Step::FanOut { parts, merge } => Then::Split(parts, Box::new(merge)),
+        step => return step,
+    };
+    let parts = moved.iter().map(Moved::reserve).collect();
+    Step::FanOut {
+        parts,
+        merge: Merge::WarmKeyed(WarmKeyed {
+            moved,
+            then,
+            writes: false,
+            stage: Stage::Reserve,
+            stats: Arc::clone(ctx.stats),
+        }),
+    }
+}
+
+/// The key of `range` (placed by `key`) when it moved and has a live server now.
+fn moved(
+    req: &Request,
+    range: &std::ops::Range<usize>,
+    key: &[u8],
+    ctx: &PlanContext<'_>,
+) -> Option<Moved> {
+    let old = ctx.moved_from(key)?;
+    let new = ctx.server_for(key)?;
+    Some(Moved {
+        key: MetaKey::of(req, range),
+        new,
+        old,
+        ttl_cap: ctx.gutter_ttl_cap(new),
+        cas: None,
     })
 }
 
@@ -342,164 +409,30 @@ fn part(placement: Placement, server: usize, frame: Bytes, kind: ResponseKind) -
     }
 }
 
-/// A request whose reply is dropped.
-fn fire(part: Part<Memcache>) -> (Part<Memcache>, Finish) {
-    (part, Finish::NoReply)
-}
-
 /// Whether a delete's reply says it deleted (`DELETED`, or `HD` for `md`).
-fn deleted(reply: &Reply) -> bool {
-    matches!(reply, Ok(b) if b.starts_with(b"DELETED") || b.starts_with(b"HD"))
+fn deleted(reply: &[u8]) -> bool {
+    reply.starts_with(b"DELETED") || reply.starts_with(b"HD")
 }
 
-impl WarmKeyed {
-    /// The next round, or the client's answer.
-    pub(super) fn phase(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
-        let mut replies: Vec<Reply> = replies.into_iter().map(|r| r.reply).collect();
-        let first = if replies.is_empty() {
-            Err(crate::error::BackendError::Removed)
-        } else {
-            replies.remove(0)
-        };
-        match std::mem::replace(&mut self.stage, Stage::Direct) {
-            Stage::Reserve => {
-                let reservation = first.as_ref().ok().and_then(|b| MetaReply::parse(b));
-                let cas = reservation
-                    .as_ref()
-                    .filter(|m| m.has(b'W') || m.has(b'Z'))
-                    .and_then(|m| m.flag(b'c'))
-                    .map(Bytes::copy_from_slice);
-                let failed = match &first {
-                    Ok(b) => super::response::is_error_reply(b),
-                    Err(_) => true,
-                };
-                if let Some(cas) = cas {
-                    // Not on the new server: ours to fill (`W`), or another warm-up's (`Z`), whose
-                    // CAS fills it as well as ours: both copy the same old value and the second copy
-                    // is refused; a release after a miss removes either.
-                    self.stage = Stage::ReadOld { cas };
-                    let read = self.key.line("mg", "", "v f t").freeze();
-                    Phase::Again {
-                        parts: vec![part(
-                            Placement::Previous,
-                            self.old,
-                            read,
-                            ResponseKind::Meta,
-                        )],
-                        merge: Merge::WarmKeyed(self),
-                        follow_ups: Vec::new(),
-                    }
-                } else if failed {
-                    // Nothing was applied: the new server's failure is the answer.
-                    self.done(first)
-                } else {
-                    // Copied already (or written since the ring change): as usual.
-                    let follow_ups = self.delete_old();
-                    let command = part(
-                        Placement::Current,
-                        self.new,
-                        self.command.clone(),
-                        self.kind,
-                    );
-                    Phase::Again {
-                        parts: vec![command],
-                        merge: Merge::WarmKeyed(self),
-                        follow_ups,
-                    }
-                }
-            }
-            Stage::ReadOld { cas } => {
-                self.stats.warmup_fallbacks.inc();
-                let hit = first
-                    .as_ref()
-                    .ok()
-                    .and_then(|b| MetaReply::parse(b))
-                    .filter(|m| m.status == b"VA" && !m.is_reservation());
-                let (fill, follow_ups) = match &hit {
-                    Some(m) => {
-                        self.stats.warmup_recovered.inc();
-                        self.stats.warmup_copies.inc();
-                        (self.copy(&cas, m), self.delete_old())
-                    }
-                    // Not there either: release the reservation, so the command finds no item.
-                    None => (
-                        self.key
-                            .line("md", "", &format!("C{}", String::from_utf8_lossy(&cas))),
-                        Vec::new(),
-                    ),
-                };
-                self.stage = Stage::Apply {
-                    copied: hit.is_some(),
-                };
-                let new = self.new;
-                let parts = vec![
-                    part(Placement::Current, new, fill.freeze(), ResponseKind::Line),
-                    part(Placement::Current, new, self.command.clone(), self.kind),
-                ];
-                Phase::Again {
-                    parts,
-                    merge: Merge::WarmKeyed(self),
-                    follow_ups,
-                }
-            }
-            Stage::Apply { copied } => {
-                if copied && !matches!(&first, Ok(b) if b.starts_with(b"HD")) {
-                    self.stats.warmup_copies_refused.inc();
-                }
-                let reply = if replies.is_empty() {
-                    Err(crate::error::BackendError::Removed)
-                } else {
-                    replies.remove(0)
-                };
-                self.done(reply)
-            }
-            Stage::Direct => self.done(first),
-            Stage::DeleteBoth => {
-                let old = replies
-                    .pop()
-                    .unwrap_or(Err(crate::error::BackendError::Removed));
-                let reply = match first {
-                    // The new server did not have it (and did not fail): the old server's answer
-                    // when it did.
-                    Ok(b) if !deleted(&Ok(b.clone())) && !super::response::is_error_reply(&b) => {
-                        if deleted(&old) {
-                            old
-                        } else {
-                            Ok(b)
-                        }
-                    }
-                    other => other,
-                };
-                self.done(reply)
-            }
-        }
+impl Moved {
+    /// Round one: the reservation on the new server.
+    fn reserve(&self) -> Part<Memcache> {
+        let line = self.key.line("mg", "", &format!("c N{RESERVATION_TTL}"));
+        part(
+            Placement::Current,
+            self.new,
+            line.freeze(),
+            ResponseKind::Meta,
+        )
     }
 
-    /// Whether more rounds follow the first (all but a delete sent to both servers at once).
-    pub(super) fn rounds_follow(&self) -> bool {
-        !matches!(self.stage, Stage::DeleteBoth)
-    }
-
-    /// The answer from the command's reply.
-    fn done(self, reply: Reply) -> Phase<Memcache> {
-        Phase::Done {
-            answer: Memcache::finish(self.finish, reply),
-            follow_ups: Vec::new(),
-        }
-    }
-
-    /// The delete of the old copy, for a command that changes the item (not waited for).
-    fn delete_old(&self) -> Vec<(Part<Memcache>, Finish)> {
-        if !self.writes {
-            return Vec::new();
-        }
+    /// The delete of the old copy (its reply dropped).
+    fn delete_old(&self) -> (Part<Memcache>, Finish) {
         let md = self.key.line("md", "", "").freeze();
-        vec![fire(part(
-            Placement::Previous,
-            self.old,
-            md,
-            ResponseKind::Line,
-        ))]
+        (
+            part(Placement::Previous, self.old, md, ResponseKind::Line),
+            Finish::NoReply,
+        )
     }
 
     /// The CAS copy of the old server's hit `m` into the reservation `cas`.
@@ -523,6 +456,183 @@ impl WarmKeyed {
         ms.extend_from_slice(b"\r\n");
         ms
     }
+}
+
+impl WarmKeyed {
+    /// The next round, or the client's answer.
+    pub(super) fn phase(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        match std::mem::replace(&mut self.stage, Stage::Reserve) {
+            Stage::Reserve => self.reserved(replies),
+            Stage::ReadOld => self.read_old(replies),
+            Stage::Apply { copies } => {
+                let mut replies = replies.into_iter();
+                for (copy, r) in copies.iter().zip(replies.by_ref()) {
+                    if *copy && !matches!(&r.reply, Ok(b) if b.starts_with(b"HD")) {
+                        // Written or deleted on the new server since the reservation.
+                        self.stats.warmup_copies_refused.inc();
+                    }
+                }
+                self.answer(replies.collect())
+            }
+            Stage::DeleteBoth => {
+                let mut replies = replies.into_iter();
+                let new = replies.next();
+                let old = replies.next().map(|r| r.reply);
+                let reply = match new {
+                    // The new server did not have it (and did not fail): the old server's answer
+                    // when it did.
+                    Some(PartReply {
+                        reply: Ok(b),
+                        server,
+                    }) if !deleted(&b) && !super::response::is_error_reply(&b) => {
+                        let reply = match old {
+                            Some(Ok(o)) if deleted(&o) => Ok(o),
+                            _ => Ok(b),
+                        };
+                        PartReply { reply, server }
+                    }
+                    Some(other) => other,
+                    None => PartReply {
+                        reply: Err(crate::error::BackendError::Removed),
+                        server: "",
+                    },
+                };
+                self.answer(vec![reply])
+            }
+        }
+    }
+
+    /// After round one: the keys not on their new servers are read on their previous ones; when
+    /// there are none, the command goes.
+    fn reserved(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let mut follow_ups = Vec::new();
+        let mut reads = Vec::new();
+        for (m, r) in self.moved.iter_mut().zip(replies) {
+            let reservation = r.reply.as_ref().ok().and_then(|b| MetaReply::parse(b));
+            m.cas = reservation
+                .as_ref()
+                .filter(|x| x.has(b'W') || x.has(b'Z'))
+                .and_then(|x| x.flag(b'c'))
+                .map(Bytes::copy_from_slice);
+            let failed = match &r.reply {
+                Ok(b) => super::response::is_error_reply(b),
+                Err(_) => true,
+            };
+            if m.cas.is_some() {
+                // Not on the new server: ours to fill (`W`), or another warm-up's (`Z`), whose
+                // CAS fills it as well as ours: both copy the same old value and the second copy
+                // is refused; a release after a miss removes either.
+                let read = m.key.line("mg", "", "v f t").freeze();
+                reads.push(part(Placement::Previous, m.old, read, ResponseKind::Meta));
+            } else if failed {
+                if let Then::One(_, _) = self.then {
+                    // Nothing was applied: the new server's failure is the answer.
+                    return self.answer(vec![r]);
+                }
+                // A retrieval reads that key as its new server answers (a miss).
+            } else if self.writes {
+                // On the new server already: its old copy goes.
+                follow_ups.push(m.delete_old());
+            }
+        }
+        if reads.is_empty() {
+            return self.apply(Vec::new(), follow_ups);
+        }
+        self.stage = Stage::ReadOld;
+        Phase::Again {
+            parts: reads,
+            merge: Merge::WarmKeyed(self),
+            follow_ups,
+        }
+    }
+
+    /// After the previous servers' reads: the copies (or releases), then the command.
+    fn read_old(self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let mut fills = Vec::new();
+        let mut follow_ups = Vec::new();
+        let mut replies = replies.into_iter();
+        for m in self.moved.iter() {
+            let Some(cas) = &m.cas else {
+                continue;
+            };
+            let Some(r) = replies.next() else {
+                break;
+            };
+            self.stats.warmup_fallbacks.inc();
+            let hit = r
+                .reply
+                .as_ref()
+                .ok()
+                .and_then(|b| MetaReply::parse(b))
+                .filter(|x| x.status == b"VA" && !x.is_reservation());
+            let fill = match &hit {
+                Some(x) => {
+                    self.stats.warmup_recovered.inc();
+                    self.stats.warmup_copies.inc();
+                    if self.writes {
+                        follow_ups.push(m.delete_old());
+                    }
+                    m.copy(cas, x)
+                }
+                // Not there either: release the reservation, so the command finds no item.
+                None => m
+                    .key
+                    .line("md", "", &format!("C{}", String::from_utf8_lossy(cas))),
+            };
+            fills.push((
+                hit.is_some(),
+                part(Placement::Current, m.new, fill.freeze(), ResponseKind::Line),
+            ));
+        }
+        self.apply(fills, follow_ups)
+    }
+
+    /// The last round: `fills` (copies, `true`, and releases), then the command.
+    fn apply(
+        mut self,
+        fills: Vec<(bool, Part<Memcache>)>,
+        follow_ups: Vec<(Part<Memcache>, Finish)>,
+    ) -> Phase<Memcache> {
+        let (copies, mut parts): (Vec<bool>, Vec<Part<Memcache>>) = fills.into_iter().unzip();
+        match &self.then {
+            Then::One(p, _) => parts.push(clone_part(p)),
+            Then::Split(ps, _) => parts.extend(ps.iter().map(clone_part)),
+        }
+        self.stage = Stage::Apply { copies };
+        Phase::Again {
+            parts,
+            merge: Merge::WarmKeyed(self),
+            follow_ups,
+        }
+    }
+
+    /// The client's answer from the command's replies.
+    fn answer(self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let answer = match self.then {
+            Then::One(_, finish) => {
+                let reply = replies
+                    .into_iter()
+                    .next()
+                    .map_or(Err(crate::error::BackendError::Removed), |r| r.reply);
+                Memcache::finish(finish, reply)
+            }
+            Then::Split(_, merge) => Memcache::merge(*merge, replies),
+        };
+        Phase::Done {
+            answer,
+            follow_ups: Vec::new(),
+        }
+    }
+
+    /// Whether more rounds follow the first (all but a delete sent to both servers at once).
+    pub(super) fn rounds_follow(&self) -> bool {
+        !matches!(self.stage, Stage::DeleteBoth)
+    }
+}
+
+/// A copy of a part (its frame is shared).
+fn clone_part(p: &Part<Memcache>) -> Part<Memcache> {
+    part(p.placement, p.server, p.frame.clone(), p.kind)
 }
 
 /// A meta reply's parts: the status line's tokens and the data block, if any.
