@@ -473,6 +473,9 @@ impl<P: Protocol> Session<P> {
     }
 }
 
+/// The server a fan-out part went to; `None` for a previous-ring server whose version is gone.
+type Sent<P> = Option<Arc<Backend<P>>>;
+
 /// Sends a fan-out's parts, each to its server with a slot of the session's reply queue: the
 /// servers (as this plan numbered them; `None` for a previous-ring server whose version is gone) and
 /// the slots, by part.
@@ -485,7 +488,7 @@ fn send_parts<P: Protocol>(
     cluster: &Cluster<P>,
     to: Route,
     parts: Vec<Part<P>>,
-) -> (Vec<Option<Arc<Backend<P>>>>, Vec<u64>) {
+) -> (Vec<Sent<P>>, Vec<u64>) {
     parts
         .into_iter()
         .map(|part| {
