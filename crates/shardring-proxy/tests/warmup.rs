@@ -848,8 +848,8 @@ fn key_bytes(case: &Case, k: &str) -> Vec<u8> {
 }
 
 /// 4 servers with `keys` stored (value `v1`, flags 42) through the proxy, then the pool changed to
-/// `after` (indices into the 5 servers) with a 60 s window: the proxy, the servers, and 4 keys whose
-/// server the change moved.
+/// `after` (indices into the 5 servers) with a 60 s window: the proxy, the servers, and 6 keys whose
+/// server the change moved (from a server that left, when one did).
 async fn moved_after(
     after: &[usize],
     replicas: usize,
@@ -866,13 +866,16 @@ async fn moved_after(
     changed.warmup_window = window;
     changed.replicas = replicas;
     let later = changed.placement().unwrap();
+    // When a server leaves, keys that were on it.
+    let left: Vec<usize> = (0..4).filter(|i| !after.contains(i)).collect();
     let keys: Vec<String> = (0..)
         .map(|i| format!("left:{i}"))
         .filter(|k| {
             let (was, now) = (four.locate(k.as_bytes()), later.locate(k.as_bytes()));
             was.map(|w| servers[w].addr.clone()) != now.map(|n| servers[after[n]].addr.clone())
+                && (left.is_empty() || was.is_some_and(|w| left.contains(&w)))
         })
-        .take(4)
+        .take(6)
         .collect();
     let mut c = proxy.client().await;
     for k in &keys {
@@ -892,7 +895,7 @@ async fn moved_after(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_of_a_key_whose_server_left_the_pool_still_sees_its_value() {
+async fn a_key_whose_server_left_the_pool_is_still_found_by_writes_and_multi_gets() {
     // The 4th server is replaced by the 5th: its keys' previous server is no longer in the pool.
     let (proxy, _servers, keys) = moved_after(&[0, 1, 2, 4], 1).await;
     let mut c = proxy.client().await;
@@ -916,6 +919,15 @@ async fn a_write_of_a_key_whose_server_left_the_pool_still_sees_its_value() {
     c.check(
         format!("mg {} v f\r\n", keys[3]).as_bytes(),
         b"VA 2 f42\r\nv1\r\n",
+    )
+    .await;
+    c.check(
+        format!("get {} {}\r\n", keys[4], keys[5]).as_bytes(),
+        format!(
+            "VALUE {} 42 2\r\nv1\r\nVALUE {} 42 2\r\nv1\r\nEND\r\n",
+            keys[4], keys[5]
+        )
+        .as_bytes(),
     )
     .await;
     proxy.stop().await;

@@ -1,33 +1,47 @@
-//! Warm-up after a ring change on the memcached protocol (`--warmup-window`): a `get` of a key that
-//! moved is read on its new server with a reservation, retried on its previous server after a miss, and
-//! a hit there is copied to the new server with its flags and remaining TTL.
+//! Warm-up after a ring change on the memcached protocol (`--warmup-window`): while the window is
+//! open, a key that moved still has its value on its previous server until it is copied to its new
+//! one, and every command of such a key answers as if the copy had happened already.
 //!
-//! The recipe is reserve-then-CAS, not `add`:
-//! 1. new server: `mg <key> v f t c N2`. A hit is answered as usual. A miss creates an empty
-//!    placeholder item (for 2 s) and returns it with `W` (this request won the right to fill it) and
-//!    its CAS value;
+//! The copy is reserve-then-CAS, not `add`:
+//! 1. new server: `mg <key> c N2` (`v f t c N2` for a `get`). A hit means the key is there already. A
+//!    miss creates an empty placeholder item (for 2 s) and returns it with `W` (this request won the
+//!    right to fill it) and its CAS value; `Z` means another request holds that right;
 //! 2. previous server: `mg <key> v f t` (value, client flags, remaining TTL; `t-1` is no expiry);
-//! 3. a hit there is returned to the client at once, and copied: `ms <key> <len> C<cas> T<ttl> F<flags>`
-//!    (a TTL over 30 days is sent as an absolute Unix time, as memcached reads it). A miss there removes
-//!    the placeholder (`md <key> C<cas>`).
+//! 3. a hit there is copied: `ms <key> <len> C<cas> T<ttl> F<flags>` (a TTL over 30 days is sent as
+//!    an absolute Unix time, as memcached reads it). A miss there removes the placeholder
+//!    (`md <key> C<cas>`).
 //!
 //! Why not `ms … ME` (add): add only refuses to overwrite a value that exists. A client that deletes the
 //! key after step 2 read the old copy would see it come back when the add lands. The CAS copy fails
 //! (`EX`, `NF`) if anything wrote or deleted the key on the new server after step 1, so it neither
-//! overwrites a newer value nor resurrects a deleted key; `warmup_copies_refused` counts those. The
-//! cost: two round trips more for a key that moved and missed, one more (the copy, not waited for)
-//! when the previous server had it, and during the 2 s a plain `get` from a client that bypasses the
-//! proxy may see the empty placeholder.
+//! overwrites a newer value nor resurrects a deleted key; `warmup_copies_refused` counts those. During
+//! the 2 s a plain `get` from a client that bypasses the proxy may see the empty placeholder.
 //!
-//! While the window is open a write or delete of a moved key is also sent as a `delete` to its previous
-//! server (before the write itself), so a later fallback cannot find the stale copy.
+//! What each command does with a moved key:
+//! - one-key `get`: steps 1–3, the value returned to the client as soon as step 2 has it, the copy not
+//!   waited for ([`WarmGet`], a [`Step::Fallback`]); a multi-get does the same per key, pipelined
+//!   ([`WarmMulti`]);
+//! - `set`, `ms` in set mode without a CAS: the result does not depend on the old value, so the write
+//!   goes to the new server after a `delete` of the old copy ([`write`]);
+//! - `delete`, `md` without `C`, `I` or `x`: sent to both servers in one round; the answer is the new
+//!   server's, or the old server's when only it had the key;
+//! - everything else (add, replace, append, prepend, cas, incr, decr, touch, `gets`/`gat`/`gats` of
+//!   any number of keys, `mg`, `ms` in other modes or with a CAS, `md` with `C`/`I`/`x`, `ma`, `me`):
+//!   copy first, then apply ([`WarmKeyed`]): step 1; for the keys not there, step 2; then step 3's
+//!   copy or release pipelined with the command itself on the new server's connection, whose reply
+//!   is the answer. A command that changes the item then deletes the old copy, so no later fallback
+//!   finds it. A `Z` (another warm-up is copying the same key) is treated as `W` with that
+//!   reservation's CAS: both copy the same old value, the second copy is refused, and the command is
+//!   applied after the first, so nobody waits and nothing is lost. The client's later requests are
+//!   sent only once this answer is in ([`Protocol::in_order`]), so a pipelined request of the same key
+//!   cannot overtake the copy.
 //!
-//! A multi-get does the same per key: round one sends the usual `get` lines for the keys that stayed
-//! and one `mg … N2` per moved key (pipelined with them on each new server's connection), round two
-//! one `mg` per missed key to its previous server (pipelined: one round trip per old server, in
-//! parallel), then the copies; values come back in the client's key order ([`WarmMulti`], through
-//! the seam's [`Protocol::phase`]). A multi-get falls back only to previous servers still in the pool.
-//! `gets`, `gat`s and meta reads read the new ring only.
+//! The cost, only for moved keys while the window is open: a `get` that misses takes two round trips
+//! more; other commands one more when the key was copied already, two more when it was not (plus the
+//! old copy's delete, not waited for), and the client's pipeline waits for them. Not covered: pools
+//! with replicas (a write is sent as without the warm-up, after a delete of the old copy), and a CAS
+//! value read before the ring change (memcached 1.6 cannot set an item's CAS, so the copy has a new one
+//! and such a `cas` answers `EXISTS`).
 
 use std::sync::Arc;
 
@@ -832,7 +846,8 @@ fn recover_key(
 enum Slot {
     /// In the usual split: this part's `get` line.
     Normal(usize),
-    /// Moved: this part's `mg` to its new server `new`; `old` is its previous server (index now).
+    /// Moved: this part's `mg` to its new server `new`; `old` is its previous server (index in the
+    /// previous ring, which it may have left).
     Warm {
         /// The part.
         part: usize,
@@ -864,7 +879,7 @@ pub struct WarmMulti {
 }
 
 /// A multi-get (`get` of several keys) with keys that moved, while a warm-up window is open; the
-/// request back when none moved (or the previous server of each left the pool).
+/// request back when none moved.
 pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Memcache>, Request> {
     let Command::Get {
         kind: GetKind::Get,
@@ -875,13 +890,7 @@ pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Mem
     else {
         return Err(req);
     };
-    let moved: Vec<Option<usize>> = keys
-        .iter()
-        .map(|k| {
-            ctx.moved_from(req.bytes(k))
-                .and_then(|old| ctx.previous_now.get(old).copied().flatten())
-        })
-        .collect();
+    let moved: Vec<Option<usize>> = keys.iter().map(|k| ctx.moved_from(req.bytes(k))).collect();
     if keys.len() < 2 || moved.iter().all(Option::is_none) {
         return Err(req);
     }
@@ -1017,7 +1026,7 @@ impl WarmMulti {
                         b.extend_from_slice(key);
                         b.extend_from_slice(b" v f t\r\n");
                         next.push(Part {
-                            placement: Placement::Current,
+                            placement: Placement::Previous,
                             server: old,
                             frame: b.freeze(),
                             kind: ResponseKind::Meta,
@@ -1098,6 +1107,51 @@ mod tests {
         );
         let a = as_get_answer(b"k", &Bytes::from_static(b"EN\r\n"));
         assert!(matches!(a, Answer::Bytes(b) if &b[..] == b"END\r\n"));
+    }
+
+    fn request(line: &[u8]) -> Request {
+        let parsed = super::super::parse_request(line, &crate::config::Limits::default())
+            .unwrap()
+            .unwrap();
+        Request {
+            frame: Bytes::copy_from_slice(line),
+            command: parsed.command,
+            strip: parsed.strip,
+        }
+    }
+
+    #[test]
+    fn only_what_depends_on_the_old_value_is_copied_first() {
+        for (line, path) in [
+            (&b"set k 0 0 1\r\nx\r\n"[..], "overwrite"),
+            (b"ms k 1 T0 F5 q\r\nx\r\n", "overwrite"),
+            (b"ms k 1 MS\r\nx\r\n", "overwrite"),
+            (b"ms k 1 Ms\r\nx\r\n", "overwrite"),
+            (b"ms k 1 MA\r\nx\r\n", "copy"),
+            (b"ms k 1 ME\r\nx\r\n", "copy"),
+            (b"ms k 1 C12\r\nx\r\n", "copy"),
+            (b"ms k 1 I C12\r\nx\r\n", "copy"),
+            (b"delete k\r\n", "both"),
+            (b"delete k noreply\r\n", "both"),
+            (b"md k q O5 k\r\n", "both"),
+            (b"md k C12\r\n", "copy"),
+            (b"md k I T30\r\n", "copy"),
+            (b"md k x\r\n", "copy"),
+            (b"append k 0 0 1\r\nx\r\n", "copy"),
+            (b"cas k 0 0 1 5\r\nx\r\n", "copy"),
+            (b"incr k 1\r\n", "copy"),
+            (b"touch k 10\r\n", "copy"),
+            (b"mg k v\r\n", "copy"),
+            (b"ma k\r\n", "copy"),
+            (b"me k\r\n", "copy"),
+        ] {
+            let got = match route_of(&request(line)) {
+                MovedPath::Overwrite => "overwrite",
+                MovedPath::DeleteBoth => "both",
+                MovedPath::CopyFirst => "copy",
+            };
+            assert_eq!(got, path, "{}", String::from_utf8_lossy(line));
+        }
     }
 
     #[test]
