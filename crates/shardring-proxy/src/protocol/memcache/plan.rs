@@ -72,8 +72,8 @@ pub enum Merge {
     Replicated(ReplicatedWrite),
     /// A multi-get during a warm-up window (answered through [`Protocol::phase`]).
     WarmMulti(WarmMulti),
-    /// A one-key command of a moved key during a warm-up window: copy first, then apply (answered
-    /// through [`Protocol::phase`]).
+    /// A command of moved keys during a warm-up window (a one-key command, or `gets`/`gat`/`gats` of
+    /// any number of keys): copy first, then apply (answered through [`Protocol::phase`]).
     WarmKeyed(WarmKeyed),
     /// `flush_all` sent to every live server.
     FlushAll {
@@ -290,16 +290,21 @@ fn forward_keyed(
     finish: Finish,
     ctx: &PlanContext<'_>,
 ) -> Step<Memcache> {
-    if ctx.previous.is_none() {
+    let old = match ctx.previous {
+        Some(_) => req.with_routing_key(key, |k| ctx.moved_from(k)),
+        None => None,
+    };
+    let Some(old) = old else {
         return forward_keyed_now(req, key, finish, ctx);
-    }
-    let finish = match req.with_routing_key(key, |k| warmup::keyed(req, key, k, finish, ctx)) {
+    };
+    let warm = req.with_routing_key(key, |k| warmup::keyed(req, key, k, old, finish, ctx));
+    let finish = match warm {
         Ok(step) => return step,
         Err(finish) => finish,
     };
     if replicas::is_write(&req.command) {
         let step = forward_keyed_now(req, key, finish, ctx);
-        return req.with_routing_key(key, |k| warmup::write(k, step, ctx));
+        return req.with_routing_key(key, |k| warmup::write(k, old, step));
     }
     forward_keyed_now(req, key, finish, ctx)
 }

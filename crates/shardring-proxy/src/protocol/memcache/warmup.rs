@@ -116,12 +116,9 @@ pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> Option<Step<Memcache
     })
 }
 
-/// A write of a key that moved, while a warm-up window is open: `step`, after a `delete` of the key's
-/// copy on its previous server.
-pub(super) fn write(key: &[u8], step: Step<Memcache>, ctx: &PlanContext<'_>) -> Step<Memcache> {
-    let Some(previous) = ctx.moved_from(key) else {
-        return step;
-    };
+/// A write of a key that moved from `previous` (its server on the previous ring), while a warm-up
+/// window is open: `step`, after a `delete` of the key's copy there.
+pub(super) fn write(key: &[u8], previous: usize, step: Step<Memcache>) -> Step<Memcache> {
     let mut frame = BytesMut::with_capacity(key.len() + 10);
     if key.iter().all(|b| b.is_ascii_graphic()) {
         frame.extend_from_slice(b"delete ");
@@ -292,20 +289,22 @@ pub struct WarmKeyed {
     stats: Arc<PoolStats>,
 }
 
-/// A one-key command of a key that moved, while a warm-up window is open: the exchange that gives the
-/// answer it would get had the key been copied already. `Err(finish)` when the caller's usual path
-/// does (the key did not move, a plain overwrite, replicas, no live server).
+/// A one-key command of a key that moved from `old` (its server on the previous ring), while a
+/// warm-up window is open: the exchange that gives the answer it would get had the key been copied
+/// already. `Err(finish)` when the caller's usual path does (a plain overwrite, replicas, no live
+/// server).
 pub(super) fn keyed(
     req: &Request,
     range: &std::ops::Range<usize>,
     key: &[u8],
+    old: usize,
     finish: Finish,
     ctx: &PlanContext<'_>,
 ) -> Result<Step<Memcache>, Finish> {
     if ctx.replicas() > 1 {
         return Err(finish);
     }
-    let Some(moved) = moved(req, range, key, ctx) else {
+    let Some(moved) = moved(req, range, key, Some(old), ctx) else {
         return Err(finish);
     };
     let route = route_of(req);
@@ -362,7 +361,7 @@ pub(super) fn retrieval(
     }
     let mut moved: Vec<Moved> = Vec::new();
     for k in keys {
-        if let Some(m) = self::moved(req, k, req.bytes(k), ctx) {
+        if let Some(m) = self::moved(req, k, req.bytes(k), None, ctx) {
             // A key asked for twice is copied once.
             if !moved.iter().any(|o| o.key.token == m.key.token) {
                 moved.push(m);
@@ -395,14 +394,16 @@ pub(super) fn retrieval(
     }
 }
 
-/// The key of `range` (placed by `key`) when it moved and has a live server now.
+/// The key of `range` (placed by `key`) when it moved (from `old`, when the caller knows) and has a
+/// live server now.
 fn moved(
     req: &Request,
     range: &std::ops::Range<usize>,
     key: &[u8],
+    old: Option<usize>,
     ctx: &PlanContext<'_>,
 ) -> Option<Moved> {
-    let old = ctx.moved_from(key)?;
+    let old = old.or_else(|| ctx.moved_from(key))?;
     let new = ctx.server_for(key)?;
     Some(Moved {
         key: MetaKey::of(req, range),
