@@ -1094,6 +1094,7 @@ pub(super) fn recover(finish: Finish, current: Reply, previous: Reply) -> Recove
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::memcache::MetaKind;
 
     #[test]
     fn meta_replies_become_get_answers() {
@@ -1153,6 +1154,216 @@ mod tests {
             };
             assert_eq!(got, path, "{}", String::from_utf8_lossy(line));
         }
+    }
+
+    /// An exchange of `command` (one key `k`, new server 4, previous server 1) at its start.
+    fn exchange(command: &[u8], finish: Finish, stage: Stage) -> WarmKeyed {
+        let req = request(command);
+        let writes = crate::protocol::memcache::replicas::is_write(&req.command);
+        WarmKeyed {
+            moved: vec![Moved {
+                key: MetaKey {
+                    token: Bytes::from_static(b"k"),
+                    base64: false,
+                },
+                new: 4,
+                old: 1,
+                ttl_cap: None,
+                cas: None,
+            }],
+            then: Then::One(
+                part(
+                    Placement::Current,
+                    4,
+                    req.to_forward(),
+                    req.command.response_kind(),
+                ),
+                finish,
+            ),
+            writes,
+            stage,
+            stats: Arc::new(PoolStats::new("test")),
+        }
+    }
+
+    fn replies(bytes: &[&'static [u8]]) -> Vec<PartReply<'static>> {
+        bytes
+            .iter()
+            .map(|b| PartReply {
+                reply: Ok(Bytes::from_static(b)),
+                server: "s",
+            })
+            .collect()
+    }
+
+    /// A part as the tests compare it: placement, server, frame.
+    type Sent = (Placement, usize, Vec<u8>);
+
+    /// The next round's parts and follow-ups' frames.
+    fn again(phase: Phase<Memcache>) -> (WarmKeyed, Vec<Sent>, Vec<Vec<u8>>) {
+        let Phase::Again {
+            parts,
+            merge: Merge::WarmKeyed(w),
+            follow_ups,
+        } = phase
+        else {
+            panic!("another round expected: {phase:?}");
+        };
+        let parts = parts
+            .into_iter()
+            .map(|p| (p.placement, p.server, p.frame.to_vec()))
+            .collect();
+        let follow_ups = follow_ups
+            .into_iter()
+            .map(|(p, _)| p.frame.to_vec())
+            .collect();
+        (w, parts, follow_ups)
+    }
+
+    fn done(phase: Phase<Memcache>) -> Answer {
+        match phase {
+            Phase::Done { answer, .. } => answer,
+            other => panic!("an answer expected: {other:?}"),
+        }
+    }
+
+    fn is(answer: &Answer, want: &[u8]) -> bool {
+        matches!(answer, Answer::Bytes(b) if &b[..] == want)
+    }
+
+    #[test]
+    fn a_key_not_copied_is_read_on_its_old_server_copied_then_appended() {
+        let w = exchange(b"append k 0 0 1\r\nx\r\n", Finish::Plain, Stage::Reserve);
+        let (w, parts, follow) = again(w.phase(replies(&[b"HD c7 W\r\n"])));
+        assert_eq!(
+            parts,
+            [(Placement::Previous, 1, b"mg k v f t\r\n".to_vec())]
+        );
+        assert!(follow.is_empty());
+        let (w, parts, follow) = again(w.phase(replies(&[b"VA 2 f42 t-1\r\nv1\r\n"])));
+        assert_eq!(
+            parts,
+            [
+                (
+                    Placement::Current,
+                    4,
+                    b"ms k 2 C7 T0 F42\r\nv1\r\n".to_vec()
+                ),
+                (Placement::Current, 4, b"append k 0 0 1\r\nx\r\n".to_vec()),
+            ]
+        );
+        assert_eq!(follow, [b"md k\r\n".to_vec()], "the old copy goes");
+        let stats = Arc::clone(&w.stats);
+        assert!(is(
+            &done(w.phase(replies(&[b"EX\r\n", b"STORED\r\n"]))),
+            b"STORED\r\n"
+        ));
+        assert_eq!(
+            stats.warmup_copies_refused.get(),
+            1,
+            "a refused copy is counted"
+        );
+    }
+
+    #[test]
+    fn a_miss_on_both_servers_releases_the_reservation_before_the_command() {
+        let w = exchange(b"incr k 1\r\n", Finish::Plain, Stage::Reserve);
+        let (w, _, _) = again(w.phase(replies(&[b"HD c9 Z\r\n"])));
+        let (w, parts, follow) = again(w.phase(replies(&[b"EN\r\n"])));
+        assert_eq!(parts[0], (Placement::Current, 4, b"md k C9\r\n".to_vec()));
+        assert!(follow.is_empty(), "nothing to delete on the old server");
+        assert!(is(
+            &done(w.phase(replies(&[b"HD\r\n", b"NOT_FOUND\r\n"]))),
+            b"NOT_FOUND\r\n"
+        ));
+    }
+
+    #[test]
+    fn a_key_on_its_new_server_already_gets_the_command_and_its_old_copy_deleted() {
+        let w = exchange(b"touch k 10\r\n", Finish::Plain, Stage::Reserve);
+        let (w, parts, follow) = again(w.phase(replies(&[b"HD c3\r\n"])));
+        assert_eq!(parts, [(Placement::Current, 4, b"touch k 10\r\n".to_vec())]);
+        assert_eq!(follow, [b"md k\r\n".to_vec()]);
+        assert!(is(
+            &done(w.phase(replies(&[b"TOUCHED\r\n"]))),
+            b"TOUCHED\r\n"
+        ));
+        // A read leaves the old copy.
+        let w = exchange(b"mg k v\r\n", Finish::Plain, Stage::Reserve);
+        let (_, _, follow) = again(w.phase(replies(&[b"HD c3\r\n"])));
+        assert!(follow.is_empty());
+    }
+
+    #[test]
+    fn a_failed_reservation_is_the_answer_and_noreply_hides_it() {
+        let failed = || {
+            vec![PartReply {
+                reply: Err(crate::error::BackendError::Removed),
+                server: "s",
+            }]
+        };
+        let w = exchange(b"append k 0 0 1\r\nx\r\n", Finish::Plain, Stage::Reserve);
+        assert!(matches!(done(w.phase(failed())), Answer::Failed(_)));
+        let w = exchange(
+            b"append k 0 0 1 noreply\r\nx\r\n",
+            Finish::NoReply,
+            Stage::Reserve,
+        );
+        assert!(matches!(done(w.phase(failed())), Answer::Nothing));
+        let w = exchange(b"incr k 1\r\n", Finish::Plain, Stage::Reserve);
+        let a = done(w.phase(replies(&[b"SERVER_ERROR out of memory\r\n"])));
+        assert!(is(&a, b"SERVER_ERROR out of memory\r\n"));
+        // No replies at all (cannot happen, but must not panic).
+        let w = exchange(b"incr k 1\r\n", Finish::Plain, Stage::Reserve);
+        let _ = w.phase(Vec::new());
+        let w = exchange(
+            b"incr k 1\r\n",
+            Finish::Plain,
+            Stage::Apply { copies: vec![true] },
+        );
+        assert!(matches!(done(w.phase(Vec::new())), Answer::Failed(_)));
+    }
+
+    #[test]
+    fn a_delete_sent_to_both_servers_deleted_when_either_had_the_key() {
+        for (new, old, want) in [
+            (
+                &b"NOT_FOUND\r\n"[..],
+                &b"DELETED\r\n"[..],
+                &b"DELETED\r\n"[..],
+            ),
+            (b"DELETED\r\n", b"NOT_FOUND\r\n", b"DELETED\r\n"),
+            (b"NOT_FOUND\r\n", b"NOT_FOUND\r\n", b"NOT_FOUND\r\n"),
+            (b"NOT_FOUND\r\n", b"SERVER_ERROR busy\r\n", b"NOT_FOUND\r\n"),
+            (
+                b"SERVER_ERROR busy\r\n",
+                b"DELETED\r\n",
+                b"SERVER_ERROR busy\r\n",
+            ),
+            (b"NF O5 kk\r\n", b"HD O5 kk\r\n", b"HD O5 kk\r\n"),
+        ] {
+            let w = exchange(b"delete k\r\n", Finish::Plain, Stage::DeleteBoth);
+            let got = done(w.phase(vec![
+                PartReply {
+                    reply: Ok(Bytes::copy_from_slice(new)),
+                    server: "new",
+                },
+                PartReply {
+                    reply: Ok(Bytes::copy_from_slice(old)),
+                    server: "old",
+                },
+            ]));
+            assert!(is(&got, want), "{new:?} {old:?}: {got:?}");
+        }
+        let w = exchange(
+            b"md k q\r\n",
+            Finish::Quiet(MetaKind::Delete),
+            Stage::DeleteBoth,
+        );
+        assert!(matches!(
+            done(w.phase(replies(&[b"NF\r\n", b"HD\r\n"]))),
+            Answer::Nothing
+        ));
     }
 
     #[test]
