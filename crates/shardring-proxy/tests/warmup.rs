@@ -1,6 +1,8 @@
 //! Warm-up after a ring change against real memcached servers: fill 4 servers, add a 5th by reload,
 //! read every key back; with warm-up nearly all hit, without it about a fifth miss. Copies keep flags
-//! and TTLs, deletes during the window stay deleted, and the window closes.
+//! and TTLs, deletes during the window stay deleted, and the window closes. Every other command of a
+//! moved key not yet copied answers byte for byte as one memcached holding the old value, and leaves
+//! the same value behind; what is not covered behaves as the README says.
 
 mod common;
 

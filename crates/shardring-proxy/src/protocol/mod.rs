@@ -288,7 +288,9 @@ pub enum Step<P: Protocol> {
         /// The request itself.
         step: Box<Step<P>>,
     },
-    /// Send each part to its server and answer with [`Protocol::merge`] of all the replies.
+    /// Send each part to its server (of the current placement, or of the previous one while a
+    /// warm-up window keeps it) and answer with [`Protocol::phase`] of all the replies, which may
+    /// send another round ([`Protocol::merge`]'s answer by default).
     FanOut {
         /// The parts, each to one server.
         parts: Vec<Part<P>>,
