@@ -24,7 +24,8 @@ use crate::drain::Drain;
 use crate::error::BackendError;
 use crate::net::ClientStream;
 use crate::protocol::{
-    Answer, Incoming, Part, PartReply, Phase, PlanContext, Protocol, Reply, RequestDecoder, Step,
+    Answer, Incoming, Part, PartReply, Phase, Placement, PlanContext, Protocol, Reply,
+    RequestDecoder, Step,
 };
 
 /// The most requests one client may have in flight; past it the proxy stops reading from that client
@@ -62,6 +63,7 @@ pub(crate) async fn serve_client<P: Protocol>(
         timings: VecDeque::with_capacity(16),
         state: P::Session::default(),
         lane: 0,
+        held: false,
         worker,
     };
     match session.run(&drain).await {
@@ -139,6 +141,9 @@ struct Session<P: Protocol> {
     state: P::Session,
     /// The set of server connections this client's requests take ([`Protocol::lane`]).
     lane: usize,
+    /// The last request started is an exchange that later requests must not overtake
+    /// ([`Protocol::in_order`]): nothing more is sent until the answers in flight are in.
+    held: bool,
     /// The worker serving this client: its requests take that worker's server connections, on this
     /// thread.
     worker: usize,
@@ -161,6 +166,12 @@ impl<P: Protocol> Session<P> {
                     }
                     self.lane = P::lane(&self.state);
                 }
+                if self.held {
+                    if !self.pending.is_empty() {
+                        break;
+                    }
+                    self.held = false;
+                }
                 // Nothing buffered is always "more bytes needed": skip the decoder's call (twice per
                 // request otherwise, once after the answer and once after the read).
                 if self.rbuf.is_empty() {
@@ -177,6 +188,9 @@ impl<P: Protocol> Session<P> {
                             self.push(Pending::Ready(Some(answer)), timed);
                             closing = true;
                             break;
+                        }
+                        if let Step::FanOut { merge, .. } = &step {
+                            self.held = cluster.protocol.in_order(merge);
                         }
                         let p = self.start(&cluster, step);
                         self.push(p, timed);
@@ -409,7 +423,11 @@ impl<P: Protocol> Session<P> {
                         for (&number, server) in slots.iter().zip(&servers) {
                             replies_in.push(PartReply {
                                 reply: poll_fn(|cx| replies.poll_take(number, cx)).await,
-                                server: &server.settings().addr,
+                                server: server
+                                    .as_ref()
+                                    .map_or("a server of the previous ring", |s| {
+                                        &s.settings().addr
+                                    }),
                             });
                         }
                         let (next, follow_ups) = match cluster.protocol.phase(merge, replies_in) {
@@ -421,7 +439,7 @@ impl<P: Protocol> Session<P> {
                             } => (Ok((parts, merge)), follow_ups),
                         };
                         for (part, finish) in follow_ups {
-                            let Some(b) = cluster.backends.get(part.server) else {
+                            let Some(b) = backend_of(&cluster, part.placement, part.server) else {
                                 continue;
                             };
                             // Awaited by a task of its own: a channel, not a slot of this session.
@@ -455,25 +473,48 @@ impl<P: Protocol> Session<P> {
     }
 }
 
+/// The server a fan-out part went to; `None` for a previous-ring server whose version is gone.
+type Sent<P> = Option<Arc<Backend<P>>>;
+
 /// Sends a fan-out's parts, each to its server with a slot of the session's reply queue: the
-/// servers (as this plan numbered them) and the slots, by part.
+/// servers (as this plan numbered them; `None` for a previous-ring server whose version is gone) and
+/// the slots, by part.
 ///
 /// The first round of a fan-out and every later round of a multi-phase one (a warm-up's) send alike.
 /// A part's server is an index into `cluster`, the snapshot its plan was made against, as a forwarded
-/// request's is.
+/// request's is, or into that snapshot's previous version ([`Placement::Previous`]).
 fn send_parts<P: Protocol>(
     replies: &ReplyQueue,
     cluster: &Cluster<P>,
     to: Route,
     parts: Vec<Part<P>>,
-) -> (Vec<Arc<Backend<P>>>, Vec<u64>) {
+) -> (Vec<Sent<P>>, Vec<u64>) {
     parts
         .into_iter()
         .map(|part| {
-            let backend = &cluster.backends[part.server];
             let (number, slot) = replies.slot();
-            backend.send_to(to, part.frame, part.kind, ReplyTo::Slot(slot));
-            (Arc::clone(backend), number)
+            let backend = backend_of(cluster, part.placement, part.server);
+            match &backend {
+                Some(b) => b.send_to(to, part.frame, part.kind, ReplyTo::Slot(slot)),
+                // The window closed since the plan: the part reads as a server gone.
+                None => slot.send(Err(BackendError::Removed)),
+            }
+            (backend, number)
         })
         .unzip()
+}
+
+/// The server a part goes to: `server` of `cluster`, or of its previous version while that is kept.
+fn backend_of<P: Protocol>(
+    cluster: &Cluster<P>,
+    placement: Placement,
+    server: usize,
+) -> Option<Arc<Backend<P>>> {
+    match placement {
+        Placement::Current => cluster.backends.get(server).map(Arc::clone),
+        Placement::Previous => cluster
+            .previous
+            .load_full()
+            .and_then(|old| old.backends.get(server).map(Arc::clone)),
+    }
 }

@@ -117,9 +117,11 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 10, requires = "gutter",
           value_parser = clap::value_parser!(u32).range(1..=2_592_000))]
     gutter_ttl: u32,
-    /// For this many milliseconds after a reload changes a pool's servers, a `get` that misses on a
-    /// key's new server is retried on its previous server and a hit there is copied over (with its
-    /// flags and remaining TTL, never over a newer write or a delete). Off by default.
+    /// For this many milliseconds after a reload changes a pool's servers, a key that moved is still
+    /// found on its previous server: a `get` that misses on the key's new server is retried there and
+    /// a hit is copied over (with its flags and remaining TTL, never over a newer write or a delete),
+    /// and any other command of the key (append, incr, delete, cas, gets, the meta commands, …) copies
+    /// it first, then applies, so it answers as if the key had never moved. Off by default.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     warmup_window: Option<u64>,
 }

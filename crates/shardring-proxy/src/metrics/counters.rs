@@ -159,7 +159,8 @@ pub struct PoolStats {
     pub warmup_open: Counter,
     /// Warm-up: misses on a key's new server retried on its previous server.
     pub warmup_fallbacks: Counter,
-    /// Warm-up: those retries that found the value (returned to the client).
+    /// Warm-up: those retries that found the value (returned to the client, or copied before the
+    /// client's command).
     pub warmup_recovered: Counter,
     /// Warm-up: values copied to the new server.
     pub warmup_copies: Counter,

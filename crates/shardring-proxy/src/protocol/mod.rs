@@ -133,6 +133,14 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
         }
     }
 
+    /// Whether the client's later requests wait until this [`Step::FanOut`] is answered before they
+    /// are sent: an exchange of several rounds on one key whose later rounds a later request of the
+    /// same key must not overtake (a warm-up's copy, then the command). By default, never.
+    fn in_order(&self, merge: &Self::Merge) -> bool {
+        let _ = merge;
+        false
+    }
+
     /// Whether a [`Step::Fallback`] asks the previous ring after `reply`. By default, never.
     fn fall_back(&self, finish: &Self::Finish, reply: &Reply) -> bool {
         let _ = (finish, reply);
@@ -280,7 +288,9 @@ pub enum Step<P: Protocol> {
         /// The request itself.
         step: Box<Step<P>>,
     },
-    /// Send each part to its server and answer with [`Protocol::merge`] of all the replies.
+    /// Send each part to its server (of the current placement, or of the previous one while a
+    /// warm-up window keeps it) and answer with [`Protocol::phase`] of all the replies, which may
+    /// send another round ([`Protocol::merge`]'s answer by default).
     FanOut {
         /// The parts, each to one server.
         parts: Vec<Part<P>>,
@@ -292,12 +302,26 @@ pub enum Step<P: Protocol> {
 /// One server's share of a fan-out.
 #[derive(Debug)]
 pub struct Part<P: Protocol> {
-    /// The server's index in the pool.
+    /// The server's index in `placement`.
     pub server: usize,
+    /// Which version of the pool `server` indexes: a warm-up reads and cleans up a moved key on its
+    /// previous server, which may have left the pool.
+    pub placement: Placement,
     /// The bytes to send.
     pub frame: Bytes,
     /// How the reply is framed.
     pub kind: P::ReplyKind,
+}
+
+/// Which version of the pool a [`Part`]'s server index points into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// The pool as the plan saw it.
+    Current,
+    /// The pool before the last ring change, while a warm-up window is open (the version
+    /// [`PlanContext::moved_from`] indexes). A part sent there once that version is gone gets
+    /// [`BackendError::Removed`] as its reply.
+    Previous,
 }
 
 /// A fan-out part's reply, with the server it came from (for error messages).

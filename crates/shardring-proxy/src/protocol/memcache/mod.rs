@@ -33,7 +33,7 @@ pub use self::plan::{Finish, Memcache, ResponseScanner, VERSION_REPLY};
 pub use self::replicas::ReplicatedWrite;
 pub use self::request::*;
 pub use self::response::*;
-pub use self::warmup::{CopyResult, WarmGet, WarmMulti};
+pub use self::warmup::{CopyResult, WarmGet, WarmKeyed, WarmMulti};
 
 #[cfg(test)]
 mod tests;

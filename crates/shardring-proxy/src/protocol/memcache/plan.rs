@@ -12,16 +12,16 @@ use super::codec::{Decoded, RequestCodec};
 use super::gutter;
 use super::hotkeys::{self, HotFill, HotInvalidate, HotRead};
 use super::replicas::{self, ReplicatedWrite};
-use super::request::{Command, Limits, MetaKind, Request, StatsRequest};
+use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
     is_error_reply, parse_response_from, status_code, ResponseKind, ValueBlocks,
 };
-use super::warmup::{self, CopyResult, WarmGet, WarmMulti};
+use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti};
 use crate::config::PoolConfig;
 use crate::error::BackendError;
 use crate::protocol::{
-    Answer, FrameError, Incoming, Part, PartReply, Phase, PlanContext, Protocol, Recovery, Reply,
-    ReplyScanner, RequestDecoder, Step,
+    Answer, FrameError, Incoming, Part, PartReply, Phase, Placement, PlanContext, Protocol,
+    Recovery, Reply, ReplyScanner, RequestDecoder, Step,
 };
 
 /// The reply to `version`: the memcached protocol level the proxy speaks, then its own name and version.
@@ -72,6 +72,9 @@ pub enum Merge {
     Replicated(ReplicatedWrite),
     /// A multi-get during a warm-up window (answered through [`Protocol::phase`]).
     WarmMulti(WarmMulti),
+    /// A command of moved keys during a warm-up window (a one-key command, or `gets`/`gat`/`gats` of
+    /// any number of keys): copy first, then apply (answered through [`Protocol::phase`]).
+    WarmKeyed(WarmKeyed),
     /// `flush_all` sent to every live server.
     FlushAll {
         /// The client asked for no reply.
@@ -148,6 +151,7 @@ impl Protocol for Memcache {
                     .live_servers()
                     .iter()
                     .map(|&server| Part {
+                        placement: Placement::Current,
                         server,
                         frame: frame.clone(),
                         kind: ResponseKind::Line,
@@ -206,6 +210,10 @@ impl Protocol for Memcache {
                 Phase::Done { answer, .. } => answer,
                 Phase::Again { .. } => Answer::fixed(b"END\r\n"),
             },
+            Merge::WarmKeyed(warm) => match warm.phase(replies) {
+                Phase::Done { answer, .. } => answer,
+                Phase::Again { .. } => Answer::Failed(BackendError::NoServer),
+            },
             Merge::FlushAll { noreply } => {
                 let mut failure = None;
                 for r in replies {
@@ -253,11 +261,16 @@ impl Protocol for Memcache {
     fn phase(&self, merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
         match merge {
             Merge::WarmMulti(warm) => warm.phase(replies),
+            Merge::WarmKeyed(warm) => warm.phase(replies),
             merge => Phase::Done {
                 answer: Memcache::merge(merge, replies),
                 follow_ups: Vec::new(),
             },
         }
+    }
+
+    fn in_order(&self, merge: &Merge) -> bool {
+        matches!(merge, Merge::WarmKeyed(w) if w.rounds_follow())
     }
 
     fn fall_back(&self, finish: &Finish, reply: &Reply) -> bool {
@@ -277,9 +290,21 @@ fn forward_keyed(
     finish: Finish,
     ctx: &PlanContext<'_>,
 ) -> Step<Memcache> {
-    if replicas::is_write(&req.command) && ctx.previous.is_some() {
+    let old = match ctx.previous {
+        Some(_) => req.with_routing_key(key, |k| ctx.moved_from(k)),
+        None => None,
+    };
+    let Some(old) = old else {
+        return forward_keyed_now(req, key, finish, ctx);
+    };
+    let warm = req.with_routing_key(key, |k| warmup::keyed(req, key, k, old, finish, ctx));
+    let finish = match warm {
+        Ok(step) => return step,
+        Err(finish) => finish,
+    };
+    if replicas::is_write(&req.command) {
         let step = forward_keyed_now(req, key, finish, ctx);
-        return req.with_routing_key(key, |k| warmup::write(k, step, ctx));
+        return req.with_routing_key(key, |k| warmup::write(k, old, step));
     }
     forward_keyed_now(req, key, finish, ctx)
 }
@@ -342,6 +367,18 @@ impl Memcache {
         if ctx.previous.is_some() {
             if let Some(step) = warmup::read(&req, ctx) {
                 return step;
+            }
+            if !matches!(
+                req.command,
+                Command::Get {
+                    kind: GetKind::Get,
+                    ..
+                }
+            ) {
+                // gets/gat/gats: the moved keys are copied first, then read where they live now,
+                // so the CAS values are the new servers'.
+                let step = self.get_now(req.clone(), fill, ctx);
+                return warmup::retrieval(&req, step, ctx);
             }
             return match warmup::read_multi(req, ctx) {
                 Ok(step) => step,
@@ -441,6 +478,7 @@ impl Memcache {
                 }
                 lines.extend_from_slice(b"\r\n");
                 Part {
+                    placement: Placement::Current,
                     server,
                     frame: lines.split().freeze(),
                     kind: ResponseKind::Values,

@@ -22,7 +22,7 @@ use super::plan::{Finish, Memcache};
 use super::request::{Command, MetaKind, Request};
 use super::response::status_code;
 use crate::metrics::PoolStats;
-use crate::protocol::{Answer, Part, PartReply, PlanContext, Protocol, Reply, Step};
+use crate::protocol::{Answer, Part, PartReply, Placement, PlanContext, Protocol, Reply, Step};
 
 /// A write sent to several replicas: how their replies become one answer.
 #[derive(Debug)]
@@ -67,6 +67,7 @@ pub(super) fn write(
         parts: servers
             .into_iter()
             .map(|server| Part {
+                placement: Placement::Current,
                 server,
                 frame: frame.clone(),
                 kind,

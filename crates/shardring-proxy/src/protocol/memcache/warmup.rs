@@ -1,33 +1,47 @@
-//! Warm-up after a ring change on the memcached protocol (`--warmup-window`): a `get` of a key that
-//! moved is read on its new server with a reservation, retried on its previous server after a miss, and
-//! a hit there is copied to the new server with its flags and remaining TTL.
+//! Warm-up after a ring change on the memcached protocol (`--warmup-window`): while the window is
+//! open, a key that moved still has its value on its previous server until it is copied to its new
+//! one, and every command of such a key answers as if the copy had happened already.
 //!
-//! The recipe is reserve-then-CAS, not `add`:
-//! 1. new server: `mg <key> v f t c N2`. A hit is answered as usual. A miss creates an empty
-//!    placeholder item (for 2 s) and returns it with `W` (this request won the right to fill it) and
-//!    its CAS value;
+//! The copy is reserve-then-CAS, not `add`:
+//! 1. new server: `mg <key> c N2` (`v f t c N2` for a `get`). A hit means the key is there already. A
+//!    miss creates an empty placeholder item (for 2 s) and returns it with `W` (this request won the
+//!    right to fill it) and its CAS value; `Z` means another request holds that right;
 //! 2. previous server: `mg <key> v f t` (value, client flags, remaining TTL; `t-1` is no expiry);
-//! 3. a hit there is returned to the client at once, and copied: `ms <key> <len> C<cas> T<ttl> F<flags>`
-//!    (a TTL over 30 days is sent as an absolute Unix time, as memcached reads it). A miss there removes
-//!    the placeholder (`md <key> C<cas>`).
+//! 3. a hit there is copied: `ms <key> <len> C<cas> T<ttl> F<flags>` (a TTL over 30 days is sent as
+//!    an absolute Unix time, as memcached reads it). A miss there removes the placeholder
+//!    (`md <key> C<cas>`).
 //!
 //! Why not `ms … ME` (add): add only refuses to overwrite a value that exists. A client that deletes the
 //! key after step 2 read the old copy would see it come back when the add lands. The CAS copy fails
 //! (`EX`, `NF`) if anything wrote or deleted the key on the new server after step 1, so it neither
-//! overwrites a newer value nor resurrects a deleted key; `warmup_copies_refused` counts those. The
-//! cost: two round trips more for a key that moved and missed, one more (the copy, not waited for)
-//! when the previous server had it, and during the 2 s a plain `get` from a client that bypasses the
-//! proxy may see the empty placeholder.
+//! overwrites a newer value nor resurrects a deleted key; `warmup_copies_refused` counts those. During
+//! the 2 s a plain `get` from a client that bypasses the proxy may see the empty placeholder.
 //!
-//! While the window is open a write or delete of a moved key is also sent as a `delete` to its previous
-//! server (before the write itself), so a later fallback cannot find the stale copy.
+//! What each command does with a moved key:
+//! - one-key `get`: steps 1–3, the value returned to the client as soon as step 2 has it, the copy not
+//!   waited for ([`WarmGet`], a [`Step::Fallback`]); a multi-get does the same per key, pipelined
+//!   ([`WarmMulti`]);
+//! - `set`, `ms` in set mode without a CAS: the result does not depend on the old value, so the write
+//!   goes to the new server after a `delete` of the old copy ([`write`]);
+//! - `delete`, `md` without `C`, `I` or `x`: sent to both servers in one round; the answer is the new
+//!   server's, or the old server's when only it had the key;
+//! - everything else (add, replace, append, prepend, cas, incr, decr, touch, `gets`/`gat`/`gats` of
+//!   any number of keys, `mg`, `ms` in other modes or with a CAS, `md` with `C`/`I`/`x`, `ma`, `me`):
+//!   copy first, then apply ([`WarmKeyed`]): step 1; for the keys not there, step 2; then step 3's
+//!   copy or release pipelined with the command itself on the new server's connection, whose reply
+//!   is the answer. A command that changes the item then deletes the old copy, so no later fallback
+//!   finds it. A `Z` (another warm-up is copying the same key) is treated as `W` with that
+//!   reservation's CAS: both copy the same old value, the second copy is refused, and the command is
+//!   applied after the first, so nobody waits and nothing is lost. The client's later requests are
+//!   sent only once this answer is in ([`Protocol::in_order`]), so a pipelined request of the same key
+//!   cannot overtake the copy.
 //!
-//! A multi-get does the same per key: round one sends the usual `get` lines for the keys that stayed
-//! and one `mg … N2` per moved key (pipelined with them on each new server's connection), round two
-//! one `mg` per missed key to its previous server (pipelined: one round trip per old server, in
-//! parallel), then the copies; values come back in the client's key order ([`WarmMulti`], through
-//! the seam's [`Protocol::phase`]). A multi-get falls back only to previous servers still in the pool.
-//! `gets`, `gat`s and meta reads read the new ring only.
+//! The cost, only for moved keys while the window is open: a `get` that misses takes two round trips
+//! more; other commands one more when the key was copied already, two more when it was not (plus the
+//! old copy's delete, not waited for), and the client's pipeline waits for them. Not covered: pools
+//! with replicas (a write is sent as without the warm-up, after a delete of the old copy), and a CAS
+//! value read before the ring change (memcached 1.6 cannot set an item's CAS, so the copy has a new one
+//! and such a `cas` answers `EXISTS`).
 
 use std::sync::Arc;
 
@@ -39,7 +53,7 @@ use super::response::ResponseKind;
 use super::response::ValueBlocks;
 use crate::metrics::PoolStats;
 use crate::protocol::{
-    Answer, Part, PartReply, Phase, PlanContext, Protocol, Recovery, Reply, Step,
+    Answer, Part, PartReply, Phase, Placement, PlanContext, Protocol, Recovery, Reply, Step,
 };
 
 /// How long the reservation of step 1 lives, in seconds.
@@ -102,12 +116,9 @@ pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> Option<Step<Memcache
     })
 }
 
-/// A write of a key that moved, while a warm-up window is open: `step`, after a `delete` of the key's
-/// copy on its previous server.
-pub(super) fn write(key: &[u8], step: Step<Memcache>, ctx: &PlanContext<'_>) -> Step<Memcache> {
-    let Some(previous) = ctx.moved_from(key) else {
-        return step;
-    };
+/// A write of a key that moved from `previous` (its server on the previous ring), while a warm-up
+/// window is open: `step`, after a `delete` of the key's copy there.
+pub(super) fn write(key: &[u8], previous: usize, step: Step<Memcache>) -> Step<Memcache> {
     let mut frame = BytesMut::with_capacity(key.len() + 10);
     if key.iter().all(|b| b.is_ascii_graphic()) {
         frame.extend_from_slice(b"delete ");
@@ -130,6 +141,513 @@ pub(super) fn write(key: &[u8], step: Step<Memcache>, ctx: &PlanContext<'_>) -> 
         kind: ResponseKind::Line,
         step: Box::new(step),
     }
+}
+
+/// How a one-key command of a moved key is sent during a warm-up window.
+enum MovedPath {
+    /// Its result does not depend on the key's value (`set`, `ms` in set mode without a CAS): to the
+    /// new server, after a delete of the old copy ([`write`]).
+    Overwrite,
+    /// A delete (`delete`, `md` without `C`, `I` or `x`): to both servers at once; it deleted when
+    /// either had the key.
+    DeleteBoth,
+    /// Anything else: copy the old value first, then send the command ([`WarmKeyed`]).
+    CopyFirst,
+}
+
+/// Which [`MovedPath`] a request takes.
+fn route_of(req: &Request) -> MovedPath {
+    let eol = memchr::memmem::find(&req.frame, b"\r\n").unwrap_or(req.frame.len());
+    let mut tokens = req.frame[..eol]
+        .split(|&b| b == b' ')
+        .filter(|t| !t.is_empty());
+    let word = tokens.next().unwrap_or_default();
+    let flag = |t: &&[u8], letters: &[u8]| t.first().is_some_and(|c| letters.contains(c));
+    match (&req.command, word) {
+        (Command::Keyed { .. }, b"set") => MovedPath::Overwrite,
+        (Command::Keyed { .. }, b"delete") => MovedPath::DeleteBoth,
+        (Command::Meta { .. }, b"ms") => {
+            // `ms <key> <datalen> <flags>*`: a plain set unless a mode other than set, or a CAS
+            // (compare, or invalidate with one), makes the old value matter.
+            let mut flags = tokens.skip(2);
+            let depends = flags.any(|t| {
+                flag(&t, b"CI") || (flag(&t, b"M") && !matches!(t.get(1), Some(b'S' | b's')))
+            });
+            if depends {
+                MovedPath::CopyFirst
+            } else {
+                MovedPath::Overwrite
+            }
+        }
+        (Command::Meta { .. }, b"md") => {
+            if tokens.skip(1).any(|t| flag(&t, b"CIx")) {
+                MovedPath::CopyFirst
+            } else {
+                MovedPath::DeleteBoth
+            }
+        }
+        _ => MovedPath::CopyFirst,
+    }
+}
+
+/// A key as meta commands take it: the token, and whether it is base64 (a binary key, the `b` flag).
+#[derive(Debug)]
+struct MetaKey {
+    /// The key, or its base64.
+    token: Bytes,
+    /// The token is base64.
+    base64: bool,
+}
+
+impl MetaKey {
+    /// The key of `req` (its token `range`) as meta commands take it.
+    fn of(req: &Request, range: &std::ops::Range<usize>) -> MetaKey {
+        MetaKey {
+            token: req.frame.slice(range.clone()),
+            base64: matches!(req.command, Command::Meta { base64: true, .. }),
+        }
+    }
+
+    /// `<command> <key>[ <middle>][ b] <flags>\r\n`.
+    fn line(&self, command: &str, middle: &str, flags: &str) -> BytesMut {
+        let mut b = BytesMut::with_capacity(self.token.len() + middle.len() + flags.len() + 16);
+        b.extend_from_slice(command.as_bytes());
+        b.extend_from_slice(b" ");
+        b.extend_from_slice(&self.token);
+        if !middle.is_empty() {
+            b.extend_from_slice(b" ");
+            b.extend_from_slice(middle.as_bytes());
+        }
+        if self.base64 {
+            b.extend_from_slice(b" b");
+        }
+        if !flags.is_empty() {
+            b.extend_from_slice(b" ");
+            b.extend_from_slice(flags.as_bytes());
+        }
+        b.extend_from_slice(b"\r\n");
+        b
+    }
+}
+
+/// Where a [`WarmKeyed`] exchange is.
+#[derive(Debug)]
+enum Stage {
+    /// Round one on the new servers: `mg <key> c N2` per moved key.
+    Reserve,
+    /// The previous servers' `mg <key> v f t`, one per key that was not on its new server.
+    ReadOld,
+    /// The copies (or releases), then the command, pipelined: the command's replies follow one
+    /// reply per fill.
+    Apply {
+        /// For each fill, in order: it is a copy (a refusal is counted), not a release.
+        copies: Vec<bool>,
+    },
+    /// A delete sent to both servers at once.
+    DeleteBoth,
+}
+
+/// One moved key of a [`WarmKeyed`] exchange.
+#[derive(Debug)]
+struct Moved {
+    /// The key, as the meta commands of the copy take it.
+    key: MetaKey,
+    /// Its server now.
+    new: usize,
+    /// Its server on the previous ring (index there).
+    old: usize,
+    /// The new server is a gutter server: the copy's TTL is capped to this.
+    ttl_cap: Option<u32>,
+    /// The reservation's CAS, while the key is to be read on its previous server.
+    cas: Option<Bytes>,
+}
+
+/// The client's command itself, sent in the last round.
+#[derive(Debug)]
+enum Then {
+    /// To one server; its reply through the finish.
+    One(Part<Memcache>, Finish),
+    /// A retrieval split over several servers, merged in the client's key order (boxed: a merge
+    /// may be this exchange itself).
+    Split(Vec<Part<Memcache>>, Box<Merge>),
+}
+
+/// A command of keys that moved and may not have been copied yet, while a warm-up window is open:
+/// copy first, then apply, so the command sees the old servers' values (a multi-round
+/// [`Step::FanOut`] answered through [`Protocol::phase`]).
+#[derive(Debug)]
+pub struct WarmKeyed {
+    /// The moved keys.
+    moved: Vec<Moved>,
+    /// The command, as it would be sent without a warm-up.
+    then: Then,
+    /// The command changes the item: a key's old copy is deleted once its new server has the value.
+    writes: bool,
+    /// Where the exchange is.
+    stage: Stage,
+    /// Where fallbacks, recoveries and copies are counted.
+    stats: Arc<PoolStats>,
+}
+
+/// A one-key command of a key that moved from `old` (its server on the previous ring), while a
+/// warm-up window is open: the exchange that gives the answer it would get had the key been copied
+/// already. `Err(finish)` when the caller's usual path does (a plain overwrite, replicas, no live
+/// server).
+pub(super) fn keyed(
+    req: &Request,
+    range: &std::ops::Range<usize>,
+    key: &[u8],
+    old: usize,
+    finish: Finish,
+    ctx: &PlanContext<'_>,
+) -> Result<Step<Memcache>, Finish> {
+    if ctx.replicas() > 1 {
+        return Err(finish);
+    }
+    let Some(moved) = moved(req, range, key, Some(old), ctx) else {
+        return Err(finish);
+    };
+    let route = route_of(req);
+    if matches!(route, MovedPath::Overwrite) {
+        return Err(finish);
+    }
+    let command = match moved.ttl_cap {
+        None => req.to_forward(),
+        Some(cap) => super::gutter::cap_ttl(&req.to_forward(), cap),
+    };
+    let kind = req.command.response_kind();
+    let (parts, stage) = match route {
+        MovedPath::DeleteBoth => (
+            vec![
+                part(Placement::Current, moved.new, command.clone(), kind),
+                part(Placement::Previous, moved.old, command.clone(), kind),
+            ],
+            Stage::DeleteBoth,
+        ),
+        _ => (vec![moved.reserve()], Stage::Reserve),
+    };
+    let then = Then::One(part(Placement::Current, moved.new, command, kind), finish);
+    Ok(Step::FanOut {
+        parts,
+        merge: Merge::WarmKeyed(WarmKeyed {
+            moved: vec![moved],
+            then,
+            writes: super::replicas::is_write(&req.command),
+            stage,
+            stats: Arc::clone(ctx.stats),
+        }),
+    })
+}
+
+/// `gets`/`gat`/`gats` with keys that moved, while a warm-up window is open: every moved key is
+/// copied first, then `step` (the retrieval as planned without a warm-up) is sent, so the values and
+/// CAS values come from the new servers. `step` itself when no key moved.
+pub(super) fn retrieval(
+    req: &Request,
+    step: Step<Memcache>,
+    ctx: &PlanContext<'_>,
+) -> Step<Memcache> {
+    let Command::Get {
+        kind,
+        keys,
+        more: false,
+        ..
+    } = &req.command
+    else {
+        return step;
+    };
+    if *kind == GetKind::Get || ctx.replicas() > 1 {
+        return step;
+    }
+    let mut moved: Vec<Moved> = Vec::new();
+    for k in keys {
+        if let Some(m) = self::moved(req, k, req.bytes(k), None, ctx) {
+            // A key asked for twice is copied once.
+            if !moved.iter().any(|o| o.key.token == m.key.token) {
+                moved.push(m);
+            }
+        }
+    }
+    if moved.is_empty() {
+        return step;
+    }
+    let then = match step {
+        Step::Forward {
+            server: Some(server),
+            frame,
+            kind,
+            finish,
+        } => Then::One(part(Placement::Current, server, frame, kind), finish),
+        Step::FanOut { parts, merge } => Then::Split(parts, Box::new(merge)),
+        step => return step,
+    };
+    let parts = moved.iter().map(Moved::reserve).collect();
+    Step::FanOut {
+        parts,
+        merge: Merge::WarmKeyed(WarmKeyed {
+            moved,
+            then,
+            writes: false,
+            stage: Stage::Reserve,
+            stats: Arc::clone(ctx.stats),
+        }),
+    }
+}
+
+/// The key of `range` (placed by `key`) when it moved (from `old`, when the caller knows) and has a
+/// live server now.
+fn moved(
+    req: &Request,
+    range: &std::ops::Range<usize>,
+    key: &[u8],
+    old: Option<usize>,
+    ctx: &PlanContext<'_>,
+) -> Option<Moved> {
+    let old = old.or_else(|| ctx.moved_from(key))?;
+    let new = ctx.server_for(key)?;
+    Some(Moved {
+        key: MetaKey::of(req, range),
+        new,
+        old,
+        ttl_cap: ctx.gutter_ttl_cap(new),
+        cas: None,
+    })
+}
+
+/// A part of a warm-up exchange.
+fn part(placement: Placement, server: usize, frame: Bytes, kind: ResponseKind) -> Part<Memcache> {
+    Part {
+        placement,
+        server,
+        frame,
+        kind,
+    }
+}
+
+/// Whether a delete's reply says it deleted (`DELETED`, or `HD` for `md`).
+fn deleted(reply: &[u8]) -> bool {
+    reply.starts_with(b"DELETED") || reply.starts_with(b"HD")
+}
+
+impl Moved {
+    /// Round one: the reservation on the new server.
+    fn reserve(&self) -> Part<Memcache> {
+        let line = self.key.line("mg", "", &format!("c N{RESERVATION_TTL}"));
+        part(
+            Placement::Current,
+            self.new,
+            line.freeze(),
+            ResponseKind::Meta,
+        )
+    }
+
+    /// The delete of the old copy (its reply dropped).
+    fn delete_old(&self) -> (Part<Memcache>, Finish) {
+        let md = self.key.line("md", "", "").freeze();
+        (
+            part(Placement::Previous, self.old, md, ResponseKind::Line),
+            Finish::NoReply,
+        )
+    }
+
+    /// The CAS copy of the old server's hit `m` into the reservation `cas`.
+    fn copy(&self, cas: &[u8], m: &MetaReply<'_>) -> BytesMut {
+        let t: i64 = m
+            .flag(b't')
+            .and_then(|t| std::str::from_utf8(t).ok())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(-1);
+        let ttl = match self.ttl_cap {
+            Some(cap) => super::gutter::capped(copy_ttl(t), cap, crate::metrics::unix_time()),
+            None => copy_ttl(t),
+        };
+        let flags = format!(
+            "C{} T{ttl} F{}",
+            String::from_utf8_lossy(cas),
+            String::from_utf8_lossy(m.flag(b'f').unwrap_or(b"0"))
+        );
+        let mut ms = self.key.line("ms", &m.data.len().to_string(), &flags);
+        ms.extend_from_slice(m.data);
+        ms.extend_from_slice(b"\r\n");
+        ms
+    }
+}
+
+impl WarmKeyed {
+    /// The next round, or the client's answer.
+    pub(super) fn phase(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        match std::mem::replace(&mut self.stage, Stage::Reserve) {
+            Stage::Reserve => self.reserved(replies),
+            Stage::ReadOld => self.read_old(replies),
+            Stage::Apply { copies } => {
+                let mut replies = replies.into_iter();
+                for (copy, r) in copies.iter().zip(replies.by_ref()) {
+                    if *copy && !matches!(&r.reply, Ok(b) if b.starts_with(b"HD")) {
+                        // Written or deleted on the new server since the reservation.
+                        self.stats.warmup_copies_refused.inc();
+                    }
+                }
+                self.answer(replies.collect())
+            }
+            Stage::DeleteBoth => {
+                let mut replies = replies.into_iter();
+                let new = replies.next();
+                let old = replies.next().map(|r| r.reply);
+                let reply = match new {
+                    // The new server did not have it (and did not fail): the old server's answer
+                    // when it did.
+                    Some(PartReply {
+                        reply: Ok(b),
+                        server,
+                    }) if !deleted(&b) && !super::response::is_error_reply(&b) => {
+                        let reply = match old {
+                            Some(Ok(o)) if deleted(&o) => Ok(o),
+                            _ => Ok(b),
+                        };
+                        PartReply { reply, server }
+                    }
+                    Some(other) => other,
+                    None => PartReply {
+                        reply: Err(crate::error::BackendError::Removed),
+                        server: "",
+                    },
+                };
+                self.answer(vec![reply])
+            }
+        }
+    }
+
+    /// After round one: the keys not on their new servers are read on their previous ones; when
+    /// there are none, the command goes.
+    fn reserved(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let mut follow_ups = Vec::new();
+        let mut reads = Vec::new();
+        for (m, r) in self.moved.iter_mut().zip(replies) {
+            let reservation = r.reply.as_ref().ok().and_then(|b| MetaReply::parse(b));
+            m.cas = reservation
+                .as_ref()
+                .filter(|x| x.has(b'W') || x.has(b'Z'))
+                .and_then(|x| x.flag(b'c'))
+                .map(Bytes::copy_from_slice);
+            let failed = match &r.reply {
+                Ok(b) => super::response::is_error_reply(b),
+                Err(_) => true,
+            };
+            if m.cas.is_some() {
+                // Not on the new server: ours to fill (`W`), or another warm-up's (`Z`), whose
+                // CAS fills it as well as ours: both copy the same old value and the second copy
+                // is refused; a release after a miss removes either.
+                let read = m.key.line("mg", "", "v f t").freeze();
+                reads.push(part(Placement::Previous, m.old, read, ResponseKind::Meta));
+            } else if failed {
+                if let Then::One(_, _) = self.then {
+                    // Nothing was applied: the new server's failure is the answer.
+                    return self.answer(vec![r]);
+                }
+                // A retrieval reads that key as its new server answers (a miss).
+            } else if self.writes {
+                // On the new server already: its old copy goes.
+                follow_ups.push(m.delete_old());
+            }
+        }
+        if reads.is_empty() {
+            return self.apply(Vec::new(), follow_ups);
+        }
+        self.stage = Stage::ReadOld;
+        Phase::Again {
+            parts: reads,
+            merge: Merge::WarmKeyed(self),
+            follow_ups,
+        }
+    }
+
+    /// After the previous servers' reads: the copies (or releases), then the command.
+    fn read_old(self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let mut fills = Vec::new();
+        let mut follow_ups = Vec::new();
+        let mut replies = replies.into_iter();
+        for m in self.moved.iter() {
+            let Some(cas) = &m.cas else {
+                continue;
+            };
+            let Some(r) = replies.next() else {
+                break;
+            };
+            self.stats.warmup_fallbacks.inc();
+            let hit = r
+                .reply
+                .as_ref()
+                .ok()
+                .and_then(|b| MetaReply::parse(b))
+                .filter(|x| x.status == b"VA" && !x.is_reservation());
+            let fill = match &hit {
+                Some(x) => {
+                    self.stats.warmup_recovered.inc();
+                    self.stats.warmup_copies.inc();
+                    if self.writes {
+                        follow_ups.push(m.delete_old());
+                    }
+                    m.copy(cas, x)
+                }
+                // Not there either: release the reservation, so the command finds no item.
+                None => m
+                    .key
+                    .line("md", "", &format!("C{}", String::from_utf8_lossy(cas))),
+            };
+            fills.push((
+                hit.is_some(),
+                part(Placement::Current, m.new, fill.freeze(), ResponseKind::Line),
+            ));
+        }
+        self.apply(fills, follow_ups)
+    }
+
+    /// The last round: `fills` (copies, `true`, and releases), then the command.
+    fn apply(
+        mut self,
+        fills: Vec<(bool, Part<Memcache>)>,
+        follow_ups: Vec<(Part<Memcache>, Finish)>,
+    ) -> Phase<Memcache> {
+        let (copies, mut parts): (Vec<bool>, Vec<Part<Memcache>>) = fills.into_iter().unzip();
+        match &self.then {
+            Then::One(p, _) => parts.push(clone_part(p)),
+            Then::Split(ps, _) => parts.extend(ps.iter().map(clone_part)),
+        }
+        self.stage = Stage::Apply { copies };
+        Phase::Again {
+            parts,
+            merge: Merge::WarmKeyed(self),
+            follow_ups,
+        }
+    }
+
+    /// The client's answer from the command's replies.
+    fn answer(self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let answer = match self.then {
+            Then::One(_, finish) => {
+                let reply = replies
+                    .into_iter()
+                    .next()
+                    .map_or(Err(crate::error::BackendError::Removed), |r| r.reply);
+                Memcache::finish(finish, reply)
+            }
+            Then::Split(_, merge) => Memcache::merge(*merge, replies),
+        };
+        Phase::Done {
+            answer,
+            follow_ups: Vec::new(),
+        }
+    }
+
+    /// Whether more rounds follow the first (all but a delete sent to both servers at once).
+    pub(super) fn rounds_follow(&self) -> bool {
+        !matches!(self.stage, Stage::DeleteBoth)
+    }
+}
+
+/// A copy of a part (its frame is shared).
+fn clone_part(p: &Part<Memcache>) -> Part<Memcache> {
+    part(p.placement, p.server, p.frame.clone(), p.kind)
 }
 
 /// A meta reply's parts: the status line's tokens and the data block, if any.
@@ -329,7 +847,8 @@ fn recover_key(
 enum Slot {
     /// In the usual split: this part's `get` line.
     Normal(usize),
-    /// Moved: this part's `mg` to its new server `new`; `old` is its previous server (index now).
+    /// Moved: this part's `mg` to its new server `new`; `old` is its previous server (index in the
+    /// previous ring, which it may have left).
     Warm {
         /// The part.
         part: usize,
@@ -361,7 +880,7 @@ pub struct WarmMulti {
 }
 
 /// A multi-get (`get` of several keys) with keys that moved, while a warm-up window is open; the
-/// request back when none moved (or the previous server of each left the pool).
+/// request back when none moved.
 pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Memcache>, Request> {
     let Command::Get {
         kind: GetKind::Get,
@@ -372,13 +891,7 @@ pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Mem
     else {
         return Err(req);
     };
-    let moved: Vec<Option<usize>> = keys
-        .iter()
-        .map(|k| {
-            ctx.moved_from(req.bytes(k))
-                .and_then(|old| ctx.previous_now.get(old).copied().flatten())
-        })
-        .collect();
+    let moved: Vec<Option<usize>> = keys.iter().map(|k| ctx.moved_from(req.bytes(k))).collect();
     if keys.len() < 2 || moved.iter().all(Option::is_none) {
         return Err(req);
     }
@@ -398,6 +911,7 @@ pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Mem
                 b.extend_from_slice(key);
                 b.extend_from_slice(format!(" v f t c N{RESERVATION_TTL}\r\n").as_bytes());
                 parts.push(Part {
+                    placement: Placement::Current,
                     server: new,
                     frame: b.freeze(),
                     kind: ResponseKind::Meta,
@@ -432,6 +946,7 @@ pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Mem
     for (server, mut line) in lines {
         line.extend_from_slice(b"\r\n");
         parts.push(Part {
+            placement: Placement::Current,
             server,
             frame: line.freeze(),
             kind: ResponseKind::Values,
@@ -471,6 +986,7 @@ impl WarmMulti {
                 if let Some((frame, kind, finish)) = follow_up {
                     follow_ups.push((
                         Part {
+                            placement: Placement::Current,
                             server: new,
                             frame,
                             kind,
@@ -511,6 +1027,7 @@ impl WarmMulti {
                         b.extend_from_slice(key);
                         b.extend_from_slice(b" v f t\r\n");
                         next.push(Part {
+                            placement: Placement::Previous,
                             server: old,
                             frame: b.freeze(),
                             kind: ResponseKind::Meta,
@@ -577,6 +1094,7 @@ pub(super) fn recover(finish: Finish, current: Reply, previous: Reply) -> Recove
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::memcache::MetaKind;
 
     #[test]
     fn meta_replies_become_get_answers() {
@@ -591,6 +1109,261 @@ mod tests {
         );
         let a = as_get_answer(b"k", &Bytes::from_static(b"EN\r\n"));
         assert!(matches!(a, Answer::Bytes(b) if &b[..] == b"END\r\n"));
+    }
+
+    fn request(line: &[u8]) -> Request {
+        let parsed = super::super::parse_request(line, &crate::config::Limits::default())
+            .unwrap()
+            .unwrap();
+        Request {
+            frame: Bytes::copy_from_slice(line),
+            command: parsed.command,
+            strip: parsed.strip,
+        }
+    }
+
+    #[test]
+    fn only_what_depends_on_the_old_value_is_copied_first() {
+        for (line, path) in [
+            (&b"set k 0 0 1\r\nx\r\n"[..], "overwrite"),
+            (b"ms k 1 T0 F5 q\r\nx\r\n", "overwrite"),
+            (b"ms k 1 MS\r\nx\r\n", "overwrite"),
+            (b"ms k 1 Ms\r\nx\r\n", "overwrite"),
+            (b"ms k 1 MA\r\nx\r\n", "copy"),
+            (b"ms k 1 ME\r\nx\r\n", "copy"),
+            (b"ms k 1 C12\r\nx\r\n", "copy"),
+            (b"ms k 1 I C12\r\nx\r\n", "copy"),
+            (b"delete k\r\n", "both"),
+            (b"delete k noreply\r\n", "both"),
+            (b"md k q O5 k\r\n", "both"),
+            (b"md k C12\r\n", "copy"),
+            (b"md k I T30\r\n", "copy"),
+            (b"md k x\r\n", "copy"),
+            (b"append k 0 0 1\r\nx\r\n", "copy"),
+            (b"cas k 0 0 1 5\r\nx\r\n", "copy"),
+            (b"incr k 1\r\n", "copy"),
+            (b"touch k 10\r\n", "copy"),
+            (b"mg k v\r\n", "copy"),
+            (b"ma k\r\n", "copy"),
+            (b"me k\r\n", "copy"),
+        ] {
+            let got = match route_of(&request(line)) {
+                MovedPath::Overwrite => "overwrite",
+                MovedPath::DeleteBoth => "both",
+                MovedPath::CopyFirst => "copy",
+            };
+            assert_eq!(got, path, "{}", String::from_utf8_lossy(line));
+        }
+    }
+
+    /// An exchange of `command` (one key `k`, new server 4, previous server 1) at its start.
+    fn exchange(command: &[u8], finish: Finish, stage: Stage) -> WarmKeyed {
+        let req = request(command);
+        let writes = crate::protocol::memcache::replicas::is_write(&req.command);
+        WarmKeyed {
+            moved: vec![Moved {
+                key: MetaKey {
+                    token: Bytes::from_static(b"k"),
+                    base64: false,
+                },
+                new: 4,
+                old: 1,
+                ttl_cap: None,
+                cas: None,
+            }],
+            then: Then::One(
+                part(
+                    Placement::Current,
+                    4,
+                    req.to_forward(),
+                    req.command.response_kind(),
+                ),
+                finish,
+            ),
+            writes,
+            stage,
+            stats: Arc::new(PoolStats::new("test")),
+        }
+    }
+
+    fn replies(bytes: &[&'static [u8]]) -> Vec<PartReply<'static>> {
+        bytes
+            .iter()
+            .map(|b| PartReply {
+                reply: Ok(Bytes::from_static(b)),
+                server: "s",
+            })
+            .collect()
+    }
+
+    /// A part as the tests compare it: placement, server, frame.
+    type Sent = (Placement, usize, Vec<u8>);
+
+    /// The next round's parts and follow-ups' frames.
+    fn again(phase: Phase<Memcache>) -> (WarmKeyed, Vec<Sent>, Vec<Vec<u8>>) {
+        let Phase::Again {
+            parts,
+            merge: Merge::WarmKeyed(w),
+            follow_ups,
+        } = phase
+        else {
+            panic!("another round expected: {phase:?}");
+        };
+        let parts = parts
+            .into_iter()
+            .map(|p| (p.placement, p.server, p.frame.to_vec()))
+            .collect();
+        let follow_ups = follow_ups
+            .into_iter()
+            .map(|(p, _)| p.frame.to_vec())
+            .collect();
+        (w, parts, follow_ups)
+    }
+
+    fn done(phase: Phase<Memcache>) -> Answer {
+        match phase {
+            Phase::Done { answer, .. } => answer,
+            other => panic!("an answer expected: {other:?}"),
+        }
+    }
+
+    fn is(answer: &Answer, want: &[u8]) -> bool {
+        matches!(answer, Answer::Bytes(b) if &b[..] == want)
+    }
+
+    #[test]
+    fn a_key_not_copied_is_read_on_its_old_server_copied_then_appended() {
+        let w = exchange(b"append k 0 0 1\r\nx\r\n", Finish::Plain, Stage::Reserve);
+        let (w, parts, follow) = again(w.phase(replies(&[b"HD c7 W\r\n"])));
+        assert_eq!(
+            parts,
+            [(Placement::Previous, 1, b"mg k v f t\r\n".to_vec())]
+        );
+        assert!(follow.is_empty());
+        let (w, parts, follow) = again(w.phase(replies(&[b"VA 2 f42 t-1\r\nv1\r\n"])));
+        assert_eq!(
+            parts,
+            [
+                (
+                    Placement::Current,
+                    4,
+                    b"ms k 2 C7 T0 F42\r\nv1\r\n".to_vec()
+                ),
+                (Placement::Current, 4, b"append k 0 0 1\r\nx\r\n".to_vec()),
+            ]
+        );
+        assert_eq!(follow, [b"md k\r\n".to_vec()], "the old copy goes");
+        let stats = Arc::clone(&w.stats);
+        assert!(is(
+            &done(w.phase(replies(&[b"EX\r\n", b"STORED\r\n"]))),
+            b"STORED\r\n"
+        ));
+        assert_eq!(
+            stats.warmup_copies_refused.get(),
+            1,
+            "a refused copy is counted"
+        );
+    }
+
+    #[test]
+    fn a_miss_on_both_servers_releases_the_reservation_before_the_command() {
+        let w = exchange(b"incr k 1\r\n", Finish::Plain, Stage::Reserve);
+        let (w, _, _) = again(w.phase(replies(&[b"HD c9 Z\r\n"])));
+        let (w, parts, follow) = again(w.phase(replies(&[b"EN\r\n"])));
+        assert_eq!(parts[0], (Placement::Current, 4, b"md k C9\r\n".to_vec()));
+        assert!(follow.is_empty(), "nothing to delete on the old server");
+        assert!(is(
+            &done(w.phase(replies(&[b"HD\r\n", b"NOT_FOUND\r\n"]))),
+            b"NOT_FOUND\r\n"
+        ));
+    }
+
+    #[test]
+    fn a_key_on_its_new_server_already_gets_the_command_and_its_old_copy_deleted() {
+        let w = exchange(b"touch k 10\r\n", Finish::Plain, Stage::Reserve);
+        let (w, parts, follow) = again(w.phase(replies(&[b"HD c3\r\n"])));
+        assert_eq!(parts, [(Placement::Current, 4, b"touch k 10\r\n".to_vec())]);
+        assert_eq!(follow, [b"md k\r\n".to_vec()]);
+        assert!(is(
+            &done(w.phase(replies(&[b"TOUCHED\r\n"]))),
+            b"TOUCHED\r\n"
+        ));
+        // A read leaves the old copy.
+        let w = exchange(b"mg k v\r\n", Finish::Plain, Stage::Reserve);
+        let (_, _, follow) = again(w.phase(replies(&[b"HD c3\r\n"])));
+        assert!(follow.is_empty());
+    }
+
+    #[test]
+    fn a_failed_reservation_is_the_answer_and_noreply_hides_it() {
+        let failed = || {
+            vec![PartReply {
+                reply: Err(crate::error::BackendError::Removed),
+                server: "s",
+            }]
+        };
+        let w = exchange(b"append k 0 0 1\r\nx\r\n", Finish::Plain, Stage::Reserve);
+        assert!(matches!(done(w.phase(failed())), Answer::Failed(_)));
+        let w = exchange(
+            b"append k 0 0 1 noreply\r\nx\r\n",
+            Finish::NoReply,
+            Stage::Reserve,
+        );
+        assert!(matches!(done(w.phase(failed())), Answer::Nothing));
+        let w = exchange(b"incr k 1\r\n", Finish::Plain, Stage::Reserve);
+        let a = done(w.phase(replies(&[b"SERVER_ERROR out of memory\r\n"])));
+        assert!(is(&a, b"SERVER_ERROR out of memory\r\n"));
+        // No replies at all (cannot happen, but must not panic).
+        let w = exchange(b"incr k 1\r\n", Finish::Plain, Stage::Reserve);
+        let _ = w.phase(Vec::new());
+        let w = exchange(
+            b"incr k 1\r\n",
+            Finish::Plain,
+            Stage::Apply { copies: vec![true] },
+        );
+        assert!(matches!(done(w.phase(Vec::new())), Answer::Failed(_)));
+    }
+
+    #[test]
+    fn a_delete_sent_to_both_servers_deleted_when_either_had_the_key() {
+        for (new, old, want) in [
+            (
+                &b"NOT_FOUND\r\n"[..],
+                &b"DELETED\r\n"[..],
+                &b"DELETED\r\n"[..],
+            ),
+            (b"DELETED\r\n", b"NOT_FOUND\r\n", b"DELETED\r\n"),
+            (b"NOT_FOUND\r\n", b"NOT_FOUND\r\n", b"NOT_FOUND\r\n"),
+            (b"NOT_FOUND\r\n", b"SERVER_ERROR busy\r\n", b"NOT_FOUND\r\n"),
+            (
+                b"SERVER_ERROR busy\r\n",
+                b"DELETED\r\n",
+                b"SERVER_ERROR busy\r\n",
+            ),
+            (b"NF O5 kk\r\n", b"HD O5 kk\r\n", b"HD O5 kk\r\n"),
+        ] {
+            let w = exchange(b"delete k\r\n", Finish::Plain, Stage::DeleteBoth);
+            let got = done(w.phase(vec![
+                PartReply {
+                    reply: Ok(Bytes::copy_from_slice(new)),
+                    server: "new",
+                },
+                PartReply {
+                    reply: Ok(Bytes::copy_from_slice(old)),
+                    server: "old",
+                },
+            ]));
+            assert!(is(&got, want), "{new:?} {old:?}: {got:?}");
+        }
+        let w = exchange(
+            b"md k q\r\n",
+            Finish::Quiet(MetaKind::Delete),
+            Stage::DeleteBoth,
+        );
+        assert!(matches!(
+            done(w.phase(replies(&[b"NF\r\n", b"HD\r\n"]))),
+            Answer::Nothing
+        ));
     }
 
     #[test]

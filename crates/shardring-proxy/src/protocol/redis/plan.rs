@@ -15,8 +15,8 @@ use super::Flavor;
 use crate::config::PoolConfig;
 use crate::error::BackendError;
 use crate::protocol::{
-    Answer, FrameError, Incoming, Part, PartReply, PlanContext, Protocol, Reply, ReplyScanner,
-    RequestDecoder, Step,
+    Answer, FrameError, Incoming, Part, PartReply, Placement, PlanContext, Protocol, Reply,
+    ReplyScanner, RequestDecoder, Step,
 };
 
 /// Redis replies frame themselves: one kind for all.
@@ -153,6 +153,7 @@ impl Protocol for Redis {
                     .live_servers()
                     .iter()
                     .map(|&server| Part {
+                        placement: Placement::Current,
                         server,
                         frame: req.frame.clone(),
                         kind: Resp,
@@ -348,6 +349,7 @@ impl Redis {
         let parts = subs
             .into_iter()
             .map(|s| Part {
+                placement: Placement::Current,
                 server: s.server,
                 frame: s.frame,
                 kind: Resp,
