@@ -207,7 +207,7 @@ pub enum Incoming<R> {
     /// A refused request: send `reply`, and close the connection after it when `close` (the input cannot
     /// be resynchronised).
     Refused {
-        /// The error reply.
+        /// The error reply; empty when the client asked for none (memcached's `noreply`).
         reply: Bytes,
         /// Why, for the log.
         reason: String,

@@ -137,6 +137,7 @@ impl Decoder for RequestCodec {
                         consumed: 0,
                         skip: 0,
                         close: false,
+                        noreply: false,
                     }),
                     other => other,
                 };

@@ -590,7 +590,7 @@ impl RequestDecoder for RequestCodec {
             tokio_util::codec::Decoder::decode(self, buf)?.map(|d| match d {
                 Decoded::Request(r) => Incoming::Request(r),
                 Decoded::Refused(err) => Incoming::Refused {
-                    reply: Bytes::from_static(err.kind.reply()),
+                    reply: Bytes::from_static(err.reply()),
                     reason: err.kind.to_string(),
                     close: err.close,
                 },

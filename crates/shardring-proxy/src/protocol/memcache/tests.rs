@@ -249,6 +249,100 @@ fn refusals_say_how_to_resync() {
     assert_eq!(parse(b"delete k 5\r\n").unwrap_err().kind, E::DeleteUsage);
 }
 
+/// What memcached 1.6.18 sends for each refused line (checked against a live server): nothing when
+/// the command takes `noreply` and its last token is `noreply`, once its token count is right.
+#[test]
+fn a_refused_noreply_command_gets_no_reply_as_from_memcached() {
+    let long_key = "k".repeat(251);
+    let silent = [
+        "set k 0 0 abc noreply\r\n".to_owned(),
+        "set k 0 0 noreply\r\n".to_owned(),
+        "set k 0 0 -1 noreply\r\n".to_owned(),
+        "set k x 0 1 noreply\r\n".to_owned(),
+        "cas k 0 0 1 x noreply\r\n".to_owned(),
+        format!("set {long_key} 0 0 1 noreply\r\n"),
+        "set k 0 0 2000000 noreply\r\n".to_owned(),
+        "set k 0 0 1 noreply\r\nxyz\r\n".to_owned(),
+        "delete k 1 noreply\r\n".to_owned(),
+        format!("delete {long_key} noreply\r\n"),
+        "incr k x noreply\r\n".to_owned(),
+        "incr k noreply\r\n".to_owned(),
+        format!("decr {long_key} 1 noreply\r\n"),
+        "touch k x noreply\r\n".to_owned(),
+        format!("touch {long_key} 0 noreply\r\n"),
+        "flush_all x noreply\r\n".to_owned(),
+    ];
+    for line in &silent {
+        let e = parse(line.as_bytes()).unwrap_err();
+        assert!(e.noreply && e.reply().is_empty(), "{line:?}: {e:?}");
+    }
+    let answered = [
+        // A token too many or too few: memcached's `ERROR`, noreply or not.
+        ("set k 0 0 1 2 noreply\r\n".to_owned(), &b"ERROR\r\n"[..]),
+        ("delete k 0 0 noreply\r\n".to_owned(), b"ERROR\r\n"),
+        ("foo noreply\r\n".to_owned(), b"ERROR\r\n"),
+        ("flush_all 1 2 noreply\r\n".to_owned(), b"ERROR\r\n"),
+        // `noreply` not last.
+        (
+            "flush_all noreply 1\r\n".to_owned(),
+            b"CLIENT_ERROR invalid exptime argument\r\n",
+        ),
+        // Retrieval and meta commands have no `noreply`; a too-long key is a format error.
+        (
+            format!("get {long_key}\r\n"),
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            "gat x k noreply\r\n".to_owned(),
+            b"CLIENT_ERROR invalid exptime argument\r\n",
+        ),
+        (
+            format!("md {long_key} q\r\n"),
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            format!("set {long_key} 0 0 1\r\n"),
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+    ];
+    for (line, reply) in &answered {
+        let e = parse(line.as_bytes()).unwrap_err();
+        assert_eq!(e.reply(), *reply, "{line:?}");
+    }
+}
+
+#[test]
+fn a_binary_protocol_request_is_refused_at_its_first_byte_and_closes() {
+    let mut codec = RequestCodec::new(Limits::default());
+    // A binary `get` header, cut short: nothing more is waited for.
+    let mut buf = BytesMut::from(&[0x80u8, 0x00, 0x00, 0x01][..]);
+    let out = decode_all(&mut codec, &mut buf);
+    assert!(
+        matches!(
+            &out[..],
+            [Decoded::Refused(e @ RequestError {
+                kind: RequestErrorKind::BinaryProtocol,
+                close: true,
+                ..
+            })] if e.reply().is_empty()
+        ),
+        "{out:?}"
+    );
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn quiet_meta_commands_hide_what_memcached_hides() {
+    use MetaKind as M;
+    let hidden = |kind: MetaKind, status: &[u8]| kind.quiet_hides(status);
+    assert!(hidden(M::Get, b"EN") && !hidden(M::Get, b"HD") && !hidden(M::Get, b"VA"));
+    assert!(hidden(M::Set, b"HD") && !hidden(M::Set, b"NS") && !hidden(M::Set, b"EX"));
+    assert!(hidden(M::Delete, b"HD") && !hidden(M::Delete, b"NF") && !hidden(M::Delete, b"EX"));
+    assert!(hidden(M::Arithmetic, b"HD") && hidden(M::Arithmetic, b"VA"));
+    assert!(!hidden(M::Arithmetic, b"NF") && !hidden(M::Arithmetic, b"EX"));
+    assert!(!hidden(M::Debug, b"EN") && !hidden(M::Debug, b"ME"));
+}
+
 #[test]
 fn the_codec_skips_a_refused_value_as_it_arrives() {
     let limits = Limits {
