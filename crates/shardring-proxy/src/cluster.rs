@@ -61,8 +61,9 @@ impl<P: Protocol> Cluster<P> {
         previous: Option<&Cluster<P>>,
         shared: &PoolShared<P>,
     ) -> Result<Cluster<P>, ProxyError> {
-        let protocol = P::new(&config);
+        let mut protocol = P::new(&config);
         let handshakes = protocol.handshakes();
+        let introductions = protocol.introductions();
         let policy = EjectPolicy {
             auto_eject: config.auto_eject_hosts,
             failure_limit: config.server_failure_limit,
@@ -109,6 +110,7 @@ impl<P: Protocol> Cluster<P> {
                             health,
                             config.preconnect,
                             handshakes.clone(),
+                            introductions.clone(),
                             &shared.workers,
                         ))
                     }
@@ -151,6 +153,7 @@ impl<P: Protocol> Cluster<P> {
                 })
                 .collect()
         });
+        protocol.attach_facts(backends.iter().map(|b| Arc::clone(b.facts())).collect());
         Ok(Cluster {
             previous: arc_swap::ArcSwapOption::empty(),
             previous_now,

@@ -23,7 +23,7 @@ use super::reply::ReplyTo;
 use super::stream::ServerStream;
 use crate::error::BackendError;
 use crate::metrics::ServerStats;
-use crate::protocol::{Protocol, Reply, ReplyScanner};
+use crate::protocol::{Protocol, Reply, ReplyScanner, ServerFacts};
 
 /// The most requests one server connection has in flight; more wait in its queue.
 const MAX_IN_FLIGHT: usize = 1024;
@@ -68,18 +68,21 @@ pub(crate) struct Backend<P: Protocol> {
     pub stats: Arc<ServerStats>,
     /// Failure counting and ejection state.
     pub health: Arc<ServerHealth>,
+    /// What the server said about itself ([`Protocol::introductions`]).
+    facts: Arc<ServerFacts>,
 }
 
 impl<P: Protocol> Backend<P> {
     /// Starts the connection tasks on each worker's runtime (`workers`, by worker index): on each,
     /// `connections` for each handshake (a set per [`Protocol::lane`]). They connect on first use, or
-    /// now when `preconnect` (the first set only).
+    /// now when `preconnect` (the first set only). Every new connection sends `introductions` first.
     pub(crate) fn spawn(
         settings: BackendSettings,
         stats: Arc<ServerStats>,
         health: Arc<ServerHealth>,
         preconnect: bool,
         handshakes: Vec<Vec<(Bytes, P::ReplyKind)>>,
+        introductions: Vec<(Bytes, P::ReplyKind)>,
         workers: &[Handle],
     ) -> Backend<P> {
         let handshakes = if handshakes.is_empty() {
@@ -87,10 +90,18 @@ impl<P: Protocol> Backend<P> {
         } else {
             handshakes
         };
+        let facts = Arc::new(ServerFacts::default());
         let queues = workers
             .iter()
             .map(|worker| {
-                Backend::spawn_worker(&settings, &stats, &health, preconnect, &handshakes, worker)
+                let spawn = Spawn {
+                    settings: &settings,
+                    stats: &stats,
+                    health: &health,
+                    facts: &facts,
+                    introductions: &introductions,
+                };
+                spawn.worker(preconnect, &handshakes, worker)
             })
             .collect();
         Backend {
@@ -98,18 +109,39 @@ impl<P: Protocol> Backend<P> {
             queues,
             stats,
             health,
+            facts,
         }
     }
 
+    /// What the server said about itself so far.
+    pub(crate) fn facts(&self) -> &Arc<ServerFacts> {
+        &self.facts
+    }
+}
+
+/// What every connection task of one server shares.
+struct Spawn<'a, P: Protocol> {
+    settings: &'a BackendSettings,
+    stats: &'a Arc<ServerStats>,
+    health: &'a Arc<ServerHealth>,
+    facts: &'a Arc<ServerFacts>,
+    introductions: &'a [(Bytes, P::ReplyKind)],
+}
+
+impl<P: Protocol> Spawn<'_, P> {
     /// One worker's connection tasks, spawned on its runtime: by lane, then by connection.
-    fn spawn_worker(
-        settings: &BackendSettings,
-        stats: &Arc<ServerStats>,
-        health: &Arc<ServerHealth>,
+    fn worker(
+        &self,
         preconnect: bool,
         handshakes: &[Vec<(Bytes, P::ReplyKind)>],
         worker: &Handle,
     ) -> Vec<Vec<Sender<Job<P>>>> {
+        let Spawn {
+            settings,
+            stats,
+            health,
+            ..
+        } = *self;
         handshakes
             .iter()
             .enumerate()
@@ -120,6 +152,8 @@ impl<P: Protocol> Backend<P> {
                         let conn = Connection::<P> {
                             settings: settings.clone(),
                             handshake: handshake.clone(),
+                            introductions: self.introductions.to_vec(),
+                            facts: Arc::clone(self.facts),
                             stats: Arc::clone(stats),
                             health: Arc::clone(health),
                             in_flight: VecDeque::new(),
@@ -134,7 +168,9 @@ impl<P: Protocol> Backend<P> {
             })
             .collect()
     }
+}
 
+impl<P: Protocol> Backend<P> {
     /// The settings the backend runs with.
     pub(crate) fn settings(&self) -> &BackendSettings {
         &self.settings
@@ -197,6 +233,9 @@ struct InFlight<P: Protocol> {
     /// When the connection task took it (one clock read per batch, not per request): the start of its
     /// latency and of its timeout.
     queued: Instant,
+    /// A client's request, in the server's tallies (queue, responses, latency); the proxy's own
+    /// introductions are not.
+    tallied: bool,
 }
 
 /// One server connection's state, owned by its task.
@@ -206,6 +245,11 @@ struct Connection<P: Protocol> {
     settings: BackendSettings,
     /// Requests sent first on every new connection (the protocol's [`Protocol::handshake`]).
     handshake: Vec<(Bytes, P::ReplyKind)>,
+    /// Requests pipelined ahead of the clients' on every new connection, whose replies go to
+    /// [`Protocol::introduced`] (the protocol's [`Protocol::introductions`]).
+    introductions: Vec<(Bytes, P::ReplyKind)>,
+    /// Where [`Protocol::introduced`] records what the server said.
+    facts: Arc<ServerFacts>,
     /// Tallies.
     stats: Arc<ServerStats>,
     /// Failure counting.
@@ -256,6 +300,7 @@ impl<P: Protocol> Connection<P> {
                 }
             };
             self.stats.server_connections.inc();
+            self.introduce();
             if let Some(job) = first.take() {
                 self.enqueue(job, Instant::now());
             }
@@ -269,7 +314,9 @@ impl<P: Protocol> Connection<P> {
                 End::Failed(err) => {
                     tracing::warn!(server = %self.settings.addr, error = %err, "server connection failed");
                     for f in self.in_flight.drain(..) {
-                        self.stats.in_queue.dec();
+                        if f.tallied {
+                            self.stats.in_queue.dec();
+                        }
                         f.reply.send(Err(err.clone()));
                     }
                     self.health.record_failure(&self.stats);
@@ -371,6 +418,30 @@ impl<P: Protocol> Connection<P> {
         Ok(())
     }
 
+    /// Queues the protocol's introductions on a new connection, ahead of any client request; each
+    /// reply is read into the server's facts by a task of its own (a failure just leaves them as
+    /// they were).
+    fn introduce(&mut self) {
+        let now = Instant::now();
+        for (frame, kind) in self.introductions.clone() {
+            let (tx, rx) = oneshot::channel();
+            // Not a client's request: not in the server's tallies (as the health probe is not).
+            self.wbuf.extend_from_slice(&frame);
+            self.in_flight.push_back(InFlight {
+                kind,
+                reply: ReplyTo::Once(tx),
+                queued: now,
+                tallied: false,
+            });
+            let facts = Arc::clone(&self.facts);
+            tokio::spawn(async move {
+                if let Ok(Ok(reply)) = rx.await {
+                    P::introduced(&reply, &facts);
+                }
+            });
+        }
+    }
+
     fn fail_job(&self, job: Job<P>, err: &BackendError) {
         self.stats.in_queue.dec();
         job.reply.send(Err(err.clone()));
@@ -384,6 +455,7 @@ impl<P: Protocol> Connection<P> {
             kind: job.kind,
             reply: job.reply,
             queued: now,
+            tallied: true,
         });
     }
 
@@ -487,12 +559,14 @@ impl<P: Protocol> Connection<P> {
                     let Some(f) = self.in_flight.pop_front() else {
                         break;
                     };
-                    self.stats.in_queue.dec();
-                    self.stats.responses.inc();
-                    let now = *now.get_or_insert_with(Instant::now);
-                    self.stats
-                        .latency
-                        .observe(now.saturating_duration_since(f.queued));
+                    if f.tallied {
+                        self.stats.in_queue.dec();
+                        self.stats.responses.inc();
+                        let now = *now.get_or_insert_with(Instant::now);
+                        self.stats
+                            .latency
+                            .observe(now.saturating_duration_since(f.queued));
+                    }
                     self.health.record_success();
                     f.reply.send(Ok(reply));
                 }
@@ -579,6 +653,7 @@ mod tests {
             Arc::new(ServerStats::new("one")),
             health,
             false,
+            Vec::new(),
             Vec::new(),
             &[Handle::current(), idle.handle().clone()],
         );

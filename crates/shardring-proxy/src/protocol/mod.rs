@@ -18,6 +18,7 @@ pub mod redis;
 
 use std::fmt;
 use std::io;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::{Bytes, BytesMut};
 
@@ -103,6 +104,25 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
         vec![self.handshake()]
     }
 
+    /// Requests sent on every new server connection ahead of the clients' requests (pipelined with
+    /// them, unlike the handshake, which is waited for), whose replies tell the protocol about the
+    /// server: each goes to [`Protocol::introduced`]. Any reply is accepted, an error included, so a
+    /// server that does not know the request is served as before. By default, none.
+    fn introductions(&self) -> Vec<(Bytes, Self::ReplyKind)> {
+        Vec::new()
+    }
+
+    /// Reads a server's reply to one of [`Protocol::introductions`] into what is known of it.
+    fn introduced(reply: &[u8], facts: &ServerFacts) {
+        let _ = (reply, facts);
+    }
+
+    /// Gives the protocol what is known of each server of the pool (the pool's servers, then its
+    /// gutter's, as indexed by plans), as it is learned. By default, ignored.
+    fn attach_facts(&mut self, facts: Vec<std::sync::Arc<ServerFacts>>) {
+        let _ = facts;
+    }
+
     /// The commands whose latency the pool tallies (the `command` label of
     /// `shardring_proxy_command_latency_seconds`). By default, none.
     fn command_names() -> &'static [&'static str] {
@@ -148,6 +168,41 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
             follow_up: None,
         }
     }
+}
+
+/// What a server said about itself in reply to the protocol's [`Protocol::introductions`], kept with the
+/// server (a reload that keeps the server keeps them) and updated each time a connection to it opens.
+#[derive(Debug, Default)]
+pub struct ServerFacts {
+    /// The largest value it stores (memcached's `item_size_max`); 0 until it has said.
+    max_value_len: AtomicUsize,
+}
+
+/// Bumped whenever any server's facts change, so that readers of many servers' facts (a connection's
+/// request decoder) recompute only then, not on every request.
+static FACTS_CHANGED: AtomicU64 = AtomicU64::new(0);
+
+impl ServerFacts {
+    /// The largest value the server said it stores, if it has said.
+    pub fn max_value_len(&self) -> Option<usize> {
+        // Relaxed: a lone number, read after the change counter that says it is new.
+        Some(self.max_value_len.load(Ordering::Relaxed)).filter(|&n| n > 0)
+    }
+
+    /// Records the largest value the server stores.
+    pub fn set_max_value_len(&self, len: usize) {
+        if self.max_value_len.swap(len, Ordering::Relaxed) != len {
+            // Release, paired with the Acquire in `facts_changed`: a reader that sees the new count
+            // sees the new value.
+            FACTS_CHANGED.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// How many times servers' facts have changed since start: recompute what depends on them when it
+/// differs from the count last seen.
+pub fn facts_changed() -> u64 {
+    FACTS_CHANGED.load(Ordering::Acquire)
 }
 
 /// What [`Protocol::phase`] decides after a fan-out's replies.

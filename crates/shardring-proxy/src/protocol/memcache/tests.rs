@@ -3,8 +3,13 @@ use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use tokio_util::codec::Decoder;
 
+/// Parses with memcached's default item size as the value limit (what the servers report by default).
 fn parse(input: &[u8]) -> Result<Option<Parsed>, RequestError> {
-    parse_request(input, &Limits::default())
+    let limits = Limits {
+        max_value_len: 1 << 20,
+        ..Limits::default()
+    };
+    parse_request(input, &limits)
 }
 
 fn decode_all(codec: &mut RequestCodec, buf: &mut BytesMut) -> Vec<Decoded> {
@@ -374,6 +379,75 @@ fn the_codec_skips_a_refused_value_as_it_arrives() {
     );
 }
 
+/// A `stats settings` reply, as memcached 1.6.18 started with `-I 2m` begins it.
+const STATS_SETTINGS: &[u8] = b"STAT maxbytes 67108864\r\nSTAT maxconns 1024\r\n\
+STAT item_size_max 2097152\r\nSTAT slab_chunk_max 524288\r\nEND\r\n";
+
+#[test]
+fn a_stats_reply_is_framed_to_its_end_and_gives_the_item_size() {
+    let mut reply = STATS_SETTINGS.to_vec();
+    reply.extend_from_slice(b"STORED\r\n");
+    let len = STATS_SETTINGS.len();
+    assert_eq!(
+        parse_response(&reply, ResponseKind::Stats, 10),
+        Ok(Some(len))
+    );
+    for cut in 0..len {
+        assert_eq!(
+            parse_response(&reply[..cut], ResponseKind::Stats, 10),
+            Ok(None)
+        );
+    }
+    assert_eq!(
+        parse_response(b"ERROR\r\n", ResponseKind::Stats, 10),
+        Ok(Some(7))
+    );
+    assert!(parse_response(b"STAT a 1\r\nVALUE\r\n", ResponseKind::Stats, 10).is_err());
+    assert_eq!(item_size_max(STATS_SETTINGS), Some(2 << 20));
+    assert_eq!(item_size_max(b"ERROR\r\n"), None);
+    assert_eq!(item_size_max(b"STAT item_size_max x\r\nEND\r\n"), None);
+}
+
+#[test]
+fn the_value_limit_is_the_smallest_any_server_reported_within_the_ceiling() {
+    use crate::protocol::ServerFacts;
+    let facts: Vec<std::sync::Arc<ServerFacts>> = (0..3).map(|_| Default::default()).collect();
+    let limits = Limits {
+        max_value_len: 4 << 20,
+        ..Limits::default()
+    };
+    let servers: std::sync::Arc<[_]> = facts.clone().into();
+    // A new connection's decoder each time (a refusal leaves one skipping the value's bytes).
+    let decode = |input: &[u8]| {
+        let mut codec = RequestCodec::with_server_limits(limits, servers.clone());
+        decode_all(&mut codec, &mut BytesMut::from(input))
+    };
+    let too_large = |out: Vec<Decoded>| {
+        matches!(
+            &out[..],
+            [Decoded::Refused(RequestError {
+                kind: RequestErrorKind::ValueTooLarge,
+                ..
+            })]
+        )
+    };
+    // No server has said yet: the ceiling.
+    assert!(!too_large(decode(b"set k 0 0 3000000\r\n")));
+    assert!(too_large(decode(b"set k 0 0 5000000\r\n")));
+    facts[0].set_max_value_len(2 << 20);
+    facts[1].set_max_value_len(1 << 20);
+    assert!(too_large(decode(b"set k 0 0 1048577\r\n")));
+    assert!(!too_large(decode(b"set k 0 0 1048576\r\n")));
+    // A server restarted with a larger item size raises the pool's limit, never past the ceiling.
+    facts[1].set_max_value_len(64 << 20);
+    assert!(!too_large(decode(b"set k 0 0 2097152\r\n")));
+    assert!(too_large(decode(b"set k 0 0 2097153\r\n")));
+    facts[0].set_max_value_len(64 << 20);
+    assert!(too_large(decode(b"set k 0 0 5000000\r\n")));
+    let codec = RequestCodec::with_server_limits(limits, servers.clone());
+    assert_eq!(codec.max_request_len(), limits.max_request_len());
+}
+
 #[test]
 fn responses_are_framed_by_kind() {
     let v = b"VALUE a 0 5\r\nEND\r\n\r\nVALUE b 1 1 77\r\nx\r\nEND\r\nSTORED\r\n";
@@ -501,7 +575,7 @@ proptest! {
 
     #[test]
     fn the_response_framer_never_panics(input in proptest::collection::vec(any::<u8>(), 0..200)) {
-        for kind in [ResponseKind::Line, ResponseKind::Values, ResponseKind::Meta] {
+        for kind in [ResponseKind::Line, ResponseKind::Values, ResponseKind::Meta, ResponseKind::Stats] {
             if let Ok(Some(len)) = parse_response(&input, kind, 64) {
                 prop_assert!(len <= input.len());
                 let _ = ValueBlocks::new(&input[..len]).count();
