@@ -48,7 +48,9 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
         limits,
     };
     if end > limits.max_line_len {
-        return Err(RequestError::closing(E::LineTooLong, line_len));
+        // Closed either way; silently for a command that asked for no reply.
+        let quiet = takes_noreply(word) && line.last_is_noreply();
+        return Err(RequestError::closing(E::LineTooLong, line_len).silent_if(quiet));
     }
     match word {
         b"set" | b"add" | b"replace" | b"append" | b"prepend" => line.storage(false),
@@ -70,6 +72,25 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
         b"stats" => line.stats(),
         _ => line.refuse(E::UnknownCommand),
     }
+}
+
+/// Whether the command named `word` takes `noreply` (and so is silent when refused with it).
+fn takes_noreply(word: &[u8]) -> bool {
+    matches!(
+        word,
+        b"set"
+            | b"add"
+            | b"replace"
+            | b"append"
+            | b"prepend"
+            | b"cas"
+            | b"delete"
+            | b"incr"
+            | b"decr"
+            | b"touch"
+            | b"verbosity"
+            | b"flush_all"
+    )
 }
 
 /// The first byte of every request in memcached's binary protocol; no text command starts with it.

@@ -105,6 +105,11 @@ pub fn parse_response_from(
                     return Ok(Some(at + line_len));
                 }
                 if !line.starts_with(b"STAT ") {
+                    // A server that does not know the request and answers it with one line of its
+                    // own stays in step; inside a list of stats, anything else is out of step.
+                    if at == 0 {
+                        return Ok(Some(line_len));
+                    }
                     return Err(ResponseError {
                         reason: "expected STAT or END",
                     });

@@ -276,6 +276,8 @@ fn a_refused_noreply_command_gets_no_reply_as_from_memcached() {
         "touch k x noreply\r\n".to_owned(),
         format!("touch {long_key} 0 noreply\r\n"),
         "flush_all x noreply\r\n".to_owned(),
+        // Over the line limit: closed, and silently.
+        format!("set {} 0 0 1 noreply\r\n", "k".repeat(70_000)),
     ];
     for line in &silent {
         let e = parse(line.as_bytes()).unwrap_err();
@@ -401,6 +403,11 @@ fn a_stats_reply_is_framed_to_its_end_and_gives_the_item_size() {
     assert_eq!(
         parse_response(b"ERROR\r\n", ResponseKind::Stats, 10),
         Ok(Some(7))
+    );
+    // A server that does not know `stats settings` and answers one line stays in step.
+    assert_eq!(
+        parse_response(b"OK\r\nEND\r\n", ResponseKind::Stats, 10),
+        Ok(Some(4))
     );
     assert!(parse_response(b"STAT a 1\r\nVALUE\r\n", ResponseKind::Stats, 10).is_err());
     assert_eq!(item_size_max(STATS_SETTINGS), Some(2 << 20));
