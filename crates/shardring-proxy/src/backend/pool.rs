@@ -119,12 +119,17 @@ impl<P: Protocol> Backend<P> {
     }
 }
 
-/// What every connection task of one server shares.
+/// What every connection task of one server is made with.
 struct Spawn<'a, P: Protocol> {
+    /// Where and how to connect.
     settings: &'a BackendSettings,
+    /// The server's tallies.
     stats: &'a Arc<ServerStats>,
+    /// The server's failure counting.
     health: &'a Arc<ServerHealth>,
+    /// What the server says of itself, written by every connection.
     facts: &'a Arc<ServerFacts>,
+    /// What each new connection sends ahead of the clients' requests.
     introductions: &'a [(Bytes, P::ReplyKind)],
 }
 
