@@ -29,6 +29,9 @@ use crate::protocol::{Protocol, Reply, ReplyScanner, ServerFacts};
 const MAX_IN_FLIGHT: usize = 1024;
 /// The most request bytes buffered for writing on one server connection.
 const MAX_WRITE_BUFFER: usize = 4 << 20;
+/// How long a new connection waits for the answers to the protocol's introductions when the pool has
+/// no `timeout` (a server that ignores them must not hold the connection forever).
+const INTRODUCTION_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A request for a server connection task.
 #[derive(Debug)]
@@ -238,9 +241,6 @@ struct InFlight<P: Protocol> {
     /// When the connection task took it (one clock read per batch, not per request): the start of its
     /// latency and of its timeout.
     queued: Instant,
-    /// A client's request, in the server's tallies (queue, responses, latency); the proxy's own
-    /// introductions are not.
-    tallied: bool,
 }
 
 /// One server connection's state, owned by its task.
@@ -304,8 +304,14 @@ impl<P: Protocol> Connection<P> {
                     continue;
                 }
             };
+            let mut stream = stream;
+            if !self.introduce(&mut stream).await {
+                // A fresh connection without them, at once, the queued request kept: the server is
+                // not failing, it just does not know the introduction.
+                try_now = true;
+                continue;
+            }
             self.stats.server_connections.inc();
-            self.introduce();
             if let Some(job) = first.take() {
                 self.enqueue(job, Instant::now());
             }
@@ -319,9 +325,7 @@ impl<P: Protocol> Connection<P> {
                 End::Failed(err) => {
                     tracing::warn!(server = %self.settings.addr, error = %err, "server connection failed");
                     for f in self.in_flight.drain(..) {
-                        if f.tallied {
-                            self.stats.in_queue.dec();
-                        }
+                        self.stats.in_queue.dec();
                         f.reply.send(Err(err.clone()));
                     }
                     self.health.record_failure(&self.stats);
@@ -423,28 +427,65 @@ impl<P: Protocol> Connection<P> {
         Ok(())
     }
 
-    /// Queues the protocol's introductions on a new connection, ahead of any client request; each
-    /// reply is read into the server's facts by a task of its own (a failure just leaves them as
-    /// they were).
-    fn introduce(&mut self) {
-        let now = Instant::now();
-        for (frame, kind) in self.introductions.clone() {
-            let (tx, rx) = oneshot::channel();
-            // Not a client's request: not in the server's tallies (as the health probe is not).
-            self.wbuf.extend_from_slice(&frame);
-            self.in_flight.push_back(InFlight {
-                kind,
-                reply: ReplyTo::Once(tx),
-                queued: now,
-                tallied: false,
-            });
-            let facts = Arc::clone(&self.facts);
-            tokio::spawn(async move {
-                if let Ok(Ok(reply)) = rx.await {
-                    P::introduced(&reply, &facts);
-                }
-            });
+    /// Sends the protocol's introductions on a new connection and reads each reply into the server's
+    /// facts, before any client request is written. `false` when the server does not take them (it
+    /// closed the connection, as nutcracker does on a command it does not know, or did not answer in
+    /// time, or answered out of step): the connection is then unusable, and the server is marked so
+    /// that its later connections skip them. Not a client's request: not in the server's tallies,
+    /// as the health probe is not.
+    async fn introduce(&self, stream: &mut ServerStream) -> bool {
+        if self.introductions.is_empty() || self.facts.refuses_introductions() {
+            return true;
         }
+        let exchange = async {
+            match stream {
+                ServerStream::Tcp(s) => self.exchange_introductions(s).await,
+                ServerStream::Unix(s) => self.exchange_introductions(s).await,
+            }
+        };
+        let wait = self.settings.timeout.unwrap_or(INTRODUCTION_TIMEOUT);
+        let answered = tokio::time::timeout(wait, exchange).await.unwrap_or(false);
+        if !answered {
+            tracing::info!(
+                server = %self.settings.addr,
+                "the server does not answer the proxy's introduction; its connections go on without it"
+            );
+            self.facts.set_refuses_introductions();
+        }
+        answered
+    }
+
+    async fn exchange_introductions(
+        &self,
+        s: &mut (impl AsyncRead + AsyncWrite + Unpin + Send),
+    ) -> bool {
+        let mut out = BytesMut::new();
+        for (frame, _) in &self.introductions {
+            out.extend_from_slice(frame);
+        }
+        if s.write_all(&out).await.is_err() {
+            return false;
+        }
+        let mut scanner = P::ReplyScanner::default();
+        let mut buf = BytesMut::with_capacity(4096);
+        for (_, kind) in &self.introductions {
+            loop {
+                match scanner.frame(&buf, *kind, self.settings.max_value_len) {
+                    Ok(Some(len)) => {
+                        scanner.reset();
+                        P::introduced(&buf.split_to(len), &self.facts);
+                        break;
+                    }
+                    Ok(None) => match s.read_buf(&mut buf).await {
+                        Ok(n) if n > 0 => {}
+                        _ => return false,
+                    },
+                    Err(_) => return false,
+                }
+            }
+        }
+        // Anything more would be read as the answer to a client's request.
+        buf.is_empty()
     }
 
     fn fail_job(&self, job: Job<P>, err: &BackendError) {
@@ -460,7 +501,6 @@ impl<P: Protocol> Connection<P> {
             kind: job.kind,
             reply: job.reply,
             queued: now,
-            tallied: true,
         });
     }
 
@@ -564,14 +604,12 @@ impl<P: Protocol> Connection<P> {
                     let Some(f) = self.in_flight.pop_front() else {
                         break;
                     };
-                    if f.tallied {
-                        self.stats.in_queue.dec();
-                        self.stats.responses.inc();
-                        let now = *now.get_or_insert_with(Instant::now);
-                        self.stats
-                            .latency
-                            .observe(now.saturating_duration_since(f.queued));
-                    }
+                    self.stats.in_queue.dec();
+                    self.stats.responses.inc();
+                    let now = *now.get_or_insert_with(Instant::now);
+                    self.stats
+                        .latency
+                        .observe(now.saturating_duration_since(f.queued));
                     self.health.record_success();
                     f.reply.send(Ok(reply));
                 }

@@ -18,7 +18,7 @@ pub mod redis;
 
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use bytes::{Bytes, BytesMut};
 
@@ -104,10 +104,10 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
         vec![self.handshake()]
     }
 
-    /// Requests sent on every new server connection ahead of the clients' requests (pipelined with
-    /// them, unlike the handshake, which is waited for), whose replies tell the protocol about the
-    /// server: each goes to [`Protocol::introduced`]. Any reply is accepted, an error included, so a
-    /// server that does not know the request is served as before. By default, none.
+    /// Requests sent on every new server connection before the clients' requests, whose replies tell
+    /// the protocol about the server: each goes to [`Protocol::introduced`]. Unlike the handshake's,
+    /// any reply is accepted, an error included, and a server that closes the connection on them or
+    /// does not answer is served as before, without them (see [`ServerFacts`]). By default, none.
     fn introductions(&self) -> Vec<(Bytes, Self::ReplyKind)> {
         Vec::new()
     }
@@ -176,6 +176,9 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
 pub struct ServerFacts {
     /// The largest value it stores (memcached's `item_size_max`); 0 until it has said.
     max_value_len: AtomicUsize,
+    /// It closed a connection on the introductions, or did not answer them: its connections skip
+    /// them from then on (what it would have said stays unknown).
+    refuses_introductions: AtomicBool,
 }
 
 /// Bumped whenever any server's facts change, so that readers of many servers' facts (a connection's
@@ -187,6 +190,16 @@ impl ServerFacts {
     pub fn max_value_len(&self) -> Option<usize> {
         // Relaxed: a lone number, read after the change counter that says it is new.
         Some(self.max_value_len.load(Ordering::Relaxed)).filter(|&n| n > 0)
+    }
+
+    /// Whether the server's connections skip the introductions.
+    pub fn refuses_introductions(&self) -> bool {
+        self.refuses_introductions.load(Ordering::Relaxed)
+    }
+
+    /// Marks the server as one whose connections skip the introductions.
+    pub fn set_refuses_introductions(&self) {
+        self.refuses_introductions.store(true, Ordering::Relaxed);
     }
 
     /// Records the largest value the server stores.
