@@ -132,7 +132,7 @@ struct Spawn<'a, P: Protocol> {
     health: &'a Arc<ServerHealth>,
     /// What the server says of itself, written by every connection.
     facts: &'a Arc<ServerFacts>,
-    /// What each new connection sends ahead of the clients' requests.
+    /// What each new connection asks before it carries the clients' requests.
     introductions: &'a [(Bytes, P::ReplyKind)],
 }
 
@@ -250,8 +250,8 @@ struct Connection<P: Protocol> {
     settings: BackendSettings,
     /// Requests sent first on every new connection (the protocol's [`Protocol::handshake`]).
     handshake: Vec<(Bytes, P::ReplyKind)>,
-    /// Requests pipelined ahead of the clients' on every new connection, whose replies go to
-    /// [`Protocol::introduced`] (the protocol's [`Protocol::introductions`]).
+    /// Requests sent and answered before a new connection carries the clients' requests, whose
+    /// replies go to [`Protocol::introduced`] (the protocol's [`Protocol::introductions`]).
     introductions: Vec<(Bytes, P::ReplyKind)>,
     /// Where [`Protocol::introduced`] records what the server said.
     facts: Arc<ServerFacts>,
