@@ -66,6 +66,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_key_len: 250,
         max_value_len: 64,
+        value_len_from_servers: false,
         max_line_len: 300,
     };
     let (cuts, input) = data.split_at(1);

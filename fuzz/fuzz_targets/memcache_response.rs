@@ -8,7 +8,12 @@ use shardring_proxy::protocol::memcache::{
 };
 
 fuzz_target!(|data: &[u8]| {
-    for kind in [ResponseKind::Line, ResponseKind::Values, ResponseKind::Meta] {
+    for kind in [
+        ResponseKind::Line,
+        ResponseKind::Values,
+        ResponseKind::Meta,
+        ResponseKind::Stats,
+    ] {
         let whole = parse_response(data, kind, 1024);
         if let Ok(Some(len)) = whole {
             assert!(len <= data.len());

@@ -62,8 +62,9 @@ impl<P: Protocol> Cluster<P> {
         previous: Option<&Cluster<P>>,
         shared: &PoolShared<P>,
     ) -> Result<Cluster<P>, ProxyError> {
-        let protocol = P::new(&config);
+        let mut protocol = P::new(&config);
         let handshakes = protocol.handshakes();
+        let introductions = protocol.introductions();
         let policy = EjectPolicy {
             auto_eject: config.auto_eject_hosts,
             failure_limit: config.server_failure_limit,
@@ -110,6 +111,7 @@ impl<P: Protocol> Cluster<P> {
                             health,
                             config.preconnect,
                             handshakes.clone(),
+                            introductions.clone(),
                             &shared.workers,
                         ))
                     }
@@ -152,6 +154,7 @@ impl<P: Protocol> Cluster<P> {
                 })
                 .collect()
         });
+        protocol.attach_facts(backends.iter().map(|b| Arc::clone(b.facts())).collect());
         Ok(Cluster {
             previous: arc_swap::ArcSwapOption::empty(),
             previous_now,

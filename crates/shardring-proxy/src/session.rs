@@ -312,9 +312,12 @@ impl<P: Protocol> Session<P> {
     fn start(&self, cluster: &Arc<Cluster<P>>, step: Step<P>) -> Pending<P> {
         match step {
             Step::Answer(a) | Step::Close(a) => Pending::Ready(Some(a)),
-            Step::Forward { server: None, .. } => {
-                Pending::Ready(Some(Answer::Failed(BackendError::NoServer)))
-            }
+            // Through the finish, as a server's failure is: a `noreply` command stays silent.
+            Step::Forward {
+                server: None,
+                finish,
+                ..
+            } => Pending::Ready(Some(P::finish(finish, Err(BackendError::NoServer)))),
             Step::Forward {
                 server: Some(server),
                 frame,
@@ -332,7 +335,7 @@ impl<P: Protocol> Session<P> {
                 finish,
             } => {
                 let Some(&first) = servers.first() else {
-                    return Pending::Ready(Some(Answer::Failed(BackendError::NoServer)));
+                    return Pending::Ready(Some(P::finish(finish, Err(BackendError::NoServer))));
                 };
                 // The first try goes out now, with the client's other requests; a retry only when its
                 // reply says so.

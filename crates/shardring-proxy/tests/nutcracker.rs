@@ -173,3 +173,34 @@ async fn drop_in_with_unix_socket_servers() {
     ];
     drop_in_over(servers, "").await;
 }
+
+/// A server that closes the connection on `stats settings` (nutcracker does, on any command it does not
+/// know): the proxy's connections to it go on without asking, and are served as before.
+#[tokio::test]
+async fn a_server_that_closes_on_stats_settings_is_served_without_the_question() {
+    let servers = memcacheds(1);
+    let nc_listen = format!("127.0.0.1:{}", free_port());
+    let Some(nc) = start_nutcracker(&yaml(&nc_listen, &servers, "")) else {
+        return;
+    };
+    let config = shardring_proxy::config::PoolConfig::new(
+        "front",
+        "127.0.0.1:0",
+        &[&format!("{}:1", nc.addr)],
+    )
+    .expect("valid pool");
+    let proxy = RunningProxy::start(config).await;
+    let mut c = proxy.client().await;
+    c.check(b"set k 0 0 2\r\nhi\r\n", b"STORED\r\n").await;
+    c.check(b"get k\r\n", b"VALUE k 0 2\r\nhi\r\nEND\r\n").await;
+    // A second client, on a connection that no longer asks.
+    let mut d = proxy.client().await;
+    d.check(b"get k\r\n", b"VALUE k 0 2\r\nhi\r\nEND\r\n").await;
+    let views = proxy.proxy.views();
+    assert_eq!(
+        views[0].servers[0].server_err.get(),
+        0,
+        "no failure counted"
+    );
+    proxy.stop().await;
+}

@@ -43,10 +43,12 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// The largest value a client may store, for every pool (memcached's `-I`): bytes, or with a
-    /// `k`, `m` or `g` suffix. Larger ones get `SERVER_ERROR object too large for cache`. In redis
-    /// pools, the longest argument (Redis's `proto-max-bulk-len`): a longer one gets a protocol
-    /// error and the connection is closed before it is buffered. [default: 1m for memcached pools,
-    /// 512m for redis pools]
+    /// `k`, `m` or `g` suffix. Larger ones get `SERVER_ERROR object too large for cache`. By
+    /// default, a memcached pool asks each server its `item_size_max` (`stats settings`) and takes the
+    /// smallest, so it refuses no value its servers would store (up to 1g until a server has said);
+    /// this flag overrides that. In redis pools, the longest argument (Redis's
+    /// `proto-max-bulk-len`): a longer one gets a protocol error and the connection is closed before
+    /// it is buffered. [default: the servers' own for memcached pools, 512m for redis pools]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_value_size: Option<usize>,
     /// Redis pools: the longest request a client may send, all its arguments together (Redis's
@@ -220,6 +222,7 @@ impl Overrides {
         for pool in &mut config.pools {
             if let Some(size) = self.max_value_size {
                 pool.limits.max_value_len = size;
+                pool.limits.value_len_from_servers = false;
                 pool.redis_limits.max_bulk_len = size;
             }
             if let Some(size) = self.max_request_size {
@@ -433,6 +436,8 @@ mod tests {
         for pool in &set.pools {
             // The value limit is both protocols' (memcached's value, Redis's argument).
             assert_eq!(pool.limits.max_value_len, 2048);
+            // Given explicitly, it is the limit: the servers are not asked theirs.
+            assert!(!pool.limits.value_len_from_servers);
             assert_eq!(pool.redis_limits.max_bulk_len, 2048);
             assert_eq!(pool.redis_limits.max_request_len, 8192);
         }

@@ -24,12 +24,15 @@ use super::stream::ServerStream;
 use crate::descriptors::During;
 use crate::error::BackendError;
 use crate::metrics::ServerStats;
-use crate::protocol::{Protocol, Reply, ReplyScanner};
+use crate::protocol::{Protocol, Reply, ReplyScanner, ServerFacts};
 
 /// The most requests one server connection has in flight; more wait in its queue.
 const MAX_IN_FLIGHT: usize = 1024;
 /// The most request bytes buffered for writing on one server connection.
 const MAX_WRITE_BUFFER: usize = 4 << 20;
+/// How long a new connection waits for the answers to the protocol's introductions when the pool has
+/// no `timeout` (a server that ignores them must not hold the connection forever).
+const INTRODUCTION_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A request for a server connection task.
 #[derive(Debug)]
@@ -69,18 +72,21 @@ pub(crate) struct Backend<P: Protocol> {
     pub stats: Arc<ServerStats>,
     /// Failure counting and ejection state.
     pub health: Arc<ServerHealth>,
+    /// What the server said about itself ([`Protocol::introductions`]).
+    facts: Arc<ServerFacts>,
 }
 
 impl<P: Protocol> Backend<P> {
     /// Starts the connection tasks on each worker's runtime (`workers`, by worker index): on each,
     /// `connections` for each handshake (a set per [`Protocol::lane`]). They connect on first use, or
-    /// now when `preconnect` (the first set only).
+    /// now when `preconnect` (the first set only). Every new connection sends `introductions` first.
     pub(crate) fn spawn(
         settings: BackendSettings,
         stats: Arc<ServerStats>,
         health: Arc<ServerHealth>,
         preconnect: bool,
         handshakes: Vec<Vec<(Bytes, P::ReplyKind)>>,
+        introductions: Vec<(Bytes, P::ReplyKind)>,
         workers: &[Handle],
     ) -> Backend<P> {
         let handshakes = if handshakes.is_empty() {
@@ -88,10 +94,18 @@ impl<P: Protocol> Backend<P> {
         } else {
             handshakes
         };
+        let facts = Arc::new(ServerFacts::default());
         let queues = workers
             .iter()
             .map(|worker| {
-                Backend::spawn_worker(&settings, &stats, &health, preconnect, &handshakes, worker)
+                let spawn = Spawn {
+                    settings: &settings,
+                    stats: &stats,
+                    health: &health,
+                    facts: &facts,
+                    introductions: &introductions,
+                };
+                spawn.worker(preconnect, &handshakes, worker)
             })
             .collect();
         Backend {
@@ -99,18 +113,44 @@ impl<P: Protocol> Backend<P> {
             queues,
             stats,
             health,
+            facts,
         }
     }
 
+    /// What the server said about itself so far.
+    pub(crate) fn facts(&self) -> &Arc<ServerFacts> {
+        &self.facts
+    }
+}
+
+/// What every connection task of one server is made with.
+struct Spawn<'a, P: Protocol> {
+    /// Where and how to connect.
+    settings: &'a BackendSettings,
+    /// The server's tallies.
+    stats: &'a Arc<ServerStats>,
+    /// The server's failure counting.
+    health: &'a Arc<ServerHealth>,
+    /// What the server says of itself, written by every connection.
+    facts: &'a Arc<ServerFacts>,
+    /// What each new connection asks before it carries the clients' requests.
+    introductions: &'a [(Bytes, P::ReplyKind)],
+}
+
+impl<P: Protocol> Spawn<'_, P> {
     /// One worker's connection tasks, spawned on its runtime: by lane, then by connection.
-    fn spawn_worker(
-        settings: &BackendSettings,
-        stats: &Arc<ServerStats>,
-        health: &Arc<ServerHealth>,
+    fn worker(
+        &self,
         preconnect: bool,
         handshakes: &[Vec<(Bytes, P::ReplyKind)>],
         worker: &Handle,
     ) -> Vec<Vec<Sender<Job<P>>>> {
+        let Spawn {
+            settings,
+            stats,
+            health,
+            ..
+        } = *self;
         handshakes
             .iter()
             .enumerate()
@@ -121,6 +161,8 @@ impl<P: Protocol> Backend<P> {
                         let conn = Connection::<P> {
                             settings: settings.clone(),
                             handshake: handshake.clone(),
+                            introductions: self.introductions.to_vec(),
+                            facts: Arc::clone(self.facts),
                             stats: Arc::clone(stats),
                             health: Arc::clone(health),
                             in_flight: VecDeque::new(),
@@ -135,7 +177,9 @@ impl<P: Protocol> Backend<P> {
             })
             .collect()
     }
+}
 
+impl<P: Protocol> Backend<P> {
     /// The settings the backend runs with.
     pub(crate) fn settings(&self) -> &BackendSettings {
         &self.settings
@@ -207,6 +251,11 @@ struct Connection<P: Protocol> {
     settings: BackendSettings,
     /// Requests sent first on every new connection (the protocol's [`Protocol::handshake`]).
     handshake: Vec<(Bytes, P::ReplyKind)>,
+    /// Requests sent and answered before a new connection carries the clients' requests, whose
+    /// replies go to [`Protocol::introduced`] (the protocol's [`Protocol::introductions`]).
+    introductions: Vec<(Bytes, P::ReplyKind)>,
+    /// Where [`Protocol::introduced`] records what the server said.
+    facts: Arc<ServerFacts>,
     /// Tallies.
     stats: Arc<ServerStats>,
     /// Failure counting.
@@ -260,6 +309,13 @@ impl<P: Protocol> Connection<P> {
                     continue;
                 }
             };
+            let mut stream = stream;
+            if !self.introduce(&mut stream).await {
+                // A fresh connection without them, at once, the queued request kept: the server is
+                // not failing, it just does not know the introduction.
+                try_now = true;
+                continue;
+            }
             self.stats.server_connections.inc();
             if let Some(job) = first.take() {
                 self.enqueue(job, Instant::now());
@@ -389,6 +445,67 @@ impl<P: Protocol> Connection<P> {
             }
         }
         Ok(())
+    }
+
+    /// Sends the protocol's introductions on a new connection and reads each reply into the server's
+    /// facts, before any client request is written. `false` when the server does not take them (it
+    /// closed the connection, as nutcracker does on a command it does not know, or did not answer in
+    /// time, or answered out of step): the connection is then unusable, and the server is marked so
+    /// that its later connections skip them. Not a client's request: not in the server's tallies,
+    /// as the health probe is not.
+    async fn introduce(&self, stream: &mut ServerStream) -> bool {
+        if self.introductions.is_empty() || self.facts.refuses_introductions() {
+            return true;
+        }
+        let exchange = async {
+            match stream {
+                ServerStream::Tcp(s) => self.exchange_introductions(s).await,
+                ServerStream::Unix(s) => self.exchange_introductions(s).await,
+            }
+        };
+        let wait = self.settings.timeout.unwrap_or(INTRODUCTION_TIMEOUT);
+        let answered = tokio::time::timeout(wait, exchange).await.unwrap_or(false);
+        if !answered {
+            tracing::info!(
+                server = %self.settings.addr,
+                "the server does not answer the proxy's introduction; its connections go on without it"
+            );
+            self.facts.set_refuses_introductions();
+        }
+        answered
+    }
+
+    async fn exchange_introductions(
+        &self,
+        s: &mut (impl AsyncRead + AsyncWrite + Unpin + Send),
+    ) -> bool {
+        let mut out = BytesMut::new();
+        for (frame, _) in &self.introductions {
+            out.extend_from_slice(frame);
+        }
+        if s.write_all(&out).await.is_err() {
+            return false;
+        }
+        let mut scanner = P::ReplyScanner::default();
+        let mut buf = BytesMut::with_capacity(4096);
+        for (_, kind) in &self.introductions {
+            loop {
+                match scanner.frame(&buf, *kind, self.settings.max_value_len) {
+                    Ok(Some(len)) => {
+                        scanner.reset();
+                        P::introduced(&buf.split_to(len), &self.facts);
+                        break;
+                    }
+                    Ok(None) => match s.read_buf(&mut buf).await {
+                        Ok(n) if n > 0 => {}
+                        _ => return false,
+                    },
+                    Err(_) => return false,
+                }
+            }
+        }
+        // Anything more would be read as the answer to a client's request.
+        buf.is_empty()
     }
 
     fn fail_job(&self, job: Job<P>, err: &BackendError) {
@@ -599,6 +716,7 @@ mod tests {
             Arc::new(ServerStats::new("one")),
             health,
             false,
+            Vec::new(),
             Vec::new(),
             &[Handle::current(), idle.handle().clone()],
         );

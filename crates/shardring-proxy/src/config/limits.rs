@@ -3,13 +3,27 @@
 /// The longest key memcached accepts.
 pub const MAX_KEY_LEN: usize = 250;
 
+/// The value limit of a memcached pool before any of its servers has said its own: memcached's
+/// upper bound for `-I` (1 GiB), so that no value a memcached could store is refused while the pool's
+/// servers have not answered yet (the first requests after start, or every server down). It bounds what
+/// one client connection can make the proxy buffer in that time; afterwards the servers' own limit
+/// does (1 MiB each with memcached's default `-I`).
+pub const VALUE_LEN_CEILING: usize = 1 << 30;
+
 /// Input size limits *(proxy-only settings)*.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// The longest key. By default, this is 250 (memcached's `KEY_MAX_LENGTH`).
     pub max_key_len: usize,
-    /// The largest value in a storage command. By default, this is 1 MiB (memcached's default item size).
+    /// The largest value in a storage command. When `value_len_from_servers` (the default), a bound
+    /// only until a server has answered: then the smallest `item_size_max` the pool's servers report
+    /// is the limit. By default, this is [`VALUE_LEN_CEILING`].
     pub max_value_len: usize,
+    /// Ask each server its `item_size_max` (`stats settings`) when a connection to it opens, and refuse
+    /// only values larger than the smallest any of the pool's servers reported: so the proxy refuses
+    /// no value the servers would store, and buffers no more than they would take. `--max-value-size`
+    /// turns it off (its size is then the limit). By default, this is true.
+    pub value_len_from_servers: bool,
     /// The longest command line other than a retrieval command's (whose keys stream through without a
     /// line limit). By default, this is 64 KiB.
     pub max_line_len: usize,
@@ -19,7 +33,8 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_key_len: MAX_KEY_LEN,
-            max_value_len: 1 << 20,
+            max_value_len: VALUE_LEN_CEILING,
+            value_len_from_servers: true,
             max_line_len: 64 << 10,
         }
     }

@@ -12,7 +12,7 @@ mod twemproxy_file;
 pub(crate) mod twemproxy_keys;
 mod yaml;
 
-pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN};
+pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN, VALUE_LEN_CEILING};
 pub use self::pool::{GutterConfig, HotKeysConfig, Listen, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 pub use self::problem::{ConfigErrors, ConfigProblem};
 pub use self::twemproxy_file::read_pools;

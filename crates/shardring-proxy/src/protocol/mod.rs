@@ -18,6 +18,7 @@ pub mod redis;
 
 use std::fmt;
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use bytes::{Bytes, BytesMut};
 
@@ -103,6 +104,25 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
         vec![self.handshake()]
     }
 
+    /// Requests sent on every new server connection before the clients' requests, whose replies tell
+    /// the protocol about the server: each goes to [`Protocol::introduced`]. Unlike the handshake's,
+    /// any reply is accepted, an error included, and a server that closes the connection on them or
+    /// does not answer is served as before, without them (see [`ServerFacts`]). By default, none.
+    fn introductions(&self) -> Vec<(Bytes, Self::ReplyKind)> {
+        Vec::new()
+    }
+
+    /// Reads a server's reply to one of [`Protocol::introductions`] into what is known of it.
+    fn introduced(reply: &[u8], facts: &ServerFacts) {
+        let _ = (reply, facts);
+    }
+
+    /// Gives the protocol what is known of each server of the pool (the pool's servers, then its
+    /// gutter's, as indexed by plans), as it is learned. By default, ignored.
+    fn attach_facts(&mut self, facts: Vec<std::sync::Arc<ServerFacts>>) {
+        let _ = facts;
+    }
+
     /// The commands whose latency the pool tallies (the `command` label of
     /// `shardring_proxy_command_latency_seconds`). By default, none.
     fn command_names() -> &'static [&'static str] {
@@ -156,6 +176,54 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
             follow_up: None,
         }
     }
+}
+
+/// What a server said about itself in reply to the protocol's [`Protocol::introductions`], kept with the
+/// server (a reload that keeps the server keeps them) and updated each time a connection to it opens.
+#[derive(Debug, Default)]
+pub struct ServerFacts {
+    /// The largest value it stores (memcached's `item_size_max`); 0 until it has said.
+    max_value_len: AtomicUsize,
+    /// It closed a connection on the introductions, or did not answer them: its connections skip
+    /// them from then on (what it would have said stays unknown).
+    refuses_introductions: AtomicBool,
+}
+
+/// Bumped whenever any server's facts change, so that readers of many servers' facts (a connection's
+/// request decoder) recompute only then, not on every request.
+static FACTS_CHANGED: AtomicU64 = AtomicU64::new(0);
+
+impl ServerFacts {
+    /// The largest value the server said it stores, if it has said.
+    pub fn max_value_len(&self) -> Option<usize> {
+        // Relaxed: a lone number, read after the change counter that says it is new.
+        Some(self.max_value_len.load(Ordering::Relaxed)).filter(|&n| n > 0)
+    }
+
+    /// Whether the server's connections skip the introductions.
+    pub fn refuses_introductions(&self) -> bool {
+        self.refuses_introductions.load(Ordering::Relaxed)
+    }
+
+    /// Marks the server as one whose connections skip the introductions.
+    pub fn set_refuses_introductions(&self) {
+        self.refuses_introductions.store(true, Ordering::Relaxed);
+    }
+
+    /// Records the largest value the server stores.
+    pub fn set_max_value_len(&self, len: usize) {
+        if self.max_value_len.swap(len, Ordering::Relaxed) != len {
+            // Release, paired with the Acquire in `facts_changed`: a reader that sees the new count
+            // sees the new value.
+            FACTS_CHANGED.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// How many times servers' facts have changed since start: recompute what depends on them when it
+/// differs from the count last seen.
+pub fn facts_changed() -> u64 {
+    FACTS_CHANGED.load(Ordering::Acquire)
 }
 
 /// What [`Protocol::phase`] decides after a fan-out's replies.
@@ -215,7 +283,7 @@ pub enum Incoming<R> {
     /// A refused request: send `reply`, and close the connection after it when `close` (the input cannot
     /// be resynchronised).
     Refused {
-        /// The error reply.
+        /// The error reply; empty when the client asked for none (memcached's `noreply`).
         reply: Bytes,
         /// Why, for the log.
         reason: String,

@@ -40,8 +40,13 @@ pub struct Memcached {
 impl Memcached {
     /// A memcached on a free port; tries another port if another process took the first meanwhile.
     pub fn start() -> Memcached {
+        Memcached::start_with(&[])
+    }
+
+    /// [`Memcached::start`] with extra memcached options (`-I 2m`).
+    pub fn start_with(options: &[&str]) -> Memcached {
         for _ in 0..5 {
-            if let Some(m) = Memcached::try_start_on(free_port()) {
+            if let Some(m) = Memcached::try_start_on(free_port(), options) {
                 return m;
             }
         }
@@ -50,11 +55,11 @@ impl Memcached {
 
     /// A memcached on `port` (a restart on the port a killed one had).
     pub fn start_on(port: u16) -> Memcached {
-        Memcached::try_start_on(port)
+        Memcached::try_start_on(port, &[])
             .unwrap_or_else(|| panic!("memcached did not start on port {port}"))
     }
 
-    fn try_start_on(port: u16) -> Option<Memcached> {
+    fn try_start_on(port: u16, options: &[&str]) -> Option<Memcached> {
         let mut child = Command::new("memcached")
             .args([
                 "-l",
@@ -70,6 +75,7 @@ impl Memcached {
                 "-u",
                 "root",
             ])
+            .args(options)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -3,10 +3,13 @@
 use bytes::{Buf, BytesMut};
 use tokio_util::codec::Decoder;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::parse::{parse_get_continuation, parse_get_prefix, parse_request, retrieval_word};
 use super::request::*;
+use crate::protocol::{facts_changed, ServerFacts};
 
 /// One item out of the request decoder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +39,20 @@ pub struct RequestCodec {
     streaming: Option<(GetKind, Option<Bytes>)>,
     /// Drop input up to the end of the current line (a refused piece of a streamed line).
     discard_line: bool,
+    /// Where the value limit comes from when it is the pool's servers' own.
+    learned: Option<LearnedLimit>,
+}
+
+/// A value limit that is the smallest `item_size_max` a pool's servers reported.
+#[derive(Debug, Clone)]
+struct LearnedLimit {
+    /// What each of the pool's servers said.
+    servers: Arc<[Arc<ServerFacts>]>,
+    /// The count of [`facts_changed`] the limit was last computed at.
+    seen: u64,
+    /// The limit while no server has said, and the most any server's word can raise it to: what
+    /// bounds the buffer.
+    ceiling: usize,
 }
 
 impl RequestCodec {
@@ -47,9 +64,53 @@ impl RequestCodec {
         }
     }
 
-    /// The limits it enforces.
+    /// A codec whose value limit is the smallest `item_size_max` any of `servers` reported, and
+    /// `limits.max_value_len` (the ceiling) while none has.
+    pub fn with_server_limits(limits: Limits, servers: Arc<[Arc<ServerFacts>]>) -> RequestCodec {
+        let mut codec = RequestCodec {
+            limits,
+            learned: Some(LearnedLimit {
+                servers,
+                seen: u64::MAX,
+                ceiling: limits.max_value_len,
+            }),
+            ..RequestCodec::default()
+        };
+        codec.refresh_value_limit();
+        codec
+    }
+
+    /// The limits it enforces now.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The most bytes one request can occupy in its buffer, whatever the servers say later.
+    pub fn max_request_len(&self) -> usize {
+        let value = self
+            .learned
+            .as_ref()
+            .map_or(self.limits.max_value_len, |l| l.ceiling);
+        self.limits.max_line_len + value + 2
+    }
+
+    /// Recomputes the value limit from the servers' facts when any has changed since the last time:
+    /// one atomic load per request otherwise.
+    fn refresh_value_limit(&mut self) {
+        let Some(learned) = &mut self.learned else {
+            return;
+        };
+        let now = facts_changed();
+        if learned.seen == now {
+            return;
+        }
+        learned.seen = now;
+        let smallest = learned
+            .servers
+            .iter()
+            .filter_map(|f| f.max_value_len())
+            .min();
+        self.limits.max_value_len = smallest.map_or(learned.ceiling, |s| s.min(learned.ceiling));
     }
 
     /// Takes a piece of a streamed retrieval line off `buf`, and notes whether the line goes on.
@@ -122,6 +183,7 @@ impl Decoder for RequestCodec {
             let piece = parse_get_continuation(buf, *kind, exptime.as_deref(), &self.limits);
             return Ok(self.streamed(buf, piece));
         }
+        self.refresh_value_limit();
         match parse_request(buf, &self.limits) {
             Ok(None) => {
                 if buf.len() <= self.limits.max_line_len {
@@ -137,6 +199,7 @@ impl Decoder for RequestCodec {
                         consumed: 0,
                         skip: 0,
                         close: false,
+                        noreply: false,
                     }),
                     other => other,
                 };

@@ -5,15 +5,22 @@
 //! more and asks again. Parsed requests do not copy: a [`Request`] is the frame's bytes plus the byte ranges
 //! of its keys inside them.
 //!
-//! What a malformed request gets, and whether the connection can go on afterwards:
+//! What a malformed request gets, and whether the connection can go on afterwards (every reply text is
+//! memcached 1.6.18's):
 //!
 //! | input | reply | then |
 //! |---|---|---|
 //! | unknown command | `ERROR` | next line |
-//! | bad token count, bad number, key over 250 bytes | `CLIENT_ERROR <reason>` (memcached's reasons where it has one: `invalid numeric delta argument`, `invalid exptime argument`, `error decoding key`) | next line; a storage command whose length parsed has its data block skipped too |
-//! | value over the configured maximum | `SERVER_ERROR object too large for cache` (memcached's words) | the data block is skipped as it arrives, never buffered |
+//! | bad token count | `ERROR` (also with `noreply`, as memcached) | next line |
+//! | bad number, key over 250 bytes | `CLIENT_ERROR <reason>` (memcached's reasons: `bad command line format`, also for a long key; `invalid numeric delta argument`, `invalid exptime argument`, `error decoding key`) | next line; a storage command whose length parsed has its data block skipped too |
+//! | value over the value limit | `SERVER_ERROR object too large for cache` (memcached's words) | the data block is skipped as it arrives, never buffered |
 //! | data block not followed by `\r\n` | `CLIENT_ERROR bad data chunk` | connection closed: where the next request starts is unknowable |
 //! | line longer than the line limit | `CLIENT_ERROR line too long` | connection closed |
+//! | first byte 0x80 (the binary protocol) | nothing | connection closed at once, the reason logged |
+//!
+//! A command that takes `noreply` and whose last token is `noreply` gets no reply at all once its token
+//! count is right, refused or not, as from memcached (which decides it before checking anything else);
+//! meta commands' errors are shown even with `q`, as memcached shows them.
 
 mod codec;
 mod gutter;

@@ -22,6 +22,10 @@ use RequestErrorKind as E;
 /// # Errors
 /// A [`RequestError`] saying what to reply and how much input to drop.
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, RequestError> {
+    // A binary-protocol request has no newline to wait for: refused as soon as its first byte is in.
+    if buf.first() == Some(&BINARY_REQUEST_MAGIC) {
+        return Err(RequestError::closing(E::BinaryProtocol, 0));
+    }
     let Some((end, line_len)) = line_end(buf) else {
         if buf.len() > limits.max_line_len && retrieval_word(buf).is_none() {
             return Err(RequestError::closing(E::LineTooLong, buf.len()));
@@ -44,7 +48,9 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
         limits,
     };
     if end > limits.max_line_len {
-        return Err(RequestError::closing(E::LineTooLong, line_len));
+        // Closed either way; silently for a command that asked for no reply.
+        let quiet = takes_noreply(word) && line.last_is_noreply();
+        return Err(RequestError::closing(E::LineTooLong, line_len).silent_if(quiet));
     }
     match word {
         b"set" | b"add" | b"replace" | b"append" | b"prepend" => line.storage(false),
@@ -67,6 +73,28 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Requ
         _ => line.refuse(E::UnknownCommand),
     }
 }
+
+/// Whether the command named `word` takes `noreply` (and so is silent when refused with it).
+fn takes_noreply(word: &[u8]) -> bool {
+    matches!(
+        word,
+        b"set"
+            | b"add"
+            | b"replace"
+            | b"append"
+            | b"prepend"
+            | b"cas"
+            | b"delete"
+            | b"incr"
+            | b"decr"
+            | b"touch"
+            | b"verbosity"
+            | b"flush_all"
+    )
+}
+
+/// The first byte of every request in memcached's binary protocol; no text command starts with it.
+const BINARY_REQUEST_MAGIC: u8 = 0x80;
 
 /// The retrieval command a buffer starts with (its word and a space), if any: such a line may be
 /// longer than any limit, since it is streamed through key by key.
@@ -238,6 +266,20 @@ impl Line<'_> {
         Err(RequestError::line(kind, self.len))
     }
 
+    /// A refusal by a command that takes `noreply`, once its token count is right: silent when the
+    /// last token is `noreply`, as memcached's `set_noreply_maybe` decides before it checks anything
+    /// else (so `set k 0 0 abc noreply` and `incr k noreply` get nothing, where `set k 0 0 1 2
+    /// noreply`, with a token too many, gets `ERROR`).
+    fn refuse_quietly<T>(&self, kind: RequestErrorKind) -> Result<T, RequestError> {
+        Err(RequestError::line(kind, self.len).silent_if(self.last_is_noreply()))
+    }
+
+    /// Whether the line's last token is `noreply`.
+    fn last_is_noreply(&self) -> bool {
+        let n = self.count();
+        n > 0 && n <= 24 && self.token(n - 1) == b"noreply"
+    }
+
     /// A one-line request.
     fn request(
         &self,
@@ -274,12 +316,13 @@ impl Line<'_> {
         let key = self.tokens.get(1);
         let Some(vlen) = parse_u64(self.token(4)) else {
             // The data block's length is unknown: its bytes will be read as commands (as memcached does).
-            return self.refuse(E::BadFormat);
+            return self.refuse_quietly(E::BadFormat);
         };
         let numbers_ok = parse_u64(self.token(2)).is_some_and(|f| f <= u64::from(u32::MAX))
             && parse_i64(self.token(3)).is_some()
             && (!cas || parse_u64(self.token(5)).is_some());
-        let refuse = |kind| Err(RequestError::with_block(kind, self.len, vlen));
+        let quiet = self.last_is_noreply();
+        let refuse = |kind| Err(RequestError::with_block(kind, self.len, vlen).silent_if(quiet));
         if !self.key_ok(&key) {
             return refuse(E::KeyTooLong);
         }
@@ -291,6 +334,7 @@ impl Line<'_> {
         }
         let noreply = strip.is_some();
         self.with_data_block(vlen, Command::Keyed { key, noreply }, strip)
+            .map_err(|e| e.silent_if(quiet))
     }
 
     /// The request once its data block of `vlen` bytes is in.
@@ -322,7 +366,7 @@ impl Line<'_> {
             _ => self.token(2) == b"0" && strip.is_some(),
         };
         if !valid {
-            return self.refuse(E::DeleteUsage);
+            return self.refuse_quietly(E::DeleteUsage);
         }
         self.keyed(strip)
     }
@@ -333,7 +377,7 @@ impl Line<'_> {
             return self.refuse(E::UnknownCommand);
         }
         if parse_u64(self.token(2)).is_none() {
-            return self.refuse(E::InvalidDelta);
+            return self.refuse_quietly(E::InvalidDelta);
         }
         self.keyed(self.noreply_at(3))
     }
@@ -344,7 +388,7 @@ impl Line<'_> {
             return self.refuse(E::UnknownCommand);
         }
         if parse_i64(self.token(2)).is_none() {
-            return self.refuse(E::InvalidExptime);
+            return self.refuse_quietly(E::InvalidExptime);
         }
         self.keyed(self.noreply_at(3))
     }
@@ -353,7 +397,7 @@ impl Line<'_> {
     fn keyed(&self, strip: Option<Range<usize>>) -> Result<Option<Parsed>, RequestError> {
         let key = self.tokens.get(1);
         if !self.key_ok(&key) {
-            return self.refuse(E::KeyTooLong);
+            return self.refuse_quietly(E::KeyTooLong);
         }
         let noreply = strip.is_some();
         self.request(Command::Keyed { key, noreply }, strip)
@@ -450,7 +494,7 @@ impl Line<'_> {
         let strip = self.noreply_at(n - 1);
         let args = n - usize::from(strip.is_some());
         if args >= 2 && parse_i64(self.token(1)).is_none() {
-            return self.refuse(E::InvalidExptime);
+            return self.refuse_quietly(E::InvalidExptime);
         }
         let noreply = strip.is_some();
         self.request(Command::FlushAll { noreply }, strip)

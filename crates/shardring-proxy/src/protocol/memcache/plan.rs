@@ -5,6 +5,7 @@
 //! the client's order) and merged back in the client's order; `flush_all` goes to every live server.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
@@ -14,14 +15,14 @@ use super::hotkeys::{self, HotFill, HotInvalidate, HotRead};
 use super::replicas::{self, ReplicatedWrite};
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
-    is_error_reply, parse_response_from, status_code, ResponseKind, ValueBlocks,
+    is_error_reply, item_size_max, parse_response_from, status_code, ResponseKind, ValueBlocks,
 };
 use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti};
 use crate::config::PoolConfig;
 use crate::error::BackendError;
 use crate::protocol::{
     Answer, FrameError, Incoming, Part, PartReply, Phase, Placement, PlanContext, Protocol,
-    Recovery, Reply, ReplyScanner, RequestDecoder, Step,
+    Recovery, Reply, ReplyScanner, RequestDecoder, ServerFacts, Step,
 };
 
 /// The reply to `version`: the memcached protocol level the proxy speaks, then its own name and version.
@@ -39,6 +40,10 @@ pub struct Memcache {
     all_or_nothing: bool,
     /// With replicas, a read that misses tries the next replica too.
     replica_read_miss: bool,
+    /// What the pool's servers said of themselves, when the value limit is theirs
+    /// ([`Limits::value_len_from_servers`]): each client connection's decoder reads the smallest
+    /// `item_size_max` from it.
+    servers: Option<Arc<[Arc<ServerFacts>]>>,
 }
 
 /// How a single server's reply becomes the client's answer.
@@ -108,11 +113,38 @@ impl Protocol for Memcache {
             limits: config.limits,
             all_or_nothing: config.multiget_all_or_nothing,
             replica_read_miss: config.replica_read_miss,
+            servers: None,
         }
     }
 
     fn decoder(&self) -> RequestCodec {
-        RequestCodec::new(self.limits)
+        match &self.servers {
+            Some(servers) => RequestCodec::with_server_limits(self.limits, Arc::clone(servers)),
+            None => RequestCodec::new(self.limits),
+        }
+    }
+
+    fn introductions(&self) -> Vec<(Bytes, ResponseKind)> {
+        if self.limits.value_len_from_servers {
+            vec![(
+                Bytes::from_static(b"stats settings\r\n"),
+                ResponseKind::Stats,
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn introduced(reply: &[u8], facts: &ServerFacts) {
+        if let Some(len) = item_size_max(reply) {
+            facts.set_max_value_len(len);
+        }
+    }
+
+    fn attach_facts(&mut self, facts: Vec<Arc<ServerFacts>>) {
+        if self.limits.value_len_from_servers {
+            self.servers = Some(facts.into());
+        }
     }
 
     fn plan(&self, req: Request, _session: &mut (), ctx: &PlanContext<'_>) -> Step<Memcache> {
@@ -628,7 +660,7 @@ impl RequestDecoder for RequestCodec {
             tokio_util::codec::Decoder::decode(self, buf)?.map(|d| match d {
                 Decoded::Request(r) => Incoming::Request(r),
                 Decoded::Refused(err) => Incoming::Refused {
-                    reply: Bytes::from_static(err.kind.reply()),
+                    reply: Bytes::from_static(err.reply()),
                     reason: err.kind.to_string(),
                     close: err.close,
                 },
@@ -637,6 +669,6 @@ impl RequestDecoder for RequestCodec {
     }
 
     fn max_buffer(&self) -> usize {
-        self.limits().max_request_len()
+        self.max_request_len()
     }
 }

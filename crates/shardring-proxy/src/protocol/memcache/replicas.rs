@@ -118,7 +118,8 @@ impl ReplicatedWrite {
             .position(|r| status(&r.reply).is_some())
             .unwrap_or(0);
         if chosen >= replies.len() {
-            return Answer::Failed(crate::error::BackendError::NoServer);
+            let none = Err(crate::error::BackendError::NoServer);
+            return Memcache::finish(self.finish, none);
         }
         let reply = replies.swap_remove(chosen).reply;
         Memcache::finish(self.finish, reply)

@@ -63,10 +63,14 @@ impl MetaKind {
     /// Whether a response line with this status code is one that the `q` flag hides.
     pub fn quiet_hides(self, status: &[u8]) -> bool {
         match self {
+            // As memcached 1.6.18: a quiet `mg` hides a miss; `ms` and `md` hide success (`HD`) and
+            // show `NS`, `EX` and `NF`; `ma` hides a successful change (`HD`, or `VA` with `v`) and
+            // shows `NF`; `me` hides nothing. (One case cannot be told from the reply: a quiet `ma`
+            // with `N` that creates its key is answered by memcached, and hidden here.)
             MetaKind::Get => status == b"EN",
-            MetaKind::Set => status == b"HD",
-            MetaKind::Delete | MetaKind::Arithmetic => status == b"HD" || status == b"NF",
-            MetaKind::Debug => status == b"EN",
+            MetaKind::Set | MetaKind::Delete => status == b"HD",
+            MetaKind::Arithmetic => status == b"HD" || status == b"VA",
+            MetaKind::Debug => false,
         }
     }
 }
@@ -227,7 +231,7 @@ pub enum RequestErrorKind {
     /// An expiration time is not a number (memcached's words).
     #[error("invalid exptime argument")]
     InvalidExptime,
-    /// A key longer than the limit.
+    /// A key longer than the limit (memcached 1.6 answers it with its format error).
     #[error("key too long")]
     KeyTooLong,
     /// A value over the configured maximum.
@@ -242,6 +246,11 @@ pub enum RequestErrorKind {
     /// No end of line within the line limit.
     #[error("line too long")]
     LineTooLong,
+    /// A request in memcached's binary protocol (first byte 0x80), which the proxy does not speak:
+    /// the connection is closed at once, without a reply, as nutcracker does (waiting for a newline
+    /// would leave the client hanging until its own timeout).
+    #[error("binary protocol request (first byte 0x80): only the text protocol is served")]
+    BinaryProtocol,
 }
 
 impl RequestErrorKind {
@@ -256,11 +265,12 @@ impl RequestErrorKind {
             RequestErrorKind::BadNumber => b"CLIENT_ERROR bad number\r\n",
             RequestErrorKind::InvalidDelta => b"CLIENT_ERROR invalid numeric delta argument\r\n",
             RequestErrorKind::InvalidExptime => b"CLIENT_ERROR invalid exptime argument\r\n",
-            RequestErrorKind::KeyTooLong => b"CLIENT_ERROR key too long\r\n",
+            RequestErrorKind::KeyTooLong => b"CLIENT_ERROR bad command line format\r\n",
             RequestErrorKind::ValueTooLarge => b"SERVER_ERROR object too large for cache\r\n",
             RequestErrorKind::BadBase64Key => b"CLIENT_ERROR error decoding key\r\n",
             RequestErrorKind::BadDataChunk => b"CLIENT_ERROR bad data chunk\r\n",
             RequestErrorKind::LineTooLong => b"CLIENT_ERROR line too long\r\n",
+            RequestErrorKind::BinaryProtocol => b"",
         }
     }
 }
@@ -276,6 +286,11 @@ pub struct RequestError {
     pub skip: u64,
     /// The stream cannot be resynchronised: reply, then close.
     pub close: bool,
+    /// The refused command carried `noreply` (its last token), so the client gets no reply at all, as
+    /// from memcached: any reply would be read as the answer to its next command. Never set for a
+    /// line memcached answers `ERROR` (a command with the wrong number of tokens), nor for meta
+    /// commands, whose errors memcached shows even with `q`.
+    pub noreply: bool,
 }
 
 impl RequestError {
@@ -287,6 +302,7 @@ impl RequestError {
             consumed,
             skip: vlen.saturating_add(2),
             close: false,
+            noreply: false,
         }
     }
 
@@ -297,6 +313,7 @@ impl RequestError {
             consumed,
             skip: 0,
             close: true,
+            noreply: false,
         }
     }
 
@@ -306,6 +323,21 @@ impl RequestError {
             consumed,
             skip: 0,
             close: false,
+            noreply: false,
+        }
+    }
+
+    /// The same refusal, silent when `noreply` (the command's last token is `noreply`).
+    pub(super) fn silent_if(self, noreply: bool) -> RequestError {
+        RequestError { noreply, ..self }
+    }
+
+    /// The bytes the client gets: the error reply, or nothing for a `noreply` command.
+    pub fn reply(&self) -> &'static [u8] {
+        if self.noreply {
+            b""
+        } else {
+            self.kind.reply()
         }
     }
 }

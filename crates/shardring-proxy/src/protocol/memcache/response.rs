@@ -14,6 +14,8 @@ pub enum ResponseKind {
     Values,
     /// A meta reply: `VA <len> <flags>` with a data block, or one line.
     Meta,
+    /// `STAT <name> <value>` lines ended by `END` (`stats settings`, asked of each server).
+    Stats,
 }
 
 /// A server reply that cannot be framed (the seam's [`FrameError`]).
@@ -34,6 +36,17 @@ pub fn parse_response(
     max_value_len: usize,
 ) -> Result<Option<usize>, ResponseError> {
     parse_response_from(buf, kind, max_value_len, &mut 0)
+}
+
+/// A server's `item_size_max` in its reply to `stats settings`, if the reply states one.
+pub fn item_size_max(stats: &[u8]) -> Option<usize> {
+    stats
+        .split(|&c| c == b'\n')
+        .find_map(|line| line.strip_prefix(b"STAT item_size_max "))
+        .map(|v| v.strip_suffix(b"\r").unwrap_or(v))
+        .and_then(parse_u64)
+        .and_then(|v| usize::try_from(v).ok())
+        .filter(|&v| v > 0)
 }
 
 /// The largest whole reply accepted (a multi-get's `VALUE` blocks together): a bound on what one request
@@ -87,6 +100,27 @@ pub fn parse_response_from(
         }
         match kind {
             ResponseKind::Line => return Ok(Some(line_len)),
+            ResponseKind::Stats => {
+                if line == b"END" {
+                    return Ok(Some(at + line_len));
+                }
+                if !line.starts_with(b"STAT ") {
+                    // A server that does not know the request and answers it with one line of its
+                    // own stays in step; inside a list of stats, anything else is out of step.
+                    if at == 0 {
+                        return Ok(Some(line_len));
+                    }
+                    return Err(ResponseError {
+                        reason: "expected STAT or END",
+                    });
+                }
+                if at + line_len > MAX_REPLY_LEN {
+                    return Err(ResponseError {
+                        reason: "reply too large",
+                    });
+                }
+                at += line_len;
+            }
             ResponseKind::Meta => {
                 if let Some(args) = line.strip_prefix(b"VA ") {
                     let len = args

@@ -3,8 +3,13 @@ use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use tokio_util::codec::Decoder;
 
+/// Parses with memcached's default item size as the value limit (what the servers report by default).
 fn parse(input: &[u8]) -> Result<Option<Parsed>, RequestError> {
-    parse_request(input, &Limits::default())
+    let limits = Limits {
+        max_value_len: 1 << 20,
+        ..Limits::default()
+    };
+    parse_request(input, &limits)
 }
 
 fn decode_all(codec: &mut RequestCodec, buf: &mut BytesMut) -> Vec<Decoded> {
@@ -249,6 +254,102 @@ fn refusals_say_how_to_resync() {
     assert_eq!(parse(b"delete k 5\r\n").unwrap_err().kind, E::DeleteUsage);
 }
 
+/// What memcached 1.6.18 sends for each refused line (checked against a live server): nothing when
+/// the command takes `noreply` and its last token is `noreply`, once its token count is right.
+#[test]
+fn a_refused_noreply_command_gets_no_reply_as_from_memcached() {
+    let long_key = "k".repeat(251);
+    let silent = [
+        "set k 0 0 abc noreply\r\n".to_owned(),
+        "set k 0 0 noreply\r\n".to_owned(),
+        "set k 0 0 -1 noreply\r\n".to_owned(),
+        "set k x 0 1 noreply\r\n".to_owned(),
+        "cas k 0 0 1 x noreply\r\n".to_owned(),
+        format!("set {long_key} 0 0 1 noreply\r\n"),
+        "set k 0 0 2000000 noreply\r\n".to_owned(),
+        "set k 0 0 1 noreply\r\nxyz\r\n".to_owned(),
+        "delete k 1 noreply\r\n".to_owned(),
+        format!("delete {long_key} noreply\r\n"),
+        "incr k x noreply\r\n".to_owned(),
+        "incr k noreply\r\n".to_owned(),
+        format!("decr {long_key} 1 noreply\r\n"),
+        "touch k x noreply\r\n".to_owned(),
+        format!("touch {long_key} 0 noreply\r\n"),
+        "flush_all x noreply\r\n".to_owned(),
+        // Over the line limit: closed, and silently.
+        format!("set {} 0 0 1 noreply\r\n", "k".repeat(70_000)),
+    ];
+    for line in &silent {
+        let e = parse(line.as_bytes()).unwrap_err();
+        assert!(e.noreply && e.reply().is_empty(), "{line:?}: {e:?}");
+    }
+    let answered = [
+        // A token too many or too few: memcached's `ERROR`, noreply or not.
+        ("set k 0 0 1 2 noreply\r\n".to_owned(), &b"ERROR\r\n"[..]),
+        ("delete k 0 0 noreply\r\n".to_owned(), b"ERROR\r\n"),
+        ("foo noreply\r\n".to_owned(), b"ERROR\r\n"),
+        ("flush_all 1 2 noreply\r\n".to_owned(), b"ERROR\r\n"),
+        // `noreply` not last.
+        (
+            "flush_all noreply 1\r\n".to_owned(),
+            b"CLIENT_ERROR invalid exptime argument\r\n",
+        ),
+        // Retrieval and meta commands have no `noreply`; a too-long key is a format error.
+        (
+            format!("get {long_key}\r\n"),
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            "gat x k noreply\r\n".to_owned(),
+            b"CLIENT_ERROR invalid exptime argument\r\n",
+        ),
+        (
+            format!("md {long_key} q\r\n"),
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            format!("set {long_key} 0 0 1\r\n"),
+            b"CLIENT_ERROR bad command line format\r\n",
+        ),
+    ];
+    for (line, reply) in &answered {
+        let e = parse(line.as_bytes()).unwrap_err();
+        assert_eq!(e.reply(), *reply, "{line:?}");
+    }
+}
+
+#[test]
+fn a_binary_protocol_request_is_refused_at_its_first_byte_and_closes() {
+    let mut codec = RequestCodec::new(Limits::default());
+    // A binary `get` header, cut short: nothing more is waited for.
+    let mut buf = BytesMut::from(&[0x80u8, 0x00, 0x00, 0x01][..]);
+    let out = decode_all(&mut codec, &mut buf);
+    assert!(
+        matches!(
+            &out[..],
+            [Decoded::Refused(e @ RequestError {
+                kind: RequestErrorKind::BinaryProtocol,
+                close: true,
+                ..
+            })] if e.reply().is_empty()
+        ),
+        "{out:?}"
+    );
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn quiet_meta_commands_hide_what_memcached_hides() {
+    use MetaKind as M;
+    let hidden = |kind: MetaKind, status: &[u8]| kind.quiet_hides(status);
+    assert!(hidden(M::Get, b"EN") && !hidden(M::Get, b"HD") && !hidden(M::Get, b"VA"));
+    assert!(hidden(M::Set, b"HD") && !hidden(M::Set, b"NS") && !hidden(M::Set, b"EX"));
+    assert!(hidden(M::Delete, b"HD") && !hidden(M::Delete, b"NF") && !hidden(M::Delete, b"EX"));
+    assert!(hidden(M::Arithmetic, b"HD") && hidden(M::Arithmetic, b"VA"));
+    assert!(!hidden(M::Arithmetic, b"NF") && !hidden(M::Arithmetic, b"EX"));
+    assert!(!hidden(M::Debug, b"EN") && !hidden(M::Debug, b"ME"));
+}
+
 #[test]
 fn the_codec_skips_a_refused_value_as_it_arrives() {
     let limits = Limits {
@@ -278,6 +379,80 @@ fn the_codec_skips_a_refused_value_as_it_arrives() {
         ),
         "{out:?}"
     );
+}
+
+/// A `stats settings` reply, as memcached 1.6.18 started with `-I 2m` begins it.
+const STATS_SETTINGS: &[u8] = b"STAT maxbytes 67108864\r\nSTAT maxconns 1024\r\n\
+STAT item_size_max 2097152\r\nSTAT slab_chunk_max 524288\r\nEND\r\n";
+
+#[test]
+fn a_stats_reply_is_framed_to_its_end_and_gives_the_item_size() {
+    let mut reply = STATS_SETTINGS.to_vec();
+    reply.extend_from_slice(b"STORED\r\n");
+    let len = STATS_SETTINGS.len();
+    assert_eq!(
+        parse_response(&reply, ResponseKind::Stats, 10),
+        Ok(Some(len))
+    );
+    for cut in 0..len {
+        assert_eq!(
+            parse_response(&reply[..cut], ResponseKind::Stats, 10),
+            Ok(None)
+        );
+    }
+    assert_eq!(
+        parse_response(b"ERROR\r\n", ResponseKind::Stats, 10),
+        Ok(Some(7))
+    );
+    // A server that does not know `stats settings` and answers one line stays in step.
+    assert_eq!(
+        parse_response(b"OK\r\nEND\r\n", ResponseKind::Stats, 10),
+        Ok(Some(4))
+    );
+    assert!(parse_response(b"STAT a 1\r\nVALUE\r\n", ResponseKind::Stats, 10).is_err());
+    assert_eq!(item_size_max(STATS_SETTINGS), Some(2 << 20));
+    assert_eq!(item_size_max(b"ERROR\r\n"), None);
+    assert_eq!(item_size_max(b"STAT item_size_max x\r\nEND\r\n"), None);
+}
+
+#[test]
+fn the_value_limit_is_the_smallest_any_server_reported_within_the_ceiling() {
+    use crate::protocol::ServerFacts;
+    let facts: Vec<std::sync::Arc<ServerFacts>> = (0..3).map(|_| Default::default()).collect();
+    let limits = Limits {
+        max_value_len: 4 << 20,
+        ..Limits::default()
+    };
+    let servers: std::sync::Arc<[_]> = facts.clone().into();
+    // A new connection's decoder each time (a refusal leaves one skipping the value's bytes).
+    let decode = |input: &[u8]| {
+        let mut codec = RequestCodec::with_server_limits(limits, servers.clone());
+        decode_all(&mut codec, &mut BytesMut::from(input))
+    };
+    let too_large = |out: Vec<Decoded>| {
+        matches!(
+            &out[..],
+            [Decoded::Refused(RequestError {
+                kind: RequestErrorKind::ValueTooLarge,
+                ..
+            })]
+        )
+    };
+    // No server has said yet: the ceiling.
+    assert!(!too_large(decode(b"set k 0 0 3000000\r\n")));
+    assert!(too_large(decode(b"set k 0 0 5000000\r\n")));
+    facts[0].set_max_value_len(2 << 20);
+    facts[1].set_max_value_len(1 << 20);
+    assert!(too_large(decode(b"set k 0 0 1048577\r\n")));
+    assert!(!too_large(decode(b"set k 0 0 1048576\r\n")));
+    // A server restarted with a larger item size raises the pool's limit, never past the ceiling.
+    facts[1].set_max_value_len(64 << 20);
+    assert!(!too_large(decode(b"set k 0 0 2097152\r\n")));
+    assert!(too_large(decode(b"set k 0 0 2097153\r\n")));
+    facts[0].set_max_value_len(64 << 20);
+    assert!(too_large(decode(b"set k 0 0 5000000\r\n")));
+    let codec = RequestCodec::with_server_limits(limits, servers.clone());
+    assert_eq!(codec.max_request_len(), limits.max_request_len());
 }
 
 #[test]
@@ -407,7 +582,7 @@ proptest! {
 
     #[test]
     fn the_response_framer_never_panics(input in proptest::collection::vec(any::<u8>(), 0..200)) {
-        for kind in [ResponseKind::Line, ResponseKind::Values, ResponseKind::Meta] {
+        for kind in [ResponseKind::Line, ResponseKind::Values, ResponseKind::Meta, ResponseKind::Stats] {
             if let Ok(Some(len)) = parse_response(&input, kind, 64) {
                 prop_assert!(len <= input.len());
                 let _ = ValueBlocks::new(&input[..len]).count();

@@ -1,0 +1,111 @@
+//! The value limit is the servers' own: with default flags the proxy refuses no value its memcached
+//! servers store (they say their `item_size_max` when a connection opens), a value over it gets
+//! memcached's own answer, and `--max-value-size` still overrides.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{pool_config, Client, Memcached, RunningProxy};
+use tokio::io::AsyncReadExt;
+
+/// Everything `addr` answers to `input` followed by `mn`, up to the `MN`.
+async fn exchange(c: &mut Client, input: &[u8]) -> Vec<u8> {
+    let mut all = input.to_vec();
+    all.extend_from_slice(b"mn\r\n");
+    c.send(&all).await;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.ends_with(b"MN\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), c.stream.read(&mut buf))
+            .await
+            .expect("an answer in time")
+            .expect("read");
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&out));
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+fn set(key: &str, len: usize, noreply: bool) -> Vec<u8> {
+    let noreply = if noreply { " noreply" } else { "" };
+    let mut req = format!("set {key} 0 0 {len}{noreply}\r\n").into_bytes();
+    req.extend(std::iter::repeat_n(b'v', len));
+    req.extend_from_slice(b"\r\n");
+    req
+}
+
+#[tokio::test]
+async fn with_default_flags_a_value_the_servers_store_is_stored_and_a_larger_one_gets_memcacheds_reply(
+) {
+    let servers: Vec<Memcached> = (0..3)
+        .map(|_| Memcached::start_with(&["-I", "2m"]))
+        .collect();
+    // One server answers directly; the proxy is in front of the other two.
+    let proxy = RunningProxy::start(pool_config(&servers[1..])).await;
+    let mut c = proxy.client().await;
+    let mut direct = Client::connect(&servers[0].addr).await;
+
+    // 1.5 MB, over the 1 MiB the proxy used to refuse: stored, and read back whole.
+    let len = 1_500_000;
+    assert_eq!(
+        exchange(&mut c, &set("big", len, false)).await,
+        b"STORED\r\nMN\r\n"
+    );
+    c.send(b"get big\r\n").await;
+    let mut want = format!("VALUE big 0 {len}\r\n").into_bytes();
+    want.extend(std::iter::repeat_n(b'v', len));
+    want.extend_from_slice(b"\r\nEND\r\n");
+    assert!(c.read_n(want.len()).await == want, "get big");
+
+    // Over the servers' limit (2 MiB with its item header, and well over it), with and without
+    // noreply: memcached's own bytes, and the stream stays in step.
+    let pool = &proxy.proxy.views()[0].pool;
+    for len in [2 << 20, 2_500_000, 3 << 20] {
+        for noreply in [false, true] {
+            let input = set("huge", len, noreply);
+            let want = exchange(&mut direct, &input).await;
+            assert_eq!(
+                exchange(&mut c, &input).await,
+                want,
+                "a {len}-byte set, noreply {noreply}"
+            );
+        }
+    }
+    // The proxy has learned the servers' limit: a value over it is refused without being sent (the
+    // bytes are the same either way).
+    let refused = pool.client_errors.get();
+    let input = set("huge", 3 << 20, false);
+    assert_eq!(
+        exchange(&mut c, &input).await,
+        exchange(&mut direct, &input).await
+    );
+    assert_eq!(pool.client_errors.get(), refused + 1);
+    // Nothing stored under the refused key; the stored value is intact.
+    let both = exchange(&mut c, b"get huge big\r\n").await;
+    assert!(both.starts_with(format!("VALUE big 0 {len}\r\n", len = 1_500_000).as_bytes()));
+    assert!(both.ends_with(b"\r\nEND\r\nMN\r\n"));
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn an_explicit_max_value_size_is_the_limit_whatever_the_servers_say() {
+    let servers: Vec<Memcached> = (0..1)
+        .map(|_| Memcached::start_with(&["-I", "2m"]))
+        .collect();
+    let mut config = pool_config(&servers);
+    config.limits.max_value_len = 1000;
+    config.limits.value_len_from_servers = false;
+    let proxy = RunningProxy::start(config).await;
+    let mut c = proxy.client().await;
+    assert_eq!(
+        exchange(&mut c, &set("k", 1001, false)).await,
+        b"SERVER_ERROR object too large for cache\r\nMN\r\n"
+    );
+    assert_eq!(exchange(&mut c, &set("k", 1001, true)).await, b"MN\r\n");
+    assert_eq!(
+        exchange(&mut c, &set("k", 1000, false)).await,
+        b"STORED\r\nMN\r\n"
+    );
+    proxy.stop().await;
+}
