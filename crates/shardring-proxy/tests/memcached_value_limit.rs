@@ -109,3 +109,49 @@ async fn an_explicit_max_value_size_is_the_limit_whatever_the_servers_say() {
     );
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn servers_of_different_item_sizes_each_store_what_they_can_and_refuse_in_their_own_words() {
+    let small = Memcached::start_with(&["-I", "1m"]);
+    let large = Memcached::start_with(&["-I", "2m"]);
+    let mut on_small = Client::connect(&small.addr).await;
+    let mut on_large = Client::connect(&large.addr).await;
+    let servers = [small, large];
+    let proxy = RunningProxy::start(pool_config(&servers)).await;
+    let mut c = proxy.client().await;
+    // Teach the proxy both servers' limits: a request to each opens its connection.
+    for key in (0..20).map(|i| format!("warm{i}")) {
+        exchange(&mut c, format!("get {key}\r\n").as_bytes()).await;
+    }
+    // 1.5 MB: the `-I 2m` server stores it, the `-I 1m` one refuses it itself (and the proxy, which
+    // takes the larger limit, lets it through to say so).
+    let len = 1_500_000;
+    let refused = exchange(&mut on_small, &set("probe", len, false)).await;
+    assert!(refused.starts_with(b"SERVER_ERROR "), "{refused:?}");
+    let (mut stored, mut refused_by_small) = (0, 0);
+    for key in (0..16).map(|i| format!("big{i}")) {
+        let answer = exchange(&mut c, &set(&key, len, false)).await;
+        let held_by_large = exchange(&mut on_large, format!("mg {key}\r\n").as_bytes()).await;
+        if held_by_large == b"HD\r\nMN\r\n" {
+            assert_eq!(answer, b"STORED\r\nMN\r\n", "{key} on the 2m server");
+            stored += 1;
+        } else {
+            assert_eq!(
+                answer, refused,
+                "{key} on the 1m server: memcached's own words"
+            );
+            refused_by_small += 1;
+        }
+    }
+    assert!(
+        stored > 0 && refused_by_small > 0,
+        "{stored} stored, {refused_by_small} refused"
+    );
+    // Over both servers' limits: refused by the proxy, in the same words.
+    let over = set("huge", 3 << 20, false);
+    assert_eq!(
+        exchange(&mut c, &over).await,
+        exchange(&mut on_large, &over).await
+    );
+    proxy.stop().await;
+}

@@ -16,12 +16,13 @@ pub struct Limits {
     /// The longest key. By default, this is 250 (memcached's `KEY_MAX_LENGTH`).
     pub max_key_len: usize,
     /// The largest value in a storage command. When `value_len_from_servers` (the default), a bound
-    /// only until a server has answered: then the smallest `item_size_max` the pool's servers report
+    /// only until a server has answered: then the largest `item_size_max` the pool's servers report
     /// is the limit. By default, this is [`VALUE_LEN_CEILING`].
     pub max_value_len: usize,
     /// Ask each server its `item_size_max` (`stats settings`) when a connection to it opens, and refuse
-    /// only values larger than the smallest any of the pool's servers reported: so the proxy refuses
-    /// no value the servers would store, and buffers no more than they would take. `--max-value-size`
+    /// only values larger than the largest any of the pool's servers reported: so the proxy refuses
+    /// no value a server of the pool would store (a smaller value over its own server's limit gets
+    /// that server's answer, as from memcached), and buffers no more than the servers would take. `--max-value-size`
     /// turns it off (its size is then the limit). By default, this is true.
     pub value_len_from_servers: bool,
     /// The longest command line other than a retrieval command's (whose keys stream through without a

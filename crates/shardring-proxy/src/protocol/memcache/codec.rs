@@ -43,7 +43,8 @@ pub struct RequestCodec {
     learned: Option<LearnedLimit>,
 }
 
-/// A value limit that is the smallest `item_size_max` a pool's servers reported.
+/// A value limit that is the largest `item_size_max` a pool's servers reported: no server of the pool
+/// stores a larger value, and a smaller one goes to its server, which answers for itself.
 #[derive(Debug, Clone)]
 struct LearnedLimit {
     /// What each of the pool's servers said.
@@ -64,7 +65,7 @@ impl RequestCodec {
         }
     }
 
-    /// A codec whose value limit is the smallest `item_size_max` any of `servers` reported, and
+    /// A codec whose value limit is the largest `item_size_max` any of `servers` reported, and
     /// `limits.max_value_len` (the ceiling) while none has.
     pub fn with_server_limits(limits: Limits, servers: Arc<[Arc<ServerFacts>]>) -> RequestCodec {
         let mut codec = RequestCodec {
@@ -105,12 +106,12 @@ impl RequestCodec {
             return;
         }
         learned.seen = now;
-        let smallest = learned
+        let largest = learned
             .servers
             .iter()
             .filter_map(|f| f.max_value_len())
-            .min();
-        self.limits.max_value_len = smallest.map_or(learned.ceiling, |s| s.min(learned.ceiling));
+            .max();
+        self.limits.max_value_len = largest.map_or(learned.ceiling, |s| s.min(learned.ceiling));
     }
 
     /// Takes a piece of a streamed retrieval line off `buf`, and notes whether the line goes on.

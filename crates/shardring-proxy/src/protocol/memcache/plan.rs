@@ -41,7 +41,7 @@ pub struct Memcache {
     /// With replicas, a read that misses tries the next replica too.
     replica_read_miss: bool,
     /// What the pool's servers said of themselves, when the value limit is theirs
-    /// ([`Limits::value_len_from_servers`]): each client connection's decoder reads the smallest
+    /// ([`Limits::value_len_from_servers`]): each client connection's decoder reads the largest
     /// `item_size_max` from it.
     servers: Option<Arc<[Arc<ServerFacts>]>>,
 }
