@@ -1,8 +1,8 @@
-//! The floors under a single cold lookup (#15): what the loads alone cost, measured with minimal loops
+//! The floors under a single cold lookup: what the loads alone cost, measured with minimal loops
 //! over the bench crate's key pools, beside the library's ring with and without its line table.
 //!
-//! `cargo run --release -p shardring-bench --bin lookup-floors [NODES]` (1000 by default; run it under
-//! `flock /tmp/bench.lock` on a shared machine). Each row is the best of 5 passes over 4,194,304 keys
+//! `cargo run --release -p shardring-bench --bin lookup-floors [NODES]` (1000 by default; on a shared
+//! machine, run it while no other benchmark runs). Each row is the best of 5 passes over 4,194,304 keys
 //! (16 bytes), independent lookups as the criterion bench's `independent` mode:
 //! - `bare xxh3`: the hash alone;
 //! - `two loads`: hash, the index entry of the hash's bucket, the node of the bucket's first point (the

@@ -3,8 +3,11 @@
 //! # How no change is missed or applied twice
 //! The source reads the pool with one range request, which etcd answers at one store revision `R`, then
 //! watches the pool's prefix from `R + 1`. Every change after the range therefore arrives exactly once,
-//! in revision order. It keeps the member set itself and hands out the whole set after each change, so
-//! a consumer never patches anything: a repeated snapshot (after a reconnect) builds nothing in a
+//! in revision order. A resumed watch starts after the last revision whose changes were applied (or
+//! that a progress notification vouched for), never after the revision etcd's answer to the watch's
+//! creation carries: that is etcd's current revision, and the changes up to it are still to come. It
+//! keeps the member set itself and hands out the whole set after each change, so a consumer never
+//! patches anything: a repeated snapshot (after a reconnect) builds nothing in a
 //! [`Follower`](shardring::membership::Follower).
 //!
 //! # Revisions, bursts and debounce
@@ -29,7 +32,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
+use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions, WatchStream};
 use shardring::membership::{Member, MembershipSnapshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -418,6 +421,21 @@ impl EtcdSource {
             }
             Err(_) => return SessionEnd::Failed(self.timeout(&format!("watch {prefix}"))),
         };
+        self.consume(state, &mut stream, sink, stop, backoff).await
+    }
+
+    /// Applies one watch's responses to `state` until the watch ends, handing out snapshots as the
+    /// [module docs](self) describe. `state.revision` is where a resumed watch starts (+ 1), so it only
+    /// ever moves to a revision whose events of ours have all been applied.
+    async fn consume(
+        &self,
+        state: &mut State,
+        stream: &mut impl Responses,
+        sink: &mut impl FnMut(Update),
+        stop: &CancellationToken,
+        backoff: &mut Duration,
+    ) -> SessionEnd {
+        let prefix = self.keys.servers_prefix().to_string();
         // When the first change of the current burst arrived; `None` when nothing is pending.
         let mut pending_since: Option<Instant> = None;
         let debounce = self.settings.debounce;
@@ -430,7 +448,7 @@ impl EtcdSource {
                     sink(Update::Snapshot(state.snapshot()));
                     continue;
                 }
-                m = stream.message() => m,
+                m = stream.next() => m,
             };
             let response = match message {
                 Ok(Some(r)) => r,
@@ -440,54 +458,60 @@ impl EtcdSource {
                         sink(Update::Snapshot(state.snapshot()));
                     }
                     let reason = match other {
-                        Err(e) => e.to_string(),
+                        Err(e) => e,
                         _ => "the stream closed".to_string(),
                     };
                     return SessionEnd::Failed(EtcdError::WatchEnded { prefix, reason });
                 }
             };
-            if response.compact_revision() > 0 {
+            if response.compacted > 0 {
                 if pending_since.is_some() {
                     sink(Update::Snapshot(state.snapshot()));
                 }
-                return SessionEnd::Compacted(response.compact_revision());
+                return SessionEnd::Compacted(response.compacted);
             }
-            if response.canceled() {
+            if let Some(reason) = response.canceled {
                 if pending_since.is_some() {
                     sink(Update::Snapshot(state.snapshot()));
                 }
                 return SessionEnd::Failed(EtcdError::WatchEnded {
                     prefix,
-                    reason: format!("cancelled by etcd: {}", response.cancel_reason()),
+                    reason: format!("cancelled by etcd: {reason}"),
                 });
             }
-            if response.created() {
+            if response.created {
                 *backoff = self.settings.retry_min;
             }
-            let events = response.events();
-            if events.is_empty() {
-                // A progress notification: nothing of ours changed up to the header's revision, so a
-                // later resume may start past it (and is less likely to meet a compaction).
-                if let Some(h) = response.header() {
-                    if pending_since.is_none() && h.revision() > state.revision {
-                        state.revision = h.revision();
+            if response.events.is_empty() {
+                // A progress notification: etcd sends one only to a watcher it has sent every event up
+                // to the header's revision, so nothing of ours changed up to there and a later resume
+                // may start past it (and is less likely to meet a compaction). Not the created
+                // response: its header is etcd's current revision whatever the watch's start, and the
+                // events from the start up to it are still to come; a watch that broke before they
+                // arrived would resume past them, and a delete among them (a lease that expired while
+                // the source was away) would never be seen.
+                if let Some(revision) = response.header.filter(|_| !response.created) {
+                    if pending_since.is_none() && revision > state.revision {
+                        state.revision = revision;
                     }
                 }
                 continue;
             }
+            let events = &response.events;
             for (i, event) in events.iter().enumerate() {
-                let Some(kv) = event.kv() else { continue };
-                let put = matches!(event.event_type(), EventType::Put);
-                if let Some(bad) =
-                    state.apply(&self.keys, put, kv.key(), kv.value(), kv.mod_revision())
-                {
+                if let Some(bad) = state.apply(
+                    &self.keys,
+                    event.put,
+                    &event.key,
+                    &event.value,
+                    event.revision,
+                ) {
                     tracing::warn!(%bad, "skipping a malformed server");
                     sink(Update::Malformed(bad));
                 }
                 let revision_complete = events
                     .get(i + 1)
-                    .and_then(|next| next.kv())
-                    .is_none_or(|next| next.mod_revision() != kv.mod_revision());
+                    .is_none_or(|next| next.revision != event.revision);
                 if debounce.is_zero() {
                     if revision_complete {
                         sink(Update::Snapshot(state.snapshot()));
@@ -496,6 +520,74 @@ impl EtcdSource {
                     pending_since = Some(Instant::now());
                 }
             }
+        }
+    }
+}
+
+/// One watch response, owned and reduced to what a session reads (so that a test can play etcd's side
+/// of an interleaving).
+#[derive(Debug, Default)]
+struct Response {
+    /// The response to the watch's creation.
+    created: bool,
+    /// Why etcd cancelled the watch, when it did.
+    canceled: Option<String>,
+    /// The compaction revision past the watch's start, when etcd reports one (the watch is cancelled).
+    compacted: i64,
+    /// The header's revision.
+    header: Option<i64>,
+    /// The events, in revision order.
+    events: Vec<Event>,
+}
+
+/// One change of one key.
+#[derive(Debug)]
+struct Event {
+    /// A put (else a delete).
+    put: bool,
+    /// The key.
+    key: Vec<u8>,
+    /// The value put (empty for a delete).
+    value: Vec<u8>,
+    /// The change's revision (a delete's is the delete's own).
+    revision: i64,
+}
+
+impl Response {
+    fn from_etcd(r: &etcd_client::WatchResponse) -> Response {
+        Response {
+            created: r.created(),
+            canceled: r.canceled().then(|| r.cancel_reason().to_string()),
+            compacted: r.compact_revision(),
+            header: r.header().map(|h| h.revision()),
+            events: r
+                .events()
+                .iter()
+                .filter_map(|e| {
+                    let kv = e.kv()?;
+                    Some(Event {
+                        put: matches!(e.event_type(), EventType::Put),
+                        key: kv.key().to_vec(),
+                        value: kv.value().to_vec(),
+                        revision: kv.mod_revision(),
+                    })
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Where a session reads its watch responses from: etcd's stream, or a test's script.
+trait Responses {
+    /// The next response; `Ok(None)` when the stream closed, `Err` with the reason when it broke.
+    async fn next(&mut self) -> Result<Option<Response>, String>;
+}
+
+impl Responses for WatchStream {
+    async fn next(&mut self) -> Result<Option<Response>, String> {
+        match self.message().await {
+            Ok(r) => Ok(r.as_ref().map(Response::from_etcd)),
+            Err(e) => Err(e.to_string()),
         }
     }
 }
@@ -529,6 +621,235 @@ mod tests {
             ),
             0..60,
         )
+    }
+
+    /// etcd's side of one watch, played from a script: each item is one response, or the break that
+    /// ends the watch; past the end the stream stays open and quiet (as a quiet pool's does).
+    struct Script(std::collections::VecDeque<Result<Response, String>>);
+
+    impl Responses for Script {
+        async fn next(&mut self) -> Result<Option<Response>, String> {
+            match self.0.pop_front() {
+                Some(r) => r.map(Some),
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn put(keys: &PoolKeys, name: &str, value: &str, revision: i64) -> Event {
+        Event {
+            put: true,
+            key: keys.server_key(name).into_bytes(),
+            value: value.as_bytes().to_vec(),
+            revision,
+        }
+    }
+
+    fn delete(keys: &PoolKeys, name: &str, revision: i64) -> Event {
+        Event {
+            put: false,
+            key: keys.server_key(name).into_bytes(),
+            value: Vec::new(),
+            revision,
+        }
+    }
+
+    fn clone_event(e: &Event) -> Event {
+        Event {
+            put: e.put,
+            key: e.key.clone(),
+            value: e.value.clone(),
+            revision: e.revision,
+        }
+    }
+
+    /// What etcd sends a watch from `start` when its current revision is `current`: the created
+    /// response (whose header is `current`), then the first `delivered` of the events of `history` from
+    /// `start` on, one response each, then a break.
+    fn watch_from(start: i64, current: i64, history: &[Event], delivered: usize) -> Script {
+        let created = Response {
+            created: true,
+            header: Some(current),
+            ..Response::default()
+        };
+        let events = history
+            .iter()
+            .filter(|e| e.revision >= start && e.revision <= current)
+            .take(delivered)
+            .map(|e| {
+                Ok(Response {
+                    header: Some(current),
+                    events: vec![clone_event(e)],
+                    ..Response::default()
+                })
+            });
+        let mut script: std::collections::VecDeque<_> =
+            std::iter::once(Ok(created)).chain(events).collect();
+        script.push_back(Err("connection reset".to_string()));
+        Script(script)
+    }
+
+    fn names(snapshot: &MembershipSnapshot) -> Vec<&str> {
+        snapshot.members().iter().map(|m| m.name()).collect()
+    }
+
+    /// The interleaving behind a dead server kept in the ring: the source's watch breaks, the server's
+    /// lease expires while it reconnects, and the next watch breaks again after its created response
+    /// but before etcd sent the delete. The third watch must start at the delete, not past it.
+    #[tokio::test]
+    async fn a_delete_not_yet_sent_when_a_resumed_watch_breaks_is_sent_to_the_next_one() {
+        let source = EtcdSource::builder(&["http://127.0.0.1:1"], "alpha")
+            .debounce(Duration::ZERO)
+            .build();
+        let keys = source.keys().clone();
+        let mut state = State::default();
+        for (name, addr) in [("cache-0", "10.0.0.1:11211"), ("cache-1", "10.0.0.2:11211")] {
+            state.apply(
+                &keys,
+                true,
+                keys.server_key(name).as_bytes(),
+                addr.as_bytes(),
+                2,
+            );
+        }
+        // etcd's history after the source's range at revision 2: a server registered under a lease,
+        // then the lease's expiry deleting it.
+        let history = [
+            put(&keys, "cache-5", "10.0.0.5:11211", 3),
+            delete(&keys, "cache-5", 4),
+        ];
+        let mut snapshots = Vec::new();
+        let mut starts = Vec::new();
+        let stop = CancellationToken::new();
+        let mut backoff = Duration::ZERO;
+        // Watch 1 (from 3, etcd at 3): the put, then a break. Watch 2 (etcd at 4 by then): the
+        // created response, then a break before the delete. Watch 3: everything from its start.
+        for (current, delivered) in [(3, 1), (4, 0), (4, usize::MAX)] {
+            let start = state.revision + 1;
+            starts.push(start);
+            let mut script = watch_from(start, current, &history, delivered);
+            let mut sink = |u| {
+                if let Update::Snapshot(s) = u {
+                    snapshots.push(s);
+                }
+            };
+            let end = source
+                .consume(&mut state, &mut script, &mut sink, &stop, &mut backoff)
+                .await;
+            assert!(matches!(end, SessionEnd::Failed(_)));
+        }
+        let last = snapshots.last().expect("snapshots");
+        assert_eq!(
+            names(last),
+            ["cache-0", "cache-1"],
+            "the watches started at {starts:?}; snapshots {snapshots:?}"
+        );
+        assert_eq!(last.revision(), 4);
+        assert_eq!(starts, [3, 4, 4], "where each watch started");
+    }
+
+    /// A progress notification (no events, not the created response) does move the resume point: etcd
+    /// sends one only when every event up to its revision has been sent.
+    #[tokio::test]
+    async fn a_progress_notification_moves_the_resume_point_and_the_created_response_does_not() {
+        let source = EtcdSource::builder(&["http://127.0.0.1:1"], "alpha").build();
+        let mut state = State {
+            revision: 2,
+            ..State::default()
+        };
+        let created = Response {
+            created: true,
+            header: Some(7),
+            ..Response::default()
+        };
+        let progress = Response {
+            header: Some(9),
+            ..Response::default()
+        };
+        let stop = CancellationToken::new();
+        let mut backoff = Duration::ZERO;
+        let mut script = Script(vec![Ok(created), Err("reset".to_string())].into());
+        source
+            .consume(&mut state, &mut script, &mut |_| {}, &stop, &mut backoff)
+            .await;
+        assert_eq!(state.revision, 2);
+        let mut script = Script(vec![Ok(progress), Err("reset".to_string())].into());
+        source
+            .consume(&mut state, &mut script, &mut |_| {}, &stop, &mut backoff)
+            .await;
+        assert_eq!(state.revision, 9);
+    }
+
+    /// A script whose responses arrive at the given offsets from `start` (on tokio's clock, so a test
+    /// with paused time steps through them without waiting). Cancel-safe, as etcd's stream is: a
+    /// response is taken only once it has arrived.
+    struct Timed {
+        start: Instant,
+        script: std::collections::VecDeque<(Duration, Result<Response, String>)>,
+    }
+
+    impl Responses for Timed {
+        async fn next(&mut self) -> Result<Option<Response>, String> {
+            let Some(&(at, _)) = self.script.front() else {
+                return std::future::pending().await;
+            };
+            tokio::time::sleep_until(self.start + at).await;
+            match self.script.pop_front() {
+                Some((_, r)) => r.map(Some),
+                None => Ok(None),
+            }
+        }
+    }
+
+    /// Writes that go on longer than the debounce still reach the consumer: every snapshot is handed
+    /// out exactly one debounce after the first change it carries, and carries every change received
+    /// until then.
+    #[tokio::test(start_paused = true)]
+    async fn a_debounced_snapshot_follows_its_first_change_by_the_debounce_while_writes_go_on() {
+        let debounce = Duration::from_millis(100);
+        let source = EtcdSource::builder(&["http://127.0.0.1:1"], "alpha")
+            .debounce(debounce)
+            .build();
+        let keys = source.keys().clone();
+        let started = Instant::now();
+        // One new server every 30 ms for 300 ms (revisions 3 to 13), then a quiet second and a break.
+        let mut script: std::collections::VecDeque<_> = (0..11)
+            .map(|i: i64| {
+                let event = put(&keys, &format!("s{i:02}"), "10.0.0.1:11211", 3 + i);
+                let response = Response {
+                    header: Some(3 + i),
+                    events: vec![event],
+                    ..Response::default()
+                };
+                (Duration::from_millis(30 * i as u64), Ok(response))
+            })
+            .collect();
+        script.push_back((Duration::from_secs(2), Err("reset".to_string())));
+        let script = Timed {
+            start: started,
+            script,
+        };
+        let mut out: Vec<(Duration, MembershipSnapshot)> = Vec::new();
+        let mut sink = |u| {
+            if let Update::Snapshot(s) = u {
+                out.push((started.elapsed(), s));
+            }
+        };
+        let mut state = State {
+            revision: 2,
+            ..State::default()
+        };
+        let stop = CancellationToken::new();
+        let mut backoff = Duration::ZERO;
+        source
+            .consume(&mut state, &mut { script }, &mut sink, &stop, &mut backoff)
+            .await;
+        let got: Vec<(u128, u64, usize)> = out
+            .iter()
+            .map(|(at, s)| (at.as_millis(), s.revision(), s.members().len()))
+            .collect();
+        // First changes at 0, 120 and 240 ms; each snapshot one debounce later, with what arrived by then.
+        assert_eq!(got, [(100, 6, 4), (220, 10, 8), (340, 13, 11)]);
     }
 
     const VALUES: [&str; 6] = [

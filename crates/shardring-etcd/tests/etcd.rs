@@ -64,6 +64,39 @@ impl Following {
         members_of(&self.shared.load())
     }
 
+    /// What the follower has: its servers, the revision of its last snapshot, its errors.
+    fn describe(&self) -> String {
+        format!(
+            "{:?} at revision {} ({} errors)",
+            self.members(),
+            self.stats.revision.load(Ordering::Relaxed),
+            self.stats.errors.load(Ordering::Relaxed)
+        )
+    }
+
+    /// Waits until the follower's ring has `n` servers.
+    async fn wait_len(&self, n: usize) {
+        wait_for(
+            || {
+                format!(
+                    "a ring of {n} servers; the follower has {}",
+                    self.describe()
+                )
+            },
+            || self.members().len() == n,
+        )
+        .await;
+    }
+
+    /// Waits until the follower has applied etcd's state at `revision` (or a later one).
+    async fn wait_revision(&self, revision: i64) {
+        wait_for(
+            || format!("revision {revision}; the follower has {}", self.describe()),
+            || self.stats.revision.load(Ordering::Relaxed) >= revision as u64,
+        )
+        .await;
+    }
+
     async fn stop(self) {
         self.stop.cancel();
         let _ = self.task.await;
@@ -88,6 +121,11 @@ fn expected(snapshot: &MembershipSnapshot) -> Vec<(String, u32)> {
         .collect()
 }
 
+/// How long a wait for an event may take before the test fails: only a backstop against a hang (each
+/// wait ends as soon as its event happens), so generous enough for a busy machine.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Polls `ok` until it holds or `limit` passes; whether it held.
 async fn wait_until(limit: Duration, mut ok: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
@@ -97,6 +135,14 @@ async fn wait_until(limit: Duration, mut ok: impl FnMut() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     ok()
+}
+
+/// Waits for `ok` (at most [`PATIENCE`]); fails saying what it waited for and what it saw instead.
+async fn wait_for(what: impl Fn() -> String, ok: impl FnMut() -> bool) {
+    let started = Instant::now();
+    if !wait_until(PATIENCE, ok).await {
+        panic!("waited {:?} for {}", started.elapsed(), what());
+    }
 }
 
 fn server(i: u32, weight: u32) -> Member {
@@ -112,6 +158,13 @@ async fn seed(src: &EtcdSource, n: u32) -> MembershipSnapshot {
     let members: Vec<Member> = (0..n).map(|i| server(i, 1)).collect();
     admin::publish(src, &members).await.unwrap();
     src.read().await.unwrap().snapshot
+}
+
+/// Writes `member` again as it is: a new revision that changes no server. Once a follower has applied
+/// it, it has applied everything written before; the event to wait on where a test would otherwise sleep
+/// to see that nothing more happens.
+async fn marker(src: &EtcdSource, member: &Member) -> i64 {
+    admin::put_member(src, member, None).await.unwrap()
 }
 
 /// xorshift: the writers' choices, reproducible without a dependency.
@@ -133,11 +186,8 @@ async fn followers_of_concurrent_writers_end_on_etcds_final_state_together() {
     seed(&src, 6).await;
     let a = Following::start(source(&etcd.url(), debounce), false);
     let b = Following::start(source(&etcd.url(), debounce), false);
-    assert!(
-        wait_until(Duration::from_secs(5), || a.members().len() == 6
-            && b.members().len() == 6)
-        .await
-    );
+    a.wait_len(6).await;
+    b.wait_len(6).await;
 
     // Three writers, 40 random adds / removes / re-weights each, all at once.
     let writers: Vec<_> = (0..3u64)
@@ -162,42 +212,19 @@ async fn followers_of_concurrent_writers_end_on_etcds_final_state_together() {
     for w in writers {
         w.await.unwrap();
     }
-    let last_write = Instant::now();
     let fin = src.read().await.unwrap().snapshot;
-    let want = expected(&fin);
-    let (mut at_a, mut at_b) = (None, None);
-    let reached = wait_until(Duration::from_secs(5), || {
-        if at_a.is_none() && a.members() == want {
-            at_a = Some(Instant::now());
-        }
-        if at_b.is_none() && b.members() == want {
-            at_b = Some(Instant::now());
-        }
-        at_a.is_some() && at_b.is_some()
-    })
-    .await;
     if fin.is_empty() {
         // The follower refuses an empty pool; both keep their last ring then. (Not with this seed.)
         return;
     }
-    assert!(
-        reached,
-        "followers {:?} / {:?}, etcd {want:?}",
-        a.members(),
-        b.members()
-    );
-    let (at_a, at_b) = (at_a.unwrap(), at_b.unwrap());
-    let apart = if at_a > at_b {
-        at_a - at_b
-    } else {
-        at_b - at_a
-    };
-    // Two followers disagree for no longer than the debounce (plus scheduling slack on a busy machine).
-    assert!(
-        apart <= debounce + Duration::from_millis(150),
-        "apart {apart:?}"
-    );
-    assert!(at_a.max(at_b) - last_write <= debounce + Duration::from_millis(500));
+    // Both followers reach etcd's final revision (each within a debounce of the last write: the
+    // source's unit tests hold that bound on a paused clock) with etcd's final servers.
+    let want = expected(&fin);
+    let revision = fin.revision() as i64;
+    a.wait_revision(revision).await;
+    b.wait_revision(revision).await;
+    assert_eq!(a.members(), want, "follower a; etcd at revision {revision}");
+    assert_eq!(b.members(), want, "follower b; etcd at revision {revision}");
     // And their rings are the ring built from etcd's final state, key for key.
     let reference = build(fin.members()).unwrap();
     for k in 0..2000 {
@@ -218,13 +245,13 @@ async fn one_transaction_is_one_snapshot_and_one_ring() {
     let src = source(&etcd.url(), Duration::ZERO);
     seed(&src, 2).await;
     let f = Following::start(source(&etcd.url(), Duration::ZERO), false);
-    assert!(wait_until(Duration::from_secs(5), || f.members().len() == 2).await);
+    f.wait_len(2).await;
     let generation = f.shared.generation();
     // Five servers published at once: one revision, so one new ring, not five.
     let members: Vec<Member> = (0..7).map(|i| server(i, 2)).collect();
     admin::publish(&src, &members).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || f.members().len() == 7).await);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    f.wait_len(7).await;
+    f.wait_revision(marker(&src, &members[0]).await).await;
     assert_eq!(f.shared.generation(), generation + 1);
     // Publishing the same set again writes nothing.
     assert_eq!(admin::publish(&src, &members).await.unwrap().written, 0);
@@ -241,15 +268,15 @@ async fn a_burst_within_the_debounce_is_one_ring_change() {
     seed(&src, 2).await;
     let debounce = Duration::from_millis(400);
     let f = Following::start(source(&etcd.url(), debounce), false);
-    assert!(wait_until(Duration::from_secs(5), || f.members().len() == 2).await);
+    f.wait_len(2).await;
     let generation = f.shared.generation();
     let started = Instant::now();
     for i in 2..12 {
         admin::put_member(&src, &server(i, 1), None).await.unwrap();
     }
     let burst = started.elapsed();
-    assert!(wait_until(Duration::from_secs(5), || f.members().len() == 12).await);
-    tokio::time::sleep(debounce).await;
+    f.wait_len(12).await;
+    f.wait_revision(marker(&src, &server(2, 1)).await).await;
     if burst < debounce / 2 {
         // Ten writes, ten revisions, one ring.
         assert_eq!(f.shared.generation(), generation + 1);
@@ -266,20 +293,16 @@ async fn etcd_killed_mid_run_keeps_the_ring_then_catches_up_after_a_restart() {
     let src = source(&etcd.url(), Duration::from_millis(20));
     seed(&src, 4).await;
     let f = Following::start(source(&etcd.url(), Duration::from_millis(20)), false);
-    assert!(wait_until(Duration::from_secs(5), || f.members().len() == 4).await);
+    f.wait_len(4).await;
     let before = f.shared.generation();
     let owner = f.shared.load().lookup("k").map(|n| n.name().to_string());
 
     etcd.kill();
-    assert!(
-        wait_until(Duration::from_secs(5), || f
-            .stats
-            .errors
-            .load(Ordering::Relaxed)
-            > 0)
-        .await,
-        "the loss is counted"
-    );
+    wait_for(
+        || format!("the loss to be counted; the follower has {}", f.describe()),
+        || f.stats.errors.load(Ordering::Relaxed) > 0,
+    )
+    .await;
     // The ring keeps serving while etcd is away.
     assert_eq!(f.shared.generation(), before);
     assert_eq!(
@@ -288,12 +311,9 @@ async fn etcd_killed_mid_run_keeps_the_ring_then_catches_up_after_a_restart() {
     );
 
     etcd.restart();
-    admin::put_member(&src, &server(9, 1), None).await.unwrap();
-    assert!(
-        wait_until(Duration::from_secs(10), || f.members().len() == 5).await,
-        "caught up: {:?}",
-        f.members()
-    );
+    let revision = admin::put_member(&src, &server(9, 1), None).await.unwrap();
+    f.wait_revision(revision).await;
+    assert_eq!(f.members().len(), 5, "caught up: {}", f.describe());
     f.stop().await;
 }
 
@@ -334,7 +354,11 @@ async fn a_compaction_past_the_watched_revision_resyncs_with_a_fresh_range() {
                 .await;
         })
     };
-    assert!(wait_until(Duration::from_secs(5), || shared.load().len() == 3).await);
+    wait_for(
+        || format!("a ring of 3 servers; log {:?}", log.lock().unwrap()),
+        || shared.load().len() == 3,
+    )
+    .await;
 
     // The follower loses etcd; meanwhile the pool changes and etcd compacts past what it has seen.
     relay.cut();
@@ -355,14 +379,17 @@ async fn a_compaction_past_the_watched_revision_resyncs_with_a_fresh_range() {
     relay.restore();
 
     let want = expected(&direct.read().await.unwrap().snapshot);
-    assert!(
-        wait_until(Duration::from_secs(10), || members_of(&shared.load())
-            == want)
-        .await,
-        "after the resync: {:?}, etcd {want:?}, log {:?}",
-        members_of(&shared.load()),
-        log.lock().unwrap()
-    );
+    wait_for(
+        || {
+            format!(
+                "etcd's servers {want:?} after the resync; the follower has {:?}, log {:?}",
+                members_of(&shared.load()),
+                log.lock().unwrap()
+            )
+        },
+        || members_of(&shared.load()) == want,
+    )
+    .await;
     assert!(
         log.lock().unwrap().iter().any(|l| l.starts_with("resync")),
         "{:?}",
@@ -381,22 +408,70 @@ async fn a_server_registered_under_an_expiring_lease_leaves_the_ring() {
     let src = source(&etcd.url(), Duration::ZERO);
     seed(&src, 2).await;
     let f = Following::start(source(&etcd.url(), Duration::ZERO), false);
-    assert!(wait_until(Duration::from_secs(5), || f.members().len() == 2).await);
+    f.wait_len(2).await;
     let mut client = admin::client(&src).await.unwrap();
-    let lease = client.lease_grant(2, None).await.unwrap().id();
-    admin::put_member(&src, &server(5, 1), Some(lease))
+    // etcd's own account of the key, on a connection of its own: the delete the lease expiry makes.
+    let key = src.keys().server_key("cache-5");
+    let mut deletes = client.watch(key.as_str(), None).await.unwrap();
+    let granted = Instant::now();
+    let lease = client.lease_grant(2, None).await.unwrap();
+    let put = admin::put_member(&src, &server(5, 1), Some(lease.id()))
         .await
         .unwrap();
-    assert!(wait_until(Duration::from_secs(5), || f.members().len() == 3).await);
-    // Nobody keeps the lease alive: the server vanishes when it expires.
-    let started = Instant::now();
-    assert!(
-        wait_until(Duration::from_secs(8), || f.members().len() == 2).await,
-        "{:?}",
-        f.members()
+    f.wait_len(3).await;
+    let seen = granted.elapsed();
+    // Nobody keeps the lease alive: etcd deletes the key when it expires. The wait is etcd's (its
+    // lessor and a raft round on a busy machine), bounded generously.
+    let deleted = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let response = match deletes.message().await {
+                Ok(Some(r)) => r,
+                // etcd itself went away: no follower could have seen a delete.
+                other => panic!("etcd's own watch on {key} ended: {other:?}"),
+            };
+            if let Some(kv) = response
+                .events()
+                .iter()
+                .find(|e| matches!(e.event_type(), etcd_client::EventType::Delete))
+                .and_then(|e| e.kv())
+            {
+                return kv.mod_revision();
+            }
+        }
+    })
+    .await;
+    let etcd_deleted = granted.elapsed();
+    let Ok(deleted) = deleted else {
+        let ttl = client
+            .lease_time_to_live(lease.id(), None)
+            .await
+            .map(|t| t.ttl());
+        panic!(
+            "etcd did not expire the {} s lease within 60 s (put at revision {put}, its time to live now {ttl:?})",
+            lease.ttl()
+        );
+    };
+    // The follower has the delete once its ring is at the delete's revision; from here it is the
+    // follower's wait, not etcd's.
+    let reached = wait_until(PATIENCE, || {
+        f.stats.revision.load(Ordering::Relaxed) >= deleted as u64
+    })
+    .await;
+    let timeline = format!(
+        "lease of {} s granted; put at revision {put}; follower had it after {seen:?}; etcd deleted it at \
+         revision {deleted} after {etcd_deleted:?}; the follower has {} after {:?}",
+        lease.ttl(),
+        f.describe(),
+        granted.elapsed()
     );
-    assert!(started.elapsed() >= Duration::from_millis(500));
-    assert!(!f.members().iter().any(|(n, _)| n == "cache-5"));
+    eprintln!("{timeline}");
+    assert!(reached, "the follower missed the delete: {timeline}");
+    assert!(etcd_deleted >= Duration::from_millis(500), "{timeline}");
+    assert!(
+        !f.members().iter().any(|(n, _)| n == "cache-5"),
+        "{timeline}"
+    );
+    assert_eq!(f.members().len(), 2, "{timeline}");
     f.stop().await;
 }
 
@@ -410,7 +485,7 @@ async fn malformed_values_are_skipped_and_counted_and_an_empty_pool_is_refused()
     seed(&src, 3).await;
     let f = Following::start(source(&etcd.url(), Duration::ZERO), false);
     let lenient = Following::start(source(&etcd.url(), Duration::ZERO), true);
-    assert!(wait_until(Duration::from_secs(5), || f.members().len() == 3).await);
+    f.wait_len(3).await;
 
     let mut client = admin::client(&src).await.unwrap();
     let key = src.keys().server_key("cache-1");
@@ -418,12 +493,12 @@ async fn malformed_values_are_skipped_and_counted_and_an_empty_pool_is_refused()
         .put(key.as_str(), "not an address", None)
         .await
         .unwrap();
-    assert!(wait_until(Duration::from_secs(5), || f.members().len() == 2).await);
+    f.wait_len(2).await;
     assert_eq!(f.stats.malformed.load(Ordering::Relaxed), 1);
     assert!(!f.members().iter().any(|(n, _)| n == "cache-1"));
     // A malformed key read by the initial range is skipped too.
     let late = Following::start(source(&etcd.url(), Duration::ZERO), false);
-    assert!(wait_until(Duration::from_secs(5), || late.members().len() == 2).await);
+    late.wait_len(2).await;
     assert_eq!(late.stats.malformed.load(Ordering::Relaxed), 1);
 
     // One bad delete of the whole pool: the strict follower keeps its ring, the lenient one empties.
@@ -435,16 +510,27 @@ async fn malformed_values_are_skipped_and_counted_and_an_empty_pool_is_refused()
         )
         .await
         .unwrap();
-    assert!(wait_until(Duration::from_secs(5), || lenient.members().is_empty()).await);
-    assert!(
-        wait_until(Duration::from_secs(5), || f
-            .stats
-            .errors
-            .load(Ordering::Relaxed)
-            > errors)
-        .await
-    );
-    assert_eq!(f.members().len(), 2);
+    wait_for(
+        || {
+            format!(
+                "an empty ring; the lenient follower has {}",
+                lenient.describe()
+            )
+        },
+        || lenient.members().is_empty(),
+    )
+    .await;
+    wait_for(
+        || {
+            format!(
+                "the empty pool refused; the strict follower has {}",
+                f.describe()
+            )
+        },
+        || f.stats.errors.load(Ordering::Relaxed) > errors,
+    )
+    .await;
+    assert_eq!(f.members().len(), 2, "{}", f.describe());
     f.stop().await;
     lenient.stop().await;
     late.stop().await;

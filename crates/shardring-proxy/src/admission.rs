@@ -3,8 +3,8 @@
 //!
 //! Every worker waits on the same socket ([`crate::workers`]), and the kernel wakes all of them for a
 //! new client; the first to call `accept` gets it. Left alone, that is nearly always the same worker:
-//! measured on 2 workers, one took all 16 clients of a load generator that connected them at once, in
-//! two runs of three, leaving the other idle. So a worker holding more clients than the least-loaded
+//! with two workers, one took every client of a load generator that connected them at once, leaving
+//! the other idle. So a worker holding more clients than the least-loaded
 //! worker does not accept until the others catch up (least connections, as nginx's and Envoy's load
 //! balancers pick among upstreams). The least-loaded worker never waits, so a waiting client is always
 //! taken by someone; a worker waits on a wake-up sent whenever a client of the pool comes or goes, so

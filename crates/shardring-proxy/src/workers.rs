@@ -13,7 +13,7 @@
 //!
 //! The previous multi-worker mode, one tokio multi-thread runtime, let a client's task and its server
 //! connections' tasks run on different threads, so each request crossed threads twice, with work
-//! stealing and cross-thread wake-ups on top (`BENCHMARKS.md`, "proxy: a per-thread data path (#16)").
+//! stealing and cross-thread wake-ups on top (`BENCHMARKS.md`, "proxy: a per-thread data path").
 //!
 //! Why one shared listening socket rather than one `SO_REUSEPORT` socket per worker: the proxy, not a
 //! hash of the client's address, decides which worker takes a client (the least loaded one:
@@ -23,8 +23,8 @@
 //! rarely (they keep their connections), so the extra wake-ups cost little.
 //!
 //! How many ([`default_workers`]): a proxy on a small machine shares its cores with its servers, its
-//! clients and the kernel's loopback and network work, which is most of a proxy's cost (85–90 % of
-//! CPU is in the kernel, measured here). There, one worker wins: every syscall is the proxy's own
+//! clients and the kernel's loopback and network work, which is most of a proxy's cost (most of its
+//! CPU time is spent in the kernel). There, one worker wins: every syscall is the proxy's own
 //! thread's, and write batches are largest (`BENCHMARKS.md`, proxy section). With cores to spare, more
 //! workers serve more requests. The rule: up to 4 CPUs, one worker; above, half the CPUs (the other
 //! half is left to the kernel's network work and the neighbours), at most 32. CPUs are counted as

@@ -223,7 +223,12 @@ async fn under_load_membership_changes_lose_and_misroute_nothing_and_move_only_w
                 "round {round}: {k} is back where it was"
             );
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The load goes on between rounds: wait until it has made some requests on this membership.
+        let so_far = requests.load(Ordering::Relaxed);
+        eventually("the load's requests between rounds", || {
+            requests.load(Ordering::Relaxed) >= so_far + 60
+        })
+        .await;
     }
     running.store(false, Ordering::Relaxed);
     for l in load {

@@ -6,9 +6,9 @@
 //! lines of its own; each thread picks one stripe for its life, so two threads on different stripes never
 //! write to the same line. Reading the counts sums the stripes, which is cheap next to how rarely it is done.
 //!
-//! Measured (`cargo bench -p shardring-bench --bench shared -- load-counters`, idle 2-core VM): counting
-//! adds about 4 ns to a 15.7 ns lookup on one thread; with two threads the striped counters keep 99 M
-//! counted lookups/s (1.95× one thread), where a single shared row of counters drops to 57 M/s.
+//! Counting costs a fraction of a lookup on one thread; with two threads the striped counters nearly
+//! double the counted lookups a second, where a single shared row of counters loses ground to the
+//! contended lines (BENCHMARKS.md, "load counters", with the command that measures it).
 //!
 //! # Recent traffic
 //! Counters count from their creation (a [`SharedRing`](crate::shared::SharedRing) makes fresh ones with

@@ -44,10 +44,24 @@ pub fn etcd_available() -> bool {
 /// A free TCP port on 127.0.0.1 (free when asked; a race with other processes is possible and retried by
 /// the callers that bind).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on 127.0.0.1")
+    // The kernel hands out a random free port, so two calls of one test binary, whose tests start
+    // their etcds at once, now and then get the same one while neither is bound yet: the second etcd
+    // would then exit, and its test would talk to the first test's etcd (and see it vanish when that
+    // test ends, its ring frozen). So a port is handed out once per process.
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port on 127.0.0.1");
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// An etcd child process.
@@ -147,6 +161,12 @@ impl Etcd {
                 let mut out = String::new();
                 let _ = s.read_to_string(&mut out);
                 if out.contains("\"health\":\"true\"") {
+                    // Only ours if it still runs: an etcd whose port was taken exits at once.
+                    if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                        panic!(
+                            "etcd exited at start ({status}); something else answers on {health}"
+                        );
+                    }
                     return;
                 }
             }

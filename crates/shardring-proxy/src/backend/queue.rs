@@ -5,10 +5,9 @@
 //! tokio unbounded mpsc channel because the connection takes every queued request in one lock, then
 //! hands them out without touching shared state again, and a send wakes the task only when the queue
 //! was empty (it is awake, or about to be, otherwise). With requests from many clients arriving
-//! between two turns of the connection, that took a proxied get from 7,323 to 7,129 user-space
-//! instructions and a set from 7,256 to 7,085; the queue itself costs about 190 a request
-//! (`scripts/proxy-instructions`, callgrind; BENCHMARKS.md, "proxy: user-space cost per request
-//! (#16)").
+//! between two turns of the connection, that made a proxied get and set cheaper in user-space
+//! instructions, and the queue itself is a small part of a request's cost (BENCHMARKS.md, "proxy:
+//! user-space cost per request", measured by `scripts/proxy-instructions`).
 //!
 //! A session and the connections it sends to run on one worker thread ([`crate::workers`]), so the
 //! lock is not contended; it is a lock rather than a cell because tasks are `Send`.

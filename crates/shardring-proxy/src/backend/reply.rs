@@ -5,8 +5,8 @@
 //! (those to one server, and each part of a fan-out), each request takes the next numbered slot of it,
 //! and the server connection fills the slot ([`SlotSender`]). A fill wakes the session only when that
 //! slot is awaited (the session writes answers in order, so it waits for one at a time). Against a
-//! tokio oneshot per request, this saves the oneshot's heap allocation and its waker clones (callgrind,
-//! `scripts/proxy-instructions`: BENCHMARKS.md, "proxy: user-space cost per request (#16)").
+//! tokio oneshot per request, this saves the oneshot's heap allocation and its waker clones
+//! (BENCHMARKS.md, "proxy: user-space cost per request", measured by `scripts/proxy-instructions`).
 //!
 //! Only futures polled by the session's own task may take slots (the queue wakes one task). Replies
 //! awaited elsewhere (the follow-up copies a fan-out or a warm-up spawns as tasks of their own) and

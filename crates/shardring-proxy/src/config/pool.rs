@@ -320,7 +320,7 @@ impl PoolConfig {
             );
         }
         if self.redis {
-            // The remedies of issue 14 read and write memcached's meta commands and TTLs: a redis
+            // The miss-storm remedies read and write memcached's meta commands and TTLs: a redis
             // pool would take them silently and do none of it (or, with a gutter, keep dead servers'
             // keys there without a TTL cap).
             let set = [

@@ -19,10 +19,10 @@
 //!
 //! # JumpBackHash
 //! [`jump_back_hash`] (Ertl 2024) gives the same guarantees in expected constant time with integer
-//! arithmetic only. It measured about 2× faster than [`jump_hash`] at 10 buckets and 5–20× faster
-//! at 100 to 10^7 buckets (`examples/compare.rs --jump-only`), so it is offered as its own algorithm, `jumpback`
-//! ([`Jump::jump_back`]); `jump` stays the paper's function, whose bucket sequence other jump
-//! implementations share.
+//! arithmetic only. It is faster than [`jump_hash`] at every bucket count, and many times faster from
+//! 100 buckets on (BENCHMARKS.md, "jump against JumpBackHash"), so it is offered as its own algorithm,
+//! `jumpback` ([`Jump::jump_back`]); `jump` stays the paper's function, whose bucket sequence other
+//! jump implementations share.
 //!
 //! Bucket numbers follow the order nodes are given, so that order is part of the configuration: two
 //! processes must list the nodes in the same order to agree.

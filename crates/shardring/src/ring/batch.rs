@@ -22,15 +22,14 @@ use crate::hash::HashFunction;
 
 /// Keys per chunk. A step of the skewed passes keeps two or three chunks' lines in flight, enough
 /// to cover memory latency (a core tracks a few dozen outstanding lines), and the chunks' hashes and
-/// bucket starts stay on the stack in L1. 32 rather than 16: at 10,000 nodes × 160 points over the
-/// bench crate's cold pool, 10.0-10.3 ns a key against 11.0-12.1, and the same within noise at 1000
-/// nodes (`lookup-floors 10000` and `lookup-floors 1000`, two builds interleaved, two runs each).
+/// bucket starts stay on the stack in L1. 32 rather than 16: faster a key at 10,000 nodes × 160 points
+/// over the bench crate's cold pool, and the same within noise at 1000 nodes (BENCHMARKS.md,
+/// "lookup-floors", chunk sizes).
 pub(crate) const BATCH: usize = 32;
 
 /// Keys per chunk through a line table. Its two passes ask for one line a key, so smaller chunks
-/// keep too few lines in flight: chunks of 8 and 16 were slower than 32 at 10,000 nodes in a scratch
-/// loop, and chunks of 64 measured no better than 32 (`lookup-floors 10000` and `1000` with the
-/// constant changed, two runs each).
+/// keep too few lines in flight: chunks of 8 and 16 were slower than 32 at 10,000 nodes, and chunks of
+/// 64 no better than 32 (BENCHMARKS.md, "lookup-floors", chunk sizes).
 const LINE_BATCH: usize = 32;
 
 impl Ring {

@@ -36,9 +36,8 @@ pub(crate) struct TopBitsIndex {
 ///
 /// Fewer buckets would shrink the index below the L2 cache (512 KiB at 1000 nodes × 160 points; half
 /// as many buckets make it 256 KiB), but lookups then scan more points, and over the bench crate's cold
-/// pool they came out slower, single and batched: 16.9 and 11.7 ns against 12.9 and 8.8 at half the
-/// buckets, 18.8 and 12.5 at a quarter (one-off loop, best of 5, before batches counted without a
-/// branch). The points, 1.25 MiB, are the larger part of a cold lookup's footprint either way.
+/// pool they came out slower, single and batched, at half and at a quarter of the buckets. The points,
+/// 1.25 MiB, are the larger part of a cold lookup's footprint either way.
 pub(crate) fn bits_for(len: usize) -> u32 {
     (usize::BITS - 1 - len.max(1).leading_zeros()).clamp(1, MAX_BITS)
 }
@@ -185,11 +184,10 @@ impl TopBitsIndex {
     /// As [`search`](TopBitsIndex::search), counting a bucket's points below `hash` [`WINDOW`] at a time
     /// without a branch on their positions; what lookups use. `search` stops at the first point not
     /// below `hash`, a branch the CPU mispredicts on about every other lookup of keys in an order it has
-    /// not learnt, and the misprediction also throws away the lookups already under way: at 1000 nodes
-    /// over the bench crate's cold pool of xxh3 keys, 12.4 ns a lookup against 7.0 counting, and with
-    /// CRC-32 keys 14.5 against 9.5. The branch wins only over keys repeated in the same order, which
-    /// the branch predictor learns (the bench crate's hot pool: 3.2 ns against 5.3;
-    /// `bench/src/bin/lookup-floors.rs` measures both orders).
+    /// not learnt, and the misprediction also throws away the lookups already under way, so over the
+    /// bench crate's cold pool counting is much the faster, with xxh3 and with CRC-32 keys. The branch
+    /// wins only over keys repeated in the same order, which the branch predictor learns (the bench
+    /// crate's hot pool). BENCHMARKS.md, "lookup-floors", has both orders.
     #[inline]
     pub(crate) fn search_counting(&self, points: &[Point], hash: u32) -> usize {
         if !self.counts() {

@@ -217,9 +217,8 @@ impl LineTable {
     unsafe_code,
     reason = "SSE2 compares: written as a loop, LLVM vectorised the compares but counted them with a \
               software popcount (x86-64's baseline has no popcnt) or assembled the mask lane by lane, \
-              and single lookups were slower in a scratch loop; with these, line-table \
-              lookups at 1000 nodes × 160 points take 6.3 ns against the index's 8.6 (BENCHMARKS.md, \
-              shardring-ring-lines against shardring-ring, cold pool)"
+              and single lookups were slower; with these, line-table lookups beat the index's \
+              (BENCHMARKS.md, shardring-ring-lines against shardring-ring, cold pool)"
 )]
 fn compare(marks: &[u16; SLOTS], mark: u16) -> (u32, bool) {
     use core::arch::x86_64::{

@@ -174,8 +174,8 @@ impl Ring {
         match self.scheme {
             // The library's own scheme hashes the key as it is, and the default hash (and CRC32, the
             // ketama world's) are called directly: the full hash dispatch (with the twemproxy
-            // hashes) and the compatibility schemes' key rules are too big to inline, and calling
-            // them costs 2-3 ns a lookup.
+            // hashes) and the compatibility schemes' key rules are too big to inline, and a call
+            // costs a visible share of a lookup.
             PointScheme::Plain => match self.hash {
                 HashFunction::Xxh3 => crate::hash::xxh3_64(key) as u32,
                 HashFunction::Crc32 => crate::hash::crc32(key),
@@ -284,10 +284,10 @@ impl Ring {
     /// The search counts a bucket's points below the hash without a branch on their positions
     /// ([`TopBitsIndex::search_counting`]). A search that stops at the first point not below the hash
     /// ends on a branch the CPU cannot predict for keys it has not seen in that order, and its
-    /// misprediction throws away the lookups already under way: over the bench crate's cold pool at
-    /// 1000 nodes × 160 points it cost 12.4 ns a lookup against 7.0 counting; over 4096 cached keys
-    /// arriving in a changing order 11.5 against 5.9. It wins only when the same keys come back in the
-    /// same order, which a branch predictor learns (3.2 against 5.3 ns; `bench/src/bin/lookup-floors.rs`).
+    /// misprediction throws away the lookups already under way: over the bench crate's cold pool, and
+    /// over cached keys arriving in a changing order, counting is much the faster. The branch wins only
+    /// when the same keys come back in the same order, which a branch predictor learns (BENCHMARKS.md,
+    /// "lookup-floors").
     #[inline]
     fn point_at(&self, hash: u32) -> Option<usize> {
         if self.points.is_empty() {

@@ -339,7 +339,7 @@ fn migration_plan_covers_exactly_the_moved_hashes() {
 
 #[test]
 fn acceptance_spread_and_movement_at_ten_nodes() {
-    // Issue #2's acceptance figures: 10 nodes × 160 points, 1M keys.
+    // The ring's original acceptance figures: 10 nodes × 160 points, 1M keys.
     let names: Vec<String> = (0..10).map(|i| format!("node-{i}")).collect();
     let keys = KeySet::synthetic(1_000_000);
     let ring = ring_of(&names, 160);
@@ -365,7 +365,7 @@ fn acceptance_spread_and_movement_at_ten_nodes() {
 }
 
 proptest! {
-    /// Issue 6: the in-place merge and the incremental index update give exactly the ring a full
+    /// The in-place merge and the incremental index update give exactly the ring a full
     /// build gives, with few vnodes (so positions collide) and across index sizes.
     #[test]
     fn adding_nodes_one_by_one_equals_a_full_build(names in names_strategy(), vnodes in 1u32..40,
@@ -644,7 +644,7 @@ fn check_owners(ring: &Ring, hashes: &[u32], keys: &[Vec<u8>]) -> Result<(), Tes
 }
 
 proptest! {
-    /// Issue 15: a ring with a line table places every key as the oracle does, after a build and
+    /// A ring with a line table places every key as the oracle does, after a build and
     /// after every membership change (adds, removes, new weights), with colliding positions (CRC32
     /// and few vnodes) and every hash; and its table is always the one its points give.
     #[test]

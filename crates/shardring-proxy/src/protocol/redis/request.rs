@@ -120,7 +120,7 @@ pub struct RequestError {
 }
 
 /// A request's argument ranges: three are kept inline, so `GET key` and `SET key value` are decoded
-/// without a heap allocation (callgrind: the one allocation left on a proxied `GET`).
+/// without a heap allocation (it was the one allocation left on a proxied `GET`).
 pub type Args = smallvec::SmallVec<[Range<usize>; 3]>;
 
 /// A whole request found by [`RequestScanner::scan`].

@@ -11,15 +11,15 @@
 //!   through the tables;
 //! - longer keys, and CPUs without `pclmulqdq`, go to `crc32fast`, whose wider folds win there.
 //!
-//! Over 16-byte keys, at 1000 nodes × 160 points, cold pool: single ring lookups (`Ring::lookup_hash`
-//! after the hash) take 12.4–13.0 ns through [`crc32`] against 12.7–13.6 through `crc32fast`
-//! (`flock /tmp/bench.lock target/release/lookup-floors 1000`, its CRC-32 rows, 2026-12-01, four runs):
-//! a few percent. A cold lookup is bound by how many lookups the CPU keeps in flight, and the tables
-//! take about three times the instructions of the multiplies for a 16-byte key, so the fastest bare
-//! hash is not the fastest lookup: over the cold pool the bare hash alone is no faster than
-//! `crc32fast`'s (BENCHMARKS.md, the bare-hash table, `crc32 (shardring)` against `crc32 (crc32fast)`). In a loop of bare hashes,
-//! where nothing else waits, the tables win for short keys, so batches, which hash a chunk of keys in
-//! a loop of their own, take [`crc32_throughput`] (BENCHMARKS.md, `shardring-ring-crc32` batched).
+//! Over 16-byte keys, at 1000 nodes × 160 points, cold pool, single ring lookups (`Ring::lookup_hash`
+//! after the hash) are a few percent faster through [`crc32`] than through `crc32fast` (BENCHMARKS.md,
+//! "lookup-floors", its CRC-32 rows). A cold lookup is bound by how many lookups the CPU keeps in
+//! flight, and the tables take several times the instructions of the multiplies for a 16-byte key, so
+//! the fastest bare hash is not the fastest lookup: over the cold pool the bare hash alone is no faster
+//! than `crc32fast`'s (BENCHMARKS.md, the bare-hash table, `crc32 (shardring)` against
+//! `crc32 (crc32fast)`). In a loop of bare hashes, where nothing else waits, the tables win for short
+//! keys, so batches, which hash a chunk of keys in a loop of their own, take [`crc32_throughput`]
+//! (BENCHMARKS.md, `shardring-ring-crc32` batched).
 
 #[cfg(target_arch = "x86_64")]
 mod clmul;
@@ -51,7 +51,7 @@ pub fn crc32(key: &[u8]) -> u32 {
 
 /// [`crc32`] for a loop that hashes many keys back to back and waits on nothing else, as the first
 /// pass of `Ring::lookup_many`: keys up to [`THROUGHPUT_TABLES`] bytes go through the tables, whose
-/// fifty-odd independent instructions keep the CPU busier than the multiplies' chain of dependent
+/// many independent instructions keep the CPU busier than the multiplies' chain of dependent
 /// ones (batched CRC-32 ring lookups measured faster with the tables when this was written). The same
 /// values as [`crc32`].
 #[inline(always)]

@@ -76,7 +76,7 @@ fn fold<const N: usize>(crc: u32, block: &[u8; N]) -> u32 {
     let head = (crc ^ u32::from_le_bytes([block[0], block[1], block[2], block[3]])).to_le_bytes();
     let mut folded = 0;
     // A plain counted loop over a constant `N`, which LLVM unrolls into one load and one XOR a byte;
-    // an iterator chain (`enumerate().skip(4)`) stayed a loop, half again as many instructions.
+    // an iterator chain (`enumerate().skip(4)`) stayed a loop, with more instructions a byte.
     for i in 0..N {
         let byte = if i < 4 { head[i] } else { block[i] };
         folded ^= TABLES[N - 1 - i][usize::from(byte)];
