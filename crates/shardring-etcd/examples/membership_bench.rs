@@ -4,9 +4,6 @@
 //!
 //! Run with `scripts/bench-membership` (a release build); prints Markdown.
 
-#[path = "../tests/support/etcd.rs"]
-mod support;
-
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +14,7 @@ use shardring::membership::{Follower, Member, MembershipSnapshot};
 use shardring::shared::SharedRing;
 use shardring::Ring;
 use shardring_etcd::{admin, follow, twemproxy_ketama, EtcdSource, FollowStats};
-use support::{Etcd, Relay};
+use test_support::{Etcd, Relay};
 use tokio_util::sync::CancellationToken;
 
 fn build(members: &[Member]) -> Result<Ring, shardring::Error> {
@@ -194,7 +191,7 @@ async fn faults() {
         .expect("publish");
 
     // Unreachable at start.
-    let closed = format!("http://127.0.0.1:{}", support::free_port());
+    let closed = format!("http://127.0.0.1:{}", test_support::free_port());
     let t = Instant::now();
     let err = source(&closed, Duration::ZERO).read().await;
     println!(
@@ -367,7 +364,7 @@ async fn faults() {
 
 #[tokio::main]
 async fn main() {
-    if !support::etcd_available() {
+    if !test_support::etcd_available() {
         std::process::exit(1);
     }
     rebuild();

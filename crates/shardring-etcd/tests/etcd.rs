@@ -1,9 +1,6 @@
 //! The etcd source against a real etcd (Debian's `etcd-server`) started on free 127.0.0.1 ports with a
 //! temporary data dir. Skipped with a loud message when etcd is not installed and `CI` is unset.
 
-#[path = "support/etcd.rs"]
-mod support;
-
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,7 +11,7 @@ use shardring::membership::{Follower, Member, MembershipError, MembershipSnapsho
 use shardring::shared::SharedRing;
 use shardring::Ring;
 use shardring_etcd::{admin, follow, twemproxy_ketama, EtcdSource, FollowStats, Update};
-use support::{etcd_available, Etcd, Relay};
+use test_support::{etcd_available, Etcd, Relay};
 use tokio_util::sync::CancellationToken;
 
 const POOL: &str = "alpha";
@@ -539,7 +536,7 @@ async fn malformed_values_are_skipped_and_counted_and_an_empty_pool_is_refused()
 #[tokio::test]
 async fn an_unreachable_etcd_at_start_is_a_clear_error() {
     // No etcd needed: nothing listens on this port.
-    let port = support::free_port();
+    let port = test_support::free_port();
     let src = source(&format!("http://127.0.0.1:{port}"), Duration::ZERO);
     let started = Instant::now();
     let err = src.read().await.unwrap_err();

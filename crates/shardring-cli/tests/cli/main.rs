@@ -1,0 +1,12 @@
+//! The `shardring` command's integration tests, one test binary: each file here is a module, so the
+//! test harness and its dependencies are linked once rather than once per file. A test keeps its name
+//! under its module's, so `cargo test -p shardring-cli <part of a name>` still finds it, and
+//! `cargo test -p shardring-cli --test cli <module>::` runs one file's tests.
+
+mod compat;
+mod compat_java_go;
+mod contract;
+mod descriptors;
+mod members;
+mod proxy;
+mod simulate;
