@@ -16,8 +16,8 @@ pub struct Limits {
     /// The longest key. By default, this is 250 (memcached's `KEY_MAX_LENGTH`).
     pub max_key_len: usize,
     /// The largest value in a storage command. When `value_len_from_servers` (the default), a bound
-    /// only until a server has answered: then the largest `item_size_max` the pool's servers report
-    /// is the limit. By default, this is [`VALUE_LEN_CEILING`].
+    /// only until every server has answered: then the largest `item_size_max` the pool's servers
+    /// report is the limit. By default, this is [`VALUE_LEN_CEILING`].
     pub max_value_len: usize,
     /// Ask each server its `item_size_max` (`stats settings`) when a connection to it opens, and refuse
     /// only values larger than the largest any of the pool's servers reported: so the proxy refuses

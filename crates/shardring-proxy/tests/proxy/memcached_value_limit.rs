@@ -71,8 +71,11 @@ async fn with_default_flags_a_value_the_servers_store_is_stored_and_a_larger_one
             );
         }
     }
-    // The proxy has learned the servers' limit: a value over it is refused without being sent (the
-    // bytes are the same either way).
+    // Once every server has said its limit (a request to each opens its connection), a value over
+    // it is refused without being sent (the bytes are the same either way).
+    for key in (0..32).map(|i| format!("{i}-any")) {
+        exchange(&mut c, format!("get {key}\r\n").as_bytes()).await;
+    }
     let refused = pool.client_errors.get();
     let input = set("huge", 3 << 20, false);
     assert_eq!(
@@ -119,7 +122,7 @@ async fn servers_of_different_item_sizes_each_store_what_they_can_and_refuse_in_
     let proxy = RunningProxy::start(pool_config(&servers)).await;
     let mut c = proxy.client().await;
     // Teach the proxy both servers' limits: a request to each opens its connection.
-    for key in (0..20).map(|i| format!("warm{i}")) {
+    for key in (0..32).map(|i| format!("{i}-big")) {
         exchange(&mut c, format!("get {key}\r\n").as_bytes()).await;
     }
     // 1.5 MB: the `-I 2m` server stores it, the `-I 1m` one refuses it itself (and the proxy, which
@@ -128,7 +131,9 @@ async fn servers_of_different_item_sizes_each_store_what_they_can_and_refuse_in_
     let refused = exchange(&mut on_small, &set("probe", len, false)).await;
     assert!(refused.starts_with(b"SERVER_ERROR "), "{refused:?}");
     let (mut stored, mut refused_by_small) = (0, 0);
-    for key in (0..16).map(|i| format!("big{i}")) {
+    // Keys that differ in their first byte: twemproxy's fnv1a_64 keeps only the low 32 bits of its
+    // 64-bit prime, so keys that differ only at the end hash close together and share a server.
+    for key in (0..32).map(|i| format!("{i}-big")) {
         let answer = exchange(&mut c, &set(&key, len, false)).await;
         let held_by_large = exchange(&mut on_large, format!("mg {key}\r\n").as_bytes()).await;
         if held_by_large == b"HD\r\nMN\r\n" {

@@ -43,8 +43,9 @@ pub struct RequestCodec {
     learned: Option<LearnedLimit>,
 }
 
-/// A value limit that is the largest `item_size_max` a pool's servers reported: no server of the pool
-/// stores a larger value, and a smaller one goes to its server, which answers for itself.
+/// A value limit that is the largest `item_size_max` a pool's servers reported, once every one of
+/// them has: no server of the pool stores a larger value, and a smaller one goes to its server,
+/// which answers for itself.
 #[derive(Debug, Clone)]
 struct LearnedLimit {
     /// What each of the pool's servers said.
@@ -66,7 +67,7 @@ impl RequestCodec {
     }
 
     /// A codec whose value limit is the largest `item_size_max` any of `servers` reported, and
-    /// `limits.max_value_len` (the ceiling) while none has.
+    /// `limits.max_value_len` (the ceiling) while any of them has not.
     pub fn with_server_limits(limits: Limits, servers: Arc<[Arc<ServerFacts>]>) -> RequestCodec {
         let mut codec = RequestCodec {
             limits,
@@ -106,11 +107,13 @@ impl RequestCodec {
             return;
         }
         learned.seen = now;
+        // A server that has not said (not connected to yet, or one that does not answer `stats
+        // settings`) may store anything up to the ceiling: until every server has said, the ceiling.
         let largest = learned
             .servers
             .iter()
-            .filter_map(|f| f.max_value_len())
-            .max();
+            .map(|f| f.max_value_len())
+            .try_fold(0, |most, len| len.map(|len| most.max(len)));
         self.limits.max_value_len = largest.map_or(learned.ceiling, |s| s.min(learned.ceiling));
     }
 

@@ -442,9 +442,13 @@ fn the_value_limit_is_the_largest_any_server_reported_within_the_ceiling() {
     assert!(!too_large(decode(b"set k 0 0 3000000\r\n")));
     assert!(too_large(decode(b"set k 0 0 5000000\r\n")));
     // Servers of 2 MiB and 1 MiB: only what neither stores is refused here; a value between the two
-    // goes to its server, which answers for itself.
+    // goes to its server, which answers for itself. Not before the third has said too: it may store
+    // anything up to the ceiling.
     facts[0].set_max_value_len(2 << 20);
     facts[1].set_max_value_len(1 << 20);
+    assert!(!too_large(decode(b"set k 0 0 3000000\r\n")));
+    facts[2].set_max_value_len(1 << 20);
+    assert!(too_large(decode(b"set k 0 0 3000000\r\n")));
     assert!(!too_large(decode(b"set k 0 0 1048577\r\n")));
     assert!(!too_large(decode(b"set k 0 0 2097152\r\n")));
     assert!(too_large(decode(b"set k 0 0 2097153\r\n")));
