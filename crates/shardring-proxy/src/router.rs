@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use shardring::compat::twemproxy::{self, Distribution, TwemproxyServer};
-use shardring::hash::TwemproxyHash;
 use shardring::splitmix::{SplitMix64, GOLDEN_GAMMA};
 use shardring::Placement;
+
+use crate::config::PlacementSpec;
 
 /// One state of a pool's placement.
 #[derive(Debug)]
@@ -101,19 +102,6 @@ fn random_u64() -> u64 {
         .fetch_add(GOLDEN_GAMMA, Ordering::Relaxed)
         .wrapping_add(GOLDEN_GAMMA);
     SplitMix64::mix(state)
-}
-
-/// How a pool places keys: its servers and twemproxy's placement settings.
-#[derive(Debug, Clone, Copy)]
-pub struct PlacementSpec<'a> {
-    /// The pool's servers, in config order.
-    pub servers: &'a [TwemproxyServer],
-    /// `hash`.
-    pub hash: TwemproxyHash,
-    /// `hash_tag`.
-    pub hash_tag: Option<[u8; 2]>,
-    /// `distribution`.
-    pub distribution: Distribution,
 }
 
 /// Builds the placement of `spec` over the servers whose `live` flag is set: nutcracker's own placement

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
-use shardring_proxy::config::{ConfigErrors, GutterConfig, HotKeysConfig};
+use shardring_proxy::config::{
+    ConfigErrors, GutterConfig, HotKeysConfig, ProtocolConfig, Remedies,
+};
 use shardring_proxy::{membership, workers, ProxyConfig, RunOptions};
 
 use crate::compat::{config_problems as config_error, load_config as load};
@@ -215,20 +217,18 @@ impl Overrides {
         }
     }
 
-    /// Sets every pool's proxy-only settings from the flags. The memcached-only remedies (replicas,
-    /// warm-up, gutter, hot keys) are not given to redis pools unless a flag names the pool (then
-    /// [`ProxyConfig::validate`] refuses it).
-    fn apply(&self, mut config: ProxyConfig) -> ProxyConfig {
+    /// Sets every pool's proxy-only settings from the flags, then checks every pool with them.
+    /// The memcached-only remedies (replicas, warm-up, gutter, hot keys) given for every pool are
+    /// not given to redis pools (see [`Overrides::unused_by_redis`]); a flag that names a redis
+    /// pool for one is a flag error.
+    ///
+    /// # Errors
+    /// Every problem: each pool's settings checked with the flags' values in them
+    /// ([`ProxyConfig::validate`]), then the flags' own (a redis pool or a pool the file does not
+    /// have named by `--replicas`).
+    fn apply(&self, mut config: ProxyConfig) -> Result<ProxyConfig, ConfigErrors> {
+        let mut flag_errors = ConfigErrors::default();
         for pool in &mut config.pools {
-            if let Some(size) = self.max_value_size {
-                pool.limits.max_value_len = size;
-                pool.limits.value_len_from_servers = false;
-                pool.redis_limits.max_bulk_len = size;
-            }
-            if let Some(size) = self.max_request_size {
-                pool.redis_limits.max_request_len = size;
-            }
-            pool.multiget_all_or_nothing = self.multiget_all_or_nothing;
             pool.health_check_interval = self.health_check_interval;
             let named = self
                 .replicas
@@ -236,38 +236,33 @@ impl Overrides {
                 .rev()
                 .find(|(p, _)| p.as_deref() == Some(pool.name.as_str()));
             let every = self.replicas.iter().rev().find(|(p, _)| p.is_none());
-            let replicas = if pool.redis { named } else { named.or(every) };
-            pool.replicas = replicas.map_or(1, |(_, r)| usize::from(*r));
-            if pool.redis {
-                continue;
-            }
-            pool.gutter = (!self.gutter.is_empty()).then(|| GutterConfig {
-                servers: self.gutter.clone(),
-                ttl_cap: self.gutter_ttl,
-            });
-            pool.warmup_window = self.warmup_window;
-            pool.replica_read_miss = self.replica_read_miss;
-            pool.hot_keys = self.hot_keys.map(|k| {
-                let mut h = HotKeysConfig::new(usize::from(k));
-                h.window = self.hot_keys_window;
-                h.cache_ttl = self.hot_cache_ttl;
-                if let Some(size) = self.hot_cache_size {
-                    h.cache_bytes = size as u64;
+            match &mut pool.protocol {
+                ProtocolConfig::Memcache(m) => {
+                    if let Some(size) = self.max_value_size {
+                        m.limits.max_value_len = size;
+                        m.limits.value_len_from_servers = false;
+                    }
+                    m.multiget_all_or_nothing = self.multiget_all_or_nothing;
+                    m.remedies = self.remedies(named.or(every).map(|(_, r)| *r));
                 }
-                h
-            });
+                ProtocolConfig::Redis(r) => {
+                    if let Some(size) = self.max_value_size {
+                        r.limits.max_bulk_len = size;
+                    }
+                    if let Some(size) = self.max_request_size {
+                        r.limits.max_request_len = size;
+                    }
+                    if named.is_some_and(|(_, r)| *r > 1) {
+                        flag_errors.push(
+                            &pool.name,
+                            "replicas: memcached pools only, and this is a redis pool".into(),
+                        );
+                    }
+                }
+            }
         }
-        config
-    }
-
-    /// The flags' problems with `config` (as it is after [`apply`](Overrides::apply)): a pool named
-    /// by `--replicas` that the file does not have, and every pool's settings checked again with the
-    /// flags' values in them.
-    fn check(&self, config: &ProxyConfig) -> Result<(), ConfigErrors> {
-        let mut errors = match config.validate() {
-            Ok(()) => ConfigErrors::default(),
-            Err(errors) => errors,
-        };
+        let mut errors = config.validate().err().unwrap_or_default();
+        errors.problems.extend(flag_errors.problems);
         for name in self.replicas.iter().filter_map(|(p, _)| p.as_deref()) {
             if !config.pools.iter().any(|p| p.name == name) {
                 errors.push(
@@ -276,7 +271,30 @@ impl Overrides {
                 );
             }
         }
-        errors.into_result()
+        errors.into_result().map(|()| config)
+    }
+
+    /// A memcached pool's remedies from the flags, with `replicas` copies of each key (1 when not
+    /// given).
+    fn remedies(&self, replicas: Option<u16>) -> Remedies {
+        Remedies {
+            hot_keys: self.hot_keys.map(|k| {
+                let mut h = HotKeysConfig::new(usize::from(k));
+                h.window = self.hot_keys_window;
+                h.cache_ttl = self.hot_cache_ttl;
+                if let Some(size) = self.hot_cache_size {
+                    h.cache_bytes = size as u64;
+                }
+                h
+            }),
+            replicas: replicas.map_or(1, usize::from),
+            replica_read_miss: self.replica_read_miss,
+            gutter: (!self.gutter.is_empty()).then(|| GutterConfig {
+                servers: self.gutter.clone(),
+                ttl_cap: self.gutter_ttl,
+            }),
+            warmup_window: self.warmup_window,
+        }
     }
 
     /// The global remedy flags given that redis pools do not take, as one line a pool for the user.
@@ -298,7 +316,7 @@ impl Overrides {
         config
             .pools
             .iter()
-            .filter(|p| p.redis)
+            .filter(|p| p.is_redis())
             .map(|p| {
                 format!(
                     "shardring: {} {} to memcached pools only, not to redis pool {:?}",
@@ -314,8 +332,7 @@ impl Overrides {
 pub fn run(args: Args) -> Result<()> {
     let overrides = Overrides::from_args(&args);
     let config = load(&args.config)
-        .map(|c| overrides.apply(c))
-        .and_then(|c| overrides.check(&c).map(|()| c))
+        .and_then(|c| overrides.apply(c))
         .map_err(|e| config_error(&args.config, &e))?;
     for line in overrides.unused_by_redis(&config) {
         eprintln!("{line}");
@@ -355,11 +372,7 @@ pub fn run(args: Args) -> Result<()> {
         ..RunOptions::default()
     };
     let path = args.config.clone();
-    let reload = move || {
-        load(&path)
-            .map(|c| overrides.apply(c))
-            .and_then(|c| overrides.check(&c).map(|()| c))
-    };
+    let reload = move || load(&path).and_then(|c| overrides.apply(c));
     runtime
         .block_on(shardring_proxy::run(config, options, reload))
         .context("shardring proxy")
@@ -415,7 +428,7 @@ mod tests {
     }
 
     /// A memcached pool `mc` (two servers) and a redis pool `rd` (one), with `flags` applied.
-    fn overridden(flags: &[&str]) -> ProxyConfig {
+    fn overridden(flags: &[&str]) -> Result<ProxyConfig, ConfigErrors> {
         let yaml =
             "mc:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:2:1\n   - 127.0.0.1:5:1\n\
                     rd:\n  listen: 127.0.0.1:3\n  redis: true\n  servers:\n   - 127.0.0.1:4:1\n";
@@ -424,23 +437,26 @@ mod tests {
 
     #[test]
     fn size_flags_set_both_protocols_limits() {
-        let defaults = overridden(&[]);
-        for pool in &defaults.pools {
-            assert_eq!(pool.limits, shardring_proxy::config::Limits::default());
-            assert_eq!(
-                pool.redis_limits,
-                shardring_proxy::config::RedisLimits::default()
-            );
-        }
-        let set = overridden(&["--max-value-size", "2k", "--max-request-size", "8k"]);
-        for pool in &set.pools {
-            // The value limit is both protocols' (memcached's value, Redis's argument).
-            assert_eq!(pool.limits.max_value_len, 2048);
-            // Given explicitly, it is the limit: the servers are not asked theirs.
-            assert!(!pool.limits.value_len_from_servers);
-            assert_eq!(pool.redis_limits.max_bulk_len, 2048);
-            assert_eq!(pool.redis_limits.max_request_len, 8192);
-        }
+        let defaults = overridden(&[]).unwrap();
+        let (mc, rd) = (&defaults.pools[0], &defaults.pools[1]);
+        assert_eq!(
+            mc.memcache().unwrap().limits,
+            shardring_proxy::config::Limits::default()
+        );
+        assert_eq!(
+            rd.redis().unwrap().limits,
+            shardring_proxy::config::RedisLimits::default()
+        );
+        let set = overridden(&["--max-value-size", "2k", "--max-request-size", "8k"]).unwrap();
+        let (mc, rd) = (&set.pools[0], &set.pools[1]);
+        // The value limit is both protocols' (memcached's value, Redis's argument).
+        let limits = mc.memcache().unwrap().limits;
+        assert_eq!(limits.max_value_len, 2048);
+        // Given explicitly, it is the limit: the servers are not asked theirs.
+        assert!(!limits.value_len_from_servers);
+        let limits = rd.redis().unwrap().limits;
+        assert_eq!(limits.max_bulk_len, 2048);
+        assert_eq!(limits.max_request_len, 8192);
     }
 
     #[test]
@@ -455,12 +471,12 @@ mod tests {
             "--hot-keys",
             "10",
         ];
-        let config = overridden(&flags);
+        let config = overridden(&flags).unwrap();
         let (mc, rd) = (&config.pools[0], &config.pools[1]);
-        assert!(!mc.redis && rd.redis);
-        assert!(mc.warmup_window.is_some() && mc.gutter.is_some() && mc.hot_keys.is_some());
-        assert!(rd.warmup_window.is_none() && rd.gutter.is_none() && rd.hot_keys.is_none());
-        assert!(overrides(&flags).check(&config).is_ok());
+        assert!(!mc.is_redis() && rd.is_redis());
+        let r = mc.remedies();
+        assert!(r.warmup_window.is_some() && r.gutter.is_some() && r.hot_keys.is_some());
+        assert_eq!(rd.remedies(), &Remedies::default());
         assert_eq!(
             overrides(&flags).unused_by_redis(&config),
             [
@@ -468,8 +484,7 @@ mod tests {
               pools only, not to redis pool \"rd\""
             ]
         );
-        // A flag that names a redis pool reaches it, and the configuration is refused; so is one
-        // that names no pool.
+        // A flag that names a redis pool for a remedy is refused; so is one that names no pool.
         for (flags, problem) in [
             (["--replicas", "rd=2"], "rd: replicas: memcached pools only"),
             (
@@ -477,13 +492,11 @@ mod tests {
                 "--replicas names no pool of the file",
             ),
         ] {
-            let config = overridden(&flags);
-            let errors = overrides(&flags).check(&config).unwrap_err();
+            let errors = overridden(&flags).unwrap_err();
             let text: Vec<String> = errors.problems.iter().map(ToString::to_string).collect();
             assert!(text.iter().any(|t| t.contains(problem)), "{text:?}");
         }
         // Flags over a pool's servers are refused as the file's settings are (`-t` says so).
-        let config = overridden(&["--replicas", "3"]);
-        assert!(overrides(&["--replicas", "3"]).check(&config).is_err());
+        assert!(overridden(&["--replicas", "3"]).is_err());
     }
 }

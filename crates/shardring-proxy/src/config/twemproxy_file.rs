@@ -163,7 +163,11 @@ mod tests {
             (p.server_retry_timeout, p.server_failure_limit),
             (Duration::from_secs(30), 2)
         );
-        assert!(!p.redis && !p.preconnect && !p.auto_eject_hosts && !p.tcpkeepalive);
+        assert!(!p.is_redis() && !p.preconnect && !p.auto_eject_hosts && !p.tcpkeepalive);
+        assert_eq!(
+            p.memcache(),
+            Some(&crate::config::MemcacheConfig::default())
+        );
         assert_eq!(p.line, 1);
     }
 
@@ -260,8 +264,10 @@ p:
             (Some(Duration::from_millis(400)), 1024, 100)
         );
         assert_eq!(p.nutcracker_client_connections(), 0);
-        assert!(p.redis && p.preconnect && p.auto_eject_hosts && p.tcpkeepalive);
-        assert_eq!((p.redis_auth.as_deref(), p.redis_db), (Some("secret"), 3));
+        assert!(p.is_redis() && p.preconnect && p.auto_eject_hosts && p.tcpkeepalive);
+        let r = p.redis().unwrap();
+        assert_eq!((r.auth.as_deref(), r.db), (Some("secret"), 3));
+        assert_eq!(r.limits, crate::config::RedisLimits::default());
         assert_eq!(
             (
                 p.server_connections,
