@@ -6,6 +6,7 @@
 //! per-connection sessions. Every default is resolved at load, in [`PoolConfig`].
 
 mod limits;
+mod overrides;
 mod pool;
 mod problem;
 mod protocol;
@@ -14,6 +15,7 @@ pub(crate) mod twemproxy_keys;
 mod yaml;
 
 pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN, VALUE_LEN_CEILING};
+pub use self::overrides::Overrides;
 pub use self::pool::{Listen, PlacementSpec, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 pub use self::problem::{ConfigErrors, ConfigProblem};
 pub use self::protocol::{

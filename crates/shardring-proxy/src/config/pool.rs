@@ -96,7 +96,8 @@ pub struct PoolConfig {
 }
 
 /// How a pool places keys: its servers and twemproxy's placement settings, borrowed from the pool.
-/// The router builds its routing from this alone, so the configuration knows nothing of the router.
+/// A pool's key routing is built from this alone, so the configuration needs nothing from the code
+/// that routes keys (which depends on it, not the other way).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PlacementSpec<'a> {
     /// The pool's servers, in config order.
@@ -215,7 +216,7 @@ impl PoolConfig {
         self.placement_spec().placement()
     }
 
-    /// The placement settings, for the router.
+    /// The placement settings, which the pool's key routing is built from.
     pub fn placement_spec(&self) -> PlacementSpec<'_> {
         PlacementSpec {
             servers: &self.servers,
