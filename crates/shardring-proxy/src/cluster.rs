@@ -131,12 +131,12 @@ impl<P: Protocol> Cluster<P> {
                 reason: e.to_string(),
             })?;
         let gutter = match &config.remedies().gutter {
-            Some(g) => Some(
-                Gutter::build(&config, g).map_err(|e| ProxyError::Placement {
+            Some(g) => Some(Gutter::build(config.placement_spec(), g).map_err(|e| {
+                ProxyError::Placement {
                     pool: config.name.clone(),
                     reason: format!("gutter: {e}"),
-                })?,
-            ),
+                }
+            })?),
             None => None,
         };
         let full = if config.remedies().replicas > 1 || gutter.is_some() {

@@ -162,17 +162,18 @@ pub(crate) struct Gutter {
 }
 
 impl Gutter {
-    /// The gutter of `pool` (placed with the pool's hash and distribution).
+    /// The gutter of the pool placed by `pool` (its servers placed with the pool's hash and
+    /// distribution, and listed after the pool's own).
     ///
     /// # Errors
     /// The library's, for servers it refuses.
     pub(crate) fn build(
-        pool: &crate::config::PoolConfig,
+        pool: PlacementSpec<'_>,
         gutter: &crate::config::GutterConfig,
     ) -> Result<Gutter, shardring::Error> {
         let spec = PlacementSpec {
             servers: &gutter.servers,
-            ..pool.placement_spec()
+            ..pool
         };
         Ok(Gutter {
             routing: build_placement(spec, &vec![true; gutter.servers.len()])?,

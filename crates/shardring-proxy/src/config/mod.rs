@@ -1,6 +1,8 @@
 //! The proxy's configuration: twemproxy's (nutcracker's) YAML, read with every problem reported at
 //! once and each with its line ([`read_pools`]), into one [`PoolConfig`] per pool, plus the settings
-//! twemproxy has no key for (*proxy-only*, set by flags since nutcracker refuses unknown keys).
+//! twemproxy has no key for (*proxy-only*, set by flags since nutcracker refuses unknown keys: the
+//! rules of which flag sets what on which pools are [`Overrides`]). What only one protocol can use
+//! is in the pool's [`ProtocolConfig`].
 //!
 //! Three lifetimes, as in shotover and linkerd: config (read and validated whole) → pools built once →
 //! per-connection sessions. Every default is resolved at load, in [`PoolConfig`].
