@@ -172,6 +172,19 @@ mod tests {
     }
 
     #[test]
+    fn redis_picks_the_protocol_and_a_memcached_pool_keeps_nothing_of_redis_db() {
+        // nutcracker reads `redis_db` in any pool and uses it only in a redis one.
+        let text =
+            "p:\n  listen: 127.0.0.1:22121\n  redis_db: 3\n  servers:\n   - 127.0.0.1:11211:1\n";
+        let p = read_pools(text).unwrap().remove(0);
+        assert_eq!(p.protocol, crate::config::ProtocolConfig::default());
+        let text = text.replace("  redis_db", "  redis: true\n  redis_db");
+        let p = read_pools(&text).unwrap().remove(0);
+        assert_eq!(p.redis().map(|r| r.db), Some(3));
+        assert!(p.memcache().is_none());
+    }
+
+    #[test]
     fn every_problem_at_once_with_lines() {
         let text = "\
 alpha:
