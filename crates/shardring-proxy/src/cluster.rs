@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::health::{probe, ProbeFailure};
 use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
-use crate::config::PoolConfig;
+use crate::config::{PoolConfig, VALUE_LEN_CEILING};
 use crate::descriptors::During;
 use crate::error::ProxyError;
 use crate::hotkeys::{HotKeys, TickState};
@@ -70,7 +70,11 @@ impl<P: Protocol> Cluster<P> {
             failure_limit: config.server_failure_limit,
             retry_timeout: config.server_retry_timeout,
         };
-        let gutter_servers = config.gutter.as_ref().map_or(&[][..], |g| &g.servers[..]);
+        let gutter_servers = config
+            .remedies()
+            .gutter
+            .as_ref()
+            .map_or(&[][..], |g| &g.servers[..]);
         let backends: Vec<Arc<Backend<P>>> = config
             .servers
             .iter()
@@ -86,7 +90,9 @@ impl<P: Protocol> Cluster<P> {
                     },
                     timeout: config.timeout,
                     connections: config.server_connections,
-                    max_value_len: config.limits.max_value_len,
+                    max_value_len: config
+                        .memcache()
+                        .map_or(VALUE_LEN_CEILING, |m| m.limits.max_value_len),
                     keepalive: config.tcpkeepalive,
                 };
                 let reuse = previous.and_then(|p| {
@@ -124,16 +130,16 @@ impl<P: Protocol> Cluster<P> {
                 pool: config.name.clone(),
                 reason: e.to_string(),
             })?;
-        let gutter = match &config.gutter {
-            Some(g) => Some(
-                Gutter::build(&config, g).map_err(|e| ProxyError::Placement {
+        let gutter = match &config.remedies().gutter {
+            Some(g) => Some(Gutter::build(config.placement_spec(), g).map_err(|e| {
+                ProxyError::Placement {
                     pool: config.name.clone(),
                     reason: format!("gutter: {e}"),
-                })?,
-            ),
+                }
+            })?),
             None => None,
         };
-        let full = if config.replicas > 1 || gutter.is_some() {
+        let full = if config.remedies().replicas > 1 || gutter.is_some() {
             let all = vec![true; backends.len()];
             Some(build_placement(config.placement_spec(), &all).map_err(|e| {
                 ProxyError::Placement {
@@ -279,6 +285,7 @@ impl<P: Protocol> Pool<P> {
             accepted: workers.iter().map(|_| Default::default()).collect(),
             workers,
             hot: config
+                .remedies()
                 .hot_keys
                 .as_ref()
                 .map(|h| Arc::new(HotKeys::new(h, Arc::clone(&stats)))),
@@ -300,7 +307,7 @@ impl<P: Protocol> Pool<P> {
     /// [`ProxyError::Placement`]; the old state is kept.
     pub(crate) fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
         let old = self.current.load_full();
-        let window = config.warmup_window;
+        let window = config.remedies().warmup_window;
         let ring_changed = old.config.servers != config.servers
             || old.config.hash != config.hash
             || old.config.hash_tag != config.hash_tag

@@ -102,9 +102,10 @@ pub fn needed(pools: &[PoolConfig], workers: usize, stats_listeners: usize) -> D
         ..DescriptorNeed::default()
     };
     for p in pools {
-        let servers = p.servers.len() + p.gutter.as_ref().map_or(0, |g| g.servers.len());
+        let gutter = p.remedies().gutter.as_ref();
+        let servers = p.servers.len() + gutter.map_or(0, |g| g.servers.len());
         let servers = servers as u64;
-        let lanes = if p.redis { 2 } else { 1 };
+        let lanes = if p.is_redis() { 2 } else { 1 };
         let per_server = u64::from(p.server_connections.max(1)) * lanes * workers;
         need.clients = need
             .clients

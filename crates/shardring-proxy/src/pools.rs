@@ -115,7 +115,7 @@ pub(crate) fn build_pool(
     config: PoolConfig,
     workers: &[Handle],
 ) -> Result<Arc<dyn ServedPool>, ProxyError> {
-    if config.redis {
+    if config.is_redis() {
         return Ok(Arc::new(Pool::<Redis>::new(config, workers.to_vec())?));
     }
     Ok(Arc::new(Pool::<Memcache>::new(config, workers.to_vec())?))

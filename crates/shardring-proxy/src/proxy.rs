@@ -167,7 +167,7 @@ impl Proxy {
                     format!("a reload cannot rename pool {}", old.name),
                 );
             }
-            if new.redis != old.redis {
+            if new.is_redis() != old.is_redis() {
                 errors.push(
                     &new.name,
                     "a reload cannot change a pool's protocol (redis); restart for that".into(),

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use shardring::compat::twemproxy::{self, Distribution, TwemproxyServer};
-use shardring::hash::TwemproxyHash;
 use shardring::splitmix::{SplitMix64, GOLDEN_GAMMA};
 use shardring::Placement;
+
+use crate::config::PlacementSpec;
 
 /// One state of a pool's placement.
 #[derive(Debug)]
@@ -103,19 +104,6 @@ fn random_u64() -> u64 {
     SplitMix64::mix(state)
 }
 
-/// How a pool places keys: its servers and twemproxy's placement settings.
-#[derive(Debug, Clone, Copy)]
-pub struct PlacementSpec<'a> {
-    /// The pool's servers, in config order.
-    pub servers: &'a [TwemproxyServer],
-    /// `hash`.
-    pub hash: TwemproxyHash,
-    /// `hash_tag`.
-    pub hash_tag: Option<[u8; 2]>,
-    /// `distribution`.
-    pub distribution: Distribution,
-}
-
 /// Builds the placement of `spec` over the servers whose `live` flag is set: nutcracker's own placement
 /// (the library's byte-exact `ketama` and `modula`), so with every server live a key goes where
 /// nutcracker sends it, and with some ejected it goes where nutcracker sends it after ejecting the same
@@ -174,17 +162,18 @@ pub(crate) struct Gutter {
 }
 
 impl Gutter {
-    /// The gutter of `pool` (placed with the pool's hash and distribution).
+    /// The gutter of the pool placed by `pool` (its servers placed with the pool's hash and
+    /// distribution, and listed after the pool's own).
     ///
     /// # Errors
     /// The library's, for servers it refuses.
     pub(crate) fn build(
-        pool: &crate::config::PoolConfig,
+        pool: PlacementSpec<'_>,
         gutter: &crate::config::GutterConfig,
     ) -> Result<Gutter, shardring::Error> {
         let spec = PlacementSpec {
             servers: &gutter.servers,
-            ..pool.placement_spec()
+            ..pool
         };
         Ok(Gutter {
             routing: build_placement(spec, &vec![true; gutter.servers.len()])?,

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
-use shardring_proxy::config::{ConfigErrors, GutterConfig, HotKeysConfig};
-use shardring_proxy::{membership, workers, ProxyConfig, RunOptions};
+use shardring_proxy::config::Overrides;
+use shardring_proxy::{membership, workers, RunOptions};
 
 use crate::compat::{config_problems as config_error, load_config as load};
 
@@ -177,148 +177,33 @@ fn parse_size(text: &str) -> Result<usize, String> {
     Ok(size)
 }
 
-/// The proxy-only settings the command line gives every pool (a twemproxy file has no keys for them, and
-/// extra keys would make it unreadable by nutcracker). Applied at start and on every reload.
-#[derive(Debug, Clone)]
-struct Overrides {
-    max_value_size: Option<usize>,
-    max_request_size: Option<usize>,
-    multiget_all_or_nothing: bool,
-    health_check_interval: Duration,
-    hot_keys: Option<u16>,
-    hot_keys_window: Duration,
-    hot_cache_ttl: Option<Duration>,
-    hot_cache_size: Option<usize>,
-    replicas: Vec<(Option<String>, u16)>,
-    replica_read_miss: bool,
-    gutter: Vec<TwemproxyServer>,
-    gutter_ttl: u32,
-    warmup_window: Option<Duration>,
-}
-
-impl Overrides {
-    fn from_args(args: &Args) -> Overrides {
-        Overrides {
-            max_value_size: args.max_value_size,
-            max_request_size: args.max_request_size,
-            multiget_all_or_nothing: args.multiget_all_or_nothing,
-            health_check_interval: Duration::from_millis(args.health_check_interval),
-            hot_keys: args.hot_keys,
-            hot_keys_window: Duration::from_millis(args.hot_keys_window),
-            hot_cache_ttl: args.hot_cache_ttl.map(Duration::from_millis),
-            hot_cache_size: args.hot_cache_size,
-            replicas: args.replicas.clone(),
-            replica_read_miss: args.replica_read_miss,
-            gutter: args.gutter.clone(),
-            gutter_ttl: args.gutter_ttl,
-            warmup_window: args.warmup_window.map(Duration::from_millis),
-        }
-    }
-
-    /// Sets every pool's proxy-only settings from the flags. The memcached-only remedies (replicas,
-    /// warm-up, gutter, hot keys) are not given to redis pools unless a flag names the pool (then
-    /// [`ProxyConfig::validate`] refuses it).
-    fn apply(&self, mut config: ProxyConfig) -> ProxyConfig {
-        for pool in &mut config.pools {
-            if let Some(size) = self.max_value_size {
-                pool.limits.max_value_len = size;
-                pool.limits.value_len_from_servers = false;
-                pool.redis_limits.max_bulk_len = size;
-            }
-            if let Some(size) = self.max_request_size {
-                pool.redis_limits.max_request_len = size;
-            }
-            pool.multiget_all_or_nothing = self.multiget_all_or_nothing;
-            pool.health_check_interval = self.health_check_interval;
-            let named = self
-                .replicas
-                .iter()
-                .rev()
-                .find(|(p, _)| p.as_deref() == Some(pool.name.as_str()));
-            let every = self.replicas.iter().rev().find(|(p, _)| p.is_none());
-            let replicas = if pool.redis { named } else { named.or(every) };
-            pool.replicas = replicas.map_or(1, |(_, r)| usize::from(*r));
-            if pool.redis {
-                continue;
-            }
-            pool.gutter = (!self.gutter.is_empty()).then(|| GutterConfig {
-                servers: self.gutter.clone(),
-                ttl_cap: self.gutter_ttl,
-            });
-            pool.warmup_window = self.warmup_window;
-            pool.replica_read_miss = self.replica_read_miss;
-            pool.hot_keys = self.hot_keys.map(|k| {
-                let mut h = HotKeysConfig::new(usize::from(k));
-                h.window = self.hot_keys_window;
-                h.cache_ttl = self.hot_cache_ttl;
-                if let Some(size) = self.hot_cache_size {
-                    h.cache_bytes = size as u64;
-                }
-                h
-            });
-        }
-        config
-    }
-
-    /// The flags' problems with `config` (as it is after [`apply`](Overrides::apply)): a pool named
-    /// by `--replicas` that the file does not have, and every pool's settings checked again with the
-    /// flags' values in them.
-    fn check(&self, config: &ProxyConfig) -> Result<(), ConfigErrors> {
-        let mut errors = match config.validate() {
-            Ok(()) => ConfigErrors::default(),
-            Err(errors) => errors,
-        };
-        for name in self.replicas.iter().filter_map(|(p, _)| p.as_deref()) {
-            if !config.pools.iter().any(|p| p.name == name) {
-                errors.push(
-                    "",
-                    format!("--replicas names no pool of the file: {name:?}"),
-                );
-            }
-        }
-        errors.into_result()
-    }
-
-    /// The global remedy flags given that redis pools do not take, as one line a pool for the user.
-    fn unused_by_redis(&self, config: &ProxyConfig) -> Vec<String> {
-        let flags = [
-            ("--replicas", self.replicas.iter().any(|(p, _)| p.is_none())),
-            ("--warmup-window", self.warmup_window.is_some()),
-            ("--gutter", !self.gutter.is_empty()),
-            ("--hot-keys", self.hot_keys.is_some()),
-        ];
-        let given: Vec<&str> = flags
-            .iter()
-            .filter(|(_, on)| *on)
-            .map(|(f, _)| *f)
-            .collect();
-        if given.is_empty() {
-            return Vec::new();
-        }
-        config
-            .pools
-            .iter()
-            .filter(|p| p.redis)
-            .map(|p| {
-                format!(
-                    "shardring: {} {} to memcached pools only, not to redis pool {:?}",
-                    given.join(", "),
-                    if given.len() == 1 { "applies" } else { "apply" },
-                    p.name
-                )
-            })
-            .collect()
+/// The proxy-only flags, as the proxy crate's flag rules take them ([`Overrides::apply`] decides
+/// what each sets on which pools, at start and on every reload).
+fn overrides(args: &Args) -> Overrides {
+    Overrides {
+        max_value_size: args.max_value_size,
+        max_request_size: args.max_request_size,
+        multiget_all_or_nothing: args.multiget_all_or_nothing,
+        health_check_interval: Duration::from_millis(args.health_check_interval),
+        hot_keys: args.hot_keys,
+        hot_keys_window: Duration::from_millis(args.hot_keys_window),
+        hot_cache_ttl: args.hot_cache_ttl.map(Duration::from_millis),
+        hot_cache_size: args.hot_cache_size,
+        replicas: args.replicas.clone(),
+        replica_read_miss: args.replica_read_miss,
+        gutter: args.gutter.clone(),
+        gutter_ttl: args.gutter_ttl,
+        warmup_window: args.warmup_window.map(Duration::from_millis),
     }
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let overrides = Overrides::from_args(&args);
+    let overrides = overrides(&args);
     let config = load(&args.config)
-        .map(|c| overrides.apply(c))
-        .and_then(|c| overrides.check(&c).map(|()| c))
+        .and_then(|c| overrides.apply(c))
         .map_err(|e| config_error(&args.config, &e))?;
     for line in overrides.unused_by_redis(&config) {
-        eprintln!("{line}");
+        eprintln!("shardring: {line}");
     }
     if args.test_conf {
         println!(
@@ -355,11 +240,7 @@ pub fn run(args: Args) -> Result<()> {
         ..RunOptions::default()
     };
     let path = args.config.clone();
-    let reload = move || {
-        load(&path)
-            .map(|c| overrides.apply(c))
-            .and_then(|c| overrides.check(&c).map(|()| c))
-    };
+    let reload = move || load(&path).and_then(|c| overrides.apply(c));
     runtime
         .block_on(shardring_proxy::run(config, options, reload))
         .context("shardring proxy")
@@ -400,90 +281,76 @@ mod tests {
         }
     }
 
-    /// The command line as clap reads it, for the flags' effect on a configuration.
+    /// The command line as clap reads it.
     #[derive(clap::Parser)]
     struct Line {
         #[command(flatten)]
         args: Args,
     }
 
-    /// The flags' overrides, from a command line of `flags`.
-    fn overrides(flags: &[&str]) -> Overrides {
+    /// The flags of a command line of `flags`.
+    fn parsed(flags: &[&str]) -> Overrides {
         use clap::Parser;
         let line = Line::try_parse_from(["proxy", "-c", "unused.yml"].iter().chain(flags)).unwrap();
-        Overrides::from_args(&line.args)
-    }
-
-    /// A memcached pool `mc` (two servers) and a redis pool `rd` (one), with `flags` applied.
-    fn overridden(flags: &[&str]) -> ProxyConfig {
-        let yaml =
-            "mc:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:2:1\n   - 127.0.0.1:5:1\n\
-                    rd:\n  listen: 127.0.0.1:3\n  redis: true\n  servers:\n   - 127.0.0.1:4:1\n";
-        overrides(flags).apply(ProxyConfig::from_yaml(yaml).unwrap())
+        overrides(&line.args)
     }
 
     #[test]
-    fn size_flags_set_both_protocols_limits() {
-        let defaults = overridden(&[]);
-        for pool in &defaults.pools {
-            assert_eq!(pool.limits, shardring_proxy::config::Limits::default());
-            assert_eq!(
-                pool.redis_limits,
-                shardring_proxy::config::RedisLimits::default()
-            );
-        }
-        let set = overridden(&["--max-value-size", "2k", "--max-request-size", "8k"]);
-        for pool in &set.pools {
-            // The value limit is both protocols' (memcached's value, Redis's argument).
-            assert_eq!(pool.limits.max_value_len, 2048);
-            // Given explicitly, it is the limit: the servers are not asked theirs.
-            assert!(!pool.limits.value_len_from_servers);
-            assert_eq!(pool.redis_limits.max_bulk_len, 2048);
-            assert_eq!(pool.redis_limits.max_request_len, 8192);
-        }
+    fn flags_left_out_mean_what_the_flag_rules_default_to() {
+        assert_eq!(parsed(&[]), Overrides::default());
     }
 
     #[test]
-    fn remedy_flags_reach_memcached_pools_and_leave_redis_pools_alone() {
-        let flags = [
-            "--replicas",
-            "1",
-            "--warmup-window",
-            "500",
-            "--gutter",
-            "127.0.0.1:9:1",
+    fn every_flag_reaches_its_override() {
+        let flags = parsed(&[
+            "--max-value-size",
+            "2k",
+            "--max-request-size",
+            "8k",
+            "--multiget-all-or-nothing",
+            "--health-check-interval",
+            "250",
             "--hot-keys",
             "10",
-        ];
-        let config = overridden(&flags);
-        let (mc, rd) = (&config.pools[0], &config.pools[1]);
-        assert!(!mc.redis && rd.redis);
-        assert!(mc.warmup_window.is_some() && mc.gutter.is_some() && mc.hot_keys.is_some());
-        assert!(rd.warmup_window.is_none() && rd.gutter.is_none() && rd.hot_keys.is_none());
-        assert!(overrides(&flags).check(&config).is_ok());
+            "--hot-keys-window",
+            "2000",
+            "--hot-cache-ttl",
+            "50",
+            "--hot-cache-size",
+            "64k",
+            "--replicas",
+            "2",
+            "--replicas",
+            "mc=3",
+            "--replica-read-miss",
+            "--gutter",
+            "127.0.0.1:9,127.0.0.1:10:2",
+            "--gutter-ttl",
+            "30",
+            "--warmup-window",
+            "500",
+        ]);
+        let ms = Duration::from_millis;
         assert_eq!(
-            overrides(&flags).unused_by_redis(&config),
-            [
-                "shardring: --replicas, --warmup-window, --gutter, --hot-keys apply to memcached \
-              pools only, not to redis pool \"rd\""
-            ]
+            flags,
+            Overrides {
+                max_value_size: Some(2048),
+                max_request_size: Some(8192),
+                multiget_all_or_nothing: true,
+                health_check_interval: ms(250),
+                hot_keys: Some(10),
+                hot_keys_window: ms(2000),
+                hot_cache_ttl: Some(ms(50)),
+                hot_cache_size: Some(64 << 10),
+                replicas: vec![(None, 2), (Some("mc".into()), 3)],
+                replica_read_miss: true,
+                gutter: vec![
+                    "127.0.0.1:9:1".parse().unwrap(),
+                    "127.0.0.1:10:2".parse().unwrap()
+                ],
+                gutter_ttl: 30,
+                warmup_window: Some(ms(500)),
+            }
         );
-        // A flag that names a redis pool reaches it, and the configuration is refused; so is one
-        // that names no pool.
-        for (flags, problem) in [
-            (["--replicas", "rd=2"], "rd: replicas: memcached pools only"),
-            (
-                ["--replicas", "nope=2"],
-                "--replicas names no pool of the file",
-            ),
-        ] {
-            let config = overridden(&flags);
-            let errors = overrides(&flags).check(&config).unwrap_err();
-            let text: Vec<String> = errors.problems.iter().map(ToString::to_string).collect();
-            assert!(text.iter().any(|t| t.contains(problem)), "{text:?}");
-        }
-        // Flags over a pool's servers are refused as the file's settings are (`-t` says so).
-        let config = overridden(&["--replicas", "3"]);
-        assert!(overrides(&["--replicas", "3"]).check(&config).is_err());
     }
 }

@@ -1,20 +1,28 @@
 //! The proxy's configuration: twemproxy's (nutcracker's) YAML, read with every problem reported at
 //! once and each with its line ([`read_pools`]), into one [`PoolConfig`] per pool, plus the settings
-//! twemproxy has no key for (*proxy-only*, set by flags since nutcracker refuses unknown keys).
+//! twemproxy has no key for (*proxy-only*, set by flags since nutcracker refuses unknown keys: the
+//! rules of which flag sets what on which pools are [`Overrides`]). What only one protocol can use
+//! is in the pool's [`ProtocolConfig`].
 //!
 //! Three lifetimes, as in shotover and linkerd: config (read and validated whole) → pools built once →
 //! per-connection sessions. Every default is resolved at load, in [`PoolConfig`].
 
 mod limits;
+mod overrides;
 mod pool;
 mod problem;
+mod protocol;
 mod twemproxy_file;
 pub(crate) mod twemproxy_keys;
 mod yaml;
 
 pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN, VALUE_LEN_CEILING};
-pub use self::pool::{GutterConfig, HotKeysConfig, Listen, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
+pub use self::overrides::Overrides;
+pub use self::pool::{Listen, PlacementSpec, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 pub use self::problem::{ConfigErrors, ConfigProblem};
+pub use self::protocol::{
+    GutterConfig, HotKeysConfig, MemcacheConfig, ProtocolConfig, RedisConfig, Remedies,
+};
 pub use self::twemproxy_file::read_pools;
 pub use self::twemproxy_keys::parse_listen;
 pub use shardring::compat::twemproxy::Distribution;
@@ -135,51 +143,18 @@ mod tests {
             "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  redis_auth: pw\n  redis_db: 3\n  servers:\n   - 127.0.0.1:6379:1\n",
         )
         .unwrap();
-        let p = &ok.pools[0];
-        assert!(p.redis);
-        assert_eq!((p.redis_auth.as_deref(), p.redis_db), (Some("pw"), 3));
+        let r = ok.pools[0].redis().expect("a redis pool");
+        assert_eq!((r.auth.as_deref(), r.db), (Some("pw"), 3));
     }
 
     #[test]
     fn redis_pools_are_accepted_and_checked_like_the_others() {
         let mut p = PoolConfig::new("alpha", "127.0.0.1:0", &["127.0.0.1:1:1"]).unwrap();
-        p.redis = true;
+        p.protocol = ProtocolConfig::Redis(RedisConfig::default());
         p.server_connections = 0;
         let errs = ProxyConfig { pools: vec![p] }.validate().unwrap_err();
         assert_eq!(errs.problems.len(), 1, "{errs}");
         assert!(errs.problems[0].to_string().contains("server_connections"));
-    }
-
-    #[test]
-    fn redis_pools_refuse_the_memcached_remedies() {
-        let mut p =
-            PoolConfig::new("alpha", "127.0.0.1:0", &["127.0.0.1:1:1", "127.0.0.1:2:1"]).unwrap();
-        p.redis = true;
-        assert!(ProxyConfig {
-            pools: vec![p.clone()]
-        }
-        .validate()
-        .is_ok());
-        p.replicas = 2;
-        p.warmup_window = Some(Duration::from_secs(1));
-        p.gutter = Some(GutterConfig {
-            servers: vec!["127.0.0.1:3:1".parse().unwrap()],
-            ttl_cap: 10,
-        });
-        p.hot_keys = Some(HotKeysConfig::new(10));
-        let errs = ProxyConfig { pools: vec![p] }.validate().unwrap_err();
-        let text = errs.to_string();
-        for what in [
-            "replicas",
-            "a warm-up window",
-            "a gutter",
-            "hot-key detection",
-        ] {
-            assert!(
-                text.contains(&format!("{what}: memcached pools only")),
-                "{what}: {text}"
-            );
-        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! One pool's configuration: twemproxy's keys with nutcracker's defaults (typed), plus the settings
-//! twemproxy has no key for (each marked *proxy-only*). Every default is resolved here, once.
+//! twemproxy has no key for (each marked *proxy-only*). Every default is resolved here, once. The
+//! settings only one protocol has are in [`ProtocolConfig`].
 
 use std::fmt;
 use std::time::Duration;
@@ -8,8 +9,8 @@ use shardring::compat::twemproxy::{Distribution, TwemproxyServer};
 use shardring::hash::TwemproxyHash;
 
 use super::problem::ConfigErrors;
+use super::protocol::{MemcacheConfig, ProtocolConfig, RedisConfig, Remedies, NO_REMEDIES};
 use super::twemproxy_keys::parse_listen;
-use super::{Limits, RedisLimits};
 
 /// Where a pool accepts clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +45,9 @@ impl fmt::Display for Listen {
     }
 }
 
-/// One pool: a listen address, servers, and how keys are placed on them.
+/// One pool: a listen address, servers, how keys are placed on them, and the settings of the
+/// protocol it speaks. The fields here mean the same for every protocol; what only one protocol
+/// can use lives in [`PoolConfig::protocol`], so a setting a pool cannot serve cannot be set on it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolConfig {
     /// The pool's name (the YAML mapping key); stats are keyed by it.
@@ -66,13 +69,9 @@ pub struct PoolConfig {
     /// `client_connections`: the most clients at once; 0 means [`DEFAULT_CLIENT_CONNECTIONS`].
     /// nutcracker 0.5.0 reads this key and then ignores it; this proxy enforces it.
     pub client_connections: u32,
-    /// `redis`: the pool speaks the Redis protocol. By default, false (memcached).
-    pub redis: bool,
-    /// `redis_auth`: the password clients must AUTH with, and that the proxy AUTHs its server
-    /// connections with. By default, none.
-    pub redis_auth: Option<String>,
-    /// `redis_db`: the database the proxy SELECTs on its server connections. By default, 0.
-    pub redis_db: u32,
+    /// `redis` (with `redis_auth` and `redis_db`), and the proxy-only settings of the protocol it
+    /// picks. By default, a memcached pool with every default ([`ProtocolConfig::default`]).
+    pub protocol: ProtocolConfig,
     /// `preconnect`: connect to every server at start. By default, false.
     pub preconnect: bool,
     /// `auto_eject_hosts`: take failing servers out of the placement. By default, false.
@@ -94,75 +93,36 @@ pub struct PoolConfig {
     /// pool's `timeout`, or 1 s when it has none). By default, this is 1 s.
     /// `shardring proxy --health-check-interval` sets it for every pool.
     pub health_check_interval: Duration,
-    /// *proxy-only*: a multi-get fails whole when one server fails (twemproxy's behaviour). By default,
-    /// false: the keys that could be fetched are returned. `shardring proxy --multiget-all-or-nothing`.
-    pub multiget_all_or_nothing: bool,
-    /// *proxy-only*: key, value and line limits (`shardring proxy --max-value-size` sets the value limit).
-    pub limits: Limits,
-    /// *proxy-only*: a redis pool's argument and request limits; a request over them is refused
-    /// with a protocol error and its connection closed, before its bytes are buffered (see
-    /// `protocol::redis`). `shardring proxy --max-value-size` sets the argument limit too, and
-    /// `--max-request-size` the request limit.
-    pub redis_limits: RedisLimits,
-    /// *proxy-only*: hot-key detection and the hot-key cache. By default, off.
-    /// `shardring proxy --hot-keys K [--hot-cache-ttl MS]`. Read when the pool starts: a reload does not
-    /// change it.
-    pub hot_keys: Option<HotKeysConfig>,
-    /// *proxy-only*: how many servers hold each key: the owner (placed exactly as nutcracker places it)
-    /// then the ring's next distinct servers. Writes go to every live one; reads go to the first live
-    /// one and fail over to the next on an error. By default, this is 1 (no replicas).
-    /// `shardring proxy --replicas R`.
-    pub replicas: usize,
-    /// *proxy-only*: with replicas, a read that misses on one replica also tries the next (a restarted,
-    /// empty replica then still reads the data its peers kept). By default, false.
-    /// `shardring proxy --replica-read-miss`.
-    pub replica_read_miss: bool,
-    /// *proxy-only*: Facebook's gutter pool for a pool without replicas: while a server is ejected its
-    /// keys go to these servers (placed among them as the pool places keys), with every TTL capped,
-    /// instead of being rehashed over the pool's other servers. By default, none.
-    /// `shardring proxy --gutter HOST:PORT,… [--gutter-ttl SECS]`.
-    pub gutter: Option<GutterConfig>,
-    /// *proxy-only*: for this long after a reload changes the ring, a `get` that misses on a key's new
-    /// server is retried on its previous server, and a hit there is copied to the new server. By
-    /// default, none (off). `shardring proxy --warmup-window MS`.
-    pub warmup_window: Option<Duration>,
 }
 
-/// *proxy-only*: a gutter pool (see [`PoolConfig::gutter`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GutterConfig {
-    /// The gutter servers, `host:port:weight [name]` as in `servers`.
-    pub servers: Vec<TwemproxyServer>,
-    /// The longest TTL a value stored in the gutter gets, in seconds (at most 30 days). By default,
-    /// this is 10 s: the gutter holds a dead server's hot keys for moments, not its data set.
-    pub ttl_cap: u32,
+/// How a pool places keys: its servers and twemproxy's placement settings, borrowed from the pool.
+/// A pool's key routing is built from this alone, so the configuration needs nothing from the code
+/// that routes keys (which depends on it, not the other way).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlacementSpec<'a> {
+    /// The pool's servers, in config order.
+    pub servers: &'a [TwemproxyServer],
+    /// `hash`.
+    pub hash: TwemproxyHash,
+    /// `hash_tag`.
+    pub hash_tag: Option<[u8; 2]>,
+    /// `distribution`.
+    pub distribution: Distribution,
 }
 
-/// *proxy-only*: hot-key detection (the top keys by requests over a sliding window) and the optional
-/// cache of their replies.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HotKeysConfig {
-    /// How many keys are reported (and cached). `--hot-keys K`.
-    pub top: usize,
-    /// The window the counts cover. By default, this is 10 s. `--hot-keys-window MS`.
-    pub window: Duration,
-    /// Serve the top keys' `get` replies from the proxy for at most this long after each fill; `None`
-    /// for detection only. By default, none. `--hot-cache-ttl MS`.
-    pub cache_ttl: Option<Duration>,
-    /// The cache's bound in bytes (keys, replies and 64 bytes per entry). By default, this is 1 MiB.
-    /// `--hot-cache-size SIZE`.
-    pub cache_bytes: u64,
-}
-
-impl HotKeysConfig {
-    /// Detection of the top `top` keys, the defaults otherwise (10 s window, no cache).
-    pub fn new(top: usize) -> HotKeysConfig {
-        HotKeysConfig {
-            top,
-            window: Duration::from_secs(10),
-            cache_ttl: None,
-            cache_bytes: 1 << 20,
-        }
+impl PlacementSpec<'_> {
+    /// Where nutcracker sends each key with every server in (names: the server's name, else
+    /// `host:port`).
+    ///
+    /// # Errors
+    /// The library's, e.g. for `distribution: random`, which places no key reproducibly.
+    pub fn placement(&self) -> Result<Box<dyn shardring::Placement>, shardring::Error> {
+        shardring::compat::twemproxy::placement(
+            self.servers,
+            self.hash,
+            self.hash_tag,
+            self.distribution,
+        )
     }
 }
 
@@ -230,9 +190,7 @@ impl PoolConfig {
             timeout: None,
             backlog: 512,
             client_connections: 0,
-            redis: false,
-            redis_auth: None,
-            redis_db: 0,
+            protocol: ProtocolConfig::default(),
             preconnect: false,
             auto_eject_hosts: false,
             server_connections: 1,
@@ -241,14 +199,6 @@ impl PoolConfig {
             tcpkeepalive: false,
             servers,
             health_check_interval: Duration::from_secs(1),
-            multiget_all_or_nothing: false,
-            limits: Limits::default(),
-            redis_limits: RedisLimits::default(),
-            hot_keys: None,
-            replicas: 1,
-            replica_read_miss: false,
-            gutter: None,
-            warmup_window: None,
         }
     }
 
@@ -263,22 +213,60 @@ impl PoolConfig {
     /// # Errors
     /// The library's, e.g. for `distribution: random`, which places no key reproducibly.
     pub fn placement(&self) -> Result<Box<dyn shardring::Placement>, shardring::Error> {
-        shardring::compat::twemproxy::placement(
-            &self.servers,
-            self.hash,
-            self.hash_tag,
-            self.distribution,
-        )
+        self.placement_spec().placement()
     }
 
-    /// The placement settings, for the router.
-    pub fn placement_spec(&self) -> crate::router::PlacementSpec<'_> {
-        crate::router::PlacementSpec {
+    /// The placement settings, which the pool's key routing is built from.
+    pub fn placement_spec(&self) -> PlacementSpec<'_> {
+        PlacementSpec {
             servers: &self.servers,
             hash: self.hash,
             hash_tag: self.hash_tag,
             distribution: self.distribution,
         }
+    }
+
+    /// Whether the pool speaks the Redis protocol (`redis: true`).
+    pub fn is_redis(&self) -> bool {
+        matches!(self.protocol, ProtocolConfig::Redis(_))
+    }
+
+    /// A memcached pool's settings; `None` for a Redis pool.
+    pub fn memcache(&self) -> Option<&MemcacheConfig> {
+        match &self.protocol {
+            ProtocolConfig::Memcache(m) => Some(m),
+            ProtocolConfig::Redis(_) => None,
+        }
+    }
+
+    /// A memcached pool's settings, to change them; `None` for a Redis pool.
+    pub fn memcache_mut(&mut self) -> Option<&mut MemcacheConfig> {
+        match &mut self.protocol {
+            ProtocolConfig::Memcache(m) => Some(m),
+            ProtocolConfig::Redis(_) => None,
+        }
+    }
+
+    /// A Redis pool's settings; `None` for a memcached pool.
+    pub fn redis(&self) -> Option<&RedisConfig> {
+        match &self.protocol {
+            ProtocolConfig::Redis(r) => Some(r),
+            ProtocolConfig::Memcache(_) => None,
+        }
+    }
+
+    /// A Redis pool's settings, to change them; `None` for a memcached pool.
+    pub fn redis_mut(&mut self) -> Option<&mut RedisConfig> {
+        match &mut self.protocol {
+            ProtocolConfig::Redis(r) => Some(r),
+            ProtocolConfig::Memcache(_) => None,
+        }
+    }
+
+    /// The pool's remedies: a memcached pool's own; for a Redis pool, which has none to set, every
+    /// one off. Code that only asks "is a gutter on?" need not ask the protocol first.
+    pub fn remedies(&self) -> &Remedies {
+        self.memcache().map_or(&NO_REMEDIES, |m| &m.remedies)
     }
 
     /// Every problem with this pool that the file's reader does not see (settings made in code or by
@@ -297,98 +285,12 @@ impl PoolConfig {
         if self.auto_eject_hosts && self.server_failure_limit == 0 {
             errors.push(n, "server_failure_limit must be at least 1".into());
         }
-        if self.limits.max_key_len == 0 || self.limits.max_key_len > 250 {
-            errors.push(n, "the key limit must be between 1 and 250".into());
-        }
-        if self.redis_limits.max_bulk_len == 0 || self.redis_limits.max_request_len == 0 {
-            errors.push(
-                n,
-                "the redis argument and request limits must be at least 1 byte".into(),
-            );
-        }
         if self.health_check_interval.is_zero() {
             errors.push(n, "the health check interval must be greater than 0".into());
         }
-        if self.replicas == 0 || self.replicas > self.servers.len().max(1) {
-            errors.push(
-                n,
-                format!(
-                    "replicas must be between 1 and the number of servers ({}), not {}",
-                    self.servers.len(),
-                    self.replicas
-                ),
-            );
-        }
-        if self.redis {
-            // The miss-storm remedies read and write memcached's meta commands and TTLs: a redis
-            // pool would take them silently and do none of it (or, with a gutter, keep dead servers'
-            // keys there without a TTL cap).
-            let set = [
-                ("replicas", self.replicas > 1),
-                ("a warm-up window", self.warmup_window.is_some()),
-                ("a gutter", self.gutter.is_some()),
-                ("hot-key detection", self.hot_keys.is_some()),
-            ];
-            for (what, _) in set.iter().filter(|(_, on)| *on) {
-                errors.push(
-                    n,
-                    format!("{what}: memcached pools only, and this is a redis pool"),
-                );
-            }
-        }
-        if self.replicas > 1 && self.distribution == Distribution::Random {
-            errors.push(
-                n,
-                "replicas need a reproducible distribution (ketama or modula), not random".into(),
-            );
-        }
-        if let Some(g) = &self.gutter {
-            if g.servers.is_empty() {
-                errors.push(n, "the gutter needs at least one server".into());
-            }
-            if self.replicas > 1 {
-                errors.push(
-                    n,
-                    "a gutter is for pools without replicas: use --replicas or --gutter, not both"
-                        .into(),
-                );
-            }
-            if g.ttl_cap == 0 || g.ttl_cap > 30 * 24 * 3600 {
-                errors.push(
-                    n,
-                    "the gutter TTL cap must be between 1 s and 30 days".into(),
-                );
-            }
-            if self.distribution == Distribution::Random {
-                errors.push(
-                    n,
-                    "a gutter needs a reproducible distribution (ketama or modula), not random"
-                        .into(),
-                );
-            }
-            for s in &g.servers {
-                if self
-                    .servers
-                    .iter()
-                    .any(|p| p.display_name() == s.display_name())
-                {
-                    errors.push(n, format!("gutter server {s} is also a pool server"));
-                }
-            }
-        }
-        if let Some(h) = &self.hot_keys {
-            if h.top == 0 || h.top > 1000 {
-                errors.push(n, "the hot-key count must be between 1 and 1000".into());
-            }
-            if h.window < Duration::from_millis(2) {
-                errors.push(n, "the hot-key window must be at least 2 ms".into());
-            }
-            if h.cache_ttl.is_some_and(|t| t.is_zero()) {
-                errors.push(n, "the hot-cache TTL must be greater than 0".into());
-            }
-            if h.cache_bytes == 0 {
-                errors.push(n, "the hot-cache size must be at least 1 byte".into());
-            }
+        match &self.protocol {
+            ProtocolConfig::Memcache(m) => m.validate(n, self.placement_spec(), errors),
+            ProtocolConfig::Redis(r) => r.validate(n, errors),
         }
         let mut seen = std::collections::HashSet::new();
         for s in &self.servers {

@@ -163,8 +163,25 @@ mod tests {
             (p.server_retry_timeout, p.server_failure_limit),
             (Duration::from_secs(30), 2)
         );
-        assert!(!p.redis && !p.preconnect && !p.auto_eject_hosts && !p.tcpkeepalive);
+        assert!(!p.is_redis() && !p.preconnect && !p.auto_eject_hosts && !p.tcpkeepalive);
+        assert_eq!(
+            p.memcache(),
+            Some(&crate::config::MemcacheConfig::default())
+        );
         assert_eq!(p.line, 1);
+    }
+
+    #[test]
+    fn redis_picks_the_protocol_and_a_memcached_pool_keeps_nothing_of_redis_db() {
+        // nutcracker reads `redis_db` in any pool and uses it only in a redis one.
+        let text =
+            "p:\n  listen: 127.0.0.1:22121\n  redis_db: 3\n  servers:\n   - 127.0.0.1:11211:1\n";
+        let p = read_pools(text).unwrap().remove(0);
+        assert_eq!(p.protocol, crate::config::ProtocolConfig::default());
+        let text = text.replace("  redis_db", "  redis: true\n  redis_db");
+        let p = read_pools(&text).unwrap().remove(0);
+        assert_eq!(p.redis().map(|r| r.db), Some(3));
+        assert!(p.memcache().is_none());
     }
 
     #[test]
@@ -260,8 +277,10 @@ p:
             (Some(Duration::from_millis(400)), 1024, 100)
         );
         assert_eq!(p.nutcracker_client_connections(), 0);
-        assert!(p.redis && p.preconnect && p.auto_eject_hosts && p.tcpkeepalive);
-        assert_eq!((p.redis_auth.as_deref(), p.redis_db), (Some("secret"), 3));
+        assert!(p.is_redis() && p.preconnect && p.auto_eject_hosts && p.tcpkeepalive);
+        let r = p.redis().unwrap();
+        assert_eq!((r.auth.as_deref(), r.db), (Some("secret"), 3));
+        assert_eq!(r.limits, crate::config::RedisLimits::default());
         assert_eq!(
             (
                 p.server_connections,

@@ -6,7 +6,7 @@ use shardring::compat::twemproxy::{self, nc_atoi, Distribution, TwemproxyServer}
 use shardring::hash::TwemproxyHash;
 
 use super::yaml::{Reader, Yaml};
-use super::{Listen, PoolConfig};
+use super::{Listen, PoolConfig, ProtocolConfig, RedisConfig};
 
 /// The keys nutcracker 0.5.0 knows, in its order.
 const KEYS: &[&str] = &[
@@ -259,6 +259,17 @@ pub(super) fn read_pool(
         listen,
         servers.into_iter().map(|(s, _)| s).collect(),
     );
+    // `redis` picks the protocol, and only a redis pool keeps `redis_auth` and `redis_db`
+    // (nutcracker reads `redis_db` in a memcached pool too, and uses it for nothing).
+    let protocol = if redis {
+        ProtocolConfig::Redis(RedisConfig {
+            auth: seen.redis_auth,
+            db: number("redis_db", RedisConfig::default().db),
+            ..RedisConfig::default()
+        })
+    } else {
+        defaults.protocol.clone()
+    };
     let pool = PoolConfig {
         hash: seen.hash.unwrap_or(defaults.hash),
         hash_tag: seen.hash_tag,
@@ -266,9 +277,7 @@ pub(super) fn read_pool(
         timeout: seen.numbers.get("timeout").copied().map(ms),
         backlog: number("backlog", defaults.backlog),
         client_connections: number("client_connections", defaults.client_connections),
-        redis,
-        redis_auth: seen.redis_auth,
-        redis_db: number("redis_db", defaults.redis_db),
+        protocol,
         preconnect: flag("preconnect"),
         auto_eject_hosts: flag("auto_eject_hosts"),
         server_connections: number("server_connections", defaults.server_connections),

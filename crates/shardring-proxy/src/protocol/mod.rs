@@ -521,8 +521,8 @@ impl PlanContext<'_> {
 
     /// The first live server of `key`'s replica list: [`PlanContext::server_for`] without replicas.
     pub fn first_replica(&self, key: &[u8]) -> Option<usize> {
-        if self.full.is_some() && self.config.replicas > 1 {
-            let mut out = Vec::with_capacity(self.config.replicas);
+        if self.full.is_some() && self.config.remedies().replicas > 1 {
+            let mut out = Vec::with_capacity(self.config.remedies().replicas);
             self.replicas_for(key, &mut out);
             out.first().copied()
         } else {
@@ -543,7 +543,7 @@ impl PlanContext<'_> {
 
     /// How many servers hold each key (1 when the pool has no replicas).
     pub fn replicas(&self) -> usize {
-        self.config.replicas
+        self.config.remedies().replicas
     }
 
     /// Fills `out` with the live servers of `key`'s replica list, owner first (the owner placed as
@@ -552,8 +552,8 @@ impl PlanContext<'_> {
     /// [`PlanContext::server_for`] gives, if any.
     pub fn replicas_for(&self, key: &[u8], out: &mut Vec<usize>) {
         out.clear();
-        if let (Some(full), true) = (self.full, self.config.replicas > 1) {
-            full.replicas_into(key, self.config.replicas, out);
+        if let (Some(full), true) = (self.full, self.config.remedies().replicas > 1) {
+            full.replicas_into(key, self.config.remedies().replicas, out);
             out.retain(|&s| self.routing.is_live(s));
         }
         if out.is_empty() {

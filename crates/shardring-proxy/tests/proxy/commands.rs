@@ -288,7 +288,7 @@ async fn pipelined_requests_are_answered_in_order() {
 async fn values_with_crlf_binary_bytes_and_at_the_size_limit() {
     let servers = memcacheds(2);
     let mut config = pool_config(&servers);
-    config.limits.max_value_len = 512 * 1024;
+    config.memcache_mut().unwrap().limits.max_value_len = 512 * 1024;
     let proxy = RunningProxy::start(config).await;
     let mut c = proxy.client().await;
     let tricky: Vec<u8> = b"a\r\nEND\r\nVALUE x 0 1\r\n\0\xff\xfe".to_vec();

@@ -75,7 +75,7 @@ async fn a_dead_server_fails_its_keys_only_and_multi_gets_return_what_they_can()
 async fn all_or_nothing_multi_get_is_an_option() {
     let mut servers = memcacheds(2);
     let mut config = pool_config(&servers);
-    config.multiget_all_or_nothing = true;
+    config.memcache_mut().unwrap().multiget_all_or_nothing = true;
     let proxy = RunningProxy::start(config).await;
     let (dead_keys, live_keys) = keys_by_owner(&proxy, 0, 1);
     let mut c = proxy.client().await;
@@ -313,7 +313,7 @@ async fn reload_swaps_servers_and_refuses_a_bad_config() {
     }
     // A bad config changes nothing.
     let mut bad = md5(&servers);
-    bad.redis = true;
+    bad.protocol = shardring_proxy::config::ProtocolConfig::Redis(Default::default());
     let err = proxy
         .proxy
         .reload(ProxyConfig { pools: vec![bad] })

@@ -76,7 +76,7 @@ async fn a_dead_servers_keys_are_served_from_the_gutter_after_one_miss_each() {
     config.server_retry_timeout = Duration::from_millis(300);
     config.health_check_interval = Duration::from_millis(100);
     config.timeout = Some(Duration::from_secs(1));
-    config.gutter = Some(GutterConfig {
+    config.memcache_mut().unwrap().remedies.gutter = Some(GutterConfig {
         servers: vec![gutter[0].server_spec().parse().unwrap()],
         ttl_cap: 5,
     });

@@ -96,8 +96,8 @@ async fn an_explicit_max_value_size_is_the_limit_whatever_the_servers_say() {
         .map(|_| Memcached::start_with(&["-I", "2m"]))
         .collect();
     let mut config = pool_config(&servers);
-    config.limits.max_value_len = 1000;
-    config.limits.value_len_from_servers = false;
+    config.memcache_mut().unwrap().limits.max_value_len = 1000;
+    config.memcache_mut().unwrap().limits.value_len_from_servers = false;
     let proxy = RunningProxy::start(config).await;
     let mut c = proxy.client().await;
     assert_eq!(

@@ -878,7 +878,7 @@ async fn a_redis_pool_refuses_requests_over_its_limits_before_buffering_them() {
         return;
     };
     let mut config = pool(&servers, "");
-    config.redis_limits = RedisLimits {
+    config.redis_mut().unwrap().limits = RedisLimits {
         max_bulk_len: 100,
         max_request_len: 300,
     };

@@ -21,7 +21,7 @@ fn key(i: usize) -> String {
 /// A pool that ejects a dead server after one failure and probes often.
 fn config(servers: &[Memcached], replicas: usize) -> PoolConfig {
     let mut c = pool_config(servers);
-    c.replicas = replicas;
+    c.memcache_mut().unwrap().remedies.replicas = replicas;
     c.auto_eject_hosts = true;
     c.server_failure_limit = 1;
     c.server_retry_timeout = Duration::from_millis(300);
@@ -200,7 +200,7 @@ async fn with_two_replicas_a_dead_server_costs_no_misses_and_no_errors() {
 
     // With --replica-read-miss they are read from the next replica.
     let mut config = config(&servers, 2);
-    config.replica_read_miss = true;
+    config.memcache_mut().unwrap().remedies.replica_read_miss = true;
     let second = RunningProxy::start(config).await;
     let back = read_all(&second.addr).await;
     assert_eq!((back.hits, back.misses, back.errors), (KEYS, 0, 0));

@@ -18,7 +18,7 @@ use super::response::{
     is_error_reply, item_size_max, parse_response_from, status_code, ResponseKind, ValueBlocks,
 };
 use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti};
-use crate::config::PoolConfig;
+use crate::config::{MemcacheConfig, PoolConfig};
 use crate::error::BackendError;
 use crate::protocol::{
     Answer, FrameError, Incoming, Part, PartReply, Phase, Placement, PlanContext, Protocol,
@@ -109,10 +109,14 @@ impl Protocol for Memcache {
     type Session = ();
 
     fn new(config: &PoolConfig) -> Memcache {
+        // Only a memcached pool is served by this protocol (`pools.rs` picks it by the pool's
+        // protocol); the defaults stand in rather than a panic.
+        let defaults = MemcacheConfig::default();
+        let settings = config.memcache().unwrap_or(&defaults);
         Memcache {
-            limits: config.limits,
-            all_or_nothing: config.multiget_all_or_nothing,
-            replica_read_miss: config.replica_read_miss,
+            limits: settings.limits,
+            all_or_nothing: settings.multiget_all_or_nothing,
+            replica_read_miss: settings.remedies.replica_read_miss,
             servers: None,
         }
     }

@@ -12,7 +12,7 @@ use super::reply::{ReplyFramer, ReplyLimits};
 use super::request::{Decoded, Limits, Request, RequestCodec};
 use super::session::Session;
 use super::Flavor;
-use crate::config::PoolConfig;
+use crate::config::{PoolConfig, RedisConfig};
 use crate::error::BackendError;
 use crate::protocol::{
     Answer, FrameError, Incoming, Part, PartReply, Placement, PlanContext, Protocol, Reply,
@@ -91,12 +91,16 @@ impl Protocol for Redis {
     type Session = Session;
 
     fn new(config: &PoolConfig) -> Redis {
+        // Only a redis pool is served by this protocol (`pools.rs` picks it by the pool's
+        // protocol); the defaults stand in rather than a panic.
+        let defaults = RedisConfig::default();
+        let settings = config.redis().unwrap_or(&defaults);
         Redis {
-            auth: config.redis_auth.clone(),
-            db: config.redis_db,
+            auth: settings.auth.clone(),
+            db: settings.db,
             limits: Limits {
-                max_bulk_len: config.redis_limits.max_bulk_len,
-                max_request_len: config.redis_limits.max_request_len,
+                max_bulk_len: settings.limits.max_bulk_len,
+                max_request_len: settings.limits.max_request_len,
                 ..Limits::default()
             },
             reply_limits: ReplyLimits::default(),

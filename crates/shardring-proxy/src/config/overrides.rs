@@ -1,0 +1,301 @@
+//! The flag rules: how `shardring proxy`'s flags become the pools' proxy-only settings.
+//!
+//! A twemproxy file has no keys for the proxy-only settings (and extra keys would make it unreadable
+//! by nutcracker), so the command line gives them, the same to every pool except `--replicas POOL=R`.
+//! The CLI only parses its flags into an [`Overrides`]; what each flag sets, on which protocol's pools,
+//! and which combinations are refused is decided here, beside the settings themselves, and applied
+//! alike at start, by `-t` and on every reload.
+
+use std::time::Duration;
+
+use shardring::compat::twemproxy::TwemproxyServer;
+
+use super::{ConfigErrors, GutterConfig, HotKeysConfig, ProtocolConfig, ProxyConfig, Remedies};
+
+/// The proxy-only settings given on the command line, one field a flag, as parsed. [`Default`] is
+/// the command line without any of these flags.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overrides {
+    /// `--max-value-size`: a memcached pool's value limit (the servers are then not asked theirs)
+    /// and a redis pool's argument limit. By default, none: each protocol's own default.
+    pub max_value_size: Option<usize>,
+    /// `--max-request-size`: a redis pool's request limit. By default, none (Redis's own).
+    pub max_request_size: Option<usize>,
+    /// `--multiget-all-or-nothing`: a memcached multi-get fails whole when one server fails. By
+    /// default, false.
+    pub multiget_all_or_nothing: bool,
+    /// `--health-check-interval`: how often every server is probed. By default, this is 1 s.
+    pub health_check_interval: Duration,
+    /// `--hot-keys K`: track each memcached pool's K heaviest keys. By default, none (off).
+    pub hot_keys: Option<u16>,
+    /// `--hot-keys-window`: the window the hot-key counts cover. By default, this is 10 s.
+    pub hot_keys_window: Duration,
+    /// `--hot-cache-ttl`: serve the hot keys' replies from the proxy for this long. By default,
+    /// none (detection only).
+    pub hot_cache_ttl: Option<Duration>,
+    /// `--hot-cache-size`: the hot-key cache's bound in bytes. By default, none (1 MiB).
+    pub hot_cache_size: Option<usize>,
+    /// `--replicas [POOL=]R`, in command-line order: `(None, R)` for every memcached pool,
+    /// `(Some(pool), R)` for one pool (which wins over the plain one; a later flag wins over an
+    /// earlier one). By default, none (one copy of each key).
+    pub replicas: Vec<(Option<String>, u16)>,
+    /// `--replica-read-miss`: with replicas, a miss also tries the next replica. By default, false.
+    pub replica_read_miss: bool,
+    /// `--gutter`: the gutter servers of every memcached pool. By default, none (no gutter).
+    pub gutter: Vec<TwemproxyServer>,
+    /// `--gutter-ttl`: the longest TTL, in seconds, of a value stored in the gutter. By default,
+    /// this is 10.
+    pub gutter_ttl: u32,
+    /// `--warmup-window`: how long a memcached pool's moved keys are still found on their previous
+    /// server after a reload. By default, none (off).
+    pub warmup_window: Option<Duration>,
+}
+
+impl Default for Overrides {
+    fn default() -> Overrides {
+        Overrides {
+            max_value_size: None,
+            max_request_size: None,
+            multiget_all_or_nothing: false,
+            health_check_interval: Duration::from_secs(1),
+            hot_keys: None,
+            hot_keys_window: Duration::from_secs(10),
+            hot_cache_ttl: None,
+            hot_cache_size: None,
+            replicas: Vec::new(),
+            replica_read_miss: false,
+            gutter: Vec::new(),
+            gutter_ttl: 10,
+            warmup_window: None,
+        }
+    }
+}
+
+impl Overrides {
+    /// Sets every pool's proxy-only settings from the flags, then checks every pool with them. The
+    /// memcached-only remedies (replicas, warm-up, gutter, hot keys) given for every pool go to the
+    /// memcached pools only (see [`Overrides::unused_by_redis`]); a flag that names a redis pool
+    /// for one is a flag error.
+    ///
+    /// # Errors
+    /// Every problem: each pool's settings checked with the flags' values in them
+    /// ([`ProxyConfig::validate`]), then the flags' own (a redis pool, or a pool the file does not
+    /// have, named by `--replicas`).
+    pub fn apply(&self, mut config: ProxyConfig) -> Result<ProxyConfig, ConfigErrors> {
+        let mut flag_errors = ConfigErrors::default();
+        for pool in &mut config.pools {
+            pool.health_check_interval = self.health_check_interval;
+            let named = self
+                .replicas
+                .iter()
+                .rev()
+                .find(|(p, _)| p.as_deref() == Some(pool.name.as_str()));
+            let every = self.replicas.iter().rev().find(|(p, _)| p.is_none());
+            match &mut pool.protocol {
+                ProtocolConfig::Memcache(m) => {
+                    if let Some(size) = self.max_value_size {
+                        m.limits.max_value_len = size;
+                        m.limits.value_len_from_servers = false;
+                    }
+                    m.multiget_all_or_nothing = self.multiget_all_or_nothing;
+                    m.remedies = self.remedies(named.or(every).map(|(_, r)| *r));
+                }
+                ProtocolConfig::Redis(r) => {
+                    if let Some(size) = self.max_value_size {
+                        r.limits.max_bulk_len = size;
+                    }
+                    if let Some(size) = self.max_request_size {
+                        r.limits.max_request_len = size;
+                    }
+                    if named.is_some_and(|(_, r)| *r > 1) {
+                        flag_errors.push(
+                            &pool.name,
+                            "replicas: memcached pools only, and this is a redis pool".into(),
+                        );
+                    }
+                }
+            }
+        }
+        let mut errors = config.validate().err().unwrap_or_default();
+        errors.problems.extend(flag_errors.problems);
+        for name in self.replicas.iter().filter_map(|(p, _)| p.as_deref()) {
+            if !config.pools.iter().any(|p| p.name == name) {
+                errors.push(
+                    "",
+                    format!("--replicas names no pool of the file: {name:?}"),
+                );
+            }
+        }
+        errors.into_result().map(|()| config)
+    }
+
+    /// A memcached pool's remedies from the flags, with `replicas` copies of each key (1 when not
+    /// given).
+    fn remedies(&self, replicas: Option<u16>) -> Remedies {
+        Remedies {
+            hot_keys: self.hot_keys.map(|k| {
+                let mut h = HotKeysConfig::new(usize::from(k));
+                h.window = self.hot_keys_window;
+                h.cache_ttl = self.hot_cache_ttl;
+                if let Some(size) = self.hot_cache_size {
+                    h.cache_bytes = size as u64;
+                }
+                h
+            }),
+            replicas: replicas.map_or(1, usize::from),
+            replica_read_miss: self.replica_read_miss,
+            gutter: (!self.gutter.is_empty()).then(|| GutterConfig {
+                servers: self.gutter.clone(),
+                ttl_cap: self.gutter_ttl,
+            }),
+            warmup_window: self.warmup_window,
+        }
+    }
+
+    /// The remedy flags given for every pool that the redis pools of `config` do not take, as one
+    /// line a redis pool for the user (nothing when there are none).
+    pub fn unused_by_redis(&self, config: &ProxyConfig) -> Vec<String> {
+        let flags = [
+            ("--replicas", self.replicas.iter().any(|(p, _)| p.is_none())),
+            ("--warmup-window", self.warmup_window.is_some()),
+            ("--gutter", !self.gutter.is_empty()),
+            ("--hot-keys", self.hot_keys.is_some()),
+        ];
+        let given: Vec<&str> = flags
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(f, _)| *f)
+            .collect();
+        if given.is_empty() {
+            return Vec::new();
+        }
+        config
+            .pools
+            .iter()
+            .filter(|p| p.is_redis())
+            .map(|p| {
+                format!(
+                    "{} {} to memcached pools only, not to redis pool {:?}",
+                    given.join(", "),
+                    if given.len() == 1 { "applies" } else { "apply" },
+                    p.name
+                )
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Limits, RedisLimits};
+
+    /// A memcached pool `mc` (two servers) and a redis pool `rd` (one).
+    const TWO_POOLS: &str =
+        "mc:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:2:1\n   - 127.0.0.1:5:1\n\
+         rd:\n  listen: 127.0.0.1:3\n  redis: true\n  servers:\n   - 127.0.0.1:4:1\n";
+
+    /// [`TWO_POOLS`] with `flags` applied.
+    fn overridden(flags: &Overrides) -> Result<ProxyConfig, ConfigErrors> {
+        flags.apply(ProxyConfig::from_yaml(TWO_POOLS).unwrap())
+    }
+
+    #[test]
+    fn without_flags_every_pool_keeps_the_files_settings_and_the_defaults() {
+        let config = overridden(&Overrides::default()).unwrap();
+        assert_eq!(config, ProxyConfig::from_yaml(TWO_POOLS).unwrap());
+    }
+
+    #[test]
+    fn size_flags_set_both_protocols_limits() {
+        let defaults = overridden(&Overrides::default()).unwrap();
+        let (mc, rd) = (&defaults.pools[0], &defaults.pools[1]);
+        assert_eq!(mc.memcache().unwrap().limits, Limits::default());
+        assert_eq!(rd.redis().unwrap().limits, RedisLimits::default());
+        let set = overridden(&Overrides {
+            max_value_size: Some(2048),
+            max_request_size: Some(8192),
+            ..Overrides::default()
+        })
+        .unwrap();
+        let (mc, rd) = (&set.pools[0], &set.pools[1]);
+        // The value limit is both protocols' (memcached's value, Redis's argument).
+        let limits = mc.memcache().unwrap().limits;
+        assert_eq!(limits.max_value_len, 2048);
+        // Given explicitly, it is the limit: the servers are not asked theirs.
+        assert!(!limits.value_len_from_servers);
+        let limits = rd.redis().unwrap().limits;
+        assert_eq!(limits.max_bulk_len, 2048);
+        assert_eq!(limits.max_request_len, 8192);
+    }
+
+    #[test]
+    fn remedy_flags_reach_memcached_pools_and_leave_redis_pools_alone() {
+        let flags = Overrides {
+            replicas: vec![(None, 1)],
+            warmup_window: Some(Duration::from_millis(500)),
+            gutter: vec!["127.0.0.1:9:1".parse().unwrap()],
+            hot_keys: Some(10),
+            ..Overrides::default()
+        };
+        let config = overridden(&flags).unwrap();
+        let (mc, rd) = (&config.pools[0], &config.pools[1]);
+        assert!(!mc.is_redis() && rd.is_redis());
+        let r = mc.remedies();
+        assert!(r.warmup_window.is_some() && r.gutter.is_some() && r.hot_keys.is_some());
+        assert_eq!(rd.remedies(), &Remedies::default());
+        assert_eq!(
+            flags.unused_by_redis(&config),
+            [
+                "--replicas, --warmup-window, --gutter, --hot-keys apply to memcached pools only, \
+              not to redis pool \"rd\""
+            ]
+        );
+    }
+
+    #[test]
+    fn a_replica_count_for_a_redis_pool_or_for_no_pool_of_the_file_is_a_flag_error() {
+        for (pool, problem) in [
+            (
+                "rd",
+                "rd: replicas: memcached pools only, and this is a redis pool",
+            ),
+            ("nope", "--replicas names no pool of the file: \"nope\""),
+        ] {
+            let flags = Overrides {
+                replicas: vec![(Some(pool.to_owned()), 2)],
+                ..Overrides::default()
+            };
+            let errors = overridden(&flags).unwrap_err();
+            let text: Vec<String> = errors.problems.iter().map(ToString::to_string).collect();
+            assert_eq!(text, [problem]);
+        }
+        // One copy is what a redis pool has anyway: naming it for that is no error.
+        let one = Overrides {
+            replicas: vec![(Some("rd".to_owned()), 1)],
+            ..Overrides::default()
+        };
+        assert!(overridden(&one).is_ok());
+    }
+
+    #[test]
+    fn a_pools_own_replica_count_wins_over_the_plain_one_and_is_checked_like_the_files() {
+        let flags = Overrides {
+            replicas: vec![(Some("mc".to_owned()), 2), (None, 1)],
+            ..Overrides::default()
+        };
+        assert_eq!(overridden(&flags).unwrap().pools[0].remedies().replicas, 2);
+        // More replicas than servers is refused as the file's settings are (`-t` says so).
+        let flags = Overrides {
+            replicas: vec![(None, 3)],
+            ..Overrides::default()
+        };
+        let errors = overridden(&flags).unwrap_err();
+        assert!(
+            errors
+                .to_string()
+                .contains("mc: replicas must be between 1 and the number of servers (2), not 3"),
+            "{errors}"
+        );
+    }
+}

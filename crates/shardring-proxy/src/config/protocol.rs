@@ -1,0 +1,235 @@
+//! The settings that belong to one protocol: a pool is either a memcached pool, with memcached's limits,
+//! multi-get policy and miss-storm remedies, or a Redis pool, with Redis's authentication, database and
+//! limits. Each protocol's settings live in its own variant, so a combination neither protocol can serve
+//! (a Redis pool with a gutter, say) cannot be written down, and no check has to refuse it at run time.
+
+use std::time::Duration;
+
+use shardring::compat::twemproxy::{Distribution, TwemproxyServer};
+
+use super::problem::ConfigErrors;
+use super::{Limits, PlacementSpec, RedisLimits};
+
+/// Which protocol a pool speaks, with that protocol's own settings (twemproxy's `redis: true/false`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProtocolConfig {
+    /// A memcached pool (`redis: false`, twemproxy's default).
+    Memcache(MemcacheConfig),
+    /// A Redis pool (`redis: true`).
+    Redis(RedisConfig),
+}
+
+impl Default for ProtocolConfig {
+    /// A memcached pool with every default, as twemproxy's pools are when the file says nothing.
+    fn default() -> ProtocolConfig {
+        ProtocolConfig::Memcache(MemcacheConfig::default())
+    }
+}
+
+/// A memcached pool's settings: all *proxy-only* (twemproxy has no key for them; `shardring proxy`'s
+/// flags set them).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MemcacheConfig {
+    /// Key, value and line limits. By default, [`Limits::default`]: memcached's key limit, and the
+    /// value limit the pool's servers report. `shardring proxy --max-value-size` sets the value limit.
+    pub limits: Limits,
+    /// A multi-get fails whole when one server fails (twemproxy's behaviour). By default, false: the
+    /// keys that could be fetched are returned. `shardring proxy --multiget-all-or-nothing`.
+    pub multiget_all_or_nothing: bool,
+    /// The miss-storm remedies. By default, none is on.
+    pub remedies: Remedies,
+}
+
+/// A memcached pool's remedies for misses when servers fail or move: they read and write memcached's
+/// own commands and TTLs, which is why only memcached pools have them. With [`Remedies::default`],
+/// every one is off and the pool places and serves keys exactly as nutcracker does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remedies {
+    /// Hot-key detection and the hot-key cache. By default, off.
+    /// `shardring proxy --hot-keys K [--hot-cache-ttl MS]`. Read when the pool starts: a reload does
+    /// not change it.
+    pub hot_keys: Option<HotKeysConfig>,
+    /// How many servers hold each key: the owner (placed exactly as nutcracker places it) then the
+    /// ring's next distinct servers. Writes go to every live one; reads go to the first live one and
+    /// fail over to the next on an error. By default, this is 1 (no replicas).
+    /// `shardring proxy --replicas R`.
+    pub replicas: usize,
+    /// With replicas, a read that misses on one replica also tries the next (a restarted, empty
+    /// replica then still reads the data its peers kept). By default, false.
+    /// `shardring proxy --replica-read-miss`.
+    pub replica_read_miss: bool,
+    /// Facebook's gutter pool for a pool without replicas: while a server is ejected its keys go to
+    /// these servers (placed among them as the pool places keys), with every TTL capped, instead of
+    /// being rehashed over the pool's other servers. By default, none.
+    /// `shardring proxy --gutter HOST:PORT,… [--gutter-ttl SECS]`.
+    pub gutter: Option<GutterConfig>,
+    /// For this long after a reload changes the ring, a `get` that misses on a key's new server is
+    /// retried on its previous server, and a hit there is copied to the new server. By default, none
+    /// (off). `shardring proxy --warmup-window MS`.
+    pub warmup_window: Option<Duration>,
+}
+
+/// No remedy on: what a Redis pool has, and what a memcached pool has by default.
+pub(crate) static NO_REMEDIES: Remedies = Remedies {
+    hot_keys: None,
+    replicas: 1,
+    replica_read_miss: false,
+    gutter: None,
+    warmup_window: None,
+};
+
+impl Default for Remedies {
+    fn default() -> Remedies {
+        NO_REMEDIES.clone()
+    }
+}
+
+/// A gutter pool (see [`Remedies::gutter`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GutterConfig {
+    /// The gutter servers, `host:port:weight [name]` as in `servers`.
+    pub servers: Vec<TwemproxyServer>,
+    /// The longest TTL a value stored in the gutter gets, in seconds (at most 30 days). By default,
+    /// this is 10 s: the gutter holds a dead server's hot keys for moments, not its data set.
+    pub ttl_cap: u32,
+}
+
+impl GutterConfig {
+    /// A gutter of `servers` with the default TTL cap (10 s).
+    pub fn new(servers: Vec<TwemproxyServer>) -> GutterConfig {
+        GutterConfig {
+            servers,
+            ttl_cap: 10,
+        }
+    }
+}
+
+/// Hot-key detection (the top keys by requests over a sliding window) and the optional cache of their
+/// replies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotKeysConfig {
+    /// How many keys are reported (and cached). `--hot-keys K`.
+    pub top: usize,
+    /// The window the counts cover. By default, this is 10 s. `--hot-keys-window MS`.
+    pub window: Duration,
+    /// Serve the top keys' `get` replies from the proxy for at most this long after each fill; `None`
+    /// for detection only. By default, none. `--hot-cache-ttl MS`.
+    pub cache_ttl: Option<Duration>,
+    /// The cache's bound in bytes (keys, replies and 64 bytes per entry). By default, this is 1 MiB.
+    /// `--hot-cache-size SIZE`.
+    pub cache_bytes: u64,
+}
+
+impl HotKeysConfig {
+    /// Detection of the top `top` keys, the defaults otherwise (10 s window, no cache).
+    pub fn new(top: usize) -> HotKeysConfig {
+        HotKeysConfig {
+            top,
+            window: Duration::from_secs(10),
+            cache_ttl: None,
+            cache_bytes: 1 << 20,
+        }
+    }
+}
+
+/// A Redis pool's settings: twemproxy's `redis_auth` and `redis_db`, and the *proxy-only* limits.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RedisConfig {
+    /// `redis_auth`: the password clients must AUTH with, and that the proxy AUTHs its server
+    /// connections with. By default, none.
+    pub auth: Option<String>,
+    /// `redis_db`: the database the proxy SELECTs on its server connections. By default, 0.
+    pub db: u32,
+    /// *proxy-only*: the argument and request limits; a request over them is refused with a protocol
+    /// error and its connection closed, before its bytes are buffered (see `protocol::redis`).
+    /// `shardring proxy --max-value-size` sets the argument limit, and `--max-request-size` the
+    /// request limit. By default, [`RedisLimits::default`] (Redis's own).
+    pub limits: RedisLimits,
+}
+
+impl MemcacheConfig {
+    /// Every problem with these settings in pool `n`, placed by `pool` (replicas and a gutter need
+    /// a reproducible placement and enough servers).
+    pub(super) fn validate(&self, n: &str, pool: PlacementSpec<'_>, errors: &mut ConfigErrors) {
+        if self.limits.max_key_len == 0 || self.limits.max_key_len > 250 {
+            errors.push(n, "the key limit must be between 1 and 250".into());
+        }
+        let r = &self.remedies;
+        if r.replicas == 0 || r.replicas > pool.servers.len().max(1) {
+            errors.push(
+                n,
+                format!(
+                    "replicas must be between 1 and the number of servers ({}), not {}",
+                    pool.servers.len(),
+                    r.replicas
+                ),
+            );
+        }
+        if r.replicas > 1 && pool.distribution == Distribution::Random {
+            errors.push(
+                n,
+                "replicas need a reproducible distribution (ketama or modula), not random".into(),
+            );
+        }
+        if let Some(g) = &r.gutter {
+            if g.servers.is_empty() {
+                errors.push(n, "the gutter needs at least one server".into());
+            }
+            if r.replicas > 1 {
+                errors.push(
+                    n,
+                    "a gutter is for pools without replicas: use --replicas or --gutter, not both"
+                        .into(),
+                );
+            }
+            if g.ttl_cap == 0 || g.ttl_cap > 30 * 24 * 3600 {
+                errors.push(
+                    n,
+                    "the gutter TTL cap must be between 1 s and 30 days".into(),
+                );
+            }
+            if pool.distribution == Distribution::Random {
+                errors.push(
+                    n,
+                    "a gutter needs a reproducible distribution (ketama or modula), not random"
+                        .into(),
+                );
+            }
+            for s in &g.servers {
+                if pool
+                    .servers
+                    .iter()
+                    .any(|p| p.display_name() == s.display_name())
+                {
+                    errors.push(n, format!("gutter server {s} is also a pool server"));
+                }
+            }
+        }
+        if let Some(h) = &r.hot_keys {
+            if h.top == 0 || h.top > 1000 {
+                errors.push(n, "the hot-key count must be between 1 and 1000".into());
+            }
+            if h.window < Duration::from_millis(2) {
+                errors.push(n, "the hot-key window must be at least 2 ms".into());
+            }
+            if h.cache_ttl.is_some_and(|t| t.is_zero()) {
+                errors.push(n, "the hot-cache TTL must be greater than 0".into());
+            }
+            if h.cache_bytes == 0 {
+                errors.push(n, "the hot-cache size must be at least 1 byte".into());
+            }
+        }
+    }
+}
+
+impl RedisConfig {
+    /// Every problem with these settings, keyed by pool `name`.
+    pub(super) fn validate(&self, name: &str, errors: &mut ConfigErrors) {
+        if self.limits.max_bulk_len == 0 || self.limits.max_request_len == 0 {
+            errors.push(
+                name,
+                "the redis argument and request limits must be at least 1 byte".into(),
+            );
+        }
+    }
+}
