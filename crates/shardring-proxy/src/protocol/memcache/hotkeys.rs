@@ -20,8 +20,9 @@ use bytes::Bytes;
 
 use super::plan::Finish;
 use super::request::{Command, GetKind, Request};
+use super::route::Keys;
 use crate::hotkeys::HotKeys;
-use crate::protocol::{Answer, PlanContext};
+use crate::protocol::Answer;
 
 /// A `get` of a top key, sent to its server: its reply fills the cache.
 #[derive(Debug)]
@@ -57,7 +58,7 @@ pub(super) enum HotRead {
 
 /// Counts a retrieval's keys and, for a one-key `get` of a top key, answers it from the cache or
 /// arranges its fill.
-pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> HotRead {
+pub(super) fn read(req: &Request, ctx: &Keys<'_>) -> HotRead {
     let Some(hot) = ctx.hot else {
         return HotRead::Plain;
     };
@@ -89,7 +90,7 @@ pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> HotRead {
 
 /// Counts a one-key command's key and, when it may be cached, invalidates it now and wraps `finish` so
 /// its reply invalidates again.
-pub(super) fn write(key: &[u8], finish: Finish, ctx: &PlanContext<'_>) -> Finish {
+pub(super) fn write(key: &[u8], finish: Finish, ctx: &Keys<'_>) -> Finish {
     let Some(hot) = ctx.hot else {
         return finish;
     };
@@ -110,7 +111,7 @@ pub(super) fn write(key: &[u8], finish: Finish, ctx: &PlanContext<'_>) -> Finish
 }
 
 /// `flush_all`: forget every cached reply.
-pub(super) fn flush(ctx: &PlanContext<'_>) {
+pub(super) fn flush(ctx: &Keys<'_>) {
     if let Some(cache) = ctx.hot.and_then(|h| h.cache()) {
         cache.clear();
     }

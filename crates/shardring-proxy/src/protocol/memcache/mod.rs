@@ -30,17 +30,20 @@ mod plan;
 mod replicas;
 mod request;
 mod response;
+mod route;
 mod tokens;
 mod warmup;
 
 pub use self::codec::*;
 pub use self::hotkeys::{HotFill, HotInvalidate};
 pub use self::parse::parse_request;
-pub use self::plan::{Finish, Memcache, ResponseScanner, VERSION_REPLY};
+pub use self::plan::{
+    Failover, Finish, Memcache, MemcacheSettings, ResponseScanner, VERSION_REPLY,
+};
 pub use self::replicas::ReplicatedWrite;
 pub use self::request::*;
 pub use self::response::*;
-pub use self::warmup::{CopyResult, WarmGet, WarmKeyed, WarmMulti};
+pub use self::warmup::{CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
 
 #[cfg(test)]
 mod tests;

@@ -17,13 +17,17 @@ use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
     is_error_reply, item_size_max, parse_response_from, status_code, ResponseKind, ValueBlocks,
 };
-use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti};
-use crate::config::PoolConfig;
-use crate::error::BackendError;
+use super::route::Keys;
+use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
+use crate::config::{GutterConfig, PoolConfig};
+use crate::error::{BackendError, ProxyError};
+use crate::hotkeys::HotKeys;
+use crate::metrics::PoolStats;
 use crate::protocol::{
-    Answer, FrameError, Incoming, Part, PartReply, Phase, Placement, PlanContext, Protocol,
-    Recovery, Reply, ReplyScanner, RequestDecoder, ServerFacts, Step,
+    Answer, FrameError, Incoming, Part, PartReply, Phase, Placement, PlanContext, PoolState,
+    Protocol, Reply, ReplyScanner, RequestDecoder, Round, ServerFacts, Step,
 };
+use crate::router::{build_placement, Gutter, Routing};
 
 /// The reply to `version`: the memcached protocol level the proxy speaks, then its own name and version.
 /// Clients read the first word as `major.minor.micro` and refuse a reply that does not start so
@@ -31,19 +35,51 @@ use crate::protocol::{
 /// `VERSION shardring-proxy-…`); some enable features by it (1.6 has the meta commands).
 pub const VERSION_REPLY: &[u8] = concat!("VERSION 1.6.0 ", name_version!(), "\r\n").as_bytes();
 
-/// The memcached text protocol, with a pool's limits and multi-get policy.
-#[derive(Debug, Clone)]
+/// The memcached text protocol for one version of a pool: its settings, and the state of its
+/// remedies (hot keys, replica lists, the gutter).
+#[derive(Debug)]
 pub struct Memcache {
-    /// Key, value and line limits.
-    limits: Limits,
-    /// A multi-get fails whole when one of its servers fails (twemproxy's behaviour).
-    all_or_nothing: bool,
-    /// With replicas, a read that misses tries the next replica too.
-    replica_read_miss: bool,
+    /// The pool's memcached settings.
+    settings: MemcacheSettings,
     /// What the pool's servers said of themselves, when the value limit is theirs
     /// ([`Limits::value_len_from_servers`]): each client connection's decoder reads the largest
     /// `item_size_max` from it.
     servers: Option<Arc<[Arc<ServerFacts>]>>,
+    /// The pool's hot-key detection and cache, when on (shared by the pool's versions).
+    hot: Option<Arc<HotKeys>>,
+    /// The placement over every server, ejected or not, when keys have replicas or a gutter: replica
+    /// lists stay put while servers come and go (only which of them are live changes).
+    full: Option<Routing>,
+    /// The gutter pool's placement, when the pool has one; its servers follow the pool's.
+    gutter: Option<Gutter>,
+}
+
+/// What the memcached protocol reads of a pool's config, read in one place.
+#[derive(Debug, Clone)]
+pub struct MemcacheSettings {
+    /// Key, value and line limits.
+    limits: Limits,
+    /// A multi-get fails whole when one of its servers fails (twemproxy's behaviour).
+    all_or_nothing: bool,
+    /// How many servers hold each key (1: no replicas).
+    replicas: usize,
+    /// With replicas, a read that misses tries the next replica too.
+    replica_read_miss: bool,
+    /// The gutter pool, when the pool has one.
+    gutter: Option<GutterConfig>,
+}
+
+impl MemcacheSettings {
+    /// The memcached settings of `config`.
+    pub fn from_pool(config: &PoolConfig) -> MemcacheSettings {
+        MemcacheSettings {
+            limits: config.limits,
+            all_or_nothing: config.multiget_all_or_nothing,
+            replicas: config.replicas,
+            replica_read_miss: config.replica_read_miss,
+            gutter: config.gutter.clone(),
+        }
+    }
 }
 
 /// How a single server's reply becomes the client's answer.
@@ -75,16 +111,115 @@ pub enum Merge {
     Get(GetMerge),
     /// A write sent to every live replica of its key.
     Replicated(ReplicatedWrite),
-    /// A multi-get during a warm-up window (answered through [`Protocol::phase`]).
+    /// A multi-get during a warm-up window (answered through [`Protocol::advance`]).
     WarmMulti(WarmMulti),
     /// A command of moved keys during a warm-up window (a one-key command, or `gets`/`gat`/`gats` of
-    /// any number of keys): copy first, then apply (answered through [`Protocol::phase`]).
+    /// any number of keys): copy first, then apply (answered through [`Protocol::advance`]).
     WarmKeyed(WarmKeyed),
     /// `flush_all` sent to every live server.
     FlushAll {
         /// The client asked for no reply.
         noreply: bool,
     },
+    /// A one-key read of a replicated key: its replicas in turn, while a reply says to try the next.
+    Failover(Failover),
+    /// A one-key `get` of a key that moved, while a warm-up window is open: its new server, then its
+    /// previous one after a miss.
+    WarmOne(WarmOne),
+    /// One request (sent with a follow-up beside it: a warm-up write's invalidation of the old copy):
+    /// its reply through the finish.
+    One(Finish),
+}
+
+/// A one-key read of a replicated key, as an exchange: one replica per round.
+#[derive(Debug)]
+pub struct Failover {
+    /// The replicas not tried yet, in order.
+    rest: std::vec::IntoIter<usize>,
+    /// The request.
+    frame: Bytes,
+    /// How its replies are framed.
+    kind: ResponseKind,
+    /// How the last reply becomes the answer.
+    finish: Finish,
+    /// A miss tries the next replica too.
+    read_miss: bool,
+    /// Where failovers are counted.
+    stats: Arc<PoolStats>,
+}
+
+impl Failover {
+    /// The read of `frame` from `servers` in turn: sent to the first now, to the next while its
+    /// replies say so. No server: a plain forward to none.
+    fn step(
+        servers: Vec<usize>,
+        frame: Bytes,
+        kind: ResponseKind,
+        finish: Finish,
+        read_miss: bool,
+        stats: &Arc<PoolStats>,
+    ) -> Step<Memcache> {
+        let mut rest = servers.into_iter();
+        let Some(first) = rest.next() else {
+            return Step::Forward {
+                server: None,
+                frame,
+                kind,
+                finish,
+            };
+        };
+        let part = current_part(first, frame.clone(), kind);
+        Step::Exchange(Round::new(
+            vec![part],
+            Merge::Failover(Failover {
+                rest,
+                frame,
+                kind,
+                finish,
+                read_miss,
+                stats: Arc::clone(stats),
+            }),
+        ))
+    }
+
+    /// After a replica's reply: the next replica, or the answer.
+    fn advance(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let reply = first_reply(replies);
+        if replicas::retry(self.read_miss, &reply) {
+            if let Some(next) = self.rest.next() {
+                self.stats.replica_failovers.inc();
+                let part = current_part(next, self.frame.clone(), self.kind);
+                return Phase::Again(Round::new(vec![part], Merge::Failover(self)));
+            }
+        }
+        done(Memcache::finish(self.finish, reply))
+    }
+}
+
+/// A part to a server of the current placement.
+fn current_part(server: usize, frame: Bytes, kind: ResponseKind) -> Part<Memcache> {
+    Part {
+        placement: Placement::Current,
+        server,
+        frame,
+        kind,
+    }
+}
+
+/// The reply of a round's one part (a round of none reads as no server).
+fn first_reply(replies: Vec<PartReply<'_>>) -> Reply {
+    replies
+        .into_iter()
+        .next()
+        .map_or(Err(BackendError::NoServer), |r| r.reply)
+}
+
+/// An exchange's answer, with nothing more to send.
+fn done(answer: Answer) -> Phase<Memcache> {
+    Phase::Done {
+        answer,
+        follow_ups: Vec::new(),
+    }
 }
 
 /// A split multi-get: the request, and which part holds each key.
@@ -105,27 +240,52 @@ impl Protocol for Memcache {
     type ReplyKind = ResponseKind;
     type ReplyScanner = ResponseScanner;
     type Finish = Finish;
-    type Merge = Merge;
+    type Exchange = Merge;
     type Session = ();
 
-    fn new(config: &PoolConfig) -> Memcache {
-        Memcache {
-            limits: config.limits,
-            all_or_nothing: config.multiget_all_or_nothing,
-            replica_read_miss: config.replica_read_miss,
+    fn new(config: &PoolConfig, pool: &PoolState<'_>) -> Result<Memcache, ProxyError> {
+        let settings = MemcacheSettings::from_pool(config);
+        let placement = |reason: String| ProxyError::Placement {
+            pool: config.name.clone(),
+            reason,
+        };
+        let gutter = match &settings.gutter {
+            Some(g) => {
+                Some(Gutter::build(config, g).map_err(|e| placement(format!("gutter: {e}")))?)
+            }
+            None => None,
+        };
+        let full = if settings.replicas > 1 || gutter.is_some() {
+            let servers =
+                config.servers.len() + settings.gutter.as_ref().map_or(0, |g| g.servers.len());
+            let all = vec![true; servers];
+            Some(
+                build_placement(config.placement_spec(), &all)
+                    .map_err(|e| placement(e.to_string()))?,
+            )
+        } else {
+            None
+        };
+        Ok(Memcache {
+            settings,
             servers: None,
-        }
+            hot: pool.hot.map(Arc::clone),
+            full,
+            gutter,
+        })
     }
 
     fn decoder(&self) -> RequestCodec {
         match &self.servers {
-            Some(servers) => RequestCodec::with_server_limits(self.limits, Arc::clone(servers)),
-            None => RequestCodec::new(self.limits),
+            Some(servers) => {
+                RequestCodec::with_server_limits(self.settings.limits, Arc::clone(servers))
+            }
+            None => RequestCodec::new(self.settings.limits),
         }
     }
 
     fn introductions(&self) -> Vec<(Bytes, ResponseKind)> {
-        if self.limits.value_len_from_servers {
+        if self.settings.limits.value_len_from_servers {
             vec![(
                 Bytes::from_static(b"stats settings\r\n"),
                 ResponseKind::Stats,
@@ -142,12 +302,19 @@ impl Protocol for Memcache {
     }
 
     fn attach_facts(&mut self, facts: Vec<Arc<ServerFacts>>) {
-        if self.limits.value_len_from_servers {
+        if self.settings.limits.value_len_from_servers {
             self.servers = Some(facts.into());
         }
     }
 
-    fn plan(&self, req: Request, _session: &mut (), ctx: &PlanContext<'_>) -> Step<Memcache> {
+    fn plan(&self, req: Request, _session: &mut (), plan: &PlanContext<'_>) -> Step<Memcache> {
+        let ctx = &Keys::new(
+            plan,
+            self.hot.as_ref(),
+            self.full.as_ref(),
+            self.gutter.as_ref(),
+            self.settings.replicas,
+        );
         match &req.command {
             Command::Get { .. } => self.get(req, ctx),
             Command::Keyed { key, noreply } => {
@@ -157,7 +324,7 @@ impl Protocol for Memcache {
                     Finish::Plain
                 };
                 let finish = req.with_routing_key(key, |k| hotkeys::write(k, finish, ctx));
-                forward_keyed(&req, key, finish, ctx)
+                self.forward_keyed(&req, key, finish, ctx)
             }
             Command::Meta {
                 kind, key, quiet, ..
@@ -168,7 +335,7 @@ impl Protocol for Memcache {
                     Finish::Plain
                 };
                 let finish = req.with_routing_key(key, |k| hotkeys::write(k, finish, ctx));
-                forward_keyed(&req, key, finish, ctx)
+                self.forward_keyed(&req, key, finish, ctx)
             }
             Command::MetaNoop => Step::Answer(Answer::fixed(b"MN\r\n")),
             Command::Version => Step::Answer(Answer::fixed(VERSION_REPLY)),
@@ -189,13 +356,10 @@ impl Protocol for Memcache {
                         kind: ResponseKind::Line,
                     })
                     .collect();
-                Step::FanOut {
-                    parts,
-                    merge: Merge::FlushAll { noreply },
-                }
+                Step::Exchange(Round::new(parts, Merge::FlushAll { noreply }))
             }
             Command::Stats(request) => Step::Answer(match request {
-                StatsRequest::Proxy => Answer::Bytes(local_stats(ctx)),
+                StatsRequest::Proxy => Answer::Bytes(local_stats(plan)),
                 StatsRequest::Reset => Answer::fixed(b"RESET\r\n"),
                 StatsRequest::Toggle => Answer::fixed(b"OK\r\n"),
                 StatsRequest::PerServer => Answer::fixed(b"END\r\n"),
@@ -233,37 +397,6 @@ impl Protocol for Memcache {
         }
     }
 
-    fn merge(merge: Merge, replies: Vec<PartReply<'_>>) -> Answer {
-        match merge {
-            Merge::Get(get) => get.merge(replies),
-            Merge::Replicated(write) => write.merge(replies),
-            // Only reached if a caller skips `phase`: answer with what round one found.
-            Merge::WarmMulti(warm) => match warm.phase(replies) {
-                Phase::Done { answer, .. } => answer,
-                Phase::Again { .. } => Answer::fixed(b"END\r\n"),
-            },
-            Merge::WarmKeyed(warm) => match warm.phase(replies) {
-                Phase::Done { answer, .. } => answer,
-                Phase::Again { .. } => Answer::Failed(BackendError::NoServer),
-            },
-            Merge::FlushAll { noreply } => {
-                let mut failure = None;
-                for r in replies {
-                    match r.reply {
-                        Ok(b) if &b[..] == b"OK\r\n" => {}
-                        Ok(b) => failure = Some(refused(r.server, &b)),
-                        Err(e) => failure = Some(e),
-                    }
-                }
-                match (failure, noreply) {
-                    (_, true) => Answer::Nothing,
-                    (Some(e), false) => Answer::Failed(e),
-                    (None, false) => Answer::fixed(b"OK\r\n"),
-                }
-            }
-        }
-    }
-
     fn encode_failure(error: &BackendError, out: &mut BytesMut) {
         out.extend_from_slice(b"SERVER_ERROR ");
         out.extend_from_slice(error.to_string().as_bytes());
@@ -286,99 +419,130 @@ impl Protocol for Memcache {
         is_error_reply(reply)
     }
 
-    fn retry(&self, _finish: &Finish, reply: &Reply) -> bool {
-        replicas::retry(self.replica_read_miss, reply)
-    }
-
-    fn phase(&self, merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
-        match merge {
-            Merge::WarmMulti(warm) => warm.phase(replies),
-            Merge::WarmKeyed(warm) => warm.phase(replies),
-            merge => Phase::Done {
-                answer: Memcache::merge(merge, replies),
-                follow_ups: Vec::new(),
-            },
-        }
+    fn advance(&self, merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        advance(merge, replies)
     }
 
     fn in_order(&self, merge: &Merge) -> bool {
         matches!(merge, Merge::WarmKeyed(w) if w.rounds_follow())
     }
-
-    fn fall_back(&self, finish: &Finish, reply: &Reply) -> bool {
-        warmup::fall_back(finish, reply)
-    }
-
-    fn recover(&self, finish: Finish, current: Reply, previous: Reply) -> Recovery<Memcache> {
-        warmup::recover(finish, current, previous)
-    }
 }
 
-/// A one-key command: to the key's server, as received (less a stripped `noreply`/`q`); with replicas,
-/// a write to every live replica and a read to the first, failing over to the next.
-fn forward_keyed(
-    req: &Request,
-    key: &Range<usize>,
-    finish: Finish,
-    ctx: &PlanContext<'_>,
-) -> Step<Memcache> {
-    let old = match ctx.previous {
-        Some(_) => req.with_routing_key(key, |k| ctx.moved_from(k)),
-        None => None,
-    };
-    let Some(old) = old else {
-        return forward_keyed_now(req, key, finish, ctx);
-    };
-    let warm = req.with_routing_key(key, |k| warmup::keyed(req, key, k, old, finish, ctx));
-    let finish = match warm {
-        Ok(step) => return step,
-        Err(finish) => finish,
-    };
-    if replicas::is_write(&req.command) {
-        let step = forward_keyed_now(req, key, finish, ctx);
-        return req.with_routing_key(key, |k| warmup::write(k, old, step));
-    }
-    forward_keyed_now(req, key, finish, ctx)
-}
-
-/// [`forward_keyed`] without the warm-up's invalidation.
-fn forward_keyed_now(
-    req: &Request,
-    key: &Range<usize>,
-    finish: Finish,
-    ctx: &PlanContext<'_>,
-) -> Step<Memcache> {
-    let finish = if replicas::is_write(&req.command) {
-        match req.with_routing_key(key, |k| replicas::write(req, k, finish, ctx)) {
-            Ok(step) => return step,
-            Err(finish) => finish,
-        }
-    } else if let Some(servers) = req.with_routing_key(key, |k| replicas::read_servers(k, ctx)) {
-        return Step::Failover {
-            servers,
-            frame: req.to_forward(),
-            kind: req.command.response_kind(),
-            finish,
-        };
-    } else {
-        finish
-    };
-    let server = req.with_routing_key(key, |k| ctx.server_for(k));
-    let frame = match server.and_then(|s| ctx.gutter_ttl_cap(s)) {
-        Some(cap) => gutter::cap_ttl(&req.to_forward(), cap),
-        None => req.to_forward(),
-    };
-    Step::Forward {
-        server,
-        frame,
-        kind: req.command.response_kind(),
-        finish,
+/// An exchange's next move after its round's replies.
+fn advance(merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+    match merge {
+        Merge::WarmMulti(warm) => warm.phase(replies),
+        Merge::WarmKeyed(warm) => warm.phase(replies),
+        Merge::WarmOne(warm) => warm.advance(replies),
+        Merge::Failover(failover) => failover.advance(replies),
+        merge => done(Memcache::merge(merge, replies)),
     }
 }
 
 impl Memcache {
+    /// A one-key command: to the key's server, as received (less a stripped `noreply`/`q`); with replicas,
+    /// a write to every live replica and a read to the first, failing over to the next.
+    fn forward_keyed(
+        &self,
+        req: &Request,
+        key: &Range<usize>,
+        finish: Finish,
+        ctx: &Keys<'_>,
+    ) -> Step<Memcache> {
+        let old = match ctx.previous {
+            Some(_) => req.with_routing_key(key, |k| ctx.moved_from(k)),
+            None => None,
+        };
+        let Some(old) = old else {
+            return self.forward_keyed_now(req, key, finish, ctx);
+        };
+        let warm = req.with_routing_key(key, |k| warmup::keyed(req, key, k, old, finish, ctx));
+        let finish = match warm {
+            Ok(step) => return step,
+            Err(finish) => finish,
+        };
+        if replicas::is_write(&req.command) {
+            let step = self.forward_keyed_now(req, key, finish, ctx);
+            return req.with_routing_key(key, |k| warmup::write(k, old, step));
+        }
+        self.forward_keyed_now(req, key, finish, ctx)
+    }
+
+    /// [`Memcache::forward_keyed`] without the warm-up's invalidation.
+    fn forward_keyed_now(
+        &self,
+        req: &Request,
+        key: &Range<usize>,
+        finish: Finish,
+        ctx: &Keys<'_>,
+    ) -> Step<Memcache> {
+        let finish = if replicas::is_write(&req.command) {
+            match req.with_routing_key(key, |k| replicas::write(req, k, finish, ctx)) {
+                Ok(step) => return step,
+                Err(finish) => finish,
+            }
+        } else if let Some(servers) = req.with_routing_key(key, |k| replicas::read_servers(k, ctx))
+        {
+            return Failover::step(
+                servers,
+                req.to_forward(),
+                req.command.response_kind(),
+                finish,
+                self.settings.replica_read_miss,
+                ctx.stats,
+            );
+        } else {
+            finish
+        };
+        let server = req.with_routing_key(key, |k| ctx.server_for(k));
+        let frame = match server.and_then(|s| ctx.gutter_ttl_cap(s)) {
+            Some(cap) => gutter::cap_ttl(&req.to_forward(), cap),
+            None => req.to_forward(),
+        };
+        Step::Forward {
+            server,
+            frame,
+            kind: req.command.response_kind(),
+            finish,
+        }
+    }
+
+    /// The answer of an exchange that ends after this round (a split multi-get, a replicated write,
+    /// `flush_all`, or the last round of a warm-up's command).
+    pub(super) fn merge(merge: Merge, replies: Vec<PartReply<'_>>) -> Answer {
+        match merge {
+            Merge::Get(get) => get.merge(replies),
+            Merge::Replicated(write) => write.merge(replies),
+            Merge::One(finish) => Memcache::finish(finish, first_reply(replies)),
+            // Exchanges of more rounds are not nested in others: answered with what this round
+            // found.
+            merge @ (Merge::WarmMulti(_)
+            | Merge::WarmKeyed(_)
+            | Merge::WarmOne(_)
+            | Merge::Failover(_)) => match advance(merge, replies) {
+                Phase::Done { answer, .. } => answer,
+                Phase::Again(_) => Answer::Failed(BackendError::NoServer),
+            },
+            Merge::FlushAll { noreply } => {
+                let mut failure = None;
+                for r in replies {
+                    match r.reply {
+                        Ok(b) if &b[..] == b"OK\r\n" => {}
+                        Ok(b) => failure = Some(refused(r.server, &b)),
+                        Err(e) => failure = Some(e),
+                    }
+                }
+                match (failure, noreply) {
+                    (_, true) => Answer::Nothing,
+                    (Some(e), false) => Answer::Failed(e),
+                    (None, false) => Answer::fixed(b"OK\r\n"),
+                }
+            }
+        }
+    }
+
     /// get/gets/gat/gats: as received when every key lives on one server, else one request per server.
-    fn get(&self, req: Request, ctx: &PlanContext<'_>) -> Step<Memcache> {
+    fn get(&self, req: Request, ctx: &Keys<'_>) -> Step<Memcache> {
         let Command::Get { keys, more, .. } = &req.command else {
             unreachable!("get() is only called for retrieval commands")
         };
@@ -421,12 +585,7 @@ impl Memcache {
     }
 
     /// [`Memcache::get`] past the hot-key cache and the warm-up.
-    fn get_now(
-        &self,
-        req: Request,
-        fill: Option<HotFill>,
-        ctx: &PlanContext<'_>,
-    ) -> Step<Memcache> {
+    fn get_now(&self, req: Request, fill: Option<HotFill>, ctx: &Keys<'_>) -> Step<Memcache> {
         let Command::Get {
             kind,
             exptime,
@@ -456,12 +615,14 @@ impl Memcache {
             };
             if keys.len() == 1 {
                 if let Some(servers) = replicas::read_servers(req.bytes(&keys[0]), ctx) {
-                    return Step::Failover {
+                    return Failover::step(
                         servers,
-                        frame: req.frame.clone(),
-                        kind: ResponseKind::Values,
+                        req.frame.clone(),
+                        ResponseKind::Values,
                         finish,
-                    };
+                        self.settings.replica_read_miss,
+                        ctx.stats,
+                    );
                 }
             }
             let frame = match first.and_then(|s| ctx.gutter_ttl_cap(s)) {
@@ -518,20 +679,20 @@ impl Memcache {
             })
             .collect();
         ctx.stats.fragments.add(servers.len() as u64);
-        Step::FanOut {
+        Step::Exchange(Round::new(
             parts,
-            merge: Merge::Get(GetMerge {
+            Merge::Get(GetMerge {
                 request: req,
                 part_of,
-                all_or_nothing: self.all_or_nothing,
+                all_or_nothing: self.settings.all_or_nothing,
             }),
-        }
+        ))
     }
 }
 
 /// The server of each of a multi-get's keys: one batch through the placement (which overlaps the
 /// keys' cache misses), or key by key along the replica lists when keys have replicas.
-fn owners_of(req: &Request, keys: &[Range<usize>], ctx: &PlanContext<'_>) -> Vec<Option<usize>> {
+fn owners_of(req: &Request, keys: &[Range<usize>], ctx: &Keys<'_>) -> Vec<Option<usize>> {
     let mut owners = vec![None; keys.len()];
     if ctx.replicas() > 1 {
         for (owner, k) in owners.iter_mut().zip(keys) {
@@ -621,7 +782,7 @@ fn local_stats(ctx: &PlanContext<'_>) -> Bytes {
         st.total_connections.get(),
         st.requests.get(),
         st.forward_error.get(),
-        ctx.servers,
+        ctx.servers(),
         ctx.live_servers().len(),
     );
     Bytes::from(s)

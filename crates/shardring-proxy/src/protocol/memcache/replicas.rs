@@ -21,8 +21,9 @@ use std::sync::Arc;
 use super::plan::{Finish, Memcache};
 use super::request::{Command, MetaKind, Request};
 use super::response::status_code;
+use super::route::Keys;
 use crate::metrics::PoolStats;
-use crate::protocol::{Answer, Part, PartReply, Placement, PlanContext, Protocol, Reply, Step};
+use crate::protocol::{Answer, Part, PartReply, Placement, Protocol, Reply, Round, Step};
 
 /// A write sent to several replicas: how their replies become one answer.
 #[derive(Debug)]
@@ -51,7 +52,7 @@ pub(super) fn write(
     req: &Request,
     key: &[u8],
     finish: Finish,
-    ctx: &PlanContext<'_>,
+    ctx: &Keys<'_>,
 ) -> Result<Step<Memcache>, Finish> {
     if ctx.replicas() < 2 {
         return Err(finish);
@@ -63,8 +64,8 @@ pub(super) fn write(
     }
     let frame = req.to_forward();
     let kind = req.command.response_kind();
-    Ok(Step::FanOut {
-        parts: servers
+    Ok(Step::Exchange(Round::new(
+        servers
             .into_iter()
             .map(|server| Part {
                 placement: Placement::Current,
@@ -73,15 +74,15 @@ pub(super) fn write(
                 kind,
             })
             .collect(),
-        merge: super::plan::Merge::Replicated(ReplicatedWrite {
+        super::plan::Merge::Replicated(ReplicatedWrite {
             finish,
             stats: Arc::clone(ctx.stats),
         }),
-    })
+    )))
 }
 
 /// The servers a one-key read tries, in order, or `None` when the pool has no replicas.
-pub(super) fn read_servers(key: &[u8], ctx: &PlanContext<'_>) -> Option<Vec<usize>> {
+pub(super) fn read_servers(key: &[u8], ctx: &Keys<'_>) -> Option<Vec<usize>> {
     if ctx.replicas() < 2 {
         return None;
     }

@@ -19,7 +19,7 @@
 //!
 //! What each command does with a moved key:
 //! - one-key `get`: steps 1–3, the value returned to the client as soon as step 2 has it, the copy not
-//!   waited for ([`WarmGet`], a [`Step::Fallback`]); a multi-get does the same per key, pipelined
+//!   waited for ([`WarmOne`]); a multi-get does the same per key, pipelined
 //!   ([`WarmMulti`]);
 //! - `set`, `ms` in set mode without a CAS: the result does not depend on the old value, so the write
 //!   goes to the new server after a `delete` of the old copy ([`write`]);
@@ -51,10 +51,9 @@ use super::plan::{Finish, Memcache, Merge};
 use super::request::{Command, GetKind, Request};
 use super::response::ResponseKind;
 use super::response::ValueBlocks;
+use super::route::Keys;
 use crate::metrics::PoolStats;
-use crate::protocol::{
-    Answer, Part, PartReply, Phase, Placement, PlanContext, Protocol, Recovery, Reply, Step,
-};
+use crate::protocol::{Answer, Part, PartReply, Phase, Placement, Protocol, Reply, Round, Step};
 
 /// How long the reservation of step 1 lives, in seconds.
 const RESERVATION_TTL: u32 = 2;
@@ -78,8 +77,8 @@ pub struct CopyResult {
     stats: Arc<PoolStats>,
 }
 
-/// A one-key `get` of a key that moved, while a warm-up window is open: the [`Step::Fallback`].
-pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> Option<Step<Memcache>> {
+/// A one-key `get` of a key that moved, while a warm-up window is open: a [`WarmOne`] exchange.
+pub(super) fn read(req: &Request, ctx: &Keys<'_>) -> Option<Step<Memcache>> {
     let Command::Get {
         kind: GetKind::Get,
         keys,
@@ -103,17 +102,98 @@ pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> Option<Step<Memcache
         b.extend_from_slice(b"\r\n");
         b.freeze()
     };
-    Some(Step::Fallback {
+    let first = part(
+        Placement::Current,
         server,
-        frame: line(&format!(" v f t c N{RESERVATION_TTL}")),
-        previous,
-        fallback: line(" v f t"),
-        kind: ResponseKind::Meta,
-        finish: Finish::Warm(WarmGet {
-            key: Bytes::copy_from_slice(key),
-            stats: Arc::clone(ctx.stats),
+        line(&format!(" v f t c N{RESERVATION_TTL}")),
+        ResponseKind::Meta,
+    );
+    Some(Step::Exchange(Round::new(
+        vec![first],
+        Merge::WarmOne(WarmOne {
+            get: WarmGet {
+                key: Bytes::copy_from_slice(key),
+                stats: Arc::clone(ctx.stats),
+            },
+            server,
+            stage: OneStage::New {
+                previous,
+                fallback: line(" v f t"),
+            },
         }),
-    })
+    )))
+}
+
+/// A one-key `get` of a key that moved, as an exchange: its new server's reservation, then its
+/// previous server's value after a miss; the copy (or the release) follows the answer, not waited
+/// for.
+#[derive(Debug)]
+pub struct WarmOne {
+    /// The key, and how meta replies become the `get` answer.
+    get: WarmGet,
+    /// The key's server now.
+    server: usize,
+    /// Where the exchange is.
+    stage: OneStage,
+}
+
+/// Where a [`WarmOne`] is.
+#[derive(Debug)]
+enum OneStage {
+    /// Sent to the new server.
+    New {
+        /// The key's server on the previous ring (index there).
+        previous: usize,
+        /// What to send there after a miss.
+        fallback: Bytes,
+    },
+    /// Sent to the previous server, after a miss on the new one, whose reply (the reservation) this
+    /// is.
+    Previous(Bytes),
+}
+
+impl WarmOne {
+    /// After the new server's reply: the answer, or the previous server's read; after that one: the
+    /// answer, and the copy or the release.
+    pub(super) fn advance(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let reply = replies
+            .into_iter()
+            .next()
+            .map_or(Err(crate::error::BackendError::Removed), |r| r.reply);
+        let stage = std::mem::replace(&mut self.stage, OneStage::Previous(Bytes::new()));
+        match (stage, reply) {
+            (OneStage::New { previous, fallback }, Ok(bytes)) if self.get.missed(&bytes) => {
+                self.stage = OneStage::Previous(bytes);
+                let read = part(Placement::Previous, previous, fallback, ResponseKind::Meta);
+                Phase::Again(Round::new(vec![read], Merge::WarmOne(self)))
+            }
+            (OneStage::New { .. }, reply) => Phase::Done {
+                answer: self.get.finish(reply),
+                follow_ups: Vec::new(),
+            },
+            // The previous ring is gone (the window closed since the plan): the new server's miss
+            // is the answer.
+            (OneStage::Previous(current), Err(crate::error::BackendError::Removed)) => {
+                Phase::Done {
+                    answer: self.get.finish(Ok(current)),
+                    follow_ups: Vec::new(),
+                }
+            }
+            (OneStage::Previous(current), previous) => {
+                let server = self.server;
+                let (answer, follow_up) = self.get.recover(&current, previous);
+                Phase::Done {
+                    answer,
+                    follow_ups: follow_up
+                        .map(|(frame, kind, finish)| {
+                            (part(Placement::Current, server, frame, kind), finish)
+                        })
+                        .into_iter()
+                        .collect(),
+                }
+            }
+        }
+    }
 }
 
 /// A write of a key that moved from `previous` (its server on the previous ring), while a warm-up
@@ -135,12 +215,34 @@ pub(super) fn write(key: &[u8], previous: usize, step: Step<Memcache>) -> Step<M
         frame.extend_from_slice(b" b");
     }
     frame.extend_from_slice(b"\r\n");
-    Step::AlsoPrevious {
-        previous,
-        frame: frame.freeze(),
-        kind: ResponseKind::Line,
-        step: Box::new(step),
-    }
+    let delete = (
+        part(
+            Placement::Previous,
+            previous,
+            frame.freeze(),
+            ResponseKind::Line,
+        ),
+        // Dropped: the invalidation is best effort, the write's own reply counts.
+        Finish::NoReply,
+    );
+    let mut round = match step {
+        Step::Forward {
+            server,
+            frame,
+            kind,
+            finish,
+        } => Round::new(
+            server
+                .map(|s| part(Placement::Current, s, frame, kind))
+                .into_iter()
+                .collect(),
+            Merge::One(finish),
+        ),
+        Step::Exchange(round) => round,
+        answered @ (Step::Answer(_) | Step::Close(_)) => return answered,
+    };
+    round.follow_ups.insert(0, delete);
+    Step::Exchange(round)
 }
 
 /// How a one-key command of a moved key is sent during a warm-up window.
@@ -274,7 +376,7 @@ enum Then {
 
 /// A command of keys that moved and may not have been copied yet, while a warm-up window is open:
 /// copy first, then apply, so the command sees the old servers' values (a multi-round
-/// [`Step::FanOut`] answered through [`Protocol::phase`]).
+/// [`Step::Exchange`] answered through [`Protocol::advance`]).
 #[derive(Debug)]
 pub struct WarmKeyed {
     /// The moved keys.
@@ -299,7 +401,7 @@ pub(super) fn keyed(
     key: &[u8],
     old: usize,
     finish: Finish,
-    ctx: &PlanContext<'_>,
+    ctx: &Keys<'_>,
 ) -> Result<Step<Memcache>, Finish> {
     if ctx.replicas() > 1 {
         return Err(finish);
@@ -327,26 +429,22 @@ pub(super) fn keyed(
         _ => (vec![moved.reserve()], Stage::Reserve),
     };
     let then = Then::One(part(Placement::Current, moved.new, command, kind), finish);
-    Ok(Step::FanOut {
+    Ok(Step::Exchange(Round::new(
         parts,
-        merge: Merge::WarmKeyed(WarmKeyed {
+        Merge::WarmKeyed(WarmKeyed {
             moved: vec![moved],
             then,
             writes: super::replicas::is_write(&req.command),
             stage,
             stats: Arc::clone(ctx.stats),
         }),
-    })
+    )))
 }
 
 /// `gets`/`gat`/`gats` with keys that moved, while a warm-up window is open: every moved key is
 /// copied first, then `step` (the retrieval as planned without a warm-up) is sent, so the values and
 /// CAS values come from the new servers. `step` itself when no key moved.
-pub(super) fn retrieval(
-    req: &Request,
-    step: Step<Memcache>,
-    ctx: &PlanContext<'_>,
-) -> Step<Memcache> {
+pub(super) fn retrieval(req: &Request, step: Step<Memcache>, ctx: &Keys<'_>) -> Step<Memcache> {
     let Command::Get {
         kind,
         keys,
@@ -378,20 +476,20 @@ pub(super) fn retrieval(
             kind,
             finish,
         } => Then::One(part(Placement::Current, server, frame, kind), finish),
-        Step::FanOut { parts, merge } => Then::Split(parts, Box::new(merge)),
+        Step::Exchange(round) => Then::Split(round.parts, Box::new(round.exchange)),
         step => return step,
     };
     let parts = moved.iter().map(Moved::reserve).collect();
-    Step::FanOut {
+    Step::Exchange(Round::new(
         parts,
-        merge: Merge::WarmKeyed(WarmKeyed {
+        Merge::WarmKeyed(WarmKeyed {
             moved,
             then,
             writes: false,
             stage: Stage::Reserve,
             stats: Arc::clone(ctx.stats),
         }),
-    }
+    ))
 }
 
 /// The key of `range` (placed by `key`) when it moved (from `old`, when the caller knows) and has a
@@ -401,7 +499,7 @@ fn moved(
     range: &std::ops::Range<usize>,
     key: &[u8],
     old: Option<usize>,
-    ctx: &PlanContext<'_>,
+    ctx: &Keys<'_>,
 ) -> Option<Moved> {
     let old = old.or_else(|| ctx.moved_from(key))?;
     let new = ctx.server_for(key)?;
@@ -554,11 +652,11 @@ impl WarmKeyed {
             return self.apply(Vec::new(), follow_ups);
         }
         self.stage = Stage::ReadOld;
-        Phase::Again {
+        Phase::Again(Round {
             parts: reads,
-            merge: Merge::WarmKeyed(self),
+            exchange: Merge::WarmKeyed(self),
             follow_ups,
-        }
+        })
     }
 
     /// After the previous servers' reads: the copies (or releases), then the command.
@@ -614,11 +712,11 @@ impl WarmKeyed {
             Then::Split(ps, _) => parts.extend(ps.iter().map(clone_part)),
         }
         self.stage = Stage::Apply { copies };
-        Phase::Again {
+        Phase::Again(Round {
             parts,
-            merge: Merge::WarmKeyed(self),
+            exchange: Merge::WarmKeyed(self),
             follow_ups,
-        }
+        })
     }
 
     /// The client's answer from the command's replies.
@@ -743,12 +841,12 @@ impl WarmGet {
     }
 
     /// Whether the new server's reply is a miss (a reservation).
-    pub(super) fn missed(&self, reply: &Reply) -> bool {
-        matches!(reply, Ok(b) if MetaReply::parse(b).is_some_and(|m| m.is_reservation()))
+    fn missed(&self, reply: &[u8]) -> bool {
+        MetaReply::parse(reply).is_some_and(|m| m.is_reservation())
     }
 
     /// Steps 2 and 3: the answer from the previous server's reply, and the copy or the release.
-    pub(super) fn recover(self, current: &Bytes, previous: Reply) -> Recovery<Memcache> {
+    fn recover(self, current: &Bytes, previous: Reply) -> (Answer, Option<FollowUpLine>) {
         let (block, follow_up) = recover_key(&self.key, current, &previous, &self.stats);
         let answer = match block {
             Some(block) => {
@@ -759,7 +857,7 @@ impl WarmGet {
             }
             None => Answer::fixed(b"END\r\n"),
         };
-        Recovery { answer, follow_up }
+        (answer, follow_up)
     }
 }
 
@@ -777,8 +875,9 @@ fn value_block(key: &[u8], m: &MetaReply<'_>) -> Bytes {
     out.freeze()
 }
 
-/// A follow-up request: bytes, reply framing, and the finish its reply goes through.
-type FollowUp = (Bytes, ResponseKind, Finish);
+/// A follow-up request to a key's new server: bytes, reply framing, and the finish its reply goes
+/// through.
+type FollowUpLine = (Bytes, ResponseKind, Finish);
 
 /// Steps 2 and 3 for one key: its `VALUE` block when the previous server had it, and the copy (or the
 /// release of the reservation) to send to the new server. `current` is the new server's reply to
@@ -788,7 +887,7 @@ fn recover_key(
     current: &Bytes,
     previous: &Reply,
     stats: &Arc<PoolStats>,
-) -> (Option<Bytes>, Option<FollowUp>) {
+) -> (Option<Bytes>, Option<FollowUpLine>) {
     stats.warmup_fallbacks.inc();
     let reservation = MetaReply::parse(current);
     let won = reservation.as_ref().is_some_and(|m| m.has(b'W'));
@@ -881,7 +980,7 @@ pub struct WarmMulti {
 
 /// A multi-get (`get` of several keys) with keys that moved, while a warm-up window is open; the
 /// request back when none moved.
-pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Memcache>, Request> {
+pub(super) fn read_multi(req: Request, ctx: &Keys<'_>) -> Result<Step<Memcache>, Request> {
     let Command::Get {
         kind: GetKind::Get,
         keys,
@@ -953,16 +1052,16 @@ pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Mem
         });
     }
     let n = keys.len();
-    Ok(Step::FanOut {
+    Ok(Step::Exchange(Round::new(
         parts,
-        merge: Merge::WarmMulti(WarmMulti {
+        Merge::WarmMulti(WarmMulti {
             slots,
             values: vec![None; n],
             waiting: Vec::new(),
             stats: Arc::clone(ctx.stats),
             request: req,
         }),
-    })
+    )))
 }
 
 impl WarmMulti {
@@ -1047,11 +1146,11 @@ impl WarmMulti {
                 follow_ups: Vec::new(),
             };
         }
-        Phase::Again {
+        Phase::Again(Round {
             parts: next,
-            merge: Merge::WarmMulti(self),
+            exchange: Merge::WarmMulti(self),
             follow_ups: Vec::new(),
-        }
+        })
     }
 
     /// The values in the client's key order, then `END`.
@@ -1072,22 +1171,6 @@ impl CopyResult {
         if !matches!(reply, Ok(b) if b.starts_with(b"HD")) {
             self.stats.warmup_copies_refused.inc();
         }
-    }
-}
-
-/// The protocol hooks, for `plan.rs`.
-pub(super) fn fall_back(finish: &Finish, reply: &Reply) -> bool {
-    matches!(finish, Finish::Warm(w) if w.missed(reply))
-}
-
-/// [`Protocol::recover`] for memcached.
-pub(super) fn recover(finish: Finish, current: Reply, previous: Reply) -> Recovery<Memcache> {
-    match (finish, current) {
-        (Finish::Warm(w), Ok(bytes)) => w.recover(&bytes, previous),
-        (finish, current) => Recovery {
-            answer: Memcache::finish(finish, current),
-            follow_up: None,
-        },
     }
 }
 
@@ -1201,11 +1284,11 @@ mod tests {
 
     /// The next round's parts and follow-ups' frames.
     fn again(phase: Phase<Memcache>) -> (WarmKeyed, Vec<Sent>, Vec<Vec<u8>>) {
-        let Phase::Again {
+        let Phase::Again(Round {
             parts,
-            merge: Merge::WarmKeyed(w),
+            exchange: Merge::WarmKeyed(w),
             follow_ups,
-        } = phase
+        }) = phase
         else {
             panic!("another round expected: {phase:?}");
         };

@@ -1,0 +1,138 @@
+//! Where a memcached key goes: the pool's placement now, and what the remedies add to it (each key's
+//! replica list, the gutter server of a key whose server is ejected and the TTL cap there, the key's
+//! server on the previous ring while a warm-up window is open).
+//!
+//! The planner places keys through a [`Keys`] built per request from the seam's [`PlanContext`] and
+//! the protocol's own placements; the remedies read what it gives them.
+
+use std::sync::Arc;
+
+use crate::hotkeys::HotKeys;
+use crate::metrics::PoolStats;
+use crate::protocol::{PlanContext, PreviousRouting};
+use crate::router::{Gutter, Routing};
+
+/// What the memcached protocol places keys with, for one request.
+#[derive(Debug)]
+pub(super) struct Keys<'a> {
+    /// Key → server over the live servers.
+    routing: &'a Routing,
+    /// The pool's tallies.
+    pub(super) stats: &'a Arc<PoolStats>,
+    /// The pool's hot-key detection and cache, when on.
+    pub(super) hot: Option<&'a Arc<HotKeys>>,
+    /// The placement over every server, ejected or not, when keys have replicas or a gutter: where
+    /// a key's replica list and its owner while ejected come from.
+    full: Option<&'a Routing>,
+    /// The gutter pool, when the pool has one: a dead server's keys go there (with `full`).
+    gutter: Option<&'a Gutter>,
+    /// How many servers hold each key (1 without replicas).
+    replicas: usize,
+    /// The previous ring while a warm-up window is open.
+    pub(super) previous: Option<PreviousRouting<'a>>,
+}
+
+impl<'a> Keys<'a> {
+    /// The placements of one request: the seam's, and the protocol's own.
+    pub(super) fn new(
+        ctx: &PlanContext<'a>,
+        hot: Option<&'a Arc<HotKeys>>,
+        full: Option<&'a Routing>,
+        gutter: Option<&'a Gutter>,
+        replicas: usize,
+    ) -> Keys<'a> {
+        Keys {
+            routing: ctx.routing,
+            stats: ctx.stats,
+            hot,
+            full,
+            gutter,
+            replicas,
+            previous: ctx.previous,
+        }
+    }
+
+    /// The server (index in the pool) that owns `key`; `None` when no server is live. With a gutter, a
+    /// key whose server is ejected goes to its gutter server rather than to the next live server.
+    pub(super) fn server_for(&self, key: &[u8]) -> Option<usize> {
+        if let (Some(gutter), Some(full)) = (self.gutter, self.full) {
+            match full.server_for(key) {
+                Some(owner) if self.routing.is_live(owner) => return Some(owner),
+                _ => {
+                    if let Some(g) = gutter.server_for(key) {
+                        self.stats.gutter_requests.inc();
+                        return Some(g);
+                    }
+                }
+            }
+        }
+        self.routing.server_for(key)
+    }
+
+    /// The gutter's TTL cap when `server` is a gutter server: what a write sent there must cap its
+    /// TTL to.
+    pub(super) fn gutter_ttl_cap(&self, server: usize) -> Option<u32> {
+        self.gutter.filter(|g| g.holds(server)).map(|g| g.ttl_cap)
+    }
+
+    /// The owners of many keys at once (`out[i]` for `keys[i]`): one batch through the placement,
+    /// which overlaps the keys' cache misses (key by key when a gutter may take some of them).
+    pub(super) fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
+        if self.gutter.is_some() {
+            for (key, o) in keys.iter().zip(out.iter_mut()) {
+                *o = self.server_for(key);
+            }
+        } else {
+            self.routing.servers_for(keys, out);
+        }
+    }
+
+    /// The servers in the placement now (not ejected), for requests sent to every server.
+    pub(super) fn live_servers(&self) -> &[usize] {
+        self.routing.servers()
+    }
+
+    /// The first live server of `key`'s replica list: [`Keys::server_for`] without replicas.
+    pub(super) fn first_replica(&self, key: &[u8]) -> Option<usize> {
+        if self.full.is_some() && self.replicas > 1 {
+            let mut out = Vec::with_capacity(self.replicas);
+            self.replicas_for(key, &mut out);
+            out.first().copied()
+        } else {
+            self.server_for(key)
+        }
+    }
+
+    /// While a warm-up window is open and `key` moved: its server on the previous ring (an index among
+    /// that ring's servers, for parts sent to [`crate::protocol::Placement::Previous`]). `None`
+    /// otherwise.
+    pub(super) fn moved_from(&self, key: &[u8]) -> Option<usize> {
+        let previous = self.previous?;
+        let old = previous.routing.server_for(key)?;
+        let now = self.server_for(key);
+        match previous.now.get(old).copied().flatten() {
+            Some(same) if Some(same) == now => None,
+            _ => Some(old),
+        }
+    }
+
+    /// How many servers hold each key (1 when the pool has no replicas).
+    pub(super) fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// Fills `out` with the live servers of `key`'s replica list, owner first (the owner placed as
+    /// nutcracker places it over all the pool's servers, then the ring's next distinct servers, dead
+    /// ones left out). When all of them are dead, or the pool has no replicas, the one server
+    /// [`Keys::server_for`] gives, if any.
+    pub(super) fn replicas_for(&self, key: &[u8], out: &mut Vec<usize>) {
+        out.clear();
+        if let (Some(full), true) = (self.full, self.replicas > 1) {
+            full.replicas_into(key, self.replicas, out);
+            out.retain(|&s| self.routing.is_live(s));
+        }
+        if out.is_empty() {
+            out.extend(self.server_for(key));
+        }
+    }
+}
