@@ -23,11 +23,9 @@
 //! meta commands' errors are shown even with `q`, as memcached shows them.
 
 mod codec;
-mod gutter;
-mod hotkeys;
 mod parse;
 mod plan;
-mod replicas;
+mod remedies;
 mod request;
 mod response;
 mod route;
@@ -35,12 +33,11 @@ mod tokens;
 mod warmup;
 
 pub use self::codec::*;
-pub use self::hotkeys::{HotFill, HotInvalidate};
 pub use self::parse::parse_request;
 pub use self::plan::{
-    Failover, Finish, Memcache, MemcacheSettings, ResponseScanner, VERSION_REPLY,
+    Failover, Finish, Memcache, MemcacheSettings, ReplicatedWrite, VERSION_REPLY,
 };
-pub use self::replicas::ReplicatedWrite;
+pub use self::remedies::hotkeys::{HotFill, HotInvalidate};
 pub use self::request::*;
 pub use self::response::*;
 pub use self::warmup::{CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};

@@ -9,23 +9,23 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::codec::{Decoded, RequestCodec};
-use super::gutter;
-use super::hotkeys::{self, HotFill, HotInvalidate, HotRead};
-use super::replicas::{self, ReplicatedWrite};
+use super::codec::RequestCodec;
+use super::remedies::gutter;
+use super::remedies::hotkeys::{self, HotFill, HotInvalidate, HotRead};
+use super::remedies::replicas;
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
-    is_error_reply, item_size_max, parse_response_from, status_code, ResponseKind, ValueBlocks,
+    is_error_reply, item_size_max, status_code, ResponseKind, ResponseScanner, ValueBlocks,
 };
-use super::route::Keys;
+use super::route::Placer;
 use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
 use crate::config::{GutterConfig, PoolConfig};
 use crate::error::{BackendError, ProxyError};
 use crate::hotkeys::HotKeys;
 use crate::metrics::PoolStats;
 use crate::protocol::{
-    Answer, FrameError, Incoming, Part, PartReply, Phase, Placement, PlanContext, PoolState,
-    Protocol, Reply, ReplyScanner, RequestDecoder, Round, ServerFacts, Step,
+    Answer, Part, PartReply, Phase, Placement, PlanContext, PoolState, Protocol, Reply, Round,
+    ServerFacts, Step,
 };
 use crate::router::{build_placement, Gutter, Routing};
 
@@ -97,7 +97,7 @@ pub enum Finish {
     /// As it is, and a `VALUE` reply fills the hot-key cache.
     Fill(HotFill),
     /// A write of a hot key: invalidate the cache again, then finish as the inner finish says.
-    Invalidate(HotInvalidate),
+    Invalidate(HotInvalidate, Box<Finish>),
     /// A warm-up `get` (sent as `mg`): its meta reply becomes a `get` answer.
     Warm(WarmGet),
     /// A warm-up copy's reply: counted, then dropped.
@@ -129,6 +129,40 @@ pub enum Merge {
     /// One request (sent with a follow-up beside it: a warm-up write's invalidation of the old copy):
     /// its reply through the finish.
     One(Finish),
+}
+
+/// A write sent to several replicas: how their replies become one answer.
+#[derive(Debug)]
+pub struct ReplicatedWrite {
+    /// How the chosen reply becomes the answer.
+    finish: Finish,
+    /// Where disagreements are counted.
+    stats: Arc<PoolStats>,
+}
+
+impl ReplicatedWrite {
+    /// The first reply that is not a server failure (else the first reply), finished as the client
+    /// asked; replies whose status differs are counted as a disagreement.
+    fn merge(self, mut replies: Vec<PartReply<'_>>) -> Answer {
+        let (chosen, disagree) = replicas::chosen(&replies);
+        if disagree {
+            self.stats.replica_disagreements.inc();
+        }
+        let reply = match chosen {
+            Some(i) => replies.swap_remove(i).reply,
+            None => Err(BackendError::NoServer),
+        };
+        Memcache::finish(self.finish, reply)
+    }
+}
+
+/// `finish`, wrapped so that the reply invalidates the hot-key cache again when the key's write
+/// invalidated it now.
+fn invalidating(req: &Request, key: &Range<usize>, finish: Finish, ctx: &Placer<'_>) -> Finish {
+    match req.with_routing_key(key, |k| hotkeys::write(k, ctx)) {
+        Some(invalidate) => Finish::Invalidate(invalidate, Box::new(finish)),
+        None => finish,
+    }
 }
 
 /// A one-key read of a replicated key, as an exchange: one replica per round.
@@ -308,7 +342,7 @@ impl Protocol for Memcache {
     }
 
     fn plan(&self, req: Request, _session: &mut (), plan: &PlanContext<'_>) -> Step<Memcache> {
-        let ctx = &Keys::new(
+        let ctx = &Placer::new(
             plan,
             self.hot.as_ref(),
             self.full.as_ref(),
@@ -323,7 +357,7 @@ impl Protocol for Memcache {
                 } else {
                     Finish::Plain
                 };
-                let finish = req.with_routing_key(key, |k| hotkeys::write(k, finish, ctx));
+                let finish = invalidating(&req, key, finish, ctx);
                 self.forward_keyed(&req, key, finish, ctx)
             }
             Command::Meta {
@@ -334,7 +368,7 @@ impl Protocol for Memcache {
                 } else {
                     Finish::Plain
                 };
-                let finish = req.with_routing_key(key, |k| hotkeys::write(k, finish, ctx));
+                let finish = invalidating(&req, key, finish, ctx);
                 self.forward_keyed(&req, key, finish, ctx)
             }
             Command::MetaNoop => Step::Answer(Answer::fixed(b"MN\r\n")),
@@ -369,7 +403,10 @@ impl Protocol for Memcache {
 
     fn finish(finish: Finish, reply: Reply) -> Answer {
         match (reply, finish) {
-            (reply, Finish::Invalidate(inv)) => Memcache::finish(inv.done(), reply),
+            (reply, Finish::Invalidate(inv, then)) => {
+                inv.done();
+                Memcache::finish(*then, reply)
+            }
             (reply, Finish::Warm(w)) => w.finish(reply),
             (reply, Finish::Copied(c)) => {
                 c.finish(&reply);
@@ -447,7 +484,7 @@ impl Memcache {
         req: &Request,
         key: &Range<usize>,
         finish: Finish,
-        ctx: &Keys<'_>,
+        ctx: &Placer<'_>,
     ) -> Step<Memcache> {
         let old = match ctx.previous {
             Some(_) => req.with_routing_key(key, |k| ctx.moved_from(k)),
@@ -474,13 +511,22 @@ impl Memcache {
         req: &Request,
         key: &Range<usize>,
         finish: Finish,
-        ctx: &Keys<'_>,
+        ctx: &Placer<'_>,
     ) -> Step<Memcache> {
         let finish = if replicas::is_write(&req.command) {
-            match req.with_routing_key(key, |k| replicas::write(req, k, finish, ctx)) {
-                Ok(step) => return step,
-                Err(finish) => finish,
+            if let Some(servers) = req.with_routing_key(key, |k| replicas::write_servers(k, ctx)) {
+                let (frame, kind) = (req.to_forward(), req.command.response_kind());
+                let parts = servers
+                    .into_iter()
+                    .map(|server| current_part(server, frame.clone(), kind))
+                    .collect();
+                let write = ReplicatedWrite {
+                    finish,
+                    stats: Arc::clone(ctx.stats),
+                };
+                return Step::Exchange(Round::new(parts, Merge::Replicated(write)));
             }
+            finish
         } else if let Some(servers) = req.with_routing_key(key, |k| replicas::read_servers(k, ctx))
         {
             return Failover::step(
@@ -542,7 +588,7 @@ impl Memcache {
     }
 
     /// get/gets/gat/gats: as received when every key lives on one server, else one request per server.
-    fn get(&self, req: Request, ctx: &Keys<'_>) -> Step<Memcache> {
+    fn get(&self, req: Request, ctx: &Placer<'_>) -> Step<Memcache> {
         let Command::Get { keys, more, .. } = &req.command else {
             unreachable!("get() is only called for retrieval commands")
         };
@@ -585,7 +631,7 @@ impl Memcache {
     }
 
     /// [`Memcache::get`] past the hot-key cache and the warm-up.
-    fn get_now(&self, req: Request, fill: Option<HotFill>, ctx: &Keys<'_>) -> Step<Memcache> {
+    fn get_now(&self, req: Request, fill: Option<HotFill>, ctx: &Placer<'_>) -> Step<Memcache> {
         let Command::Get {
             kind,
             exptime,
@@ -692,7 +738,7 @@ impl Memcache {
 
 /// The server of each of a multi-get's keys: one batch through the placement (which overlaps the
 /// keys' cache misses), or key by key along the replica lists when keys have replicas.
-fn owners_of(req: &Request, keys: &[Range<usize>], ctx: &Keys<'_>) -> Vec<Option<usize>> {
+fn owners_of(req: &Request, keys: &[Range<usize>], ctx: &Placer<'_>) -> Vec<Option<usize>> {
     let mut owners = vec![None; keys.len()];
     if ctx.replicas() > 1 {
         for (owner, k) in owners.iter_mut().zip(keys) {
@@ -786,50 +832,4 @@ fn local_stats(ctx: &PlanContext<'_>) -> Bytes {
         ctx.live_servers().len(),
     );
     Bytes::from(s)
-}
-
-/// The memcached reply framer of one server connection: resumes a long multi-get reply where the last
-/// read left off.
-#[derive(Debug, Default)]
-pub struct ResponseScanner {
-    /// How much of the front reply's `VALUE` blocks has been checked.
-    resume: usize,
-}
-
-impl ReplyScanner for ResponseScanner {
-    type Kind = ResponseKind;
-
-    fn frame(
-        &mut self,
-        buf: &[u8],
-        kind: ResponseKind,
-        max_value_len: usize,
-    ) -> Result<Option<usize>, FrameError> {
-        parse_response_from(buf, kind, max_value_len, &mut self.resume)
-    }
-
-    fn reset(&mut self) {
-        self.resume = 0;
-    }
-}
-
-impl RequestDecoder for RequestCodec {
-    type Request = Request;
-
-    fn decode(&mut self, buf: &mut BytesMut) -> std::io::Result<Option<Incoming<Request>>> {
-        Ok(
-            tokio_util::codec::Decoder::decode(self, buf)?.map(|d| match d {
-                Decoded::Request(r) => Incoming::Request(r),
-                Decoded::Refused(err) => Incoming::Refused {
-                    reply: Bytes::from_static(err.reply()),
-                    reason: err.kind.to_string(),
-                    close: err.close,
-                },
-            }),
-        )
-    }
-
-    fn max_buffer(&self) -> usize {
-        self.max_request_len()
-    }
 }

@@ -2,7 +2,7 @@
 //! replica list, the gutter server of a key whose server is ejected and the TTL cap there, the key's
 //! server on the previous ring while a warm-up window is open).
 //!
-//! The planner places keys through a [`Keys`] built per request from the seam's [`PlanContext`] and
+//! The planner places keys through a [`Placer`] built per request from the seam's [`PlanContext`] and
 //! the protocol's own placements; the remedies read what it gives them.
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use crate::router::{Gutter, Routing};
 
 /// What the memcached protocol places keys with, for one request.
 #[derive(Debug)]
-pub(super) struct Keys<'a> {
+pub(super) struct Placer<'a> {
     /// Key → server over the live servers.
     routing: &'a Routing,
     /// The pool's tallies.
@@ -32,7 +32,7 @@ pub(super) struct Keys<'a> {
     pub(super) previous: Option<PreviousRouting<'a>>,
 }
 
-impl<'a> Keys<'a> {
+impl<'a> Placer<'a> {
     /// The placements of one request: the seam's, and the protocol's own.
     pub(super) fn new(
         ctx: &PlanContext<'a>,
@@ -40,8 +40,8 @@ impl<'a> Keys<'a> {
         full: Option<&'a Routing>,
         gutter: Option<&'a Gutter>,
         replicas: usize,
-    ) -> Keys<'a> {
-        Keys {
+    ) -> Placer<'a> {
+        Placer {
             routing: ctx.routing,
             stats: ctx.stats,
             hot,
@@ -92,7 +92,7 @@ impl<'a> Keys<'a> {
         self.routing.servers()
     }
 
-    /// The first live server of `key`'s replica list: [`Keys::server_for`] without replicas.
+    /// The first live server of `key`'s replica list: [`Placer::server_for`] without replicas.
     pub(super) fn first_replica(&self, key: &[u8]) -> Option<usize> {
         if self.full.is_some() && self.replicas > 1 {
             let mut out = Vec::with_capacity(self.replicas);
@@ -124,7 +124,7 @@ impl<'a> Keys<'a> {
     /// Fills `out` with the live servers of `key`'s replica list, owner first (the owner placed as
     /// nutcracker places it over all the pool's servers, then the ring's next distinct servers, dead
     /// ones left out). When all of them are dead, or the pool has no replicas, the one server
-    /// [`Keys::server_for`] gives, if any.
+    /// [`Placer::server_for`] gives, if any.
     pub(super) fn replicas_for(&self, key: &[u8], out: &mut Vec<usize>) {
         out.clear();
         if let (Some(full), true) = (self.full, self.replicas > 1) {

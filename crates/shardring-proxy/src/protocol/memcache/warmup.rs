@@ -50,8 +50,8 @@ use bytes::{Bytes, BytesMut};
 use super::plan::{Finish, Memcache, Merge};
 use super::request::{Command, GetKind, Request};
 use super::response::ResponseKind;
-use super::response::ValueBlocks;
-use super::route::Keys;
+use super::response::{MetaReply, ValueBlocks};
+use super::route::Placer;
 use crate::metrics::PoolStats;
 use crate::protocol::{Answer, Part, PartReply, Phase, Placement, Protocol, Reply, Round, Step};
 
@@ -78,7 +78,7 @@ pub struct CopyResult {
 }
 
 /// A one-key `get` of a key that moved, while a warm-up window is open: a [`WarmOne`] exchange.
-pub(super) fn read(req: &Request, ctx: &Keys<'_>) -> Option<Step<Memcache>> {
+pub(super) fn read(req: &Request, ctx: &Placer<'_>) -> Option<Step<Memcache>> {
     let Command::Get {
         kind: GetKind::Get,
         keys,
@@ -401,7 +401,7 @@ pub(super) fn keyed(
     key: &[u8],
     old: usize,
     finish: Finish,
-    ctx: &Keys<'_>,
+    ctx: &Placer<'_>,
 ) -> Result<Step<Memcache>, Finish> {
     if ctx.replicas() > 1 {
         return Err(finish);
@@ -415,7 +415,7 @@ pub(super) fn keyed(
     }
     let command = match moved.ttl_cap {
         None => req.to_forward(),
-        Some(cap) => super::gutter::cap_ttl(&req.to_forward(), cap),
+        Some(cap) => super::remedies::gutter::cap_ttl(&req.to_forward(), cap),
     };
     let kind = req.command.response_kind();
     let (parts, stage) = match route {
@@ -434,7 +434,7 @@ pub(super) fn keyed(
         Merge::WarmKeyed(WarmKeyed {
             moved: vec![moved],
             then,
-            writes: super::replicas::is_write(&req.command),
+            writes: super::remedies::replicas::is_write(&req.command),
             stage,
             stats: Arc::clone(ctx.stats),
         }),
@@ -444,7 +444,7 @@ pub(super) fn keyed(
 /// `gets`/`gat`/`gats` with keys that moved, while a warm-up window is open: every moved key is
 /// copied first, then `step` (the retrieval as planned without a warm-up) is sent, so the values and
 /// CAS values come from the new servers. `step` itself when no key moved.
-pub(super) fn retrieval(req: &Request, step: Step<Memcache>, ctx: &Keys<'_>) -> Step<Memcache> {
+pub(super) fn retrieval(req: &Request, step: Step<Memcache>, ctx: &Placer<'_>) -> Step<Memcache> {
     let Command::Get {
         kind,
         keys,
@@ -499,7 +499,7 @@ fn moved(
     range: &std::ops::Range<usize>,
     key: &[u8],
     old: Option<usize>,
-    ctx: &Keys<'_>,
+    ctx: &Placer<'_>,
 ) -> Option<Moved> {
     let old = old.or_else(|| ctx.moved_from(key))?;
     let new = ctx.server_for(key)?;
@@ -556,7 +556,9 @@ impl Moved {
             .and_then(|t| t.parse().ok())
             .unwrap_or(-1);
         let ttl = match self.ttl_cap {
-            Some(cap) => super::gutter::capped(copy_ttl(t), cap, crate::metrics::unix_time()),
+            Some(cap) => {
+                super::remedies::gutter::capped(copy_ttl(t), cap, crate::metrics::unix_time())
+            }
             None => copy_ttl(t),
         };
         let flags = format!(
@@ -748,57 +750,6 @@ fn clone_part(p: &Part<Memcache>) -> Part<Memcache> {
     part(p.placement, p.server, p.frame.clone(), p.kind)
 }
 
-/// A meta reply's parts: the status line's tokens and the data block, if any.
-struct MetaReply<'a> {
-    /// `VA`, `EN`, `HD`, …
-    status: &'a [u8],
-    /// The flag tokens after the status (and after the length for `VA`).
-    flags: Vec<&'a [u8]>,
-    /// The value (for `VA`).
-    data: &'a [u8],
-}
-
-impl<'a> MetaReply<'a> {
-    fn parse(reply: &'a [u8]) -> Option<MetaReply<'a>> {
-        let eol = memchr::memmem::find(reply, b"\r\n")?;
-        let mut tokens = reply[..eol].split(|&b| b == b' ').filter(|t| !t.is_empty());
-        let status = tokens.next()?;
-        let (len, flags): (usize, Vec<&[u8]>) = if status == b"VA" {
-            let len = std::str::from_utf8(tokens.next()?).ok()?.parse().ok()?;
-            (len, tokens.collect())
-        } else {
-            (0, tokens.collect())
-        };
-        let data = if status == b"VA" {
-            reply.get(eol + 2..eol + 2 + len)?
-        } else {
-            &[]
-        };
-        Some(MetaReply {
-            status,
-            flags,
-            data,
-        })
-    }
-
-    /// The value of flag `f` (the bytes after its letter).
-    fn flag(&self, f: u8) -> Option<&'a [u8]> {
-        self.flags
-            .iter()
-            .find(|t| t.first() == Some(&f))
-            .map(|t| &t[1..])
-    }
-
-    fn has(&self, f: u8) -> bool {
-        self.flags.iter().any(|t| t == &[f])
-    }
-
-    /// An empty item made by a reservation (ours: `W`, or another client's: `Z`).
-    fn is_reservation(&self) -> bool {
-        self.status == b"VA" && self.data.is_empty() && (self.has(b'W') || self.has(b'Z'))
-    }
-}
-
 /// The `get` answer for a meta reply: `VALUE <key> <flags> <len>` and the data, then `END`; a miss (or
 /// a reservation) is `END`; anything else (an error) as it is.
 fn as_get_answer(key: &[u8], reply: &Bytes) -> Answer {
@@ -980,7 +931,7 @@ pub struct WarmMulti {
 
 /// A multi-get (`get` of several keys) with keys that moved, while a warm-up window is open; the
 /// request back when none moved.
-pub(super) fn read_multi(req: Request, ctx: &Keys<'_>) -> Result<Step<Memcache>, Request> {
+pub(super) fn read_multi(req: Request, ctx: &Placer<'_>) -> Result<Step<Memcache>, Request> {
     let Command::Get {
         kind: GetKind::Get,
         keys,
@@ -1242,7 +1193,7 @@ mod tests {
     /// An exchange of `command` (one key `k`, new server 4, previous server 1) at its start.
     fn exchange(command: &[u8], finish: Finish, stage: Stage) -> WarmKeyed {
         let req = request(command);
-        let writes = crate::protocol::memcache::replicas::is_write(&req.command);
+        let writes = crate::protocol::memcache::remedies::replicas::is_write(&req.command);
         WarmKeyed {
             moved: vec![Moved {
                 key: MetaKey {

@@ -16,26 +16,13 @@
 //!   restarted (empty) owner reads as misses until its keys are written again, unless
 //!   `--replica-read-miss` is on.
 
-use std::sync::Arc;
-
-use super::plan::{Finish, Memcache};
-use super::request::{Command, MetaKind, Request};
-use super::response::status_code;
-use super::route::Keys;
-use crate::metrics::PoolStats;
-use crate::protocol::{Answer, Part, PartReply, Placement, Protocol, Reply, Round, Step};
-
-/// A write sent to several replicas: how their replies become one answer.
-#[derive(Debug)]
-pub struct ReplicatedWrite {
-    /// How the chosen reply becomes the answer.
-    finish: Finish,
-    /// Where disagreements are counted.
-    stats: Arc<PoolStats>,
-}
+use crate::protocol::memcache::request::{Command, MetaKind};
+use crate::protocol::memcache::response::status_code;
+use crate::protocol::memcache::route::Placer;
+use crate::protocol::{PartReply, Reply};
 
 /// Whether `command` changes the item (and so goes to every replica).
-pub(super) fn is_write(command: &Command) -> bool {
+pub(in crate::protocol::memcache) fn is_write(command: &Command) -> bool {
     match command {
         Command::Keyed { .. } => true,
         Command::Meta { kind, .. } => matches!(
@@ -46,43 +33,25 @@ pub(super) fn is_write(command: &Command) -> bool {
     }
 }
 
-/// A one-key write to every live replica of `key` (routing bytes), or `None` when the key has one
-/// server (the caller forwards as usual).
-pub(super) fn write(
-    req: &Request,
+/// The servers a one-key write goes to (every live replica of `key`, routing bytes), or `None` when
+/// the key has one server (the caller forwards as usual).
+pub(in crate::protocol::memcache) fn write_servers(
     key: &[u8],
-    finish: Finish,
-    ctx: &Keys<'_>,
-) -> Result<Step<Memcache>, Finish> {
+    ctx: &Placer<'_>,
+) -> Option<Vec<usize>> {
     if ctx.replicas() < 2 {
-        return Err(finish);
+        return None;
     }
     let mut servers = Vec::with_capacity(ctx.replicas());
     ctx.replicas_for(key, &mut servers);
-    if servers.len() < 2 {
-        return Err(finish);
-    }
-    let frame = req.to_forward();
-    let kind = req.command.response_kind();
-    Ok(Step::Exchange(Round::new(
-        servers
-            .into_iter()
-            .map(|server| Part {
-                placement: Placement::Current,
-                server,
-                frame: frame.clone(),
-                kind,
-            })
-            .collect(),
-        super::plan::Merge::Replicated(ReplicatedWrite {
-            finish,
-            stats: Arc::clone(ctx.stats),
-        }),
-    )))
+    (servers.len() >= 2).then_some(servers)
 }
 
 /// The servers a one-key read tries, in order, or `None` when the pool has no replicas.
-pub(super) fn read_servers(key: &[u8], ctx: &Keys<'_>) -> Option<Vec<usize>> {
+pub(in crate::protocol::memcache) fn read_servers(
+    key: &[u8],
+    ctx: &Placer<'_>,
+) -> Option<Vec<usize>> {
     if ctx.replicas() < 2 {
         return None;
     }
@@ -92,7 +61,7 @@ pub(super) fn read_servers(key: &[u8], ctx: &Keys<'_>) -> Option<Vec<usize>> {
 }
 
 /// Whether a replicated read tries the next replica after `reply`.
-pub(super) fn retry(read_miss: bool, reply: &Reply) -> bool {
+pub(in crate::protocol::memcache) fn retry(read_miss: bool, reply: &Reply) -> bool {
     match reply {
         Err(_) => true,
         Ok(b) if b.starts_with(b"SERVER_ERROR") => true,
@@ -100,29 +69,24 @@ pub(super) fn retry(read_miss: bool, reply: &Reply) -> bool {
     }
 }
 
-impl ReplicatedWrite {
-    /// The first reply that is not a server failure (else the first reply), finished as the client
-    /// asked; replies whose status differs are counted as a disagreement.
-    pub(super) fn merge(self, mut replies: Vec<PartReply<'_>>) -> Answer {
-        let status = |r: &Reply| -> Option<Vec<u8>> {
-            match r {
-                Ok(b) if !b.starts_with(b"SERVER_ERROR") => Some(status_code(b).to_vec()),
-                _ => None,
-            }
-        };
-        let first = replies.first().map(|r| status(&r.reply));
-        if replies.iter().any(|r| Some(status(&r.reply)) != first) {
-            self.stats.replica_disagreements.inc();
+/// Which of a replicated write's replies the client gets: the first that is not a server failure
+/// (else the first); `None` when there are none. With it, whether the replies' statuses differ (a
+/// disagreement, counted by the caller).
+pub(in crate::protocol::memcache) fn chosen(replies: &[PartReply<'_>]) -> (Option<usize>, bool) {
+    let status = |r: &Reply| -> Option<Vec<u8>> {
+        match r {
+            Ok(b) if !b.starts_with(b"SERVER_ERROR") => Some(status_code(b).to_vec()),
+            _ => None,
         }
-        let chosen = replies
-            .iter()
-            .position(|r| status(&r.reply).is_some())
-            .unwrap_or(0);
-        if chosen >= replies.len() {
-            let none = Err(crate::error::BackendError::NoServer);
-            return Memcache::finish(self.finish, none);
-        }
-        let reply = replies.swap_remove(chosen).reply;
-        Memcache::finish(self.finish, reply)
+    };
+    let first = replies.first().map(|r| status(&r.reply));
+    let disagree = replies.iter().any(|r| Some(status(&r.reply)) != first);
+    if replies.is_empty() {
+        return (None, disagree);
     }
+    let chosen = replies
+        .iter()
+        .position(|r| status(&r.reply).is_some())
+        .unwrap_or(0);
+    (Some(chosen), disagree)
 }

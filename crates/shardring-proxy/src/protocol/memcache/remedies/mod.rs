@@ -1,0 +1,16 @@
+//! What the memcached protocol does beyond placing keys, each a leaf: it reads the key's route
+//! ([`super::route`]) and the request, and gives plain answers (which servers, whether to retry,
+//! which reply wins, a capped frame, a cache hit) that the planner (`plan.rs`) turns into steps and
+//! exchanges.
+//!
+//! - [`hotkeys`]: the hot-key cache's reads, fills and invalidations;
+//! - [`replicas`]: which commands are writes, which servers a replicated read or write goes to, when
+//!   a read tries the next replica, which replica's reply the client gets;
+//! - [`gutter`]: the TTL cap of a write sent to a gutter server.
+//!
+//! The warm-up after a ring change is an exchange of several rounds, written beside the planner
+//! (`warmup.rs`).
+
+pub(super) mod gutter;
+pub(super) mod hotkeys;
+pub(super) mod replicas;
