@@ -17,7 +17,7 @@ use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
     is_error_reply, item_size_max, status_code, ResponseKind, ResponseScanner, ValueBlocks,
 };
-use super::route::Placer;
+use super::route::{Placer, Route};
 use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
 use crate::config::{GutterConfig, PoolConfig};
 use crate::error::{BackendError, ProxyError};
@@ -486,35 +486,31 @@ impl Memcache {
         finish: Finish,
         ctx: &Placer<'_>,
     ) -> Step<Memcache> {
-        let old = match ctx.previous {
-            Some(_) => req.with_routing_key(key, |k| ctx.moved_from(k)),
-            None => None,
+        let route = req.with_routing_key(key, |k| ctx.route(k));
+        let Some(old) = route.previous else {
+            return self.forward_keyed_now(req, route, finish, ctx);
         };
-        let Some(old) = old else {
-            return self.forward_keyed_now(req, key, finish, ctx);
-        };
-        let warm = req.with_routing_key(key, |k| warmup::keyed(req, key, k, old, finish, ctx));
-        let finish = match warm {
+        let finish = match warmup::keyed(req, key, &route, finish, ctx) {
             Ok(step) => return step,
             Err(finish) => finish,
         };
         if replicas::is_write(&req.command) {
-            let step = self.forward_keyed_now(req, key, finish, ctx);
+            let step = self.forward_keyed_now(req, route, finish, ctx);
             return req.with_routing_key(key, |k| warmup::write(k, old, step));
         }
-        self.forward_keyed_now(req, key, finish, ctx)
+        self.forward_keyed_now(req, route, finish, ctx)
     }
 
     /// [`Memcache::forward_keyed`] without the warm-up's invalidation.
     fn forward_keyed_now(
         &self,
         req: &Request,
-        key: &Range<usize>,
+        mut route: Route,
         finish: Finish,
         ctx: &Placer<'_>,
     ) -> Step<Memcache> {
         let finish = if replicas::is_write(&req.command) {
-            if let Some(servers) = req.with_routing_key(key, |k| replicas::write_servers(k, ctx)) {
+            if let Some(servers) = replicas::write_servers(&mut route) {
                 let (frame, kind) = (req.to_forward(), req.command.response_kind());
                 let parts = servers
                     .into_iter()
@@ -527,8 +523,7 @@ impl Memcache {
                 return Step::Exchange(Round::new(parts, Merge::Replicated(write)));
             }
             finish
-        } else if let Some(servers) = req.with_routing_key(key, |k| replicas::read_servers(k, ctx))
-        {
+        } else if let Some(servers) = replicas::read_servers(&mut route) {
             return Failover::step(
                 servers,
                 req.to_forward(),
@@ -540,13 +535,12 @@ impl Memcache {
         } else {
             finish
         };
-        let server = req.with_routing_key(key, |k| ctx.server_for(k));
-        let frame = match server.and_then(|s| ctx.gutter_ttl_cap(s)) {
+        let frame = match route.ttl_cap {
             Some(cap) => gutter::cap_ttl(&req.to_forward(), cap),
             None => req.to_forward(),
         };
         Step::Forward {
-            server,
+            server: route.server,
             frame,
             kind: req.command.response_kind(),
             finish,
@@ -606,8 +600,13 @@ impl Memcache {
             HotRead::Fill(fill) => Some(fill),
             HotRead::Plain => None,
         };
+        // A one-key retrieval (the common case) places its key once, for everything below.
+        let route = match keys.as_slice() {
+            [key] => Some(ctx.route(req.bytes(key))),
+            _ => None,
+        };
         if ctx.previous.is_some() {
-            if let Some(step) = warmup::read(&req, ctx) {
+            if let Some(step) = route.as_ref().and_then(|r| warmup::read(&req, r, ctx)) {
                 return step;
             }
             if !matches!(
@@ -619,19 +618,25 @@ impl Memcache {
             ) {
                 // gets/gat/gats: the moved keys are copied first, then read where they live now,
                 // so the CAS values are the new servers'.
-                let step = self.get_now(req.clone(), fill, ctx);
+                let step = self.get_now(req.clone(), fill, route, ctx);
                 return warmup::retrieval(&req, step, ctx);
             }
             return match warmup::read_multi(req, ctx) {
                 Ok(step) => step,
-                Err(req) => self.get_now(req, fill, ctx),
+                Err(req) => self.get_now(req, fill, route, ctx),
             };
         }
-        self.get_now(req, fill, ctx)
+        self.get_now(req, fill, route, ctx)
     }
 
     /// [`Memcache::get`] past the hot-key cache and the warm-up.
-    fn get_now(&self, req: Request, fill: Option<HotFill>, ctx: &Placer<'_>) -> Step<Memcache> {
+    fn get_now(
+        &self,
+        req: Request,
+        fill: Option<HotFill>,
+        mut route: Option<Route>,
+        ctx: &Placer<'_>,
+    ) -> Step<Memcache> {
         let Command::Get {
             kind,
             exptime,
@@ -645,8 +650,8 @@ impl Memcache {
         // A one-key get (the common case) places its key without allocating.
         let mut single = [None];
         let batch;
-        let owners: &[Option<usize>] = if let [key] = keys.as_slice() {
-            single[0] = ctx.first_replica(req.bytes(key));
+        let owners: &[Option<usize>] = if let (Some(route), [_]) = (&route, keys.as_slice()) {
+            single[0] = route.first();
             &single
         } else {
             batch = owners_of(&req, keys, ctx);
@@ -660,7 +665,7 @@ impl Memcache {
                 (None, false) => Finish::Plain,
             };
             if keys.len() == 1 {
-                if let Some(servers) = replicas::read_servers(req.bytes(&keys[0]), ctx) {
+                if let Some(servers) = route.as_mut().and_then(replicas::read_servers) {
                     return Failover::step(
                         servers,
                         req.frame.clone(),
@@ -742,7 +747,7 @@ fn owners_of(req: &Request, keys: &[Range<usize>], ctx: &Placer<'_>) -> Vec<Opti
     let mut owners = vec![None; keys.len()];
     if ctx.replicas() > 1 {
         for (owner, k) in owners.iter_mut().zip(keys) {
-            *owner = ctx.first_replica(req.bytes(k));
+            *owner = ctx.route(req.bytes(k)).first();
         }
     } else {
         let key_bytes: Vec<&[u8]> = keys.iter().map(|k| req.bytes(k)).collect();

@@ -3,7 +3,7 @@
 //! server on the previous ring while a warm-up window is open).
 //!
 //! The planner places keys through a [`Placer`] built per request from the seam's [`PlanContext`] and
-//! the protocol's own placements; the remedies read what it gives them.
+//! the protocol's own placements: one [`Route`] per key, computed once, which the remedies read.
 
 use std::sync::Arc;
 
@@ -92,24 +92,38 @@ impl<'a> Placer<'a> {
         self.routing.servers()
     }
 
-    /// The first live server of `key`'s replica list: [`Placer::server_for`] without replicas.
-    pub(super) fn first_replica(&self, key: &[u8]) -> Option<usize> {
-        if self.full.is_some() && self.replicas > 1 {
-            let mut out = Vec::with_capacity(self.replicas);
-            self.replicas_for(key, &mut out);
-            out.first().copied()
-        } else {
-            self.server_for(key)
+    /// Where `key` goes, placed once: its server now, its live replica list when keys have
+    /// replicas (the owner placed as nutcracker places it over all the pool's servers, then the ring's
+    /// next distinct servers, dead ones left out; the server now when all of them are dead), the TTL
+    /// cap when that server is a gutter server, and its server on the previous ring when it moved.
+    pub(super) fn route(&self, key: &[u8]) -> Route {
+        let server = self.server_for(key);
+        let replicas = match (self.full, self.replicas > 1) {
+            (Some(full), true) => {
+                let mut out = Vec::with_capacity(self.replicas);
+                full.replicas_into(key, self.replicas, &mut out);
+                out.retain(|&s| self.routing.is_live(s));
+                if out.is_empty() {
+                    out.extend(server);
+                }
+                Some(out)
+            }
+            _ => None,
+        };
+        Route {
+            server,
+            replicas,
+            ttl_cap: server.and_then(|s| self.gutter_ttl_cap(s)),
+            previous: self.moved_from(key, server),
         }
     }
 
-    /// While a warm-up window is open and `key` moved: its server on the previous ring (an index among
-    /// that ring's servers, for parts sent to [`crate::protocol::Placement::Previous`]). `None`
-    /// otherwise.
-    pub(super) fn moved_from(&self, key: &[u8]) -> Option<usize> {
+    /// While a warm-up window is open and `key` (whose server is `now`) moved: its server on the
+    /// previous ring (an index among that ring's servers, for parts sent to
+    /// [`crate::protocol::Placement::Previous`]). `None` otherwise.
+    fn moved_from(&self, key: &[u8], now: Option<usize>) -> Option<usize> {
         let previous = self.previous?;
         let old = previous.routing.server_for(key)?;
-        let now = self.server_for(key);
         match previous.now.get(old).copied().flatten() {
             Some(same) if Some(same) == now => None,
             _ => Some(old),
@@ -120,19 +134,27 @@ impl<'a> Placer<'a> {
     pub(super) fn replicas(&self) -> usize {
         self.replicas
     }
+}
 
-    /// Fills `out` with the live servers of `key`'s replica list, owner first (the owner placed as
-    /// nutcracker places it over all the pool's servers, then the ring's next distinct servers, dead
-    /// ones left out). When all of them are dead, or the pool has no replicas, the one server
-    /// [`Placer::server_for`] gives, if any.
-    pub(super) fn replicas_for(&self, key: &[u8], out: &mut Vec<usize>) {
-        out.clear();
-        if let (Some(full), true) = (self.full, self.replicas > 1) {
-            full.replicas_into(key, self.replicas, out);
-            out.retain(|&s| self.routing.is_live(s));
-        }
-        if out.is_empty() {
-            out.extend(self.server_for(key));
+/// Where one key goes, as [`Placer::route`] places it: what the planner and the remedies read.
+#[derive(Debug)]
+pub(super) struct Route {
+    /// Its server now (a gutter server while its own is ejected); `None` when no server is live.
+    pub(super) server: Option<usize>,
+    /// The live servers of its replica list, owner first, when keys have replicas.
+    pub(super) replicas: Option<Vec<usize>>,
+    /// `server` is a gutter server: what a write sent there caps its TTL to.
+    pub(super) ttl_cap: Option<u32>,
+    /// While a warm-up window is open and the key moved: its server on the previous ring.
+    pub(super) previous: Option<usize>,
+}
+
+impl Route {
+    /// The server a read goes to first: the first live replica, or the server now.
+    pub(super) fn first(&self) -> Option<usize> {
+        match &self.replicas {
+            Some(replicas) => replicas.first().copied(),
+            None => self.server,
         }
     }
 }

@@ -51,7 +51,7 @@ use super::plan::{Finish, Memcache, Merge};
 use super::request::{Command, GetKind, Request};
 use super::response::ResponseKind;
 use super::response::{MetaReply, ValueBlocks};
-use super::route::Placer;
+use super::route::{Placer, Route};
 use crate::metrics::PoolStats;
 use crate::protocol::{Answer, Part, PartReply, Phase, Placement, Protocol, Reply, Round, Step};
 
@@ -78,7 +78,7 @@ pub struct CopyResult {
 }
 
 /// A one-key `get` of a key that moved, while a warm-up window is open: a [`WarmOne`] exchange.
-pub(super) fn read(req: &Request, ctx: &Placer<'_>) -> Option<Step<Memcache>> {
+pub(super) fn read(req: &Request, route: &Route, ctx: &Placer<'_>) -> Option<Step<Memcache>> {
     let Command::Get {
         kind: GetKind::Get,
         keys,
@@ -92,8 +92,8 @@ pub(super) fn read(req: &Request, ctx: &Placer<'_>) -> Option<Step<Memcache>> {
         return None;
     };
     let key = req.bytes(key);
-    let previous = ctx.moved_from(key)?;
-    let server = ctx.server_for(key)?;
+    let previous = route.previous?;
+    let server = route.server?;
     let line = |flags: &str| {
         let mut b = BytesMut::with_capacity(key.len() + 24);
         b.extend_from_slice(b"mg ");
@@ -398,19 +398,18 @@ pub struct WarmKeyed {
 pub(super) fn keyed(
     req: &Request,
     range: &std::ops::Range<usize>,
-    key: &[u8],
-    old: usize,
+    route: &Route,
     finish: Finish,
     ctx: &Placer<'_>,
 ) -> Result<Step<Memcache>, Finish> {
     if ctx.replicas() > 1 {
         return Err(finish);
     }
-    let Some(moved) = moved(req, range, key, Some(old), ctx) else {
+    let Some(moved) = moved(req, range, route) else {
         return Err(finish);
     };
-    let route = route_of(req);
-    if matches!(route, MovedPath::Overwrite) {
+    let path = route_of(req);
+    if matches!(path, MovedPath::Overwrite) {
         return Err(finish);
     }
     let command = match moved.ttl_cap {
@@ -418,7 +417,7 @@ pub(super) fn keyed(
         Some(cap) => super::remedies::gutter::cap_ttl(&req.to_forward(), cap),
     };
     let kind = req.command.response_kind();
-    let (parts, stage) = match route {
+    let (parts, stage) = match path {
         MovedPath::DeleteBoth => (
             vec![
                 part(Placement::Current, moved.new, command.clone(), kind),
@@ -459,7 +458,7 @@ pub(super) fn retrieval(req: &Request, step: Step<Memcache>, ctx: &Placer<'_>) -
     }
     let mut moved: Vec<Moved> = Vec::new();
     for k in keys {
-        if let Some(m) = self::moved(req, k, req.bytes(k), None, ctx) {
+        if let Some(m) = self::moved(req, k, &ctx.route(req.bytes(k))) {
             // A key asked for twice is copied once.
             if !moved.iter().any(|o| o.key.token == m.key.token) {
                 moved.push(m);
@@ -492,22 +491,13 @@ pub(super) fn retrieval(req: &Request, step: Step<Memcache>, ctx: &Placer<'_>) -
     ))
 }
 
-/// The key of `range` (placed by `key`) when it moved (from `old`, when the caller knows) and has a
-/// live server now.
-fn moved(
-    req: &Request,
-    range: &std::ops::Range<usize>,
-    key: &[u8],
-    old: Option<usize>,
-    ctx: &Placer<'_>,
-) -> Option<Moved> {
-    let old = old.or_else(|| ctx.moved_from(key))?;
-    let new = ctx.server_for(key)?;
+/// The key of `range` (whose route is `route`) when it moved and has a live server now.
+fn moved(req: &Request, range: &std::ops::Range<usize>, route: &Route) -> Option<Moved> {
     Some(Moved {
         key: MetaKey::of(req, range),
-        new,
-        old,
-        ttl_cap: ctx.gutter_ttl_cap(new),
+        new: route.server?,
+        old: route.previous?,
+        ttl_cap: route.ttl_cap,
         cas: None,
     })
 }
@@ -941,16 +931,17 @@ pub(super) fn read_multi(req: Request, ctx: &Placer<'_>) -> Result<Step<Memcache
     else {
         return Err(req);
     };
-    let moved: Vec<Option<usize>> = keys.iter().map(|k| ctx.moved_from(req.bytes(k))).collect();
+    let routes: Vec<Route> = keys.iter().map(|k| ctx.route(req.bytes(k))).collect();
+    let moved: Vec<Option<usize>> = routes.iter().map(|r| r.previous).collect();
     if keys.len() < 2 || moved.iter().all(Option::is_none) {
         return Err(req);
     }
     let mut lines: Vec<(usize, BytesMut)> = Vec::new();
     let mut parts: Vec<Part<Memcache>> = Vec::new();
     let mut slots = Vec::with_capacity(keys.len());
-    for (k, old) in keys.iter().zip(&moved) {
+    for ((k, old), route) in keys.iter().zip(&moved).zip(&routes) {
         let key = req.bytes(k);
-        let Some(new) = ctx.server_for(key) else {
+        let Some(new) = route.server else {
             slots.push(Slot::Unrouted);
             continue;
         };

@@ -18,7 +18,7 @@
 
 use crate::protocol::memcache::request::{Command, MetaKind};
 use crate::protocol::memcache::response::status_code;
-use crate::protocol::memcache::route::Placer;
+use crate::protocol::memcache::route::Route;
 use crate::protocol::{PartReply, Reply};
 
 /// Whether `command` changes the item (and so goes to every replica).
@@ -33,31 +33,15 @@ pub(in crate::protocol::memcache) fn is_write(command: &Command) -> bool {
     }
 }
 
-/// The servers a one-key write goes to (every live replica of `key`, routing bytes), or `None` when
-/// the key has one server (the caller forwards as usual).
-pub(in crate::protocol::memcache) fn write_servers(
-    key: &[u8],
-    ctx: &Placer<'_>,
-) -> Option<Vec<usize>> {
-    if ctx.replicas() < 2 {
-        return None;
-    }
-    let mut servers = Vec::with_capacity(ctx.replicas());
-    ctx.replicas_for(key, &mut servers);
-    (servers.len() >= 2).then_some(servers)
+/// The servers a one-key write goes to (every live replica of its key), or `None` when the key has
+/// one server (the caller forwards as usual).
+pub(in crate::protocol::memcache) fn write_servers(route: &mut Route) -> Option<Vec<usize>> {
+    route.replicas.take().filter(|servers| servers.len() >= 2)
 }
 
 /// The servers a one-key read tries, in order, or `None` when the pool has no replicas.
-pub(in crate::protocol::memcache) fn read_servers(
-    key: &[u8],
-    ctx: &Placer<'_>,
-) -> Option<Vec<usize>> {
-    if ctx.replicas() < 2 {
-        return None;
-    }
-    let mut servers = Vec::with_capacity(ctx.replicas());
-    ctx.replicas_for(key, &mut servers);
-    Some(servers)
+pub(in crate::protocol::memcache) fn read_servers(route: &mut Route) -> Option<Vec<usize>> {
+    route.replicas.take()
 }
 
 /// Whether a replicated read tries the next replica after `reply`.
