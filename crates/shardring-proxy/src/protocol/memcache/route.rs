@@ -158,3 +158,94 @@ impl Route {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PoolConfig;
+    use crate::router::build_placement;
+
+    /// A pool of `n` servers (none of them started: only placed).
+    fn pool(n: usize) -> PoolConfig {
+        let servers: Vec<String> = (0..n)
+            .map(|i| format!("10.0.0.{}:11211:1", i + 1))
+            .collect();
+        let refs: Vec<&str> = servers.iter().map(String::as_str).collect();
+        let mut config = PoolConfig::new("p", "127.0.0.1:0", &refs).unwrap();
+        // Spreads these few similar keys over every server (what the test needs of the ring).
+        config.hash = shardring::hash::TwemproxyHash::Md5;
+        config
+    }
+
+    fn placed(config: &PoolConfig, live: &[bool]) -> Routing {
+        build_placement(config.placement_spec(), live).unwrap()
+    }
+
+    fn context<'a>(
+        routing: &'a Routing,
+        previous: Option<PreviousRouting<'a>>,
+        stats: &'a Arc<PoolStats>,
+        config: &'a PoolConfig,
+    ) -> PlanContext<'a> {
+        PlanContext {
+            routing,
+            previous,
+            stats,
+            config,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    #[test]
+    fn a_replicated_keys_route_lists_its_live_replicas_owner_first_and_reads_from_the_first() {
+        let config = pool(4);
+        let full = placed(&config, &[true; 4]);
+        let stats = Arc::new(PoolStats::new("p"));
+        for key in (0..50).map(|i| format!("key{i}")) {
+            let mut replicas = Vec::new();
+            full.replicas_into(key.as_bytes(), 3, &mut replicas);
+            // The owner is ejected: the route keeps the other two, in the ring's order.
+            let mut live = [true; 4];
+            live[replicas[0]] = false;
+            let routing = placed(&config, &live);
+            let ctx = context(&routing, None, &stats, &config);
+            let placer = Placer::new(&ctx, None, Some(&full), None, 3);
+            let route = placer.route(key.as_bytes());
+            assert_eq!(route.replicas.as_deref(), Some(&replicas[1..]), "{key}");
+            assert_eq!(route.first(), Some(replicas[1]));
+            assert_eq!(route.server, routing.server_for(key.as_bytes()));
+            assert_eq!(route.previous, None, "no warm-up window is open");
+        }
+    }
+
+    #[test]
+    fn a_key_that_moved_routes_to_its_server_on_the_previous_ring_and_one_that_stayed_does_not() {
+        let (old_config, config) = (pool(3), pool(4));
+        let old = placed(&old_config, &[true; 3]);
+        let routing = placed(&config, &[true; 4]);
+        let now = [Some(0), Some(1), Some(2)];
+        let previous = PreviousRouting {
+            routing: &old,
+            now: &now,
+        };
+        let stats = Arc::new(PoolStats::new("p"));
+        let ctx = context(&routing, Some(previous), &stats, &config);
+        let placer = Placer::new(&ctx, None, None, None, 1);
+        let (mut moved, mut stayed) = (0, 0);
+        for key in (0..200).map(|i| format!("key{i}")) {
+            let route = placer.route(key.as_bytes());
+            let was = old.server_for(key.as_bytes());
+            assert_eq!(route.server, routing.server_for(key.as_bytes()));
+            if route.server == was {
+                assert_eq!(route.previous, None, "{key} stayed on its server");
+                stayed += 1;
+            } else {
+                assert_eq!(route.previous, was, "{key} moved");
+                moved += 1;
+            }
+            assert_eq!(route.replicas, None, "no replicas");
+            assert_eq!(route.ttl_cap, None, "no gutter");
+        }
+        assert!(moved > 0 && stayed > 0, "{moved} moved, {stayed} stayed");
+    }
+}
