@@ -6,11 +6,14 @@
 //! - [`hotkeys`]: the hot-key cache's reads, fills and invalidations;
 //! - [`replicas`]: which commands are writes, which servers a replicated read or write goes to, when
 //!   a read tries the next replica, which replica's reply the client gets;
-//! - [`gutter`]: the TTL cap of a write sent to a gutter server.
+//! - [`gutter`]: the TTL cap of a write sent to a gutter server;
+//! - [`warmup`]: the warm-up's rules: which way a command of a moved key goes, the copy's meta
+//!   commands, their replies read as a `get` answer.
 //!
-//! The warm-up after a ring change is an exchange of several rounds, written beside the planner
-//! (`warmup.rs`).
+//! The warm-up's exchanges of several rounds (reserve, read the old copy, copy, then the command) are
+//! written beside the planner (`warmup.rs`), which builds their parts and finishes.
 
 pub(super) mod gutter;
 pub(super) mod hotkeys;
 pub(super) mod replicas;
+pub(super) mod warmup;
