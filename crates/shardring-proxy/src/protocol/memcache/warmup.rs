@@ -790,9 +790,13 @@ pub(super) fn read_multi(req: Request, ctx: &Placer<'_>) -> Result<Step<Memcache
     else {
         return Err(req);
     };
+    // A one-key get was routed by the caller already.
+    if keys.len() < 2 {
+        return Err(req);
+    }
     let routes: Vec<Route> = keys.iter().map(|k| ctx.route(req.bytes(k))).collect();
     let moved: Vec<Option<usize>> = routes.iter().map(|r| r.previous).collect();
-    if keys.len() < 2 || moved.iter().all(Option::is_none) {
+    if moved.iter().all(Option::is_none) {
         return Err(req);
     }
     let mut lines: Vec<(usize, BytesMut)> = Vec::new();
