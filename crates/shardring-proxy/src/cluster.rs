@@ -16,8 +16,8 @@ use crate::descriptors::During;
 use crate::error::ProxyError;
 use crate::hotkeys::{HotKeys, TickState};
 use crate::metrics::{HotKeyRow, HotKeysReport, PoolStats, PoolView, ServerStats};
-use crate::protocol::Protocol;
-use crate::router::{build_placement, Gutter, Router, Routing};
+use crate::protocol::{PoolState, Protocol};
+use crate::router::{build_placement, Router};
 
 /// The probe timeout when the pool has no `timeout`.
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -33,12 +33,6 @@ pub(crate) struct Cluster<P: Protocol> {
     pub backends: Vec<Arc<Backend<P>>>,
     /// Key → server index over the servers that are not ejected.
     pub router: Router,
-    /// The placement over every server, ejected or not, when keys have replicas: replica lists stay
-    /// put while servers come and go (only which of them are live changes).
-    pub full: Option<Routing>,
-    /// The gutter pool's placement, when the pool has one; its servers follow the pool's in
-    /// `backends`.
-    pub gutter: Option<Gutter>,
     /// The live set the router was last built with.
     live: Mutex<Vec<bool>>,
     /// The previous version of the pool while a warm-up window is open (`--warmup-window`): misses on
@@ -62,7 +56,12 @@ impl<P: Protocol> Cluster<P> {
         previous: Option<&Cluster<P>>,
         shared: &PoolShared<P>,
     ) -> Result<Cluster<P>, ProxyError> {
-        let mut protocol = P::new(&config);
+        // Before the servers: its handshakes open their connections. What it places beyond the
+        // router (memcached's replica lists and gutter) it builds from the config itself.
+        let pool = PoolState {
+            hot: shared.hot.as_ref(),
+        };
+        let mut protocol = P::new(&config, &pool)?;
         let handshakes = protocol.handshakes();
         let introductions = protocol.introductions();
         let policy = EjectPolicy {
@@ -130,26 +129,6 @@ impl<P: Protocol> Cluster<P> {
                 pool: config.name.clone(),
                 reason: e.to_string(),
             })?;
-        let gutter = match &config.remedies().gutter {
-            Some(g) => Some(Gutter::build(config.placement_spec(), g).map_err(|e| {
-                ProxyError::Placement {
-                    pool: config.name.clone(),
-                    reason: format!("gutter: {e}"),
-                }
-            })?),
-            None => None,
-        };
-        let full = if config.remedies().replicas > 1 || gutter.is_some() {
-            let all = vec![true; backends.len()];
-            Some(build_placement(config.placement_spec(), &all).map_err(|e| {
-                ProxyError::Placement {
-                    pool: config.name.clone(),
-                    reason: e.to_string(),
-                }
-            })?)
-        } else {
-            None
-        };
         let previous_now = previous.map_or_else(Vec::new, |p| {
             p.backends
                 .iter()
@@ -167,8 +146,6 @@ impl<P: Protocol> Cluster<P> {
             config,
             protocol,
             backends,
-            full,
-            gutter,
             router: Router::new(routing),
             live: Mutex::new(live),
         })

@@ -82,6 +82,11 @@ impl Routing {
         self.live.get(server).copied().unwrap_or(false)
     }
 
+    /// How many servers the pool has, live or not.
+    pub(crate) fn total_servers(&self) -> usize {
+        self.live.len()
+    }
+
     /// How many servers the placement holds.
     pub(crate) fn live_servers(&self) -> usize {
         self.servers.len()

@@ -16,7 +16,6 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::oneshot;
 
 use crate::backend::{Backend, ReplyQueue, ReplyTo, Route};
 use crate::cluster::{Cluster, Pool};
@@ -24,8 +23,8 @@ use crate::drain::Drain;
 use crate::error::BackendError;
 use crate::net::ClientStream;
 use crate::protocol::{
-    Answer, Incoming, Part, PartReply, Phase, Placement, PlanContext, Protocol, Reply,
-    RequestDecoder, Step,
+    Answer, FollowUp, Incoming, PartReply, Phase, Placement, PlanContext, PreviousRouting,
+    Protocol, RequestDecoder, Round, Step,
 };
 
 /// The most requests one client may have in flight; past it the proxy stops reading from that client
@@ -82,9 +81,7 @@ enum Pending<P: Protocol> {
     Ready(Option<Answer>),
     /// One server's reply in the session's reply slot of this number, and how it becomes the answer.
     Slot(u64, Option<P::Finish>),
-    /// One server's reply on a channel, and how it becomes the answer.
-    Single(oneshot::Receiver<Reply>, Option<P::Finish>),
-    /// A fan-out's replies, merged.
+    /// An exchange's answer, once its rounds are done.
     Joined(Pin<Box<dyn Future<Output = Answer> + Send>>),
 }
 
@@ -95,16 +92,10 @@ impl<P: Protocol> Pending<P> {
         let (reply, finish) = match self {
             Pending::Ready(a) => return Poll::Ready(a.take().unwrap_or(Answer::Nothing)),
             Pending::Joined(f) => return f.as_mut().poll(cx),
-            Pending::Slot(_, None) | Pending::Single(_, None) => {
-                return Poll::Ready(Answer::Nothing)
-            }
+            Pending::Slot(_, None) => return Poll::Ready(Answer::Nothing),
             Pending::Slot(number, finish) => match replies.poll_take(*number, cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(reply) => (reply, finish),
-            },
-            Pending::Single(rx, finish) => match Pin::new(rx).poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(reply) => (reply.unwrap_or(Err(BackendError::Removed)), finish),
             },
         };
         Poll::Ready(match finish.take() {
@@ -189,8 +180,8 @@ impl<P: Protocol> Session<P> {
                             closing = true;
                             break;
                         }
-                        if let Step::FanOut { merge, .. } = &step {
-                            self.held = cluster.protocol.in_order(merge);
+                        if let Step::Exchange(round) = &step {
+                            self.held = cluster.protocol.in_order(&round.exchange);
                         }
                         let p = self.start(&cluster, step);
                         self.push(p, timed);
@@ -286,15 +277,13 @@ impl<P: Protocol> Session<P> {
         let previous_routing = previous.as_ref().map(|p| p.router.load());
         let ctx = PlanContext {
             routing: &routing,
+            previous: previous_routing.as_deref().map(|r| PreviousRouting {
+                routing: r,
+                now: &cluster.previous_now,
+            }),
             stats: &self.pool.shared.stats,
             config: &cluster.config,
-            servers: cluster.backends.len(),
             started: self.pool.shared.started,
-            hot: self.pool.shared.hot.as_ref(),
-            full: cluster.full.as_ref(),
-            gutter: cluster.gutter.as_ref(),
-            previous: previous_routing.as_deref().map(|r| &**r),
-            previous_now: &cluster.previous_now,
         };
         cluster.protocol.plan(req, &mut self.state, &ctx)
     }
@@ -308,7 +297,9 @@ impl<P: Protocol> Session<P> {
         }
     }
 
-    /// Sends a planned request on its way.
+    /// Sends a planned request on its way: a forwarded one into a slot of the reply queue, an
+    /// exchange's first round at once (pipelined with the client's other requests), its later rounds
+    /// when [`Protocol::advance`] asks for them.
     fn start(&self, cluster: &Arc<Cluster<P>>, step: Step<P>) -> Pending<P> {
         match step {
             Step::Answer(a) | Step::Close(a) => Pending::Ready(Some(a)),
@@ -328,104 +319,17 @@ impl<P: Protocol> Session<P> {
                 cluster.backends[server].send_to(self.route(), frame, kind, ReplyTo::Slot(slot));
                 Pending::Slot(number, Some(finish))
             }
-            Step::Failover {
-                servers,
-                frame,
-                kind,
-                finish,
-            } => {
-                let Some(&first) = servers.first() else {
-                    return Pending::Ready(Some(P::finish(finish, Err(BackendError::NoServer))));
-                };
-                // The first try goes out now, with the client's other requests; a retry only when its
-                // reply says so.
-                let rx = cluster.backends[first].send(self.route(), frame.clone(), kind);
-                // The servers as this plan numbered them (a reload may renumber the pool meanwhile).
-                let rest: Vec<Arc<Backend<P>>> = servers[1..]
-                    .iter()
-                    .map(|&s| Arc::clone(&cluster.backends[s]))
-                    .collect();
-                let current = self.pool.current.load_full();
-                let stats = Arc::clone(&self.pool.shared.stats);
-                let to = self.route();
-                Pending::Joined(Box::pin(async move {
-                    let mut reply = rx.await.unwrap_or(Err(BackendError::Removed));
-                    for next in &rest {
-                        if !current.protocol.retry(&finish, &reply) {
-                            break;
-                        }
-                        stats.replica_failovers.inc();
-                        let rx = next.send(to, frame.clone(), kind);
-                        reply = rx.await.unwrap_or(Err(BackendError::Removed));
-                    }
-                    P::finish(finish, reply)
-                }))
-            }
-            Step::AlsoPrevious {
-                previous,
-                frame,
-                kind,
-                step,
-            } => {
-                if let Some(old) = cluster.previous.load_full() {
-                    if let Some(b) = old.backends.get(previous) {
-                        // Reply dropped: the invalidation is best effort, the write's own reply counts.
-                        drop(b.send(self.route(), frame, kind));
-                    }
-                }
-                self.start(cluster, *step)
-            }
-            Step::Fallback {
-                server,
-                frame,
-                previous,
-                fallback,
-                kind,
-                finish,
-            } => {
-                let backend = Arc::clone(&cluster.backends[server]);
-                let rx = backend.send(self.route(), frame, kind);
-                let Some(old) = cluster.previous.load_full() else {
-                    return Pending::Single(rx, Some(finish));
-                };
-                let current = self.pool.current.load_full();
-                let to = self.route();
-                Pending::Joined(Box::pin(async move {
-                    let reply = rx.await.unwrap_or(Err(BackendError::Removed));
-                    let (Some(prev), true) = (
-                        old.backends.get(previous),
-                        current.protocol.fall_back(&finish, &reply),
-                    ) else {
-                        return P::finish(finish, reply);
-                    };
-                    let old_reply = prev
-                        .send(to, fallback, kind)
-                        .await
-                        .unwrap_or(Err(BackendError::Removed));
-                    let recovery = current.protocol.recover(finish, reply, old_reply);
-                    if let Some((bytes, kind, finish)) = recovery.follow_up {
-                        let rx = backend.send(to, bytes, kind);
-                        tokio::spawn(async move {
-                            let reply = rx.await.unwrap_or(Err(BackendError::Removed));
-                            drop(P::finish(finish, reply));
-                        });
-                    }
-                    recovery.answer
-                }))
-            }
-            Step::FanOut { parts, merge } => {
-                let replies = self.replies.clone();
-                let to = self.route();
-                let (servers, slots) = send_parts(&replies, cluster, to, parts);
+            Step::Exchange(round) => {
+                let (replies, to) = (self.replies.clone(), self.route());
+                let (mut sent, mut exchange) = send_round(&replies, cluster, to, round);
                 let cluster = Arc::clone(cluster);
                 Pending::Joined(Box::pin(async move {
-                    let (mut servers, mut slots, mut merge) = (servers, slots, merge);
                     loop {
-                        // Each part's reply in turn: the answer needs them all.
-                        let mut replies_in = Vec::with_capacity(slots.len());
-                        for (&number, server) in slots.iter().zip(&servers) {
+                        // Each part's reply in turn: the next move needs them all.
+                        let mut replies_in = Vec::with_capacity(sent.len());
+                        for (number, server) in &sent {
                             replies_in.push(PartReply {
-                                reply: poll_fn(|cx| replies.poll_take(number, cx)).await,
+                                reply: poll_fn(|cx| replies.poll_take(*number, cx)).await,
                                 server: server
                                     .as_ref()
                                     .map_or("a server of the previous ring", |s| {
@@ -433,31 +337,15 @@ impl<P: Protocol> Session<P> {
                                     }),
                             });
                         }
-                        let (next, follow_ups) = match cluster.protocol.phase(merge, replies_in) {
-                            Phase::Done { answer, follow_ups } => (Err(answer), follow_ups),
-                            Phase::Again {
-                                parts,
-                                merge,
-                                follow_ups,
-                            } => (Ok((parts, merge)), follow_ups),
-                        };
-                        for (part, finish) in follow_ups {
-                            let Some(b) = backend_of(&cluster, part.placement, part.server) else {
-                                continue;
-                            };
-                            // Awaited by a task of its own: a channel, not a slot of this session.
-                            let rx = b.send(to, part.frame, part.kind);
-                            tokio::spawn(async move {
-                                let reply = rx.await.unwrap_or(Err(BackendError::Removed));
-                                drop(P::finish(finish, reply));
-                            });
+                        match cluster.protocol.advance(exchange, replies_in) {
+                            Phase::Done { answer, follow_ups } => {
+                                send_follow_ups(&cluster, to, follow_ups);
+                                return answer;
+                            }
+                            Phase::Again(round) => {
+                                (sent, exchange) = send_round(&replies, &cluster, to, round);
+                            }
                         }
-                        let (parts, next_merge) = match next {
-                            Err(answer) => return answer,
-                            Ok(next) => next,
-                        };
-                        (servers, slots) = send_parts(&replies, &cluster, to, parts);
-                        merge = next_merge;
                     }
                 }))
             }
@@ -476,23 +364,25 @@ impl<P: Protocol> Session<P> {
     }
 }
 
-/// The server a fan-out part went to; `None` for a previous-ring server whose version is gone.
-type Sent<P> = Option<Arc<Backend<P>>>;
+/// A part sent: its reply slot, and its server (as the plan numbered them; `None` for a previous-ring
+/// server whose version is gone).
+type Sent<P> = (u64, Option<Arc<Backend<P>>>);
 
-/// Sends a fan-out's parts, each to its server with a slot of the session's reply queue: the
-/// servers (as this plan numbered them; `None` for a previous-ring server whose version is gone) and
-/// the slots, by part.
+/// Sends a round of an exchange: its follow-ups, then each part to its server with a slot of the
+/// session's reply queue. Gives the parts sent and what reads their replies.
 ///
-/// The first round of a fan-out and every later round of a multi-phase one (a warm-up's) send alike.
-/// A part's server is an index into `cluster`, the snapshot its plan was made against, as a forwarded
-/// request's is, or into that snapshot's previous version ([`Placement::Previous`]).
-fn send_parts<P: Protocol>(
+/// Every round sends alike. A part's server is an index into `cluster`, the snapshot its plan was made
+/// against, as a forwarded request's is, or into that snapshot's previous version
+/// ([`Placement::Previous`]).
+fn send_round<P: Protocol>(
     replies: &ReplyQueue,
     cluster: &Cluster<P>,
     to: Route,
-    parts: Vec<Part<P>>,
-) -> (Vec<Sent<P>>, Vec<u64>) {
-    parts
+    round: Round<P>,
+) -> (Vec<Sent<P>>, P::Exchange) {
+    send_follow_ups(cluster, to, round.follow_ups);
+    let sent = round
+        .parts
         .into_iter()
         .map(|part| {
             let (number, slot) = replies.slot();
@@ -502,9 +392,25 @@ fn send_parts<P: Protocol>(
                 // The window closed since the plan: the part reads as a server gone.
                 None => slot.send(Err(BackendError::Removed)),
             }
-            (backend, number)
+            (number, backend)
         })
-        .unzip()
+        .collect();
+    (sent, round.exchange)
+}
+
+/// Sends requests whose replies nobody waits for: each is awaited by a task of its own (a channel,
+/// not a slot of the session), goes through its finish, and is dropped.
+fn send_follow_ups<P: Protocol>(cluster: &Cluster<P>, to: Route, follow_ups: Vec<FollowUp<P>>) {
+    for (part, finish) in follow_ups {
+        let Some(b) = backend_of(cluster, part.placement, part.server) else {
+            continue;
+        };
+        let rx = b.send(to, part.frame, part.kind);
+        tokio::spawn(async move {
+            let reply = rx.await.unwrap_or(Err(BackendError::Removed));
+            drop(P::finish(finish, reply));
+        });
+    }
 }
 
 /// The server a part goes to: `server` of `cluster`, or of its previous version while that is kept.

@@ -3,13 +3,15 @@
 //! The client session (`session.rs`), the accept loop (`server.rs`) and the server
 //! connections (`backend/`) are generic over [`Protocol`] and know nothing of any wire format. A
 //! protocol decodes client requests (within its limits), plans each one ([`Step`]: answer here, send to one
-//! server, or fan out to several and merge), frames server replies ([`ReplyScanner`]), encodes the proxy's
-//! own errors, and says what its health probe sends and accepts. Adding a protocol is new files under
-//! `protocol/` plus the one line in `pools.rs`'s `build_pool` where a pool picks its protocol.
+//! server, or an exchange of one or more rounds with several), frames server replies ([`ReplyScanner`]),
+//! encodes the proxy's own errors, and says what its health probe sends and accepts. What a protocol does
+//! beyond placing keys (memcached's replicas, gutter, warm-up, hot keys) is written inside it, as
+//! exchanges: the seam does not know of it. Adding a protocol is new files under `protocol/` plus the one
+//! line in `pools.rs`'s `build_pool` where a pool picks its protocol.
 //!
 //! The request path reads in one direction: socket → [`RequestDecoder::decode`] → [`Protocol::plan`]
 //! (router, placement) → backend connection ([`ReplyScanner::frame`]) → [`Protocol::finish`] or
-//! [`Protocol::merge`] → session → socket.
+//! [`Protocol::advance`] → session → socket.
 //!
 //! Everything here is pure: no I/O, no tasks. Incomplete input is a normal state (`Ok(None)`).
 
@@ -19,11 +21,13 @@ pub mod redis;
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
 use crate::config::PoolConfig;
-use crate::error::BackendError;
+use crate::error::{BackendError, ProxyError};
+use crate::hotkeys::HotKeys;
 use crate::metrics::PoolStats;
 use crate::router::Routing;
 
@@ -45,15 +49,21 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     type ReplyScanner: ReplyScanner<Kind = Self::ReplyKind>;
     /// How a single server's reply becomes the client's answer (for example, hidden for `noreply`).
     /// Not `Copy`: a finish may carry what a reply must update (e.g. a cache to fill).
-    type Finish: Send + Unpin + 'static;
-    /// What a fan-out needs to merge its parts' replies into one answer.
-    type Merge: Send + 'static;
+    type Finish: Send + Unpin + fmt::Debug + 'static;
+    /// What an [`Step::Exchange`] keeps between its rounds and reads its replies with (a fan-out's
+    /// merge, a warm-up's stage).
+    type Exchange: Send + fmt::Debug + 'static;
     /// What the protocol remembers about one client connection between its requests (Redis: the RESP
     /// version `HELLO` chose, whether it authenticated, its name); `()` when nothing.
     type Session: Default + Send + 'static;
 
-    /// The protocol's settings for a pool.
-    fn new(config: &PoolConfig) -> Self;
+    /// The protocol's value for one version of a pool: its settings, and the state of what it does
+    /// beyond placing keys (memcached's replica lists, gutter and hot keys), built from `config` and
+    /// what the pool keeps across its versions (`pool`).
+    ///
+    /// # Errors
+    /// [`ProxyError::Placement`] when a placement of its own (a gutter's) cannot be built.
+    fn new(config: &PoolConfig, pool: &PoolState<'_>) -> Result<Self, ProxyError>;
 
     /// A decoder for a new client connection.
     fn decoder(&self) -> Self::Decoder;
@@ -77,9 +87,6 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
 
     /// The client's answer from the single server a [`Step::Forward`] went to.
     fn finish(finish: Self::Finish, reply: Reply) -> Answer;
-
-    /// The client's answer from a [`Step::FanOut`]'s replies, in the order of its parts.
-    fn merge(merge: Self::Merge, replies: Vec<PartReply<'_>>) -> Answer;
 
     /// Writes the client's answer for a request its server failed (`SERVER_ERROR …`, `-ERR …`).
     fn encode_failure(error: &BackendError, out: &mut BytesMut);
@@ -137,45 +144,24 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     /// Whether a framed reply is an error reply (a failed handshake step, a refused fan-out part).
     fn is_error_reply(reply: &[u8]) -> bool;
 
-    /// Whether a [`Step::Failover`] tries its next server after `reply`. By default, on a failure of the
-    /// server (error, timeout, closed connection) only.
-    fn retry(&self, finish: &Self::Finish, reply: &Reply) -> bool {
-        let _ = finish;
-        reply.is_err()
-    }
+    /// An [`Step::Exchange`]'s next move after the replies of its round: the answer, or another
+    /// round (a warm-up's copy, a replicated read's next replica).
+    fn advance(&self, exchange: Self::Exchange, replies: Vec<PartReply<'_>>) -> Phase<Self>;
 
-    /// A [`Step::FanOut`]'s next move after its replies: the answer, or another round trip (a
-    /// multi-get's warm-up fallbacks). By default, [`Protocol::merge`]'s answer.
-    fn phase(&self, merge: Self::Merge, replies: Vec<PartReply<'_>>) -> Phase<Self> {
-        Phase::Done {
-            answer: Self::merge(merge, replies),
-            follow_ups: Vec::new(),
-        }
-    }
-
-    /// Whether the client's later requests wait until this [`Step::FanOut`] is answered before they
+    /// Whether the client's later requests wait until this [`Step::Exchange`] is answered before they
     /// are sent: an exchange of several rounds on one key whose later rounds a later request of the
     /// same key must not overtake (a warm-up's copy, then the command). By default, never.
-    fn in_order(&self, merge: &Self::Merge) -> bool {
-        let _ = merge;
+    fn in_order(&self, exchange: &Self::Exchange) -> bool {
+        let _ = exchange;
         false
     }
+}
 
-    /// Whether a [`Step::Fallback`] asks the previous ring after `reply`. By default, never.
-    fn fall_back(&self, finish: &Self::Finish, reply: &Reply) -> bool {
-        let _ = (finish, reply);
-        false
-    }
-
-    /// A [`Step::Fallback`]'s answer from the current server's reply and the previous ring's, and an
-    /// optional follow-up to the current server. By default, the current server's reply, no follow-up.
-    fn recover(&self, finish: Self::Finish, current: Reply, previous: Reply) -> Recovery<Self> {
-        let _ = previous;
-        Recovery {
-            answer: Self::finish(finish, current),
-            follow_up: None,
-        }
-    }
+/// What a pool keeps across its versions that a protocol's value may use.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PoolState<'a> {
+    /// The pool's hot-key detection and cache, when on.
+    pub(crate) hot: Option<&'a Arc<HotKeys>>,
 }
 
 /// What a server said about itself in reply to the protocol's [`Protocol::introductions`], kept with the
@@ -226,7 +212,7 @@ pub fn facts_changed() -> u64 {
     FACTS_CHANGED.load(Ordering::Acquire)
 }
 
-/// What [`Protocol::phase`] decides after a fan-out's replies.
+/// What [`Protocol::advance`] decides after a round's replies.
 #[derive(Debug)]
 pub enum Phase<P: Protocol> {
     /// The answer, and requests to send without waiting (each reply goes to its finish, then is
@@ -235,27 +221,36 @@ pub enum Phase<P: Protocol> {
         /// The client's answer.
         answer: Answer,
         /// Fire-and-forget requests (copies).
-        follow_ups: Vec<(Part<P>, P::Finish)>,
+        follow_ups: Vec<FollowUp<P>>,
     },
-    /// Another round trip: send `parts`, then call [`Protocol::phase`] with `merge` and their replies.
-    Again {
-        /// The next round's requests.
-        parts: Vec<Part<P>>,
-        /// What the next round merges.
-        merge: P::Merge,
-        /// Fire-and-forget requests sent now.
-        follow_ups: Vec<(Part<P>, P::Finish)>,
-    },
+    /// Another round.
+    Again(Round<P>),
 }
 
-/// What [`Protocol::recover`] decides.
+/// A request sent without waiting for it: its reply goes to its finish, then is dropped.
+pub type FollowUp<P> = (Part<P>, <P as Protocol>::Finish);
+
+/// One round of an [`Step::Exchange`]: requests to send at once, and what reads their replies.
 #[derive(Debug)]
-pub struct Recovery<P: Protocol> {
-    /// The client's answer.
-    pub answer: Answer,
-    /// A request to send to the key's current server (bytes, reply framing, and the finish its reply
-    /// goes through before it is dropped).
-    pub follow_up: Option<(Bytes, P::ReplyKind, P::Finish)>,
+pub struct Round<P: Protocol> {
+    /// The requests whose replies [`Protocol::advance`] reads, in this order.
+    pub parts: Vec<Part<P>>,
+    /// What reads them.
+    pub exchange: P::Exchange,
+    /// Requests sent before the parts, whose replies are not waited for (the invalidation of a key's
+    /// old copy).
+    pub follow_ups: Vec<FollowUp<P>>,
+}
+
+impl<P: Protocol> Round<P> {
+    /// A round of `parts` read by `exchange`, with nothing sent beside them.
+    pub fn new(parts: Vec<Part<P>>, exchange: P::Exchange) -> Round<P> {
+        Round {
+            parts,
+            exchange,
+            follow_ups: Vec::new(),
+        }
+    }
 }
 
 /// Reads client requests off the front of a connection's buffer.
@@ -310,64 +305,14 @@ pub enum Step<P: Protocol> {
         /// How the reply becomes the answer.
         finish: P::Finish,
     },
-    /// Send `frame` to `servers[0]`; while [`Protocol::retry`] says so of a reply and servers remain, send
-    /// it to the next; answer with [`Protocol::finish`] of the last reply. For replicated reads: the
-    /// first send happens at once (pipelined), a retry when the failed reply comes back. An empty list
-    /// answers [`BackendError::NoServer`].
-    Failover {
-        /// The servers to try, in order (indices in the pool).
-        servers: Vec<usize>,
-        /// The bytes to send to each.
-        frame: Bytes,
-        /// How each reply is framed.
-        kind: P::ReplyKind,
-        /// How the last reply becomes the answer.
-        finish: P::Finish,
-    },
-    /// Warm-up after a ring change: send `frame` to `server` (its owner now); when
-    /// [`Protocol::fall_back`] says so of the reply, send `fallback` to `previous` (its owner on the
-    /// previous ring, an index among *that* ring's servers) and answer with [`Protocol::recover`] of
-    /// both replies, which may also ask for a follow-up request to `server` (a copy), sent at once and
-    /// whose reply goes to [`Protocol::finish`] and is then dropped. When the previous ring is gone by
-    /// the time the step starts, it is a plain [`Step::Forward`] of `frame`.
-    Fallback {
-        /// The key's server now.
-        server: usize,
-        /// The bytes to send to it.
-        frame: Bytes,
-        /// The key's server on the previous ring (index in the previous ring's server list).
-        previous: usize,
-        /// The bytes to send there after a miss.
-        fallback: Bytes,
-        /// How both replies are framed.
-        kind: P::ReplyKind,
-        /// How the replies become the answer.
-        finish: P::Finish,
-    },
-    /// Send `frame` to `previous` (a server of the previous ring; its reply is dropped), then do `step`:
-    /// a write during a warm-up window also invalidates the key's old copy.
-    AlsoPrevious {
-        /// The key's server on the previous ring.
-        previous: usize,
-        /// What to send it (a delete).
-        frame: Bytes,
-        /// How its reply is framed.
-        kind: P::ReplyKind,
-        /// The request itself.
-        step: Box<Step<P>>,
-    },
-    /// Send each part to its server (of the current placement, or of the previous one while a
-    /// warm-up window keeps it) and answer with [`Protocol::phase`] of all the replies, which may
-    /// send another round ([`Protocol::merge`]'s answer by default).
-    FanOut {
-        /// The parts, each to one server.
-        parts: Vec<Part<P>>,
-        /// What the merge needs.
-        merge: P::Merge,
-    },
+    /// An exchange with servers of one or more rounds: send the round's parts (each to a server of
+    /// the current placement, or of the previous one while a warm-up window keeps it), then
+    /// [`Protocol::advance`] with their replies answers or sends the next round. A fan-out and its
+    /// merge, a replicated read that tries the next replica, a warm-up's copy are all exchanges.
+    Exchange(Round<P>),
 }
 
-/// One server's share of a fan-out.
+/// One server's share of an exchange's round.
 #[derive(Debug)]
 pub struct Part<P: Protocol> {
     /// The server's index in `placement`.
@@ -387,7 +332,7 @@ pub enum Placement {
     /// The pool as the plan saw it.
     Current,
     /// The pool before the last ring change, while a warm-up window is open (the version
-    /// [`PlanContext::moved_from`] indexes). A part sent there once that version is gone gets
+    /// [`PlanContext`]'s previous routing indexes). A part sent there once that version is gone gets
     /// [`BackendError::Removed`] as its reply.
     Previous,
 }
@@ -455,63 +400,36 @@ pub struct FrameError {
 pub struct PlanContext<'a> {
     /// Key → server over the live servers.
     pub(crate) routing: &'a Routing,
+    /// The previous ring while a warm-up window is open.
+    pub(crate) previous: Option<PreviousRouting<'a>>,
     /// The pool's tallies (`stats` answers, fragment counts), shared: merges and finishes that count after
     /// the plan keep a handle.
-    pub stats: &'a std::sync::Arc<PoolStats>,
+    pub stats: &'a Arc<PoolStats>,
     /// The pool's config.
     pub config: &'a PoolConfig,
-    /// How many servers the pool has, live or not.
-    pub servers: usize,
     /// When the pool started, for uptime.
     pub started: std::time::Instant,
-    /// The pool's hot-key detection and cache, when on: the protocol counts the keys it plans and
-    /// serves reads of the top keys from the cache.
-    pub(crate) hot: Option<&'a std::sync::Arc<crate::hotkeys::HotKeys>>,
-    /// The placement over every server of the pool, ejected or not, when keys have replicas: where a
-    /// key's replica list comes from.
-    pub(crate) full: Option<&'a Routing>,
-    /// The gutter pool, when the pool has one: a dead server's keys go there (with `full`).
-    pub(crate) gutter: Option<&'a crate::router::Gutter>,
-    /// The previous ring while a warm-up window is open: key → server among the previous ring's servers.
-    pub(crate) previous: Option<&'a Routing>,
+}
+
+/// The placement before the last ring change, while a warm-up window keeps it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PreviousRouting<'a> {
+    /// Key → server among the previous ring's servers ([`Placement::Previous`] indices).
+    pub routing: &'a Routing,
     /// For each server of the previous ring, its index now (`None` when it left the pool).
-    pub(crate) previous_now: &'a [Option<usize>],
+    pub now: &'a [Option<usize>],
 }
 
 impl PlanContext<'_> {
-    /// The server (index in the pool) that owns `key`; `None` when no server is live. With a gutter, a
-    /// key whose server is ejected goes to its gutter server rather than to the next live server.
+    /// The server (index in the pool) that owns `key`; `None` when no server is live.
     pub fn server_for(&self, key: &[u8]) -> Option<usize> {
-        if let (Some(gutter), Some(full)) = (self.gutter, self.full) {
-            match full.server_for(key) {
-                Some(owner) if self.routing.is_live(owner) => return Some(owner),
-                _ => {
-                    if let Some(g) = gutter.server_for(key) {
-                        self.stats.gutter_requests.inc();
-                        return Some(g);
-                    }
-                }
-            }
-        }
         self.routing.server_for(key)
     }
 
-    /// The gutter's TTL cap when `server` is a gutter server: what a write sent there must cap its
-    /// TTL to.
-    pub fn gutter_ttl_cap(&self, server: usize) -> Option<u32> {
-        self.gutter.filter(|g| g.holds(server)).map(|g| g.ttl_cap)
-    }
-
     /// The owners of many keys at once (`out[i]` for `keys[i]`): one batch through the placement,
-    /// which overlaps the keys' cache misses (key by key when a gutter may take some of them).
+    /// which overlaps the keys' cache misses.
     pub fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
-        if self.gutter.is_some() {
-            for (key, o) in keys.iter().zip(out.iter_mut()) {
-                *o = self.server_for(key);
-            }
-        } else {
-            self.routing.servers_for(keys, out);
-        }
+        self.routing.servers_for(keys, out);
     }
 
     /// The servers in the placement now (not ejected), for requests sent to every server.
@@ -519,45 +437,8 @@ impl PlanContext<'_> {
         self.routing.servers()
     }
 
-    /// The first live server of `key`'s replica list: [`PlanContext::server_for`] without replicas.
-    pub fn first_replica(&self, key: &[u8]) -> Option<usize> {
-        if self.full.is_some() && self.config.remedies().replicas > 1 {
-            let mut out = Vec::with_capacity(self.config.remedies().replicas);
-            self.replicas_for(key, &mut out);
-            out.first().copied()
-        } else {
-            self.server_for(key)
-        }
-    }
-
-    /// While a warm-up window is open and `key` moved: its server on the previous ring (an index among
-    /// that ring's servers, for [`Step::Fallback`] and [`Step::AlsoPrevious`]). `None` otherwise.
-    pub fn moved_from(&self, key: &[u8]) -> Option<usize> {
-        let old = self.previous?.server_for(key)?;
-        let now = self.server_for(key);
-        match self.previous_now.get(old).copied().flatten() {
-            Some(same) if Some(same) == now => None,
-            _ => Some(old),
-        }
-    }
-
-    /// How many servers hold each key (1 when the pool has no replicas).
-    pub fn replicas(&self) -> usize {
-        self.config.remedies().replicas
-    }
-
-    /// Fills `out` with the live servers of `key`'s replica list, owner first (the owner placed as
-    /// nutcracker places it over all the pool's servers, then the ring's next distinct servers, dead
-    /// ones left out). When all of them are dead, or the pool has no replicas, the one server
-    /// [`PlanContext::server_for`] gives, if any.
-    pub fn replicas_for(&self, key: &[u8], out: &mut Vec<usize>) {
-        out.clear();
-        if let (Some(full), true) = (self.full, self.config.remedies().replicas > 1) {
-            full.replicas_into(key, self.config.remedies().replicas, out);
-            out.retain(|&s| self.routing.is_live(s));
-        }
-        if out.is_empty() {
-            out.extend(self.server_for(key));
-        }
+    /// How many servers the pool has, live or not.
+    pub fn servers(&self) -> usize {
+        self.routing.total_servers()
     }
 }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::parse::{parse_get_continuation, parse_get_prefix, parse_request, retrieval_word};
 use super::request::*;
-use crate::protocol::{facts_changed, ServerFacts};
+use crate::protocol::{facts_changed, Incoming, RequestDecoder, ServerFacts};
 
 /// One item out of the request decoder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,5 +232,26 @@ impl Decoder for RequestCodec {
                 Ok(Some(Decoded::Refused(err)))
             }
         }
+    }
+}
+
+impl RequestDecoder for RequestCodec {
+    type Request = Request;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> std::io::Result<Option<Incoming<Request>>> {
+        Ok(
+            tokio_util::codec::Decoder::decode(self, buf)?.map(|d| match d {
+                Decoded::Request(r) => Incoming::Request(r),
+                Decoded::Refused(err) => Incoming::Refused {
+                    reply: Bytes::from_static(err.reply()),
+                    reason: err.kind.to_string(),
+                    close: err.close,
+                },
+            }),
+        )
+    }
+
+    fn max_buffer(&self) -> usize {
+        self.max_request_len()
     }
 }

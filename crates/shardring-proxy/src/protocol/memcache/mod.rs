@@ -23,24 +23,24 @@
 //! meta commands' errors are shown even with `q`, as memcached shows them.
 
 mod codec;
-mod gutter;
-mod hotkeys;
 mod parse;
 mod plan;
-mod replicas;
+mod remedies;
 mod request;
 mod response;
+mod route;
 mod tokens;
 mod warmup;
 
 pub use self::codec::*;
-pub use self::hotkeys::{HotFill, HotInvalidate};
 pub use self::parse::parse_request;
-pub use self::plan::{Finish, Memcache, ResponseScanner, VERSION_REPLY};
-pub use self::replicas::ReplicatedWrite;
+pub use self::plan::{
+    Failover, Finish, Memcache, MemcacheSettings, ReplicatedWrite, VERSION_REPLY,
+};
+pub use self::remedies::hotkeys::{HotFill, HotInvalidate};
 pub use self::request::*;
 pub use self::response::*;
-pub use self::warmup::{CopyResult, WarmGet, WarmKeyed, WarmMulti};
+pub use self::warmup::{CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
 
 #[cfg(test)]
 mod tests;

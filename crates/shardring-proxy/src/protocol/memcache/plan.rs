@@ -9,21 +9,25 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::codec::{Decoded, RequestCodec};
-use super::gutter;
-use super::hotkeys::{self, HotFill, HotInvalidate, HotRead};
-use super::replicas::{self, ReplicatedWrite};
+use super::codec::RequestCodec;
+use super::remedies::gutter;
+use super::remedies::hotkeys::{self, HotFill, HotInvalidate, HotRead};
+use super::remedies::replicas;
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
-    is_error_reply, item_size_max, parse_response_from, status_code, ResponseKind, ValueBlocks,
+    is_error_reply, item_size_max, status_code, ResponseKind, ResponseScanner, ValueBlocks,
 };
-use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti};
-use crate::config::{MemcacheConfig, PoolConfig};
-use crate::error::BackendError;
+use super::route::{Placer, Route};
+use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
+use crate::config::{GutterConfig, MemcacheConfig, PoolConfig};
+use crate::error::{BackendError, ProxyError};
+use crate::hotkeys::HotKeys;
+use crate::metrics::PoolStats;
 use crate::protocol::{
-    Answer, FrameError, Incoming, Part, PartReply, Phase, Placement, PlanContext, Protocol,
-    Recovery, Reply, ReplyScanner, RequestDecoder, ServerFacts, Step,
+    Answer, Part, PartReply, Phase, Placement, PlanContext, PoolState, Protocol, Reply, Round,
+    ServerFacts, Step,
 };
+use crate::router::{build_placement, Gutter, Routing};
 
 /// The reply to `version`: the memcached protocol level the proxy speaks, then its own name and version.
 /// Clients read the first word as `major.minor.micro` and refuse a reply that does not start so
@@ -31,19 +35,55 @@ use crate::protocol::{
 /// `VERSION shardring-proxy-…`); some enable features by it (1.6 has the meta commands).
 pub const VERSION_REPLY: &[u8] = concat!("VERSION 1.6.0 ", name_version!(), "\r\n").as_bytes();
 
-/// The memcached text protocol, with a pool's limits and multi-get policy.
-#[derive(Debug, Clone)]
+/// The memcached text protocol for one version of a pool: its settings, and the state of its
+/// remedies (hot keys, replica lists, the gutter).
+#[derive(Debug)]
 pub struct Memcache {
-    /// Key, value and line limits.
-    limits: Limits,
-    /// A multi-get fails whole when one of its servers fails (twemproxy's behaviour).
-    all_or_nothing: bool,
-    /// With replicas, a read that misses tries the next replica too.
-    replica_read_miss: bool,
+    /// The pool's memcached settings.
+    settings: MemcacheSettings,
     /// What the pool's servers said of themselves, when the value limit is theirs
     /// ([`Limits::value_len_from_servers`]): each client connection's decoder reads the largest
     /// `item_size_max` from it.
     servers: Option<Arc<[Arc<ServerFacts>]>>,
+    /// The pool's hot-key detection and cache, when on (shared by the pool's versions).
+    hot: Option<Arc<HotKeys>>,
+    /// The placement over every server, ejected or not, when keys have replicas or a gutter: replica
+    /// lists stay put while servers come and go (only which of them are live changes).
+    full: Option<Routing>,
+    /// The gutter pool's placement, when the pool has one; its servers follow the pool's.
+    gutter: Option<Gutter>,
+}
+
+/// What the memcached protocol reads of a pool's config, read in one place.
+#[derive(Debug, Clone)]
+pub struct MemcacheSettings {
+    /// Key, value and line limits.
+    limits: Limits,
+    /// A multi-get fails whole when one of its servers fails (twemproxy's behaviour).
+    all_or_nothing: bool,
+    /// How many servers hold each key (1: no replicas).
+    replicas: usize,
+    /// With replicas, a read that misses tries the next replica too.
+    replica_read_miss: bool,
+    /// The gutter pool, when the pool has one.
+    gutter: Option<GutterConfig>,
+}
+
+impl MemcacheSettings {
+    /// The memcached settings of `config`.
+    pub fn from_pool(config: &PoolConfig) -> MemcacheSettings {
+        // Only a memcached pool is served by this protocol (`pools.rs` picks it by the pool's
+        // protocol); the defaults stand in rather than a panic.
+        let defaults = MemcacheConfig::default();
+        let memcache = config.memcache().unwrap_or(&defaults);
+        MemcacheSettings {
+            limits: memcache.limits,
+            all_or_nothing: memcache.multiget_all_or_nothing,
+            replicas: memcache.remedies.replicas,
+            replica_read_miss: memcache.remedies.replica_read_miss,
+            gutter: memcache.remedies.gutter.clone(),
+        }
+    }
 }
 
 /// How a single server's reply becomes the client's answer.
@@ -61,7 +101,7 @@ pub enum Finish {
     /// As it is, and a `VALUE` reply fills the hot-key cache.
     Fill(HotFill),
     /// A write of a hot key: invalidate the cache again, then finish as the inner finish says.
-    Invalidate(HotInvalidate),
+    Invalidate(HotInvalidate, Box<Finish>),
     /// A warm-up `get` (sent as `mg`): its meta reply becomes a `get` answer.
     Warm(WarmGet),
     /// A warm-up copy's reply: counted, then dropped.
@@ -75,16 +115,149 @@ pub enum Merge {
     Get(GetMerge),
     /// A write sent to every live replica of its key.
     Replicated(ReplicatedWrite),
-    /// A multi-get during a warm-up window (answered through [`Protocol::phase`]).
+    /// A multi-get during a warm-up window (answered through [`Protocol::advance`]).
     WarmMulti(WarmMulti),
     /// A command of moved keys during a warm-up window (a one-key command, or `gets`/`gat`/`gats` of
-    /// any number of keys): copy first, then apply (answered through [`Protocol::phase`]).
+    /// any number of keys): copy first, then apply (answered through [`Protocol::advance`]).
     WarmKeyed(WarmKeyed),
     /// `flush_all` sent to every live server.
     FlushAll {
         /// The client asked for no reply.
         noreply: bool,
     },
+    /// A one-key read of a replicated key: its replicas in turn, while a reply says to try the next.
+    Failover(Failover),
+    /// A one-key `get` of a key that moved, while a warm-up window is open: its new server, then its
+    /// previous one after a miss.
+    WarmOne(WarmOne),
+    /// One request (sent with a follow-up beside it: a warm-up write's invalidation of the old copy):
+    /// its reply through the finish.
+    One(Finish),
+}
+
+/// A write sent to several replicas: how their replies become one answer.
+#[derive(Debug)]
+pub struct ReplicatedWrite {
+    /// How the chosen reply becomes the answer.
+    finish: Finish,
+    /// Where disagreements are counted.
+    stats: Arc<PoolStats>,
+}
+
+impl ReplicatedWrite {
+    /// The first reply that is not a server failure (else the first reply), finished as the client
+    /// asked; replies whose status differs are counted as a disagreement.
+    fn merge(self, mut replies: Vec<PartReply<'_>>) -> Answer {
+        let (chosen, disagree) = replicas::chosen(&replies);
+        if disagree {
+            self.stats.replica_disagreements.inc();
+        }
+        let reply = match chosen {
+            Some(i) => replies.swap_remove(i).reply,
+            None => Err(BackendError::NoServer),
+        };
+        Memcache::finish(self.finish, reply)
+    }
+}
+
+/// `finish`, wrapped so that the reply invalidates the hot-key cache again when the key's write
+/// invalidated it now.
+fn invalidating(req: &Request, key: &Range<usize>, finish: Finish, ctx: &Placer<'_>) -> Finish {
+    match req.with_routing_key(key, |k| hotkeys::write(k, ctx)) {
+        Some(invalidate) => Finish::Invalidate(invalidate, Box::new(finish)),
+        None => finish,
+    }
+}
+
+/// A one-key read of a replicated key, as an exchange: one replica per round.
+#[derive(Debug)]
+pub struct Failover {
+    /// The replicas not tried yet, in order.
+    rest: std::vec::IntoIter<usize>,
+    /// The request.
+    frame: Bytes,
+    /// How its replies are framed.
+    kind: ResponseKind,
+    /// How the last reply becomes the answer.
+    finish: Finish,
+    /// A miss tries the next replica too.
+    read_miss: bool,
+    /// Where failovers are counted.
+    stats: Arc<PoolStats>,
+}
+
+impl Failover {
+    /// The read of `frame` from `servers` in turn: sent to the first now, to the next while its
+    /// replies say so. No server: a plain forward to none.
+    fn step(
+        servers: Vec<usize>,
+        frame: Bytes,
+        kind: ResponseKind,
+        finish: Finish,
+        read_miss: bool,
+        stats: &Arc<PoolStats>,
+    ) -> Step<Memcache> {
+        let mut rest = servers.into_iter();
+        let Some(first) = rest.next() else {
+            return Step::Forward {
+                server: None,
+                frame,
+                kind,
+                finish,
+            };
+        };
+        let part = current_part(first, frame.clone(), kind);
+        Step::Exchange(Round::new(
+            vec![part],
+            Merge::Failover(Failover {
+                rest,
+                frame,
+                kind,
+                finish,
+                read_miss,
+                stats: Arc::clone(stats),
+            }),
+        ))
+    }
+
+    /// After a replica's reply: the next replica, or the answer.
+    fn advance(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let reply = first_reply(replies);
+        if replicas::retry(self.read_miss, &reply) {
+            if let Some(next) = self.rest.next() {
+                self.stats.replica_failovers.inc();
+                let part = current_part(next, self.frame.clone(), self.kind);
+                return Phase::Again(Round::new(vec![part], Merge::Failover(self)));
+            }
+        }
+        done(Memcache::finish(self.finish, reply))
+    }
+}
+
+/// A part to a server of the current placement.
+fn current_part(server: usize, frame: Bytes, kind: ResponseKind) -> Part<Memcache> {
+    Part {
+        placement: Placement::Current,
+        server,
+        frame,
+        kind,
+    }
+}
+
+/// The reply of a round's one part (a round of none reads as no server).
+fn first_reply(replies: Vec<PartReply<'_>>) -> Reply {
+    replies
+        .into_iter()
+        .next()
+        .map_or(Err(BackendError::NoServer), |r| r.reply)
+}
+
+/// An exchange's answer, with nothing more to send.
+fn done(answer: Answer) -> Phase<Memcache> {
+    Phase::Done {
+        answer,
+        follow_ups: Vec::new(),
+    }
 }
 
 /// A split multi-get: the request, and which part holds each key.
@@ -105,31 +278,53 @@ impl Protocol for Memcache {
     type ReplyKind = ResponseKind;
     type ReplyScanner = ResponseScanner;
     type Finish = Finish;
-    type Merge = Merge;
+    type Exchange = Merge;
     type Session = ();
 
-    fn new(config: &PoolConfig) -> Memcache {
-        // Only a memcached pool is served by this protocol (`pools.rs` picks it by the pool's
-        // protocol); the defaults stand in rather than a panic.
-        let defaults = MemcacheConfig::default();
-        let settings = config.memcache().unwrap_or(&defaults);
-        Memcache {
-            limits: settings.limits,
-            all_or_nothing: settings.multiget_all_or_nothing,
-            replica_read_miss: settings.remedies.replica_read_miss,
+    fn new(config: &PoolConfig, pool: &PoolState<'_>) -> Result<Memcache, ProxyError> {
+        let settings = MemcacheSettings::from_pool(config);
+        let placement = |reason: String| ProxyError::Placement {
+            pool: config.name.clone(),
+            reason,
+        };
+        let gutter = match &settings.gutter {
+            Some(g) => Some(
+                Gutter::build(config.placement_spec(), g)
+                    .map_err(|e| placement(format!("gutter: {e}")))?,
+            ),
+            None => None,
+        };
+        let full = if settings.replicas > 1 || gutter.is_some() {
+            let servers =
+                config.servers.len() + settings.gutter.as_ref().map_or(0, |g| g.servers.len());
+            let all = vec![true; servers];
+            Some(
+                build_placement(config.placement_spec(), &all)
+                    .map_err(|e| placement(e.to_string()))?,
+            )
+        } else {
+            None
+        };
+        Ok(Memcache {
+            settings,
             servers: None,
-        }
+            hot: pool.hot.map(Arc::clone),
+            full,
+            gutter,
+        })
     }
 
     fn decoder(&self) -> RequestCodec {
         match &self.servers {
-            Some(servers) => RequestCodec::with_server_limits(self.limits, Arc::clone(servers)),
-            None => RequestCodec::new(self.limits),
+            Some(servers) => {
+                RequestCodec::with_server_limits(self.settings.limits, Arc::clone(servers))
+            }
+            None => RequestCodec::new(self.settings.limits),
         }
     }
 
     fn introductions(&self) -> Vec<(Bytes, ResponseKind)> {
-        if self.limits.value_len_from_servers {
+        if self.settings.limits.value_len_from_servers {
             vec![(
                 Bytes::from_static(b"stats settings\r\n"),
                 ResponseKind::Stats,
@@ -146,12 +341,19 @@ impl Protocol for Memcache {
     }
 
     fn attach_facts(&mut self, facts: Vec<Arc<ServerFacts>>) {
-        if self.limits.value_len_from_servers {
+        if self.settings.limits.value_len_from_servers {
             self.servers = Some(facts.into());
         }
     }
 
-    fn plan(&self, req: Request, _session: &mut (), ctx: &PlanContext<'_>) -> Step<Memcache> {
+    fn plan(&self, req: Request, _session: &mut (), plan: &PlanContext<'_>) -> Step<Memcache> {
+        let ctx = &Placer::new(
+            plan,
+            self.hot.as_ref(),
+            self.full.as_ref(),
+            self.gutter.as_ref(),
+            self.settings.replicas,
+        );
         match &req.command {
             Command::Get { .. } => self.get(req, ctx),
             Command::Keyed { key, noreply } => {
@@ -160,8 +362,8 @@ impl Protocol for Memcache {
                 } else {
                     Finish::Plain
                 };
-                let finish = req.with_routing_key(key, |k| hotkeys::write(k, finish, ctx));
-                forward_keyed(&req, key, finish, ctx)
+                let finish = invalidating(&req, key, finish, ctx);
+                self.forward_keyed(&req, key, finish, ctx)
             }
             Command::Meta {
                 kind, key, quiet, ..
@@ -171,8 +373,8 @@ impl Protocol for Memcache {
                 } else {
                     Finish::Plain
                 };
-                let finish = req.with_routing_key(key, |k| hotkeys::write(k, finish, ctx));
-                forward_keyed(&req, key, finish, ctx)
+                let finish = invalidating(&req, key, finish, ctx);
+                self.forward_keyed(&req, key, finish, ctx)
             }
             Command::MetaNoop => Step::Answer(Answer::fixed(b"MN\r\n")),
             Command::Version => Step::Answer(Answer::fixed(VERSION_REPLY)),
@@ -193,13 +395,10 @@ impl Protocol for Memcache {
                         kind: ResponseKind::Line,
                     })
                     .collect();
-                Step::FanOut {
-                    parts,
-                    merge: Merge::FlushAll { noreply },
-                }
+                Step::Exchange(Round::new(parts, Merge::FlushAll { noreply }))
             }
             Command::Stats(request) => Step::Answer(match request {
-                StatsRequest::Proxy => Answer::Bytes(local_stats(ctx)),
+                StatsRequest::Proxy => Answer::Bytes(local_stats(plan)),
                 StatsRequest::Reset => Answer::fixed(b"RESET\r\n"),
                 StatsRequest::Toggle => Answer::fixed(b"OK\r\n"),
                 StatsRequest::PerServer => Answer::fixed(b"END\r\n"),
@@ -209,7 +408,10 @@ impl Protocol for Memcache {
 
     fn finish(finish: Finish, reply: Reply) -> Answer {
         match (reply, finish) {
-            (reply, Finish::Invalidate(inv)) => Memcache::finish(inv.done(), reply),
+            (reply, Finish::Invalidate(inv, then)) => {
+                inv.done();
+                Memcache::finish(*then, reply)
+            }
             (reply, Finish::Warm(w)) => w.finish(reply),
             (reply, Finish::Copied(c)) => {
                 c.finish(&reply);
@@ -237,37 +439,6 @@ impl Protocol for Memcache {
         }
     }
 
-    fn merge(merge: Merge, replies: Vec<PartReply<'_>>) -> Answer {
-        match merge {
-            Merge::Get(get) => get.merge(replies),
-            Merge::Replicated(write) => write.merge(replies),
-            // Only reached if a caller skips `phase`: answer with what round one found.
-            Merge::WarmMulti(warm) => match warm.phase(replies) {
-                Phase::Done { answer, .. } => answer,
-                Phase::Again { .. } => Answer::fixed(b"END\r\n"),
-            },
-            Merge::WarmKeyed(warm) => match warm.phase(replies) {
-                Phase::Done { answer, .. } => answer,
-                Phase::Again { .. } => Answer::Failed(BackendError::NoServer),
-            },
-            Merge::FlushAll { noreply } => {
-                let mut failure = None;
-                for r in replies {
-                    match r.reply {
-                        Ok(b) if &b[..] == b"OK\r\n" => {}
-                        Ok(b) => failure = Some(refused(r.server, &b)),
-                        Err(e) => failure = Some(e),
-                    }
-                }
-                match (failure, noreply) {
-                    (_, true) => Answer::Nothing,
-                    (Some(e), false) => Answer::Failed(e),
-                    (None, false) => Answer::fixed(b"OK\r\n"),
-                }
-            }
-        }
-    }
-
     fn encode_failure(error: &BackendError, out: &mut BytesMut) {
         out.extend_from_slice(b"SERVER_ERROR ");
         out.extend_from_slice(error.to_string().as_bytes());
@@ -290,99 +461,133 @@ impl Protocol for Memcache {
         is_error_reply(reply)
     }
 
-    fn retry(&self, _finish: &Finish, reply: &Reply) -> bool {
-        replicas::retry(self.replica_read_miss, reply)
-    }
-
-    fn phase(&self, merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
-        match merge {
-            Merge::WarmMulti(warm) => warm.phase(replies),
-            Merge::WarmKeyed(warm) => warm.phase(replies),
-            merge => Phase::Done {
-                answer: Memcache::merge(merge, replies),
-                follow_ups: Vec::new(),
-            },
-        }
+    fn advance(&self, merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        advance(merge, replies)
     }
 
     fn in_order(&self, merge: &Merge) -> bool {
         matches!(merge, Merge::WarmKeyed(w) if w.rounds_follow())
     }
-
-    fn fall_back(&self, finish: &Finish, reply: &Reply) -> bool {
-        warmup::fall_back(finish, reply)
-    }
-
-    fn recover(&self, finish: Finish, current: Reply, previous: Reply) -> Recovery<Memcache> {
-        warmup::recover(finish, current, previous)
-    }
 }
 
-/// A one-key command: to the key's server, as received (less a stripped `noreply`/`q`); with replicas,
-/// a write to every live replica and a read to the first, failing over to the next.
-fn forward_keyed(
-    req: &Request,
-    key: &Range<usize>,
-    finish: Finish,
-    ctx: &PlanContext<'_>,
-) -> Step<Memcache> {
-    let old = match ctx.previous {
-        Some(_) => req.with_routing_key(key, |k| ctx.moved_from(k)),
-        None => None,
-    };
-    let Some(old) = old else {
-        return forward_keyed_now(req, key, finish, ctx);
-    };
-    let warm = req.with_routing_key(key, |k| warmup::keyed(req, key, k, old, finish, ctx));
-    let finish = match warm {
-        Ok(step) => return step,
-        Err(finish) => finish,
-    };
-    if replicas::is_write(&req.command) {
-        let step = forward_keyed_now(req, key, finish, ctx);
-        return req.with_routing_key(key, |k| warmup::write(k, old, step));
-    }
-    forward_keyed_now(req, key, finish, ctx)
-}
-
-/// [`forward_keyed`] without the warm-up's invalidation.
-fn forward_keyed_now(
-    req: &Request,
-    key: &Range<usize>,
-    finish: Finish,
-    ctx: &PlanContext<'_>,
-) -> Step<Memcache> {
-    let finish = if replicas::is_write(&req.command) {
-        match req.with_routing_key(key, |k| replicas::write(req, k, finish, ctx)) {
-            Ok(step) => return step,
-            Err(finish) => finish,
-        }
-    } else if let Some(servers) = req.with_routing_key(key, |k| replicas::read_servers(k, ctx)) {
-        return Step::Failover {
-            servers,
-            frame: req.to_forward(),
-            kind: req.command.response_kind(),
-            finish,
-        };
-    } else {
-        finish
-    };
-    let server = req.with_routing_key(key, |k| ctx.server_for(k));
-    let frame = match server.and_then(|s| ctx.gutter_ttl_cap(s)) {
-        Some(cap) => gutter::cap_ttl(&req.to_forward(), cap),
-        None => req.to_forward(),
-    };
-    Step::Forward {
-        server,
-        frame,
-        kind: req.command.response_kind(),
-        finish,
+/// An exchange's next move after its round's replies.
+fn advance(merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+    match merge {
+        Merge::WarmMulti(warm) => warm.phase(replies),
+        Merge::WarmKeyed(warm) => warm.phase(replies),
+        Merge::WarmOne(warm) => warm.advance(replies),
+        Merge::Failover(failover) => failover.advance(replies),
+        merge => done(Memcache::merge(merge, replies)),
     }
 }
 
 impl Memcache {
+    /// A one-key command: to the key's server, as received (less a stripped `noreply`/`q`); with replicas,
+    /// a write to every live replica and a read to the first, failing over to the next.
+    fn forward_keyed(
+        &self,
+        req: &Request,
+        key: &Range<usize>,
+        finish: Finish,
+        ctx: &Placer<'_>,
+    ) -> Step<Memcache> {
+        let route = req.with_routing_key(key, |k| ctx.route(k));
+        let Some(old) = route.previous else {
+            return self.forward_keyed_now(req, route, finish, ctx);
+        };
+        let finish = match warmup::keyed(req, key, &route, finish, ctx) {
+            Ok(step) => return step,
+            Err(finish) => finish,
+        };
+        if replicas::is_write(&req.command) {
+            let step = self.forward_keyed_now(req, route, finish, ctx);
+            return req.with_routing_key(key, |k| warmup::write(k, old, step));
+        }
+        self.forward_keyed_now(req, route, finish, ctx)
+    }
+
+    /// [`Memcache::forward_keyed`] without the warm-up's invalidation.
+    fn forward_keyed_now(
+        &self,
+        req: &Request,
+        mut route: Route,
+        finish: Finish,
+        ctx: &Placer<'_>,
+    ) -> Step<Memcache> {
+        let finish = if replicas::is_write(&req.command) {
+            if let Some(servers) = replicas::write_servers(&mut route) {
+                let (frame, kind) = (req.to_forward(), req.command.response_kind());
+                let parts = servers
+                    .into_iter()
+                    .map(|server| current_part(server, frame.clone(), kind))
+                    .collect();
+                let write = ReplicatedWrite {
+                    finish,
+                    stats: Arc::clone(ctx.stats),
+                };
+                return Step::Exchange(Round::new(parts, Merge::Replicated(write)));
+            }
+            finish
+        } else if let Some(servers) = replicas::read_servers(&mut route) {
+            return Failover::step(
+                servers,
+                req.to_forward(),
+                req.command.response_kind(),
+                finish,
+                self.settings.replica_read_miss,
+                ctx.stats,
+            );
+        } else {
+            finish
+        };
+        let frame = match route.ttl_cap {
+            Some(cap) => gutter::cap_ttl(&req.to_forward(), cap),
+            None => req.to_forward(),
+        };
+        Step::Forward {
+            server: route.server,
+            frame,
+            kind: req.command.response_kind(),
+            finish,
+        }
+    }
+
+    /// The answer of an exchange that ends after this round (a split multi-get, a replicated write,
+    /// `flush_all`, or the last round of a warm-up's command).
+    pub(super) fn merge(merge: Merge, replies: Vec<PartReply<'_>>) -> Answer {
+        match merge {
+            Merge::Get(get) => get.merge(replies),
+            Merge::Replicated(write) => write.merge(replies),
+            Merge::One(finish) => Memcache::finish(finish, first_reply(replies)),
+            // Exchanges of more rounds are not nested in others: answered with what this round
+            // found.
+            merge @ (Merge::WarmMulti(_)
+            | Merge::WarmKeyed(_)
+            | Merge::WarmOne(_)
+            | Merge::Failover(_)) => match advance(merge, replies) {
+                Phase::Done { answer, .. } => answer,
+                Phase::Again(_) => Answer::Failed(BackendError::NoServer),
+            },
+            Merge::FlushAll { noreply } => {
+                let mut failure = None;
+                for r in replies {
+                    match r.reply {
+                        Ok(b) if &b[..] == b"OK\r\n" => {}
+                        Ok(b) => failure = Some(refused(r.server, &b)),
+                        Err(e) => failure = Some(e),
+                    }
+                }
+                match (failure, noreply) {
+                    (_, true) => Answer::Nothing,
+                    (Some(e), false) => Answer::Failed(e),
+                    (None, false) => Answer::fixed(b"OK\r\n"),
+                }
+            }
+        }
+    }
+
     /// get/gets/gat/gats: as received when every key lives on one server, else one request per server.
-    fn get(&self, req: Request, ctx: &PlanContext<'_>) -> Step<Memcache> {
+    fn get(&self, req: Request, ctx: &Placer<'_>) -> Step<Memcache> {
         let Command::Get { keys, more, .. } = &req.command else {
             unreachable!("get() is only called for retrieval commands")
         };
@@ -400,8 +605,13 @@ impl Memcache {
             HotRead::Fill(fill) => Some(fill),
             HotRead::Plain => None,
         };
+        // A one-key retrieval (the common case) places its key once, for everything below.
+        let route = match keys.as_slice() {
+            [key] => Some(ctx.route(req.bytes(key))),
+            _ => None,
+        };
         if ctx.previous.is_some() {
-            if let Some(step) = warmup::read(&req, ctx) {
+            if let Some(step) = route.as_ref().and_then(|r| warmup::read(&req, r, ctx)) {
                 return step;
             }
             if !matches!(
@@ -413,15 +623,15 @@ impl Memcache {
             ) {
                 // gets/gat/gats: the moved keys are copied first, then read where they live now,
                 // so the CAS values are the new servers'.
-                let step = self.get_now(req.clone(), fill, ctx);
+                let step = self.get_now(req.clone(), fill, route, ctx);
                 return warmup::retrieval(&req, step, ctx);
             }
             return match warmup::read_multi(req, ctx) {
                 Ok(step) => step,
-                Err(req) => self.get_now(req, fill, ctx),
+                Err(req) => self.get_now(req, fill, route, ctx),
             };
         }
-        self.get_now(req, fill, ctx)
+        self.get_now(req, fill, route, ctx)
     }
 
     /// [`Memcache::get`] past the hot-key cache and the warm-up.
@@ -429,7 +639,8 @@ impl Memcache {
         &self,
         req: Request,
         fill: Option<HotFill>,
-        ctx: &PlanContext<'_>,
+        mut route: Option<Route>,
+        ctx: &Placer<'_>,
     ) -> Step<Memcache> {
         let Command::Get {
             kind,
@@ -444,8 +655,8 @@ impl Memcache {
         // A one-key get (the common case) places its key without allocating.
         let mut single = [None];
         let batch;
-        let owners: &[Option<usize>] = if let [key] = keys.as_slice() {
-            single[0] = ctx.first_replica(req.bytes(key));
+        let owners: &[Option<usize>] = if let (Some(route), [_]) = (&route, keys.as_slice()) {
+            single[0] = route.first();
             &single
         } else {
             batch = owners_of(&req, keys, ctx);
@@ -459,13 +670,15 @@ impl Memcache {
                 (None, false) => Finish::Plain,
             };
             if keys.len() == 1 {
-                if let Some(servers) = replicas::read_servers(req.bytes(&keys[0]), ctx) {
-                    return Step::Failover {
+                if let Some(servers) = route.as_mut().and_then(replicas::read_servers) {
+                    return Failover::step(
                         servers,
-                        frame: req.frame.clone(),
-                        kind: ResponseKind::Values,
+                        req.frame.clone(),
+                        ResponseKind::Values,
                         finish,
-                    };
+                        self.settings.replica_read_miss,
+                        ctx.stats,
+                    );
                 }
             }
             let frame = match first.and_then(|s| ctx.gutter_ttl_cap(s)) {
@@ -522,24 +735,24 @@ impl Memcache {
             })
             .collect();
         ctx.stats.fragments.add(servers.len() as u64);
-        Step::FanOut {
+        Step::Exchange(Round::new(
             parts,
-            merge: Merge::Get(GetMerge {
+            Merge::Get(GetMerge {
                 request: req,
                 part_of,
-                all_or_nothing: self.all_or_nothing,
+                all_or_nothing: self.settings.all_or_nothing,
             }),
-        }
+        ))
     }
 }
 
 /// The server of each of a multi-get's keys: one batch through the placement (which overlaps the
 /// keys' cache misses), or key by key along the replica lists when keys have replicas.
-fn owners_of(req: &Request, keys: &[Range<usize>], ctx: &PlanContext<'_>) -> Vec<Option<usize>> {
+fn owners_of(req: &Request, keys: &[Range<usize>], ctx: &Placer<'_>) -> Vec<Option<usize>> {
     let mut owners = vec![None; keys.len()];
     if ctx.replicas() > 1 {
         for (owner, k) in owners.iter_mut().zip(keys) {
-            *owner = ctx.first_replica(req.bytes(k));
+            *owner = ctx.route(req.bytes(k)).first();
         }
     } else {
         let key_bytes: Vec<&[u8]> = keys.iter().map(|k| req.bytes(k)).collect();
@@ -625,54 +838,8 @@ fn local_stats(ctx: &PlanContext<'_>) -> Bytes {
         st.total_connections.get(),
         st.requests.get(),
         st.forward_error.get(),
-        ctx.servers,
+        ctx.servers(),
         ctx.live_servers().len(),
     );
     Bytes::from(s)
-}
-
-/// The memcached reply framer of one server connection: resumes a long multi-get reply where the last
-/// read left off.
-#[derive(Debug, Default)]
-pub struct ResponseScanner {
-    /// How much of the front reply's `VALUE` blocks has been checked.
-    resume: usize,
-}
-
-impl ReplyScanner for ResponseScanner {
-    type Kind = ResponseKind;
-
-    fn frame(
-        &mut self,
-        buf: &[u8],
-        kind: ResponseKind,
-        max_value_len: usize,
-    ) -> Result<Option<usize>, FrameError> {
-        parse_response_from(buf, kind, max_value_len, &mut self.resume)
-    }
-
-    fn reset(&mut self) {
-        self.resume = 0;
-    }
-}
-
-impl RequestDecoder for RequestCodec {
-    type Request = Request;
-
-    fn decode(&mut self, buf: &mut BytesMut) -> std::io::Result<Option<Incoming<Request>>> {
-        Ok(
-            tokio_util::codec::Decoder::decode(self, buf)?.map(|d| match d {
-                Decoded::Request(r) => Incoming::Request(r),
-                Decoded::Refused(err) => Incoming::Refused {
-                    reply: Bytes::from_static(err.reply()),
-                    reason: err.kind.to_string(),
-                    close: err.close,
-                },
-            }),
-        )
-    }
-
-    fn max_buffer(&self) -> usize {
-        self.max_request_len()
-    }
 }

@@ -76,7 +76,7 @@ impl MetaKind {
 }
 
 /// A retrieval's key ranges: one is kept inline, so the common one-key `get` parses without a heap
-/// allocation (callgrind: one of the two allocations of a proxied `get`).
+/// allocation (a list on the heap was one of the few allocations a proxied `get` makes).
 pub type Keys = smallvec::SmallVec<[Range<usize>; 1]>;
 
 /// A parsed request. Byte ranges index the request's frame.

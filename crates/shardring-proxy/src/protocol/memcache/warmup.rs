@@ -19,7 +19,7 @@
 //!
 //! What each command does with a moved key:
 //! - one-key `get`: steps 1–3, the value returned to the client as soon as step 2 has it, the copy not
-//!   waited for ([`WarmGet`], a [`Step::Fallback`]); a multi-get does the same per key, pipelined
+//!   waited for ([`WarmOne`]); a multi-get does the same per key, pipelined
 //!   ([`WarmMulti`]);
 //! - `set`, `ms` in set mode without a CAS: the result does not depend on the old value, so the write
 //!   goes to the new server after a `delete` of the old copy ([`write`]);
@@ -48,19 +48,15 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::plan::{Finish, Memcache, Merge};
+use super::remedies::warmup::{
+    as_get_answer, copy_ttl, deleted, moved_path, value_block, MetaKey, MovedPath, RESERVATION_TTL,
+};
 use super::request::{Command, GetKind, Request};
 use super::response::ResponseKind;
-use super::response::ValueBlocks;
+use super::response::{MetaReply, ValueBlocks};
+use super::route::{Placer, Route};
 use crate::metrics::PoolStats;
-use crate::protocol::{
-    Answer, Part, PartReply, Phase, Placement, PlanContext, Protocol, Recovery, Reply, Step,
-};
-
-/// How long the reservation of step 1 lives, in seconds.
-const RESERVATION_TTL: u32 = 2;
-
-/// memcached's bound between relative TTLs and absolute Unix times.
-const THIRTY_DAYS: i64 = 30 * 24 * 3600;
+use crate::protocol::{Answer, Part, PartReply, Phase, Placement, Protocol, Reply, Round, Step};
 
 /// A warm-up `get`: the key, to turn meta replies back into `VALUE` replies and to copy.
 #[derive(Debug)]
@@ -78,8 +74,8 @@ pub struct CopyResult {
     stats: Arc<PoolStats>,
 }
 
-/// A one-key `get` of a key that moved, while a warm-up window is open: the [`Step::Fallback`].
-pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> Option<Step<Memcache>> {
+/// A one-key `get` of a key that moved, while a warm-up window is open: a [`WarmOne`] exchange.
+pub(super) fn read(req: &Request, route: &Route, ctx: &Placer<'_>) -> Option<Step<Memcache>> {
     let Command::Get {
         kind: GetKind::Get,
         keys,
@@ -93,8 +89,8 @@ pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> Option<Step<Memcache
         return None;
     };
     let key = req.bytes(key);
-    let previous = ctx.moved_from(key)?;
-    let server = ctx.server_for(key)?;
+    let previous = route.previous?;
+    let server = route.server?;
     let line = |flags: &str| {
         let mut b = BytesMut::with_capacity(key.len() + 24);
         b.extend_from_slice(b"mg ");
@@ -103,17 +99,98 @@ pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> Option<Step<Memcache
         b.extend_from_slice(b"\r\n");
         b.freeze()
     };
-    Some(Step::Fallback {
+    let first = part(
+        Placement::Current,
         server,
-        frame: line(&format!(" v f t c N{RESERVATION_TTL}")),
-        previous,
-        fallback: line(" v f t"),
-        kind: ResponseKind::Meta,
-        finish: Finish::Warm(WarmGet {
-            key: Bytes::copy_from_slice(key),
-            stats: Arc::clone(ctx.stats),
+        line(&format!(" v f t c N{RESERVATION_TTL}")),
+        ResponseKind::Meta,
+    );
+    Some(Step::Exchange(Round::new(
+        vec![first],
+        Merge::WarmOne(WarmOne {
+            get: WarmGet {
+                key: Bytes::copy_from_slice(key),
+                stats: Arc::clone(ctx.stats),
+            },
+            server,
+            stage: OneStage::New {
+                previous,
+                fallback: line(" v f t"),
+            },
         }),
-    })
+    )))
+}
+
+/// A one-key `get` of a key that moved, as an exchange: its new server's reservation, then its
+/// previous server's value after a miss; the copy (or the release) follows the answer, not waited
+/// for.
+#[derive(Debug)]
+pub struct WarmOne {
+    /// The key, and how meta replies become the `get` answer.
+    get: WarmGet,
+    /// The key's server now.
+    server: usize,
+    /// Where the exchange is.
+    stage: OneStage,
+}
+
+/// Where a [`WarmOne`] is.
+#[derive(Debug)]
+enum OneStage {
+    /// Sent to the new server.
+    New {
+        /// The key's server on the previous ring (index there).
+        previous: usize,
+        /// What to send there after a miss.
+        fallback: Bytes,
+    },
+    /// Sent to the previous server, after a miss on the new one, whose reply (the reservation) this
+    /// is.
+    Previous(Bytes),
+}
+
+impl WarmOne {
+    /// After the new server's reply: the answer, or the previous server's read; after that one: the
+    /// answer, and the copy or the release.
+    pub(super) fn advance(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        let reply = replies
+            .into_iter()
+            .next()
+            .map_or(Err(crate::error::BackendError::Removed), |r| r.reply);
+        let stage = std::mem::replace(&mut self.stage, OneStage::Previous(Bytes::new()));
+        match (stage, reply) {
+            (OneStage::New { previous, fallback }, Ok(bytes)) if self.get.missed(&bytes) => {
+                self.stage = OneStage::Previous(bytes);
+                let read = part(Placement::Previous, previous, fallback, ResponseKind::Meta);
+                Phase::Again(Round::new(vec![read], Merge::WarmOne(self)))
+            }
+            (OneStage::New { .. }, reply) => Phase::Done {
+                answer: self.get.finish(reply),
+                follow_ups: Vec::new(),
+            },
+            // The previous ring is gone (the window closed since the plan): the new server's miss
+            // is the answer.
+            (OneStage::Previous(current), Err(crate::error::BackendError::Removed)) => {
+                Phase::Done {
+                    answer: self.get.finish(Ok(current)),
+                    follow_ups: Vec::new(),
+                }
+            }
+            (OneStage::Previous(current), previous) => {
+                let server = self.server;
+                let (answer, follow_up) = self.get.recover(&current, previous);
+                Phase::Done {
+                    answer,
+                    follow_ups: follow_up
+                        .map(|(frame, kind, finish)| {
+                            (part(Placement::Current, server, frame, kind), finish)
+                        })
+                        .into_iter()
+                        .collect(),
+                }
+            }
+        }
+    }
 }
 
 /// A write of a key that moved from `previous` (its server on the previous ring), while a warm-up
@@ -135,99 +212,34 @@ pub(super) fn write(key: &[u8], previous: usize, step: Step<Memcache>) -> Step<M
         frame.extend_from_slice(b" b");
     }
     frame.extend_from_slice(b"\r\n");
-    Step::AlsoPrevious {
-        previous,
-        frame: frame.freeze(),
-        kind: ResponseKind::Line,
-        step: Box::new(step),
-    }
-}
-
-/// How a one-key command of a moved key is sent during a warm-up window.
-enum MovedPath {
-    /// Its result does not depend on the key's value (`set`, `ms` in set mode without a CAS): to the
-    /// new server, after a delete of the old copy ([`write`]).
-    Overwrite,
-    /// A delete (`delete`, `md` without `C`, `I` or `x`): to both servers at once; it deleted when
-    /// either had the key.
-    DeleteBoth,
-    /// Anything else: copy the old value first, then send the command ([`WarmKeyed`]).
-    CopyFirst,
-}
-
-/// Which [`MovedPath`] a request takes.
-fn route_of(req: &Request) -> MovedPath {
-    let eol = memchr::memmem::find(&req.frame, b"\r\n").unwrap_or(req.frame.len());
-    let mut tokens = req.frame[..eol]
-        .split(|&b| b == b' ')
-        .filter(|t| !t.is_empty());
-    let word = tokens.next().unwrap_or_default();
-    let flag = |t: &&[u8], letters: &[u8]| t.first().is_some_and(|c| letters.contains(c));
-    match (&req.command, word) {
-        (Command::Keyed { .. }, b"set") => MovedPath::Overwrite,
-        (Command::Keyed { .. }, b"delete") => MovedPath::DeleteBoth,
-        (Command::Meta { .. }, b"ms") => {
-            // `ms <key> <datalen> <flags>*`: a plain set unless a mode other than set, or a CAS
-            // (compare, or invalidate with one), makes the old value matter.
-            let mut flags = tokens.skip(2);
-            let depends = flags.any(|t| {
-                flag(&t, b"CI") || (flag(&t, b"M") && !matches!(t.get(1), Some(b'S' | b's')))
-            });
-            if depends {
-                MovedPath::CopyFirst
-            } else {
-                MovedPath::Overwrite
-            }
-        }
-        (Command::Meta { .. }, b"md") => {
-            if tokens.skip(1).any(|t| flag(&t, b"CIx")) {
-                MovedPath::CopyFirst
-            } else {
-                MovedPath::DeleteBoth
-            }
-        }
-        _ => MovedPath::CopyFirst,
-    }
-}
-
-/// A key as meta commands take it: the token, and whether it is base64 (a binary key, the `b` flag).
-#[derive(Debug)]
-struct MetaKey {
-    /// The key, or its base64.
-    token: Bytes,
-    /// The token is base64.
-    base64: bool,
-}
-
-impl MetaKey {
-    /// The key of `req` (its token `range`) as meta commands take it.
-    fn of(req: &Request, range: &std::ops::Range<usize>) -> MetaKey {
-        MetaKey {
-            token: req.frame.slice(range.clone()),
-            base64: matches!(req.command, Command::Meta { base64: true, .. }),
-        }
-    }
-
-    /// `<command> <key>[ <middle>][ b] <flags>\r\n`.
-    fn line(&self, command: &str, middle: &str, flags: &str) -> BytesMut {
-        let mut b = BytesMut::with_capacity(self.token.len() + middle.len() + flags.len() + 16);
-        b.extend_from_slice(command.as_bytes());
-        b.extend_from_slice(b" ");
-        b.extend_from_slice(&self.token);
-        if !middle.is_empty() {
-            b.extend_from_slice(b" ");
-            b.extend_from_slice(middle.as_bytes());
-        }
-        if self.base64 {
-            b.extend_from_slice(b" b");
-        }
-        if !flags.is_empty() {
-            b.extend_from_slice(b" ");
-            b.extend_from_slice(flags.as_bytes());
-        }
-        b.extend_from_slice(b"\r\n");
-        b
-    }
+    let delete = (
+        part(
+            Placement::Previous,
+            previous,
+            frame.freeze(),
+            ResponseKind::Line,
+        ),
+        // Dropped: the invalidation is best effort, the write's own reply counts.
+        Finish::NoReply,
+    );
+    let mut round = match step {
+        Step::Forward {
+            server,
+            frame,
+            kind,
+            finish,
+        } => Round::new(
+            server
+                .map(|s| part(Placement::Current, s, frame, kind))
+                .into_iter()
+                .collect(),
+            Merge::One(finish),
+        ),
+        Step::Exchange(round) => round,
+        answered @ (Step::Answer(_) | Step::Close(_)) => return answered,
+    };
+    round.follow_ups.insert(0, delete);
+    Step::Exchange(round)
 }
 
 /// Where a [`WarmKeyed`] exchange is.
@@ -274,7 +286,7 @@ enum Then {
 
 /// A command of keys that moved and may not have been copied yet, while a warm-up window is open:
 /// copy first, then apply, so the command sees the old servers' values (a multi-round
-/// [`Step::FanOut`] answered through [`Protocol::phase`]).
+/// [`Step::Exchange`] answered through [`Protocol::advance`]).
 #[derive(Debug)]
 pub struct WarmKeyed {
     /// The moved keys.
@@ -296,27 +308,26 @@ pub struct WarmKeyed {
 pub(super) fn keyed(
     req: &Request,
     range: &std::ops::Range<usize>,
-    key: &[u8],
-    old: usize,
+    route: &Route,
     finish: Finish,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Result<Step<Memcache>, Finish> {
     if ctx.replicas() > 1 {
         return Err(finish);
     }
-    let Some(moved) = moved(req, range, key, Some(old), ctx) else {
+    let Some(moved) = moved(req, range, route) else {
         return Err(finish);
     };
-    let route = route_of(req);
-    if matches!(route, MovedPath::Overwrite) {
+    let path = moved_path(req);
+    if matches!(path, MovedPath::Overwrite) {
         return Err(finish);
     }
     let command = match moved.ttl_cap {
         None => req.to_forward(),
-        Some(cap) => super::gutter::cap_ttl(&req.to_forward(), cap),
+        Some(cap) => super::remedies::gutter::cap_ttl(&req.to_forward(), cap),
     };
     let kind = req.command.response_kind();
-    let (parts, stage) = match route {
+    let (parts, stage) = match path {
         MovedPath::DeleteBoth => (
             vec![
                 part(Placement::Current, moved.new, command.clone(), kind),
@@ -327,26 +338,22 @@ pub(super) fn keyed(
         _ => (vec![moved.reserve()], Stage::Reserve),
     };
     let then = Then::One(part(Placement::Current, moved.new, command, kind), finish);
-    Ok(Step::FanOut {
+    Ok(Step::Exchange(Round::new(
         parts,
-        merge: Merge::WarmKeyed(WarmKeyed {
+        Merge::WarmKeyed(WarmKeyed {
             moved: vec![moved],
             then,
-            writes: super::replicas::is_write(&req.command),
+            writes: super::remedies::replicas::is_write(&req.command),
             stage,
             stats: Arc::clone(ctx.stats),
         }),
-    })
+    )))
 }
 
 /// `gets`/`gat`/`gats` with keys that moved, while a warm-up window is open: every moved key is
 /// copied first, then `step` (the retrieval as planned without a warm-up) is sent, so the values and
 /// CAS values come from the new servers. `step` itself when no key moved.
-pub(super) fn retrieval(
-    req: &Request,
-    step: Step<Memcache>,
-    ctx: &PlanContext<'_>,
-) -> Step<Memcache> {
+pub(super) fn retrieval(req: &Request, step: Step<Memcache>, ctx: &Placer<'_>) -> Step<Memcache> {
     let Command::Get {
         kind,
         keys,
@@ -361,7 +368,7 @@ pub(super) fn retrieval(
     }
     let mut moved: Vec<Moved> = Vec::new();
     for k in keys {
-        if let Some(m) = self::moved(req, k, req.bytes(k), None, ctx) {
+        if let Some(m) = self::moved(req, k, &ctx.route(req.bytes(k))) {
             // A key asked for twice is copied once.
             if !moved.iter().any(|o| o.key.token == m.key.token) {
                 moved.push(m);
@@ -378,38 +385,29 @@ pub(super) fn retrieval(
             kind,
             finish,
         } => Then::One(part(Placement::Current, server, frame, kind), finish),
-        Step::FanOut { parts, merge } => Then::Split(parts, Box::new(merge)),
+        Step::Exchange(round) => Then::Split(round.parts, Box::new(round.exchange)),
         step => return step,
     };
     let parts = moved.iter().map(Moved::reserve).collect();
-    Step::FanOut {
+    Step::Exchange(Round::new(
         parts,
-        merge: Merge::WarmKeyed(WarmKeyed {
+        Merge::WarmKeyed(WarmKeyed {
             moved,
             then,
             writes: false,
             stage: Stage::Reserve,
             stats: Arc::clone(ctx.stats),
         }),
-    }
+    ))
 }
 
-/// The key of `range` (placed by `key`) when it moved (from `old`, when the caller knows) and has a
-/// live server now.
-fn moved(
-    req: &Request,
-    range: &std::ops::Range<usize>,
-    key: &[u8],
-    old: Option<usize>,
-    ctx: &PlanContext<'_>,
-) -> Option<Moved> {
-    let old = old.or_else(|| ctx.moved_from(key))?;
-    let new = ctx.server_for(key)?;
+/// The key of `range` (whose route is `route`) when it moved and has a live server now.
+fn moved(req: &Request, range: &std::ops::Range<usize>, route: &Route) -> Option<Moved> {
     Some(Moved {
         key: MetaKey::of(req, range),
-        new,
-        old,
-        ttl_cap: ctx.gutter_ttl_cap(new),
+        new: route.server?,
+        old: route.previous?,
+        ttl_cap: route.ttl_cap,
         cas: None,
     })
 }
@@ -422,11 +420,6 @@ fn part(placement: Placement, server: usize, frame: Bytes, kind: ResponseKind) -
         frame,
         kind,
     }
-}
-
-/// Whether a delete's reply says it deleted (`DELETED`, or `HD` for `md`).
-fn deleted(reply: &[u8]) -> bool {
-    reply.starts_with(b"DELETED") || reply.starts_with(b"HD")
 }
 
 impl Moved {
@@ -458,7 +451,9 @@ impl Moved {
             .and_then(|t| t.parse().ok())
             .unwrap_or(-1);
         let ttl = match self.ttl_cap {
-            Some(cap) => super::gutter::capped(copy_ttl(t), cap, crate::metrics::unix_time()),
+            Some(cap) => {
+                super::remedies::gutter::capped(copy_ttl(t), cap, crate::metrics::unix_time())
+            }
             None => copy_ttl(t),
         };
         let flags = format!(
@@ -554,11 +549,11 @@ impl WarmKeyed {
             return self.apply(Vec::new(), follow_ups);
         }
         self.stage = Stage::ReadOld;
-        Phase::Again {
+        Phase::Again(Round {
             parts: reads,
-            merge: Merge::WarmKeyed(self),
+            exchange: Merge::WarmKeyed(self),
             follow_ups,
-        }
+        })
     }
 
     /// After the previous servers' reads: the copies (or releases), then the command.
@@ -614,11 +609,11 @@ impl WarmKeyed {
             Then::Split(ps, _) => parts.extend(ps.iter().map(clone_part)),
         }
         self.stage = Stage::Apply { copies };
-        Phase::Again {
+        Phase::Again(Round {
             parts,
-            merge: Merge::WarmKeyed(self),
+            exchange: Merge::WarmKeyed(self),
             follow_ups,
-        }
+        })
     }
 
     /// The client's answer from the command's replies.
@@ -650,89 +645,6 @@ fn clone_part(p: &Part<Memcache>) -> Part<Memcache> {
     part(p.placement, p.server, p.frame.clone(), p.kind)
 }
 
-/// A meta reply's parts: the status line's tokens and the data block, if any.
-struct MetaReply<'a> {
-    /// `VA`, `EN`, `HD`, …
-    status: &'a [u8],
-    /// The flag tokens after the status (and after the length for `VA`).
-    flags: Vec<&'a [u8]>,
-    /// The value (for `VA`).
-    data: &'a [u8],
-}
-
-impl<'a> MetaReply<'a> {
-    fn parse(reply: &'a [u8]) -> Option<MetaReply<'a>> {
-        let eol = memchr::memmem::find(reply, b"\r\n")?;
-        let mut tokens = reply[..eol].split(|&b| b == b' ').filter(|t| !t.is_empty());
-        let status = tokens.next()?;
-        let (len, flags): (usize, Vec<&[u8]>) = if status == b"VA" {
-            let len = std::str::from_utf8(tokens.next()?).ok()?.parse().ok()?;
-            (len, tokens.collect())
-        } else {
-            (0, tokens.collect())
-        };
-        let data = if status == b"VA" {
-            reply.get(eol + 2..eol + 2 + len)?
-        } else {
-            &[]
-        };
-        Some(MetaReply {
-            status,
-            flags,
-            data,
-        })
-    }
-
-    /// The value of flag `f` (the bytes after its letter).
-    fn flag(&self, f: u8) -> Option<&'a [u8]> {
-        self.flags
-            .iter()
-            .find(|t| t.first() == Some(&f))
-            .map(|t| &t[1..])
-    }
-
-    fn has(&self, f: u8) -> bool {
-        self.flags.iter().any(|t| t == &[f])
-    }
-
-    /// An empty item made by a reservation (ours: `W`, or another client's: `Z`).
-    fn is_reservation(&self) -> bool {
-        self.status == b"VA" && self.data.is_empty() && (self.has(b'W') || self.has(b'Z'))
-    }
-}
-
-/// The `get` answer for a meta reply: `VALUE <key> <flags> <len>` and the data, then `END`; a miss (or
-/// a reservation) is `END`; anything else (an error) as it is.
-fn as_get_answer(key: &[u8], reply: &Bytes) -> Answer {
-    let Some(m) = MetaReply::parse(reply) else {
-        return Answer::Bytes(reply.clone());
-    };
-    match m.status {
-        b"VA" if !m.is_reservation() => {
-            let block = value_block(key, &m);
-            let mut out = BytesMut::with_capacity(block.len() + 5);
-            out.extend_from_slice(&block);
-            out.extend_from_slice(b"END\r\n");
-            Answer::Bytes(out.freeze())
-        }
-        b"VA" | b"EN" => Answer::fixed(b"END\r\n"),
-        _ => Answer::Bytes(reply.clone()),
-    }
-}
-
-/// `T` for a copy: the remaining TTL `t` (`-1`: none) as memcached reads an exptime.
-fn copy_ttl(t: i64) -> i64 {
-    match t {
-        t if t < 0 => 0,
-        // 0 left would mean "never expires" to memcached: keep it expiring, in a second.
-        0 => 1,
-        t if t <= THIRTY_DAYS => t,
-        t => i64::try_from(crate::metrics::unix_time())
-            .unwrap_or(i64::MAX)
-            .saturating_add(t),
-    }
-}
-
 impl WarmGet {
     /// The answer to the `get` when the new server answered (no fallback).
     pub(super) fn finish(self, reply: Reply) -> Answer {
@@ -743,12 +655,12 @@ impl WarmGet {
     }
 
     /// Whether the new server's reply is a miss (a reservation).
-    pub(super) fn missed(&self, reply: &Reply) -> bool {
-        matches!(reply, Ok(b) if MetaReply::parse(b).is_some_and(|m| m.is_reservation()))
+    fn missed(&self, reply: &[u8]) -> bool {
+        MetaReply::parse(reply).is_some_and(|m| m.is_reservation())
     }
 
     /// Steps 2 and 3: the answer from the previous server's reply, and the copy or the release.
-    pub(super) fn recover(self, current: &Bytes, previous: Reply) -> Recovery<Memcache> {
+    fn recover(self, current: &Bytes, previous: Reply) -> (Answer, Option<FollowUpLine>) {
         let (block, follow_up) = recover_key(&self.key, current, &previous, &self.stats);
         let answer = match block {
             Some(block) => {
@@ -759,26 +671,13 @@ impl WarmGet {
             }
             None => Answer::fixed(b"END\r\n"),
         };
-        Recovery { answer, follow_up }
+        (answer, follow_up)
     }
 }
 
-/// A key's `VALUE` block (without `END`) from a meta hit.
-fn value_block(key: &[u8], m: &MetaReply<'_>) -> Bytes {
-    let flags = m.flag(b'f').unwrap_or(b"0");
-    let mut out = BytesMut::with_capacity(key.len() + m.data.len() + 40);
-    out.extend_from_slice(b"VALUE ");
-    out.extend_from_slice(key);
-    out.extend_from_slice(b" ");
-    out.extend_from_slice(flags);
-    out.extend_from_slice(format!(" {}\r\n", m.data.len()).as_bytes());
-    out.extend_from_slice(m.data);
-    out.extend_from_slice(b"\r\n");
-    out.freeze()
-}
-
-/// A follow-up request: bytes, reply framing, and the finish its reply goes through.
-type FollowUp = (Bytes, ResponseKind, Finish);
+/// A follow-up request to a key's new server: bytes, reply framing, and the finish its reply goes
+/// through.
+type FollowUpLine = (Bytes, ResponseKind, Finish);
 
 /// Steps 2 and 3 for one key: its `VALUE` block when the previous server had it, and the copy (or the
 /// release of the reservation) to send to the new server. `current` is the new server's reply to
@@ -788,7 +687,7 @@ fn recover_key(
     current: &Bytes,
     previous: &Reply,
     stats: &Arc<PoolStats>,
-) -> (Option<Bytes>, Option<FollowUp>) {
+) -> (Option<Bytes>, Option<FollowUpLine>) {
     stats.warmup_fallbacks.inc();
     let reservation = MetaReply::parse(current);
     let won = reservation.as_ref().is_some_and(|m| m.has(b'W'));
@@ -881,7 +780,7 @@ pub struct WarmMulti {
 
 /// A multi-get (`get` of several keys) with keys that moved, while a warm-up window is open; the
 /// request back when none moved.
-pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Memcache>, Request> {
+pub(super) fn read_multi(req: Request, ctx: &Placer<'_>) -> Result<Step<Memcache>, Request> {
     let Command::Get {
         kind: GetKind::Get,
         keys,
@@ -891,16 +790,21 @@ pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Mem
     else {
         return Err(req);
     };
-    let moved: Vec<Option<usize>> = keys.iter().map(|k| ctx.moved_from(req.bytes(k))).collect();
-    if keys.len() < 2 || moved.iter().all(Option::is_none) {
+    // A one-key get was routed by the caller already.
+    if keys.len() < 2 {
+        return Err(req);
+    }
+    let routes: Vec<Route> = keys.iter().map(|k| ctx.route(req.bytes(k))).collect();
+    let moved: Vec<Option<usize>> = routes.iter().map(|r| r.previous).collect();
+    if moved.iter().all(Option::is_none) {
         return Err(req);
     }
     let mut lines: Vec<(usize, BytesMut)> = Vec::new();
     let mut parts: Vec<Part<Memcache>> = Vec::new();
     let mut slots = Vec::with_capacity(keys.len());
-    for (k, old) in keys.iter().zip(&moved) {
+    for ((k, old), route) in keys.iter().zip(&moved).zip(&routes) {
         let key = req.bytes(k);
-        let Some(new) = ctx.server_for(key) else {
+        let Some(new) = route.server else {
             slots.push(Slot::Unrouted);
             continue;
         };
@@ -953,16 +857,16 @@ pub(super) fn read_multi(req: Request, ctx: &PlanContext<'_>) -> Result<Step<Mem
         });
     }
     let n = keys.len();
-    Ok(Step::FanOut {
+    Ok(Step::Exchange(Round::new(
         parts,
-        merge: Merge::WarmMulti(WarmMulti {
+        Merge::WarmMulti(WarmMulti {
             slots,
             values: vec![None; n],
             waiting: Vec::new(),
             stats: Arc::clone(ctx.stats),
             request: req,
         }),
-    })
+    )))
 }
 
 impl WarmMulti {
@@ -1047,11 +951,11 @@ impl WarmMulti {
                 follow_ups: Vec::new(),
             };
         }
-        Phase::Again {
+        Phase::Again(Round {
             parts: next,
-            merge: Merge::WarmMulti(self),
+            exchange: Merge::WarmMulti(self),
             follow_ups: Vec::new(),
-        }
+        })
     }
 
     /// The values in the client's key order, then `END`.
@@ -1075,41 +979,10 @@ impl CopyResult {
     }
 }
 
-/// The protocol hooks, for `plan.rs`.
-pub(super) fn fall_back(finish: &Finish, reply: &Reply) -> bool {
-    matches!(finish, Finish::Warm(w) if w.missed(reply))
-}
-
-/// [`Protocol::recover`] for memcached.
-pub(super) fn recover(finish: Finish, current: Reply, previous: Reply) -> Recovery<Memcache> {
-    match (finish, current) {
-        (Finish::Warm(w), Ok(bytes)) => w.recover(&bytes, previous),
-        (finish, current) => Recovery {
-            answer: Memcache::finish(finish, current),
-            follow_up: None,
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::memcache::MetaKind;
-
-    #[test]
-    fn meta_replies_become_get_answers() {
-        let a = as_get_answer(b"k", &Bytes::from_static(b"VA 3 f7 t100 c4\r\nabc\r\n"));
-        assert!(matches!(a, Answer::Bytes(b) if &b[..] == b"VALUE k 7 3\r\nabc\r\nEND\r\n"));
-        let a = as_get_answer(b"k", &Bytes::from_static(b"VA 0 f0 t-1 c5 W\r\n\r\n"));
-        assert!(matches!(a, Answer::Bytes(b) if &b[..] == b"END\r\n"));
-        let a = as_get_answer(b"k", &Bytes::from_static(b"VA 0 f0 t-1 c5\r\n\r\n"));
-        assert!(
-            matches!(a, Answer::Bytes(b) if &b[..] == b"VALUE k 0 0\r\n\r\nEND\r\n"),
-            "an empty value is a hit"
-        );
-        let a = as_get_answer(b"k", &Bytes::from_static(b"EN\r\n"));
-        assert!(matches!(a, Answer::Bytes(b) if &b[..] == b"END\r\n"));
-    }
 
     fn request(line: &[u8]) -> Request {
         let parsed = super::super::parse_request(line, &crate::config::Limits::default())
@@ -1122,44 +995,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn only_what_depends_on_the_old_value_is_copied_first() {
-        for (line, path) in [
-            (&b"set k 0 0 1\r\nx\r\n"[..], "overwrite"),
-            (b"ms k 1 T0 F5 q\r\nx\r\n", "overwrite"),
-            (b"ms k 1 MS\r\nx\r\n", "overwrite"),
-            (b"ms k 1 Ms\r\nx\r\n", "overwrite"),
-            (b"ms k 1 MA\r\nx\r\n", "copy"),
-            (b"ms k 1 ME\r\nx\r\n", "copy"),
-            (b"ms k 1 C12\r\nx\r\n", "copy"),
-            (b"ms k 1 I C12\r\nx\r\n", "copy"),
-            (b"delete k\r\n", "both"),
-            (b"delete k noreply\r\n", "both"),
-            (b"md k q O5 k\r\n", "both"),
-            (b"md k C12\r\n", "copy"),
-            (b"md k I T30\r\n", "copy"),
-            (b"md k x\r\n", "copy"),
-            (b"append k 0 0 1\r\nx\r\n", "copy"),
-            (b"cas k 0 0 1 5\r\nx\r\n", "copy"),
-            (b"incr k 1\r\n", "copy"),
-            (b"touch k 10\r\n", "copy"),
-            (b"mg k v\r\n", "copy"),
-            (b"ma k\r\n", "copy"),
-            (b"me k\r\n", "copy"),
-        ] {
-            let got = match route_of(&request(line)) {
-                MovedPath::Overwrite => "overwrite",
-                MovedPath::DeleteBoth => "both",
-                MovedPath::CopyFirst => "copy",
-            };
-            assert_eq!(got, path, "{}", String::from_utf8_lossy(line));
-        }
-    }
-
     /// An exchange of `command` (one key `k`, new server 4, previous server 1) at its start.
     fn exchange(command: &[u8], finish: Finish, stage: Stage) -> WarmKeyed {
         let req = request(command);
-        let writes = crate::protocol::memcache::replicas::is_write(&req.command);
+        let writes = crate::protocol::memcache::remedies::replicas::is_write(&req.command);
         WarmKeyed {
             moved: vec![Moved {
                 key: MetaKey {
@@ -1201,11 +1040,11 @@ mod tests {
 
     /// The next round's parts and follow-ups' frames.
     fn again(phase: Phase<Memcache>) -> (WarmKeyed, Vec<Sent>, Vec<Vec<u8>>) {
-        let Phase::Again {
+        let Phase::Again(Round {
             parts,
-            merge: Merge::WarmKeyed(w),
+            exchange: Merge::WarmKeyed(w),
             follow_ups,
-        } = phase
+        }) = phase
         else {
             panic!("another round expected: {phase:?}");
         };
@@ -1364,17 +1203,5 @@ mod tests {
             done(w.phase(replies(&[b"NF\r\n", b"HD\r\n"]))),
             Answer::Nothing
         ));
-    }
-
-    #[test]
-    fn copies_keep_the_remaining_ttl_by_memcacheds_rules() {
-        assert_eq!(copy_ttl(-1), 0, "t-1: no expiry");
-        assert_eq!(copy_ttl(100), 100);
-        assert_eq!(copy_ttl(0), 1);
-        let far = copy_ttl(THIRTY_DAYS + 10);
-        assert!(
-            far > 1_700_000_000,
-            "over 30 days is sent as a Unix time: {far}"
-        );
     }
 }

@@ -362,7 +362,7 @@ fn info(flavor: Flavor, proxy: &Redis, ctx: &PlanContext<'_>) -> Step<Redis> {
         st.total_connections.get(),
         st.requests.get(),
         proxy.db,
-        ctx.servers,
+        ctx.servers(),
         ctx.live_servers().len(),
     );
     let mut out = BytesMut::with_capacity(text.len() + 16);

@@ -15,8 +15,8 @@ use super::Flavor;
 use crate::config::{PoolConfig, RedisConfig};
 use crate::error::BackendError;
 use crate::protocol::{
-    Answer, FrameError, Incoming, Part, PartReply, Placement, PlanContext, Protocol, Reply,
-    ReplyScanner, RequestDecoder, Step,
+    Answer, FrameError, Incoming, Part, PartReply, Phase, Placement, PlanContext, Protocol, Reply,
+    ReplyScanner, RequestDecoder, Round, Step,
 };
 
 /// Redis replies frame themselves: one kind for all.
@@ -87,15 +87,18 @@ impl Protocol for Redis {
     type ReplyKind = Resp;
     type ReplyScanner = RespScanner;
     type Finish = Finish;
-    type Merge = RedisMerge;
+    type Exchange = RedisMerge;
     type Session = Session;
 
-    fn new(config: &PoolConfig) -> Redis {
+    fn new(
+        config: &PoolConfig,
+        _pool: &crate::protocol::PoolState<'_>,
+    ) -> Result<Redis, crate::error::ProxyError> {
         // Only a redis pool is served by this protocol (`pools.rs` picks it by the pool's
         // protocol); the defaults stand in rather than a panic.
         let defaults = RedisConfig::default();
         let settings = config.redis().unwrap_or(&defaults);
-        Redis {
+        Ok(Redis {
             auth: settings.auth.clone(),
             db: settings.db,
             limits: Limits {
@@ -104,7 +107,7 @@ impl Protocol for Redis {
                 ..Limits::default()
             },
             reply_limits: ReplyLimits::default(),
-        }
+        })
     }
 
     fn decoder(&self) -> RequestCodec {
@@ -166,14 +169,12 @@ impl Protocol for Redis {
                 if parts.is_empty() {
                     return Step::Answer(Answer::Failed(BackendError::NoServer));
                 }
-                Step::FanOut {
-                    parts,
-                    merge: match merge {
-                        Merge::Sum => RedisMerge::Sum,
-                        Merge::AllOk => RedisMerge::AllOk,
-                        Merge::Values => RedisMerge::Sum,
-                    },
-                }
+                let merge = match merge {
+                    Merge::Sum => RedisMerge::Sum,
+                    Merge::AllOk => RedisMerge::AllOk,
+                    Merge::Values => RedisMerge::Sum,
+                };
+                Step::Exchange(Round::new(parts, merge))
             }
             Route::AnyServer => Step::Forward {
                 server: ctx.live_servers().first().copied(),
@@ -207,42 +208,11 @@ impl Protocol for Redis {
         }
     }
 
-    fn merge(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Answer {
-        let reasons: Vec<String> = replies
-            .iter()
-            .map(|r| {
-                r.reply
-                    .as_ref()
-                    .err()
-                    .map(ToString::to_string)
-                    .unwrap_or_default()
-            })
-            .collect();
-        let parts: Vec<MergePart<'_>> = replies
-            .iter()
-            .zip(&reasons)
-            .map(|(r, why)| match &r.reply {
-                Ok(b) => MergePart::Reply(b),
-                Err(_) => MergePart::Failed(why),
-            })
-            .collect();
-        Answer::Bytes(match merge {
-            RedisMerge::AllOk => merge::merge_all_ok(&parts),
-            RedisMerge::Sum => merge::merge_sum(&parts),
-            RedisMerge::Values {
-                key_count,
-                held,
-                unrouted,
-                limits,
-            } => {
-                let mut with: Vec<(&[usize], MergePart<'_>)> =
-                    held.iter().map(Vec::as_slice).zip(parts).collect();
-                if !unrouted.is_empty() {
-                    with.push((&unrouted, MergePart::Failed("no server available")));
-                }
-                merge::merge_values(key_count, &with, limits)
-            }
-        })
+    fn advance(&self, merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Phase<Redis> {
+        Phase::Done {
+            answer: merge_replies(merge, replies),
+            follow_ups: Vec::new(),
+        }
     }
 
     fn encode_failure(error: &BackendError, out: &mut BytesMut) {
@@ -359,20 +329,57 @@ impl Redis {
                 kind: Resp,
             })
             .collect();
-        Step::FanOut {
-            parts,
-            merge: match merge {
-                Merge::Values => RedisMerge::Values {
-                    key_count: keys.len(),
-                    held,
-                    unrouted,
-                    limits: self.reply_limits,
-                },
-                Merge::AllOk => RedisMerge::AllOk,
-                Merge::Sum => RedisMerge::Sum,
+        let merge = match merge {
+            Merge::Values => RedisMerge::Values {
+                key_count: keys.len(),
+                held,
+                unrouted,
+                limits: self.reply_limits,
             },
-        }
+            Merge::AllOk => RedisMerge::AllOk,
+            Merge::Sum => RedisMerge::Sum,
+        };
+        Step::Exchange(Round::new(parts, merge))
     }
+}
+
+/// A fan-out's answer from its parts' replies, in the order of its parts.
+fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Answer {
+    let reasons: Vec<String> = replies
+        .iter()
+        .map(|r| {
+            r.reply
+                .as_ref()
+                .err()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        })
+        .collect();
+    let parts: Vec<MergePart<'_>> = replies
+        .iter()
+        .zip(&reasons)
+        .map(|(r, why)| match &r.reply {
+            Ok(b) => MergePart::Reply(b),
+            Err(_) => MergePart::Failed(why),
+        })
+        .collect();
+    Answer::Bytes(match merge {
+        RedisMerge::AllOk => merge::merge_all_ok(&parts),
+        RedisMerge::Sum => merge::merge_sum(&parts),
+        RedisMerge::Values {
+            key_count,
+            held,
+            unrouted,
+            limits,
+        } => {
+            let mut with: Vec<(&[usize], MergePart<'_>)> =
+                held.iter().map(Vec::as_slice).zip(parts).collect();
+            if !unrouted.is_empty() {
+                with.push((&unrouted, MergePart::Failed("no server available")));
+            }
+            merge::merge_values(key_count, &with, limits)
+        }
+    })
 }
 
 impl RequestDecoder for RequestCodec {

@@ -18,10 +18,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::plan::Finish;
-use super::request::{Command, GetKind, Request};
 use crate::hotkeys::HotKeys;
-use crate::protocol::{Answer, PlanContext};
+use crate::protocol::memcache::request::{Command, GetKind, Request};
+use crate::protocol::memcache::route::Placer;
+use crate::protocol::Answer;
 
 /// A `get` of a top key, sent to its server: its reply fills the cache.
 #[derive(Debug)]
@@ -34,19 +34,17 @@ pub struct HotFill {
     generation: u64,
 }
 
-/// A write of a hot key: its reply invalidates the cache again, then finishes as `then`.
+/// A write of a hot key: its reply invalidates the cache again.
 #[derive(Debug)]
 pub struct HotInvalidate {
     /// The pool's hot-key state.
     hot: Arc<HotKeys>,
     /// The key (its routing bytes, copied).
     key: Bytes,
-    /// How the reply becomes the answer.
-    then: Box<Finish>,
 }
 
 /// What the hot-key rules decide for a `get` before it is placed.
-pub(super) enum HotRead {
+pub(in crate::protocol::memcache) enum HotRead {
     /// Answer from the cache.
     Cached(Answer),
     /// Forward, filling the cache with the reply.
@@ -57,7 +55,7 @@ pub(super) enum HotRead {
 
 /// Counts a retrieval's keys and, for a one-key `get` of a top key, answers it from the cache or
 /// arranges its fill.
-pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> HotRead {
+pub(in crate::protocol::memcache) fn read(req: &Request, ctx: &Placer<'_>) -> HotRead {
     let Some(hot) = ctx.hot else {
         return HotRead::Plain;
     };
@@ -87,30 +85,25 @@ pub(super) fn read(req: &Request, ctx: &PlanContext<'_>) -> HotRead {
     })
 }
 
-/// Counts a one-key command's key and, when it may be cached, invalidates it now and wraps `finish` so
-/// its reply invalidates again.
-pub(super) fn write(key: &[u8], finish: Finish, ctx: &PlanContext<'_>) -> Finish {
-    let Some(hot) = ctx.hot else {
-        return finish;
-    };
+/// Counts a one-key command's key and, when it may be cached, invalidates it now and gives what
+/// invalidates it again when the reply arrives.
+pub(in crate::protocol::memcache) fn write(key: &[u8], ctx: &Placer<'_>) -> Option<HotInvalidate> {
+    let hot = ctx.hot?;
     let top = hot.observe(key);
-    let Some(cache) = hot.cache() else {
-        return finish;
-    };
+    let cache = hot.cache()?;
     if !(top || cache.holds(key)) {
-        return finish;
+        return None;
     }
     cache.invalidate(key);
     ctx.stats.hot_cache_invalidations.inc();
-    Finish::Invalidate(HotInvalidate {
+    Some(HotInvalidate {
         hot: Arc::clone(hot),
         key: Bytes::copy_from_slice(key),
-        then: Box::new(finish),
     })
 }
 
 /// `flush_all`: forget every cached reply.
-pub(super) fn flush(ctx: &PlanContext<'_>) {
+pub(in crate::protocol::memcache) fn flush(ctx: &Placer<'_>) {
     if let Some(cache) = ctx.hot.and_then(|h| h.cache()) {
         cache.clear();
     }
@@ -118,7 +111,7 @@ pub(super) fn flush(ctx: &PlanContext<'_>) {
 
 impl HotFill {
     /// Caches a `VALUE` reply (a hit) if the key is still a top key and no write intervened.
-    pub(super) fn fill(self, reply: &Bytes) {
+    pub(in crate::protocol::memcache) fn fill(self, reply: &Bytes) {
         if !reply.starts_with(b"VALUE ") || !self.hot.is_top(&self.key) {
             return;
         }
@@ -135,11 +128,10 @@ impl HotFill {
 }
 
 impl HotInvalidate {
-    /// Invalidates again (the write has reached its server) and gives the finish to apply.
-    pub(super) fn done(self) -> Finish {
+    /// Invalidates again: the write has reached its server.
+    pub(in crate::protocol::memcache) fn done(self) {
         if let Some(cache) = self.hot.cache() {
             cache.invalidate(&self.key);
         }
-        *self.then
     }
 }

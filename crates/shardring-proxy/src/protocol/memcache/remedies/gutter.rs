@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 const THIRTY_DAYS: i64 = 30 * 24 * 3600;
 
 /// The TTL a value stored in the gutter gets, in seconds from now (negative: expired at once).
-pub(super) fn capped(ttl: i64, cap: u32, now: u64) -> i64 {
+pub(in crate::protocol::memcache) fn capped(ttl: i64, cap: u32, now: u64) -> i64 {
     let cap = i64::from(cap);
     match ttl {
         t if t < 0 => t,
@@ -32,7 +32,7 @@ pub(super) fn capped(ttl: i64, cap: u32, now: u64) -> i64 {
 
 /// `frame` with its TTL capped to `cap` seconds, or `frame` itself for a command without a TTL (or a
 /// TTL token that does not parse: the server will refuse it as it would have anyway).
-pub(super) fn cap_ttl(frame: &Bytes, cap: u32) -> Bytes {
+pub(in crate::protocol::memcache) fn cap_ttl(frame: &Bytes, cap: u32) -> Bytes {
     let Some(eol) = memchr::memmem::find(frame, b"\r\n") else {
         return frame.clone();
     };

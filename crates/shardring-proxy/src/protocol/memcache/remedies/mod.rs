@@ -1,0 +1,19 @@
+//! What the memcached protocol does beyond placing keys, each a leaf: it reads the key's route
+//! ([`super::route`]) and the request, and gives plain answers (which servers, whether to retry,
+//! which reply wins, a capped frame, a cache hit) that the planner (`plan.rs`) turns into steps and
+//! exchanges.
+//!
+//! - [`hotkeys`]: the hot-key cache's reads, fills and invalidations;
+//! - [`replicas`]: which commands are writes, which servers a replicated read or write goes to, when
+//!   a read tries the next replica, which replica's reply the client gets;
+//! - [`gutter`]: the TTL cap of a write sent to a gutter server;
+//! - [`warmup`]: the warm-up's rules: which way a command of a moved key goes, the copy's meta
+//!   commands, their replies read as a `get` answer.
+//!
+//! The warm-up's exchanges of several rounds (reserve, read the old copy, copy, then the command) are
+//! written beside the planner (`warmup.rs`), which builds their parts and finishes.
+
+pub(super) mod gutter;
+pub(super) mod hotkeys;
+pub(super) mod replicas;
+pub(super) mod warmup;
