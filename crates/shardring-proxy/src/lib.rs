@@ -23,8 +23,8 @@
 //! client: decode, plan, answer in order) → [`protocol`] (the seam, and [`protocol::memcache`] and
 //! [`protocol::redis`]: pure decoder, planner, reply framer) → `router` (key → server) → `backend` (each server's pipelined
 //! connections, health probes, ejection) → back through the protocol's framer and merge to the session.
-//! Around it: [`config`] (twemproxy's YAML, one type per pool), `cluster` (a pool at run time, swapped
-//! whole on reload), `pools` (pools of any protocol), [`Proxy`], [`metrics`], [`run`] (the process:
+//! Around it: [`config`] (twemproxy's YAML, one type per pool), `pool` (a pool at run time, its
+//! versions swapped whole on reload), [`Proxy`], [`metrics`], [`run`] (the process:
 //! stats listeners, SIGHUP reload, SIGTERM drain), [`workers`] (thread per core: each worker accepts
 //! and serves its own clients with its own server connections), [`Admission`] (which worker takes
 //! the next client) and [`descriptors`] (the descriptor limit, and a shortage of descriptors told from
@@ -55,7 +55,6 @@ macro_rules! name_version {
 
 mod admission;
 mod backend;
-mod cluster;
 pub mod config;
 pub mod descriptors;
 mod drain;
@@ -65,7 +64,7 @@ mod hotkeys;
 pub mod membership;
 pub mod metrics;
 mod net;
-mod pools;
+mod pool;
 pub mod protocol;
 mod proxy;
 mod router;
@@ -79,7 +78,7 @@ pub use crate::admission::Admission;
 pub use crate::config::{ConfigErrors, PoolConfig, ProxyConfig};
 pub use crate::error::{BackendError, ProxyError};
 pub use crate::net::Listener;
-pub use crate::pools::ServedPool;
+pub use crate::pool::ServedPool;
 pub use crate::proxy::Proxy;
 pub use crate::run::{run, RunOptions};
 

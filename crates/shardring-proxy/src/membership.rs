@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ProxyConfig;
 use crate::metrics::PoolStats;
-use crate::pools::ServedPool;
+use crate::pool::ServedPool;
 
 /// What `--etcd`, `--etcd-prefix`, `--etcd-fallback` and `--allow-empty` ask for.
 #[derive(Debug, Clone)]

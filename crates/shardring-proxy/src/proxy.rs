@@ -18,7 +18,7 @@ use crate::config::{ConfigErrors, ProxyConfig};
 use crate::error::ProxyError;
 use crate::metrics::PoolView;
 use crate::net::{self, Listener};
-use crate::pools::{build_pool, ServedPool};
+use crate::pool::{build_pool, ServedPool};
 use crate::server::client_cap;
 use crate::workers::Workers;
 

@@ -14,10 +14,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admission::Admission;
-use crate::cluster::Pool;
 use crate::config::{PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 use crate::drain::Drain;
 use crate::net::Listener;
+use crate::pool::Pool;
 use crate::protocol::Protocol;
 use crate::session::serve_client;
 

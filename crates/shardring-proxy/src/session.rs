@@ -18,10 +18,10 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::backend::{Backend, ReplyQueue, ReplyTo, Route};
-use crate::cluster::{Cluster, Pool};
 use crate::drain::Drain;
 use crate::error::BackendError;
 use crate::net::ClientStream;
+use crate::pool::{Pool, PoolVersion};
 use crate::protocol::{
     Answer, FollowUp, Incoming, PartReply, Phase, Placement, PlanContext, PreviousRouting,
     Protocol, RequestDecoder, Round, Step,
@@ -173,17 +173,17 @@ impl<P: Protocol> Session<P> {
                     Some(Incoming::Request(req)) => {
                         self.pool.shared.stats.requests.inc();
                         let timed = P::command_index(&req).map(|i| (i, std::time::Instant::now()));
-                        let cluster = self.pool.current.load();
-                        let step = self.plan(&cluster, req);
+                        let version = self.pool.current.load();
+                        let step = self.plan(&version, req);
                         if let Step::Close(answer) = step {
                             self.push(Pending::Ready(Some(answer)), timed);
                             closing = true;
                             break;
                         }
                         if let Step::Exchange(round) = &step {
-                            self.held = cluster.protocol.in_order(&round.exchange);
+                            self.held = version.protocol.in_order(&round.exchange);
                         }
-                        let p = self.start(&cluster, step);
+                        let p = self.start(&version, step);
                         self.push(p, timed);
                     }
                     Some(Incoming::Refused {
@@ -271,21 +271,21 @@ impl<P: Protocol> Session<P> {
     }
 
     /// Asks the protocol what to do with `req`, against the current placement.
-    fn plan(&mut self, cluster: &Cluster<P>, req: P::Request) -> Step<P> {
-        let routing = cluster.router.load();
-        let previous = cluster.previous.load();
+    fn plan(&mut self, version: &PoolVersion<P>, req: P::Request) -> Step<P> {
+        let routing = version.router.load();
+        let previous = version.previous.load();
         let previous_routing = previous.as_ref().map(|p| p.router.load());
         let ctx = PlanContext {
             routing: &routing,
             previous: previous_routing.as_deref().map(|r| PreviousRouting {
                 routing: r,
-                now: &cluster.previous_now,
+                now: &version.previous_now,
             }),
             stats: &self.pool.shared.stats,
-            config: &cluster.config,
+            config: &version.config,
             started: self.pool.shared.started,
         };
-        cluster.protocol.plan(req, &mut self.state, &ctx)
+        version.protocol.plan(req, &mut self.state, &ctx)
     }
 
     /// Which server connections this client's requests take now.
@@ -300,7 +300,7 @@ impl<P: Protocol> Session<P> {
     /// Sends a planned request on its way: a forwarded one into a slot of the reply queue, an
     /// exchange's first round at once (pipelined with the client's other requests), its later rounds
     /// when [`Protocol::advance`] asks for them.
-    fn start(&self, cluster: &Arc<Cluster<P>>, step: Step<P>) -> Pending<P> {
+    fn start(&self, version: &Arc<PoolVersion<P>>, step: Step<P>) -> Pending<P> {
         match step {
             Step::Answer(a) | Step::Close(a) => Pending::Ready(Some(a)),
             // Through the finish, as a server's failure is: a `noreply` command stays silent.
@@ -316,13 +316,13 @@ impl<P: Protocol> Session<P> {
                 finish,
             } => {
                 let (number, slot) = self.replies.slot();
-                cluster.backends[server].send_to(self.route(), frame, kind, ReplyTo::Slot(slot));
+                version.backends[server].send_to(self.route(), frame, kind, ReplyTo::Slot(slot));
                 Pending::Slot(number, Some(finish))
             }
             Step::Exchange(round) => {
                 let (replies, to) = (self.replies.clone(), self.route());
-                let (mut sent, mut exchange) = send_round(&replies, cluster, to, round);
-                let cluster = Arc::clone(cluster);
+                let (mut sent, mut exchange) = send_round(&replies, version, to, round);
+                let version = Arc::clone(version);
                 Pending::Joined(Box::pin(async move {
                     loop {
                         // Each part's reply in turn: the next move needs them all.
@@ -337,13 +337,13 @@ impl<P: Protocol> Session<P> {
                                     }),
                             });
                         }
-                        match cluster.protocol.advance(exchange, replies_in) {
+                        match version.protocol.advance(exchange, replies_in) {
                             Phase::Done { answer, follow_ups } => {
-                                send_follow_ups(&cluster, to, follow_ups);
+                                send_follow_ups(&version, to, follow_ups);
                                 return answer;
                             }
                             Phase::Again(round) => {
-                                (sent, exchange) = send_round(&replies, &cluster, to, round);
+                                (sent, exchange) = send_round(&replies, &version, to, round);
                             }
                         }
                     }
@@ -371,22 +371,22 @@ type Sent<P> = (u64, Option<Arc<Backend<P>>>);
 /// Sends a round of an exchange: its follow-ups, then each part to its server with a slot of the
 /// session's reply queue. Gives the parts sent and what reads their replies.
 ///
-/// Every round sends alike. A part's server is an index into `cluster`, the snapshot its plan was made
+/// Every round sends alike. A part's server is an index into `version`, the snapshot its plan was made
 /// against, as a forwarded request's is, or into that snapshot's previous version
 /// ([`Placement::Previous`]).
 fn send_round<P: Protocol>(
     replies: &ReplyQueue,
-    cluster: &Cluster<P>,
+    version: &PoolVersion<P>,
     to: Route,
     round: Round<P>,
 ) -> (Vec<Sent<P>>, P::Exchange) {
-    send_follow_ups(cluster, to, round.follow_ups);
+    send_follow_ups(version, to, round.follow_ups);
     let sent = round
         .parts
         .into_iter()
         .map(|part| {
             let (number, slot) = replies.slot();
-            let backend = backend_of(cluster, part.placement, part.server);
+            let backend = backend_of(version, part.placement, part.server);
             match &backend {
                 Some(b) => b.send_to(to, part.frame, part.kind, ReplyTo::Slot(slot)),
                 // The window closed since the plan: the part reads as a server gone.
@@ -400,9 +400,9 @@ fn send_round<P: Protocol>(
 
 /// Sends requests whose replies nobody waits for: each is awaited by a task of its own (a channel,
 /// not a slot of the session), goes through its finish, and is dropped.
-fn send_follow_ups<P: Protocol>(cluster: &Cluster<P>, to: Route, follow_ups: Vec<FollowUp<P>>) {
+fn send_follow_ups<P: Protocol>(version: &PoolVersion<P>, to: Route, follow_ups: Vec<FollowUp<P>>) {
     for (part, finish) in follow_ups {
-        let Some(b) = backend_of(cluster, part.placement, part.server) else {
+        let Some(b) = backend_of(version, part.placement, part.server) else {
             continue;
         };
         let rx = b.send(to, part.frame, part.kind);
@@ -413,15 +413,15 @@ fn send_follow_ups<P: Protocol>(cluster: &Cluster<P>, to: Route, follow_ups: Vec
     }
 }
 
-/// The server a part goes to: `server` of `cluster`, or of its previous version while that is kept.
+/// The server a part goes to: `server` of `version`, or of its previous version while that is kept.
 fn backend_of<P: Protocol>(
-    cluster: &Cluster<P>,
+    version: &PoolVersion<P>,
     placement: Placement,
     server: usize,
 ) -> Option<Arc<Backend<P>>> {
     match placement {
-        Placement::Current => cluster.backends.get(server).map(Arc::clone),
-        Placement::Previous => cluster
+        Placement::Current => version.backends.get(server).map(Arc::clone),
+        Placement::Previous => version
             .previous
             .load_full()
             .and_then(|old| old.backends.get(server).map(Arc::clone)),

@@ -7,7 +7,7 @@
 //! encodes the proxy's own errors, and says what its health probe sends and accepts. What a protocol does
 //! beyond placing keys (memcached's replicas, gutter, warm-up, hot keys) is written inside it, as
 //! exchanges: the seam does not know of it. Adding a protocol is new files under `protocol/` plus the one
-//! line in `pools.rs`'s `build_pool` where a pool picks its protocol.
+//! line in `pool/mod.rs`'s `build_pool` where a pool picks its protocol.
 //!
 //! The request path reads in one direction: socket → [`RequestDecoder::decode`] → [`Protocol::plan`]
 //! (router, placement) → backend connection ([`ReplyScanner::frame`]) → [`Protocol::finish`] or

@@ -72,7 +72,7 @@ pub struct MemcacheSettings {
 impl MemcacheSettings {
     /// The memcached settings of `config`.
     pub fn from_pool(config: &PoolConfig) -> MemcacheSettings {
-        // Only a memcached pool is served by this protocol (`pools.rs` picks it by the pool's
+        // Only a memcached pool is served by this protocol (`pool/mod.rs` picks it by the pool's
         // protocol); the defaults stand in rather than a panic.
         let defaults = MemcacheConfig::default();
         let memcache = config.memcache().unwrap_or(&defaults);

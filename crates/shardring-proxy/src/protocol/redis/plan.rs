@@ -94,7 +94,7 @@ impl Protocol for Redis {
         config: &PoolConfig,
         _pool: &crate::protocol::PoolState<'_>,
     ) -> Result<Redis, crate::error::ProxyError> {
-        // Only a redis pool is served by this protocol (`pools.rs` picks it by the pool's
+        // Only a redis pool is served by this protocol (`pool/mod.rs` picks it by the pool's
         // protocol); the defaults stand in rather than a panic.
         let defaults = RedisConfig::default();
         let settings = config.redis().unwrap_or(&defaults);
