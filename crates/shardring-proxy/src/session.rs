@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::backend::{Backend, ReplyQueue, ReplyTo, Route};
+use crate::backend::{Backend, ConnectionRoute, ReplyQueue, ReplyTo};
 use crate::drain::Drain;
 use crate::error::BackendError;
 use crate::net::ClientStream;
@@ -289,8 +289,8 @@ impl<P: Protocol> Session<P> {
     }
 
     /// Which server connections this client's requests take now.
-    fn route(&self) -> Route {
-        Route {
+    fn connection_route(&self) -> ConnectionRoute {
+        ConnectionRoute {
             worker: self.worker,
             lane: self.lane,
             client_id: self.client_id,
@@ -316,11 +316,16 @@ impl<P: Protocol> Session<P> {
                 finish,
             } => {
                 let (number, slot) = self.replies.slot();
-                version.backends[server].send_to(self.route(), frame, kind, ReplyTo::Slot(slot));
+                version.backends[server].send_to(
+                    self.connection_route(),
+                    frame,
+                    kind,
+                    ReplyTo::Slot(slot),
+                );
                 Pending::Slot(number, Some(finish))
             }
             Step::Exchange(round) => {
-                let (replies, to) = (self.replies.clone(), self.route());
+                let (replies, to) = (self.replies.clone(), self.connection_route());
                 let (mut sent, mut exchange) = send_round(&replies, version, to, round);
                 let version = Arc::clone(version);
                 Pending::Joined(Box::pin(async move {
@@ -377,7 +382,7 @@ type Sent<P> = (u64, Option<Arc<Backend<P>>>);
 fn send_round<P: Protocol>(
     replies: &ReplyQueue,
     version: &PoolVersion<P>,
-    to: Route,
+    to: ConnectionRoute,
     round: Round<P>,
 ) -> (Vec<Sent<P>>, P::Exchange) {
     send_follow_ups(version, to, round.follow_ups);
@@ -400,7 +405,11 @@ fn send_round<P: Protocol>(
 
 /// Sends requests whose replies nobody waits for: each is awaited by a task of its own (a channel,
 /// not a slot of the session), goes through its finish, and is dropped.
-fn send_follow_ups<P: Protocol>(version: &PoolVersion<P>, to: Route, follow_ups: Vec<FollowUp<P>>) {
+fn send_follow_ups<P: Protocol>(
+    version: &PoolVersion<P>,
+    to: ConnectionRoute,
+    follow_ups: Vec<FollowUp<P>>,
+) {
     for (part, finish) in follow_ups {
         let Some(b) = backend_of(version, part.placement, part.server) else {
             continue;

@@ -1,4 +1,4 @@
-//! One server's connection pool: `server_connections` pipelined connections per worker
+//! One server's connections: `server_connections` pipelined connections per worker
 //! ([`crate::workers`]), each owned by a task that writes queued requests, frames the replies in order,
 //! and enforces the pool's `timeout`.
 //!
@@ -189,7 +189,7 @@ impl<P: Protocol> Backend<P> {
     /// waits: requests from one client reach the server in the order they were sent.
     pub(crate) fn send(
         &self,
-        to: Route,
+        to: ConnectionRoute,
         frame: Bytes,
         kind: P::ReplyKind,
     ) -> oneshot::Receiver<Reply> {
@@ -199,7 +199,13 @@ impl<P: Protocol> Backend<P> {
     }
 
     /// [`Backend::send`] with the reply going to `reply` (a session's reply slot: no channel made).
-    pub(crate) fn send_to(&self, to: Route, frame: Bytes, kind: P::ReplyKind, reply: ReplyTo) {
+    pub(crate) fn send_to(
+        &self,
+        to: ConnectionRoute,
+        frame: Bytes,
+        kind: P::ReplyKind,
+        reply: ReplyTo,
+    ) {
         // A route names a worker this backend has queues for; the fallback keeps a release build
         // serving should that ever break, at the price of a request crossing threads.
         debug_assert!(
@@ -223,7 +229,7 @@ impl<P: Protocol> Backend<P> {
 /// Which of a server's connections a client's request takes: its worker's, in its lane, the one its id
 /// picks. The same for every request of one client in one lane, which keeps them in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Route {
+pub(crate) struct ConnectionRoute {
     /// The worker serving the client ([`crate::workers`]): only its connections are on its thread.
     pub worker: usize,
     /// The set of connections ([`Protocol::lane`]).
@@ -720,7 +726,7 @@ mod tests {
             Vec::new(),
             &[Handle::current(), idle.handle().clone()],
         );
-        let to = |worker| Route {
+        let to = |worker| ConnectionRoute {
             worker,
             lane: 0,
             client_id: 7,
