@@ -60,7 +60,7 @@ pub(crate) async fn serve_client<P: Protocol>(
         pending: VecDeque::with_capacity(16),
         replies: ReplyQueue::default(),
         timings: VecDeque::with_capacity(16),
-        state: P::Session::default(),
+        state: P::ClientState::default(),
         lane: 0,
         held: false,
         worker,
@@ -129,7 +129,7 @@ struct Session<P: Protocol> {
     /// request was decoded, for the per-command latency; `None` for what is not tallied.
     timings: VecDeque<Option<(usize, std::time::Instant)>>,
     /// What the protocol keeps about this client between requests.
-    state: P::Session,
+    state: P::ClientState,
     /// The set of server connections this client's requests take ([`Protocol::lane`]).
     lane: usize,
     /// The last request started is an exchange that later requests must not overtake

@@ -55,7 +55,7 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     type Exchange: Send + fmt::Debug + 'static;
     /// What the protocol remembers about one client connection between its requests (Redis: the RESP
     /// version `HELLO` chose, whether it authenticated, its name); `()` when nothing.
-    type Session: Default + Send + 'static;
+    type ClientState: Default + Send + 'static;
 
     /// The protocol's value for one version of a pool: its settings, and the state of what it does
     /// beyond placing keys (memcached's replica lists, gutter and hot keys), built from `config` and
@@ -68,11 +68,11 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     /// A decoder for a new client connection.
     fn decoder(&self) -> Self::Decoder;
 
-    /// Decides what to do with one request of a client connection whose state is `session`.
+    /// Decides what to do with one request of a client connection whose state is `client`.
     fn plan(
         &self,
         request: Self::Request,
-        session: &mut Self::Session,
+        client: &mut Self::ClientState,
         ctx: &PlanContext<'_>,
     ) -> Step<Self>;
 
@@ -81,7 +81,7 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     /// that said `HELLO 3`, so replies keep the shape the client asked for). When it changes, the
     /// session waits for the client's answers in flight before sending more, so no request overtakes an
     /// earlier one on another connection. By default, 0.
-    fn lane(_session: &Self::Session) -> usize {
+    fn lane(_client: &Self::ClientState) -> usize {
         0
     }
 

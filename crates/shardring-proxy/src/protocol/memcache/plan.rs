@@ -279,7 +279,7 @@ impl Protocol for Memcache {
     type ReplyScanner = ResponseScanner;
     type Finish = Finish;
     type Exchange = Merge;
-    type Session = ();
+    type ClientState = ();
 
     fn new(config: &PoolConfig, pool: &PoolState<'_>) -> Result<Memcache, ProxyError> {
         let settings = MemcacheSettings::from_pool(config);

@@ -6,10 +6,10 @@
 
 use bytes::{BufMut, BytesMut};
 
+use super::client_state::ClientState;
 use super::command::{self, wrong_arity, Local, Spec, TABLE};
-use super::pool::Redis;
 use super::request::{put_header, put_int, Request};
-use super::session::Session;
+use super::settings::Redis;
 use super::{parse_redis_int, Flavor};
 use crate::protocol::{Answer, PlanContext, Step};
 
@@ -64,7 +64,7 @@ fn upper(arg: &[u8]) -> String {
 pub(crate) fn answer(
     local: Local,
     req: &Request,
-    s: &mut Session,
+    s: &mut ClientState,
     proxy: &Redis,
     ctx: &PlanContext<'_>,
 ) -> Step<Redis> {
@@ -142,7 +142,7 @@ fn check_auth(proxy: &Redis, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'s
 
 /// `HELLO [protover [AUTH user pass] [SETNAME name]]`, as Redis 7 checks it; the reply is in the new
 /// version.
-fn hello(req: &Request, s: &mut Session, proxy: &Redis) -> Step<Redis> {
+fn hello(req: &Request, s: &mut ClientState, proxy: &Redis) -> Step<Redis> {
     let arg = |i: usize| req.arg(i).unwrap_or_default();
     let mut flavor = s.flavor;
     if req.argc() >= 2 {
@@ -215,7 +215,7 @@ fn valid_name(name: &[u8]) -> bool {
 }
 
 /// `CLIENT` subcommands: the ones clients send at connect are answered, the rest refused by name.
-fn client(req: &Request, s: &mut Session, proxy: &Redis) -> Step<Redis> {
+fn client(req: &Request, s: &mut ClientState, proxy: &Redis) -> Step<Redis> {
     let arg = |i: usize| req.arg(i).unwrap_or_default();
     let sub = arg(1).to_ascii_lowercase();
     let argc = req.argc();

@@ -30,25 +30,25 @@
 //! Requests are flat arrays of bulk strings (Redis refuses anything else), so their nesting depth is 1 by
 //! construction; the nesting limit is the reply framer's ([`ReplyLimits::max_depth`]).
 
+mod client_state;
 pub mod command;
 mod inline;
 mod keys;
 mod local;
 pub mod merge;
 mod plan;
-mod pool;
 mod reply;
 mod request;
-mod session;
+mod settings;
 
+pub use client_state::ClientState;
 pub use plan::{Finish, RedisMerge, Resp, RespScanner};
-pub use pool::Redis;
 pub use reply::{elements, reply_len, Framed, ReplyError, ReplyFramer, ReplyLimits};
 pub use request::{
     Args, Decoded, Limits, Request, RequestCodec, RequestError, RequestErrorKind, RequestScanner,
     Scanned,
 };
-pub use session::Session;
+pub use settings::Redis;
 
 /// Which RESP version a connection speaks: `HELLO 3` switches a client to RESP3, and a RESP3 client is
 /// served over backend connections that said `HELLO 3` too, so replies keep the shape the client asked for

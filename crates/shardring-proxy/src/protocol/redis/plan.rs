@@ -4,13 +4,13 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::client_state::ClientState;
 use super::command::{self, Local, Merge, Route, CROSSSLOT};
 use super::local::{self, NOAUTH};
 use super::merge::{self, Part as MergePart};
-use super::pool::Redis;
 use super::reply::{ReplyFramer, ReplyLimits};
 use super::request::{Decoded, Limits, Request, RequestCodec};
-use super::session::Session;
+use super::settings::Redis;
 use super::Flavor;
 use crate::config::{PoolConfig, RedisConfig};
 use crate::error::BackendError;
@@ -88,7 +88,7 @@ impl Protocol for Redis {
     type ReplyScanner = RespScanner;
     type Finish = Finish;
     type Exchange = RedisMerge;
-    type Session = Session;
+    type ClientState = ClientState;
 
     fn new(
         config: &PoolConfig,
@@ -114,14 +114,14 @@ impl Protocol for Redis {
         RequestCodec::new(self.limits)
     }
 
-    fn plan(&self, req: Request, session: &mut Session, ctx: &PlanContext<'_>) -> Step<Redis> {
+    fn plan(&self, req: Request, client: &mut ClientState, ctx: &PlanContext<'_>) -> Step<Redis> {
         // Redis's order: unknown command and arity first, then authentication.
         let routed = match command::route(&req) {
             Ok(r) => r,
             Err(reply) => return answer(reply),
         };
         if self.auth.is_some()
-            && !session.authenticated
+            && !client.authenticated
             && !matches!(
                 routed.route,
                 Route::Local(Local::Auth | Local::Hello | Local::Quit | Local::Reset)
@@ -130,7 +130,7 @@ impl Protocol for Redis {
             return Step::Answer(Answer::fixed(NOAUTH));
         }
         match routed.route {
-            Route::Local(l) => local::answer(l, &req, session, self, ctx),
+            Route::Local(l) => local::answer(l, &req, client, self, ctx),
             Route::Keys(keys) => {
                 let mut owner = None;
                 for k in keys.iter() {
@@ -185,8 +185,8 @@ impl Protocol for Redis {
         }
     }
 
-    fn lane(session: &Session) -> usize {
-        match session.flavor {
+    fn lane(client: &ClientState) -> usize {
+        match client.flavor {
             Flavor::Resp2 => 0,
             Flavor::Resp3 => 1,
         }

@@ -1,6 +1,6 @@
-//! The [`Redis`] protocol's state for one pool: its `redis_auth`, `redis_db` and limits. How it serves
-//! requests (its [`Protocol`](crate::protocol::Protocol) methods) is in `plan.rs`; the commands it answers
-//! itself, which read these settings, in `local.rs`.
+//! The [`Redis`] protocol value: one pool's Redis settings, its `redis_auth`, `redis_db` and limits.
+//! How it serves requests (its [`Protocol`](crate::protocol::Protocol) methods) is in `plan.rs`; the
+//! commands it answers itself, which read these settings, in `local.rs`.
 
 use super::reply::ReplyLimits;
 use super::request::Limits;
