@@ -59,7 +59,7 @@ pub mod config;
 pub mod descriptors;
 mod drain;
 mod error;
-mod hotkeys;
+mod hot_keys;
 #[cfg(feature = "etcd")]
 pub mod membership;
 pub mod metrics;

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::Admission;
 use crate::config::PoolConfig;
 use crate::error::ProxyError;
-use crate::hotkeys::{HotKeys, TickState};
+use crate::hot_keys::{HotKeys, TickState};
 use crate::metrics::{HotKeyRow, HotKeysReport, PoolStats, PoolView};
 use crate::net::Listener;
 use crate::protocol::memcache::Memcache;

@@ -27,7 +27,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::config::PoolConfig;
 use crate::error::{BackendError, ProxyError};
-use crate::hotkeys::HotKeys;
+use crate::hot_keys::HotKeys;
 use crate::metrics::PoolStats;
 use crate::router::Routing;
 

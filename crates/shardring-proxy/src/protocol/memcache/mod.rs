@@ -37,7 +37,7 @@ pub use self::parse::parse_request;
 pub use self::plan::{
     Failover, Finish, Memcache, MemcacheSettings, ReplicatedWrite, VERSION_REPLY,
 };
-pub use self::remedies::hotkeys::{HotFill, HotInvalidate};
+pub use self::remedies::hot_keys::{HotFill, HotInvalidate};
 pub use self::request::*;
 pub use self::response::*;
 pub use self::warmup::{CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};

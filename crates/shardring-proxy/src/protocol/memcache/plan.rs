@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::codec::RequestCodec;
 use super::remedies::gutter;
-use super::remedies::hotkeys::{self, HotFill, HotInvalidate, HotRead};
+use super::remedies::hot_keys::{self, HotFill, HotInvalidate, HotRead};
 use super::remedies::replicas;
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
@@ -21,7 +21,7 @@ use super::route::{Placer, Route};
 use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
 use crate::config::{GutterConfig, MemcacheConfig, PoolConfig};
 use crate::error::{BackendError, ProxyError};
-use crate::hotkeys::HotKeys;
+use crate::hot_keys::HotKeys;
 use crate::metrics::PoolStats;
 use crate::protocol::{
     Answer, Part, PartReply, Phase, Placement, PlanContext, PoolState, Protocol, Reply, Round,
@@ -163,7 +163,7 @@ impl ReplicatedWrite {
 /// `finish`, wrapped so that the reply invalidates the hot-key cache again when the key's write
 /// invalidated it now.
 fn invalidating(req: &Request, key: &Range<usize>, finish: Finish, ctx: &Placer<'_>) -> Finish {
-    match req.with_routing_key(key, |k| hotkeys::write(k, ctx)) {
+    match req.with_routing_key(key, |k| hot_keys::write(k, ctx)) {
         Some(invalidate) => Finish::Invalidate(invalidate, Box::new(finish)),
         None => finish,
     }
@@ -383,7 +383,7 @@ impl Protocol for Memcache {
             Command::Verbosity { noreply: false } => Step::Answer(Answer::fixed(b"OK\r\n")),
             Command::FlushAll { noreply } => {
                 let noreply = *noreply;
-                hotkeys::flush(ctx);
+                hot_keys::flush(ctx);
                 let frame = req.to_forward();
                 let parts = ctx
                     .live_servers()
@@ -600,7 +600,7 @@ impl Memcache {
                 Answer::fixed(b"END\r\n")
             });
         }
-        let fill = match hotkeys::read(&req, ctx) {
+        let fill = match hot_keys::read(&req, ctx) {
             HotRead::Cached(answer) => return Step::Answer(answer),
             HotRead::Fill(fill) => Some(fill),
             HotRead::Plain => None,

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::hotkeys::HotKeys;
+use crate::hot_keys::HotKeys;
 use crate::metrics::PoolStats;
 use crate::protocol::{PlanContext, PreviousRouting};
 use crate::router::{Gutter, Routing};

@@ -3,7 +3,7 @@
 //! which reply wins, a capped frame, a cache hit) that the planner (`plan.rs`) turns into steps and
 //! exchanges.
 //!
-//! - [`hotkeys`]: the hot-key cache's reads, fills and invalidations;
+//! - [`hot_keys`]: the hot-key cache's reads, fills and invalidations;
 //! - [`replicas`]: which commands are writes, which servers a replicated read or write goes to, when
 //!   a read tries the next replica, which replica's reply the client gets;
 //! - [`gutter`]: the TTL cap of a write sent to a gutter server;
@@ -14,6 +14,6 @@
 //! written beside the planner (`warmup.rs`), which builds their parts and finishes.
 
 pub(super) mod gutter;
-pub(super) mod hotkeys;
+pub(super) mod hot_keys;
 pub(super) mod replicas;
 pub(super) mod warmup;

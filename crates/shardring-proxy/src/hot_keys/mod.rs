@@ -9,7 +9,7 @@
 //!
 //! Nothing here knows a wire protocol: the protocol decides which requests are reads of one key (and may
 //! be served from the cache), which are writes (and invalidate), and what a cacheable reply is
-//! (`protocol/memcache/hotkeys.rs`).
+//! (`protocol/memcache/remedies/hot_keys.rs`).
 //!
 //! Cost per request with detection on: one xxh3 of the key, four relaxed `fetch_add`s and four loads on
 //! the sketch, one relaxed load of the bar; only keys at or above the bar load the published set

@@ -153,7 +153,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hotkeys::sketch::key_hash;
+    use crate::hot_keys::sketch::key_hash;
 
     /// Counts `key` `n` times, offering it as the request path does.
     fn hit(t: &Tracker, s: &Sketch, key: &str, n: u32) {

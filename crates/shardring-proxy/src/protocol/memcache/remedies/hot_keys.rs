@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::hotkeys::HotKeys;
+use crate::hot_keys::HotKeys;
 use crate::protocol::memcache::request::{Command, GetKind, Request};
 use crate::protocol::memcache::route::Placer;
 use crate::protocol::Answer;
