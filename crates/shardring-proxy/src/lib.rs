@@ -30,6 +30,22 @@
 //! the next client) and [`descriptors`] (the descriptor limit, and a shortage of descriptors told from
 //! a failing server).
 //!
+//! One meaning per name:
+//! - a *pool* is one `pools:` entry served: its settings are [`config::PoolConfig`] (`config/pool.rs`); at run
+//!   time it is a `Pool` of one protocol (`pool/mod.rs`), whose current `PoolVersion` (the servers,
+//!   protocol value and router built from one version of its config, `pool/version.rs`) a reload
+//!   replaces whole; `ServedPool` is a pool of any protocol, as [`Proxy`] holds it;
+//! - a server's *connections* (`backend/connections.rs`: `Backend`) are its pipelined connections on
+//!   each worker; a `ConnectionRoute` picks the one a client's request takes;
+//! - a *session* (`session.rs`) is one client connection's task; a protocol's `ClientState` is what
+//!   that protocol remembers about one client between its requests (Redis's in
+//!   `protocol/redis/client_state.rs`), kept by the session;
+//! - a memcached *route* (`protocol/memcache/route.rs`) is one key's owner, replicas, gutter cap and
+//!   previous owner, computed once per key;
+//! - *hot keys*: `hot_keys/` finds them and caches their values, `protocol/memcache/remedies/hot_keys.rs`
+//!   is how memcached requests read, fill and invalidate that cache, `metrics/hot_keys.rs` serves them
+//!   at `/hotkeys`.
+//!
 //! ## Example
 //! ```no_run
 //! use shardring_proxy::{config::PoolConfig, config::ProxyConfig, Proxy};
