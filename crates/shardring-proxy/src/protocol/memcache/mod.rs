@@ -30,17 +30,16 @@ mod request;
 mod response;
 mod route;
 mod tokens;
-mod warmup;
 
 pub use self::codec::*;
 pub use self::parse::parse_request;
+pub use self::plan::warmup::{CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
 pub use self::plan::{
     Failover, Finish, Memcache, MemcacheSettings, ReplicatedWrite, VERSION_REPLY,
 };
 pub use self::remedies::hotkeys::{HotFill, HotInvalidate};
 pub use self::request::*;
 pub use self::response::*;
-pub use self::warmup::{CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
 
 #[cfg(test)]
 mod tests;

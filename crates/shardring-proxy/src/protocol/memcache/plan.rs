@@ -4,11 +4,17 @@
 //! Retrieval commands whose keys live on several servers are split into one request per server (keys in
 //! the client's order) and merged back in the client's order; `flush_all` goes to every live server.
 
+/// The warm-up's exchanges of several rounds (reserve, read the old copy, copy, then the command):
+/// planner code, as they build parts, rounds and finishes; the warm-up's rules they follow are the
+/// leaf `remedies::warmup`.
+pub(super) mod warmup;
+
 use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+use self::warmup::{CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
 use super::codec::RequestCodec;
 use super::remedies::gutter;
 use super::remedies::hotkeys::{self, HotFill, HotInvalidate, HotRead};
@@ -18,7 +24,6 @@ use super::response::{
     is_error_reply, item_size_max, status_code, ResponseKind, ResponseScanner, ValueBlocks,
 };
 use super::route::{Placer, Route};
-use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
 use crate::config::{GutterConfig, MemcacheConfig, PoolConfig};
 use crate::error::{BackendError, ProxyError};
 use crate::hotkeys::HotKeys;
