@@ -60,7 +60,7 @@ use crate::protocol::{Answer, Part, PartReply, Phase, Placement, Protocol, Reply
 
 /// A warm-up `get`: the key, to turn meta replies back into `VALUE` replies and to copy.
 #[derive(Debug)]
-pub struct WarmGet {
+pub(crate) struct WarmGet {
     /// The key.
     key: Bytes,
     /// Where fallbacks, recoveries and copies are counted.
@@ -69,7 +69,7 @@ pub struct WarmGet {
 
 /// A copy's reply, counted when it was refused.
 #[derive(Debug)]
-pub struct CopyResult {
+pub(crate) struct CopyResult {
     /// Where refusals are counted.
     stats: Arc<PoolStats>,
 }
@@ -125,7 +125,7 @@ pub(super) fn read(req: &Request, route: &Route, ctx: &Placer<'_>) -> Option<Ste
 /// previous server's value after a miss; the copy (or the release) follows the answer, not waited
 /// for.
 #[derive(Debug)]
-pub struct WarmOne {
+pub(crate) struct WarmOne {
     /// The key, and how meta replies become the `get` answer.
     get: WarmGet,
     /// The key's server now.
@@ -288,7 +288,7 @@ enum Then {
 /// copy first, then apply, so the command sees the old servers' values (a multi-round
 /// [`Step::Exchange`] answered through [`Protocol::advance`]).
 #[derive(Debug)]
-pub struct WarmKeyed {
+pub(crate) struct WarmKeyed {
     /// The moved keys.
     moved: Vec<Moved>,
     /// The command, as it would be sent without a warm-up.
@@ -769,7 +769,7 @@ enum Slot {
 /// previous servers for the moved keys that missed (one `mg` per key, pipelined per server), then the
 /// copies, as for a one-key `get`.
 #[derive(Debug)]
-pub struct WarmMulti {
+pub(crate) struct WarmMulti {
     /// The client's request (its keys are ranges of its frame).
     request: Request,
     /// Where each key (client order) is read.
