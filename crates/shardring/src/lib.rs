@@ -78,6 +78,9 @@ pub mod rebalance;
 pub mod ring;
 pub mod shared;
 pub mod simulate;
+// The PRNG behind random placement in simulations and tests: shared with the sibling crates (the
+// proxy's `distribution: random`, the benches' key pools), not part of the library's API.
+#[doc(hidden)]
 pub mod splitmix;
 
 pub use crate::error::Error;

@@ -1,17 +1,21 @@
 //! The protocol seam: what a wire protocol gives the proxy, and the protocols themselves.
 //!
 //! The client session (`session.rs`), the accept loop (`server.rs`) and the server
-//! connections (`backend/`) are generic over [`Protocol`] and know nothing of any wire format. A
-//! protocol decodes client requests (within its limits), plans each one ([`Step`]: answer here, send to one
-//! server, or an exchange of one or more rounds with several), frames server replies ([`ReplyScanner`]),
+//! connections (`backend/`) are generic over `Protocol` and know nothing of any wire format. A
+//! protocol decodes client requests (within its limits), plans each one (`Step`: answer here, send to one
+//! server, or an exchange of one or more rounds with several), frames server replies (`ReplyScanner`),
 //! encodes the proxy's own errors, and says what its health probe sends and accepts. What a protocol does
 //! beyond placing keys (memcached's replicas, gutter, warm-up, hot keys) is written inside it, as
 //! exchanges: the seam does not know of it. Adding a protocol is new files under `protocol/` plus the one
 //! line in `pool/mod.rs`'s `build_pool` where a pool picks its protocol.
 //!
-//! The request path reads in one direction: socket → [`RequestDecoder::decode`] → [`Protocol::plan`]
-//! (router, placement) → backend connection ([`ReplyScanner::frame`]) → [`Protocol::finish`] or
-//! [`Protocol::advance`] → session → socket.
+//! The request path reads in one direction: socket → `RequestDecoder::decode` → `Protocol::plan`
+//! (router, placement) → backend connection (`ReplyScanner::frame`) → `Protocol::finish` or
+//! `Protocol::advance` → session → socket.
+//!
+//! The seam is crate-private (no one outside can implement it); public are the two protocols' codecs
+//! and reply framers, by name, in [`memcache`] and [`redis`], for the fuzz targets, the benches and
+//! tools that speak the protocols.
 //!
 //! Everything here is pure: no I/O, no tasks. Incomplete input is a normal state (`Ok(None)`).
 
@@ -32,13 +36,13 @@ use crate::metrics::PoolStats;
 use crate::router::Routing;
 
 /// A server's reply (the bytes of one framed reply), or why there is none.
-pub type Reply = Result<Bytes, BackendError>;
+pub(crate) type Reply = Result<Bytes, BackendError>;
 
 /// A wire protocol, as the proxy's generic parts see it.
 ///
 /// One value per pool version (built from its config by [`Protocol::new`]); requests are planned against
 /// it, so settings such as limits or auth live in it.
-pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
+pub(crate) trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     /// The per-connection request decoder.
     type Decoder: RequestDecoder<Request = Self::Request>;
     /// A decoded client request.
@@ -159,7 +163,7 @@ pub trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
 
 /// What a pool keeps across its versions that a protocol's value may use.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PoolState<'a> {
+pub(crate) struct PoolState<'a> {
     /// The pool's hot-key detection and cache, when on.
     pub(crate) hot: Option<&'a Arc<HotKeys>>,
 }
@@ -167,7 +171,7 @@ pub struct PoolState<'a> {
 /// What a server said about itself in reply to the protocol's [`Protocol::introductions`], kept with the
 /// server (a reload that keeps the server keeps them) and updated each time a connection to it opens.
 #[derive(Debug, Default)]
-pub struct ServerFacts {
+pub(crate) struct ServerFacts {
     /// The largest value it stores (memcached's `item_size_max`); 0 until it has said.
     max_value_len: AtomicUsize,
     /// It closed a connection on the introductions, or did not answer them: its connections skip
@@ -181,23 +185,23 @@ static FACTS_CHANGED: AtomicU64 = AtomicU64::new(0);
 
 impl ServerFacts {
     /// The largest value the server said it stores, if it has said.
-    pub fn max_value_len(&self) -> Option<usize> {
+    pub(crate) fn max_value_len(&self) -> Option<usize> {
         // Relaxed: a lone number, read after the change counter that says it is new.
         Some(self.max_value_len.load(Ordering::Relaxed)).filter(|&n| n > 0)
     }
 
     /// Whether the server's connections skip the introductions.
-    pub fn refuses_introductions(&self) -> bool {
+    pub(crate) fn refuses_introductions(&self) -> bool {
         self.refuses_introductions.load(Ordering::Relaxed)
     }
 
     /// Marks the server as one whose connections skip the introductions.
-    pub fn set_refuses_introductions(&self) {
+    pub(crate) fn set_refuses_introductions(&self) {
         self.refuses_introductions.store(true, Ordering::Relaxed);
     }
 
     /// Records the largest value the server stores.
-    pub fn set_max_value_len(&self, len: usize) {
+    pub(crate) fn set_max_value_len(&self, len: usize) {
         if self.max_value_len.swap(len, Ordering::Relaxed) != len {
             // Release, paired with the Acquire in `facts_changed`: a reader that sees the new count
             // sees the new value.
@@ -208,13 +212,13 @@ impl ServerFacts {
 
 /// How many times servers' facts have changed since start: recompute what depends on them when it
 /// differs from the count last seen.
-pub fn facts_changed() -> u64 {
+pub(crate) fn facts_changed() -> u64 {
     FACTS_CHANGED.load(Ordering::Acquire)
 }
 
 /// What [`Protocol::advance`] decides after a round's replies.
 #[derive(Debug)]
-pub enum Phase<P: Protocol> {
+pub(crate) enum Phase<P: Protocol> {
     /// The answer, and requests to send without waiting (each reply goes to its finish, then is
     /// dropped).
     Done {
@@ -228,11 +232,11 @@ pub enum Phase<P: Protocol> {
 }
 
 /// A request sent without waiting for it: its reply goes to its finish, then is dropped.
-pub type FollowUp<P> = (Part<P>, <P as Protocol>::Finish);
+pub(crate) type FollowUp<P> = (Part<P>, <P as Protocol>::Finish);
 
 /// One round of an [`Step::Exchange`]: requests to send at once, and what reads their replies.
 #[derive(Debug)]
-pub struct Round<P: Protocol> {
+pub(crate) struct Round<P: Protocol> {
     /// The requests whose replies [`Protocol::advance`] reads, in this order.
     pub parts: Vec<Part<P>>,
     /// What reads them.
@@ -244,7 +248,7 @@ pub struct Round<P: Protocol> {
 
 impl<P: Protocol> Round<P> {
     /// A round of `parts` read by `exchange`, with nothing sent beside them.
-    pub fn new(parts: Vec<Part<P>>, exchange: P::Exchange) -> Round<P> {
+    pub(crate) fn new(parts: Vec<Part<P>>, exchange: P::Exchange) -> Round<P> {
         Round {
             parts,
             exchange,
@@ -254,7 +258,7 @@ impl<P: Protocol> Round<P> {
 }
 
 /// Reads client requests off the front of a connection's buffer.
-pub trait RequestDecoder: Send + Sync + 'static {
+pub(crate) trait RequestDecoder: Send + Sync + 'static {
     /// What it decodes.
     type Request;
 
@@ -272,7 +276,7 @@ pub trait RequestDecoder: Send + Sync + 'static {
 
 /// One item out of a [`RequestDecoder`].
 #[derive(Debug)]
-pub enum Incoming<R> {
+pub(crate) enum Incoming<R> {
     /// A request to plan.
     Request(R),
     /// A refused request: send `reply`, and close the connection after it when `close` (the input cannot
@@ -289,7 +293,7 @@ pub enum Incoming<R> {
 
 /// What the session does with one request.
 #[derive(Debug)]
-pub enum Step<P: Protocol> {
+pub(crate) enum Step<P: Protocol> {
     /// Answer here, in order, without a server.
     Answer(Answer),
     /// Answer (in order), then close the connection.
@@ -314,7 +318,7 @@ pub enum Step<P: Protocol> {
 
 /// One server's share of an exchange's round.
 #[derive(Debug)]
-pub struct Part<P: Protocol> {
+pub(crate) struct Part<P: Protocol> {
     /// The server's index in `placement`.
     pub server: usize,
     /// Which version of the pool `server` indexes: a warm-up reads and cleans up a moved key on its
@@ -328,7 +332,7 @@ pub struct Part<P: Protocol> {
 
 /// Which version of the pool a [`Part`]'s server index points into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// The pool as the plan saw it.
     Current,
     /// The pool before the last ring change, while a warm-up window is open (the version
@@ -339,7 +343,7 @@ pub enum Placement {
 
 /// A fan-out part's reply, with the server it came from (for error messages).
 #[derive(Debug)]
-pub struct PartReply<'a> {
+pub(crate) struct PartReply<'a> {
     /// The reply.
     pub reply: Reply,
     /// The server's address.
@@ -348,7 +352,7 @@ pub struct PartReply<'a> {
 
 /// A reply for the client, once known.
 #[derive(Debug)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// These bytes.
     Bytes(Bytes),
     /// Nothing (`noreply`, quiet commands).
@@ -359,13 +363,13 @@ pub enum Answer {
 
 impl Answer {
     /// A fixed reply.
-    pub fn fixed(bytes: &'static [u8]) -> Answer {
+    pub(crate) fn fixed(bytes: &'static [u8]) -> Answer {
         Answer::Bytes(Bytes::from_static(bytes))
     }
 }
 
 /// Frames server replies on one server connection.
-pub trait ReplyScanner: Default + Send + Sync + 'static {
+pub(crate) trait ReplyScanner: Default + Send + Sync + 'static {
     /// The framing a request asks for.
     type Kind: Copy;
 
@@ -397,7 +401,7 @@ pub struct FrameError {
 
 /// What [`Protocol::plan`] may look at: the pool's placement and tallies.
 #[derive(Debug)]
-pub struct PlanContext<'a> {
+pub(crate) struct PlanContext<'a> {
     /// Key → server over the live servers.
     pub(crate) routing: &'a Routing,
     /// The previous ring while a warm-up window is open.
@@ -406,7 +410,11 @@ pub struct PlanContext<'a> {
     /// the plan keep a handle.
     pub stats: &'a Arc<PoolStats>,
     /// The pool's config.
-    pub config: &'a PoolConfig,
+    #[allow(
+        dead_code,
+        reason = "no protocol plans by the pool's config today (each keeps what it needs from it when built), but a new one may"
+    )]
+    pub(crate) config: &'a PoolConfig,
     /// When the pool started, for uptime.
     pub started: std::time::Instant,
 }
@@ -422,23 +430,23 @@ pub(crate) struct PreviousRouting<'a> {
 
 impl PlanContext<'_> {
     /// The server (index in the pool) that owns `key`; `None` when no server is live.
-    pub fn server_for(&self, key: &[u8]) -> Option<usize> {
+    pub(crate) fn server_for(&self, key: &[u8]) -> Option<usize> {
         self.routing.server_for(key)
     }
 
     /// The owners of many keys at once (`out[i]` for `keys[i]`): one batch through the placement,
     /// which overlaps the keys' cache misses.
-    pub fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
+    pub(crate) fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
         self.routing.servers_for(keys, out);
     }
 
     /// The servers in the placement now (not ejected), for requests sent to every server.
-    pub fn live_servers(&self) -> &[usize] {
+    pub(crate) fn live_servers(&self) -> &[usize] {
         self.routing.servers()
     }
 
     /// How many servers the pool has, live or not.
-    pub fn servers(&self) -> usize {
+    pub(crate) fn servers(&self) -> usize {
         self.routing.total_servers()
     }
 }

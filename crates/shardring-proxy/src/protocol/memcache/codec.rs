@@ -68,7 +68,10 @@ impl RequestCodec {
 
     /// A codec whose value limit is the largest `item_size_max` any of `servers` reported, and
     /// `limits.max_value_len` (the ceiling) while any of them has not.
-    pub fn with_server_limits(limits: Limits, servers: Arc<[Arc<ServerFacts>]>) -> RequestCodec {
+    pub(crate) fn with_server_limits(
+        limits: Limits,
+        servers: Arc<[Arc<ServerFacts>]>,
+    ) -> RequestCodec {
         let mut codec = RequestCodec {
             limits,
             learned: Some(LearnedLimit {

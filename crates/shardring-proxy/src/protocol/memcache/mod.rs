@@ -30,17 +30,19 @@ mod request;
 mod response;
 mod route;
 mod tokens;
-mod warmup;
 
-pub use self::codec::*;
+pub use self::codec::{Decoded, RequestCodec};
 pub use self::parse::parse_request;
-pub use self::plan::{
-    Failover, Finish, Memcache, MemcacheSettings, ReplicatedWrite, VERSION_REPLY,
+pub(crate) use self::plan::Memcache;
+pub use self::plan::VERSION_REPLY;
+pub use self::request::{
+    Command, GetKind, Keys, Limits, MetaKind, Parsed, Request, RequestError, RequestErrorKind,
+    StatsRequest, MAX_KEY_LEN,
 };
-pub use self::remedies::hot_keys::{HotFill, HotInvalidate};
-pub use self::request::*;
-pub use self::response::*;
-pub use self::warmup::{CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
+pub use self::response::{
+    is_error_reply, item_size_max, parse_response, parse_response_from, parse_value_header,
+    status_code, ResponseError, ResponseKind, ValueBlocks, ValueHeader, MAX_REPLY_LEN,
+};
 
 #[cfg(test)]
 mod tests;

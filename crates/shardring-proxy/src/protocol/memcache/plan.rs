@@ -4,11 +4,17 @@
 //! Retrieval commands whose keys live on several servers are split into one request per server (keys in
 //! the client's order) and merged back in the client's order; `flush_all` goes to every live server.
 
+/// The warm-up's exchanges of several rounds (reserve, read the old copy, copy, then the command):
+/// planner code, as they build parts, rounds and finishes; the warm-up's rules they follow are the
+/// leaf `remedies::warmup`.
+pub(super) mod warmup;
+
 use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+use self::warmup::{CopyResult, WarmKeyed, WarmMulti, WarmOne};
 use super::codec::RequestCodec;
 use super::remedies::gutter;
 use super::remedies::hot_keys::{self, HotFill, HotInvalidate, HotRead};
@@ -18,7 +24,6 @@ use super::response::{
     is_error_reply, item_size_max, status_code, ResponseKind, ResponseScanner, ValueBlocks,
 };
 use super::route::{Placer, Route};
-use super::warmup::{self, CopyResult, WarmGet, WarmKeyed, WarmMulti, WarmOne};
 use crate::config::{GutterConfig, MemcacheConfig, PoolConfig};
 use crate::error::{BackendError, ProxyError};
 use crate::hot_keys::HotKeys;
@@ -38,7 +43,7 @@ pub const VERSION_REPLY: &[u8] = concat!("VERSION 1.6.0 ", name_version!(), "\r\
 /// The memcached text protocol for one version of a pool: its settings, and the state of its
 /// remedies (hot keys, replica lists, the gutter).
 #[derive(Debug)]
-pub struct Memcache {
+pub(crate) struct Memcache {
     /// The pool's memcached settings.
     settings: MemcacheSettings,
     /// What the pool's servers said of themselves, when the value limit is theirs
@@ -56,7 +61,7 @@ pub struct Memcache {
 
 /// What the memcached protocol reads of a pool's config, read in one place.
 #[derive(Debug, Clone)]
-pub struct MemcacheSettings {
+pub(super) struct MemcacheSettings {
     /// Key, value and line limits.
     limits: Limits,
     /// A multi-get fails whole when one of its servers fails (twemproxy's behaviour).
@@ -71,7 +76,7 @@ pub struct MemcacheSettings {
 
 impl MemcacheSettings {
     /// The memcached settings of `config`.
-    pub fn from_pool(config: &PoolConfig) -> MemcacheSettings {
+    pub(super) fn from_pool(config: &PoolConfig) -> MemcacheSettings {
         // Only a memcached pool is served by this protocol (`pool/mod.rs` picks it by the pool's
         // protocol); the defaults stand in rather than a panic.
         let defaults = MemcacheConfig::default();
@@ -88,7 +93,7 @@ impl MemcacheSettings {
 
 /// How a single server's reply becomes the client's answer.
 #[derive(Debug)]
-pub enum Finish {
+pub(crate) enum Finish {
     /// As it is.
     Plain,
     /// Hidden (the client sent `noreply`).
@@ -102,15 +107,13 @@ pub enum Finish {
     Fill(HotFill),
     /// A write of a hot key: invalidate the cache again, then finish as the inner finish says.
     Invalidate(HotInvalidate, Box<Finish>),
-    /// A warm-up `get` (sent as `mg`): its meta reply becomes a `get` answer.
-    Warm(WarmGet),
     /// A warm-up copy's reply: counted, then dropped.
     Copied(CopyResult),
 }
 
 /// What a fan-out merges.
 #[derive(Debug)]
-pub enum Merge {
+pub(crate) enum Merge {
     /// A split multi-get.
     Get(GetMerge),
     /// A write sent to every live replica of its key.
@@ -137,7 +140,7 @@ pub enum Merge {
 
 /// A write sent to several replicas: how their replies become one answer.
 #[derive(Debug)]
-pub struct ReplicatedWrite {
+pub(crate) struct ReplicatedWrite {
     /// How the chosen reply becomes the answer.
     finish: Finish,
     /// Where disagreements are counted.
@@ -171,7 +174,7 @@ fn invalidating(req: &Request, key: &Range<usize>, finish: Finish, ctx: &Placer<
 
 /// A one-key read of a replicated key, as an exchange: one replica per round.
 #[derive(Debug)]
-pub struct Failover {
+pub(crate) struct Failover {
     /// The replicas not tried yet, in order.
     rest: std::vec::IntoIter<usize>,
     /// The request.
@@ -262,7 +265,7 @@ fn done(answer: Answer) -> Phase<Memcache> {
 
 /// A split multi-get: the request, and which part holds each key.
 #[derive(Debug)]
-pub struct GetMerge {
+pub(crate) struct GetMerge {
     /// The client's request (its keys are ranges of its frame).
     request: Request,
     /// For each key in the client's order, the index of the part that asked for it; `None` when no
@@ -412,7 +415,6 @@ impl Protocol for Memcache {
                 inv.done();
                 Memcache::finish(*then, reply)
             }
-            (reply, Finish::Warm(w)) => w.finish(reply),
             (reply, Finish::Copied(c)) => {
                 c.finish(&reply);
                 Answer::Nothing

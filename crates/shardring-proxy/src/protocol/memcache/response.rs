@@ -290,7 +290,7 @@ pub fn is_error_reply(reply: &[u8]) -> bool {
 /// The memcached reply framer of one server connection: resumes a long multi-get reply where the last
 /// read left off.
 #[derive(Debug, Default)]
-pub struct ResponseScanner {
+pub(crate) struct ResponseScanner {
     /// How much of the front reply's `VALUE` blocks has been checked.
     resume: usize,
 }

@@ -9,7 +9,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// One client connection's state.
 #[derive(Debug)]
-pub struct ClientState {
+pub(crate) struct ClientState {
     /// The RESP version `HELLO` chose: RESP3 clients are served over RESP3 server connections.
     pub flavor: Flavor,
     /// The client authenticated (`AUTH` or `HELLO … AUTH`) against the pool's `redis_auth`.

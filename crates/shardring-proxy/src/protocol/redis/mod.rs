@@ -41,14 +41,12 @@ mod reply;
 mod request;
 mod settings;
 
-pub use client_state::ClientState;
-pub use plan::{Finish, RedisMerge, Resp, RespScanner};
 pub use reply::{elements, reply_len, Framed, ReplyError, ReplyFramer, ReplyLimits};
 pub use request::{
     Args, Decoded, Limits, Request, RequestCodec, RequestError, RequestErrorKind, RequestScanner,
     Scanned,
 };
-pub use settings::Redis;
+pub(crate) use settings::Redis;
 
 /// Which RESP version a connection speaks: `HELLO 3` switches a client to RESP3, and a RESP3 client is
 /// served over backend connections that said `HELLO 3` too, so replies keep the shape the client asked for

@@ -21,11 +21,11 @@ use crate::protocol::{
 
 /// Redis replies frame themselves: one kind for all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Resp;
+pub(crate) struct Resp;
 
 /// How a single server's reply becomes the client's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
+pub(crate) enum Finish {
     /// As it is; a failure becomes `-ERR <reason>`.
     Plain,
     /// An `MGET` of this many keys, all on one server: a failure becomes an error element per key, as
@@ -35,7 +35,7 @@ pub enum Finish {
 
 /// What a fan-out merges.
 #[derive(Debug)]
-pub enum RedisMerge {
+pub(crate) enum RedisMerge {
     /// A split `MGET`.
     Values {
         /// The request's number of keys.
@@ -55,7 +55,7 @@ pub enum RedisMerge {
 
 /// The reply framer of one server connection; resumes a long reply where the last read left off.
 #[derive(Debug, Default)]
-pub struct RespScanner(ReplyFramer);
+pub(crate) struct RespScanner(ReplyFramer);
 
 impl ReplyScanner for RespScanner {
     type Kind = Resp;

@@ -7,7 +7,7 @@ use super::request::Limits;
 
 /// The Redis protocol, with a pool's `redis_auth`, `redis_db` and limits.
 #[derive(Debug, Clone)]
-pub struct Redis {
+pub(crate) struct Redis {
     /// `redis_auth`: what clients must AUTH with, and what the proxy AUTHs its connections with.
     pub(crate) auth: Option<String>,
     /// `redis_db`: the database every server connection SELECTs.

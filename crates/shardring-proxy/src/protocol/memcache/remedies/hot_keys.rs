@@ -25,7 +25,7 @@ use crate::protocol::Answer;
 
 /// A `get` of a top key, sent to its server: its reply fills the cache.
 #[derive(Debug)]
-pub struct HotFill {
+pub(crate) struct HotFill {
     /// The pool's hot-key state.
     hot: Arc<HotKeys>,
     /// The key (a slice of the request's frame: no copy).
@@ -36,7 +36,7 @@ pub struct HotFill {
 
 /// A write of a hot key: its reply invalidates the cache again.
 #[derive(Debug)]
-pub struct HotInvalidate {
+pub(crate) struct HotInvalidate {
     /// The pool's hot-key state.
     hot: Arc<HotKeys>,
     /// The key (its routing bytes, copied).

@@ -11,7 +11,7 @@
 //!   commands, their replies read as a `get` answer.
 //!
 //! The warm-up's exchanges of several rounds (reserve, read the old copy, copy, then the command) are
-//! written beside the planner (`warmup.rs`), which builds their parts and finishes.
+//! written inside the planner (`plan/warmup.rs`), which builds their parts and finishes.
 
 pub(super) mod gutter;
 pub(super) mod hot_keys;

@@ -47,20 +47,20 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::plan::{Finish, Memcache, Merge};
-use super::remedies::warmup::{
+use super::{Finish, Memcache, Merge};
+use crate::metrics::PoolStats;
+use crate::protocol::memcache::remedies::warmup::{
     as_get_answer, copy_ttl, deleted, moved_path, value_block, MetaKey, MovedPath, RESERVATION_TTL,
 };
-use super::request::{Command, GetKind, Request};
-use super::response::ResponseKind;
-use super::response::{MetaReply, ValueBlocks};
-use super::route::{Placer, Route};
-use crate::metrics::PoolStats;
+use crate::protocol::memcache::request::{Command, GetKind, Request};
+use crate::protocol::memcache::response::ResponseKind;
+use crate::protocol::memcache::response::{MetaReply, ValueBlocks};
+use crate::protocol::memcache::route::{Placer, Route};
 use crate::protocol::{Answer, Part, PartReply, Phase, Placement, Protocol, Reply, Round, Step};
 
 /// A warm-up `get`: the key, to turn meta replies back into `VALUE` replies and to copy.
 #[derive(Debug)]
-pub struct WarmGet {
+pub(crate) struct WarmGet {
     /// The key.
     key: Bytes,
     /// Where fallbacks, recoveries and copies are counted.
@@ -69,7 +69,7 @@ pub struct WarmGet {
 
 /// A copy's reply, counted when it was refused.
 #[derive(Debug)]
-pub struct CopyResult {
+pub(crate) struct CopyResult {
     /// Where refusals are counted.
     stats: Arc<PoolStats>,
 }
@@ -125,7 +125,7 @@ pub(super) fn read(req: &Request, route: &Route, ctx: &Placer<'_>) -> Option<Ste
 /// previous server's value after a miss; the copy (or the release) follows the answer, not waited
 /// for.
 #[derive(Debug)]
-pub struct WarmOne {
+pub(crate) struct WarmOne {
     /// The key, and how meta replies become the `get` answer.
     get: WarmGet,
     /// The key's server now.
@@ -288,7 +288,7 @@ enum Then {
 /// copy first, then apply, so the command sees the old servers' values (a multi-round
 /// [`Step::Exchange`] answered through [`Protocol::advance`]).
 #[derive(Debug)]
-pub struct WarmKeyed {
+pub(crate) struct WarmKeyed {
     /// The moved keys.
     moved: Vec<Moved>,
     /// The command, as it would be sent without a warm-up.
@@ -324,7 +324,7 @@ pub(super) fn keyed(
     }
     let command = match moved.ttl_cap {
         None => req.to_forward(),
-        Some(cap) => super::remedies::gutter::cap_ttl(&req.to_forward(), cap),
+        Some(cap) => crate::protocol::memcache::remedies::gutter::cap_ttl(&req.to_forward(), cap),
     };
     let kind = req.command.response_kind();
     let (parts, stage) = match path {
@@ -343,7 +343,7 @@ pub(super) fn keyed(
         Merge::WarmKeyed(WarmKeyed {
             moved: vec![moved],
             then,
-            writes: super::remedies::replicas::is_write(&req.command),
+            writes: crate::protocol::memcache::remedies::replicas::is_write(&req.command),
             stage,
             stats: Arc::clone(ctx.stats),
         }),
@@ -451,9 +451,11 @@ impl Moved {
             .and_then(|t| t.parse().ok())
             .unwrap_or(-1);
         let ttl = match self.ttl_cap {
-            Some(cap) => {
-                super::remedies::gutter::capped(copy_ttl(t), cap, crate::metrics::unix_time())
-            }
+            Some(cap) => crate::protocol::memcache::remedies::gutter::capped(
+                copy_ttl(t),
+                cap,
+                crate::metrics::unix_time(),
+            ),
             None => copy_ttl(t),
         };
         let flags = format!(
@@ -494,7 +496,9 @@ impl WarmKeyed {
                     Some(PartReply {
                         reply: Ok(b),
                         server,
-                    }) if !deleted(&b) && !super::response::is_error_reply(&b) => {
+                    }) if !deleted(&b)
+                        && !crate::protocol::memcache::response::is_error_reply(&b) =>
+                    {
                         let reply = match old {
                             Some(Ok(o)) if deleted(&o) => Ok(o),
                             _ => Ok(b),
@@ -525,7 +529,7 @@ impl WarmKeyed {
                 .and_then(|x| x.flag(b'c'))
                 .map(Bytes::copy_from_slice);
             let failed = match &r.reply {
-                Ok(b) => super::response::is_error_reply(b),
+                Ok(b) => crate::protocol::memcache::response::is_error_reply(b),
                 Err(_) => true,
             };
             if m.cas.is_some() {
@@ -765,7 +769,7 @@ enum Slot {
 /// previous servers for the moved keys that missed (one `mg` per key, pipelined per server), then the
 /// copies, as for a one-key `get`.
 #[derive(Debug)]
-pub struct WarmMulti {
+pub(crate) struct WarmMulti {
     /// The client's request (its keys are ranges of its frame).
     request: Request,
     /// Where each key (client order) is read.
@@ -985,9 +989,10 @@ mod tests {
     use crate::protocol::memcache::MetaKind;
 
     fn request(line: &[u8]) -> Request {
-        let parsed = super::super::parse_request(line, &crate::config::Limits::default())
-            .unwrap()
-            .unwrap();
+        let parsed =
+            crate::protocol::memcache::parse_request(line, &crate::config::Limits::default())
+                .unwrap()
+                .unwrap();
         Request {
             frame: Bytes::copy_from_slice(line),
             command: parsed.command,
