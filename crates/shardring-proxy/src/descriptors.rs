@@ -107,9 +107,7 @@ pub fn needed(pools: &[PoolConfig], workers: usize, stats_listeners: usize) -> D
         let servers = servers as u64;
         let lanes = if p.is_redis() { 2 } else { 1 };
         let per_server = u64::from(p.server_connections.max(1)) * lanes * workers;
-        need.clients = need
-            .clients
-            .saturating_add(crate::server::client_cap(p) as u64);
+        need.clients = need.clients.saturating_add(p.client_cap() as u64);
         need.servers = need
             .servers
             .saturating_add(servers.saturating_mul(per_server))

@@ -19,7 +19,6 @@ use crate::error::ProxyError;
 use crate::metrics::PoolView;
 use crate::net::{self, Listener};
 use crate::pool::{build_pool, ServedPool};
-use crate::server::client_cap;
 use crate::workers::Workers;
 
 /// The proxy: every pool of a config, each with its servers and health task.
@@ -112,7 +111,7 @@ impl Proxy {
         let stop = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
         for (pool, listeners) in self.pools.iter().zip(per_worker) {
-            let admission = Arc::new(Admission::new(handles.len(), client_cap(&pool.config())));
+            let admission = Arc::new(Admission::new(handles.len(), pool.config().client_cap()));
             for (worker, (listener, handle)) in listeners.into_iter().zip(handles).enumerate() {
                 let serving =
                     Arc::clone(pool).serve(listener, worker, Arc::clone(&admission), stop.clone());

@@ -14,20 +14,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admission::Admission;
-use crate::config::{PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 use crate::drain::Drain;
 use crate::net::Listener;
-use crate::pool::Pool;
+use crate::pool::current::Pool;
 use crate::protocol::Protocol;
 use crate::session::serve_client;
-
-/// The most clients a pool serves at once, over all its workers (`client_connections`).
-pub(crate) fn client_cap(config: &PoolConfig) -> usize {
-    match config.client_connections {
-        0 => DEFAULT_CLIENT_CONNECTIONS as usize,
-        n => n as usize,
-    }
-}
 
 /// Serves `pool`'s clients from `listener` on worker `worker` (the thread this runs on), taking a
 /// client when `admission` (shared by the pool's workers) says so, until `shutdown` completes; then

@@ -21,7 +21,8 @@ use crate::backend::{Backend, ConnectionRoute, ReplyQueue, ReplyTo};
 use crate::drain::Drain;
 use crate::error::BackendError;
 use crate::net::ClientStream;
-use crate::pool::{Pool, PoolVersion};
+use crate::pool::current::Pool;
+use crate::pool::version::PoolVersion;
 use crate::protocol::{
     Answer, FollowUp, Incoming, PartReply, Phase, Placement, PlanContext, PreviousRouting,
     Protocol, RequestDecoder, Round, Step,

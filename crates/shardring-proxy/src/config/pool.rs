@@ -130,6 +130,15 @@ impl PlacementSpec<'_> {
 pub const DEFAULT_CLIENT_CONNECTIONS: u32 = 16_384;
 
 impl PoolConfig {
+    /// The most clients the pool serves at once, over all its workers: `client_connections`, or
+    /// [`DEFAULT_CLIENT_CONNECTIONS`] when it is 0.
+    pub fn client_cap(&self) -> usize {
+        match self.client_connections {
+            0 => DEFAULT_CLIENT_CONNECTIONS as usize,
+            n => n as usize,
+        }
+    }
+
     /// A pool with twemproxy's defaults listening on `listen` (`host:port`, or `/path [mode]`), serving
     /// `servers` (`host:port:weight [name]` strings). Unlike in a file, port 0 is accepted: the system
     /// picks a free port (tests use it).

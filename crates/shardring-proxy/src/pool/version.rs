@@ -5,17 +5,18 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use crate::backend::health::{probe, ProbeFailure};
 use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
 use crate::config::{PoolConfig, VALUE_LEN_CEILING};
 use crate::descriptors::During;
 use crate::error::ProxyError;
-use crate::metrics::ServerStats;
+use crate::hot_keys::HotKeys;
+use crate::metrics::{PoolStats, ServerStats};
 use crate::protocol::{PoolState, Protocol};
 use crate::router::{build_placement, Router};
-
-use super::PoolShared;
 
 /// The probe timeout when the pool has no `timeout`.
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -213,4 +214,25 @@ impl<P: Protocol> PoolVersion<P> {
         });
         futures_util::future::join_all(probes).await;
     }
+}
+
+/// What a pool keeps across reloads: its tallies, the wake-up for its health task, and the workers its
+/// servers' connections run on.
+#[derive(Debug)]
+pub(crate) struct PoolShared<P: Protocol> {
+    /// Each worker's runtime, by worker index ([`crate::workers`]): every server has connections on
+    /// each, so a client's requests stay on its worker's thread.
+    pub workers: Vec<tokio::runtime::Handle>,
+    /// Clients accepted by each worker, by worker index: how the shared listener spreads them.
+    pub accepted: Vec<crate::metrics::Counter>,
+    /// The pool's client-side tallies.
+    pub stats: Arc<PoolStats>,
+    /// Woken on ejection or rejoin.
+    pub changed: Arc<Notify>,
+    /// When the pool started, for `stats`' uptime.
+    pub started: std::time::Instant,
+    /// Hot-key detection and cache, when on (settings read at start).
+    pub hot: Option<Arc<HotKeys>>,
+    /// The previous ring of the last warm-up window, weakly (to tell when it is freed).
+    pub warm_previous: Mutex<std::sync::Weak<PoolVersion<P>>>,
 }
