@@ -32,9 +32,9 @@
 //!
 //! One meaning per name:
 //! - a *pool* is one `pools:` entry served: its settings are [`config::PoolConfig`] (`config/pool.rs`); at run
-//!   time it is a `Pool` of one protocol (`pool/mod.rs`), whose current `PoolVersion` (the servers,
+//!   time it is a `Pool` of one protocol (`pool/current.rs`), whose current `PoolVersion` (the servers,
 //!   protocol value and router built from one version of its config, `pool/version.rs`) a reload
-//!   replaces whole; `ServedPool` is a pool of any protocol, as [`Proxy`] holds it;
+//!   replaces whole; `ServedPool` is a pool of any protocol, as [`Proxy`] holds it (`pool/mod.rs`);
 //! - a server's *connections* (`backend/connections.rs`: `Backend`) are its pipelined connections on
 //!   each worker; a `ConnectionRoute` picks the one a client's request takes;
 //! - a *session* (`session.rs`) is one client connection's task; a protocol's `ClientState` is what
