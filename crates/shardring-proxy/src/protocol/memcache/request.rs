@@ -365,3 +365,18 @@ pub(super) fn decode_base64_key<'a>(
         .ok()?;
     (len > 0).then(|| &out[..len])
 }
+
+#[cfg(test)]
+impl Request {
+    /// The request `line` (a whole frame) parses to under the default limits, for unit tests.
+    pub(crate) fn from_line(line: &[u8]) -> Request {
+        let parsed = super::parse::parse_request(line, &Limits::default())
+            .expect("a request that parses")
+            .expect("a whole request");
+        Request {
+            frame: Bytes::copy_from_slice(line),
+            command: parsed.command,
+            strip: parsed.strip,
+        }
+    }
+}

@@ -988,21 +988,9 @@ mod tests {
     use super::*;
     use crate::protocol::memcache::MetaKind;
 
-    fn request(line: &[u8]) -> Request {
-        let parsed =
-            crate::protocol::memcache::parse_request(line, &crate::config::Limits::default())
-                .unwrap()
-                .unwrap();
-        Request {
-            frame: Bytes::copy_from_slice(line),
-            command: parsed.command,
-            strip: parsed.strip,
-        }
-    }
-
     /// An exchange of `command` (one key `k`, new server 4, previous server 1) at its start.
     fn exchange(command: &[u8], finish: Finish, stage: Stage) -> WarmKeyed {
-        let req = request(command);
+        let req = Request::from_line(command);
         let writes = crate::protocol::memcache::remedies::replicas::is_write(&req.command);
         WarmKeyed {
             moved: vec![Moved {

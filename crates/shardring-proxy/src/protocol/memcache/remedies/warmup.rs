@@ -164,18 +164,6 @@ pub(in crate::protocol::memcache) fn value_block(key: &[u8], m: &MetaReply<'_>) 
 mod tests {
     use super::*;
 
-    fn request(line: &[u8]) -> Request {
-        let parsed =
-            crate::protocol::memcache::parse_request(line, &crate::config::Limits::default())
-                .unwrap()
-                .unwrap();
-        Request {
-            frame: Bytes::copy_from_slice(line),
-            command: parsed.command,
-            strip: parsed.strip,
-        }
-    }
-
     #[test]
     fn meta_replies_become_get_answers() {
         let a = as_get_answer(b"k", &Bytes::from_static(b"VA 3 f7 t100 c4\r\nabc\r\n"));
@@ -216,7 +204,7 @@ mod tests {
             (b"ma k\r\n", "copy"),
             (b"me k\r\n", "copy"),
         ] {
-            let got = match moved_path(&request(line)) {
+            let got = match moved_path(&Request::from_line(line)) {
                 MovedPath::Overwrite => "overwrite",
                 MovedPath::DeleteBoth => "both",
                 MovedPath::CopyFirst => "copy",
