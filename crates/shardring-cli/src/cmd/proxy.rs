@@ -45,7 +45,7 @@ pub struct Args {
     /// The largest value a client may store, for every pool (memcached's `-I`): bytes, or with a
     /// `k`, `m` or `g` suffix. Larger ones get `SERVER_ERROR object too large for cache`. By
     /// default, a memcached pool asks each server its `item_size_max` (`stats settings`) and takes the
-    /// largest, so it refuses no value its servers would store (up to 1g until a server has said);
+    /// largest, so it refuses no value its servers would store (up to 1g until every server has said);
     /// this flag overrides that. In redis pools, the longest argument (Redis's
     /// `proto-max-bulk-len`): a longer one gets a protocol error and the connection is closed before
     /// it is buffered. [default: the servers' own for memcached pools, 512m for redis pools]
