@@ -80,10 +80,7 @@ impl Etcd {
 
     /// Kills the server (SIGKILL), keeping its data.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        crate::stop(&mut self.child);
     }
 
     /// Starts the server again on the same ports and data, and waits until it answers.

@@ -80,6 +80,14 @@ fn child_listening(child: &mut Child, addr: &str) -> bool {
     true
 }
 
+/// Kills and reaps `child`, if it still runs (a server a test stopped, or one being dropped).
+fn stop(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
 /// For a program that could not be spawned: says the test is skipped on a developer's machine, and
 /// panics in CI, where `.ci/run` installs every server the tests use.
 fn skip_missing(program: &str, err: &std::io::Error) {

@@ -100,10 +100,7 @@ impl Memcached {
 
     /// Kills the server (the port is kept for a restart).
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        crate::stop(&mut self.child);
     }
 
     /// The server as a twemproxy config names it: `addr:1` (weight 1).

@@ -70,10 +70,7 @@ impl RedisServer {
 
     /// Kills the server (its data is gone: nothing is saved).
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        crate::stop(&mut self.child);
     }
 
     /// Kills the server and starts it again, empty, on its port with its arguments.

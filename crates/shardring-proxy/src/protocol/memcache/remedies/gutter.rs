@@ -9,8 +9,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-/// memcached's bound between relative TTLs and absolute Unix times.
-const THIRTY_DAYS: i64 = 30 * 24 * 3600;
+use super::THIRTY_DAYS;
 
 /// The TTL a value stored in the gutter gets, in seconds from now (negative: expired at once).
 pub(in crate::protocol::memcache) fn capped(ttl: i64, cap: u32, now: u64) -> i64 {

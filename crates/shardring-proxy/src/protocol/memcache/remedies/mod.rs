@@ -13,6 +13,10 @@
 //! The warm-up's exchanges of several rounds (reserve, read the old copy, copy, then the command) are
 //! written inside the planner (`plan/warmup.rs`), which builds their parts and finishes.
 
+/// memcached's bound between relative TTLs and absolute Unix times: an exptime above it is a Unix
+/// time. Both the gutter's cap and the warm-up's copy read and write TTLs by this rule.
+pub(in crate::protocol::memcache) const THIRTY_DAYS: i64 = 30 * 24 * 3600;
+
 pub(super) mod gutter;
 pub(super) mod hot_keys;
 pub(super) mod replicas;

@@ -11,8 +11,7 @@ use crate::protocol::Answer;
 /// How long the reservation of step 1 lives, in seconds.
 pub(in crate::protocol::memcache) const RESERVATION_TTL: u32 = 2;
 
-/// memcached's bound between relative TTLs and absolute Unix times.
-pub(in crate::protocol::memcache) const THIRTY_DAYS: i64 = 30 * 24 * 3600;
+use super::THIRTY_DAYS;
 
 /// How a one-key command of a moved key is sent during a warm-up window.
 pub(in crate::protocol::memcache) enum MovedPath {
