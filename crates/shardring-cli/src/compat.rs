@@ -39,6 +39,123 @@ pub struct CompatArgs {
     /// Java's TreeMap.put and Go's map do; the default) or first.
     #[arg(long, value_name = "RULE", requires = "template")]
     pub ties: Option<String>,
+    /// With --compat template: where a key whose hash is past the last point goes: first-point (the
+    /// owner of the first point, round the circle: Dubbo's ConsistentHashLoadBalance, `firstEntry()`;
+    /// the default) or first-listed (the first node of --nodes, whatever its points: the rings whose
+    /// `selectNode` falls back to `nodes[0]` / `nodes.getFirst()` when `ceilingEntry` finds nothing,
+    /// as the background's Java ring does).
+    #[arg(long, value_name = "RULE", requires = "template")]
+    pub past_last: Option<String>,
+}
+
+/// `--past-last`: who owns the arc past a ring's last point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PastLast {
+    /// The first point's owner (the circle closes).
+    FirstPoint,
+    /// The first node of the input list.
+    FirstListed,
+}
+
+impl PastLast {
+    fn parse(text: &str) -> Result<PastLast> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "first-point" => Ok(PastLast::FirstPoint),
+            "first-listed" => Ok(PastLast::FirstListed),
+            _ => bail!("--past-last {text:?}: expected first-point or first-listed"),
+        }
+    }
+}
+
+/// A ring whose keys past the last point go to the first-listed node instead of round the circle
+/// (`--past-last first-listed`). Every other key is the ring's.
+#[derive(Debug, Clone)]
+struct FirstListed {
+    ring: Ring,
+    /// The node names in list order (the first one present is the first-listed).
+    order: Vec<String>,
+    /// The first-listed node's index in the ring's nodes.
+    first: usize,
+    /// The ring's last point: keys at positions above it are past it.
+    last_point: u32,
+}
+
+impl FirstListed {
+    fn new(ring: Ring, order: Vec<String>) -> FirstListed {
+        let mut placed = FirstListed {
+            ring,
+            order,
+            first: 0,
+            last_point: u32::MAX,
+        };
+        placed.refresh();
+        placed
+    }
+
+    /// After a change: where the first-listed node is now, and the last point.
+    fn refresh(&mut self) {
+        let nodes = self.ring.nodes();
+        self.first = self
+            .order
+            .iter()
+            .find_map(|name| nodes.iter().position(|n| n.name() == name))
+            .unwrap_or(0);
+        self.last_point = self.ring.points().map(|(p, _)| p).max().unwrap_or(u32::MAX);
+    }
+
+    fn past_last(&self, key: &[u8]) -> bool {
+        !self.ring.is_empty() && self.ring.key_position(key) > self.last_point
+    }
+}
+
+impl Placement for FirstListed {
+    fn algorithm(&self) -> &'static str {
+        "ring"
+    }
+
+    fn nodes(&self) -> &[Node] {
+        self.ring.nodes()
+    }
+
+    fn locate(&self, key: &[u8]) -> Option<usize> {
+        if self.past_last(key) {
+            Some(self.first)
+        } else {
+            self.ring.lookup_index(key)
+        }
+    }
+
+    fn replicas_into(&self, key: &[u8], count: usize, out: &mut Vec<usize>) {
+        self.ring.replicas_into(key, count, out);
+        if self.past_last(key) && out.first() != Some(&self.first) {
+            out.retain(|&i| i != self.first);
+            out.insert(0, self.first);
+            out.truncate(count);
+        }
+    }
+
+    fn add(&mut self, node: Node) -> Result<(), shardring::Error> {
+        let name = node.name().to_owned();
+        self.ring.add_node(node)?;
+        self.order.push(name);
+        self.refresh();
+        Ok(())
+    }
+
+    fn remove(&mut self, name: &str) -> Result<Node, shardring::Error> {
+        let node = self.ring.remove(name)?;
+        self.order.retain(|n| n != name);
+        self.refresh();
+        Ok(node)
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.ring.memory_bytes()
+    }
+
+    fn clone_box(&self) -> Box<dyn Placement> {
+        Box::new(self.clone())
+    }
 }
 
 /// The placement of one pool of a twemproxy configuration file.
@@ -92,7 +209,23 @@ pub fn from_args(
     hash: Option<&str>,
     vnodes: Option<u32>,
 ) -> Result<Box<dyn Placement>> {
-    Ok(Box::new(ring_from_args(args, nodes, hash, vnodes)?))
+    let rule = args.past_last.as_deref().map(PastLast::parse).transpose()?;
+    let ring = ring_from_args(
+        &CompatArgs {
+            past_last: None,
+            ..args.clone()
+        },
+        nodes,
+        hash,
+        vnodes,
+    )?;
+    match rule {
+        Some(PastLast::FirstListed) => Ok(Box::new(FirstListed::new(
+            ring,
+            nodes.iter().map(|n| n.name().to_owned()).collect(),
+        ))),
+        _ => Ok(Box::new(ring)),
+    }
 }
 
 /// As [`from_args`], as the ring itself.
@@ -109,7 +242,13 @@ pub fn ring_from_args(
     if args.template.is_some() {
         bail!("--template describes a ring of --compat template, not of --compat {mode}");
     }
+    if args.past_last.is_some() {
+        bail!("--past-last is a rule of shardring lookup's --compat template rings");
+    }
     let mode: CompatMode = mode.parse()?;
+    if mode.to_string().starts_with("spymemcached") {
+        warn_unresolved_hosts(nodes);
+    }
     let list: Vec<(&str, f64)> = nodes.iter().map(|n| (n.name(), n.weight())).collect();
     mode.build_with_vnodes(&list, hash, vnodes)
         .with_context(|| format!("--compat {mode}"))
@@ -123,6 +262,31 @@ pub fn ring_from_nodes(mode: &str, nodes: &[Node], hash: Option<&str>) -> Result
         ..CompatArgs::default()
     };
     ring_from_args(&args, nodes, hash, None)
+}
+
+/// spymemcached places a node by the text Java prints for its `InetSocketAddress`, which for a host
+/// name depends on the JDK and on whether the name was resolved; a node written `cache-a:11211` is
+/// placed as JDKs before 14 print an unresolved address. Each such node is named on stderr with the
+/// forms to use instead.
+fn warn_unresolved_hosts(nodes: &[Node]) {
+    for node in nodes {
+        let text = node.name();
+        if text.contains('/') {
+            continue;
+        }
+        let host = text.rsplit_once(':').map_or(text, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.parse::<std::net::IpAddr>().is_ok() {
+            continue;
+        }
+        let port = text.rsplit_once(':').map_or("11211", |(_, p)| p);
+        eprintln!(
+            "shardring: spymemcached node {text:?} has a host name and no '/': it is placed as JDKs \
+             before 14 print an unresolved address ({text}); JDK 14 and later print \
+             {host}/<unresolved>:{port}, and {host}/10.0.0.1:{port} once resolved: give the node as \
+             your clients' JVM prints it"
+        );
+    }
 }
 
 fn template_ring(

@@ -5,17 +5,19 @@
 
 mod cmd;
 mod compat;
+mod daemon;
+mod logging;
 mod nodes;
 mod plot;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Consistent hashing for cache clusters: measure spread and key movement, look keys up, inspect rings.
 #[derive(Debug, Parser)]
-#[command(name = "shardring", version, about, long_about = None)]
+#[command(name = "shardring", version, about, long_about = None, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,6 +37,9 @@ enum Command {
     Proxy(cmd::proxy::Args),
     /// A pool's servers in etcd: publish a YAML pool, list, add, remove, re-weight, watch.
     Members(cmd::members::Args),
+    /// Write the man pages and shell completions (for packaging).
+    #[command(hide = true)]
+    GenerateDocs(cmd::generate_docs::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +51,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Proxy(args) => cmd::proxy::run(args),
         Command::Members(args) => cmd::members::run(args),
+        Command::GenerateDocs(args) => cmd::generate_docs::run(args, Cli::command()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -17,6 +17,24 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
+/// `--plot`'s file: its name must end in `.svg`, since SVG is what is written (SVG bytes in a
+/// `x.png` would open as a broken image); refused at parsing, before a long analysis.
+pub fn svg_path(text: &str) -> Result<std::path::PathBuf, String> {
+    let path = std::path::PathBuf::from(text);
+    let is_svg = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    if is_svg {
+        Ok(path)
+    } else {
+        Err(format!(
+            "--plot writes SVG, so the name must end in .svg, not {:?} (for a PNG, convert the \
+             SVG: rsvg-convert -o plot.png plot.svg)",
+            path.extension().unwrap_or_default()
+        ))
+    }
+}
+
 /// Draws the load of each node (keys / expected keys) for every report, with the mean at 1.0.
 pub fn loads(path: &Path, reports: &[Report]) -> Result<()> {
     draw(path, reports)

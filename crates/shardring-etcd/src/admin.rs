@@ -23,7 +23,7 @@ fn failed(source: &EtcdSource, what: String, e: etcd_client::Error) -> EtcdError
     EtcdError::Request {
         endpoints: source.endpoints().to_vec(),
         what,
-        source: e,
+        source: e.into(),
     }
 }
 
@@ -127,6 +127,35 @@ pub async fn remove_member(source: &EtcdSource, name: &str) -> Result<i64, EtcdE
         return Err(EtcdError::Refused(format!("no server {name:?} at {key}")));
     }
     Ok(r.header().map_or(0, |h| h.revision()))
+}
+
+/// The names of the pools that have at least one server key under `source`'s prefix, sorted: for
+/// telling a pool that does not exist from an empty one, and naming the ones that do.
+///
+/// # Errors
+/// [`EtcdError`] when etcd cannot be reached.
+pub async fn pools(source: &EtcdSource) -> Result<Vec<String>, EtcdError> {
+    let mut client = source.connect().await?;
+    let prefix = source.prefix();
+    let all = client
+        .get(
+            prefix.as_str(),
+            Some(GetOptions::new().with_prefix().with_keys_only()),
+        )
+        .await
+        .map_err(|e| failed(source, format!("range {prefix}"), e))?;
+    let mut names: Vec<String> = all
+        .kvs()
+        .iter()
+        .filter_map(|kv| {
+            let key = String::from_utf8_lossy(kv.key());
+            let rest = key.strip_prefix(prefix.as_str())?;
+            let (pool, tail) = rest.split_once('/')?;
+            tail.starts_with("servers/").then(|| pool.to_owned())
+        })
+        .collect();
+    names.dedup();
+    Ok(names)
 }
 
 /// The pool as it is now (members, malformed keys, revision).

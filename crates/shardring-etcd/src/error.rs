@@ -13,7 +13,7 @@ pub enum EtcdError {
         endpoints: Vec<String>,
         /// What the client said.
         #[source]
-        source: etcd_client::Error,
+        source: ClientError,
     },
     /// A request to etcd failed (unreachable, refused, reset, an error status).
     #[error("etcd at {endpoints:?}: {what} failed")]
@@ -24,7 +24,7 @@ pub enum EtcdError {
         what: String,
         /// What the client said.
         #[source]
-        source: etcd_client::Error,
+        source: ClientError,
     },
     /// A request to etcd got no answer in time (nothing listening that answers gRPC, a partition).
     #[error("etcd at {endpoints:?}: {what} got no answer within {timeout:?}")]
@@ -70,4 +70,73 @@ pub struct MalformedValue {
     pub value: String,
     /// What is wrong.
     pub reason: String,
+}
+
+/// What the etcd client said, in words: its own message, then each underlying cause once
+/// (`tcp connect error: Connection refused (os error 111)`), where the client's own `Display` shows
+/// a gRPC status with the `Debug` form of its transport error inside. The client's error is kept
+/// ([`ClientError::inner`]) for code that matches on it.
+#[derive(Debug)]
+pub struct ClientError(etcd_client::Error);
+
+impl ClientError {
+    /// The etcd client's error.
+    pub fn inner(&self) -> &etcd_client::Error {
+        &self.0
+    }
+}
+
+impl From<etcd_client::Error> for ClientError {
+    fn from(e: etcd_client::Error) -> ClientError {
+        ClientError(e)
+    }
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = match &self.0 {
+            etcd_client::Error::GRpcStatus(status) => {
+                let message = status.message();
+                parts.push(if message.is_empty() {
+                    status.code().description().to_owned()
+                } else {
+                    message.to_owned()
+                });
+                std::error::Error::source(status)
+            }
+            etcd_client::Error::TransportError(e) => {
+                parts.push(e.to_string());
+                std::error::Error::source(e)
+            }
+            other => {
+                parts.push(other.to_string());
+                None
+            }
+        };
+        while let Some(c) = cause {
+            let text = c.to_string();
+            // tonic's wrapper says only "transport error"; a message already given is not repeated.
+            if text != "transport error" && !parts.iter().any(|p| p == &text) {
+                parts.push(text);
+            }
+            cause = c.source();
+        }
+        f.write_str(&parts.join(": "))
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// `error` and each of its causes, joined by `: ` (what `anyhow`'s `{:#}` prints): for log lines,
+/// where an error's `Display` alone leaves its cause out.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }

@@ -7,7 +7,8 @@
 //! <prefix><pool>/servers/<name>  =  host:port[:weight]
 //! ```
 //!
-//! - `<prefix>` is `/shardring/` unless told otherwise ([`DEFAULT_PREFIX`]).
+//! - `<prefix>` is `/shardring/` unless told otherwise ([`DEFAULT_PREFIX`]); a prefix given without a
+//!   trailing `/` gets one ([`normalise_prefix`]): `/cache` means `/cache/`, never `/cachealpha/…`.
 //! - `<name>` is the server's name from the YAML file, or `host:port` for a server without one. A
 //!   member whose name equals its address is an *unnamed* server and is placed exactly as nutcracker
 //!   places an unnamed server (port 11211 left out of its points; see
@@ -37,11 +38,20 @@ pub struct PoolKeys {
     servers: String,
 }
 
+/// `prefix` with a trailing `/` (added when missing), so that a pool's name never runs into it.
+pub fn normalise_prefix(prefix: &str) -> String {
+    if prefix.ends_with('/') {
+        prefix.to_owned()
+    } else {
+        format!("{prefix}/")
+    }
+}
+
 impl PoolKeys {
-    /// The keys of `pool` under `prefix` (e.g. [`DEFAULT_PREFIX`]).
+    /// The keys of `pool` under `prefix` (e.g. [`DEFAULT_PREFIX`]; [`normalise_prefix`]d).
     pub fn new(prefix: &str, pool: &str) -> PoolKeys {
         PoolKeys {
-            servers: format!("{prefix}{pool}/servers/"),
+            servers: format!("{}{pool}/servers/", normalise_prefix(prefix)),
         }
     }
 
@@ -203,6 +213,13 @@ mod tests {
     fn keys_name_their_servers() {
         let keys = PoolKeys::new(DEFAULT_PREFIX, "alpha");
         assert_eq!(keys.servers_prefix(), "/shardring/alpha/servers/");
+        for without_slash in ["/shardring", "none"] {
+            let keys = PoolKeys::new(without_slash, "alpha");
+            assert_eq!(
+                keys.servers_prefix(),
+                format!("{without_slash}/alpha/servers/")
+            );
+        }
         assert_eq!(
             keys.server_key("cache-a"),
             "/shardring/alpha/servers/cache-a"

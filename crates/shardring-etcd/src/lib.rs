@@ -47,6 +47,6 @@ mod follow;
 pub mod layout;
 pub mod source;
 
-pub use crate::error::{EtcdError, MalformedValue};
+pub use crate::error::{error_chain, ClientError, EtcdError, MalformedValue};
 pub use crate::follow::{follow, twemproxy_ketama, twemproxy_servers, FollowStats};
 pub use crate::source::{EtcdSource, EtcdSourceBuilder, PoolRead, Update};

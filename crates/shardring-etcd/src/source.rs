@@ -30,6 +30,8 @@
 //!   ([`Follower::allow_empty`](shardring::membership::Follower::allow_empty)).
 
 use std::collections::BTreeMap;
+// Relaxed: the flag only decides whether a log line is written, by this one task.
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions, WatchStream};
@@ -243,6 +245,16 @@ impl EtcdSource {
         &self.keys
     }
 
+    /// The key prefix pools live under ([normalised](crate::layout::normalise_prefix)).
+    pub fn prefix(&self) -> String {
+        crate::layout::normalise_prefix(&self.settings.prefix)
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &str {
+        &self.settings.pool
+    }
+
     /// The endpoints.
     pub fn endpoints(&self) -> &[String] {
         &self.settings.endpoints
@@ -263,7 +275,7 @@ impl EtcdSource {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(source)) => Err(EtcdError::Endpoints {
                 endpoints: s.endpoints.clone(),
-                source,
+                source: source.into(),
             }),
             Err(_) => Err(self.timeout("connect")),
         }
@@ -325,7 +337,7 @@ impl EtcdSource {
         EtcdError::Request {
             endpoints: self.settings.endpoints.clone(),
             what,
-            source,
+            source: source.into(),
         }
     }
 
@@ -336,7 +348,19 @@ impl EtcdSource {
     pub async fn watch(&self, mut sink: impl FnMut(Update), stop: CancellationToken) {
         let mut state: Option<State> = None;
         let mut backoff = self.settings.retry_min;
+        // Whether the last session failed: the next one that gets an answer says etcd is back.
+        let lost = std::sync::atomic::AtomicBool::new(false);
         loop {
+            let mut sink = |update: Update| {
+                if matches!(update, Update::Snapshot(_)) && lost.swap(false, Ordering::Relaxed) {
+                    tracing::info!(
+                        endpoints = ?self.settings.endpoints,
+                        prefix = %self.keys.servers_prefix(),
+                        "etcd membership source reachable again; following the pool"
+                    );
+                }
+                sink(update)
+            };
             match self
                 .session(&mut state, &mut sink, &stop, &mut backoff)
                 .await
@@ -351,7 +375,13 @@ impl EtcdSource {
                     sink(Update::Resync { compacted });
                 }
                 SessionEnd::Failed(error) => {
-                    tracing::warn!(error = %error, retry_in = ?backoff, "etcd membership source lost; keeping the current servers");
+                    tracing::warn!(
+                        prefix = %self.keys.servers_prefix(),
+                        error = %crate::error::error_chain(&error),
+                        retry_in = ?backoff,
+                        "etcd membership source lost; keeping the current servers"
+                    );
+                    lost.store(true, Ordering::Relaxed);
                     sink(Update::Lost {
                         error,
                         retry_in: backoff,

@@ -18,10 +18,12 @@ pub enum ProxyError {
         reason: String,
     },
     /// A listen address could not be bound.
-    #[error("cannot listen on {addr}")]
+    #[error("cannot listen on {addr} ({what})")]
     Bind {
         /// The address.
         addr: String,
+        /// Whose address it is: a pool's, the stats port's or the metrics listener's.
+        what: BindTarget,
         /// The cause.
         #[source]
         source: io::Error,
@@ -36,11 +38,33 @@ pub enum ProxyError {
         source: io::Error,
     },
     /// The pools' membership could not be read from the config store at start.
-    #[error("membership: {0}")]
-    Membership(String),
+    #[error("membership")]
+    Membership(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// Another I/O failure.
     #[error("I/O error")]
     Io(#[from] io::Error),
+}
+
+/// Whose address a [`ProxyError::Bind`] could not bind, as the message names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BindTarget {
+    /// A pool's `listen`.
+    Pool(String),
+    /// The stats port (`-s/--stats-port`, `-a/--stats-addr`).
+    Stats,
+    /// The Prometheus listener (`--metrics-addr`).
+    Metrics,
+}
+
+impl std::fmt::Display for BindTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BindTarget::Pool(pool) => write!(f, "pool {pool}'s listen"),
+            BindTarget::Stats => f.write_str("the stats port, -s/--stats-port and -a/--stats-addr"),
+            BindTarget::Metrics => f.write_str("the metrics listener, --metrics-addr"),
+        }
+    }
 }
 
 /// Why a request to a server failed. Each becomes `SERVER_ERROR <message>` for the client.

@@ -25,7 +25,7 @@
 //! connections, health probes, ejection) → back through the protocol's framer and merge to the session.
 //! Around it: [`config`] (twemproxy's YAML, one type per pool), `pool` (a pool at run time, its
 //! versions swapped whole on reload), [`Proxy`], [`metrics`], [`run`] (the process:
-//! stats listeners, SIGHUP reload, SIGTERM drain), [`workers`] (thread per core: each worker accepts
+//! stats listeners, the operator's [`signals`], SIGTERM drain), [`workers`] (thread per core: each worker accepts
 //! and serves its own clients with its own server connections), [`Admission`] (which worker takes
 //! the next client) and [`descriptors`] (the descriptor limit, and a shortage of descriptors told from
 //! a failing server).
@@ -88,15 +88,17 @@ mod run;
 mod server;
 mod session;
 pub mod shutdown;
+pub mod signals;
 pub mod workers;
 
 pub use crate::admission::Admission;
 pub use crate::config::{ConfigErrors, PoolConfig, ProxyConfig};
-pub use crate::error::{BackendError, ProxyError};
+pub use crate::error::{BackendError, BindTarget, ProxyError};
 pub use crate::net::Listener;
 pub use crate::pool::ServedPool;
 pub use crate::proxy::Proxy;
 pub use crate::run::{run, RunOptions};
+pub use crate::signals::LogControl;
 
 /// The proxy's name and version, as `stats`, the stats JSON and the `version` reply show it.
 pub const NAME_VERSION: &str = name_version!();

@@ -211,14 +211,16 @@ impl Following {
             return Err("empty".into());
         }
         let servers = twemproxy_servers(snapshot.members()).map_err(|e| e.to_string())?;
-        let mut config = self.pool.config();
+        let before = self.pool.config();
+        let mut config = before.clone();
         config.servers = servers;
+        let changes = crate::config::PoolChanges::between(&before, &config);
         if let Err(e) = self.pool.reload(config) {
             self.stats.error();
             tracing::error!(pool = %name, error = %e, "servers from etcd refused; the current servers stay");
             return Err(e.to_string());
         }
-        tracing::info!(pool = %name, revision = snapshot.revision(), servers = snapshot.members().len(), "servers from etcd swapped in");
+        tracing::info!(pool = %name, revision = snapshot.revision(), servers = snapshot.members().len(), %changes, "servers from etcd swapped in");
         let counters = &self.stats.counters;
         counters.membership_revision.set(snapshot.revision());
         counters.membership_updated.set(crate::metrics::unix_time());
@@ -301,7 +303,7 @@ pub async fn start(
             }
             Err(e) if settings.fallback => {
                 stats.error();
-                tracing::warn!(pool = %name, error = %e, "etcd unreachable; starting from the file's servers and retrying");
+                tracing::warn!(pool = %name, error = %shardring_etcd::error_chain(&e), "etcd unreachable; starting from the file's servers and retrying");
             }
             Err(source) => {
                 return Err(MembershipStartError::Unreachable { pool: name, source });

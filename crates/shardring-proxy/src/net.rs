@@ -144,13 +144,14 @@ async fn backoff(e: &io::Error, what: &str, pool: Option<&PoolStats>) {
     tokio::time::sleep(ACCEPT_BACKOFF).await;
 }
 
-/// Binds a pool's `listen` address with its `backlog`.
+/// Binds pool `pool`'s `listen` address with its `backlog`.
 ///
 /// # Errors
 /// [`ProxyError::Bind`].
-pub(crate) async fn bind(listen: &Listen, backlog: u32) -> Result<Listener, ProxyError> {
+pub(crate) async fn bind(listen: &Listen, backlog: u32, pool: &str) -> Result<Listener, ProxyError> {
     let bind_err = |source| ProxyError::Bind {
         addr: listen.to_string(),
+        what: crate::error::BindTarget::Pool(pool.to_owned()),
         source,
     };
     match listen {

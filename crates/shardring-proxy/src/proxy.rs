@@ -81,7 +81,7 @@ impl Proxy {
         let mut out = Vec::with_capacity(self.pools.len());
         for p in &self.pools {
             let c = p.config();
-            out.push(net::bind(&c.listen, c.backlog).await?);
+            out.push(net::bind(&c.listen, c.backlog, &c.name).await?);
         }
         Ok(out)
     }
@@ -104,6 +104,7 @@ impl Proxy {
                 .for_workers(handles)
                 .map_err(|source| ProxyError::Bind {
                     addr: pool.config().listen.to_string(),
+                    what: crate::error::BindTarget::Pool(pool.config().name),
                     source,
                 })?;
             per_worker.push(shared);

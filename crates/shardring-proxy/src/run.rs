@@ -1,20 +1,21 @@
 //! The proxy as a process runs it: the composition root. [`run`] raises the descriptor limit
 //! ([`crate::descriptors`]), starts the workers ([`crate::workers`]), binds every pool and the stats
-//! listeners, reloads on SIGHUP, and on SIGINT/SIGTERM stops accepting and drains in-flight requests
-//! (at most [`RunOptions::drain_limit`]); a second signal ends it at once.
+//! listeners, acts on the operator's signals ([`crate::signals`]: SIGHUP reopens the log and reloads,
+//! SIGTTIN/SIGTTOU move the log level, SIGUSR1/SIGUSR2 are harmless), and on SIGINT/SIGTERM stops
+//! accepting and drains in-flight requests (at most [`RunOptions::drain_limit`]); a second signal ends
+//! it at once.
 //!
 //! The CLI (`shardring proxy`) only parses flags and calls [`run`], as mini-redis's `bin/server.rs` does.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigErrors, ProxyConfig};
 use crate::descriptors::{self, DescriptorLimit, DescriptorNeed};
-use crate::error::ProxyError;
+use crate::error::{BindTarget, ProxyError};
+use crate::signals::{LogControl, OperatorSignals};
 use crate::workers::Workers;
 use crate::{metrics, shutdown, Proxy};
 
@@ -36,6 +37,9 @@ pub struct RunOptions {
     /// settings only). By default, none: the file's servers.
     #[cfg(feature = "etcd")]
     pub membership: Option<crate::membership::EtcdMembership>,
+    /// The process's log, for the signals that reopen it and move its level
+    /// ([`crate::signals`]). By default, none: those signals are logged and change nothing.
+    pub log: Option<Arc<dyn LogControl>>,
 }
 
 impl Default for RunOptions {
@@ -47,6 +51,7 @@ impl Default for RunOptions {
             workers: 1,
             #[cfg(feature = "etcd")]
             membership: None,
+            log: None,
         }
     }
 }
@@ -66,6 +71,8 @@ pub async fn run<L>(config: ProxyConfig, options: RunOptions, mut load: L) -> Re
 where
     L: FnMut() -> Result<ProxyConfig, ConfigErrors> + Send + 'static,
 {
+    // First, so that from here on no operator's signal stops or kills the process.
+    let operator_signals = OperatorSignals::install()?;
     let limit = raise_descriptor_limit();
     let workers = if options.workers <= 1 {
         Workers::current()
@@ -91,7 +98,7 @@ where
         Some(settings) => {
             crate::membership::start(proxy.pools(), settings, stop.clone())
                 .await
-                .map_err(|e| ProxyError::Membership(e.to_string()))?;
+                .map_err(|e| ProxyError::Membership(Box::new(e)))?;
             true
         }
         None => false,
@@ -109,18 +116,18 @@ where
         let _ = (&pools, follows_etcd);
         Ok(config)
     };
-    let bind_err = |addr: &str| {
+    let bind_err = |addr: &str, what: BindTarget| {
         let addr = addr.to_owned();
-        move |source| ProxyError::Bind { addr, source }
+        move |source| ProxyError::Bind { addr, what, source }
     };
     let stats = tokio::net::TcpListener::bind(&options.stats_addr)
         .await
-        .map_err(bind_err(&options.stats_addr))?;
+        .map_err(bind_err(&options.stats_addr, BindTarget::Stats))?;
     let metrics_listener = match &options.metrics_addr {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
                 .await
-                .map_err(bind_err(addr))?,
+                .map_err(bind_err(addr, BindTarget::Metrics))?,
         ),
         None => None,
     };
@@ -145,11 +152,10 @@ where
             stop.clone(),
         ));
     }
-    let hangups = signal(SignalKind::hangup())?;
-    tokio::spawn(reload_on_sighup(
+    tokio::spawn(operator_signals.serve(
         Arc::clone(&proxy),
         load,
-        hangups,
+        options.log.clone(),
         stop.clone().cancelled_owned(),
     ));
 
@@ -216,32 +222,4 @@ fn warn_if_short(limit: DescriptorLimit, need: DescriptorNeed) {
          and requests needing a new server connection fail with a server error (raise the hard \
          limit: ulimit -Hn, systemd's LimitNOFILE=; or lower client_connections)"
     );
-}
-
-/// Reloads `proxy` with the config `load` returns on every SIGHUP, until `stop` completes. A refused
-/// config is logged with every problem, and the running one stays.
-async fn reload_on_sighup<L>(
-    proxy: Arc<Proxy>,
-    mut load: L,
-    mut hangups: Signal,
-    stop: impl Future<Output = ()>,
-) where
-    L: FnMut() -> Result<ProxyConfig, ConfigErrors>,
-{
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            () = &mut stop => return,
-            got = hangups.recv() => {
-                if got.is_none() {
-                    return;
-                }
-                tracing::info!("SIGHUP: reloading the configuration");
-                match load().map_err(ProxyError::from).and_then(|c| proxy.reload(c)) {
-                    Ok(()) => tracing::info!("configuration reloaded"),
-                    Err(e) => tracing::error!(error = %e, "reload refused; the running configuration stays"),
-                }
-            }
-        }
-    }
 }

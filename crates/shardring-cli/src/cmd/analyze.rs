@@ -38,8 +38,9 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
-    /// Also draw each node's load against the mean, per algorithm, as an SVG file.
-    #[arg(long, value_name = "FILE.svg")]
+    /// Also draw each node's load against the mean, per algorithm, as an SVG file (the name must end
+    /// in .svg: another name is refused before the analysis runs).
+    #[arg(long, value_name = "FILE.svg", value_parser = plot::svg_path)]
     plot: Option<PathBuf>,
 }
 

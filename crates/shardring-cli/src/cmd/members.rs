@@ -31,8 +31,9 @@ pub struct Args {
         value_name = "URL[,URL...]"
     )]
     etcd: String,
-    /// The key prefix pools live under.
-    #[arg(long, default_value = DEFAULT_PREFIX, value_name = "P")]
+    /// The key prefix pools live under (a trailing / is added when missing).
+    #[arg(long, default_value = DEFAULT_PREFIX, value_name = "P",
+          value_parser = crate::cmd::proxy::parse_prefix)]
     etcd_prefix: String,
     /// The pool (required unless --config has exactly one).
     #[arg(long, value_name = "NAME")]
@@ -65,6 +66,10 @@ enum Action {
         /// The server's name (by default its host:port, placed as nutcracker places an unnamed server).
         #[arg(long)]
         name: Option<String>,
+        /// Start a pool that has no server in etcd yet with this one (by default that is refused, so
+        /// that a misspelt --pool does not make a new pool).
+        #[arg(long)]
+        create: bool,
     },
     /// Remove the server named NAME.
     Remove {
@@ -188,6 +193,7 @@ pub fn run(args: Args) -> Result<()> {
             }
             Action::List => {
                 let read = source.read().await?;
+                require_pool(&source, &read).await?;
                 let mut out = io::stdout().lock();
                 for m in read.snapshot.members() {
                     writeln!(out, "{}\t{}\t{}", m.name(), m.addr(), m.weight())?;
@@ -198,11 +204,31 @@ pub fn run(args: Args) -> Result<()> {
                 eprintln!("revision {}", read.snapshot.revision());
                 Ok(())
             }
-            Action::Add { server, name } => {
+            Action::Add {
+                server,
+                name,
+                create,
+            } => {
                 let (addr, weight) =
                     parse_value(&server).map_err(|e| anyhow!("{server:?}: {e}"))?;
                 let member = Member::new(name.unwrap_or_else(|| addr.clone()), addr, weight)?;
+                if !create {
+                    require_pool(&source, &source.read().await?).await?;
+                }
                 change(&source, hashing, ranges, |current| {
+                    if let Some(other) = current
+                        .members()
+                        .iter()
+                        .find(|m| m.addr() == member.addr() && m.name() != member.name())
+                    {
+                        bail!(
+                            "server {} already has the address {}: one server, one address \
+                             (to rename it, remove {} first)",
+                            other.name(),
+                            other.addr(),
+                            other.name()
+                        );
+                    }
                     Ok(admin::with_member(current, member.clone()))
                 })
                 .await?;
@@ -211,6 +237,7 @@ pub fn run(args: Args) -> Result<()> {
                 Ok(())
             }
             Action::Remove { name } => {
+                require_pool(&source, &source.read().await?).await?;
                 change(&source, hashing, ranges, |current| {
                     current
                         .get(&name)
@@ -228,6 +255,7 @@ pub fn run(args: Args) -> Result<()> {
                 Ok(())
             }
             Action::Weight { name, weight } => {
+                require_pool(&source, &source.read().await?).await?;
                 let mut changed = None;
                 change(&source, hashing, ranges, |current| {
                     let m = current
@@ -246,6 +274,26 @@ pub fn run(args: Args) -> Result<()> {
             Action::Watch { count } => watch(&source, hashing, ranges, count).await,
         }
     })
+}
+
+/// An error naming the pools etcd has when `read` (of the source's pool) found no key at all: the
+/// pool does not exist, and a command on it is most likely a misspelt `--pool`.
+async fn require_pool(source: &EtcdSource, read: &shardring_etcd::PoolRead) -> Result<()> {
+    if !read.snapshot.is_empty() || !read.malformed.is_empty() {
+        return Ok(());
+    }
+    let pools = admin::pools(source).await?;
+    bail!(
+        "etcd has no pool {:?} under {} (pools there: {}); `shardring members publish --config FILE` \
+         makes one, or `add --create`",
+        source.pool(),
+        source.prefix(),
+        if pools.is_empty() {
+            "none".to_owned()
+        } else {
+            pools.join(", ")
+        }
+    )
 }
 
 /// Reads the pool, computes the members after `edit`, and prints the change's migration plan.
@@ -302,7 +350,10 @@ async fn watch(
                 }
                 Update::Malformed(bad) => eprintln!("shardring: {bad}"),
                 Update::Lost { error, retry_in } => {
-                    eprintln!("shardring: {error:#}; retrying in {retry_in:?}")
+                    eprintln!(
+                        "shardring: {}; retrying in {retry_in:?}",
+                        shardring_etcd::error_chain(&error)
+                    )
                 }
                 Update::Resync { compacted } => {
                     eprintln!("shardring: compacted at {compacted}; reading the pool afresh")

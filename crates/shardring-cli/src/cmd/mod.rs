@@ -1,6 +1,7 @@
 //! One file per subcommand, each with its `Args` and a `run(args)`.
 
 pub mod analyze;
+pub mod generate_docs;
 pub mod lookup;
 pub mod members;
 pub mod proxy;

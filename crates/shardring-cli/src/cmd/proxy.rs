@@ -1,11 +1,17 @@
 //! `shardring proxy`: run the pools of a twemproxy (nutcracker) YAML file as a memcached and Redis sharding proxy.
 //!
-//! Signals: SIGINT/SIGTERM stop accepting, let in-flight requests finish (at most 30 s) and exit 0; a
-//! second one exits at once. SIGHUP re-reads the file and swaps every pool's servers and placement; a bad
-//! file is refused with every problem logged and the running config kept.
+//! nutcracker's command line is accepted as it is (`-c -t -s -a -d -p -o -v -i -m -D -V -h`, each
+//! with nutcracker's defaults where Debian's package has them, except the stats address: loopback),
+//! so its init scripts and units run this binary unchanged.
 //!
-//! Logs go to stderr; `RUST_LOG` (e.g. `RUST_LOG=shardring_proxy=debug`) picks what is logged, `info` by
-//! default.
+//! Signals: SIGINT/SIGTERM stop accepting, let in-flight requests finish (at most 30 s) and exit 0; a
+//! second one exits at once. SIGHUP reopens the log file and re-reads the configuration, swapping every
+//! pool's servers and placement (a bad file is refused with every problem logged and the running config
+//! kept). SIGTTIN/SIGTTOU raise and lower the log level; SIGUSR1/SIGUSR2 are logged and ignored
+//! (`shardring_proxy::signals`).
+//!
+//! Logs go to stderr, or to `-o FILE`; `--log-level` (or `-v N`) sets the level, `info` by default, and
+//! `RUST_LOG`'s directives (e.g. `RUST_LOG=shardring_proxy=debug`) apply on top ([`crate::logging`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,12 +22,19 @@ use shardring_proxy::config::Overrides;
 use shardring_proxy::{membership, workers, RunOptions};
 
 use crate::compat::{config_problems as config_error, load_config as load};
+use crate::daemon::{self, PidFile};
+use crate::logging::{self, LogFormat};
 
-/// Flags named like nutcracker's where it has them (`-c`, `-t`, `-s`, `-a`).
+/// Where Debian's nutcracker reads its configuration when `-c` is not given (its unit and init
+/// script pass none).
+const DEFAULT_CONFIG: &str = "/etc/nutcracker/nutcracker.yml";
+
+/// Flags named like nutcracker's where it has them (`-c -t -s -a -d -p -o -v -i -m -D -V -h`).
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The twemproxy YAML configuration file.
-    #[arg(long, short = 'c', value_name = "FILE")]
+    /// The twemproxy YAML configuration file (nutcracker's `-c/--conf-file`).
+    #[arg(long, short = 'c', visible_alias = "conf-file", value_name = "FILE",
+          default_value = DEFAULT_CONFIG)]
     config: PathBuf,
     /// Check the configuration and exit (0 when it is valid), like `nutcracker -t`.
     #[arg(long, short = 't')]
@@ -29,9 +42,43 @@ pub struct Args {
     /// The port of twemproxy's stats JSON.
     #[arg(long, short = 's', default_value_t = 22222)]
     stats_port: u16,
-    /// The address the stats port binds (loopback by default: stats are not for the world).
+    /// The address the stats port binds (loopback by default, where nutcracker binds 0.0.0.0: stats
+    /// are not for the world).
     #[arg(long, short = 'a', default_value = "127.0.0.1")]
     stats_addr: String,
+    /// Run as a daemon: detach from the terminal, work in /, stdin, stdout and stderr to /dev/null
+    /// (log with -o FILE). The configuration and flags are checked first, on the terminal.
+    #[arg(long, short = 'd')]
+    daemonize: bool,
+    /// Write the proxy's pid to FILE (after -d detaches) and remove it on exit.
+    #[arg(long, short = 'p', value_name = "FILE")]
+    pid_file: Option<PathBuf>,
+    /// Log to FILE (appended; SIGHUP reopens it, for logrotate) instead of stderr.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// nutcracker's log level, 0 to 11 (5, notice, its default): 0-3 mean error, 4 warn, 5-6 info,
+    /// 7 debug, 8-11 trace.
+    #[arg(long, short = 'v', value_name = "N", conflicts_with = "log_level",
+          value_parser = clap::value_parser!(u8).range(0..=11))]
+    verbose: Option<u8>,
+    /// The log level: error, warn, info, debug or trace. RUST_LOG's directives (RUST_LOG=
+    /// shardring_proxy=debug) apply on top; SIGTTIN and SIGTTOU move it one step. [default: info]
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<tracing::Level>,
+    /// The log's form: text, or json (one object a line).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Accepted for nutcracker's command line (its stats aggregation interval, ms); no effect here:
+    /// the stats JSON is current at every read.
+    #[arg(long, short = 'i', value_name = "MS")]
+    stats_interval: Option<u64>,
+    /// Accepted for nutcracker's command line (its buffer chunk size); no effect here: buffers are
+    /// sized per connection as requests need.
+    #[arg(long, short = 'm', value_name = "BYTES")]
+    mbuf_size: Option<u64>,
+    /// Print what every counter of the stats JSON counts, and exit (nutcracker's -D).
+    #[arg(long, short = 'D')]
+    describe_stats: bool,
     /// Serve Prometheus text at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
@@ -70,12 +117,14 @@ pub struct Args {
     /// still gives each pool's listen address and settings. See `shardring members`.
     #[arg(long, value_name = "URL[,URL...]")]
     etcd: Option<String>,
-    /// The etcd key prefix: a pool's servers are <P><pool>/servers/<name> = host:port[:weight].
+    /// The etcd key prefix: a pool's servers are <P><pool>/servers/<name> = host:port[:weight] (a
+    /// trailing / is added when missing).
     #[arg(
         long,
         value_name = "P",
         default_value = "/shardring/",
-        requires = "etcd"
+        requires = "etcd",
+        value_parser = parse_prefix
     )]
     etcd_prefix: String,
     /// When etcd cannot be read at start, start from the file's servers (and keep retrying).
@@ -154,6 +203,14 @@ fn parse_gutter_server(text: &str) -> Result<TwemproxyServer, String> {
         .map_err(|e| format!("gutter server {text:?}: {e}"))
 }
 
+/// `--etcd-prefix`: a trailing `/` added when missing, so a pool's name never runs into the prefix.
+pub fn parse_prefix(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("an empty prefix; the default is /shardring/".into());
+    }
+    Ok(shardring_etcd::layout::normalise_prefix(text))
+}
+
 /// The largest `--max-value-size` and `--max-request-size`: memcached's own limit for `-I`, and the
 /// default of Redis's `client-query-buffer-limit`.
 const MAX_VALUE_SIZE: usize = 1 << 30;
@@ -198,6 +255,9 @@ fn overrides(args: &Args) -> Overrides {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.describe_stats {
+        return describe_stats();
+    }
     let overrides = overrides(&args);
     let config = load(&args.config)
         .and_then(|c| overrides.apply(c))
@@ -212,20 +272,40 @@ pub fn run(args: Args) -> Result<()> {
         );
         return Ok(());
     }
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, not in log files or journald.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    let workers = args.threads.map_or_else(
-        || workers::default_workers(workers::available_cpus()),
-        usize::from,
-    );
-    tracing::info!(workers, "starting");
+    // Absolute before -d moves the process to /: the reloads re-read the file at this path.
+    let config_path = daemon::absolute(&args.config)?;
+    let pid_path = args.pid_file.as_deref().map(daemon::absolute).transpose()?;
+    let log_file = logging::open_output(args.output.as_deref())?;
+    if args.daemonize {
+        daemon::detach()?;
+    }
+    let _pid_file = pid_path.as_deref().map(PidFile::create).transpose()?;
+    let level = match (args.log_level, args.verbose) {
+        (Some(level), _) => level,
+        (None, Some(n)) => logging::nutcracker_level(n),
+        (None, None) => tracing::Level::INFO,
+    };
+    let log = logging::install(level, args.log_format, log_file);
+    let cpus = workers::available_cpus();
+    let workers = args.threads.map_or_else(|| workers::default_workers(cpus), usize::from);
+    if workers > cpus {
+        tracing::warn!(
+            workers,
+            cpus,
+            "more worker threads than CPUs: they take turns on the CPUs, adding latency and no \
+             throughput (leave --threads out for the default)"
+        );
+    }
+    let no_effect = [
+        ("-i/--stats-interval", args.stats_interval),
+        ("-m/--mbuf-size", args.mbuf_size),
+    ];
+    for (flag, value) in no_effect {
+        if let Some(value) = value {
+            tracing::info!(flag, value, "accepted for nutcracker's command line; it has no effect here");
+        }
+    }
+    tracing::info!(workers, config = %config_path.display(), "starting");
     let runtime = workers::control_runtime().context("starting the runtime")?;
     let options = RunOptions {
         workers,
@@ -237,13 +317,33 @@ pub fn run(args: Args) -> Result<()> {
                 .fallback(args.etcd_fallback)
                 .allow_empty(args.allow_empty)
         }),
+        log: Some(log),
         ..RunOptions::default()
     };
-    let path = args.config.clone();
-    let reload = move || load(&path).and_then(|c| overrides.apply(c));
-    runtime
-        .block_on(shardring_proxy::run(config, options, reload))
-        .context("shardring proxy")
+    let reload = move || load(&config_path).and_then(|c| overrides.apply(c));
+    let result = runtime.block_on(shardring_proxy::run(config, options, reload));
+    if let Err(e) = &result {
+        // Also in the log: after -d, stderr is /dev/null.
+        tracing::error!(error = %shardring_etcd::error_chain(e), "the proxy stopped");
+    }
+    Ok(result?)
+}
+
+/// `-D`: every counter of the stats JSON and what it counts, laid out as nutcracker prints them.
+fn describe_stats() -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "This is {}", shardring_proxy::NAME_VERSION)?;
+    for (title, table) in [
+        ("pool stats", shardring_proxy::metrics::POOL_STATS),
+        ("server stats", shardring_proxy::metrics::SERVER_STATS),
+    ] {
+        writeln!(out, "\n{title}:")?;
+        for (name, what) in table {
+            writeln!(out, "  {name:<24}{what:?}")?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -473,7 +473,8 @@ impl<P: Protocol> Connection<P> {
         let answered = tokio::time::timeout(wait, exchange).await.unwrap_or(false);
         if !answered {
             tracing::info!(
-                server = %self.settings.addr,
+                pool = %self.health.pool_stats().name,
+                server = %self.stats.name,
                 "the server does not answer the proxy's introduction; its connections go on without it"
             );
             self.facts.set_refuses_introductions();

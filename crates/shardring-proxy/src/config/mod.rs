@@ -7,6 +7,7 @@
 //! Three lifetimes, as in shotover and linkerd: config (read and validated whole) → pools built once →
 //! per-connection sessions. Every default is resolved at load, in [`PoolConfig`].
 
+mod changes;
 mod limits;
 mod overrides;
 mod pool;
@@ -16,6 +17,7 @@ mod twemproxy_file;
 pub(crate) mod twemproxy_keys;
 mod yaml;
 
+pub use self::changes::PoolChanges;
 pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN, VALUE_LEN_CEILING};
 pub use self::overrides::Overrides;
 pub use self::pool::{Listen, PlacementSpec, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};

@@ -29,4 +29,4 @@ pub use http::{serve_http, Reply, Request, Router};
 pub use prometheus::{
     metrics_endpoint, render, render_openmetrics, render_prometheus, serve_prometheus, Format,
 };
-pub use twemproxy_json::{render_twemproxy_json, serve_json};
+pub use twemproxy_json::{render_twemproxy_json, serve_json, POOL_STATS, SERVER_STATS};

@@ -12,6 +12,50 @@ use super::counters::{unix_time, CommandLatency, PoolView, BUCKETS_US};
 /// How long a stats client gets to read the JSON before its connection is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Every counter of a pool's object in the stats JSON, with what it counts: what `shardring proxy -D`
+/// (nutcracker's `--describe-stats`) prints. A test keeps it complete.
+pub const POOL_STATS: &[(&str, &str)] = &[
+    ("client_eof", "# eof on client connections"),
+    ("client_err", "# errors on client connections"),
+    ("client_connections", "# active client connections"),
+    ("server_ejects", "# times backend server was ejected"),
+    ("descriptor_shortages", "# times the proxy ran out of descriptors or socket memory"),
+    ("forward_error", "# times we encountered a forwarding error"),
+    ("fragments", "# fragments created from a multi-vector request"),
+    ("membership_revision", "etcd revision of the servers in use (--etcd)"),
+    ("membership_updated", "when the servers from etcd were last swapped in, unix seconds"),
+    ("membership_errors", "# refused etcd snapshots, failed swaps and lost etcd connections"),
+    ("membership_malformed", "# malformed server values seen in etcd"),
+    ("replica_failovers", "# reads answered by a replica after the first failed (--replicas)"),
+    ("replica_disagreements", "# replica writes that did not all succeed (--replicas)"),
+    ("gutter_requests", "# requests sent to the gutter pool (--gutter)"),
+    ("warmup_open", "whether a warm-up window is open (--warmup-window)"),
+    ("warmup_fallbacks", "# misses retried on the previous owner (--warmup-window)"),
+    ("warmup_recovered", "# of those that hit there (--warmup-window)"),
+    ("warmup_copies", "# values copied to their new owner (--warmup-window)"),
+    ("warmup_copies_refused", "# copies not made: a newer write or delete won (--warmup-window)"),
+    ("hot_cache_hits", "# gets answered by the hot-key cache (--hot-cache-ttl)"),
+    ("hot_cache_fills", "# values stored in the hot-key cache"),
+    ("hot_cache_invalidations", "# hot-key cache entries dropped by a write"),
+];
+
+/// Every counter of a server's object in the stats JSON, with what it counts (`-D`).
+pub const SERVER_STATS: &[(&str, &str)] = &[
+    ("server_eof", "# eof on server connections"),
+    ("server_err", "# errors on server connections"),
+    ("server_timedout", "# timeouts on server connections"),
+    ("server_connections", "# active server connections"),
+    ("server_ejected_at", "timestamp when server was ejected in usec since epoch"),
+    ("requests", "# requests"),
+    ("request_bytes", "total request bytes"),
+    ("responses", "# responses"),
+    ("response_bytes", "total response bytes"),
+    ("in_queue", "# requests in incoming queue"),
+    ("in_queue_bytes", "current request bytes in incoming queue (always 0 here)"),
+    ("out_queue", "# requests in outgoing queue (always 0 here)"),
+    ("out_queue_bytes", "current request bytes in outgoing queue (always 0 here)"),
+];
+
 /// twemproxy's stats JSON: `service, source, version, uptime, timestamp, total_connections,
 /// curr_connections`, then one object per pool with its counters and one object per server.
 pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
@@ -195,6 +239,31 @@ mod tests {
         assert!(
             v["alpha"].get("command_latency").is_none(),
             "a pool without named commands has no command table"
+        );
+    }
+
+    #[test]
+    fn every_counter_in_the_json_is_described() {
+        let v: serde_json::Value =
+            serde_json::from_str(&render_twemproxy_json(Instant::now(), &view())).unwrap();
+        let described = |table: &[(&str, &str)], name: &str| table.iter().any(|(n, _)| *n == name);
+        for (name, value) in v["alpha"].as_object().unwrap() {
+            if name == "cache-a" || name == "hot_keys" || name == "command_latency" {
+                continue;
+            }
+            assert!(described(POOL_STATS, name), "pool stat {name} ({value})");
+        }
+        for name in v["alpha"]["cache-a"].as_object().unwrap().keys() {
+            assert!(described(SERVER_STATS, name), "server stat {name}");
+        }
+        assert_eq!(
+            v["alpha"].as_object().unwrap().len() - 1,
+            POOL_STATS.len(),
+            "no described pool stat is missing from the JSON"
+        );
+        assert_eq!(
+            v["alpha"]["cache-a"].as_object().unwrap().len(),
+            SERVER_STATS.len()
         );
     }
 
