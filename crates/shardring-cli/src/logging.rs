@@ -45,7 +45,10 @@ pub fn nutcracker_level(n: u8) -> Level {
 enum Output {
     Stderr,
     /// `-o FILE`: the path, to reopen, and the file open now.
-    File { path: PathBuf, file: ArcSwap<File> },
+    File {
+        path: PathBuf,
+        file: ArcSwap<File>,
+    },
 }
 
 /// The installed log, for the signals that reopen it and move its level.
@@ -76,7 +79,9 @@ fn open(path: &Path) -> io::Result<File> {
 
 /// Installs the process's subscriber: `level` unless `RUST_LOG` says otherwise for what it names.
 pub fn install(level: Level, format: LogFormat, file: Option<(PathBuf, File)>) -> Arc<Log> {
-    let directives = std::env::var("RUST_LOG").ok().filter(|d| !d.trim().is_empty());
+    let directives = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|d| !d.trim().is_empty());
     let (filter, handle) = reload::Layer::new(filter_for(level, directives.as_deref()));
     let ansi = file.is_none() && io::stderr().is_terminal();
     let output = Arc::new(match file {

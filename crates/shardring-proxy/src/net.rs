@@ -148,7 +148,11 @@ async fn backoff(e: &io::Error, what: &str, pool: Option<&PoolStats>) {
 ///
 /// # Errors
 /// [`ProxyError::Bind`].
-pub(crate) async fn bind(listen: &Listen, backlog: u32, pool: &str) -> Result<Listener, ProxyError> {
+pub(crate) async fn bind(
+    listen: &Listen,
+    backlog: u32,
+    pool: &str,
+) -> Result<Listener, ProxyError> {
     let bind_err = |source| ProxyError::Bind {
         addr: listen.to_string(),
         what: crate::error::BindTarget::Pool(pool.to_owned()),

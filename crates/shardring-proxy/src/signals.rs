@@ -155,11 +155,24 @@ fn change_level(log: Option<&dyn LogControl>, signal: &'static str, up: bool) {
     };
     let from = log.level();
     let to = step(from, up);
+    if from == to {
+        let end = if up { "most" } else { "least" };
+        tracing::warn!(
+            signal,
+            level = from.as_str(),
+            "log level unchanged: already the {end} verbose"
+        );
+        return;
+    }
     if up {
         log.set_level(to);
     }
     let shown = if up { to } else { from };
     let level = to;
+    let (from, to) = (
+        from.as_str().to_ascii_lowercase(),
+        to.as_str().to_ascii_lowercase(),
+    );
     let (from, to) = (from.as_str(), to.as_str());
     match shown {
         Level::ERROR => tracing::error!(signal, from, to, "log level changed"),

@@ -287,7 +287,9 @@ pub fn run(args: Args) -> Result<()> {
     };
     let log = logging::install(level, args.log_format, log_file);
     let cpus = workers::available_cpus();
-    let workers = args.threads.map_or_else(|| workers::default_workers(cpus), usize::from);
+    let workers = args
+        .threads
+        .map_or_else(|| workers::default_workers(cpus), usize::from);
     if workers > cpus {
         tracing::warn!(
             workers,
@@ -302,7 +304,11 @@ pub fn run(args: Args) -> Result<()> {
     ];
     for (flag, value) in no_effect {
         if let Some(value) = value {
-            tracing::info!(flag, value, "accepted for nutcracker's command line; it has no effect here");
+            tracing::info!(
+                flag,
+                value,
+                "accepted for nutcracker's command line; it has no effect here"
+            );
         }
     }
     tracing::info!(workers, config = %config_path.display(), "starting");
@@ -322,8 +328,8 @@ pub fn run(args: Args) -> Result<()> {
     };
     let reload = move || load(&config_path).and_then(|c| overrides.apply(c));
     let result = runtime.block_on(shardring_proxy::run(config, options, reload));
-    if let Err(e) = &result {
-        // Also in the log: after -d, stderr is /dev/null.
+    if let (Err(e), Some(_)) = (&result, &args.output) {
+        // Also in the log file: after -d, stderr is /dev/null.
         tracing::error!(error = %shardring_etcd::error_chain(e), "the proxy stopped");
     }
     Ok(result?)
@@ -357,6 +363,13 @@ mod tests {
         for bad in ["0", "17", "x", "alpha=", "=2x", "alpha=0"] {
             assert!(parse_replicas(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn an_etcd_prefix_gets_its_trailing_slash() {
+        assert_eq!(parse_prefix("/shardring/").unwrap(), "/shardring/");
+        assert_eq!(parse_prefix("none").unwrap(), "none/");
+        assert!(parse_prefix("").is_err());
     }
 
     #[test]

@@ -161,3 +161,94 @@ fn template_flags_are_checked() {
             .stdout("");
     }
 }
+
+/// `--past-last first-listed`: the background's Java ring sends a hash past its last point to the
+/// first node of its list (`ceilingEntry` finds nothing, `return nodes[0]`), where Dubbo's
+/// `firstEntry()` (the default, first-point) closes the circle. Only those keys differ, about 0.1 %
+/// of them with 10 nodes of 160 points.
+#[test]
+fn past_last_first_listed_sends_the_keys_past_the_last_point_to_the_first_node() {
+    let nodes: Vec<String> = (1..=10).map(|i| format!("10.0.0.{i}:20880")).collect();
+    let keys: String = (0..100_000).map(|i| format!("user:{i}\n")).collect();
+    let lookup = |rule: &str| -> Vec<(String, String)> {
+        let out = Command::cargo_bin("shardring")
+            .unwrap()
+            .args([
+                "lookup",
+                "--compat",
+                "template",
+                "--template",
+                "{name}&&{i}",
+            ])
+            .args([
+                "--digest",
+                "md5x4le",
+                "--vnodes",
+                "160",
+                "--past-last",
+                rule,
+            ])
+            .args(["--nodes", &nodes.join(",")])
+            .write_stdin(keys.clone())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (k, n) = l.split_once('\t').unwrap();
+                (k.to_owned(), n.to_owned())
+            })
+            .collect()
+    };
+    let circle = lookup("first-point");
+    let listed = lookup("first-listed");
+    let ring = shardring::ring::TemplateRingBuilder::new("{name}&&{i}").vnodes(160);
+    let ring = nodes
+        .iter()
+        .fold(ring, |r, n| r.node(n.as_str(), 1.0))
+        .build()
+        .unwrap();
+    let last = ring.points().map(|(p, _)| p).max().unwrap();
+    let mut differ = 0;
+    for ((key, a), (_, b)) in circle.iter().zip(&listed) {
+        let past = ring.key_position(key) > last;
+        assert_eq!(a, &ring.lookup(key).unwrap().name().to_string(), "{key}");
+        if past {
+            assert_eq!(b, &nodes[0], "{key} is past the last point");
+        } else {
+            assert_eq!(a, b, "{key} is not past the last point");
+        }
+        differ += usize::from(a != b);
+    }
+    assert!(
+        (20..=300).contains(&differ),
+        "{differ} of 100000 keys differ (about 0.1 % expected)"
+    );
+}
+
+#[test]
+fn a_spymemcached_host_name_without_a_slash_is_warned_about() {
+    let out = Command::cargo_bin("shardring")
+        .unwrap()
+        .args(["lookup", "--compat", "spymemcached"])
+        .args([
+            "--nodes",
+            "cache-a:11211,/10.0.0.2:11211,cache-c/10.0.0.3:11211,10.0.0.4:11211",
+        ])
+        .arg("k")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "only cache-a: {err}");
+    assert!(
+        err.contains("cache-a/<unresolved>:11211") && err.contains("cache-a/10.0.0.1:11211"),
+        "{err}"
+    );
+}

@@ -375,3 +375,16 @@ fn analyze_table_and_plot() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn plot_refuses_a_name_that_is_not_svg() {
+    for name in ["x.png", "plot", "x.svg.png"] {
+        shardring()
+            .args(["analyze", "--keys", "1000", "--plot", name])
+            .assert()
+            .code(2)
+            .stdout("")
+            .stderr(predicate::str::contains("must end in .svg"));
+        assert!(!std::path::Path::new(name).exists());
+    }
+}

@@ -7,6 +7,8 @@ mod compat;
 mod compat_java_go;
 mod contract;
 mod descriptors;
+mod install;
 mod members;
+mod operator;
 mod proxy;
 mod simulate;

@@ -54,9 +54,19 @@ fn publish_list_change_and_watch_a_pool() {
         stdout(&args.iter().map(String::as_str).collect::<Vec<_>>())
     };
 
-    // A dry run writes nothing.
+    // A dry run writes nothing: the pool does not exist yet, and listing it says so.
     run(&["-c", file, "publish", "--dry-run"]);
-    assert_eq!(run(&["--pool", "alpha", "list"]), "");
+    let fails = |rest: &[&str]| {
+        let out = shardring().args(with(rest)).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{rest:?}");
+        assert!(out.stdout.is_empty());
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let err = fails(&["--pool", "alpha", "list"]);
+    assert!(
+        err.contains("etcd has no pool \"alpha\" under /shardring/ (pools there: none)"),
+        "{err}"
+    );
     let plan = run(&["-c", file, "publish"]);
     assert!(plan.contains("+cache-c"), "{plan}");
     assert_eq!(
@@ -130,6 +140,44 @@ fn publish_list_change_and_watch_a_pool() {
     assert!(to_new > 0.6 * all && to_new > 15.0, "{added}");
     let reweighted = run(&["--pool", "alpha", "weight", "cache-c", "1"]);
     assert!(reweighted.contains("~cache-c"), "{reweighted}");
+    // A misspelt pool and a second server on one address are refused, and nothing is written.
+    for action in [
+        &["--pool", "alpah", "list"][..],
+        &["--pool", "alpah", "add", "127.0.0.1:11214"],
+        &["--pool", "alpah", "weight", "cache-c", "2"],
+        &["--pool", "alpah", "remove", "cache-c"],
+    ] {
+        let err = fails(action);
+        assert!(
+            err.contains("etcd has no pool \"alpah\" under /shardring/ (pools there: alpha)"),
+            "{action:?}: {err}"
+        );
+    }
+    let err = fails(&[
+        "--pool",
+        "alpha",
+        "add",
+        "10.0.0.3:11211",
+        "--name",
+        "cache-d",
+    ]);
+    assert!(
+        err.contains("server cache-c already has the address 10.0.0.3:11211"),
+        "{err}"
+    );
+    // --etcd-prefix without its trailing slash means the same prefix.
+    let listed = run(&["--pool", "alpha", "list"]);
+    let e2 = [
+        "members",
+        "--etcd",
+        url.as_str(),
+        "--etcd-prefix",
+        "/shardring",
+    ];
+    assert_eq!(
+        stdout(&[&e2[..], &["--pool", "alpha", "list"]].concat()),
+        listed
+    );
 
     let watched: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(watcher.wait().unwrap().success());

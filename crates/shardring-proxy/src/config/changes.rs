@@ -42,8 +42,11 @@ impl PoolChanges {
                             .push(format!("{name} {}\u{2192}{}", o.weight, s.weight));
                     }
                     if (o.host.as_str(), o.port) != (s.host.as_str(), s.port) {
-                        out.readdressed
-                            .push(format!("{name} {}\u{2192}{}", address(&o), address(s)));
+                        out.readdressed.push(format!(
+                            "{name} {}\u{2192}{}",
+                            address(&o),
+                            address(s)
+                        ));
                     }
                 }
             }

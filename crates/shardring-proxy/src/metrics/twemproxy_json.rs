@@ -19,24 +19,72 @@ pub const POOL_STATS: &[(&str, &str)] = &[
     ("client_err", "# errors on client connections"),
     ("client_connections", "# active client connections"),
     ("server_ejects", "# times backend server was ejected"),
-    ("descriptor_shortages", "# times the proxy ran out of descriptors or socket memory"),
+    (
+        "descriptor_shortages",
+        "# times the proxy ran out of descriptors or socket memory",
+    ),
     ("forward_error", "# times we encountered a forwarding error"),
-    ("fragments", "# fragments created from a multi-vector request"),
-    ("membership_revision", "etcd revision of the servers in use (--etcd)"),
-    ("membership_updated", "when the servers from etcd were last swapped in, unix seconds"),
-    ("membership_errors", "# refused etcd snapshots, failed swaps and lost etcd connections"),
-    ("membership_malformed", "# malformed server values seen in etcd"),
-    ("replica_failovers", "# reads answered by a replica after the first failed (--replicas)"),
-    ("replica_disagreements", "# replica writes that did not all succeed (--replicas)"),
-    ("gutter_requests", "# requests sent to the gutter pool (--gutter)"),
-    ("warmup_open", "whether a warm-up window is open (--warmup-window)"),
-    ("warmup_fallbacks", "# misses retried on the previous owner (--warmup-window)"),
-    ("warmup_recovered", "# of those that hit there (--warmup-window)"),
-    ("warmup_copies", "# values copied to their new owner (--warmup-window)"),
-    ("warmup_copies_refused", "# copies not made: a newer write or delete won (--warmup-window)"),
-    ("hot_cache_hits", "# gets answered by the hot-key cache (--hot-cache-ttl)"),
+    (
+        "fragments",
+        "# fragments created from a multi-vector request",
+    ),
+    (
+        "membership_revision",
+        "etcd revision of the servers in use (--etcd)",
+    ),
+    (
+        "membership_updated",
+        "when the servers from etcd were last swapped in, unix seconds",
+    ),
+    (
+        "membership_errors",
+        "# refused etcd snapshots, failed swaps and lost etcd connections",
+    ),
+    (
+        "membership_malformed",
+        "# malformed server values seen in etcd",
+    ),
+    (
+        "replica_failovers",
+        "# reads answered by a replica after the first failed (--replicas)",
+    ),
+    (
+        "replica_disagreements",
+        "# replica writes that did not all succeed (--replicas)",
+    ),
+    (
+        "gutter_requests",
+        "# requests sent to the gutter pool (--gutter)",
+    ),
+    (
+        "warmup_open",
+        "whether a warm-up window is open (--warmup-window)",
+    ),
+    (
+        "warmup_fallbacks",
+        "# misses retried on the previous owner (--warmup-window)",
+    ),
+    (
+        "warmup_recovered",
+        "# of those that hit there (--warmup-window)",
+    ),
+    (
+        "warmup_copies",
+        "# values copied to their new owner (--warmup-window)",
+    ),
+    (
+        "warmup_copies_refused",
+        "# copies not made: a newer write or delete won (--warmup-window)",
+    ),
+    (
+        "hot_cache_hits",
+        "# gets answered by the hot-key cache (--hot-cache-ttl)",
+    ),
     ("hot_cache_fills", "# values stored in the hot-key cache"),
-    ("hot_cache_invalidations", "# hot-key cache entries dropped by a write"),
+    (
+        "hot_cache_invalidations",
+        "# hot-key cache entries dropped by a write",
+    ),
 ];
 
 /// Every counter of a server's object in the stats JSON, with what it counts (`-D`).
@@ -45,15 +93,24 @@ pub const SERVER_STATS: &[(&str, &str)] = &[
     ("server_err", "# errors on server connections"),
     ("server_timedout", "# timeouts on server connections"),
     ("server_connections", "# active server connections"),
-    ("server_ejected_at", "timestamp when server was ejected in usec since epoch"),
+    (
+        "server_ejected_at",
+        "timestamp when server was ejected in usec since epoch",
+    ),
     ("requests", "# requests"),
     ("request_bytes", "total request bytes"),
     ("responses", "# responses"),
     ("response_bytes", "total response bytes"),
     ("in_queue", "# requests in incoming queue"),
-    ("in_queue_bytes", "current request bytes in incoming queue (always 0 here)"),
+    (
+        "in_queue_bytes",
+        "current request bytes in incoming queue (always 0 here)",
+    ),
     ("out_queue", "# requests in outgoing queue (always 0 here)"),
-    ("out_queue_bytes", "current request bytes in outgoing queue (always 0 here)"),
+    (
+        "out_queue_bytes",
+        "current request bytes in outgoing queue (always 0 here)",
+    ),
 ];
 
 /// twemproxy's stats JSON: `service, source, version, uptime, timestamp, total_connections,
