@@ -14,12 +14,13 @@ pub struct Args {
     dir: PathBuf,
 }
 
-pub fn run(args: Args, mut command: clap::Command) -> Result<()> {
+pub fn run(args: Args, command: clap::Command) -> Result<()> {
     let man = args.dir.join("man");
     let completions = args.dir.join("completions");
     for dir in [&man, &completions] {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    let mut command = without_help(command);
     command.build();
     clap_mangen::generate_to(command.clone(), &man)
         .with_context(|| format!("writing the man pages to {}", man.display()))?;
@@ -28,4 +29,12 @@ pub fn run(args: Args, mut command: clap::Command) -> Result<()> {
             .with_context(|| format!("writing the {shell} completions"))?;
     }
     Ok(())
+}
+
+/// `command` without clap's `help` subcommands, which would each get a man page of their own
+/// (`--help` stays).
+fn without_help(command: clap::Command) -> clap::Command {
+    command
+        .disable_help_subcommand(true)
+        .mut_subcommands(without_help)
 }
