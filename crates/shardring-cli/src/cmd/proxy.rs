@@ -13,7 +13,7 @@
 //! Logs go to stderr, or to `-o FILE`; `--log-level` (or `-v N`) sets the level, `info` by default, and
 //! `RUST_LOG`'s directives (e.g. `RUST_LOG=shardring_proxy=debug`) apply on top ([`crate::logging`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -28,6 +28,9 @@ use crate::logging::{self, LogFormat};
 /// Where Debian's nutcracker reads its configuration when `-c` is not given (its unit and init
 /// script pass none).
 const DEFAULT_CONFIG: &str = "/etc/nutcracker/nutcracker.yml";
+
+/// Where Debian's nutcracker writes its pid when it daemonizes (`-d`) without `-p`.
+const DEFAULT_PID_FILE: &str = "/run/nutcracker/nutcracker.pid";
 
 /// Flags named like nutcracker's where it has them (`-c -t -s -a -d -p -o -v -i -m -D -V -h`).
 #[derive(Debug, clap::Args)]
@@ -50,7 +53,8 @@ pub struct Args {
     /// (log with -o FILE). The configuration and flags are checked first, on the terminal.
     #[arg(long, short = 'd')]
     daemonize: bool,
-    /// Write the proxy's pid to FILE (after -d detaches) and remove it on exit.
+    /// Write the proxy's pid to FILE (after -d detaches) and remove it on exit. With -d and no -p:
+    /// /run/nutcracker/nutcracker.pid when /run/nutcracker exists, as Debian's nutcracker does.
     #[arg(long, short = 'p', value_name = "FILE")]
     pid_file: Option<PathBuf>,
     /// Log to FILE (appended; SIGHUP reopens it, for logrotate) instead of stderr.
@@ -274,18 +278,37 @@ pub fn run(args: Args) -> Result<()> {
     }
     // Absolute before -d moves the process to /: the reloads re-read the file at this path.
     let config_path = daemon::absolute(&args.config)?;
-    let pid_path = args.pid_file.as_deref().map(daemon::absolute).transpose()?;
+    let pid_path = match &args.pid_file {
+        Some(path) => Some(daemon::absolute(path)?),
+        // Debian's nutcracker writes this one when it daemonizes without -p; its init script reads
+        // it (start-stop-daemon --pidfile) after making the directory.
+        None if args.daemonize
+            && Path::new(DEFAULT_PID_FILE)
+                .parent()
+                .is_some_and(Path::is_dir) =>
+        {
+            Some(DEFAULT_PID_FILE.into())
+        }
+        None => None,
+    };
     let log_file = logging::open_output(args.output.as_deref())?;
     if args.daemonize {
         daemon::detach()?;
     }
-    let _pid_file = pid_path.as_deref().map(PidFile::create).transpose()?;
     let level = match (args.log_level, args.verbose) {
         (Some(level), _) => level,
         (None, Some(n)) => logging::nutcracker_level(n),
         (None, None) => tracing::Level::INFO,
     };
     let log = logging::install(level, args.log_format, log_file);
+    // After the log is up: past -d, an error here reaches the log file only.
+    let _pid_file = match pid_path.as_deref().map(PidFile::create).transpose() {
+        Ok(pid_file) => pid_file,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "cannot start");
+            return Err(e);
+        }
+    };
     let cpus = workers::available_cpus();
     let workers = args
         .threads
