@@ -117,7 +117,9 @@ impl std::fmt::Display for ClientError {
         while let Some(c) = cause {
             let text = c.to_string();
             // tonic's wrapper says only "transport error"; a message already given is not repeated.
-            if text != "transport error" && !parts.iter().any(|p| p == &text) {
+            // A cause whose text ends the previous part (`h2 protocol error: <cause>`) is not
+            // repeated either.
+            if text != "transport error" && !parts.iter().any(|p| p.ends_with(text.as_str())) {
                 parts.push(text);
             }
             cause = c.source();

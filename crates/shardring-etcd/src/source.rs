@@ -31,7 +31,7 @@
 
 use std::collections::BTreeMap;
 // Relaxed: the flag only decides whether a log line is written, by this one task.
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions, WatchStream};
@@ -349,20 +349,10 @@ impl EtcdSource {
         let mut state: Option<State> = None;
         let mut backoff = self.settings.retry_min;
         // Whether the last session failed: the next one that gets an answer says etcd is back.
-        let lost = std::sync::atomic::AtomicBool::new(false);
+        let lost = AtomicBool::new(false);
         loop {
-            let mut sink = |update: Update| {
-                if matches!(update, Update::Snapshot(_)) && lost.swap(false, Ordering::Relaxed) {
-                    tracing::info!(
-                        endpoints = ?self.settings.endpoints,
-                        prefix = %self.keys.servers_prefix(),
-                        "etcd membership source reachable again; following the pool"
-                    );
-                }
-                sink(update)
-            };
             match self
-                .session(&mut state, &mut sink, &stop, &mut backoff)
+                .session(&mut state, &mut sink, &stop, &mut backoff, &lost)
                 .await
             {
                 SessionEnd::Stopped => return,
@@ -376,6 +366,7 @@ impl EtcdSource {
                 }
                 SessionEnd::Failed(error) => {
                     tracing::warn!(
+                        endpoints = ?self.settings.endpoints,
                         prefix = %self.keys.servers_prefix(),
                         error = %crate::error::error_chain(&error),
                         retry_in = ?backoff,
@@ -403,8 +394,18 @@ impl EtcdSource {
         sink: &mut impl FnMut(Update),
         stop: &CancellationToken,
         backoff: &mut Duration,
+        lost: &AtomicBool,
     ) -> SessionEnd {
         let prefix = self.keys.servers_prefix().to_string();
+        let back = || {
+            if lost.swap(false, Ordering::Relaxed) {
+                tracing::info!(
+                    endpoints = ?self.settings.endpoints,
+                    prefix = %prefix,
+                    "etcd membership source reachable again; following the pool"
+                );
+            }
+        };
         let mut client = tokio::select! {
             () = stop.cancelled() => return SessionEnd::Stopped,
             c = self.connect() => match c {
@@ -445,7 +446,10 @@ impl EtcdSource {
             .with_progress_notify();
         let watch = client.watch(prefix.as_str(), Some(options));
         let mut stream = match tokio::time::timeout(self.settings.request_timeout, watch).await {
-            Ok(Ok(s)) => s,
+            Ok(Ok(s)) => {
+                back();
+                s
+            }
             Ok(Err(source)) => {
                 return SessionEnd::Failed(self.request_error(format!("watch {prefix}"), source))
             }
@@ -617,7 +621,8 @@ impl Responses for WatchStream {
     async fn next(&mut self) -> Result<Option<Response>, String> {
         match self.message().await {
             Ok(r) => Ok(r.as_ref().map(Response::from_etcd)),
-            Err(e) => Err(e.to_string()),
+            // In words: the client's own text shows its transport error's `Debug` form.
+            Err(e) => Err(crate::error::ClientError::from(e).to_string()),
         }
     }
 }

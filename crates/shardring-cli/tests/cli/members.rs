@@ -282,3 +282,73 @@ fn proxy_with_an_unreachable_etcd_is_exit_2_unless_told_to_fall_back() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// The proxy's log says why it lost etcd (the endpoint and the error in words) and when etcd is back.
+#[test]
+fn the_proxy_logs_why_it_lost_etcd_and_when_it_is_back() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = Etcd::start();
+    let file = yaml("lost");
+    let listen = test_support::free_port();
+    std::fs::write(
+        &file,
+        format!("alpha:\n  listen: 127.0.0.1:{listen}\n  servers:\n   - 127.0.0.1:11211:1\n"),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    stdout(&["members", "--etcd", &etcd.url(), "-c", file, "publish"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let relay = rt.block_on(test_support::Relay::start(format!(
+        "127.0.0.1:{}",
+        etcd.url().rsplit(':').next().unwrap()
+    )));
+    let log = std::path::Path::new(file).with_file_name("proxy.log");
+    let mut proxy = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+        .args([
+            "proxy",
+            "-c",
+            file,
+            "-s",
+            &test_support::free_port().to_string(),
+        ])
+        .args(["--etcd", &relay.url(), "-o"])
+        .arg(&log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let wait_for = |text: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = std::fs::read_to_string(&log).unwrap_or_default();
+            if got.contains(text) {
+                return got;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {text:?} in:\n{got}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for("serving");
+    relay.cut();
+    let lost = wait_for("etcd membership source lost");
+    let line = lost
+        .lines()
+        .find(|l| l.contains("etcd membership source lost"))
+        .unwrap();
+    assert!(line.contains(&relay.url()), "{line}");
+    assert!(
+        line.contains("ended: ") || line.contains("failed: "),
+        "the cause, in words: {line}"
+    );
+    assert!(!line.contains("tonic::"), "{line}");
+    relay.restore();
+    wait_for("etcd membership source reachable again");
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    let _ = std::fs::remove_dir_all(std::path::Path::new(file).parent().unwrap());
+}
