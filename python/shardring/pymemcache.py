@@ -34,10 +34,10 @@ from __future__ import annotations
 import os
 import threading
 from collections import defaultdict
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from pymemcache.client.base import Client as _BaseClient
-from pymemcache.client.base import PooledClient as _PooledClient
+from pymemcache.client.base import Client as _BaseClient  # type: ignore[import-untyped]
+from pymemcache.client.base import PooledClient as _PooledClient  # type: ignore[import-untyped]
 
 from . import _etcd
 from ._shardring import Ring, read_twemproxy
@@ -65,6 +65,14 @@ def _server_of(node: str) -> _Server:
     if not sep or not port.isdigit():
         raise ValueError(f"node {node!r} is not host:port (a client needs each server's address)")
     return (host.strip("[]"), int(port))
+
+
+class _Settings(NamedTuple):
+    """A twemproxy pool's placement settings (what etcd membership is placed with)."""
+
+    hash: str
+    hash_tag: Optional[str]
+    distribution: str
 
 
 class _Routing:
@@ -117,21 +125,23 @@ class Client:
             config = read_twemproxy(servers, pool)
             if config.redis:
                 raise ValueError(f"pool {config.name!r} is a redis pool, not memcached")
-            ring = config.ring() if etcd is None or config.distribution != "random" else None
             addresses = {
                 node: (host if port == 0 else (host, port))
                 for node, host, port, _ in config.servers
             }
-            settings = dict(
-                hash=config.hash, hash_tag=config.hash_tag, distribution=config.distribution
-            )
+            settings = _Settings(config.hash, config.hash_tag, config.distribution)
             pool = config.name
+            # With etcd the servers are etcd's: the file's may be placed by `random`, or be none.
+            ring = config.ring() if etcd is None else None
         else:
             nodes = self._nodes(servers)
-            settings = dict(hash=hash or "fnv1a_64", hash_tag=hash_tag, distribution=distribution)
+            settings = _Settings(hash or "fnv1a_64", hash_tag, distribution)
             if compat == "twemproxy":
                 ring = Ring.from_twemproxy_servers(
-                    [f"{name}:{_whole(name, weight)}" for name, weight in nodes], **settings
+                    [f"{name}:{_whole(name, weight)}" for name, weight in nodes],
+                    hash=settings.hash,
+                    hash_tag=settings.hash_tag,
+                    distribution=settings.distribution,
                 )
             else:
                 if hash_tag is not None or distribution != "ketama":
@@ -148,6 +158,7 @@ class Client:
             members = self._etcd.start(self._membership)
             self._routing = self._route(members, {})
         else:
+            assert ring is not None
             self._routing = _Routing(ring, {n: self._connect(addresses[n]) for n in ring.nodes})
 
     @staticmethod
@@ -167,7 +178,8 @@ class Client:
         return self._client_class(server, **self._client_kwargs)
 
     def _route(self, members: List[_etcd.Member], old: Dict[str, Any]) -> _Routing:
-        ring = Ring.from_members(members, **self._settings)
+        s = self._settings
+        ring = Ring.from_members(members, hash=s.hash, hash_tag=s.hash_tag, distribution=s.distribution)
         reuse = {getattr(c, "server", None): c for c in old.values()}
         clients = {}
         for name, addr, _ in members:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from bisect import bisect
 from collections import Counter
 from hashlib import md5
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, KeysView, List, Optional, Tuple, Union
 
 from ._shardring import Ring
 
@@ -227,8 +227,8 @@ class HashRing:
         """The ``instance`` of every node that has one."""
         return [c.get("instance") for c in self._nodes.values() if c.get("instance")]
 
-    def get_nodes(self):  # type: ignore[no-untyped-def] (a dict keys view, as uhashring's)
-        """The names of the nodes."""
+    def get_nodes(self) -> KeysView[str]:
+        """The names of the nodes (a dict keys view, as uhashring's)."""
         return self._nodes.keys()
 
     def get_points(self) -> List[Tuple[int, str]]:

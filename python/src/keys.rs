@@ -16,7 +16,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
 /// `PyUnicode_AsUTF8AndSize`'s signature (stable ABI since CPython 3.10).
-type AsUtf8AndSize = unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::Py_ssize_t) -> *const c_char;
+type AsUtf8AndSize =
+    unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::Py_ssize_t) -> *const c_char;
 
 /// The interpreter's `PyUnicode_AsUTF8AndSize` when it is part of its stable ABI (3.10+) and can be
 /// found; found once per process.
@@ -35,7 +36,10 @@ impl Utf8Lender {
         })
     }
 
-    #[allow(unsafe_code, reason = "dlsym: finding a stable-ABI function at run time (module docs)")]
+    #[allow(
+        unsafe_code,
+        reason = "dlsym: finding a stable-ABI function at run time (module docs)"
+    )]
     fn find() -> Option<Utf8Lender> {
         // SAFETY: (1) dlsym with RTLD_DEFAULT only reads the process's symbol tables; the name is a
         // NUL-terminated literal. (2) The symbol, when found, is CPython's `PyUnicode_AsUTF8AndSize`,
@@ -119,7 +123,9 @@ fn not_a_key(key: &Bound<'_, PyAny>) -> PyErr {
 
 /// The keys of an iterable, to be taken in chunks; refuses a lone `str` or `bytes` (an iterable of
 /// characters or integers, never what was meant).
-pub(crate) fn iterate<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, pyo3::types::PyIterator>> {
+pub(crate) fn iterate<'py>(
+    keys: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, pyo3::types::PyIterator>> {
     if keys.is_instance_of::<PyString>() || keys.is_instance_of::<PyBytes>() {
         return Err(PyTypeError::new_err(
             "lookup_many takes an iterable of keys, not one key (use lookup)",

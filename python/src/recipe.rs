@@ -219,7 +219,10 @@ impl Recipe {
         match self {
             Recipe::Algorithm { .. } => unreachable!("algorithms change in place"),
             Recipe::Compat { nodes, .. } | Recipe::Template { nodes, .. } => {
-                let i = nodes.iter().position(|(n, _)| n == name).ok_or_else(unknown)?;
+                let i = nodes
+                    .iter()
+                    .position(|(n, _)| n == name)
+                    .ok_or_else(unknown)?;
                 nodes.remove(i);
             }
             Recipe::Twemproxy { servers, .. } => {
@@ -246,7 +249,10 @@ impl Recipe {
         match self {
             Recipe::Algorithm { .. } => unreachable!("algorithms change in place"),
             Recipe::Compat { nodes, .. } | Recipe::Template { nodes, .. } => {
-                let member = nodes.iter_mut().find(|(n, _)| n == name).ok_or_else(unknown)?;
+                let member = nodes
+                    .iter_mut()
+                    .find(|(n, _)| n == name)
+                    .ok_or_else(unknown)?;
                 member.1 = weight;
             }
             Recipe::Twemproxy { servers, .. } => {
@@ -279,7 +285,11 @@ impl Recipe {
     pub(crate) fn describe(&self) -> String {
         match self {
             Recipe::Algorithm { algorithm, options } => {
-                format!("algorithm={:?}, hash={:?}", algorithm.name(), options.hash.name())
+                format!(
+                    "algorithm={:?}, hash={:?}",
+                    algorithm.name(),
+                    options.hash.name()
+                )
             }
             Recipe::Compat { mode, hash, .. } => match hash {
                 Some(h) => format!("compat={:?}, hash={h:?}", mode.name()),

@@ -237,7 +237,9 @@ impl Ring {
             ));
         }
         if line_table {
-            return Err(PyValueError::new_err("line_table is for the ring, not compat"));
+            return Err(PyValueError::new_err(
+                "line_table is for the ring, not compat",
+            ));
         }
         library_nodes(&list)?;
         let recipe = if mode.trim().eq_ignore_ascii_case("template") {
@@ -378,7 +380,12 @@ impl Ring {
 
     /// Up to `n` distinct nodes for `key`, the owner first (fewer when the ring has fewer nodes):
     /// where its replicas go, and where it goes when its owner is gone.
-    fn replicas(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: usize) -> PyResult<Vec<Py<PyString>>> {
+    fn replicas(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: usize,
+    ) -> PyResult<Vec<Py<PyString>>> {
         if n == 0 {
             return Err(PyValueError::new_err("n must be at least 1"));
         }
@@ -389,7 +396,10 @@ impl Ring {
         if found.is_empty() {
             return Err(empty_ring());
         }
-        Ok(found.iter().map(|&i| state.names[i].clone_ref(py)).collect())
+        Ok(found
+            .iter()
+            .map(|&i| state.names[i].clone_ref(py))
+            .collect())
     }
 
     /// Adds the node `name` of `weight`; only keys that now belong to it move (in a compatibility
