@@ -112,6 +112,28 @@ impl<'py> Held<'py> {
     }
 }
 
+/// Appends `key`'s bytes (a `str`'s UTF-8, or a `bytes`) to `arena`: a batch's keys are copied into
+/// one buffer of the batch's own, so that each key object is let go while its cache line is still
+/// at hand (holding references until the batch is placed would touch every object a second time,
+/// long evicted by then), and the batch can be placed without the GIL whatever other threads do to
+/// the keys meanwhile.
+pub(crate) fn append_key(key: &Bound<'_, PyAny>, arena: &mut Vec<u8>) -> PyResult<()> {
+    if let Ok(text) = key.cast::<PyString>() {
+        match Utf8Lender::get(key.py()) {
+            Some(lender) => arena.extend_from_slice(lender.utf8(text)?),
+            None => arena.extend_from_slice(text.encode_utf8()?.as_bytes()),
+        }
+        return Ok(());
+    }
+    match key.cast::<PyBytes>() {
+        Ok(bytes) => {
+            arena.extend_from_slice(bytes.as_bytes());
+            Ok(())
+        }
+        Err(_) => Err(not_a_key(key)),
+    }
+}
+
 /// The error for a key of another type.
 fn not_a_key(key: &Bound<'_, PyAny>) -> PyErr {
     let type_name = key

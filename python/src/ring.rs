@@ -26,8 +26,8 @@ use crate::recipe::{Placed, Recipe, TemplateSettings};
 const DETACH_MIN_KEYS: usize = 1024;
 
 /// Keys placed per `locate_many` call of a batch: enough that the library overlaps their cache
-/// misses and the GIL is taken back rarely, few enough that the chunk's buffers (40 bytes a key) are
-/// reused from the allocator's cache instead of being paged in anew for every large batch.
+/// misses and the GIL is taken back rarely, few enough that the chunk's buffers (the keys' bytes and
+/// 40 bytes a key) stay in the CPU's caches and are reused from chunk to chunk.
 const CHUNK_KEYS: usize = 16_384;
 
 /// One published state of a ring.
@@ -345,24 +345,31 @@ impl Ring {
         let detach = hint.is_some_and(|n| n >= DETACH_MIN_KEYS);
         let mut iter = keys::iterate(keys)?;
         let state = self.state.load_full();
-        // A chunk's keys are held (a reference each) while they are placed, so that they outlive
-        // the lookups even if another thread changes the input meanwhile; the buffers of one chunk
-        // are reused, which keeps a large batch from paging in fresh memory for every key.
-        let mut held: Vec<Held<'py>> = Vec::with_capacity(CHUNK_KEYS);
+        // One chunk's keys back to back in `arena`, each ending where `ends` says; the buffers are
+        // reused from chunk to chunk, so a large batch does not page in fresh memory for every key.
+        let mut arena: Vec<u8> = Vec::with_capacity(CHUNK_KEYS * 32);
+        let mut ends: Vec<usize> = Vec::with_capacity(CHUNK_KEYS);
         let mut chunk: Vec<Option<usize>> = Vec::with_capacity(CHUNK_KEYS);
         let mut owners: Vec<u32> = Vec::with_capacity(hint.unwrap_or(0));
         loop {
-            held.clear();
+            arena.clear();
+            ends.clear();
             for key in iter.by_ref().take(CHUNK_KEYS) {
-                held.push(Held::new(key?)?);
+                keys::append_key(&key?, &mut arena)?;
+                ends.push(arena.len());
             }
-            if held.is_empty() {
+            if ends.is_empty() {
                 break;
             }
-            let slices = held
+            let mut start = 0;
+            let slices: Vec<&[u8]> = ends
                 .iter()
-                .map(Held::bytes)
-                .collect::<PyResult<Vec<&[u8]>>>()?;
+                .map(|&end| {
+                    let key = &arena[start..end];
+                    start = end;
+                    key
+                })
+                .collect();
             chunk.clear();
             chunk.resize(slices.len(), None);
             if detach {

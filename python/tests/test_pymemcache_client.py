@@ -4,6 +4,7 @@ per server, and membership followed from etcd (written by `shardring members`) m
 
 from __future__ import annotations
 
+import random
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +16,15 @@ from pymemcache.client.base import Client as Direct
 from conftest import Servers, free_port, shardring_cli
 from shardring.pymemcache import Client
 
-KEYS = [f"user:{i}" for i in range(1500)] + [f"{{cart{i % 40}}}:item{i}" for i in range(500)] + ["ключ-1"]
+# Random keys: sequential ones (user:1, user:2, ...) cluster on a few arcs under fnv1a_64, the
+# pools' hash, and could leave a server without any.
+_rng = random.Random(30)
+KEYS = (
+    ["user:1"]
+    + [f"user:{_rng.getrandbits(48):012x}" for _ in range(1500)]
+    + [f"{{cart{i % 40}}}:item{i}" for i in range(500)]
+    + ["ключ-1"]
+)
 
 
 WEIGHTS = [1, 2, 1, 3]
