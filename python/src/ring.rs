@@ -20,8 +20,8 @@ use crate::errors::{empty_ring, value_error};
 use crate::keys::{self, Held};
 use crate::recipe::{Placed, Recipe, TemplateSettings};
 
-/// Batches of at least this many keys are placed with the GIL released, so other Python threads run
-/// meanwhile. Smaller ones keep it: releasing and taking it back costs more than placing a few keys,
+/// Batches (chunks of a batch, for a large one) of at least this many keys are placed with the GIL
+/// released, so other Python threads run meanwhile. Smaller ones keep it: releasing and taking it back costs more than placing a few keys,
 /// and taking it back may wait for another thread's turn.
 const DETACH_MIN_KEYS: usize = 1024;
 
@@ -342,7 +342,6 @@ impl Ring {
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let hint = keys.len().ok();
-        let detach = hint.is_some_and(|n| n >= DETACH_MIN_KEYS);
         let mut iter = keys::iterate(keys)?;
         let state = self.state.load_full();
         // One chunk's keys back to back in `arena`, each ending where `ends` says; the buffers are
@@ -372,7 +371,7 @@ impl Ring {
                 .collect();
             chunk.clear();
             chunk.resize(slices.len(), None);
-            if detach {
+            if slices.len() >= DETACH_MIN_KEYS {
                 py.detach(|| state.placement().locate_many(&slices, &mut chunk));
             } else {
                 state.placement().locate_many(&slices, &mut chunk);
