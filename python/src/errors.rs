@@ -52,8 +52,10 @@ pub struct ConfigProblem {
 impl ConfigProblem {
     fn __repr__(&self) -> String {
         format!(
-            "ConfigProblem(line={}, key={:?}, message={:?})",
-            self.line, self.key, self.message
+            "ConfigProblem(line={}, key={}, message={})",
+            self.line,
+            crate::quote(&self.key),
+            crate::quote(&self.message)
         )
     }
 }

@@ -13,6 +13,11 @@ mod twemproxy;
 
 use pyo3::prelude::*;
 
+/// `text` as Python's `repr()` of a plain string writes it: in single quotes (for `__repr__`s).
+pub(crate) fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
 /// The native half of the `shardring` package; import `shardring`.
 #[pymodule]
 fn _shardring(m: &Bound<'_, PyModule>) -> PyResult<()> {

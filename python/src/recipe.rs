@@ -283,27 +283,26 @@ impl Recipe {
 
     /// A short description for `repr()`: `algorithm='ring', hash='xxh3'`, `compat='twemproxy'`.
     pub(crate) fn describe(&self) -> String {
+        let q = crate::quote;
         match self {
-            Recipe::Algorithm { algorithm, options } => {
-                format!(
-                    "algorithm={:?}, hash={:?}",
-                    algorithm.name(),
-                    options.hash.name()
-                )
-            }
+            Recipe::Algorithm { algorithm, options } => format!(
+                "algorithm={}, hash={}",
+                q(algorithm.name()),
+                q(options.hash.name())
+            ),
             Recipe::Compat { mode, hash, .. } => match hash {
-                Some(h) => format!("compat={:?}, hash={h:?}", mode.name()),
-                None => format!("compat={:?}", mode.name()),
+                Some(h) => format!("compat={}, hash={}", q(mode.name()), q(h)),
+                None => format!("compat={}", q(mode.name())),
             },
             Recipe::Template { settings, .. } => {
-                format!("compat=\"template\", template={:?}", settings.template)
+                format!("compat='template', template={}", q(&settings.template))
             }
             Recipe::Twemproxy {
                 hash, distribution, ..
             } => format!(
-                "compat=\"twemproxy\", hash={:?}, distribution={:?}",
-                hash.name(),
-                distribution.name()
+                "compat='twemproxy', hash={}, distribution={}",
+                q(hash.name()),
+                q(distribution.name())
             ),
         }
     }

@@ -583,6 +583,6 @@ impl Migration {
 
 /// `'name'` or `None`, as Python prints them.
 fn py_repr(s: &Option<String>) -> String {
-    s.as_ref()
-        .map_or_else(|| "None".to_string(), |s| format!("{s:?}"))
+    s.as_deref()
+        .map_or_else(|| "None".to_string(), crate::quote)
 }

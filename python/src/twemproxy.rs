@@ -84,10 +84,10 @@ impl TwemproxyPool {
 
     fn __repr__(&self) -> String {
         format!(
-            "TwemproxyPool(name={:?}, hash={:?}, distribution={:?}, servers={})",
-            self.name,
-            self.hash.name(),
-            self.distribution.name(),
+            "TwemproxyPool(name={}, hash={}, distribution={}, servers={})",
+            crate::quote(&self.name),
+            crate::quote(self.hash.name()),
+            crate::quote(self.distribution.name()),
             self.servers.len()
         )
     }

@@ -208,3 +208,10 @@ def test_template_settings_belong_to_template_rings() -> None:
         Ring(["a"], compat="template", template="no placeholders")
     ring = Ring(["a", "b"], compat="template", template="{name}-{i}", digest="crc32", ties="first")
     assert ring.lookup("k") in ("a", "b")
+
+
+def test_reprs_read_as_python() -> None:
+    assert repr(Ring(["a"])) == "Ring(algorithm='ring', hash='xxh3', nodes=1)"
+    assert repr(Ring(["a:1"], compat="nginx")) == "Ring(compat='nginx', nodes=1)"
+    m = Ring(["a"]).diff(Ring(["b"]))[0]
+    assert repr(m) == f"Migration(first={m.first}, last={m.last}, old='a', new='b')"
