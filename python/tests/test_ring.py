@@ -3,7 +3,9 @@ input refused with the library's message."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 
 import pytest
 
@@ -215,3 +217,35 @@ def test_reprs_read_as_python() -> None:
     assert repr(Ring(["a:1"], compat="nginx")) == "Ring(compat='nginx', nodes=1)"
     m = Ring(["a"]).diff(Ring(["b"]))[0]
     assert repr(m) == f"Migration(first={m.first}, last={m.last}, old='a', new='b')"
+
+
+def test_other_threads_run_while_a_large_batch_is_placed() -> None:
+    # A thread that notes the longest time it went without running: were the GIL held for the whole
+    # call, that would be the call's duration; released while each chunk is placed, it is a chunk's.
+    ring = Ring([f"n{i}" for i in range(10)])
+    keys = [f"g{i}".encode() for i in range(1_000_000)]
+    longest = [0.0]
+    stop = threading.Event()
+
+    def spin() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            now = time.perf_counter()
+            longest[0] = max(longest[0], now - last)
+            last = now
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    spinner = threading.Thread(target=spin)
+    try:
+        spinner.start()
+        time.sleep(0.01)
+        longest[0] = 0.0
+        start = time.perf_counter()
+        ring.lookup_many(keys)
+        took = time.perf_counter() - start
+    finally:
+        stop.set()
+        spinner.join()
+        sys.setswitchinterval(interval)
+    assert longest[0] < took / 3, (longest[0], took)
