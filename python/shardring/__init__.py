@@ -1,0 +1,45 @@
+"""Consistent hashing on the shardring library: every client places keys exactly alike.
+
+- :class:`Ring`: the library's consistent-hash ring (virtual nodes, weights), the other algorithms by
+  name (``jump``, ``rendezvous``, ``maglev``, ...), and other programs' rings byte for byte
+  (``compat="twemproxy"``, ``"libmemcached"``, ``"spymemcached"``, ``"uhashring"``, ...).
+  ``lookup``, batched ``lookup_many``, ``replicas``, membership changes, ``shares`` and ``diff``.
+- :meth:`Ring.from_twemproxy` and :func:`read_twemproxy`: a twemproxy (nutcracker) YAML pool, placed
+  as nutcracker places it (hash, distribution, hash tags, weights, server names).
+- :mod:`shardring.uhashring`: ``HashRing``, a drop-in for uhashring's (ketama mode).
+- :mod:`shardring.pymemcache`: ``Client``, a sharded memcached client that sends each key where
+  nutcracker would, optionally following membership in etcd.
+
+Errors: ``ValueError`` (with the library's message) for bad input, :class:`ConfigError` (a
+``ValueError``) listing every problem of a bad configuration file, :class:`EmptyRingError` (a
+``LookupError``) for a lookup on a ring without nodes, ``TypeError`` for a key that is neither
+``str`` nor ``bytes``.
+"""
+
+from ._shardring import (
+    ALGORITHMS,
+    COMPAT_MODES,
+    HASHES,
+    ConfigError,
+    ConfigProblem,
+    EmptyRingError,
+    Migration,
+    Ring,
+    TwemproxyPool,
+    __version__,
+    read_twemproxy,
+)
+
+__all__ = [
+    "ALGORITHMS",
+    "COMPAT_MODES",
+    "HASHES",
+    "ConfigError",
+    "ConfigProblem",
+    "EmptyRingError",
+    "Migration",
+    "Ring",
+    "TwemproxyPool",
+    "__version__",
+    "read_twemproxy",
+]
