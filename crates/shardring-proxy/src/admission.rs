@@ -29,13 +29,15 @@ pub struct Admission {
 
 /// A client's place: its permit and its count on its worker, given back when dropped.
 #[derive(Debug)]
+///
+/// Kept by the client's session for its whole life, so it is small: the client's permit (its share
+/// of `client_connections`) is held as a count in the admission's semaphore, not as a tokio permit of
+/// its own (which would hold the semaphore a second time).
 pub(crate) struct Admitted {
-    /// The pool's admission, to count the client out.
+    /// The pool's admission, to count the client out and give its permit back.
     admission: Arc<Admission>,
     /// The client's worker.
-    worker: usize,
-    /// The client's share of `client_connections`.
-    _permit: OwnedSemaphorePermit,
+    worker: u32,
 }
 
 impl Admission {
@@ -83,10 +85,10 @@ impl Admission {
             n.fetch_add(1, Ordering::Relaxed);
         }
         self.changed.notify_waiters();
+        permit.forget();
         Admitted {
             admission: Arc::clone(self),
-            worker,
-            _permit: permit,
+            worker: u32::try_from(worker).unwrap_or(u32::MAX),
         }
     }
 
@@ -110,9 +112,10 @@ impl Admission {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        if let Some(n) = self.admission.active.get(self.worker) {
+        if let Some(n) = self.admission.active.get(self.worker as usize) {
             n.fetch_sub(1, Ordering::Relaxed);
         }
+        self.admission.permits.add_permits(1);
         self.admission.changed.notify_waiters();
     }
 }

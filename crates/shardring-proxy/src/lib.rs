@@ -71,6 +71,7 @@ macro_rules! name_version {
 
 mod admission;
 mod backend;
+mod buffers;
 pub mod config;
 pub mod descriptors;
 mod drain;

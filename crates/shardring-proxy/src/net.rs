@@ -2,10 +2,12 @@
 //! binding a pool's `listen` address, accepting with back-off, and socket options.
 
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpSocket, UnixListener};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
@@ -30,9 +32,57 @@ pub enum Listener {
     Unix(UnixListener),
 }
 
-/// What a client connection is: bytes both ways.
-pub(crate) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> ClientStream for T {}
+/// A client connection: TCP or a unix socket.
+///
+/// An enum held in the session, not a boxed trait object: every client connection, idle or not,
+/// would pay the box's allocation (BENCHMARKS.md, "proxy: memory per client connection").
+#[derive(Debug)]
+pub(crate) enum ClientStream {
+    /// TCP.
+    Tcp(TcpStream),
+    /// A unix socket.
+    Unix(UnixStream),
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            ClientStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            ClientStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            ClientStream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            ClientStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
 
 impl Listener {
     /// The local address, for logs and tests.
@@ -82,20 +132,20 @@ impl Listener {
         keepalive: bool,
         stop: &CancellationToken,
         pool: &PoolStats,
-    ) -> Option<Box<dyn ClientStream>> {
+    ) -> Option<ClientStream> {
         match self {
             Listener::Tcp(l) => accept_tcp(l, stop, "clients", Some(pool)).await.map(|s| {
                 let _ = s.set_nodelay(true);
                 if keepalive {
                     set_keepalive(&s);
                 }
-                Box::new(s) as Box<dyn ClientStream>
+                ClientStream::Tcp(s)
             }),
             Listener::Unix(l) => loop {
                 tokio::select! {
                     () = stop.cancelled() => return None,
                     a = l.accept() => match a {
-                        Ok((s, _)) => return Some(Box::new(s)),
+                        Ok((s, _)) => return Some(ClientStream::Unix(s)),
                         Err(e) => backoff(&e, "clients", Some(pool)).await,
                     },
                 }

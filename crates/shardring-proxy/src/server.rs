@@ -50,12 +50,13 @@ pub(crate) async fn run<P: Protocol>(
             if let Some(n) = pool.shared.accepted.get(worker) {
                 n.inc();
             }
-            let pool = Arc::clone(&pool);
-            let drain = Arc::clone(&drain);
-            tracker.spawn(async move {
-                serve_client(stream, pool, worker, drain).await;
-                drop(place);
-            });
+            tracker.spawn(serve_client(
+                stream,
+                Arc::clone(&pool),
+                worker,
+                Arc::clone(&drain),
+                place,
+            ));
         }
     };
     tokio::select! {

@@ -9,15 +9,18 @@
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{ready, Context, Poll, Waker};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
+use crate::admission::Admitted;
 use crate::backend::{Backend, ConnectionRoute, ReplyQueue, ReplyTo};
+use crate::buffers;
 use crate::drain::Drain;
 use crate::error::BackendError;
 use crate::net::ClientStream;
@@ -36,45 +39,46 @@ const MAX_PIPELINE: usize = 256;
 const MAX_WRITE_BATCH: usize = 1 << 20;
 
 /// Numbers clients, so each client's requests to a server share one server connection.
-static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(0);
+static NEXT_CLIENT_ID: AtomicU32 = AtomicU32::new(0);
 
 /// Serves one client on worker `worker` (whose thread runs this) until it closes, fails, or `drain`
-/// starts (then in-flight requests finish).
-pub(crate) async fn serve_client<P: Protocol>(
-    stream: Box<dyn ClientStream>,
+/// starts (then in-flight requests finish); `admitted` is its place among the pool's clients, given
+/// back when it ends.
+///
+/// Not an `async fn`: the future returned is the session's own loop, with the session moved into it,
+/// so what this function took is not kept beside it for the client's whole life (an idle client's
+/// memory is mostly this future: BENCHMARKS.md, "proxy: memory per client connection").
+pub(crate) fn serve_client<P: Protocol>(
+    stream: ClientStream,
     pool: Arc<Pool<P>>,
     worker: usize,
     drain: Arc<Drain>,
-) {
-    let stats = Arc::clone(&pool.shared.stats);
+    admitted: Admitted,
+) -> impl Future<Output = ()> + Send {
+    let stats = &pool.shared.stats;
     stats.client_connections.inc();
     stats.total_connections.inc();
     let decoder = pool.current.load().protocol.decoder();
-    let mut session = Session {
+    let session = Session {
         stream,
-        rbuf: BytesMut::with_capacity(16 << 10),
-        out: BytesMut::with_capacity(16 << 10),
-        max_buffer: decoder.max_buffer(),
+        rbuf: BytesMut::new(),
         decoder,
         pool,
         client_id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
-        pending: VecDeque::with_capacity(16),
+        pending: VecDeque::new(),
         replies: ReplyQueue::default(),
-        timings: VecDeque::with_capacity(16),
         state: P::ClientState::default(),
         lane: 0,
         held: false,
-        worker,
+        // Worker and lane numbers are small (at most the workers and server connections configured).
+        worker: u32::try_from(worker).unwrap_or(u32::MAX),
+        _admitted: admitted,
     };
-    match session.run(&drain).await {
-        Ok(()) => stats.client_eof.inc(),
-        Err(e) => {
-            stats.client_err.inc();
-            tracing::debug!(error = %e, "client connection ended");
-        }
-    }
-    stats.client_connections.dec();
+    session.serve(drain)
 }
+
+/// What an answer's latency is tallied under: its command's index and when its request was decoded.
+type Timing = Option<(usize, std::time::Instant)>;
 
 /// An answer on its way, in the client's request order.
 enum Pending<P: Protocol> {
@@ -109,39 +113,57 @@ impl<P: Protocol> Pending<P> {
 /// One client connection's state.
 struct Session<P: Protocol> {
     /// The client.
-    stream: Box<dyn ClientStream>,
-    /// Bytes read and not yet decoded; at most `max_buffer` (plus one read).
+    stream: ClientStream,
+    /// Bytes read and not yet decoded: at most the decoder's `max_buffer` (a whole request of the
+    /// largest size) plus one read. Allocated (or lent by [`crate::buffers`]) when bytes arrive and
+    /// given back once they are all decoded: a session with nothing partial holds no buffer.
     rbuf: BytesMut,
-    /// Answers ready to write.
-    out: BytesMut,
-    /// Stop reading past this many buffered bytes: a whole request of the largest size fits.
-    max_buffer: usize,
     /// The request decoder.
     decoder: P::Decoder,
     /// The pool served.
     pool: Arc<Pool<P>>,
-    /// Which connection of each server this client uses.
-    client_id: u64,
-    /// Answers in request order.
-    pending: VecDeque<Pending<P>>,
+    /// Which connection of each server this client uses (a number that wraps: it only spreads
+    /// clients over connections).
+    client_id: u32,
+    /// Answers in request order, each with the command (one of [`Protocol::command_names`]) and when
+    /// its request was decoded, for the per-command latency (`None` for what is not tallied).
+    pending: VecDeque<(Pending<P>, Timing)>,
     /// Where the servers put the replies of [`Pending::Slot`] answers.
     replies: ReplyQueue,
-    /// For each entry of `pending`, in step: the command (one of [`Protocol::command_names`]) and when its
-    /// request was decoded, for the per-command latency; `None` for what is not tallied.
-    timings: VecDeque<Option<(usize, std::time::Instant)>>,
     /// What the protocol keeps about this client between requests.
     state: P::ClientState,
     /// The set of server connections this client's requests take ([`Protocol::lane`]).
-    lane: usize,
+    lane: u32,
     /// The last request started is an exchange that later requests must not overtake
     /// ([`Protocol::in_order`]): nothing more is sent until the answers in flight are in.
     held: bool,
     /// The worker serving this client: its requests take that worker's server connections, on this
     /// thread.
-    worker: usize,
+    worker: u32,
+    /// The client's place among the pool's clients, given back when the session ends.
+    _admitted: Admitted,
 }
 
 impl<P: Protocol> Session<P> {
+    /// Serves the client until it leaves (or `drain` ends the session), then counts it out.
+    ///
+    /// An `async` block, not an `async fn` taking `mut self`: such a function's future holds the
+    /// session twice (the argument, and the binding the body works on).
+    fn serve(mut self, drain: Arc<Drain>) -> impl Future<Output = ()> + Send {
+        async move {
+            let result = self.run(&drain).await;
+            let stats = &self.pool.shared.stats;
+            match result {
+                Ok(()) => stats.client_eof.inc(),
+                Err(e) => {
+                    stats.client_err.inc();
+                    tracing::debug!(error = %e, "client connection ended");
+                }
+            }
+            stats.client_connections.dec();
+        }
+    }
+
     async fn run(&mut self, drain: &Drain) -> io::Result<()> {
         let mut closing = false;
         // One registration for the connection's life, not one per loop turn: the drain's waiter list is
@@ -152,11 +174,11 @@ impl<P: Protocol> Session<P> {
             while !closing && self.pending.len() < MAX_PIPELINE {
                 // After a change of connection set, nothing is sent until the answers in flight on the
                 // old set are in: a request must not overtake an earlier one on another connection.
-                if P::lane(&self.state) != self.lane {
+                if P::lane(&self.state) != self.lane as usize {
                     if !self.pending.is_empty() {
                         break;
                     }
-                    self.lane = P::lane(&self.state);
+                    self.lane = u32::try_from(P::lane(&self.state)).unwrap_or(u32::MAX);
                 }
                 if self.held {
                     if !self.pending.is_empty() {
@@ -209,62 +231,79 @@ impl<P: Protocol> Session<P> {
                 let _ = self.stream.shutdown().await;
                 return Ok(());
             }
-            let can_read =
-                !closing && self.pending.len() < MAX_PIPELINE && self.rbuf.len() < self.max_buffer;
-            if can_read && self.rbuf.capacity() - self.rbuf.len() < 4096 {
-                self.rbuf.reserve(16 << 10);
+            // Nothing partial: the read buffer goes back (to the worker's list, or freed with the
+            // last request split off it), so a session waiting for answers or for its client's next
+            // request holds none.
+            if self.rbuf.is_empty() && self.rbuf.capacity() > 0 {
+                buffers::give(std::mem::take(&mut self.rbuf));
             }
-            tokio::select! {
-                biased;
-                answer = poll_fn(|cx| match self.pending.front_mut() {
-                    Some(p) => p.poll_answer(&self.replies, cx),
-                    None => Poll::Pending,
-                }), if !self.pending.is_empty() => {
-                    self.pop();
-                    self.write_answer(answer);
-                    self.write_ready();
-                    if !self.out.is_empty() {
-                        self.stream.write_all(&self.out).await?;
-                        self.out.clear();
+            let can_read = !closing
+                && self.pending.len() < MAX_PIPELINE
+                && self.rbuf.len() < self.decoder.max_buffer();
+            // In a block, so that what the `select!` gave is not kept while the write below waits.
+            let out = {
+                let answer = tokio::select! {
+                    biased;
+                    answer = poll_fn(|cx| match self.pending.front_mut() {
+                        Some((p, _)) => p.poll_answer(&self.replies, cx),
+                        None => Poll::Pending,
+                    }), if !self.pending.is_empty() => Some(answer),
+                    read = poll_fn(|cx| poll_read(&mut self.stream, &mut self.rbuf, cx)), if can_read => {
+                        if read? == 0 {
+                            closing = true;
+                        }
+                        None
                     }
-                }
-                read = self.stream.read_buf(&mut self.rbuf), if can_read => {
-                    if read? == 0 {
+                    () = &mut stopped, if !closing => {
                         closing = true;
+                        None
                     }
-                }
-                () = &mut stopped, if !closing => closing = true,
+                };
+                // No answer: an empty buffer, which allocates nothing and is given back as nothing.
+                answer.map(|a| self.answers_ready(a)).unwrap_or_default()
+            };
+            if !out.is_empty() {
+                self.stream.write_all(&out).await?;
             }
+            buffers::give(out);
         }
+    }
+
+    /// The front answer `first` and the answers ready behind it, encoded into a buffer lent for the
+    /// write, so they go out in one write.
+    fn answers_ready(&mut self, first: Answer) -> BytesMut {
+        let mut out = buffers::take();
+        self.pop();
+        self.write_answer(first, &mut out);
+        self.write_ready(&mut out);
+        out
     }
 
     /// Writes out the answers ready at the front, up to [`MAX_WRITE_BATCH`] bytes, so they go out in one
     /// write. The first one not ready is polled again, with the task's waker, by the `select!` of
     /// [`Session::run`].
-    fn write_ready(&mut self) {
+    fn write_ready(&mut self, out: &mut BytesMut) {
         let mut now = Context::from_waker(Waker::noop());
-        while let Some(front) = self.pending.front_mut() {
+        while let Some((front, _)) = self.pending.front_mut() {
             let Poll::Ready(a) = front.poll_answer(&self.replies, &mut now) else {
                 break;
             };
             self.pop();
-            self.write_answer(a);
-            if self.out.len() > MAX_WRITE_BATCH {
+            self.write_answer(a, out);
+            if out.len() > MAX_WRITE_BATCH {
                 break;
             }
         }
     }
 
     /// Queues an answer on its way, with what its latency is tallied under.
-    fn push(&mut self, p: Pending<P>, timed: Option<(usize, std::time::Instant)>) {
-        self.pending.push_back(p);
-        self.timings.push_back(timed);
+    fn push(&mut self, p: Pending<P>, timed: Timing) {
+        self.pending.push_back((p, timed));
     }
 
     /// Drops the front answer (it is ready), tallying its command's latency.
     fn pop(&mut self) {
-        self.pending.pop_front();
-        if let Some(Some((i, since))) = self.timings.pop_front() {
+        if let Some((_, Some((i, since)))) = self.pending.pop_front() {
             if let Some(c) = self.pool.shared.stats.commands.get(i) {
                 c.latency.observe(since.elapsed());
             }
@@ -292,9 +331,9 @@ impl<P: Protocol> Session<P> {
     /// Which server connections this client's requests take now.
     fn connection_route(&self) -> ConnectionRoute {
         ConnectionRoute {
-            worker: self.worker,
-            lane: self.lane,
-            client_id: self.client_id,
+            worker: self.worker as usize,
+            lane: self.lane as usize,
+            client_id: u64::from(self.client_id),
         }
     }
 
@@ -358,16 +397,49 @@ impl<P: Protocol> Session<P> {
         }
     }
 
-    fn write_answer(&mut self, a: Answer) {
+    fn write_answer(&self, a: Answer, out: &mut BytesMut) {
         match a {
-            Answer::Bytes(b) => self.out.extend_from_slice(&b),
+            Answer::Bytes(b) => out.extend_from_slice(&b),
             Answer::Nothing => {}
             Answer::Failed(e) => {
                 self.pool.shared.stats.forward_error.inc();
-                P::encode_failure(&e, &mut self.out);
+                P::encode_failure(&e, out);
             }
         }
     }
+}
+
+/// The bytes a session reads before it holds a buffer: an idle client's next request usually fits.
+const FIRST_READ: usize = 4096;
+
+/// Reads what the client sent into `rbuf`, giving how many bytes (0 at end of input). A session that
+/// holds no buffer (it was idle) reads into a stack buffer first and takes one from
+/// [`crate::buffers`] only when bytes arrive, so waiting costs no buffer.
+fn poll_read(
+    stream: &mut ClientStream,
+    rbuf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    if rbuf.capacity() == 0 {
+        let mut first = [MaybeUninit::<u8>::uninit(); FIRST_READ];
+        let mut read = ReadBuf::uninit(&mut first);
+        ready!(Pin::new(&mut *stream).poll_read(cx, &mut read))?;
+        let got = read.filled();
+        // A read that filled the stack buffer may have more behind it: a buffer of the lent size.
+        // One that did not is what the client sent, usually whole requests: just its size, so the
+        // requests split off it hold no more than themselves while they are in flight.
+        if got.len() == FIRST_READ {
+            *rbuf = buffers::take();
+            rbuf.extend_from_slice(got);
+        } else if !got.is_empty() {
+            *rbuf = BytesMut::from(got);
+        }
+        return Poll::Ready(Ok(got.len()));
+    }
+    if rbuf.capacity() - rbuf.len() < FIRST_READ {
+        rbuf.reserve(buffers::BUFFER_CAPACITY);
+    }
+    tokio_util::io::poll_read_buf(Pin::new(stream), cx, rbuf)
 }
 
 /// A part sent: its reply slot, and its server (as the plan numbered them; `None` for a previous-ring
@@ -435,5 +507,51 @@ fn backend_of<P: Protocol>(
             .previous
             .load_full()
             .and_then(|old| old.backends.get(server).map(Arc::clone)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PoolConfig;
+    use crate::protocol::memcache::Memcache;
+    use crate::protocol::redis::Redis;
+
+    /// The memory a session's task holds for its whole life, idle or not: its future (the session
+    /// and the state of its loop). BENCHMARKS.md, "proxy: memory per client connection".
+    async fn session_size<P: Protocol>(redis: bool) -> usize {
+        let mut config =
+            PoolConfig::new("alpha", "127.0.0.1:0", &["127.0.0.1:1:1"]).expect("a pool");
+        if redis {
+            config.protocol = crate::config::ProtocolConfig::Redis(Default::default());
+        }
+        let handle = tokio::runtime::Handle::current();
+        let pool = Arc::new(Pool::<P>::new(config, vec![handle]).expect("a pool"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let _peer = tokio::net::TcpStream::connect(listener.local_addr().expect("its address"))
+            .await
+            .expect("connected");
+        let (client, _) = listener.accept().await.expect("accepted");
+        let admission = Arc::new(crate::admission::Admission::new(1, 10));
+        let permit = admission.turn(0).await.expect("a permit");
+        let admitted = admission.admit(0, permit);
+        let drain = Arc::new(Drain::default());
+        let session = serve_client(ClientStream::Tcp(client), pool, 0, drain, admitted);
+        std::mem::size_of_val(&session)
+    }
+
+    #[tokio::test]
+    async fn a_session_future_is_small() {
+        for (name, size) in [
+            ("memcached", session_size::<Memcache>(false).await),
+            ("redis", session_size::<Redis>(true).await),
+        ] {
+            println!("{name} session future: {size} bytes");
+            // tokio rounds a task up to a multiple of 128 bytes: past this bound, a session's task
+            // takes the next step (BENCHMARKS.md, "proxy: memory per client connection").
+            assert!(size <= 512, "a {name} session's future is {size} bytes");
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! under its module's, so `cargo test -p shardring-cli <part of a name>` still finds it, and
 //! `cargo test -p shardring-cli --test cli <module>::` runs one file's tests.
 
+mod client_memory;
 mod compat;
 mod compat_java_go;
 mod contract;

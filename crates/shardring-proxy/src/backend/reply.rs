@@ -16,7 +16,7 @@
 //! the queue's lock is never contended; it is a lock rather than a cell because tasks are `Send`.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use tokio::sync::oneshot;
@@ -47,10 +47,22 @@ impl ReplyTo {
 
 /// One client session's replies in flight, by slot number, oldest first. Clones are handles to the
 /// same queue (for the session's fan-out futures).
-#[derive(Debug, Default, Clone)]
+///
+/// Allocated on its first use, not when the session starts: a client that connects and sends nothing
+/// costs no queue (idle clients are most of a busy proxy's connections).
+#[derive(Debug, Default)]
 pub(crate) struct ReplyQueue {
-    /// Shared with the [`SlotSender`]s of the slots in flight.
-    shared: Arc<Mutex<Slots>>,
+    /// Shared with the [`SlotSender`]s of the slots in flight; set on first use.
+    shared: OnceLock<Arc<Mutex<Slots>>>,
+}
+
+impl Clone for ReplyQueue {
+    /// A handle to the same queue (allocating it, if it was not yet).
+    fn clone(&self) -> ReplyQueue {
+        ReplyQueue {
+            shared: OnceLock::from(Arc::clone(self.shared())),
+        }
+    }
 }
 
 /// The slots of a [`ReplyQueue`].
@@ -76,13 +88,18 @@ enum Slot {
 }
 
 impl ReplyQueue {
+    /// The queue, allocated now if it was not yet.
+    fn shared(&self) -> &Arc<Mutex<Slots>> {
+        self.shared.get_or_init(Arc::default)
+    }
+
     /// A new slot at the back: its number (for [`ReplyQueue::poll_take`]) and where its reply goes.
     pub(crate) fn slot(&self) -> (u64, SlotSender) {
-        let mut s = lock(&self.shared);
+        let mut s = lock(self.shared());
         let number = s.first + s.slots.len() as u64;
         s.slots.push_back(Slot::Waiting(false));
         let sender = SlotSender {
-            queue: Some(Arc::clone(&self.shared)),
+            queue: Some(Arc::clone(self.shared())),
             number,
         };
         (number, sender)
@@ -91,7 +108,7 @@ impl ReplyQueue {
     /// The reply of slot `number` (taken once; a slot taken already reads as
     /// [`BackendError::Removed`]); when it is not in yet, wakes `cx`'s task once it is.
     pub(crate) fn poll_take(&self, number: u64, cx: &mut Context<'_>) -> Poll<Reply> {
-        let mut s = lock(&self.shared);
+        let mut s = lock(self.shared());
         let Some(slot) = s.index(number).and_then(|i| s.slots.get_mut(i)) else {
             return Poll::Ready(Err(BackendError::Removed));
         };
@@ -214,7 +231,7 @@ mod tests {
         ));
         tx_a.send(Ok(Bytes::from_static(b"a")));
         assert!(matches!(take(&q, a), Poll::Ready(Ok(r)) if &r[..] == b"a"));
-        assert!(lock(&q.shared).slots.is_empty());
+        assert!(lock(q.shared()).slots.is_empty());
         let (c, _tx_c) = q.slot();
         assert_eq!(c, 2);
     }
@@ -258,7 +275,7 @@ mod tests {
     fn a_fill_after_the_session_is_gone_is_dropped() {
         let q = ReplyQueue::default();
         let (_, tx) = q.slot();
-        let queue = Arc::downgrade(&q.shared);
+        let queue = Arc::downgrade(q.shared());
         drop(q);
         // The slot's sender still holds the queue...
         assert!(queue.upgrade().is_some());

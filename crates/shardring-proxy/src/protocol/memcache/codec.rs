@@ -36,7 +36,8 @@ pub struct RequestCodec {
     /// A refusal that closes the stream was returned: give nothing more.
     closed: bool,
     /// A retrieval line being streamed through: its command and `gat` exptime.
-    streaming: Option<(GetKind, Option<Bytes>)>,
+    /// (Boxed: rare, and the decoder is part of every client connection's memory, idle or not.)
+    streaming: Option<Box<(GetKind, Option<Bytes>)>>,
     /// Drop input up to the end of the current line (a refused piece of a streamed line).
     discard_line: bool,
     /// Where the value limit comes from when it is the pool's servers' own.
@@ -136,7 +137,10 @@ impl RequestCodec {
                         exptime,
                         more: true,
                         ..
-                    } => Some((*kind, exptime.clone().map(|e| request.frame.slice(e)))),
+                    } => Some(Box::new((
+                        *kind,
+                        exptime.clone().map(|e| request.frame.slice(e)),
+                    ))),
                     _ => None,
                 };
                 Some(Decoded::Request(request))
@@ -182,7 +186,8 @@ impl Decoder for RequestCodec {
                 }
             }
         }
-        if let Some((kind, exptime)) = &self.streaming {
+        if let Some(streaming) = &self.streaming {
+            let (kind, exptime) = &**streaming;
             let whole_line = memchr::memchr(b'\n', buf).is_some();
             if !whole_line && buf.len() < self.limits.max_line_len {
                 return Ok(None);

@@ -15,7 +15,7 @@ pub(crate) struct ClientState {
     /// The client authenticated (`AUTH` or `HELLO … AUTH`) against the pool's `redis_auth`.
     pub authenticated: bool,
     /// `CLIENT SETNAME`'s name.
-    pub name: Option<Vec<u8>>,
+    pub name: Option<Box<[u8]>>,
     /// `CLIENT ID`'s number.
     pub id: u64,
 }

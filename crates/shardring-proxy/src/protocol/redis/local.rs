@@ -185,7 +185,7 @@ fn hello(req: &Request, s: &mut ClientState, proxy: &Redis) -> Step<Redis> {
         if !valid_name(name) {
             return error(BAD_NAME);
         }
-        s.name = (!name.is_empty()).then(|| name.to_vec());
+        s.name = (!name.is_empty()).then(|| name.into());
     }
     s.flavor = flavor;
     let mut out = BytesMut::with_capacity(160);
@@ -230,7 +230,7 @@ fn client(req: &Request, s: &mut ClientState, proxy: &Redis) -> Step<Redis> {
             if !valid_name(arg(2)) {
                 return error(BAD_NAME);
             }
-            s.name = (!arg(2).is_empty()).then(|| arg(2).to_vec());
+            s.name = (!arg(2).is_empty()).then(|| arg(2).into());
             fixed(b"+OK\r\n")
         }
         b"getname" => {
