@@ -3,6 +3,7 @@
 //! Exit status: 0 on success; 2 on a usage, input or configuration error, with the reason on stderr and
 //! nothing on stdout.
 
+mod allocator;
 mod cmd;
 mod compat;
 mod daemon;

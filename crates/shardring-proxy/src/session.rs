@@ -149,6 +149,7 @@ impl<P: Protocol> Session<P> {
     ///
     /// An `async` block, not an `async fn` taking `mut self`: such a function's future holds the
     /// session twice (the argument, and the binding the body works on).
+    #[allow(clippy::manual_async_fn)] // the point of it: see above
     fn serve(mut self, drain: Arc<Drain>) -> impl Future<Output = ()> + Send {
         async move {
             let result = self.run(&drain).await;

@@ -301,6 +301,7 @@ pub fn run(args: Args) -> Result<()> {
         (None, None) => tracing::Level::INFO,
     };
     let log = logging::install(level, args.log_format, log_file);
+    crate::allocator::return_memory_in_background();
     // After the log is up: past -d, an error here reaches the log file only.
     let _pid_file = match pid_path.as_deref().map(PidFile::create).transpose() {
         Ok(pid_file) => pid_file,
