@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
 use crate::admission::Admitted;
@@ -115,8 +115,8 @@ struct Session<P: Protocol> {
     /// The client.
     stream: ClientStream,
     /// Bytes read and not yet decoded: at most the decoder's `max_buffer` (a whole request of the
-    /// largest size) plus one read. Allocated (or lent by [`crate::buffers`]) when bytes arrive and
-    /// given back once they are all decoded: a session with nothing partial holds no buffer.
+    /// largest size) plus one read. Lent by [`crate::buffers`] when bytes arrive and given back once
+    /// they are all decoded and answered: an idle session holds no buffer.
     rbuf: BytesMut,
     /// The request decoder.
     decoder: P::Decoder,
@@ -232,10 +232,11 @@ impl<P: Protocol> Session<P> {
                 let _ = self.stream.shutdown().await;
                 return Ok(());
             }
-            // Nothing partial: the read buffer goes back (to the worker's list, or freed with the
-            // last request split off it), so a session waiting for answers or for its client's next
-            // request holds none.
-            if self.rbuf.is_empty() && self.rbuf.capacity() > 0 {
+            // Nothing partial and nothing in flight: the read buffer goes back to the worker's list
+            // (whole again, as the requests split off it have been sent), so an idle session holds
+            // none. Kept while answers are awaited: given back then, it would still be shared with
+            // the requests in flight, and freed rather than lent again.
+            if self.rbuf.is_empty() && self.pending.is_empty() && self.rbuf.capacity() > 0 {
                 buffers::give(std::mem::take(&mut self.rbuf));
             }
             let can_read = !closing
@@ -266,18 +267,38 @@ impl<P: Protocol> Session<P> {
             if !out.is_empty() {
                 self.stream.write_all(&out).await?;
             }
-            buffers::give(out);
+            // A buffer lent for the write goes back; an answer written as it came is dropped.
+            if let Ok(buf) = out.try_into_mut() {
+                buffers::give(buf);
+            }
         }
     }
 
-    /// The front answer `first` and the answers ready behind it, encoded into a buffer lent for the
-    /// write, so they go out in one write.
-    fn answers_ready(&mut self, first: Answer) -> BytesMut {
-        let mut out = buffers::take();
+    /// The front answer `first` and the answers ready behind it, to go out in one write: `first`'s
+    /// own bytes when it is the only one (one request at a time, the common case, copies nothing),
+    /// else all of them encoded into a buffer lent for the write.
+    fn answers_ready(&mut self, first: Answer) -> Bytes {
         self.pop();
+        let mut now = Context::from_waker(Waker::noop());
+        let second = match self.pending.front_mut() {
+            Some((p, _)) => match p.poll_answer(&self.replies, &mut now) {
+                Poll::Ready(a) => Some(a),
+                Poll::Pending => None,
+            },
+            None => None,
+        };
+        let (first, second) = match (first, second) {
+            (Answer::Bytes(only), None) => return only,
+            (first, second) => (first, second),
+        };
+        let mut out = buffers::take();
         self.write_answer(first, &mut out);
-        self.write_ready(&mut out);
-        out
+        if let Some(second) = second {
+            self.pop();
+            self.write_answer(second, &mut out);
+            self.write_ready(&mut out);
+        }
+        out.freeze()
     }
 
     /// Writes out the answers ready at the front, up to [`MAX_WRITE_BATCH`] bytes, so they go out in one
@@ -426,14 +447,11 @@ fn poll_read(
         let mut read = ReadBuf::uninit(&mut first);
         ready!(Pin::new(&mut *stream).poll_read(cx, &mut read))?;
         let got = read.filled();
-        // A read that filled the stack buffer may have more behind it: a buffer of the lent size.
-        // One that did not is what the client sent, usually whole requests: just its size, so the
-        // requests split off it hold no more than themselves while they are in flight.
-        if got.len() == FIRST_READ {
+        if !got.is_empty() {
+            // A lent buffer, not one of the read's size: a lent buffer comes back whole once the
+            // session is idle again, so a request costs no allocation.
             *rbuf = buffers::take();
             rbuf.extend_from_slice(got);
-        } else if !got.is_empty() {
-            *rbuf = BytesMut::from(got);
         }
         return Poll::Ready(Ok(got.len()));
     }
