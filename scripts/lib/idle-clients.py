@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Opens N client connections to a proxy and reports the proxy's resident memory at each stage.
 
-Stages, each measured after the proxy has settled (RSS read from /proc/PID/status, VmRSS):
+Stages, each measured after the proxy has settled (RSS read from /proc/PID/status, VmRSS; after the
+requests and after the close, two seconds first: memory an allocator frees goes back to the system
+after a delay, about a second for shardring's):
   start    before any client connects
   idle     N clients connected, none has sent a byte
   active   after one request from each client (all N in flight together, then every answer read)
@@ -88,11 +90,12 @@ def main():
     if wrong:
         sample = next(v for v in got.values() if v != answer)
         raise SystemExit(f"{wrong} of {n} clients did not get {answer!r} (one got {sample!r})")
+    time.sleep(2.0)
     active = settle(pid, 2.0)
 
     for s in socks:
         s.close()
-    time.sleep(1.0)
+    time.sleep(2.0)
     closed = settle(pid, 2.0)
     print(json.dumps({"n": n, "start": start, "idle": idle, "active": active, "closed": closed}))
 
