@@ -30,28 +30,40 @@ const MAX_FREE: usize = 64;
 /// A buffer that grew past this (to hold a large value) goes back to the allocator, not to the list.
 const MAX_KEPT_CAPACITY: usize = 4 * BUFFER_CAPACITY;
 
+/// The room a buffer lent again has at least. A read buffer comes back with its front used (the
+/// requests split off it); while this much is left past that front, it is kept as it is, and
+/// reclaimed (its front made usable again) only once less is: one reclaim for hundreds of requests
+/// rather than one each (BENCHMARKS.md, "proxy: memory per client connection").
+pub(crate) const MIN_ROOM: usize = BUFFER_CAPACITY / 2;
+
 thread_local! {
-    /// This worker's free buffers, each empty, unshared and of at least [`BUFFER_CAPACITY`].
+    /// This worker's free buffers, each empty, with room for at least [`MIN_ROOM`] bytes.
     static FREE: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
 }
 
-/// An empty buffer of at least [`BUFFER_CAPACITY`]: a free one of this worker's, else a new one.
+/// An empty buffer with room for at least [`MIN_ROOM`] bytes: a free one of this worker's, else a new
+/// one of [`BUFFER_CAPACITY`].
 pub(crate) fn take() -> BytesMut {
     FREE.with_borrow_mut(Vec::pop)
         .unwrap_or_else(|| BytesMut::with_capacity(BUFFER_CAPACITY))
 }
 
-/// Gives `buf` back: kept for the next [`take`] when it is whole again (no request or reply split off
-/// it is still alive elsewhere), not too large, and the list is not full; else freed. Its bytes, if
-/// any, are dropped: give back only a buffer whose bytes have been used.
+/// Gives `buf` back: kept for the next [`take`] when it has [`MIN_ROOM`] left or can be made whole
+/// again (no request or reply split off it is still alive elsewhere), is not too large, and the list
+/// is not full; else freed. Its bytes, if any, are dropped: give back only a buffer whose bytes have
+/// been used.
+///
+/// A buffer kept with its front still shared (a request split off it, still on its way to a server)
+/// is safe to lend again: a `BytesMut` owns the room past its front, and the allocation is freed
+/// only once both are dropped.
 pub(crate) fn give(mut buf: BytesMut) {
-    if buf.capacity() == 0 {
+    buf.clear();
+    if buf.capacity() > MAX_KEPT_CAPACITY {
         return;
     }
-    buf.clear();
-    // `try_reclaim` succeeds only when no `Bytes` split off the buffer is alive: a buffer still
-    // shared with a request in flight is dropped here and freed with that request.
-    if buf.capacity() > MAX_KEPT_CAPACITY || !buf.try_reclaim(BUFFER_CAPACITY) {
+    // `try_reclaim` succeeds only when no `Bytes` split off the buffer is alive: a buffer short of
+    // room and still shared with a request in flight is dropped here, and freed with that request.
+    if buf.capacity() < MIN_ROOM && !buf.try_reclaim(BUFFER_CAPACITY) {
         return;
     }
     FREE.with_borrow_mut(|free| {
@@ -87,22 +99,47 @@ mod tests {
     }
 
     #[test]
-    fn a_buffer_shared_with_a_request_in_flight_is_not_kept() {
+    fn a_buffer_with_room_is_kept_as_it_is_and_its_lent_front_stays_intact() {
         let before = free_count();
         let mut buf = take();
         buf.extend_from_slice(b"get k\r\n");
         let request = buf.split_to(7).freeze();
         give(buf);
-        assert_eq!(free_count(), before, "still shared with the request");
-        assert_eq!(&request[..], b"get k\r\n");
+        assert_eq!(
+            free_count(),
+            before + 1,
+            "room enough left past the request"
+        );
+        let mut again = take();
+        assert!(again.capacity() >= MIN_ROOM);
+        again.extend_from_slice(&[b'x'; 64]);
+        assert_eq!(
+            &request[..],
+            b"get k\r\n",
+            "the request split off is not written over"
+        );
+        give(again);
     }
 
     #[test]
-    fn a_reclaimed_buffer_is_whole_again_and_kept() {
+    fn a_buffer_short_of_room_and_shared_with_a_request_in_flight_is_not_kept() {
         let before = free_count();
         let mut buf = take();
-        buf.extend_from_slice(b"get k\r\n");
-        drop(buf.split_to(7).freeze());
+        let used = buf.capacity() - MIN_ROOM + 1;
+        buf.extend_from_slice(&vec![b'k'; used]);
+        let request = buf.split_to(used).freeze();
+        give(buf);
+        assert_eq!(free_count(), before, "still shared with the request");
+        assert_eq!(request.len(), used);
+    }
+
+    #[test]
+    fn a_buffer_short_of_room_is_reclaimed_whole_and_kept() {
+        let before = free_count();
+        let mut buf = take();
+        let used = buf.capacity() - MIN_ROOM + 1;
+        buf.extend_from_slice(&vec![b'k'; used]);
+        drop(buf.split_to(used).freeze());
         give(buf);
         assert_eq!(free_count(), before + 1);
         let again = take();

@@ -77,6 +77,14 @@ pub(crate) fn serve_client<P: Protocol>(
     session.serve(drain)
 }
 
+/// What goes out to the client in one write.
+enum Outgoing {
+    /// One answer's own bytes (a server's reply as it came).
+    Answer(Bytes),
+    /// Answers encoded into a buffer lent by [`crate::buffers`], given back once written.
+    Lent(BytesMut),
+}
+
 /// What an answer's latency is tallied under: its command's index and when its request was decoded.
 type Timing = Option<(usize, std::time::Instant)>;
 
@@ -232,10 +240,9 @@ impl<P: Protocol> Session<P> {
                 let _ = self.stream.shutdown().await;
                 return Ok(());
             }
-            // Nothing partial and nothing in flight: the read buffer goes back to the worker's list
-            // (whole again, as the requests split off it have been sent), so an idle session holds
-            // none. Kept while answers are awaited: given back then, it would still be shared with
-            // the requests in flight, and freed rather than lent again.
+            // Nothing partial and nothing in flight: the read buffer goes back to the worker's list,
+            // so an idle session holds none. Kept while answers are awaited: the requests split off
+            // it are still alive then, so it could not be made whole again once short of room.
             if self.rbuf.is_empty() && self.pending.is_empty() && self.rbuf.capacity() > 0 {
                 buffers::give(std::mem::take(&mut self.rbuf));
             }
@@ -261,14 +268,19 @@ impl<P: Protocol> Session<P> {
                         None
                     }
                 };
-                // No answer: an empty buffer, which allocates nothing and is given back as nothing.
-                answer.map(|a| self.answers_ready(a)).unwrap_or_default()
+                answer.map(|a| self.answers_ready(a))
             };
-            if !out.is_empty() {
-                self.stream.write_all(&out).await?;
+            // Borrowed for the write, so the future keeps one `Outgoing` across it, not a copy per
+            // arm of a match.
+            let bytes: &[u8] = match &out {
+                Some(Outgoing::Answer(bytes)) => bytes,
+                Some(Outgoing::Lent(buf)) => buf,
+                None => &[],
+            };
+            if !bytes.is_empty() {
+                self.stream.write_all(bytes).await?;
             }
-            // A buffer lent for the write goes back; an answer written as it came is dropped.
-            if let Ok(buf) = out.try_into_mut() {
+            if let Some(Outgoing::Lent(buf)) = out {
                 buffers::give(buf);
             }
         }
@@ -277,7 +289,7 @@ impl<P: Protocol> Session<P> {
     /// The front answer `first` and the answers ready behind it, to go out in one write: `first`'s
     /// own bytes when it is the only one (one request at a time, the common case, copies nothing),
     /// else all of them encoded into a buffer lent for the write.
-    fn answers_ready(&mut self, first: Answer) -> Bytes {
+    fn answers_ready(&mut self, first: Answer) -> Outgoing {
         self.pop();
         let mut now = Context::from_waker(Waker::noop());
         let second = match self.pending.front_mut() {
@@ -288,7 +300,7 @@ impl<P: Protocol> Session<P> {
             None => None,
         };
         let (first, second) = match (first, second) {
-            (Answer::Bytes(only), None) => return only,
+            (Answer::Bytes(only), None) => return Outgoing::Answer(only),
             (first, second) => (first, second),
         };
         let mut out = buffers::take();
@@ -298,7 +310,7 @@ impl<P: Protocol> Session<P> {
             self.write_answer(second, &mut out);
             self.write_ready(&mut out);
         }
-        out.freeze()
+        Outgoing::Lent(out)
     }
 
     /// Writes out the answers ready at the front, up to [`MAX_WRITE_BATCH`] bytes, so they go out in one

@@ -301,7 +301,6 @@ pub fn run(args: Args) -> Result<()> {
         (None, None) => tracing::Level::INFO,
     };
     let log = logging::install(level, args.log_format, log_file);
-    crate::allocator::return_memory_in_background();
     // After the log is up: past -d, an error here reaches the log file only.
     let _pid_file = match pid_path.as_deref().map(PidFile::create).transpose() {
         Ok(pid_file) => pid_file,
@@ -351,7 +350,13 @@ pub fn run(args: Args) -> Result<()> {
         ..RunOptions::default()
     };
     let reload = move || load(&config_path).and_then(|c| overrides.apply(c));
-    let result = runtime.block_on(shardring_proxy::run(config, options, reload));
+    let result = runtime.block_on(async {
+        // On the control runtime's thread (worker 0's with one worker), not a thread of its own.
+        let purging = tokio::spawn(crate::allocator::return_memory_while_idle());
+        let result = shardring_proxy::run(config, options, reload).await;
+        purging.abort();
+        result
+    });
     if let (Err(e), Some(_)) = (&result, &args.output) {
         // Also in the log file: after -d, stderr is /dev/null.
         tracing::error!(error = %shardring_etcd::error_chain(e), "the proxy stopped");
