@@ -32,7 +32,7 @@ const PURGE_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 /// Without it jemalloc purges only as a thread allocates or frees, so the memory of a burst of
 /// clients that left stays resident while the proxy idles. jemalloc's own answer, its background
 /// thread, makes the process multi-threaded, and glibc then takes its slower, cancellable path on
-/// every system call: about 125 more instructions a request with one worker (BENCHMARKS.md, "proxy:
+/// every system call, a cost on every request with one worker (BENCHMARKS.md, "proxy:
 /// memory per client connection"). A timer on a thread the proxy already runs costs a wake-up every
 /// half second instead.
 pub async fn return_memory_while_idle() {

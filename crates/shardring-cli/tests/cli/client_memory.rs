@@ -6,25 +6,16 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::Kill;
 use test_support::{free_port, wait_listening, Memcached, RedisServer, TempDir};
 
 const CLIENTS: usize = 2000;
 
 /// The budget per idle client, in bytes.
 const MAX_BYTES_PER_IDLE_CLIENT: u64 = 2048;
-
-/// A child process killed on drop.
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The resident memory of process `pid`, in bytes (`VmRSS`).
 fn rss(pid: u32) -> u64 {

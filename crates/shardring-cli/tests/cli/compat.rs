@@ -3,11 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::support::shardring;
 use assert_cmd::Command;
-
-fn shardring() -> Command {
-    Command::cargo_bin("shardring").unwrap()
-}
 
 fn testdata(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

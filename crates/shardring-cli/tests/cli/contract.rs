@@ -1,11 +1,7 @@
 //! The CLI contract (DESIGN §3.1): output formats, exit codes, bad input.
 
-use assert_cmd::Command;
+use crate::support::shardring;
 use predicates::prelude::*;
-
-fn shardring() -> Command {
-    Command::cargo_bin("shardring").unwrap()
-}
 
 #[test]
 fn lookup_prints_key_tab_node_in_input_order() {

@@ -6,20 +6,11 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::Kill;
 use test_support::{free_port, wait_listening, Memcached, TempDir};
-
-/// A child process killed on drop.
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn connect(addr: &str) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();

@@ -13,3 +13,4 @@ mod members;
 mod operator;
 mod proxy;
 mod simulate;
+mod support;

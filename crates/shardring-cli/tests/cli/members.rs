@@ -5,12 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command as StdCommand, Stdio};
 use std::time::Duration;
 
-use assert_cmd::Command;
+use crate::support::shardring;
 use test_support::{etcd_available, Etcd};
-
-fn shardring() -> Command {
-    Command::cargo_bin("shardring").unwrap()
-}
 
 fn yaml(dir_tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(

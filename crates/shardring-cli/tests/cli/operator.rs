@@ -7,13 +7,9 @@ use std::path::Path;
 use std::process::{Child, Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
+use crate::support::{shardring, signal};
 use predicates::prelude::*;
 use test_support::{free_port, wait_listening, TempDir};
-
-fn shardring() -> Command {
-    Command::cargo_bin("shardring").unwrap()
-}
 
 /// A pool file with one (absent) server: the proxy serves it without connecting anywhere.
 fn pool_file(dir: &Path, listen: u16) -> std::path::PathBuf {
@@ -54,14 +50,6 @@ fn start(config: &Path, listen: u16, log: &Path, flags: &[&str]) -> Proxy {
     wait_listening(&format!("127.0.0.1:{listen}"));
     let pid = child.id().to_string();
     Proxy { child, pid }
-}
-
-fn kill(sig: &str, pid: &str) {
-    assert!(StdCommand::new("kill")
-        .args([sig, pid])
-        .status()
-        .unwrap()
-        .success());
 }
 
 fn read(path: &Path) -> String {
@@ -201,8 +189,8 @@ fn usr1_and_usr2_are_harmless_and_ttin_ttou_change_what_is_logged() {
     // -v 5: nutcracker's default (notice), info here.
     let proxy = start(&config, listen, &log, &["-v", "5"]);
     let pid = proxy.pid.as_str();
-    kill("-USR1", pid);
-    kill("-USR2", pid);
+    signal("-USR1", pid);
+    signal("-USR2", pid);
     let logged = wait_for_lines(&log, "ignored", 2);
     assert!(
         logged.contains("SIGUSR1") && logged.contains("SIGUSR2"),
@@ -212,21 +200,21 @@ fn usr1_and_usr2_are_harmless_and_ttin_ttou_change_what_is_logged() {
     assert!(running(pid), "USR1/USR2 must not end the proxy");
 
     // One step down (info → warn): the info line of the next USR1 is not written.
-    kill("-TTOU", pid);
+    signal("-TTOU", pid);
     wait_for_lines(&log, "to=\"warn\"", 1);
-    kill("-USR1", pid);
+    signal("-USR1", pid);
     // Signals that wait together are taken in any order: this one first.
     std::thread::sleep(Duration::from_millis(500));
     // Two steps up (warn → info → debug): the USR1 and the debug line of the second raise are.
-    kill("-TTIN", pid);
+    signal("-TTIN", pid);
     wait_for_lines(&log, "to=\"info\"", 1);
-    kill("-TTIN", pid);
+    signal("-TTIN", pid);
     let logged = wait_for_lines(&log, "to=\"debug\"", 1);
     assert!(
         logged.contains("DEBUG"),
         "a raise is logged at the new level: {logged}"
     );
-    kill("-USR1", pid);
+    signal("-USR1", pid);
     let logged = wait_for_lines(&log, "signal=\"SIGUSR1\"", 2);
     assert_eq!(
         logged.matches("signal=\"SIGUSR1\"").count(),
@@ -235,7 +223,7 @@ fn usr1_and_usr2_are_harmless_and_ttin_ttou_change_what_is_logged() {
     );
     assert!(running(pid));
     wait_listening(&format!("127.0.0.1:{listen}"));
-    kill("-TERM", pid);
+    signal("-TERM", pid);
     wait_for_lines(&log, "shutting down", 1);
 }
 
@@ -257,7 +245,7 @@ fn sighup_after_the_log_file_was_moved_writes_a_new_one_and_logs_what_changed() 
         ),
     )
     .unwrap();
-    kill("-HUP", &proxy.pid);
+    signal("-HUP", &proxy.pid);
     let fresh = wait_for_lines(&log, "configuration reloaded", 1);
     assert!(fresh.contains("pool=alpha"), "{fresh}");
     assert!(fresh.contains("servers added [cache-b]"), "{fresh}");
@@ -269,7 +257,7 @@ fn sighup_after_the_log_file_was_moved_writes_a_new_one_and_logs_what_changed() 
     let old = read(&rotated);
     assert!(old.contains("reopening the log file"), "{old}");
     assert!(!old.contains("configuration reloaded"), "{old}");
-    kill("-TERM", &proxy.pid);
+    signal("-TERM", &proxy.pid);
     wait_for_lines(&log, "shutting down", 1);
 }
 
@@ -280,8 +268,8 @@ fn json_logs_are_one_object_a_line() {
     let config = pool_file(dir.path(), listen);
     let log = dir.path().join("proxy.json");
     let proxy = start(&config, listen, &log, &["--log-format", "json"]);
-    kill("-USR1", &proxy.pid);
-    kill("-TERM", &proxy.pid);
+    signal("-USR1", &proxy.pid);
+    signal("-TERM", &proxy.pid);
     wait_for_lines(&log, "shutting down", 1);
     let text = read(&log);
     let lines: Vec<serde_json::Value> = text
@@ -336,7 +324,7 @@ fn daemonize_detaches_and_keeps_its_pid_file_until_it_exits() {
         Path::new("/")
     );
     wait_for_lines(&log, "serving", 1);
-    kill("-TERM", &pid);
+    signal("-TERM", &pid);
     let deadline = Instant::now() + Duration::from_secs(20);
     while pid_file.exists() || running(&pid) {
         assert!(Instant::now() < deadline, "the daemon did not exit");
@@ -380,6 +368,6 @@ fn more_threads_than_cpus_is_warned_about() {
         &["--threads", &(cpus + 1).to_string()],
     );
     wait_for_lines(&log, "more worker threads than CPUs", 1);
-    kill("-TERM", &proxy.pid);
+    signal("-TERM", &proxy.pid);
     wait_for_lines(&log, "shutting down", 1);
 }

@@ -3,26 +3,12 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command as StdCommand, Stdio};
+use std::process::{Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
+use crate::support::{shardring, signal, Kill};
 use predicates::prelude::*;
 use test_support::{free_port, wait_listening, Memcached};
-
-fn shardring() -> Command {
-    Command::cargo_bin("shardring").unwrap()
-}
-
-/// A child process killed on drop.
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -86,15 +72,6 @@ fn roundtrip(stream: &mut TcpStream, req: &[u8], expect: &[u8]) {
         String::from_utf8_lossy(&got),
         String::from_utf8_lossy(expect)
     );
-}
-
-/// Sends `sig` (`-HUP`, `-TERM`) to process `pid` with kill(1).
-fn signal(sig: &str, pid: &str) {
-    assert!(StdCommand::new("kill")
-        .args([sig, pid])
-        .status()
-        .unwrap()
-        .success());
 }
 
 fn http_get(addr: &str, path: &str) -> String {

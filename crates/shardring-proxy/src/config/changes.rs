@@ -4,6 +4,7 @@
 //! Servers are matched by the name a lookup reports ([`TwemproxyServer::display_name`]: the name
 //! after the weight, else `host:port`), the spelling every log line about a server uses.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use shardring::compat::twemproxy::TwemproxyServer;
@@ -27,14 +28,21 @@ pub struct PoolChanges {
 
 impl PoolChanges {
     /// What changed from `old` to `new`.
-    pub fn between(old: &PoolConfig, new: &PoolConfig) -> PoolChanges {
+    pub fn between<'a>(old: &'a PoolConfig, new: &'a PoolConfig) -> PoolChanges {
         let mut out = PoolChanges::default();
-        let find = |list: &[TwemproxyServer], name: &str| {
-            list.iter().find(|s| s.display_name() == name).cloned()
+        // The first server of a name, as a lookup finds it.
+        let by_name = |list: &'a [TwemproxyServer]| {
+            let mut names: HashMap<String, &'a TwemproxyServer> = HashMap::new();
+            for s in list {
+                names.entry(s.display_name()).or_insert(s);
+            }
+            names
         };
+        let (before, after) = (by_name(&old.servers), by_name(&new.servers));
+        // In the files' order, so the log reads as the files do.
         for s in &new.servers {
             let name = s.display_name();
-            match find(&old.servers, &name) {
+            match before.get(&name) {
                 None => out.added.push(name),
                 Some(o) => {
                     if o.weight != s.weight {
@@ -44,7 +52,7 @@ impl PoolChanges {
                     if (o.host.as_str(), o.port) != (s.host.as_str(), s.port) {
                         out.readdressed.push(format!(
                             "{name} {}\u{2192}{}",
-                            address(&o),
+                            address(o),
                             address(s)
                         ));
                     }
@@ -53,7 +61,7 @@ impl PoolChanges {
         }
         for o in &old.servers {
             let name = o.display_name();
-            if find(&new.servers, &name).is_none() {
+            if !after.contains_key(&name) {
                 out.removed.push(name);
             }
         }
@@ -62,48 +70,31 @@ impl PoolChanges {
                 out.settings.push(format!("{name} {old}\u{2192}{new}"));
             }
         };
-        let d = |v: &dyn fmt::Debug| format!("{v:?}");
+        // Settings shown as their `Debug` form, each under its YAML key (the field's name).
+        macro_rules! debug_settings {
+            ($($field:ident),*) => {
+                $(setting(stringify!($field), format!("{:?}", old.$field), format!("{:?}", new.$field));)*
+            };
+        }
         setting("listen", old.listen.to_string(), new.listen.to_string());
-        setting("hash", d(&old.hash), d(&new.hash));
+        debug_settings!(hash);
         setting("hash_tag", tag(old.hash_tag), tag(new.hash_tag));
         setting(
             "distribution",
             old.distribution.to_string(),
             new.distribution.to_string(),
         );
-        setting("timeout", d(&old.timeout), d(&new.timeout));
-        setting("backlog", d(&old.backlog), d(&new.backlog));
-        setting(
-            "client_connections",
-            d(&old.client_connections),
-            d(&new.client_connections),
-        );
-        setting("preconnect", d(&old.preconnect), d(&new.preconnect));
-        setting(
-            "auto_eject_hosts",
-            d(&old.auto_eject_hosts),
-            d(&new.auto_eject_hosts),
-        );
-        setting(
-            "server_connections",
-            d(&old.server_connections),
-            d(&new.server_connections),
-        );
-        setting(
-            "server_retry_timeout",
-            d(&old.server_retry_timeout),
-            d(&new.server_retry_timeout),
-        );
-        setting(
-            "server_failure_limit",
-            d(&old.server_failure_limit),
-            d(&new.server_failure_limit),
-        );
-        setting("tcpkeepalive", d(&old.tcpkeepalive), d(&new.tcpkeepalive));
-        setting(
-            "health_check_interval",
-            d(&old.health_check_interval),
-            d(&new.health_check_interval),
+        debug_settings!(
+            timeout,
+            backlog,
+            client_connections,
+            preconnect,
+            auto_eject_hosts,
+            server_connections,
+            server_retry_timeout,
+            server_failure_limit,
+            tcpkeepalive,
+            health_check_interval
         );
         if old.protocol != new.protocol {
             // The protocol's own settings (redis_auth, redis_db, limits, remedies) as one entry: their
