@@ -115,6 +115,15 @@ pub enum BackendError {
         /// The cause, as text.
         reason: String,
     },
+    /// A client needed a connection of its own to the server (a Redis `WATCH` or blocking
+    /// command), and the server had its bound of them open.
+    #[error("{addr} has {limit} connections of single clients open, the most allowed (--redis-dedicated-connections)")]
+    OwnConnectionsExhausted {
+        /// The server.
+        addr: String,
+        /// The bound.
+        limit: u32,
+    },
 }
 
 impl BackendError {
@@ -123,7 +132,10 @@ impl BackendError {
     pub fn counts_against_server(&self) -> bool {
         !matches!(
             self,
-            BackendError::LocalResources { .. } | BackendError::NoServer | BackendError::Removed
+            BackendError::LocalResources { .. }
+                | BackendError::NoServer
+                | BackendError::Removed
+                | BackendError::OwnConnectionsExhausted { .. }
         )
     }
 

@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
 use crate::admission::Admitted;
-use crate::backend::{Backend, ConnectionRoute, ReplyQueue, ReplyTo};
+use crate::backend::{Backend, ConnectionRoute, OwnConnection, ReplyQueue, ReplyTo};
 use crate::buffers;
 use crate::drain::Drain;
 use crate::error::BackendError;
@@ -70,6 +70,7 @@ pub(crate) fn serve_client<P: Protocol>(
         state: P::ClientState::default(),
         lane: 0,
         held: false,
+        pin: None,
         // Worker and lane numbers are small (at most the workers and server connections configured).
         worker: u32::try_from(worker).unwrap_or(u32::MAX),
         _admitted: admitted,
@@ -118,6 +119,34 @@ impl<P: Protocol> Pending<P> {
     }
 }
 
+/// What a client pinned to a server ([`Protocol::pinned`]) holds; boxed, as most clients never are.
+struct Pinned<P: Protocol> {
+    /// Its connection of its own, to the server it is pinned to.
+    own: Option<Own<P>>,
+    /// A request planned while the pin changed, waiting for the answers before it to be in.
+    parked: Option<Parked<P>>,
+}
+
+/// A client's connection of its own to one server.
+struct Own<P: Protocol> {
+    /// The server's index, as the plan numbered it.
+    server: usize,
+    /// The server (a reload may renumber the pool: requests for another server never take it).
+    backend: Arc<Backend<P>>,
+    /// The connection.
+    connection: OwnConnection<P>,
+}
+
+/// A planned request waiting to be sent.
+struct Parked<P: Protocol> {
+    /// The pool version it was planned against.
+    version: Arc<PoolVersion<P>>,
+    /// What to do with it.
+    step: Step<P>,
+    /// What its latency is tallied under.
+    timed: Timing,
+}
+
 /// One client connection's state.
 struct Session<P: Protocol> {
     /// The client.
@@ -145,6 +174,9 @@ struct Session<P: Protocol> {
     /// The last request started is an exchange that later requests must not overtake
     /// ([`Protocol::in_order`]): nothing more is sent until the answers in flight are in.
     held: bool,
+    /// The connection of its own a pinned client holds ([`Protocol::pinned`]), and a request waiting
+    /// for the pin to change.
+    pin: Option<Box<Pinned<P>>>,
     /// The worker serving this client: its requests take that worker's server connections, on this
     /// thread.
     worker: u32,
@@ -195,6 +227,24 @@ impl<P: Protocol> Session<P> {
                     }
                     self.held = false;
                 }
+                // A pinned client's requests go one at a time, so one on its own connection and one
+                // on a shared connection are never both in flight; a request parked while the pin
+                // changed goes once the answers before it are in.
+                if let Some(pin) = self.pin.as_deref_mut() {
+                    if !self.pending.is_empty() {
+                        break;
+                    }
+                    if let Some(parked) = pin.parked.take() {
+                        let Parked {
+                            version,
+                            step,
+                            timed,
+                        } = parked;
+                        let p = self.repin_and_start(&version, step);
+                        self.push(p, timed);
+                        continue;
+                    }
+                }
                 // Nothing buffered is always "more bytes needed": skip the decoder's call (twice per
                 // request otherwise, once after the answer and once after the read).
                 if self.rbuf.is_empty() {
@@ -214,6 +264,26 @@ impl<P: Protocol> Session<P> {
                         }
                         if let Step::Exchange(round) = &step {
                             self.held = version.protocol.in_order(&round.exchange);
+                        }
+                        if self.pin.is_some() || P::pinned(&self.state).is_some() {
+                            if !self.pending.is_empty() {
+                                let parked = Parked {
+                                    version: Arc::clone(&version),
+                                    step,
+                                    timed,
+                                };
+                                let pin = self.pin.get_or_insert_with(|| {
+                                    Box::new(Pinned {
+                                        own: None,
+                                        parked: None,
+                                    })
+                                });
+                                pin.parked = Some(parked);
+                                break;
+                            }
+                            let p = self.repin_and_start(&version, step);
+                            self.push(p, timed);
+                            continue;
                         }
                         let p = self.start(&version, step);
                         self.push(p, timed);
@@ -259,11 +329,20 @@ impl<P: Protocol> Session<P> {
                     }), if !self.pending.is_empty() => Some(answer),
                     read = poll_fn(|cx| poll_read(&mut self.stream, &mut self.rbuf, cx)), if can_read => {
                         if read? == 0 {
+                            // A client that leaves in a blocking command is not waited for: its
+                            // reply may never come, and its connection of its own goes back now.
+                            if self.pin.is_some() {
+                                return Ok(());
+                            }
                             closing = true;
                         }
                         None
                     }
                     () = &mut stopped, if !closing => {
+                        // A blocking command's reply may never come: a drain does not wait for it.
+                        if self.pin.is_some() {
+                            return Ok(());
+                        }
                         closing = true;
                         None
                     }
@@ -371,6 +450,57 @@ impl<P: Protocol> Session<P> {
         }
     }
 
+    /// Takes, keeps or gives back the connection of its own the client's pin asks for now
+    /// ([`Protocol::pinned`]), with nothing in flight, then sends `step`. When no connection can be
+    /// had, the protocol forgets the pin and `step` is answered with why.
+    fn repin_and_start(&mut self, version: &Arc<PoolVersion<P>>, step: Step<P>) -> Pending<P> {
+        let wanted = P::pinned(&self.state);
+        let pin = self.pin.get_or_insert_with(|| {
+            Box::new(Pinned {
+                own: None,
+                parked: None,
+            })
+        });
+        let kept = match (&pin.own, wanted) {
+            (Some(own), Some(server)) => {
+                own.server == server
+                    && version
+                        .backends
+                        .get(server)
+                        .is_some_and(|b| Arc::ptr_eq(b, &own.backend))
+            }
+            _ => false,
+        };
+        if !kept {
+            // Dropped first: a server's bound counts the connection given back.
+            pin.own = None;
+            if let Some(server) = wanted {
+                let opened = match version.backends.get(server) {
+                    Some(backend) => backend
+                        .own_connection(self.lane as usize)
+                        .map(|connection| Own {
+                            server,
+                            backend: Arc::clone(backend),
+                            connection,
+                        }),
+                    None => Err(BackendError::Removed),
+                };
+                match opened {
+                    Ok(own) => pin.own = Some(own),
+                    Err(e) => {
+                        P::pin_refused(&mut self.state);
+                        self.pin = None;
+                        return Pending::Ready(Some(Answer::Failed(e)));
+                    }
+                }
+            }
+        }
+        if pin.own.is_none() && pin.parked.is_none() {
+            self.pin = None;
+        }
+        self.start(version, step)
+    }
+
     /// Sends a planned request on its way: a forwarded one into a slot of the reply queue, an
     /// exchange's first round at once (pipelined with the client's other requests), its later rounds
     /// when [`Protocol::advance`] asks for them.
@@ -390,12 +520,13 @@ impl<P: Protocol> Session<P> {
                 finish,
             } => {
                 let (number, slot) = self.replies.slot();
-                version.backends[server].send_to(
-                    self.connection_route(),
-                    frame,
-                    kind,
-                    ReplyTo::Slot(slot),
-                );
+                let backend = &version.backends[server];
+                match self.pin.as_deref().and_then(|p| p.own.as_ref()) {
+                    Some(own) if own.server == server && Arc::ptr_eq(&own.backend, backend) => {
+                        own.connection.send_to(frame, kind, ReplyTo::Slot(slot));
+                    }
+                    _ => backend.send_to(self.connection_route(), frame, kind, ReplyTo::Slot(slot)),
+                }
                 Pending::Slot(number, Some(finish))
             }
             Step::Exchange(round) => {

@@ -179,6 +179,31 @@ pub struct Args {
     /// it first, then applies, so it answers as if the key had never moved. Off by default.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     warmup_window: Option<u64>,
+    /// Redis pools: the Redis 6 ACL user the proxy authenticates its server connections as, with the
+    /// pool's redis_auth as its password (`AUTH NAME PASSWORD`); clients may then name this user (or
+    /// `default`) in AUTH and HELLO. `NAME` applies to every redis pool, `POOL=NAME` to one. By
+    /// default, Redis's `default` user (`AUTH PASSWORD`, as nutcracker sends).
+    #[arg(long, value_name = "[POOL=]NAME", value_parser = parse_redis_user)]
+    redis_user: Vec<(Option<String>, String)>,
+    /// Redis pools: the most connections of their own each server may have at once, for clients
+    /// inside WATCH … EXEC or running a blocking command (BLPOP, XREAD BLOCK, …); a client that needs
+    /// one past this gets an error and nothing is sent. [default: 64]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    redis_dedicated_connections: Option<u32>,
+}
+
+/// `NAME` or `POOL=NAME` → (pool, user).
+fn parse_redis_user(text: &str) -> Result<(Option<String>, String), String> {
+    let (pool, user) = match text.split_once('=') {
+        Some((pool, user)) if !pool.is_empty() => (Some(pool.to_owned()), user),
+        _ => (None, text),
+    };
+    if user.is_empty() || user.contains(char::is_whitespace) {
+        return Err(format!(
+            "not a user name: {text:?} (NAME or POOL=NAME, without spaces)"
+        ));
+    }
+    Ok((pool, user.to_owned()))
 }
 
 /// `R` or `POOL=R` → (pool, R), R between 1 and 16.
@@ -255,6 +280,8 @@ fn overrides(args: &Args) -> Overrides {
         gutter: args.gutter.clone(),
         gutter_ttl: args.gutter_ttl,
         warmup_window: args.warmup_window.map(Duration::from_millis),
+        redis_user: args.redis_user.clone(),
+        redis_dedicated_connections: args.redis_dedicated_connections,
     }
 }
 
@@ -386,6 +413,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn redis_users_name_a_pool_or_every_pool_and_have_no_spaces() {
+        assert_eq!(parse_redis_user("app"), Ok((None, "app".into())));
+        assert_eq!(
+            parse_redis_user("rd=app"),
+            Ok((Some("rd".into()), "app".into()))
+        );
+        for bad in ["", "rd=", "a b", "rd=a b"] {
+            assert!(parse_redis_user(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn replica_counts_name_a_pool_or_every_pool() {
         assert_eq!(parse_replicas("2"), Ok((None, 2)));
         assert_eq!(parse_replicas("alpha=3"), Ok((Some("alpha".into()), 3)));
@@ -471,6 +510,12 @@ mod tests {
             "30",
             "--warmup-window",
             "500",
+            "--redis-user",
+            "app",
+            "--redis-user",
+            "rd=ops",
+            "--redis-dedicated-connections",
+            "8",
         ]);
         let ms = Duration::from_millis;
         assert_eq!(
@@ -492,6 +537,8 @@ mod tests {
                 ],
                 gutter_ttl: 30,
                 warmup_window: Some(ms(500)),
+                redis_user: vec![(None, "app".into()), (Some("rd".into()), "ops".into())],
+                redis_dedicated_connections: Some(8),
             }
         );
     }

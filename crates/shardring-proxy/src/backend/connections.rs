@@ -58,6 +58,8 @@ pub(crate) struct BackendSettings {
     pub max_value_len: usize,
     /// Turn on TCP keepalive (`tcpkeepalive`).
     pub keepalive: bool,
+    /// The most connections of their own ([`Backend::own_connection`]) open at once.
+    pub own_connections: u32,
 }
 
 /// A server: its connection tasks, tallies and health.
@@ -74,6 +76,10 @@ pub(crate) struct Backend<P: Protocol> {
     pub health: Arc<ServerHealth>,
     /// What the server said about itself ([`Protocol::introductions`]).
     facts: Arc<ServerFacts>,
+    /// Each lane's handshake, for the connections of a client's own.
+    handshakes: Vec<Vec<(Bytes, P::ReplyKind)>>,
+    /// The introductions, for the same.
+    introductions: Vec<(Bytes, P::ReplyKind)>,
 }
 
 impl<P: Protocol> Backend<P> {
@@ -114,7 +120,65 @@ impl<P: Protocol> Backend<P> {
             stats,
             health,
             facts,
+            handshakes,
+            introductions,
         }
+    }
+
+    /// Whether its connections greet the server with these handshakes (a reload that changes
+    /// `redis_auth` or the user needs new connections).
+    pub(crate) fn greets_with(&self, handshakes: &[Vec<(Bytes, P::ReplyKind)>]) -> bool {
+        // `spawn` gives a protocol without handshakes one empty set.
+        let frames = |h: &[Vec<(Bytes, P::ReplyKind)>]| -> Vec<Vec<Bytes>> {
+            h.iter()
+                .map(|set| set.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>())
+                .filter(|set| !set.is_empty())
+                .collect()
+        };
+        frames(&self.handshakes) == frames(handshakes)
+    }
+
+    /// A connection of one client's own to this server, greeted for `lane`, on the runtime of the
+    /// caller (a session, on its worker): it connects on its first request, carries only that client's
+    /// requests, never reconnects (what the server held for it, a `WATCH`, would be gone), and closes
+    /// when dropped, even with replies outstanding (a client that leaves in a blocking command frees
+    /// its connection at once).
+    ///
+    /// # Errors
+    /// [`BackendError::OwnConnectionsExhausted`] when the server has its bound of them open.
+    pub(crate) fn own_connection(&self, lane: usize) -> Result<OwnConnection<P>, BackendError> {
+        let limit = u64::from(self.settings.own_connections);
+        if !self.stats.dedicated_connections.inc_below(limit) {
+            self.stats.dedicated_refused.inc();
+            return Err(BackendError::OwnConnectionsExhausted {
+                addr: self.settings.addr.clone(),
+                limit: self.settings.own_connections,
+            });
+        }
+        let (tx, rx) = queue::channel();
+        let conn = Connection::<P> {
+            settings: self.settings.clone(),
+            handshake: self
+                .handshakes
+                .get(lane)
+                .or(self.handshakes.first())
+                .cloned()
+                .unwrap_or_default(),
+            introductions: self.introductions.clone(),
+            facts: Arc::clone(&self.facts),
+            stats: Arc::clone(&self.stats),
+            health: Arc::clone(&self.health),
+            in_flight: VecDeque::new(),
+            rbuf: BytesMut::new(),
+            wbuf: BytesMut::new(),
+            scanner: P::ReplyScanner::default(),
+            own: true,
+        };
+        tokio::spawn(conn.run(rx, false));
+        Ok(OwnConnection {
+            queue: tx,
+            stats: Arc::clone(&self.stats),
+        })
     }
 
     /// What the server said about itself so far.
@@ -169,6 +233,7 @@ impl<P: Protocol> Spawn<'_, P> {
                             rbuf: BytesMut::with_capacity(16 << 10),
                             wbuf: BytesMut::with_capacity(16 << 10),
                             scanner: P::ReplyScanner::default(),
+                            own: false,
                         };
                         worker.spawn(conn.run(rx, preconnect && lane == 0));
                         tx
@@ -226,6 +291,32 @@ impl<P: Protocol> Backend<P> {
     }
 }
 
+/// A connection of one client's own ([`Backend::own_connection`]); closed when dropped.
+#[derive(Debug)]
+pub(crate) struct OwnConnection<P: Protocol> {
+    /// Its task's queue.
+    queue: Sender<Job<P>>,
+    /// The server's tallies (its gauge of these connections).
+    stats: Arc<ServerStats>,
+}
+
+impl<P: Protocol> OwnConnection<P> {
+    /// Queues `frame`, its reply going to `reply`.
+    pub(crate) fn send_to(&self, frame: Bytes, kind: P::ReplyKind, reply: ReplyTo) {
+        self.stats.in_queue.inc();
+        if let Err(job) = self.queue.send(Job { frame, kind, reply }) {
+            self.stats.in_queue.dec();
+            job.reply.send(Err(BackendError::Removed));
+        }
+    }
+}
+
+impl<P: Protocol> Drop for OwnConnection<P> {
+    fn drop(&mut self) {
+        self.stats.dedicated_connections.dec();
+    }
+}
+
 /// Which of a server's connections a client's request takes: its worker's, in its lane, the one its id
 /// picks. The same for every request of one client in one lane, which keeps them in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +339,8 @@ struct InFlight<P: Protocol> {
     /// When the connection task took it (one clock read per batch, not per request): the start of its
     /// latency and of its timeout.
     queued: Instant,
+    /// The pool's `timeout` applies to its reply ([`Protocol::reply_timed`]).
+    timed: bool,
 }
 
 /// One server connection's state, owned by its task.
@@ -274,6 +367,9 @@ struct Connection<P: Protocol> {
     wbuf: BytesMut,
     /// Frames the replies; may keep state across reads of the oldest reply.
     scanner: P::ReplyScanner,
+    /// One client's own ([`Backend::own_connection`]): it closes as soon as its client drops it,
+    /// and after a failure it fails what it is sent rather than reconnect.
+    own: bool,
 }
 
 /// Why a connection ended.
@@ -312,6 +408,12 @@ impl<P: Protocol> Connection<P> {
                     if err.counts_against_server() {
                         self.health.record_failure(&self.stats, &err.cause());
                     }
+                    if self.own {
+                        while let Some(job) = rx.recv().await {
+                            self.fail_job(job, &err);
+                        }
+                        return;
+                    }
                     continue;
                 }
             };
@@ -345,6 +447,13 @@ impl<P: Protocol> Connection<P> {
                         f.reply.send(Err(err.clone()));
                     }
                     self.health.record_failure(&self.stats, &err.cause());
+                    if self.own {
+                        // A new connection would have lost what the server held for the client.
+                        while let Some(job) = rx.recv().await {
+                            self.fail_job(job, &err);
+                        }
+                        return;
+                    }
                 }
             }
         }
@@ -432,6 +541,10 @@ impl<P: Protocol> Connection<P> {
                         scanner.reset();
                         let reply = buf.split_to(len);
                         if P::is_error_reply(&reply) {
+                            if let Some(why) = P::handshake_error_tolerated(&reply) {
+                                self.handshake_tolerated(why, &reply);
+                                break;
+                            }
                             return Err(format!(
                                 "handshake refused: {}",
                                 String::from_utf8_lossy(
@@ -451,6 +564,24 @@ impl<P: Protocol> Connection<P> {
             }
         }
         Ok(())
+    }
+
+    /// Counts a handshake step the server refused in a way that still lets it serve, and logs it
+    /// once for the server.
+    fn handshake_tolerated(&self, why: &str, reply: &[u8]) {
+        self.stats.handshake_errors_tolerated.inc();
+        if !self
+            .stats
+            .handshake_warned
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                pool = %self.health.pool_stats().name,
+                server = %self.stats.name,
+                reply = %String::from_utf8_lossy(reply.strip_suffix(b"\r\n").unwrap_or(reply)),
+                "{why}; its connections are served"
+            );
+        }
     }
 
     /// Sends the protocol's introductions on a new connection and reads each reply into the server's
@@ -525,6 +656,7 @@ impl<P: Protocol> Connection<P> {
         self.stats.request_bytes.add(job.frame.len() as u64);
         self.wbuf.extend_from_slice(&job.frame);
         self.in_flight.push_back(InFlight {
+            timed: P::reply_timed(job.kind),
             kind: job.kind,
             reply: job.reply,
             queued: now,
@@ -559,7 +691,7 @@ impl<P: Protocol> Connection<P> {
                 return End::Done;
             }
             let deadline = match (self.settings.timeout, self.in_flight.front()) {
-                (Some(t), Some(f)) => Some(f.queued + t),
+                (Some(t), Some(f)) if f.timed => Some(f.queued + t),
                 _ => None,
             };
             let room = self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER;
@@ -605,6 +737,9 @@ impl<P: Protocol> Connection<P> {
                                 }
                             }
                         }
+                        // A client's own connection closes when its client leaves: what it waits for
+                        // (a blocking command's reply) has no one to go to.
+                        None if self.own => return End::Done,
                         None => queues_open = false,
                     }
                 }
@@ -707,6 +842,7 @@ mod tests {
             connections: 1,
             max_value_len: 1 << 20,
             keepalive: false,
+            own_connections: 0,
         };
         let policy = EjectPolicy {
             auto_eject: false,

@@ -7,6 +7,6 @@ pub(crate) mod queue;
 pub(crate) mod reply;
 pub(crate) mod stream;
 
-pub(crate) use self::connections::{Backend, BackendSettings, ConnectionRoute};
+pub(crate) use self::connections::{Backend, BackendSettings, ConnectionRoute, OwnConnection};
 pub(crate) use self::health::{EjectPolicy, ServerHealth};
 pub(crate) use self::reply::{ReplyQueue, ReplyTo};

@@ -49,6 +49,12 @@ pub struct Overrides {
     /// `--warmup-window`: how long a memcached pool's moved keys are still found on their previous
     /// server after a reload. By default, none (off).
     pub warmup_window: Option<Duration>,
+    /// `--redis-user [POOL=]NAME`, in command-line order, as `--replicas`: the ACL user redis pools
+    /// authenticate as (with `redis_auth` as its password). By default, none (`default`).
+    pub redis_user: Vec<(Option<String>, String)>,
+    /// `--redis-dedicated-connections N`: each redis server's bound on connections of their own
+    /// (`WATCH`, blocking commands). By default, none (64).
+    pub redis_dedicated_connections: Option<u32>,
 }
 
 impl Default for Overrides {
@@ -67,6 +73,8 @@ impl Default for Overrides {
             gutter: Vec::new(),
             gutter_ttl: 10,
             warmup_window: None,
+            redis_user: Vec::new(),
+            redis_dedicated_connections: None,
         }
     }
 }
@@ -93,6 +101,16 @@ impl Overrides {
             let every = self.replicas.iter().rev().find(|(p, _)| p.is_none());
             match &mut pool.protocol {
                 ProtocolConfig::Memcache(m) => {
+                    if self
+                        .redis_user
+                        .iter()
+                        .any(|(p, _)| p.as_deref() == Some(pool.name.as_str()))
+                    {
+                        flag_errors.push(
+                            &pool.name,
+                            "redis user: redis pools only, and this is a memcached pool".into(),
+                        );
+                    }
                     if let Some(size) = self.max_value_size {
                         m.limits.max_value_len = size;
                         m.limits.value_len_from_servers = false;
@@ -107,6 +125,18 @@ impl Overrides {
                     if let Some(size) = self.max_request_size {
                         r.limits.max_request_len = size;
                     }
+                    let user = self
+                        .redis_user
+                        .iter()
+                        .rev()
+                        .find(|(p, _)| p.as_deref() == Some(pool.name.as_str()))
+                        .or_else(|| self.redis_user.iter().rev().find(|(p, _)| p.is_none()));
+                    if let Some((_, user)) = user {
+                        r.user = Some(user.clone());
+                    }
+                    if let Some(n) = self.redis_dedicated_connections {
+                        r.dedicated_connections = n;
+                    }
                     if named.is_some_and(|(_, r)| *r > 1) {
                         flag_errors.push(
                             &pool.name,
@@ -118,12 +148,27 @@ impl Overrides {
         }
         let mut errors = config.validate().err().unwrap_or_default();
         errors.problems.extend(flag_errors.problems);
-        for name in self.replicas.iter().filter_map(|(p, _)| p.as_deref()) {
-            if !config.pools.iter().any(|p| p.name == name) {
-                errors.push(
-                    "",
-                    format!("--replicas names no pool of the file: {name:?}"),
-                );
+        let named_pools = [
+            (
+                "--replicas",
+                self.replicas
+                    .iter()
+                    .filter_map(|(p, _)| p.as_deref())
+                    .collect::<Vec<_>>(),
+            ),
+            (
+                "--redis-user",
+                self.redis_user
+                    .iter()
+                    .filter_map(|(p, _)| p.as_deref())
+                    .collect(),
+            ),
+        ];
+        for (flag, names) in named_pools {
+            for name in names {
+                if !config.pools.iter().any(|p| p.name == name) {
+                    errors.push("", format!("{flag} names no pool of the file: {name:?}"));
+                }
             }
         }
         errors.into_result().map(|()| config)
@@ -276,6 +321,47 @@ mod tests {
             ..Overrides::default()
         };
         assert!(overridden(&one).is_ok());
+    }
+
+    #[test]
+    fn redis_flags_reach_redis_pools_and_a_user_needs_a_password() {
+        let flags = Overrides {
+            redis_user: vec![(None, "app".into())],
+            redis_dedicated_connections: Some(8),
+            ..Overrides::default()
+        };
+        // The file's redis pool has no redis_auth: a user without a password is refused.
+        let errors = overridden(&flags).unwrap_err();
+        assert!(
+            errors
+                .to_string()
+                .contains("rd: redis user \"app\" needs a password: set redis_auth in the pool"),
+            "{errors}"
+        );
+        let with_auth = TWO_POOLS.replace("redis: true\n", "redis: true\n  redis_auth: s3cret\n");
+        let config = flags
+            .apply(ProxyConfig::from_yaml(&with_auth).unwrap())
+            .unwrap();
+        let rd = config.pools[1].redis().unwrap();
+        assert_eq!(rd.user.as_deref(), Some("app"));
+        assert_eq!(rd.dedicated_connections, 8);
+        for (pool, problem) in [
+            (
+                "mc",
+                "mc: redis user: redis pools only, and this is a memcached pool",
+            ),
+            ("nope", "--redis-user names no pool of the file: \"nope\""),
+        ] {
+            let flags = Overrides {
+                redis_user: vec![(Some(pool.to_owned()), "app".into())],
+                ..Overrides::default()
+            };
+            let errors = flags
+                .apply(ProxyConfig::from_yaml(&with_auth).unwrap())
+                .unwrap_err();
+            let text: Vec<String> = errors.problems.iter().map(ToString::to_string).collect();
+            assert_eq!(text, [problem]);
+        }
     }
 
     #[test]

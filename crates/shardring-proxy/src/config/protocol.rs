@@ -132,8 +132,8 @@ impl HotKeysConfig {
     }
 }
 
-/// A Redis pool's settings: twemproxy's `redis_auth` and `redis_db`, and the *proxy-only* limits.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// A Redis pool's settings: twemproxy's `redis_auth` and `redis_db`, and the *proxy-only* ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     /// `redis_auth`: the password clients must AUTH with, and that the proxy AUTHs its server
     /// connections with. By default, none.
@@ -145,6 +145,28 @@ pub struct RedisConfig {
     /// `shardring proxy --max-value-size` sets the argument limit, and `--max-request-size` the
     /// request limit. By default, [`RedisLimits::default`] (Redis's own).
     pub limits: RedisLimits,
+    /// *proxy-only*: the Redis 6 ACL user the proxy authenticates its server connections as, with
+    /// `redis_auth` as its password (`AUTH user password`), and the user clients may name in `AUTH
+    /// user password` and `HELLO 3 AUTH user password`. `shardring proxy --redis-user [POOL=]NAME`.
+    /// By default, none: `AUTH password`, Redis's `default` user.
+    pub user: Option<String>,
+    /// *proxy-only*: how many connections of their own (beside the shared pipelined ones) each
+    /// server may have at once, for clients inside a `WATCH` or running a blocking command. A client
+    /// that needs one past this gets an error and nothing is sent. `shardring proxy
+    /// --redis-dedicated-connections N`. By default, this is 64.
+    pub dedicated_connections: u32,
+}
+
+impl Default for RedisConfig {
+    fn default() -> RedisConfig {
+        RedisConfig {
+            auth: None,
+            db: 0,
+            limits: RedisLimits::default(),
+            user: None,
+            dedicated_connections: 64,
+        }
+    }
 }
 
 impl MemcacheConfig {
@@ -229,6 +251,28 @@ impl RedisConfig {
             errors.push(
                 name,
                 "the redis argument and request limits must be at least 1 byte".into(),
+            );
+        }
+        if let (Some(user), None) = (&self.user, &self.auth) {
+            errors.push(
+                name,
+                format!("redis user {user:?} needs a password: set redis_auth in the pool"),
+            );
+        }
+        if self
+            .user
+            .as_deref()
+            .is_some_and(|u| u.is_empty() || u.contains(char::is_whitespace))
+        {
+            errors.push(
+                name,
+                "a redis user name cannot be empty or contain spaces".into(),
+            );
+        }
+        if self.dedicated_connections == 0 {
+            errors.push(
+                name,
+                "dedicated connections must be at least 1 per server".into(),
             );
         }
     }

@@ -61,6 +61,12 @@ impl Counter {
     pub fn dec(&self) {
         self.0.fetch_sub(1, Relaxed);
     }
+    /// Adds 1 unless that would reach `limit`; whether it did (a gauge that bounds what it counts).
+    pub fn inc_below(&self, limit: u64) -> bool {
+        self.0
+            .fetch_update(Relaxed, Relaxed, |n| (n < limit).then_some(n + 1))
+            .is_ok()
+    }
     /// The value.
     pub fn get(&self) -> u64 {
         self.0.load(Relaxed)
@@ -102,6 +108,15 @@ pub struct ServerStats {
     pub in_queue: Counter,
     /// Request round-trip latency.
     pub latency: Histogram,
+    /// Connection handshakes whose refused step the server still serves after (a Redis server
+    /// without a password answering the pool's `AUTH`).
+    pub handshake_errors_tolerated: Counter,
+    /// The first of those was logged (once per server).
+    pub handshake_warned: AtomicBool,
+    /// Open connections of a client's own (a Redis `WATCH`, a blocking command) (gauge).
+    pub dedicated_connections: Counter,
+    /// Clients refused one because the server had its bound of them open.
+    pub dedicated_refused: Counter,
 }
 
 impl ServerStats {
@@ -174,6 +189,12 @@ pub struct PoolStats {
     pub hot_cache_fills: Counter,
     /// Hot-key cache entries dropped by a write through the proxy.
     pub hot_cache_invalidations: Counter,
+    /// Redis transactions (`MULTI` … `EXEC`) sent to a server.
+    pub transactions: Counter,
+    /// Redis transactions the proxy discarded because a command in them was refused (`EXECABORT`).
+    pub transactions_aborted: Counter,
+    /// Redis blocking commands (`BLPOP`, `XREAD … BLOCK`, …) sent on a connection of their own.
+    pub blocking_requests: Counter,
     /// The pool's heaviest keys at the last refresh (none when detection is off), heaviest first.
     pub hot_keys: arc_swap::ArcSwapOption<HotKeysReport>,
     /// Each command's latency, from its request decoded to its answer ready (for protocols that name

@@ -16,7 +16,7 @@ pub(super) enum Kind {
 pub(super) type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-pub(super) const POOL_FAMILIES: [PoolFamily; 24] = [
+pub(super) const POOL_FAMILIES: [PoolFamily; 27] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -161,6 +161,24 @@ pub(super) const POOL_FAMILIES: [PoolFamily; 24] = [
         "Hot-key cache entries dropped by a write through the proxy.",
         |p| p.hot_cache_invalidations.get(),
     ),
+    (
+        "shardring_proxy_pool_transactions",
+        Kind::Counter,
+        "Redis MULTI/EXEC transactions sent to a server.",
+        |p| p.transactions.get(),
+    ),
+    (
+        "shardring_proxy_pool_transactions_aborted",
+        Kind::Counter,
+        "Redis transactions discarded because a command in them was refused.",
+        |p| p.transactions_aborted.get(),
+    ),
+    (
+        "shardring_proxy_pool_blocking_requests",
+        Kind::Counter,
+        "Redis blocking commands sent on a connection of their own.",
+        |p| p.blocking_requests.get(),
+    ),
 ];
 
 /// One server-level family: name (without unit or `_total`), whether it counts bytes, kind, help, and
@@ -174,7 +192,7 @@ pub(super) type ServerFamily = (
 );
 
 /// The server-level families, one sample per server, labelled `pool` and `server`.
-pub(super) const SERVER_FAMILIES: [ServerFamily; 10] = [
+pub(super) const SERVER_FAMILIES: [ServerFamily; 13] = [
     (
         "shardring_proxy_server_requests",
         false,
@@ -244,5 +262,26 @@ pub(super) const SERVER_FAMILIES: [ServerFamily; 10] = [
         Kind::Gauge,
         "1 while the server is ejected.",
         |s| u64::from(s.ejected.load(std::sync::atomic::Ordering::Relaxed)),
+    ),
+    (
+        "shardring_proxy_server_dedicated_connections",
+        false,
+        Kind::Gauge,
+        "Open connections of one client's own (Redis WATCH, blocking commands).",
+        |s| s.dedicated_connections.get(),
+    ),
+    (
+        "shardring_proxy_server_dedicated_refused",
+        false,
+        Kind::Counter,
+        "Clients refused a connection of their own: the server had its bound open.",
+        |s| s.dedicated_refused.get(),
+    ),
+    (
+        "shardring_proxy_server_handshake_errors_tolerated",
+        false,
+        Kind::Counter,
+        "Connections served after the server refused their AUTH for want of a password.",
+        |s| s.handshake_errors_tolerated.get(),
     ),
 ];

@@ -85,6 +85,18 @@ pub const POOL_STATS: &[(&str, &str)] = &[
         "hot_cache_invalidations",
         "# hot-key cache entries dropped by a write",
     ),
+    (
+        "transactions",
+        "# redis MULTI/EXEC transactions sent to a server",
+    ),
+    (
+        "transactions_aborted",
+        "# redis transactions discarded: a command in them was refused",
+    ),
+    (
+        "blocking_requests",
+        "# redis blocking commands sent on a connection of their own",
+    ),
 ];
 
 /// Every counter of a server's object in the stats JSON, with what it counts (`-D`).
@@ -110,6 +122,18 @@ pub const SERVER_STATS: &[(&str, &str)] = &[
     (
         "out_queue_bytes",
         "current request bytes in outgoing queue (always 0 here)",
+    ),
+    (
+        "dedicated_connections",
+        "# open connections of one client's own (redis WATCH, blocking commands)",
+    ),
+    (
+        "dedicated_refused",
+        "# clients refused such a connection: the server had its bound open",
+    ),
+    (
+        "handshake_errors_tolerated",
+        "# connections served after the server refused their AUTH for want of a password",
     ),
 ];
 
@@ -178,6 +202,12 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
             "hot_cache_invalidations".into(),
             json!(p.hot_cache_invalidations.get()),
         );
+        pool.insert("transactions".into(), json!(p.transactions.get()));
+        pool.insert(
+            "transactions_aborted".into(),
+            json!(p.transactions_aborted.get()),
+        );
+        pool.insert("blocking_requests".into(), json!(p.blocking_requests.get()));
         if let Some(report) = p.hot_keys.load_full() {
             pool.insert("hot_keys".into(), super::hot_keys::keys_json(&report));
         }
@@ -199,6 +229,9 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
                 "in_queue_bytes": 0,
                 "out_queue": 0,
                 "out_queue_bytes": 0,
+                "dedicated_connections": s.dedicated_connections.get(),
+                "dedicated_refused": s.dedicated_refused.get(),
+                "handshake_errors_tolerated": s.handshake_errors_tolerated.get(),
             });
             pool.insert(s.name.clone(), server);
         }

@@ -92,10 +92,12 @@ impl<P: Protocol> PoolVersion<P> {
                         .memcache()
                         .map_or(VALUE_LEN_CEILING, |m| m.limits.max_value_len),
                     keepalive: config.tcpkeepalive,
+                    own_connections: config.redis().map_or(0, |r| r.dedicated_connections),
                 };
                 let reuse = previous.and_then(|p| {
                     p.backends.iter().find(|b| {
                         b.settings() == &settings
+                            && b.greets_with(&handshakes)
                             && b.stats.name == s.display_name()
                             && b.health.policy() == policy
                     })

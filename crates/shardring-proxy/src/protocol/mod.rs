@@ -89,6 +89,28 @@ pub(crate) trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
         0
     }
 
+    /// The server (its index in the pool, as plans number them) whose requests from this client take
+    /// a connection of the client's own rather than the shared ones, read after each plan: the request
+    /// just planned is the first to go there, or the first to go back to the shared ones (Redis: a
+    /// `WATCH`, whose `EXEC` must come on the same server connection, and a blocking command, which
+    /// would stall the clients sharing one). When it changes, the session waits for the client's
+    /// answers in flight first, as for a change of lane; while it is set, the client's requests go
+    /// one at a time. By default, none.
+    fn pinned(_client: &Self::ClientState) -> Option<usize> {
+        None
+    }
+
+    /// The session could not open the connection of its own that [`Protocol::pinned`] asked for (the
+    /// server has its bound of them open): the protocol forgets the pin, and the request is answered
+    /// with the failure.
+    fn pin_refused(_client: &mut Self::ClientState) {}
+
+    /// Whether a reply of this kind must come within the pool's `timeout` (a blocking command's takes
+    /// as long as the client asked). By default, every reply.
+    fn reply_timed(_kind: Self::ReplyKind) -> bool {
+        true
+    }
+
     /// The client's answer from the single server a [`Step::Forward`] went to.
     fn finish(finish: Self::Finish, reply: Reply) -> Answer;
 
@@ -147,6 +169,13 @@ pub(crate) trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
 
     /// Whether a framed reply is an error reply (a failed handshake step, a refused fan-out part).
     fn is_error_reply(reply: &[u8]) -> bool;
+
+    /// Whether an error reply to a handshake step still lets the connection serve, and why (for the
+    /// log): Redis's answer to `AUTH` when the server has no password. By default, none does.
+    fn handshake_error_tolerated(reply: &[u8]) -> Option<&'static str> {
+        let _ = reply;
+        None
+    }
 
     /// An [`Step::Exchange`]'s next move after the replies of its round: the answer, or another
     /// round (a warm-up's copy, a replicated read's next replica).

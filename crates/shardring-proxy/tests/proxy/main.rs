@@ -18,6 +18,8 @@ mod memcached_value_limit;
 mod metrics_http;
 mod nutcracker;
 mod redis;
+mod redis_common;
+mod redis_transactions;
 mod replicas;
 mod twemproxy_config;
 mod warmup;

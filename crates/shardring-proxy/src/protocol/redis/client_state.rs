@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::transaction::Transaction;
 use super::Flavor;
 
 /// Numbers client connections for `CLIENT ID` (Redis numbers them from 1).
@@ -18,6 +19,8 @@ pub(crate) struct ClientState {
     pub name: Option<Box<[u8]>>,
     /// `CLIENT ID`'s number.
     pub id: u64,
+    /// Inside `MULTI`, `WATCH` or a blocking command: what that holds (`transaction.rs`).
+    pub transaction: Option<Box<Transaction>>,
 }
 
 impl Default for ClientState {
@@ -28,6 +31,7 @@ impl Default for ClientState {
             name: None,
             // Relaxed: a unique number is all that is asked; nothing is published through it.
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            transaction: None,
         }
     }
 }

@@ -10,7 +10,9 @@
 //! | to every server, summed | `DBSIZE` |
 //! | to any one server | `LOLWUT`, `TIME`; and a keyed command whose key arguments are malformed (`EVAL s x`), so Redis's own error answers |
 //! | by the proxy | `PING` `ECHO` `QUIT` `SELECT` `AUTH` `HELLO` `RESET` `CLIENT SETNAME/GETNAME/ID/SETINFO/INFO` `COMMAND` `INFO` `CONFIG GET` |
-//! | refused, naming the command | no sound meaning across servers (`KEYS` `SCAN` `RANDOMKEY` `FLUSHALL` …), blocking (`BLPOP` …, `XREAD BLOCK`), transactions, pub/sub, scripts without keys (`EVAL` with numkeys 0), administration |
+//! | to the one server all keys are on, on a connection of the client's own | blocking commands: `BLPOP` `BRPOP` `BLMOVE` `BLMPOP` `BRPOPLPUSH` `BZPOPMIN` `BZPOPMAX` `BZMPOP`, `XREAD`/`XREADGROUP … BLOCK` |
+//! | a transaction on one server (`transaction.rs`) | `MULTI` `EXEC` `DISCARD` `WATCH` `UNWATCH` |
+//! | refused, naming the command | no sound meaning across servers (`KEYS` `SCAN` `RANDOMKEY` `FLUSHALL` …), pub/sub, scripts without keys (`EVAL` with numkeys 0), administration |
 //!
 //! Names are matched without regard to case; arities follow Redis 7 (a positive arity is exact, a negative
 //! one a minimum, the command name counted), so `wrong number of arguments` is answered here, in Redis's
@@ -73,8 +75,28 @@ pub enum Action {
     Broadcast(Merge),
     /// To any one server: the answer does not depend on keys.
     AnyServer,
+    /// A blocking command: to the server of its keys, on a connection of the client's own, so the
+    /// connections clients share are not stalled while it waits.
+    Block,
+    /// One of the commands of a transaction.
+    Transaction(Txn),
     /// Refused with an error naming the command and this reason.
     Refuse(&'static str),
+}
+
+/// The commands of a transaction (`protocol/redis/transaction.rs` says what each does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Txn {
+    /// `MULTI`: the commands that follow are queued until `EXEC`.
+    Multi,
+    /// `EXEC`: the queued commands, sent to their server as one transaction.
+    Exec,
+    /// `DISCARD`: the queued commands dropped.
+    Discard,
+    /// `WATCH key…`: `EXEC` fails if one of these keys changes first.
+    Watch,
+    /// `UNWATCH`
+    Unwatch,
 }
 
 /// One command's entry in the table.
@@ -104,8 +126,6 @@ impl Spec {
 }
 
 const NO_SHARD: &str = "it needs every server's keyspace";
-const BLOCKING: &str = "a blocking command would stall the server connection clients share";
-const TRANSACTION: &str = "transactions need a server connection of their own";
 const PUBSUB: &str = "publish/subscribe is not proxied";
 const ADMIN: &str = "administrative commands go to each server directly";
 const CLUSTER: &str = "replication and cluster commands go to each server directly";
@@ -138,6 +158,12 @@ const KPAIRS: Keys = Keys::Range {
 };
 const NK1: Keys = Keys::NumKeys { at: 1 };
 const NK2: Keys = Keys::NumKeys { at: 2 };
+/// Every argument but the last (`BLPOP k1 k2 timeout`).
+const KBUTLAST: Keys = Keys::Range {
+    first: 1,
+    last: -2,
+    step: 1,
+};
 
 const fn fwd(name: &'static str, arity: i8, keys: Keys) -> Spec {
     Spec {
@@ -179,6 +205,24 @@ const fn refuse(name: &'static str, arity: i8, why: &'static str) -> Spec {
     }
 }
 
+const fn block(name: &'static str, arity: i8, keys: Keys) -> Spec {
+    Spec {
+        name,
+        arity,
+        keys,
+        action: Action::Block,
+    }
+}
+
+const fn txn(name: &'static str, arity: i8, keys: Keys, txn: Txn) -> Spec {
+    Spec {
+        name,
+        arity,
+        keys,
+        action: Action::Transaction(txn),
+    }
+}
+
 const fn any(name: &'static str, arity: i8) -> Spec {
     Spec {
         name,
@@ -208,14 +252,14 @@ pub static TABLE: &[Spec] = &[
         },
     ),
     k1("bitpos", -3),
-    refuse("blmove", 6, BLOCKING),
-    refuse("blmpop", -5, BLOCKING),
-    refuse("blpop", -3, BLOCKING),
-    refuse("brpop", -3, BLOCKING),
-    refuse("brpoplpush", 4, BLOCKING),
-    refuse("bzmpop", -5, BLOCKING),
-    refuse("bzpopmax", -3, BLOCKING),
-    refuse("bzpopmin", -3, BLOCKING),
+    block("blmove", 6, K12),
+    block("blmpop", -5, NK2),
+    block("blpop", -3, KBUTLAST),
+    block("brpop", -3, KBUTLAST),
+    block("brpoplpush", 4, K12),
+    block("bzmpop", -5, NK2),
+    block("bzpopmax", -3, KBUTLAST),
+    block("bzpopmin", -3, KBUTLAST),
     local("client", -2, Local::Client),
     refuse("cluster", -2, CLUSTER),
     local("command", -1, Local::Command),
@@ -231,14 +275,14 @@ pub static TABLE: &[Spec] = &[
     k1("decr", 2),
     k1("decrby", 3),
     split("del", -2, KALL, Merge::Sum),
-    refuse("discard", 1, TRANSACTION),
+    txn("discard", 1, Keys::None, Txn::Discard),
     k1("dump", 2),
     local("echo", 2, Local::Echo),
     fwd("eval", -3, NK2),
     fwd("eval_ro", -3, NK2),
     fwd("evalsha", -3, NK2),
     fwd("evalsha_ro", -3, NK2),
-    refuse("exec", 1, TRANSACTION),
+    txn("exec", 1, Keys::None, Txn::Exec),
     split("exists", -2, KALL, Merge::Sum),
     k1("expire", -3),
     k1("expireat", -3),
@@ -312,7 +356,7 @@ pub static TABLE: &[Spec] = &[
     k1("move", 3),
     split("mset", -3, KPAIRS, Merge::AllOk),
     fwd("msetnx", -3, KPAIRS),
-    refuse("multi", 1, TRANSACTION),
+    txn("multi", 1, Keys::None, Txn::Multi),
     fwd("object", -2, K2),
     k1("persist", 2),
     k1("pexpire", -3),
@@ -392,10 +436,10 @@ pub static TABLE: &[Spec] = &[
     k1("type", 2),
     split("unlink", -2, KALL, Merge::Sum),
     refuse("unsubscribe", -1, PUBSUB),
-    refuse("unwatch", 1, TRANSACTION),
+    txn("unwatch", 1, Keys::None, Txn::Unwatch),
     refuse("wait", 3, CLUSTER),
     refuse("waitaof", 4, CLUSTER),
-    refuse("watch", -2, TRANSACTION),
+    txn("watch", -2, KALL, Txn::Watch),
     k1("xack", -4),
     k1("xadd", -5),
     k1("xautoclaim", -6),
@@ -525,6 +569,11 @@ pub enum Route {
     AnyServer,
     /// Answered by the proxy.
     Local(Local),
+    /// A blocking command on the server of these keys (the same server for all, else
+    /// [`CROSSSLOT`]), on a connection of the client's own.
+    Block(KeyArgs),
+    /// A transaction's command, with its keys (`WATCH`'s; none for the others).
+    Transaction(Txn, KeyArgs),
 }
 
 /// A routed request: its table entry and where it goes.
@@ -534,6 +583,13 @@ pub struct Routed {
     pub spec: &'static Spec,
     /// Where it goes.
     pub route: Route,
+}
+
+impl Routed {
+    /// Whether the request is a transaction's or a blocking command (`transaction.rs` plans it).
+    pub fn in_transaction(&self) -> bool {
+        matches!(self.route, Route::Transaction(..) | Route::Block(_))
+    }
 }
 
 /// The error for keys on different servers, in Redis Cluster's words so clients know it
@@ -622,14 +678,19 @@ pub fn route(req: &Request) -> Result<Routed, Bytes> {
                 None => return Err(wrong_arity(spec.name)),
             }
         }
+        Action::Transaction(txn) => match find_keys(req, spec.keys) {
+            Some(keys) => Route::Transaction(txn, keys),
+            None => return Err(wrong_arity(spec.name)),
+        },
+        Action::Block => match find_keys(req, spec.keys) {
+            Some(keys) if !keys.is_empty() => Route::Block(keys),
+            // `BLMPOP 0 9 k`: Redis refuses it at once, without blocking.
+            Some(_) | None => Route::AnyServer,
+        },
         Action::Forward => {
-            if matches!(spec.keys, Keys::Streams { .. }) && blocks(req) {
-                return Err(refused(
-                    spec,
-                    "with BLOCK, it would stall the server connection clients share",
-                ));
-            }
+            let streams = matches!(spec.keys, Keys::Streams { .. });
             match find_keys(req, spec.keys) {
+                Some(keys) if streams && !keys.is_empty() && blocks(req) => Route::Block(keys),
                 Some(keys) if !keys.is_empty() => Route::Keys(keys),
                 Some(_) if matches!(spec.keys, Keys::NumKeys { at: 2 }) => {
                     return Err(refused(spec, NO_KEYS))

@@ -125,18 +125,25 @@ pub(crate) fn answer(
     }
 }
 
-/// nutcracker's three answers to `AUTH`: no password set, a wrong one, or `+OK`.
+/// The answers to `AUTH`: nutcracker's when no password is set and for a wrong password in the
+/// one-argument form, Redis 6's `WRONGPASS` in the form that names a user. The proxy holds one
+/// credential per pool: `redis_auth`, under the pool's user (`--redis-user`) or Redis's `default`
+/// (what a client that knows only the password names); any other user is refused.
 fn check_auth(proxy: &Redis, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'static [u8]> {
-    match &proxy.auth {
-        None => Err(b"-ERR Client sent AUTH, but no password is set\r\n"),
-        Some(expected) => {
-            let user_ok = user.is_none_or(|u| u == b"default");
-            if user_ok && pass == expected.as_bytes() {
-                Ok(())
-            } else {
-                Err(b"-ERR invalid password\r\n")
-            }
+    let Some(expected) = &proxy.auth else {
+        return Err(b"-ERR Client sent AUTH, but no password is set\r\n");
+    };
+    let pass_ok = pass == expected.as_bytes();
+    match user {
+        None if pass_ok => Ok(()),
+        None => Err(b"-ERR invalid password\r\n"),
+        Some(u)
+            if pass_ok
+                && (u == b"default" || Some(u) == proxy.user.as_deref().map(str::as_bytes)) =>
+        {
+            Ok(())
         }
+        Some(_) => Err(b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"),
     }
 }
 

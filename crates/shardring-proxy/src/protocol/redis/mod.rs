@@ -40,6 +40,7 @@ mod plan;
 mod reply;
 mod request;
 mod settings;
+mod transaction;
 
 pub use reply::{elements, reply_len, Framed, ReplyError, ReplyFramer, ReplyLimits};
 pub use request::{

@@ -5,12 +5,13 @@
 use bytes::{Bytes, BytesMut};
 
 use super::client_state::ClientState;
-use super::command::{self, Local, Merge, Route, CROSSSLOT};
+use super::command::{self, Local, Merge, Route, Routed, CROSSSLOT};
 use super::local::{self, NOAUTH};
 use super::merge::{self, Part as MergePart};
 use super::reply::{ReplyFramer, ReplyLimits};
 use super::request::{Decoded, Limits, Request, RequestCodec};
 use super::settings::Redis;
+use super::transaction;
 use super::Flavor;
 use crate::config::{PoolConfig, RedisConfig};
 use crate::error::BackendError;
@@ -19,9 +20,16 @@ use crate::protocol::{
     ReplyScanner, RequestDecoder, Round, Step,
 };
 
-/// Redis replies frame themselves: one kind for all.
+/// How many replies a request's answer is, and whether it waits under the pool's `timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Resp;
+pub(crate) enum Resp {
+    /// One reply (it frames itself).
+    Reply,
+    /// This many replies back to back (a transaction: `MULTI`, each queued command, `EXEC`).
+    Replies(u32),
+    /// One reply that may take as long as the client asked (a blocking command): no timeout.
+    Unbounded,
+}
 
 /// How a single server's reply becomes the client's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +39,8 @@ pub(crate) enum Finish {
     /// An `MGET` of this many keys, all on one server: a failure becomes an error element per key, as
     /// when the keys are split.
     Values(usize),
+    /// A transaction of this many replies: the answer is the last, `EXEC`'s.
+    Exec(u32),
 }
 
 /// What a fan-out merges.
@@ -53,9 +63,15 @@ pub(crate) enum RedisMerge {
     Sum,
 }
 
-/// The reply framer of one server connection; resumes a long reply where the last read left off.
+/// The reply framer of one server connection; resumes a long reply where the last read left off,
+/// and a run of replies ([`Resp::Replies`]) after the ones already whole.
 #[derive(Debug, Default)]
-pub(crate) struct RespScanner(ReplyFramer);
+pub(crate) struct RespScanner {
+    /// Frames the reply being read.
+    framer: ReplyFramer,
+    /// Of a run of replies: how many are whole, and their bytes.
+    whole: (u32, usize),
+}
 
 impl ReplyScanner for RespScanner {
     type Kind = Resp;
@@ -63,17 +79,34 @@ impl ReplyScanner for RespScanner {
     fn frame(
         &mut self,
         buf: &[u8],
-        _kind: Resp,
+        kind: Resp,
         _max_value_len: usize,
     ) -> Result<Option<usize>, FrameError> {
-        self.0
-            .frame(buf)
-            .map(|f| f.map(|f| f.len))
-            .map_err(|e| FrameError { reason: e.reason })
+        let wanted = match kind {
+            Resp::Replies(n) => n.max(1),
+            Resp::Reply | Resp::Unbounded => 1,
+        };
+        loop {
+            let (count, len) = self.whole;
+            let rest = buf.get(len..).unwrap_or_default();
+            let framed = self
+                .framer
+                .frame(rest)
+                .map_err(|e| FrameError { reason: e.reason })?;
+            let Some(f) = framed else {
+                return Ok(None);
+            };
+            if count + 1 == wanted {
+                self.whole = (0, 0);
+                return Ok(Some(len + f.len));
+            }
+            self.whole = (count + 1, len + f.len);
+        }
     }
 
     fn reset(&mut self) {
-        self.0.reset();
+        self.framer.reset();
+        self.whole = (0, 0);
     }
 }
 
@@ -100,6 +133,7 @@ impl Protocol for Redis {
         let settings = config.redis().unwrap_or(&defaults);
         Ok(Redis {
             auth: settings.auth.clone(),
+            user: settings.user.clone(),
             db: settings.db,
             limits: Limits {
                 max_bulk_len: settings.limits.max_bulk_len,
@@ -116,7 +150,13 @@ impl Protocol for Redis {
 
     fn plan(&self, req: Request, client: &mut ClientState, ctx: &PlanContext<'_>) -> Step<Redis> {
         // Redis's order: unknown command and arity first, then authentication.
-        let routed = match command::route(&req) {
+        let routed = command::route(&req);
+        if client.transaction.is_some() || routed.as_ref().is_ok_and(Routed::in_transaction) {
+            if let Some(step) = transaction::plan(self, &req, &routed, client, ctx) {
+                return step;
+            }
+        }
+        let routed = match routed {
             Ok(r) => r,
             Err(reply) => return answer(reply),
         };
@@ -150,11 +190,19 @@ impl Protocol for Redis {
                 Step::Forward {
                     server: owner,
                     frame: req.frame,
-                    kind: Resp,
+                    kind: Resp::Reply,
                     finish: Finish::Plain,
                 }
             }
             Route::Split { merge, keys, step } => self.split(&req, merge, &keys, step, ctx),
+            // `transaction::plan` took these (a blocking command whose keys found no place lands
+            // here: any server refuses it alike).
+            Route::Block(_) | Route::Transaction(..) => Step::Forward {
+                server: ctx.live_servers().first().copied(),
+                frame: req.frame,
+                kind: Resp::Reply,
+                finish: Finish::Plain,
+            },
             Route::Broadcast(merge) => {
                 let parts: Vec<Part<Redis>> = ctx
                     .live_servers()
@@ -163,7 +211,7 @@ impl Protocol for Redis {
                         placement: Placement::Current,
                         server,
                         frame: req.frame.clone(),
-                        kind: Resp,
+                        kind: Resp::Reply,
                     })
                     .collect();
                 if parts.is_empty() {
@@ -179,10 +227,24 @@ impl Protocol for Redis {
             Route::AnyServer => Step::Forward {
                 server: ctx.live_servers().first().copied(),
                 frame: req.frame,
-                kind: Resp,
+                kind: Resp::Reply,
                 finish: Finish::Plain,
             },
         }
+    }
+
+    fn pinned(client: &ClientState) -> Option<usize> {
+        client.transaction.as_ref().and_then(|t| t.pinned)
+    }
+
+    fn pin_refused(client: &mut ClientState) {
+        if let Some(t) = client.transaction.as_deref_mut() {
+            t.unpin();
+        }
+    }
+
+    fn reply_timed(kind: Resp) -> bool {
+        kind != Resp::Unbounded
     }
 
     fn lane(client: &ClientState) -> usize {
@@ -194,8 +256,9 @@ impl Protocol for Redis {
 
     fn finish(finish: Finish, reply: Reply) -> Answer {
         match (reply, finish) {
-            (Ok(bytes), _) => Answer::Bytes(bytes),
-            (Err(e), Finish::Plain) => Answer::Failed(e),
+            (Ok(bytes), Finish::Plain | Finish::Values(_)) => Answer::Bytes(bytes),
+            (Err(e), Finish::Plain | Finish::Exec(_)) => Answer::Failed(e),
+            (Ok(bytes), Finish::Exec(replies)) => Answer::Bytes(last_reply(bytes, replies)),
             (Err(e), Finish::Values(n)) => {
                 let why = e.to_string();
                 let held: Vec<usize> = (0..n).collect();
@@ -244,6 +307,15 @@ impl Protocol for Redis {
         matches!(reply.first(), Some(b'-' | b'!'))
     }
 
+    fn handshake_error_tolerated(reply: &[u8]) -> Option<&'static str> {
+        // Redis 5's words, then Redis 6 and 7's: the server has no password. nutcracker sends AUTH
+        // and ignores the reply, so operators set the proxy's password before the servers'.
+        let text = reply.strip_prefix(b"-ERR ").unwrap_or_default();
+        (text.starts_with(b"Client sent AUTH, but no password is set")
+            || text.starts_with(b"AUTH <password> called without any password configured"))
+        .then_some("the server has no password: redis_auth is not needed there yet")
+    }
+
     fn command_names() -> &'static [&'static str] {
         static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
         NAMES.get_or_init(|| command::TABLE.iter().map(|s| s.name).collect())
@@ -260,16 +332,26 @@ impl Redis {
     /// (nutcracker sends it first, and so silently writes to db 0).
     fn greeting(&self, resp3: bool) -> Vec<(Bytes, Resp)> {
         let mut out = Vec::new();
-        if let Some(pass) = &self.auth {
-            out.push((Request::from_args(&["AUTH", pass.as_str()]).frame, Resp));
+        match (&self.user, &self.auth) {
+            (Some(user), Some(pass)) => out.push((
+                Request::from_args(&["AUTH", user.as_str(), pass.as_str()]).frame,
+                Resp::Reply,
+            )),
+            (None, Some(pass)) => {
+                out.push((
+                    Request::from_args(&["AUTH", pass.as_str()]).frame,
+                    Resp::Reply,
+                ));
+            }
+            _ => {}
         }
         if resp3 {
-            out.push((Request::from_args(&["HELLO", "3"]).frame, Resp));
+            out.push((Request::from_args(&["HELLO", "3"]).frame, Resp::Reply));
         }
         if self.db != 0 {
             out.push((
                 Request::from_args(&["SELECT".to_string(), self.db.to_string()]).frame,
-                Resp,
+                Resp::Reply,
             ));
         }
         out
@@ -307,7 +389,7 @@ impl Redis {
             return Step::Forward {
                 server: Some(sub.server),
                 frame: sub.frame,
-                kind: Resp,
+                kind: Resp::Reply,
                 finish: match merge {
                     Merge::Values => Finish::Values(keys.len()),
                     _ => Finish::Plain,
@@ -326,7 +408,7 @@ impl Redis {
                 placement: Placement::Current,
                 server: s.server,
                 frame: s.frame,
-                kind: Resp,
+                kind: Resp::Reply,
             })
             .collect();
         let merge = match merge {
@@ -341,6 +423,20 @@ impl Redis {
         };
         Step::Exchange(Round::new(parts, merge))
     }
+}
+
+/// The last of a run of `replies` replies (a transaction's, whose answer is `EXEC`'s reply).
+fn last_reply(run: Bytes, replies: u32) -> Bytes {
+    let mut framer = ReplyFramer::default();
+    let mut start = 0;
+    for _ in 1..replies {
+        match framer.frame(&run[start..]) {
+            Ok(Some(f)) => start += f.len,
+            // The connection framed the whole run already; it cannot come apart here.
+            _ => break,
+        }
+    }
+    run.slice(start..)
 }
 
 /// A fan-out's answer from its parts' replies, in the order of its parts.

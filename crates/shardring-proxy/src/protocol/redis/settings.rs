@@ -10,6 +10,8 @@ use super::request::Limits;
 pub(crate) struct Redis {
     /// `redis_auth`: what clients must AUTH with, and what the proxy AUTHs its connections with.
     pub(crate) auth: Option<String>,
+    /// The ACL user `redis_auth` is the password of (`--redis-user`); `None` for Redis's `default`.
+    pub(crate) user: Option<String>,
     /// `redis_db`: the database every server connection SELECTs.
     pub(crate) db: u32,
     /// Client request limits.

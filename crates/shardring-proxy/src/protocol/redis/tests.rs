@@ -1,4 +1,4 @@
-use super::command::{self, Action, Local, Merge, Route};
+use super::command::{self, Action, KeyArgs, Local, Merge, Route, Txn};
 use super::merge::{self, Part};
 use super::*;
 use bytes::BytesMut;
@@ -722,6 +722,57 @@ fn each_command_class_gets_its_route() {
             .route,
         Route::Local(Local::Client)
     );
+    // Blocking commands go to their keys' server (on a connection of the client's own), the
+    // transaction's commands to `transaction.rs`.
+    let block = |args: &[&str]| route(args).unwrap().route;
+    assert_eq!(
+        block(&["BLPOP", "a", "b", "0"]),
+        Route::Block(KeyArgs::Every {
+            from: 1,
+            to: 2,
+            step: 1
+        })
+    );
+    assert_eq!(
+        block(&["BLMPOP", "0", "2", "a", "b", "LEFT"]),
+        Route::Block(KeyArgs::Every {
+            from: 3,
+            to: 4,
+            step: 1
+        })
+    );
+    assert_eq!(
+        block(&["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]),
+        Route::Block(KeyArgs::Every {
+            from: 4,
+            to: 4,
+            step: 1
+        })
+    );
+    assert!(matches!(
+        block(&["XREAD", "STREAMS", "s", "$"]),
+        Route::Keys(_)
+    ));
+    assert_eq!(block(&["BLMPOP", "0", "9", "a", "LEFT"]), Route::AnyServer);
+    for (args, txn) in [
+        (&["MULTI"][..], Txn::Multi),
+        (&["exec"], Txn::Exec),
+        (&["DISCARD"], Txn::Discard),
+        (&["UNWATCH"], Txn::Unwatch),
+    ] {
+        assert!(matches!(route(args).unwrap().route, Route::Transaction(t, _) if t == txn));
+    }
+    assert_eq!(
+        route(&["WATCH", "a", "b"]).unwrap().route,
+        Route::Transaction(
+            Txn::Watch,
+            KeyArgs::Every {
+                from: 1,
+                to: 2,
+                step: 1
+            }
+        )
+    );
     // Malformed key arguments go to any server, whose own error answers; keyless scripts are refused.
     assert_eq!(
         route(&["EVAL", "return 1", "x"]).unwrap().route,
@@ -741,9 +792,6 @@ fn each_command_class_gets_its_route() {
         &["SCAN", "0"],
         &["FLUSHALL"],
         &["SUBSCRIBE", "c"],
-        &["MULTI"],
-        &["BLPOP", "k", "0"],
-        &["XREAD", "BLOCK", "0", "STREAMS", "s", "$"],
         &["CLUSTER", "INFO"],
     ] {
         let e = route(refused).unwrap_err();
@@ -951,4 +999,50 @@ proptest! {
             );
         }
     }
+}
+
+// A transaction's run of replies.
+
+#[test]
+fn a_run_of_replies_frames_whole_across_any_split_and_answers_with_the_last() {
+    use super::plan::{Resp, RespScanner};
+    use crate::protocol::{Protocol, ReplyScanner};
+    let replies: [&[u8]; 5] = [
+        b"+OK\r\n",
+        b"+QUEUED\r\n",
+        b"-ERR wrong\r\n",
+        b"+QUEUED\r\n",
+        b"*3\r\n:1\r\n$5\r\nhello\r\n*2\r\n$-1\r\n%1\r\n+a\r\n:2\r\n",
+    ];
+    let run: Vec<u8> = replies.concat();
+    let after = b"+PONG\r\n";
+    let mut wire = run.clone();
+    wire.extend_from_slice(after);
+    for split in 0..=wire.len() {
+        let mut scanner = RespScanner::default();
+        let kind = Resp::Replies(5);
+        let first = scanner.frame(&wire[..split], kind, 0).unwrap();
+        let len = match first {
+            Some(len) => len,
+            None => scanner
+                .frame(&wire, kind, 0)
+                .unwrap()
+                .expect("the whole run is there"),
+        };
+        assert_eq!(len, run.len(), "split at {split}");
+        assert!(split >= run.len() || first.is_none());
+        scanner.reset();
+        assert_eq!(
+            scanner.frame(&wire[len..], Resp::Reply, 0).unwrap(),
+            Some(after.len())
+        );
+    }
+    let answer = Redis::finish(
+        super::plan::Finish::Exec(5),
+        Ok(bytes::Bytes::from(run.clone())),
+    );
+    let crate::protocol::Answer::Bytes(last) = answer else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(&last[..], replies[4]);
 }

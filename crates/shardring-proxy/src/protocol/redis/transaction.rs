@@ -1,0 +1,344 @@
+//! Transactions and blocking commands: what a client inside `MULTI`, `WATCH` or a blocking command
+//! gets, on servers whose connections the proxy shares among many clients.
+//!
+//! - `MULTI` is answered by the proxy, and the commands after it are checked and queued here
+//!   (`+QUEUED`), not sent. `EXEC` sends `MULTI`, the queued commands and `EXEC` to their server as
+//!   one frame, and answers with the server's reply to `EXEC`. One frame is written whole on a
+//!   connection before the next request is, so no other client's command falls inside the
+//!   transaction, and a transaction without `WATCH` needs no connection of its own. A queued command
+//!   whose keys are on another server than the transaction's, or that the proxy refuses, is answered
+//!   with its error and the transaction is discarded (`EXEC` answers `-EXECABORT`, as Redis does
+//!   after a command it could not queue): nothing of it runs.
+//! - `WATCH` pins the client to its keys' server on a connection of its own (the session opens it,
+//!   `Protocol::pinned`): a watch belongs to a server connection, and `EXEC` must come on the same
+//!   one. The client's requests to that server take it until `EXEC`, `DISCARD` or `UNWATCH` end the
+//!   watch; then the connection is closed, which drops whatever the server still holds for it.
+//! - A blocking command (`BLPOP`, `XREAD … BLOCK`, …) goes on a connection of the client's own too,
+//!   held until the client sends something else, so a worker that loops on `BLPOP` keeps one
+//!   connection. Its reply has no timeout: the client's own timeout argument bounds the wait.
+//!
+//! What Redis does inside `MULTI` is kept where it can be: `MULTI` nested and `WATCH` inside `MULTI`
+//! are errors that leave the transaction as it was; `PING` and `ECHO` are queued and answered in
+//! `EXEC`'s reply; a blocking command is queued (inside a transaction, Redis does not block).
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::client_state::ClientState;
+use super::command::{self, Local, Route, Routed, Txn, CROSSSLOT};
+use super::plan::{Finish, Resp};
+use super::request::Request;
+use super::settings::Redis;
+use crate::protocol::{Answer, PlanContext, Step};
+
+/// `EXEC` when the transaction was discarded, in Redis's words.
+const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
+
+/// What a client in a transaction, a watch or a blocking command holds; boxed in the client's state,
+/// as most clients never have one.
+#[derive(Debug, Default)]
+pub(crate) struct Transaction {
+    /// The server whose requests from this client take a connection of its own.
+    pub(crate) pinned: Option<usize>,
+    /// The pin ends at the client's next request (after a blocking command, or an `EXEC` that ended
+    /// a watch: the request itself goes on the pinned connection).
+    release_next: bool,
+    /// `WATCH` is on, on the pinned server.
+    watching: bool,
+    /// Inside `MULTI`: what is queued.
+    queue: Option<Queue>,
+}
+
+/// The commands queued since `MULTI`.
+#[derive(Debug, Default)]
+struct Queue {
+    /// Their frames, back to back.
+    frames: BytesMut,
+    /// How many.
+    count: u32,
+    /// The server of their keys, once a queued command has keys.
+    server: Option<usize>,
+    /// A command was refused: `EXEC` discards the transaction.
+    refused: bool,
+}
+
+impl Transaction {
+    /// Nothing held: the client's state can drop it.
+    fn is_idle(&self) -> bool {
+        self.pinned.is_none() && !self.watching && self.queue.is_none()
+    }
+
+    /// Forgets the pin (the session could not give a connection of its own); a watch needs one.
+    pub(crate) fn unpin(&mut self) {
+        self.pinned = None;
+        self.release_next = false;
+        self.watching = false;
+    }
+}
+
+/// What the plan does with a request, given the client's transaction state: `Some(step)` when the
+/// transaction decides it, `None` to plan it as usual. Called first for every request; a client
+/// without transaction state and a request that is not a transaction's command costs a branch.
+pub(crate) fn plan(
+    redis: &Redis,
+    req: &Request,
+    routed: &Result<Routed, Bytes>,
+    client: &mut ClientState,
+    ctx: &PlanContext<'_>,
+) -> Option<Step<Redis>> {
+    if let Some(t) = client.transaction.as_deref_mut() {
+        if t.release_next {
+            t.release_next = false;
+            if !t.watching {
+                t.pinned = None;
+            }
+        }
+        if t.is_idle() {
+            client.transaction = None;
+        }
+    }
+    let queueing = client
+        .transaction
+        .as_ref()
+        .is_some_and(|t| t.queue.is_some());
+    if queueing {
+        return Some(queue(redis, req, routed, client, ctx));
+    }
+    let routed = routed.as_ref().ok()?;
+    match &routed.route {
+        Route::Transaction(txn, keys) => Some(outside(*txn, req, keys, client, ctx)),
+        Route::Block(keys) => Some(block(req, keys, client, ctx)),
+        _ => None,
+    }
+}
+
+/// The one server all of `keys` live on: `Ok(None)` when no server is live for one of them,
+/// `Err(())` when they are on different servers.
+fn server_of(
+    req: &Request,
+    keys: impl Iterator<Item = usize>,
+    ctx: &PlanContext<'_>,
+) -> Result<Option<usize>, ()> {
+    let mut owner = None;
+    for k in keys {
+        match (owner, ctx.server_for(req.arg(k).unwrap_or_default())) {
+            (_, None) => return Ok(None),
+            (None, s) => owner = s,
+            (Some(o), Some(s)) if o != s => return Err(()),
+            _ => {}
+        }
+    }
+    Ok(owner)
+}
+
+fn fixed(reply: &'static [u8]) -> Step<Redis> {
+    Step::Answer(Answer::fixed(reply))
+}
+
+/// A transaction command outside `MULTI`.
+fn outside(
+    txn: Txn,
+    req: &Request,
+    keys: &command::KeyArgs,
+    client: &mut ClientState,
+    ctx: &PlanContext<'_>,
+) -> Step<Redis> {
+    match txn {
+        Txn::Multi => {
+            let t = client.transaction.get_or_insert_with(Box::default);
+            t.queue = Some(Queue {
+                server: t.pinned.filter(|_| t.watching),
+                ..Queue::default()
+            });
+            fixed(b"+OK\r\n")
+        }
+        Txn::Exec => fixed(b"-ERR EXEC without MULTI\r\n"),
+        Txn::Discard => fixed(b"-ERR DISCARD without MULTI\r\n"),
+        Txn::Unwatch => {
+            // Closing the watch's connection drops the watch on the server.
+            if let Some(t) = client.transaction.as_deref_mut() {
+                if t.watching {
+                    t.unpin();
+                }
+            }
+            fixed(b"+OK\r\n")
+        }
+        Txn::Watch => {
+            let server = match server_of(req, keys.iter(), ctx) {
+                Err(()) => return fixed(CROSSSLOT),
+                Ok(None) => {
+                    return Step::Forward {
+                        server: None,
+                        frame: req.frame.clone(),
+                        kind: Resp::Reply,
+                        finish: Finish::Plain,
+                    }
+                }
+                Ok(Some(s)) => s,
+            };
+            let t = client.transaction.get_or_insert_with(Box::default);
+            if t.watching && t.pinned != Some(server) {
+                return fixed(CROSSSLOT);
+            }
+            t.watching = true;
+            t.pinned = Some(server);
+            t.release_next = false;
+            Step::Forward {
+                server: Some(server),
+                frame: req.frame.clone(),
+                kind: Resp::Reply,
+                finish: Finish::Plain,
+            }
+        }
+    }
+}
+
+/// A blocking command outside `MULTI`: to its keys' server, on a connection of the client's own.
+fn block(
+    req: &Request,
+    keys: &command::KeyArgs,
+    client: &mut ClientState,
+    ctx: &PlanContext<'_>,
+) -> Step<Redis> {
+    let server = match server_of(req, keys.iter(), ctx) {
+        Err(()) => return fixed(CROSSSLOT),
+        Ok(s) => s,
+    };
+    if let Some(server) = server {
+        let t = client.transaction.get_or_insert_with(Box::default);
+        if t.watching && t.pinned != Some(server) {
+            return fixed(CROSSSLOT);
+        }
+        t.pinned = Some(server);
+        t.release_next = !t.watching;
+        ctx.stats.blocking_requests.inc();
+    }
+    Step::Forward {
+        server,
+        frame: req.frame.clone(),
+        kind: Resp::Unbounded,
+        finish: Finish::Plain,
+    }
+}
+
+/// A request inside `MULTI`.
+fn queue(
+    redis: &Redis,
+    req: &Request,
+    routed: &Result<Routed, Bytes>,
+    client: &mut ClientState,
+    ctx: &PlanContext<'_>,
+) -> Step<Redis> {
+    let authenticated = redis.auth.is_none() || client.authenticated;
+    let Some(t) = client.transaction.as_deref_mut() else {
+        return fixed(b"-ERR EXEC without MULTI\r\n");
+    };
+    let refuse = |t: &mut Transaction, reply: Bytes| {
+        if let Some(q) = t.queue.as_mut() {
+            q.refused = true;
+        }
+        Step::Answer(Answer::Bytes(reply))
+    };
+    let routed = match routed {
+        Ok(r) => r,
+        // Unknown, wrong arity, refused: Redis answers the error and discards the transaction.
+        Err(reply) => return refuse(t, reply.clone()),
+    };
+    if !authenticated && !matches!(routed.route, Route::Local(Local::Auth | Local::Hello)) {
+        return refuse(t, Bytes::from_static(super::local::NOAUTH));
+    }
+    let keys: Vec<usize> = match &routed.route {
+        Route::Transaction(Txn::Multi, _) => {
+            return fixed(b"-ERR MULTI calls can not be nested\r\n")
+        }
+        Route::Transaction(Txn::Watch, _) => {
+            return fixed(b"-ERR WATCH inside MULTI is not allowed\r\n")
+        }
+        Route::Transaction(Txn::Discard, _) => {
+            t.queue = None;
+            // DISCARD ends a watch too: its connection is closed.
+            if t.watching {
+                t.unpin();
+            }
+            return fixed(b"+OK\r\n");
+        }
+        Route::Transaction(Txn::Exec, _) => return exec(t, ctx),
+        Route::Transaction(Txn::Unwatch, _) | Route::AnyServer => Vec::new(),
+        Route::Local(Local::Ping | Local::Echo) => Vec::new(),
+        Route::Local(Local::Quit) => return Step::Close(Answer::fixed(b"+OK\r\n")),
+        Route::Keys(keys) | Route::Block(keys) => keys.iter().collect(),
+        Route::Split { keys, .. } => keys.clone(),
+        Route::Local(_) | Route::Broadcast(_) => {
+            let reply = format!(
+                "-ERR {} inside MULTI is not supported by the proxy\r\n",
+                routed.spec.name.to_ascii_uppercase()
+            );
+            return refuse(t, Bytes::from(reply));
+        }
+    };
+    let Some(q) = t.queue.as_mut() else {
+        return fixed(b"-ERR EXEC without MULTI\r\n");
+    };
+    match server_of(req, keys.into_iter(), ctx) {
+        Err(()) => {
+            q.refused = true;
+            return fixed(CROSSSLOT);
+        }
+        Ok(Some(s)) => match q.server {
+            Some(o) if o != s => {
+                q.refused = true;
+                return fixed(CROSSSLOT);
+            }
+            _ => q.server = Some(s),
+        },
+        // No live server for the key: EXEC will say so.
+        Ok(None) => {}
+    }
+    if q.frames.len() + req.frame.len() > redis.limits.max_request_len {
+        q.refused = true;
+        return Step::Answer(Answer::Bytes(Bytes::from(format!(
+            "-ERR the transaction is over the proxy's limit of {} bytes\r\n",
+            redis.limits.max_request_len
+        ))));
+    }
+    q.frames.put_slice(&req.frame);
+    q.count += 1;
+    fixed(b"+QUEUED\r\n")
+}
+
+/// `EXEC`: the queued commands to their server, between `MULTI` and `EXEC`, in one frame.
+fn exec(t: &mut Transaction, ctx: &PlanContext<'_>) -> Step<Redis> {
+    let Some(q) = t.queue.take() else {
+        return fixed(b"-ERR EXEC without MULTI\r\n");
+    };
+    let watching = t.watching;
+    if watching {
+        // EXEC ends the watch; it goes on the watch's connection, closed after it.
+        t.watching = false;
+        t.release_next = true;
+    }
+    if q.refused {
+        ctx.stats.transactions_aborted.inc();
+        if watching {
+            t.unpin();
+        }
+        return fixed(EXECABORT);
+    }
+    let server = match (t.pinned.filter(|_| watching), q.server) {
+        (Some(p), _) => Some(p),
+        (None, Some(s)) => Some(s),
+        // Keyless (`MULTI`, `PING`, `EXEC`): any server answers alike.
+        (None, None) => ctx.live_servers().first().copied(),
+    };
+    let mut frame = BytesMut::with_capacity(q.frames.len() + 32);
+    frame.put_slice(b"*1\r\n$5\r\nMULTI\r\n");
+    frame.put_slice(&q.frames);
+    frame.put_slice(b"*1\r\n$4\r\nEXEC\r\n");
+    ctx.stats.transactions.inc();
+    let replies = q.count + 2;
+    Step::Forward {
+        server,
+        frame: frame.freeze(),
+        kind: Resp::Replies(replies),
+        finish: Finish::Exec(replies),
+    }
+}
