@@ -88,6 +88,46 @@ def transactions(r, prefix):
     producer.start()
     out.append(r.blpop([t("q1"), t("q2")], timeout=5))
     producer.join()
+    out.extend(pubsub(r, prefix))
+    return out
+
+
+def pubsub(r, prefix):
+    """pubsub(): subscribe, psubscribe, get_message, as redis-py's users call them."""
+    out = []
+    p = r.pubsub()
+    channels = [f"{prefix}:news:{i}" for i in range(6)]
+    p.subscribe(*channels)
+    p.psubscribe(f"{prefix}:sport:*")
+    confirmations = []
+    while len(confirmations) < 7:
+        m = p.get_message(timeout=2)
+        if m is None:
+            break
+        confirmations.append((m["type"], m["channel"]))
+    # Each server confirms its own channels: the order across servers is not Redis's to keep.
+    out.append(sorted(confirmations))
+    for i, ch in enumerate(channels):
+        out.append(r.publish(ch, f"m{i}"))
+    out.append(r.publish(f"{prefix}:sport:golf", "birdie"))
+    got = []
+    while len(got) < 7:
+        m = p.get_message(timeout=2)
+        if m is None:
+            break
+        if m["type"] in ("message", "pmessage"):
+            got.append((m["type"], m["pattern"], m["channel"], m["data"]))
+    out.append(got)
+    p.unsubscribe(channels[0])
+    p.punsubscribe()
+    ends = []
+    while len(ends) < 2:
+        m = p.get_message(timeout=2)
+        if m is None:
+            break
+        ends.append((m["type"], m["channel"], m["data"]))
+    out.append(sorted(ends))
+    p.close()
     return out
 
 

@@ -19,6 +19,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
 use crate::admission::Admitted;
+use crate::backend::subscription::{Push, SubscriptionConnection, PUSH_QUEUE};
 use crate::backend::{Backend, ConnectionRoute, OwnConnection, ReplyQueue, ReplyTo};
 use crate::buffers;
 use crate::drain::Drain;
@@ -119,12 +120,52 @@ impl<P: Protocol> Pending<P> {
     }
 }
 
-/// What a client pinned to a server ([`Protocol::pinned`]) holds; boxed, as most clients never are.
+/// What a client pinned to a server ([`Protocol::pinned`]) or subscribed ([`Step::Subscribe`])
+/// holds; boxed, as most clients never are.
 struct Pinned<P: Protocol> {
     /// Its connection of its own, to the server it is pinned to.
     own: Option<Own<P>>,
     /// A request planned while the pin changed, waiting for the answers before it to be in.
     parked: Option<Parked<P>>,
+    /// Its subscription connections and what they bring.
+    subscriber: Option<Subscriber<P>>,
+    /// A subscription connection could not be opened: the client is answered, then closed (it
+    /// cannot be left subscribed on some servers only).
+    failed: bool,
+}
+
+impl<P: Protocol> Pinned<P> {
+    fn new() -> Box<Pinned<P>> {
+        Box::new(Pinned {
+            own: None,
+            parked: None,
+            subscriber: None,
+            failed: false,
+        })
+    }
+
+    /// Nothing held: the box can go.
+    fn is_idle(&self) -> bool {
+        self.own.is_none() && self.parked.is_none() && self.subscriber.is_none()
+    }
+}
+
+/// A subscriber's connections, one per server it subscribed on, and the frames they bring.
+struct Subscriber<P: Protocol> {
+    /// Each server's connection, with the server (a reload may renumber the pool).
+    connections: Vec<(usize, Arc<Backend<P>>, SubscriptionConnection)>,
+    /// What a new connection sends its frames with.
+    pushes_to: tokio::sync::mpsc::Sender<Push>,
+    /// The frames, in each server's order.
+    pushes: tokio::sync::mpsc::Receiver<Push>,
+}
+
+/// What woke the session: the front answer, or a subscription connection's frame.
+enum Woke {
+    /// The front answer is ready.
+    Answer(Answer),
+    /// A subscription connection brought this.
+    Push(Push),
 }
 
 /// A client's connection of its own to one server.
@@ -265,24 +306,24 @@ impl<P: Protocol> Session<P> {
                         if let Step::Exchange(round) = &step {
                             self.held = version.protocol.in_order(&round.exchange);
                         }
-                        if self.pin.is_some() || P::pinned(&self.state).is_some() {
+                        let subscribing = matches!(step, Step::Subscribe { .. });
+                        if self.pin.is_some() || subscribing || P::pinned(&self.state).is_some() {
                             if !self.pending.is_empty() {
                                 let parked = Parked {
                                     version: Arc::clone(&version),
                                     step,
                                     timed,
                                 };
-                                let pin = self.pin.get_or_insert_with(|| {
-                                    Box::new(Pinned {
-                                        own: None,
-                                        parked: None,
-                                    })
-                                });
+                                let pin = self.pin.get_or_insert_with(Pinned::new);
                                 pin.parked = Some(parked);
                                 break;
                             }
                             let p = self.repin_and_start(&version, step);
                             self.push(p, timed);
+                            if self.pin.as_ref().is_some_and(|p| p.failed) {
+                                closing = true;
+                                break;
+                            }
                             continue;
                         }
                         let p = self.start(&version, step);
@@ -320,13 +361,17 @@ impl<P: Protocol> Session<P> {
                 && self.pending.len() < MAX_PIPELINE
                 && self.rbuf.len() < self.decoder.max_buffer();
             // In a block, so that what the `select!` gave is not kept while the write below waits.
+            let subscribed = self.pin.as_ref().is_some_and(|p| p.subscriber.is_some());
             let out = {
-                let answer = tokio::select! {
+                let woke = tokio::select! {
                     biased;
                     answer = poll_fn(|cx| match self.pending.front_mut() {
                         Some((p, _)) => p.poll_answer(&self.replies, cx),
                         None => Poll::Pending,
-                    }), if !self.pending.is_empty() => Some(answer),
+                    }), if !self.pending.is_empty() => Some(Woke::Answer(answer)),
+                    push = poll_fn(|cx| poll_push(&mut self.pin, cx)), if subscribed => {
+                        Some(Woke::Push(push))
+                    }
                     read = poll_fn(|cx| poll_read(&mut self.stream, &mut self.rbuf, cx)), if can_read => {
                         if read? == 0 {
                             // A client that leaves in a blocking command is not waited for: its
@@ -347,7 +392,18 @@ impl<P: Protocol> Session<P> {
                         None
                     }
                 };
-                answer.map(|a| self.answers_ready(a))
+                match woke {
+                    Some(Woke::Answer(a)) => Some(self.answers_ready(a)),
+                    Some(Woke::Push(Push::Frame(server, frame))) => {
+                        P::pushed(&mut self.state, server, frame).map(Outgoing::Answer)
+                    }
+                    Some(Woke::Push(Push::Lost(why))) => {
+                        // Its subscriptions there are gone: closed, as the server would close it.
+                        tracing::info!(%why, "closing a subscriber: a subscription connection ended");
+                        return Ok(());
+                    }
+                    None => None,
+                }
             };
             // Borrowed for the write, so the future keeps one `Outgoing` across it, not a copy per
             // arm of a match.
@@ -455,12 +511,7 @@ impl<P: Protocol> Session<P> {
     /// had, the protocol forgets the pin and `step` is answered with why.
     fn repin_and_start(&mut self, version: &Arc<PoolVersion<P>>, step: Step<P>) -> Pending<P> {
         let wanted = P::pinned(&self.state);
-        let pin = self.pin.get_or_insert_with(|| {
-            Box::new(Pinned {
-                own: None,
-                parked: None,
-            })
-        });
+        let pin = self.pin.get_or_insert_with(Pinned::new);
         let kept = match (&pin.own, wanted) {
             (Some(own), Some(server)) => {
                 own.server == server
@@ -489,16 +540,71 @@ impl<P: Protocol> Session<P> {
                     Ok(own) => pin.own = Some(own),
                     Err(e) => {
                         P::pin_refused(&mut self.state);
-                        self.pin = None;
+                        if pin.is_idle() {
+                            self.pin = None;
+                        }
                         return Pending::Ready(Some(Answer::Failed(e)));
                     }
                 }
             }
         }
-        if pin.own.is_none() && pin.parked.is_none() {
+        if let Step::Subscribe {
+            sends,
+            kind,
+            answer,
+        } = step
+        {
+            return self.subscribe(version, sends, kind, answer);
+        }
+        if pin.is_idle() {
             self.pin = None;
         }
         self.start(version, step)
+    }
+
+    /// Sends a subscriber's frames on its subscription connections, opening those it lacks, and
+    /// answers `answer`. When one cannot be opened, the client gets why and is closed.
+    fn subscribe(
+        &mut self,
+        version: &PoolVersion<P>,
+        sends: Vec<(usize, Bytes)>,
+        kind: P::ReplyKind,
+        answer: Answer,
+    ) -> Pending<P> {
+        let lane = self.lane as usize;
+        let pin = self.pin.get_or_insert_with(Pinned::new);
+        let sub = pin.subscriber.get_or_insert_with(|| {
+            let (pushes_to, pushes) = tokio::sync::mpsc::channel(PUSH_QUEUE);
+            Subscriber {
+                connections: Vec::new(),
+                pushes_to,
+                pushes,
+            }
+        });
+        for (server, frame) in sends {
+            let Some(backend) = version.backends.get(server) else {
+                continue;
+            };
+            let open = sub
+                .connections
+                .iter()
+                .position(|(s, b, _)| *s == server && Arc::ptr_eq(b, backend));
+            let at = match open {
+                Some(at) => at,
+                None => match backend.subscription(server, lane, kind, sub.pushes_to.clone()) {
+                    Ok(c) => {
+                        sub.connections.push((server, Arc::clone(backend), c));
+                        sub.connections.len() - 1
+                    }
+                    Err(e) => {
+                        pin.failed = true;
+                        return Pending::Ready(Some(Answer::Failed(e)));
+                    }
+                },
+            };
+            sub.connections[at].2.send(frame);
+        }
+        Pending::Ready(Some(answer))
     }
 
     /// Sends a planned request on its way: a forwarded one into a slot of the reply queue, an
@@ -506,7 +612,10 @@ impl<P: Protocol> Session<P> {
     /// when [`Protocol::advance`] asks for them.
     fn start(&self, version: &Arc<PoolVersion<P>>, step: Step<P>) -> Pending<P> {
         match step {
-            Step::Answer(a) | Step::Close(a) => Pending::Ready(Some(a)),
+            // A subscriber's step is sent by `subscribe`; here only its answer is left.
+            Step::Answer(a) | Step::Close(a) | Step::Subscribe { answer: a, .. } => {
+                Pending::Ready(Some(a))
+            }
             // Through the finish, as a server's failure is: a `noreply` command stays silent.
             Step::Forward {
                 server: None,
@@ -571,6 +680,18 @@ impl<P: Protocol> Session<P> {
                 P::encode_failure(&e, out);
             }
         }
+    }
+}
+
+/// The next frame of the client's subscription connections (pending while it has none).
+fn poll_push<P: Protocol>(pin: &mut Option<Box<Pinned<P>>>, cx: &mut Context<'_>) -> Poll<Push> {
+    match pin.as_deref_mut().and_then(|p| p.subscriber.as_mut()) {
+        // The session holds a sender: the queue never ends while it polls.
+        Some(s) => s
+            .pushes
+            .poll_recv(cx)
+            .map(|p| p.unwrap_or(Push::Lost("subscription queue closed".into()))),
+        None => Poll::Pending,
     }
 }
 

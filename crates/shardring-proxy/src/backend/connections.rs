@@ -147,6 +147,22 @@ impl<P: Protocol> Backend<P> {
     /// # Errors
     /// [`BackendError::OwnConnectionsExhausted`] when the server has its bound of them open.
     pub(crate) fn own_connection(&self, lane: usize) -> Result<OwnConnection<P>, BackendError> {
+        let slot = self.own_slot()?;
+        let (tx, rx) = queue::channel();
+        let conn = self.connection(lane, true);
+        tokio::spawn(conn.run(rx, false));
+        Ok(OwnConnection {
+            queue: tx,
+            stats: Arc::clone(&self.stats),
+            _slot: slot,
+        })
+    }
+
+    /// One of the server's bounded connections of single clients, counted until dropped.
+    ///
+    /// # Errors
+    /// [`BackendError::OwnConnectionsExhausted`] when the server has its bound of them open.
+    pub(super) fn own_slot(&self) -> Result<OwnSlot, BackendError> {
         let limit = u64::from(self.settings.own_connections);
         if !self.stats.dedicated_connections.inc_below(limit) {
             self.stats.dedicated_refused.inc();
@@ -155,8 +171,14 @@ impl<P: Protocol> Backend<P> {
                 limit: self.settings.own_connections,
             });
         }
-        let (tx, rx) = queue::channel();
-        let conn = Connection::<P> {
+        Ok(OwnSlot {
+            stats: Arc::clone(&self.stats),
+        })
+    }
+
+    /// A connection task's state for `lane`, not yet connected.
+    fn connection(&self, lane: usize, own: bool) -> Connection<P> {
+        Connection::<P> {
             settings: self.settings.clone(),
             handshake: self
                 .handshakes
@@ -172,13 +194,19 @@ impl<P: Protocol> Backend<P> {
             rbuf: BytesMut::new(),
             wbuf: BytesMut::new(),
             scanner: P::ReplyScanner::default(),
-            own: true,
-        };
-        tokio::spawn(conn.run(rx, false));
-        Ok(OwnConnection {
-            queue: tx,
-            stats: Arc::clone(&self.stats),
-        })
+            own,
+        }
+    }
+
+    /// A new connection to the server, greeted for `lane` (the handshake, within the pool's
+    /// `timeout`): for a connection that is not a request/reply pipeline (a subscriber's).
+    pub(super) async fn greeted(&self, lane: usize) -> Result<ServerStream, BackendError> {
+        self.connection(lane, true).connect().await
+    }
+
+    /// The server's address.
+    pub(super) fn addr(&self) -> &str {
+        &self.settings.addr
     }
 
     /// What the server said about itself so far.
@@ -296,8 +324,24 @@ impl<P: Protocol> Backend<P> {
 pub(crate) struct OwnConnection<P: Protocol> {
     /// Its task's queue.
     queue: Sender<Job<P>>,
-    /// The server's tallies (its gauge of these connections).
+    /// The server's tallies.
     stats: Arc<ServerStats>,
+    /// Its place in the server's bound.
+    _slot: OwnSlot,
+}
+
+/// A place among a server's connections of single clients ([`Backend::own_slot`]), given back when
+/// dropped.
+#[derive(Debug)]
+pub(crate) struct OwnSlot {
+    /// The server's tallies (their gauge).
+    stats: Arc<ServerStats>,
+}
+
+impl Drop for OwnSlot {
+    fn drop(&mut self) {
+        self.stats.dedicated_connections.dec();
+    }
 }
 
 impl<P: Protocol> OwnConnection<P> {
@@ -308,12 +352,6 @@ impl<P: Protocol> OwnConnection<P> {
             self.stats.in_queue.dec();
             job.reply.send(Err(BackendError::Removed));
         }
-    }
-}
-
-impl<P: Protocol> Drop for OwnConnection<P> {
-    fn drop(&mut self) {
-        self.stats.dedicated_connections.dec();
     }
 }
 

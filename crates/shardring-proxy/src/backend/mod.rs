@@ -6,6 +6,7 @@ pub(crate) mod health;
 pub(crate) mod queue;
 pub(crate) mod reply;
 pub(crate) mod stream;
+pub(crate) mod subscription;
 
 pub(crate) use self::connections::{Backend, BackendSettings, ConnectionRoute, OwnConnection};
 pub(crate) use self::health::{EjectPolicy, ServerHealth};

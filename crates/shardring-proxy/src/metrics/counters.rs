@@ -195,6 +195,9 @@ pub struct PoolStats {
     pub transactions_aborted: Counter,
     /// Redis blocking commands (`BLPOP`, `XREAD … BLOCK`, …) sent on a connection of their own.
     pub blocking_requests: Counter,
+    /// Redis channels, shard channels and patterns subscribed to (`SUBSCRIBE` and the rest: one a
+    /// name).
+    pub subscriptions: Counter,
     /// The pool's heaviest keys at the last refresh (none when detection is off), heaviest first.
     pub hot_keys: arc_swap::ArcSwapOption<HotKeysReport>,
     /// Each command's latency, from its request decoded to its answer ready (for protocols that name

@@ -16,7 +16,7 @@ pub(super) enum Kind {
 pub(super) type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-pub(super) const POOL_FAMILIES: [PoolFamily; 27] = [
+pub(super) const POOL_FAMILIES: [PoolFamily; 28] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -178,6 +178,12 @@ pub(super) const POOL_FAMILIES: [PoolFamily; 27] = [
         Kind::Counter,
         "Redis blocking commands sent on a connection of their own.",
         |p| p.blocking_requests.get(),
+    ),
+    (
+        "shardring_proxy_pool_subscriptions",
+        Kind::Counter,
+        "Redis channels and patterns subscribed to.",
+        |p| p.subscriptions.get(),
     ),
 ];
 

@@ -432,6 +432,7 @@ mod tests {
             "shardring_proxy_pool_transactions_total",
             "shardring_proxy_pool_transactions_aborted_total",
             "shardring_proxy_pool_blocking_requests_total",
+            "shardring_proxy_pool_subscriptions_total",
             "shardring_proxy_server_requests_total",
             "shardring_proxy_server_responses_total",
             "shardring_proxy_server_request_bytes_total",

@@ -97,6 +97,10 @@ pub const POOL_STATS: &[(&str, &str)] = &[
         "blocking_requests",
         "# redis blocking commands sent on a connection of their own",
     ),
+    (
+        "subscriptions",
+        "# redis channels and patterns subscribed to",
+    ),
 ];
 
 /// Every counter of a server's object in the stats JSON, with what it counts (`-D`).
@@ -208,6 +212,7 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
             json!(p.transactions_aborted.get()),
         );
         pool.insert("blocking_requests".into(), json!(p.blocking_requests.get()));
+        pool.insert("subscriptions".into(), json!(p.subscriptions.get()));
         if let Some(report) = p.hot_keys.load_full() {
             pool.insert("hot_keys".into(), super::hot_keys::keys_json(&report));
         }

@@ -111,6 +111,12 @@ pub(crate) trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
         true
     }
 
+    /// What the client gets for a frame its subscription connection to `server` brought
+    /// ([`Step::Subscribe`]): the frame, rewritten, or nothing. By default, the frame.
+    fn pushed(_client: &mut Self::ClientState, _server: usize, frame: Bytes) -> Option<Bytes> {
+        Some(frame)
+    }
+
     /// The client's answer from the single server a [`Step::Forward`] went to.
     fn finish(finish: Self::Finish, reply: Reply) -> Answer;
 
@@ -337,6 +343,18 @@ pub(crate) enum Step<P: Protocol> {
         kind: P::ReplyKind,
         /// How the reply becomes the answer.
         finish: P::Finish,
+    },
+    /// A subscriber's command: send each frame on the client's subscription connection to its server
+    /// (opened when it has none), once the client's answers in flight are in, and answer `answer`
+    /// now. What the servers send back reaches the client as it comes, through
+    /// [`Protocol::pushed`], not as this request's answer.
+    Subscribe {
+        /// Each server's frame.
+        sends: Vec<(usize, Bytes)>,
+        /// How the servers' frames are framed.
+        kind: P::ReplyKind,
+        /// The client's answer now (Redis: none, the confirmations being pushes; `+RESET`).
+        answer: Answer,
     },
     /// An exchange with servers of one or more rounds: send the round's parts (each to a server of
     /// the current placement, or of the previous one while a warm-up window keeps it), then

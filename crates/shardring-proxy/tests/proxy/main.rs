@@ -19,6 +19,7 @@ mod metrics_http;
 mod nutcracker;
 mod redis;
 mod redis_common;
+mod redis_pubsub;
 mod redis_transactions;
 mod replicas;
 mod twemproxy_config;

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::pubsub::Subscriptions;
 use super::transaction::Transaction;
 use super::Flavor;
 
@@ -15,12 +16,57 @@ pub(crate) struct ClientState {
     pub flavor: Flavor,
     /// The client authenticated (`AUTH` or `HELLO … AUTH`) against the pool's `redis_auth`.
     pub authenticated: bool,
-    /// `CLIENT SETNAME`'s name.
-    pub name: Option<Box<[u8]>>,
     /// `CLIENT ID`'s number.
     pub id: u64,
+    /// What few clients have, boxed, so an idle client's state stays small (a session's memory is
+    /// mostly its future: `session.rs`).
+    pub rare: Option<Box<Rare>>,
+}
+
+/// The state of a client that named itself, is in a transaction or subscribed.
+#[derive(Debug, Default)]
+pub(crate) struct Rare {
+    /// `CLIENT SETNAME`'s name.
+    pub(crate) name: Option<Box<[u8]>>,
     /// Inside `MULTI`, `WATCH` or a blocking command: what that holds (`transaction.rs`).
-    pub transaction: Option<Box<Transaction>>,
+    pub(crate) transaction: Option<Transaction>,
+    /// A subscriber's subscriptions (`pubsub.rs`).
+    pub(crate) pubsub: Option<Subscriptions>,
+}
+
+impl ClientState {
+    /// The rare state, if the client has any.
+    pub(crate) fn rare(&self) -> Option<&Rare> {
+        self.rare.as_deref()
+    }
+
+    /// The rare state, made when the client has none.
+    pub(crate) fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// The client's name (`CLIENT SETNAME`).
+    pub(crate) fn name(&self) -> Option<&[u8]> {
+        self.rare()?.name.as_deref()
+    }
+
+    /// Names the client, or forgets its name.
+    pub(crate) fn set_name(&mut self, name: Option<Box<[u8]>>) {
+        if name.is_some() || self.rare.is_some() {
+            self.rare_mut().name = name;
+        }
+        self.tidy();
+    }
+
+    /// Drops the rare state once nothing is in it.
+    pub(crate) fn tidy(&mut self) {
+        if self
+            .rare()
+            .is_some_and(|r| r.name.is_none() && r.transaction.is_none() && r.pubsub.is_none())
+        {
+            self.rare = None;
+        }
+    }
 }
 
 impl Default for ClientState {
@@ -28,10 +74,9 @@ impl Default for ClientState {
         ClientState {
             flavor: Flavor::Resp2,
             authenticated: false,
-            name: None,
             // Relaxed: a unique number is all that is asked; nothing is published through it.
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            transaction: None,
+            rare: None,
         }
     }
 }

@@ -12,7 +12,9 @@
 //! | by the proxy | `PING` `ECHO` `QUIT` `SELECT` `AUTH` `HELLO` `RESET` `CLIENT SETNAME/GETNAME/ID/SETINFO/INFO` `COMMAND` `INFO` `CONFIG GET` |
 //! | to the one server all keys are on, on a connection of the client's own | blocking commands: `BLPOP` `BRPOP` `BLMOVE` `BLMPOP` `BRPOPLPUSH` `BZPOPMIN` `BZPOPMAX` `BZMPOP`, `XREAD`/`XREADGROUP … BLOCK` |
 //! | a transaction on one server (`transaction.rs`) | `MULTI` `EXEC` `DISCARD` `WATCH` `UNWATCH` |
-//! | refused, naming the command | no sound meaning across servers (`KEYS` `SCAN` `RANDOMKEY` `FLUSHALL` …), pub/sub, scripts without keys (`EVAL` with numkeys 0), administration |
+//! | to the channel's server, as a key | `PUBLISH` `SPUBLISH` |
+//! | a subscriber's, on connections of its own (`pubsub.rs`) | `SUBSCRIBE` `SSUBSCRIBE` `UNSUBSCRIBE` `SUNSUBSCRIBE` on the channel's server; `PSUBSCRIBE` `PUNSUBSCRIBE` on every server |
+//! | refused, naming the command | no sound meaning across servers (`KEYS` `SCAN` `RANDOMKEY` `FLUSHALL` `PUBSUB` …), scripts without keys (`EVAL` with numkeys 0), administration |
 //!
 //! Names are matched without regard to case; arities follow Redis 7 (a positive arity is exact, a negative
 //! one a minimum, the command name counted), so `wrong number of arguments` is answered here, in Redis's
@@ -80,8 +82,27 @@ pub enum Action {
     Block,
     /// One of the commands of a transaction.
     Transaction(Txn),
+    /// A subscriber's command (`pubsub.rs`).
+    PubSub(Sub),
     /// Refused with an error naming the command and this reason.
     Refuse(&'static str),
+}
+
+/// A subscriber's commands (`protocol/redis/pubsub.rs` says what each does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sub {
+    /// `SUBSCRIBE channel…`: on each channel's server.
+    Subscribe,
+    /// `SSUBSCRIBE shardchannel…`: on each channel's server.
+    SSubscribe,
+    /// `PSUBSCRIBE pattern…`: on every server.
+    PSubscribe,
+    /// `UNSUBSCRIBE [channel…]`
+    Unsubscribe,
+    /// `SUNSUBSCRIBE [shardchannel…]`
+    SUnsubscribe,
+    /// `PUNSUBSCRIBE [pattern…]`
+    PUnsubscribe,
 }
 
 /// The commands of a transaction (`protocol/redis/transaction.rs` says what each does).
@@ -126,7 +147,7 @@ impl Spec {
 }
 
 const NO_SHARD: &str = "it needs every server's keyspace";
-const PUBSUB: &str = "publish/subscribe is not proxied";
+const PUBSUB: &str = "it needs every server's channels";
 const ADMIN: &str = "administrative commands go to each server directly";
 const CLUSTER: &str = "replication and cluster commands go to each server directly";
 const NO_KEYS: &str = "a script without keys cannot be placed: pass the keys it uses";
@@ -220,6 +241,15 @@ const fn txn(name: &'static str, arity: i8, keys: Keys, txn: Txn) -> Spec {
         arity,
         keys,
         action: Action::Transaction(txn),
+    }
+}
+
+const fn pubsub(name: &'static str, arity: i8, sub: Sub) -> Spec {
+    Spec {
+        name,
+        arity,
+        keys: Keys::None,
+        action: Action::PubSub(sub),
     }
 }
 
@@ -369,12 +399,12 @@ pub static TABLE: &[Spec] = &[
     refuse("pfselftest", 1, ADMIN),
     local("ping", -1, Local::Ping),
     k1("psetex", 4),
-    refuse("psubscribe", -2, PUBSUB),
+    pubsub("psubscribe", -2, Sub::PSubscribe),
     refuse("psync", -3, CLUSTER),
     k1("pttl", 2),
-    refuse("publish", 3, PUBSUB),
+    k1("publish", 3),
     refuse("pubsub", -2, PUBSUB),
-    refuse("punsubscribe", -1, PUBSUB),
+    pubsub("punsubscribe", -1, Sub::PUnsubscribe),
     local("quit", -1, Local::Quit),
     refuse("randomkey", 1, NO_SHARD),
     refuse("readonly", 1, CLUSTER),
@@ -417,17 +447,17 @@ pub static TABLE: &[Spec] = &[
     fwd("sort", -2, Keys::KeyAndStore),
     k1("sort_ro", -2),
     k1("spop", -2),
-    refuse("spublish", 3, PUBSUB),
+    k1("spublish", 3),
     k1("srandmember", -2),
     k1("srem", -3),
     k1("sscan", -3),
-    refuse("ssubscribe", -2, PUBSUB),
+    pubsub("ssubscribe", -2, Sub::SSubscribe),
     k1("strlen", 2),
-    refuse("subscribe", -2, PUBSUB),
+    pubsub("subscribe", -2, Sub::Subscribe),
     k1("substr", 4),
     fwd("sunion", -2, KALL),
     fwd("sunionstore", -3, KALL),
-    refuse("sunsubscribe", -1, PUBSUB),
+    pubsub("sunsubscribe", -1, Sub::SUnsubscribe),
     refuse("swapdb", 3, NO_SHARD),
     refuse("sync", 1, CLUSTER),
     any("time", 1),
@@ -435,7 +465,7 @@ pub static TABLE: &[Spec] = &[
     k1("ttl", 2),
     k1("type", 2),
     split("unlink", -2, KALL, Merge::Sum),
-    refuse("unsubscribe", -1, PUBSUB),
+    pubsub("unsubscribe", -1, Sub::Unsubscribe),
     txn("unwatch", 1, Keys::None, Txn::Unwatch),
     refuse("wait", 3, CLUSTER),
     refuse("waitaof", 4, CLUSTER),
@@ -574,6 +604,8 @@ pub enum Route {
     Block(KeyArgs),
     /// A transaction's command, with its keys (`WATCH`'s; none for the others).
     Transaction(Txn, KeyArgs),
+    /// A subscriber's command.
+    PubSub(Sub),
 }
 
 /// A routed request: its table entry and where it goes.
@@ -682,6 +714,7 @@ pub fn route(req: &Request) -> Result<Routed, Bytes> {
             Some(keys) => Route::Transaction(txn, keys),
             None => return Err(wrong_arity(spec.name)),
         },
+        Action::PubSub(sub) => Route::PubSub(sub),
         Action::Block => match find_keys(req, spec.keys) {
             Some(keys) if !keys.is_empty() => Route::Block(keys),
             // `BLMPOP 0 9 k`: Redis refuses it at once, without blocking.

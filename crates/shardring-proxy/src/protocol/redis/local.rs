@@ -114,7 +114,7 @@ pub(crate) fn answer(
         Local::Hello => hello(req, s, proxy),
         Local::Reset => {
             s.flavor = Flavor::Resp2;
-            s.name = None;
+            s.set_name(None);
             s.authenticated = false;
             fixed(b"+RESET\r\n")
         }
@@ -192,7 +192,7 @@ fn hello(req: &Request, s: &mut ClientState, proxy: &Redis) -> Step<Redis> {
         if !valid_name(name) {
             return error(BAD_NAME);
         }
-        s.name = (!name.is_empty()).then(|| name.into());
+        s.set_name((!name.is_empty()).then(|| name.into()));
     }
     s.flavor = flavor;
     let mut out = BytesMut::with_capacity(160);
@@ -237,7 +237,7 @@ fn client(req: &Request, s: &mut ClientState, proxy: &Redis) -> Step<Redis> {
             if !valid_name(arg(2)) {
                 return error(BAD_NAME);
             }
-            s.name = (!arg(2).is_empty()).then(|| arg(2).into());
+            s.set_name((!arg(2).is_empty()).then(|| arg(2).into()));
             fixed(b"+OK\r\n")
         }
         b"getname" => {
@@ -245,7 +245,7 @@ fn client(req: &Request, s: &mut ClientState, proxy: &Redis) -> Step<Redis> {
                 return e;
             }
             let mut out = BytesMut::new();
-            match &s.name {
+            match s.name() {
                 Some(n) => put_bulk(&mut out, n),
                 None => out.put_slice(s.flavor.null()),
             }
@@ -277,11 +277,7 @@ fn client(req: &Request, s: &mut ClientState, proxy: &Redis) -> Step<Redis> {
             if let Some(e) = arity(2, "info") {
                 return e;
             }
-            let name = s
-                .name
-                .as_deref()
-                .map(String::from_utf8_lossy)
-                .unwrap_or_default();
+            let name = s.name().map(String::from_utf8_lossy).unwrap_or_default();
             let text = format!(
                 "id={} name={name} db={} resp={}\n",
                 s.id,

@@ -37,6 +37,7 @@ mod keys;
 mod local;
 pub mod merge;
 mod plan;
+mod pubsub;
 mod reply;
 mod request;
 mod settings;

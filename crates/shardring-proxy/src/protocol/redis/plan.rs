@@ -11,8 +11,8 @@ use super::merge::{self, Part as MergePart};
 use super::reply::{ReplyFramer, ReplyLimits};
 use super::request::{Decoded, Limits, Request, RequestCodec};
 use super::settings::Redis;
-use super::transaction;
 use super::Flavor;
+use super::{pubsub, transaction};
 use crate::config::{PoolConfig, RedisConfig};
 use crate::error::BackendError;
 use crate::protocol::{
@@ -151,8 +151,21 @@ impl Protocol for Redis {
     fn plan(&self, req: Request, client: &mut ClientState, ctx: &PlanContext<'_>) -> Step<Redis> {
         // Redis's order: unknown command and arity first, then authentication.
         let routed = command::route(&req);
-        if client.transaction.is_some() || routed.as_ref().is_ok_and(Routed::in_transaction) {
+        if let Ok(Routed {
+            route: Route::Local(Local::Reset),
+            ..
+        }) = &routed
+        {
+            return reset(client);
+        }
+        let in_transaction = client.rare().is_some_and(|r| r.transaction.is_some());
+        if in_transaction || routed.as_ref().is_ok_and(Routed::in_transaction) {
             if let Some(step) = transaction::plan(self, &req, &routed, client, ctx) {
+                return step;
+            }
+        }
+        if pubsub::concerns(&routed, client) {
+            if let Some(step) = pubsub::plan(&req, &routed, client, ctx) {
                 return step;
             }
         }
@@ -195,9 +208,9 @@ impl Protocol for Redis {
                 }
             }
             Route::Split { merge, keys, step } => self.split(&req, merge, &keys, step, ctx),
-            // `transaction::plan` took these (a blocking command whose keys found no place lands
-            // here: any server refuses it alike).
-            Route::Block(_) | Route::Transaction(..) => Step::Forward {
+            // `transaction::plan` and `pubsub::plan` took these (a blocking command whose keys
+            // found no place lands here: any server refuses it alike).
+            Route::Block(_) | Route::Transaction(..) | Route::PubSub(_) => Step::Forward {
                 server: ctx.live_servers().first().copied(),
                 frame: req.frame,
                 kind: Resp::Reply,
@@ -234,17 +247,25 @@ impl Protocol for Redis {
     }
 
     fn pinned(client: &ClientState) -> Option<usize> {
-        client.transaction.as_ref().and_then(|t| t.pinned)
+        client.rare()?.transaction.as_ref()?.pinned
     }
 
     fn pin_refused(client: &mut ClientState) {
-        if let Some(t) = client.transaction.as_deref_mut() {
+        if let Some(t) = client
+            .rare
+            .as_deref_mut()
+            .and_then(|r| r.transaction.as_mut())
+        {
             t.unpin();
         }
     }
 
     fn reply_timed(kind: Resp) -> bool {
         kind != Resp::Unbounded
+    }
+
+    fn pushed(client: &mut ClientState, server: usize, frame: Bytes) -> Option<Bytes> {
+        pubsub::pushed(client, server, frame)
     }
 
     fn lane(client: &ClientState) -> usize {
@@ -422,6 +443,24 @@ impl Redis {
             Merge::Sum => RedisMerge::Sum,
         };
         Step::Exchange(Round::new(parts, merge))
+    }
+}
+
+/// `RESET`: the connection as new (RESP2, no name, not authenticated), its transaction, watch and
+/// subscriptions ended (the session closes their connections), as Redis resets it.
+fn reset(client: &mut ClientState) -> Step<Redis> {
+    client.flavor = Flavor::Resp2;
+    client.authenticated = false;
+    let sends = pubsub::reset(client);
+    client.rare = None;
+    let answer = Answer::fixed(b"+RESET\r\n");
+    if sends.is_empty() {
+        return Step::Answer(answer);
+    }
+    Step::Subscribe {
+        sends,
+        kind: Resp::Reply,
+        answer,
     }
 }
 

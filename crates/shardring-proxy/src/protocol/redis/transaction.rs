@@ -85,7 +85,11 @@ pub(crate) fn plan(
     client: &mut ClientState,
     ctx: &PlanContext<'_>,
 ) -> Option<Step<Redis>> {
-    if let Some(t) = client.transaction.as_deref_mut() {
+    if let Some(t) = client
+        .rare
+        .as_deref_mut()
+        .and_then(|r| r.transaction.as_mut())
+    {
         if t.release_next {
             t.release_next = false;
             if !t.watching {
@@ -93,12 +97,13 @@ pub(crate) fn plan(
             }
         }
         if t.is_idle() {
-            client.transaction = None;
+            client.rare_mut().transaction = None;
+            client.tidy();
         }
     }
     let queueing = client
-        .transaction
-        .as_ref()
+        .rare()
+        .and_then(|r| r.transaction.as_ref())
         .is_some_and(|t| t.queue.is_some());
     if queueing {
         return Some(queue(redis, req, routed, client, ctx));
@@ -144,7 +149,10 @@ fn outside(
 ) -> Step<Redis> {
     match txn {
         Txn::Multi => {
-            let t = client.transaction.get_or_insert_with(Box::default);
+            let t = client
+                .rare_mut()
+                .transaction
+                .get_or_insert_with(Default::default);
             t.queue = Some(Queue {
                 server: t.pinned.filter(|_| t.watching),
                 ..Queue::default()
@@ -155,7 +163,11 @@ fn outside(
         Txn::Discard => fixed(b"-ERR DISCARD without MULTI\r\n"),
         Txn::Unwatch => {
             // Closing the watch's connection drops the watch on the server.
-            if let Some(t) = client.transaction.as_deref_mut() {
+            if let Some(t) = client
+                .rare
+                .as_deref_mut()
+                .and_then(|r| r.transaction.as_mut())
+            {
                 if t.watching {
                     t.unpin();
                 }
@@ -175,7 +187,10 @@ fn outside(
                 }
                 Ok(Some(s)) => s,
             };
-            let t = client.transaction.get_or_insert_with(Box::default);
+            let t = client
+                .rare_mut()
+                .transaction
+                .get_or_insert_with(Default::default);
             if t.watching && t.pinned != Some(server) {
                 return fixed(CROSSSLOT);
             }
@@ -204,7 +219,10 @@ fn block(
         Ok(s) => s,
     };
     if let Some(server) = server {
-        let t = client.transaction.get_or_insert_with(Box::default);
+        let t = client
+            .rare_mut()
+            .transaction
+            .get_or_insert_with(Default::default);
         if t.watching && t.pinned != Some(server) {
             return fixed(CROSSSLOT);
         }
@@ -229,7 +247,11 @@ fn queue(
     ctx: &PlanContext<'_>,
 ) -> Step<Redis> {
     let authenticated = redis.auth.is_none() || client.authenticated;
-    let Some(t) = client.transaction.as_deref_mut() else {
+    let Some(t) = client
+        .rare
+        .as_deref_mut()
+        .and_then(|r| r.transaction.as_mut())
+    else {
         return fixed(b"-ERR EXEC without MULTI\r\n");
     };
     let refuse = |t: &mut Transaction, reply: Bytes| {
@@ -267,7 +289,7 @@ fn queue(
         Route::Local(Local::Quit) => return Step::Close(Answer::fixed(b"+OK\r\n")),
         Route::Keys(keys) | Route::Block(keys) => keys.iter().collect(),
         Route::Split { keys, .. } => keys.clone(),
-        Route::Local(_) | Route::Broadcast(_) => {
+        Route::Local(_) | Route::Broadcast(_) | Route::PubSub(_) => {
             let reply = format!(
                 "-ERR {} inside MULTI is not supported by the proxy\r\n",
                 routed.spec.name.to_ascii_uppercase()

@@ -1,0 +1,415 @@
+//! Publish/subscribe over many servers: a channel lives on the server its name hashes to (as a key
+//! does, hash tags included), so `PUBLISH` goes to that server alone, and its subscribers subscribe
+//! there; a pattern may match channels on any server, so `PSUBSCRIBE` subscribes on every server.
+//!
+//! A subscriber's commands go on its subscription connections (one per server it subscribes on,
+//! opened by the session: `backend/subscription.rs`), and what those servers send back reaches the
+//! client as it comes ([`pushed`]): messages as the server framed them, in the server's order, and
+//! confirmations with the client's own count (the server only knows the subscriptions made there).
+//! A pattern is confirmed once, when the last server has confirmed it, and so is its end. In RESP2, a
+//! client with subscriptions may send only what Redis allows then; in RESP3 anything goes, pushes
+//! arriving between the answers.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::client_state::ClientState;
+use super::command::{Local, Route, Routed, Sub};
+use super::plan::Resp;
+use super::reply::{elements, ReplyLimits};
+use super::request::{put_header, put_int, Request};
+use super::settings::Redis;
+use super::Flavor;
+use crate::error::BackendError;
+use crate::protocol::{Answer, PlanContext, Step};
+
+/// Names grouped by the server each goes to, in the order the servers first appear.
+type ByServer<'n> = Vec<(usize, Vec<&'n [u8]>)>;
+
+/// Which kind of subscription a confirmation is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    /// A channel's.
+    Channel,
+    /// A shard channel's.
+    Shard,
+    /// A pattern's.
+    Pattern,
+}
+
+/// One client's subscriptions; boxed in its state, as most clients never subscribe.
+#[derive(Debug, Default)]
+pub(crate) struct Subscriptions {
+    /// Channels, each with the server it is subscribed on.
+    channels: HashMap<Box<[u8]>, usize>,
+    /// Shard channels, the same.
+    shard: HashMap<Box<[u8]>, usize>,
+    /// Patterns (subscribed on every server of `servers`).
+    patterns: HashSet<Box<[u8]>>,
+    /// Confirmations still to come, by kind, whether of a subscription's end, and name: how many.
+    awaiting: HashMap<(Kind, bool, Box<[u8]>), usize>,
+    /// The servers with a subscription connection, where patterns are.
+    servers: BTreeSet<usize>,
+}
+
+impl Subscriptions {
+    /// Whether the client is subscribed (or about to be): in RESP2, it may then send only what
+    /// Redis allows a subscriber.
+    fn active(&self) -> bool {
+        !self.channels.is_empty()
+            || !self.shard.is_empty()
+            || !self.patterns.is_empty()
+            || !self.awaiting.is_empty()
+    }
+
+    /// The count a confirmation of `kind` carries: Redis counts channels and patterns together, shard
+    /// channels apart.
+    fn count(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::Shard => self.shard.len(),
+            Kind::Channel | Kind::Pattern => self.channels.len() + self.patterns.len(),
+        }
+    }
+
+    fn expect(&mut self, kind: Kind, ending: bool, name: &[u8], n: usize) {
+        *self
+            .awaiting
+            .entry((kind, ending, name.into()))
+            .or_default() += n;
+    }
+
+    /// One confirmation in: whether it was the last awaited.
+    fn confirmed(&mut self, kind: Kind, ending: bool, name: &[u8]) -> bool {
+        let key = (kind, ending, Box::<[u8]>::from(name));
+        match self.awaiting.get_mut(&key) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                self.awaiting.remove(&key);
+                true
+            }
+            None => true,
+        }
+    }
+}
+
+/// Whether `routed` is a subscriber's command, or the client has subscriptions (its requests are
+/// then checked here).
+pub(crate) fn concerns(routed: &Result<Routed, Bytes>, client: &ClientState) -> bool {
+    client.rare().is_some_and(|r| r.pubsub.is_some())
+        || matches!(
+            routed,
+            Ok(Routed {
+                route: Route::PubSub(_),
+                ..
+            })
+        )
+}
+
+/// What the plan does with a request of a subscriber, or a subscriber's command: `None` to plan it
+/// as usual.
+pub(crate) fn plan(
+    req: &Request,
+    routed: &Result<Routed, Bytes>,
+    client: &mut ClientState,
+    ctx: &PlanContext<'_>,
+) -> Option<Step<Redis>> {
+    let flavor = client.flavor;
+    let subscribed = client
+        .rare()
+        .and_then(|r| r.pubsub.as_ref())
+        .is_some_and(Subscriptions::active);
+    let route = routed.as_ref().ok().map(|r| &r.route);
+    if let Some(Route::PubSub(sub)) = route {
+        let subs = client
+            .rare_mut()
+            .pubsub
+            .get_or_insert_with(Default::default);
+        return Some(command(*sub, req, subs, flavor, ctx));
+    }
+    if !subscribed || flavor == Flavor::Resp3 {
+        return None;
+    }
+    // RESP2 in subscribed mode: Redis's rule and words.
+    match route {
+        Some(Route::Local(Local::Ping)) => {
+            let mut out = BytesMut::new();
+            put_header(&mut out, b'*', 2);
+            put_bulk(&mut out, b"pong");
+            put_bulk(&mut out, req.arg(1).unwrap_or_default());
+            Some(Step::Answer(Answer::Bytes(out.freeze())))
+        }
+        Some(Route::Local(Local::Quit | Local::Reset)) => None,
+        // An unknown command's error is the same in any mode.
+        None => None,
+        Some(_) => Some(Step::Answer(Answer::Bytes(Bytes::from(format!(
+            "-ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n",
+            String::from_utf8_lossy(req.arg(0).unwrap_or_default()).to_ascii_lowercase()
+        ))))),
+    }
+}
+
+fn put_bulk(out: &mut BytesMut, data: &[u8]) {
+    put_header(out, b'$', data.len());
+    out.put_slice(data);
+    out.put_slice(b"\r\n");
+}
+
+/// A confirmation as Redis writes it: `[kind, name, count]`, a push in RESP3.
+fn confirmation(flavor: Flavor, kind: &[u8], name: Option<&[u8]>, count: usize) -> BytesMut {
+    let mut out = BytesMut::with_capacity(32 + name.map_or(0, <[u8]>::len));
+    put_header(
+        &mut out,
+        if flavor == Flavor::Resp3 { b'>' } else { b'*' },
+        3,
+    );
+    put_bulk(&mut out, kind);
+    match name {
+        Some(n) => put_bulk(&mut out, n),
+        None => out.put_slice(flavor.null()),
+    }
+    out.put_u8(b':');
+    put_int(&mut out, count as i64);
+    out.put_slice(b"\r\n");
+    out
+}
+
+/// `SUBSCRIBE` and the rest: the frames to send on which servers' subscription connections.
+fn command(
+    sub: Sub,
+    req: &Request,
+    subs: &mut Subscriptions,
+    flavor: Flavor,
+    ctx: &PlanContext<'_>,
+) -> Step<Redis> {
+    let name = req.arg(0).unwrap_or_default();
+    let args: Vec<&[u8]> = req.arg_slices().skip(1).collect();
+    // Which server each named channel goes to: where it is subscribed, else where it hashes.
+    fn by_server<'n>(
+        names: &[&'n [u8]],
+        held: &HashMap<Box<[u8]>, usize>,
+        ctx: &PlanContext<'_>,
+    ) -> Option<ByServer<'n>> {
+        let mut out: ByServer<'n> = Vec::new();
+        for &n in names {
+            let server = held.get(n).copied().or_else(|| ctx.server_for(n))?;
+            match out.iter_mut().find(|(s, _)| *s == server) {
+                Some((_, v)) => v.push(n),
+                None => out.push((server, vec![n])),
+            }
+        }
+        Some(out)
+    }
+    let frames = |groups: ByServer<'_>| -> Vec<(usize, Bytes)> {
+        groups
+            .into_iter()
+            .map(|(server, names)| {
+                let mut a: Vec<&[u8]> = vec![name];
+                a.extend(names);
+                (server, Request::from_args(&a).frame)
+            })
+            .collect()
+    };
+    if matches!(sub, Sub::Subscribe | Sub::SSubscribe | Sub::PSubscribe) {
+        ctx.stats.subscriptions.add(args.len() as u64);
+    }
+    let subscribe = |step: Vec<(usize, Bytes)>, subs: &mut Subscriptions| {
+        subs.servers.extend(step.iter().map(|(s, _)| *s));
+        Step::Subscribe {
+            sends: step,
+            kind: Resp::Reply,
+            answer: Answer::Nothing,
+        }
+    };
+    match sub {
+        Sub::Subscribe | Sub::SSubscribe => {
+            let (kind, held) = if sub == Sub::Subscribe {
+                (Kind::Channel, &subs.channels)
+            } else {
+                (Kind::Shard, &subs.shard)
+            };
+            let Some(groups) = by_server(&args, held, ctx) else {
+                return Step::Answer(Answer::Failed(BackendError::NoServer));
+            };
+            for n in &args {
+                subs.expect(kind, false, n, 1);
+            }
+            let sends = frames(groups);
+            subscribe(sends, subs)
+        }
+        Sub::PSubscribe => {
+            let servers = ctx.live_servers();
+            if servers.is_empty() {
+                return Step::Answer(Answer::Failed(BackendError::NoServer));
+            }
+            for n in &args {
+                subs.expect(Kind::Pattern, false, n, servers.len());
+            }
+            let sends = servers.iter().map(|&s| (s, req.frame.clone())).collect();
+            subscribe(sends, subs)
+        }
+        Sub::Unsubscribe | Sub::SUnsubscribe => {
+            let (kind, word) = if sub == Sub::Unsubscribe {
+                (Kind::Channel, &b"unsubscribe"[..])
+            } else {
+                (Kind::Shard, &b"sunsubscribe"[..])
+            };
+            let held = if kind == Kind::Channel {
+                &subs.channels
+            } else {
+                &subs.shard
+            };
+            // Without names: every channel, on the servers that hold them, each sent the command
+            // without names (it ends all it holds).
+            let every: Vec<Box<[u8]>> = if args.is_empty() {
+                held.keys().cloned().collect()
+            } else {
+                Vec::new()
+            };
+            let names: Vec<&[u8]> = if args.is_empty() {
+                every.iter().map(|n| &n[..]).collect()
+            } else {
+                args.clone()
+            };
+            if names.is_empty() {
+                return Step::Answer(Answer::Bytes(
+                    confirmation(flavor, word, None, subs.count(kind)).freeze(),
+                ));
+            }
+            let Some(groups) = by_server(&names, held, ctx) else {
+                return Step::Answer(Answer::Failed(BackendError::NoServer));
+            };
+            for (_, names) in &groups {
+                for n in names {
+                    subs.expect(kind, true, n, 1);
+                }
+            }
+            let sends = if args.is_empty() {
+                groups
+                    .into_iter()
+                    .map(|(s, _)| (s, req.frame.clone()))
+                    .collect()
+            } else {
+                frames(groups)
+            };
+            subscribe(sends, subs)
+        }
+        Sub::PUnsubscribe => {
+            let servers: Vec<usize> = subs.servers.iter().copied().collect();
+            let names: Vec<Box<[u8]>> = if args.is_empty() {
+                subs.patterns.iter().cloned().collect()
+            } else {
+                args.iter().map(|&a| a.into()).collect()
+            };
+            if servers.is_empty() || names.is_empty() {
+                // Nothing subscribed anywhere: Redis's answers, one per pattern (or one with none).
+                let mut out = BytesMut::new();
+                if names.is_empty() {
+                    out.extend_from_slice(&confirmation(
+                        flavor,
+                        b"punsubscribe",
+                        None,
+                        subs.count(Kind::Pattern),
+                    ));
+                }
+                for n in &names {
+                    subs.patterns.remove(n);
+                    out.extend_from_slice(&confirmation(
+                        flavor,
+                        b"punsubscribe",
+                        Some(n),
+                        subs.count(Kind::Pattern),
+                    ));
+                }
+                return Step::Answer(Answer::Bytes(out.freeze()));
+            }
+            for n in &names {
+                subs.expect(Kind::Pattern, true, n, servers.len());
+            }
+            let sends = servers.iter().map(|&s| (s, req.frame.clone())).collect();
+            subscribe(sends, subs)
+        }
+    }
+}
+
+/// The text of a bulk or simple string element; `None` for a null or anything else.
+fn text(element: &[u8]) -> Option<&[u8]> {
+    match element.first()? {
+        b'$' => {
+            let start = memchr::memchr(b'\n', element)? + 1;
+            element.get(start..element.len().checked_sub(2)?)
+        }
+        b'+' => element.get(1..element.len().checked_sub(2)?),
+        _ => None,
+    }
+}
+
+/// What the client gets for a frame its subscription connection to `server` brought: messages as
+/// they are; confirmations with the client's own count, a pattern's once; nothing for a client
+/// without subscriptions (one that sent `RESET`).
+pub(crate) fn pushed(client: &mut ClientState, server: usize, frame: Bytes) -> Option<Bytes> {
+    let flavor = client.flavor;
+    let subs = client.rare.as_deref_mut()?.pubsub.as_mut()?;
+    let Some(parts) = elements(&frame, ReplyLimits::default()) else {
+        return Some(frame);
+    };
+    let kind_word = parts.first().and_then(|r| text(&frame[r.clone()]))?;
+    let (kind, ending) = match kind_word {
+        b"subscribe" => (Kind::Channel, false),
+        b"unsubscribe" => (Kind::Channel, true),
+        b"ssubscribe" => (Kind::Shard, false),
+        b"sunsubscribe" => (Kind::Shard, true),
+        b"psubscribe" => (Kind::Pattern, false),
+        b"punsubscribe" => (Kind::Pattern, true),
+        _ => return Some(frame),
+    };
+    let Some(name) = parts.get(1).and_then(|r| text(&frame[r.clone()])) else {
+        // A server without subscriptions of this kind answered an `UNSUBSCRIBE` without names: the
+        // client's answer comes from the servers that had some.
+        return None;
+    };
+    if !subs.confirmed(kind, ending, name) {
+        return None;
+    }
+    let name: Box<[u8]> = name.into();
+    match (kind, ending) {
+        (Kind::Channel, false) => {
+            subs.channels.insert(name.clone(), server);
+        }
+        (Kind::Shard, false) => {
+            subs.shard.insert(name.clone(), server);
+        }
+        (Kind::Pattern, false) => {
+            subs.patterns.insert(name.clone());
+        }
+        (Kind::Channel, true) => {
+            subs.channels.remove(&name);
+        }
+        (Kind::Shard, true) => {
+            subs.shard.remove(&name);
+        }
+        (Kind::Pattern, true) => {
+            subs.patterns.remove(&name);
+        }
+    }
+    let count = subs.count(kind);
+    Some(confirmation(flavor, kind_word, Some(&name), count).freeze())
+}
+
+/// `RESET` of a subscriber: its subscriptions end (what its servers still send is dropped), and the
+/// frames that end them on every server it subscribed on.
+pub(crate) fn reset(client: &mut ClientState) -> Vec<(usize, Bytes)> {
+    let Some(subs) = client.rare.as_deref_mut().and_then(|r| r.pubsub.take()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for &server in &subs.servers {
+        for word in ["UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE"] {
+            out.push((server, Request::from_args(&[word]).frame));
+        }
+    }
+    out
+}
