@@ -6,8 +6,12 @@
 //! string, its own characters) without a copy. Declaring it would tie the wheel to a symbol outside
 //! 3.9's stable ABI, which its `cp39-abi3` tag promises to keep to, so on 3.10 and later it is found at
 //! run time instead ([`Utf8Lender`]); on 3.9 `str` keys are copied. The copy costs more than the rest
-//! of a batched lookup: over the benchmark's 1,000,000 keys (`scripts/bench-python`), `lookup_many`
-//! took 66 ns a `str` key on 3.9 against 30 ns a `bytes` key, and 22–24 ns a `str` key on 3.11.
+//! of a batched lookup (BENCHMARKS.md, "python", has the figures on 3.9 and 3.11).
+//!
+//! A batch ([`Batch`]) reads each key once, while it holds the GIL, and lets it go before the next:
+//! the caller hashes the bytes on the spot. A `list` or `tuple` of keys is read by index, its items
+//! borrowed rather than taken (no reference count written to objects that are only read); any other
+//! iterable through its iterator.
 
 use std::ffi::c_char;
 use std::sync::OnceLock;
@@ -15,7 +19,7 @@ use std::sync::OnceLock;
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBytes, PyIterator, PyList, PyString, PyTuple};
 
 /// `PyUnicode_AsUTF8AndSize`'s signature (stable ABI since CPython 3.10).
 type AsUtf8AndSize =
@@ -114,25 +118,187 @@ impl<'py> Held<'py> {
     }
 }
 
-/// Appends `key`'s bytes (a `str`'s UTF-8, or a `bytes`) to `arena`: a batch's keys are copied into
-/// one buffer of the batch's own, so that each key object is let go while its cache line is still
-/// at hand (holding references until the batch is placed would touch every object a second time,
-/// long evicted by then), and the batch can be placed without the GIL whatever other threads do to
-/// the keys meanwhile.
-pub(crate) fn append_key(key: &Bound<'_, PyAny>, arena: &mut Vec<u8>) -> PyResult<()> {
-    if let Ok(text) = key.cast::<PyString>() {
-        match Utf8Lender::get(key.py()) {
-            Some(lender) => arena.extend_from_slice(lender.utf8(text)?),
-            None => arena.extend_from_slice(text.encode_utf8()?.as_bytes()),
+/// Reads keys' bytes: a `str`'s UTF-8 (lent when the interpreter can, else copied) or a `bytes`'s own.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reader {
+    /// The interpreter's UTF-8 lender, looked up once per batch rather than once per key.
+    lender: Option<Utf8Lender>,
+}
+
+impl Reader {
+    pub(crate) fn new(py: Python<'_>) -> Reader {
+        Reader {
+            lender: Utf8Lender::get(py),
         }
-        return Ok(());
     }
-    match key.cast::<PyBytes>() {
-        Ok(bytes) => {
-            arena.extend_from_slice(bytes.as_bytes());
-            Ok(())
+
+    /// Calls `each` with `key`'s bytes. An exact `str` or `bytes` (what keys nearly always are) is
+    /// recognised by comparing its type pointer, which under the stable ABI costs no call, where an
+    /// `isinstance` check calls `PyType_GetFlags`; a subclass takes the general check.
+    #[inline(always)]
+    pub(crate) fn with_bytes<R>(
+        self,
+        key: Borrowed<'_, '_, PyAny>,
+        each: impl FnOnce(&[u8]) -> R,
+    ) -> PyResult<R> {
+        if let Ok(text) = key.cast_exact::<PyString>() {
+            return self.with_utf8(&text, each);
         }
-        Err(_) => Err(not_a_key(key)),
+        if let Ok(bytes) = key.cast_exact::<PyBytes>() {
+            return Ok(each(bytes_of(&bytes)));
+        }
+        if let Ok(text) = key.cast::<PyString>() {
+            return self.with_utf8(&text, each);
+        }
+        match key.cast::<PyBytes>() {
+            Ok(bytes) => Ok(each(bytes_of(&bytes))),
+            Err(_) => Err(not_a_key(&key.to_owned())),
+        }
+    }
+
+    /// Calls `each` with `text`'s UTF-8.
+    #[inline(always)]
+    fn with_utf8<R>(
+        self,
+        text: &Bound<'_, PyString>,
+        each: impl FnOnce(&[u8]) -> R,
+    ) -> PyResult<R> {
+        match self.lender {
+            Some(lender) => Ok(each(lender.utf8(text)?)),
+            None => Ok(each(text.encode_utf8()?.as_bytes())),
+        }
+    }
+}
+
+/// A `bytes` object's bytes in one call (`PyBytes_AsStringAndSize`), where pyo3's `as_bytes` makes
+/// two under the stable ABI (`PyBytes_AsString`, `PyBytes_Size`), each checking the type again.
+#[inline(always)]
+#[allow(
+    unsafe_code,
+    reason = "one stable-ABI call for a bytes key's data and length: batched bytes keys measured faster (BENCHMARKS.md, python)"
+)]
+fn bytes_of<'a>(bytes: &'a Bound<'_, PyBytes>) -> &'a [u8] {
+    let mut data: *mut c_char = std::ptr::null_mut();
+    let mut size: ffi::Py_ssize_t = 0;
+    // SAFETY: (1) `bytes` is a live `bytes` object (the GIL is held: `Bound` proves it), so
+    // `PyBytes_AsStringAndSize` cannot fail: with a length pointer it neither checks for NUL bytes
+    // nor raises, and it sets both outputs. (2) The data it points to is the object's own, `size`
+    // bytes long and never changed (bytes are immutable); the slice borrows `bytes`, which keeps the
+    // object alive.
+    unsafe {
+        let status = ffi::PyBytes_AsStringAndSize(bytes.as_ptr(), &mut data, &mut size);
+        debug_assert_eq!(status, 0);
+        std::slice::from_raw_parts(data.cast::<u8>(), size as usize)
+    }
+}
+
+/// Where a batch's keys come from.
+#[derive(Debug)]
+enum Source<'py> {
+    /// An exact `list`, read by index; the next index to read.
+    List(Bound<'py, PyList>, usize),
+    /// An exact `tuple`, read by index; the next index to read.
+    Tuple(Bound<'py, PyTuple>, usize),
+    /// Any other iterable (a subclass of list may iterate differently, so it comes here too).
+    Iter(Bound<'py, PyIterator>),
+}
+
+/// The keys of a `lookup_many` call, read a chunk at a time.
+#[derive(Debug)]
+pub(crate) struct Batch<'py> {
+    /// The keys.
+    source: Source<'py>,
+    /// How their bytes are read.
+    reader: Reader,
+}
+
+impl<'py> Batch<'py> {
+    /// The keys of `keys`, an iterable; refuses a lone `str` or `bytes` ([`iterate`]).
+    pub(crate) fn new(keys: &Bound<'py, PyAny>) -> PyResult<Batch<'py>> {
+        let reader = Reader::new(keys.py());
+        let source = if let Ok(list) = keys.cast_exact::<PyList>() {
+            Source::List(list.clone(), 0)
+        } else if let Ok(tuple) = keys.cast_exact::<PyTuple>() {
+            Source::Tuple(tuple.clone(), 0)
+        } else {
+            Source::Iter(iterate(keys)?)
+        };
+        Ok(Batch { source, reader })
+    }
+
+    /// How many keys there are likely to be (0 when unknown): room to reserve for the answers.
+    pub(crate) fn len_hint(&self) -> usize {
+        match &self.source {
+            Source::List(list, _) => list.len(),
+            Source::Tuple(tuple, _) => tuple.len(),
+            Source::Iter(iter) => iter.len().unwrap_or(0),
+        }
+    }
+
+    /// Calls `each` with the bytes of each of the next `max` keys, fewer at the end; returns how many
+    /// keys it read (0: none are left). A list's length is read again on every call, as its iterator
+    /// would: other threads may change the list while a chunk is placed without the GIL.
+    pub(crate) fn next_chunk(
+        &mut self,
+        max: usize,
+        mut each: impl FnMut(&[u8]),
+    ) -> PyResult<usize> {
+        let reader = self.reader;
+        match &mut self.source {
+            Source::List(list, next) => {
+                let end = list.len().min(*next + max);
+                let from = *next;
+                for i in from..end {
+                    reader.with_bytes(list_item(list, i)?, &mut each)?;
+                    *next = i + 1;
+                }
+                Ok(end.saturating_sub(from))
+            }
+            Source::Tuple(tuple, next) => {
+                let end = tuple.len().min(*next + max);
+                let from = *next;
+                for i in from..end {
+                    reader.with_bytes(tuple.get_borrowed_item(i)?, &mut each)?;
+                    *next = i + 1;
+                }
+                Ok(end.saturating_sub(from))
+            }
+            Source::Iter(iter) => {
+                let mut read = 0;
+                for key in iter.by_ref().take(max) {
+                    reader.with_bytes(key?.as_borrowed(), &mut each)?;
+                    read += 1;
+                }
+                Ok(read)
+            }
+        }
+    }
+}
+
+/// Item `i` of `list`, borrowed: pyo3 only hands out list items as new references (free-threaded
+/// Python can change a list under a borrowed item), and writing every key's reference count twice
+/// dirties a cache line per key object that a batch only needs to read.
+#[inline(always)]
+#[allow(
+    unsafe_code,
+    reason = "borrowing list items (PyList_GetItem): batched lookups measured faster than with new references (BENCHMARKS.md, python)"
+)]
+fn list_item<'a, 'py>(
+    list: &'a Bound<'py, PyList>,
+    i: usize,
+) -> PyResult<Borrowed<'a, 'py, PyAny>> {
+    // SAFETY: (1) `list` is a live `list` (the GIL is held: `Bound` proves it), and
+    // `PyList_GetItem` checks `i` against its length, returning NULL with `IndexError` set, which
+    // `from_ptr_or_err` takes. (2) The item it returns is borrowed from the list, which keeps it alive
+    // until the list drops it: only code that changes the list can, and none runs while the item is
+    // used. The wheel is for GIL-holding interpreters only (abi3 has no free-threaded build), and
+    // between taking an item and letting it go `Batch::next_chunk` only reads its type and bytes
+    // (`Reader::with_bytes`, which calls no Python code; on error it takes a new reference before
+    // asking for the type's name) and hashes the bytes; the GIL is released only between chunks,
+    // when no item is held.
+    unsafe {
+        let item = ffi::PyList_GetItem(list.as_ptr(), i as ffi::Py_ssize_t);
+        Borrowed::from_ptr_or_err(list.py(), item)
     }
 }
 
@@ -145,11 +311,9 @@ fn not_a_key(key: &Bound<'_, PyAny>) -> PyErr {
     PyTypeError::new_err(format!("a key must be str or bytes, not {type_name}"))
 }
 
-/// The keys of an iterable, to be taken in chunks; refuses a lone `str` or `bytes` (an iterable of
-/// characters or integers, never what was meant).
-pub(crate) fn iterate<'py>(
-    keys: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, pyo3::types::PyIterator>> {
+/// The iterator of `keys`; refuses a lone `str` or `bytes` (an iterable of characters or integers,
+/// never what was meant).
+fn iterate<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, pyo3::types::PyIterator>> {
     if keys.is_instance_of::<PyString>() || keys.is_instance_of::<PyBytes>() {
         return Err(PyTypeError::new_err(
             "lookup_many takes an iterable of keys, not one key (use lookup)",

@@ -25,9 +25,10 @@ use crate::recipe::{Placed, Recipe, TemplateSettings};
 /// and taking it back may wait for another thread's turn.
 const DETACH_MIN_KEYS: usize = 1024;
 
-/// Keys placed per `locate_many` call of a batch: enough that the library overlaps their cache
-/// misses and the GIL is taken back rarely, few enough that the chunk's buffers (the keys' bytes and
-/// 40 bytes a key) stay in the CPU's caches and are reused from chunk to chunk.
+/// Keys placed per call into the library of a batch: enough that the library overlaps their cache
+/// misses and the GIL is taken back rarely, few enough that the chunk's buffers (20 bytes a key on
+/// a point ring, the keys' bytes and 40 bytes a key on the others) stay in the CPU's caches and are
+/// reused from chunk to chunk.
 const CHUNK_KEYS: usize = 16_384;
 
 /// One published state of a ring.
@@ -334,51 +335,85 @@ impl Ring {
     }
 
     /// The owners of many keys, in order: `lookup` of each, placed in batches through the
-    /// library's `locate_many` (which overlaps the keys' cache misses), with the GIL released while
-    /// a large batch is placed. `keys` is any iterable of `str` and `bytes`.
+    /// library's batched lookups (which overlap the keys' cache misses). Each key is read (and on a
+    /// point ring hashed) with the GIL held; the GIL is released while a large batch is placed. `keys`
+    /// is any iterable of `str` and `bytes`; a `list` or `tuple` is read by index.
     fn lookup_many<'py>(
         &self,
         py: Python<'py>,
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let hint = keys.len().ok();
-        let mut iter = keys::iterate(keys)?;
+        let mut batch = keys::Batch::new(keys)?;
         let state = self.state.load_full();
-        // One chunk's keys back to back in `arena`, each ending where `ends` says; the buffers are
-        // reused from chunk to chunk, so a large batch does not page in fresh memory for every key.
-        let mut arena: Vec<u8> = Vec::with_capacity(CHUNK_KEYS * 32);
-        let mut ends: Vec<usize> = Vec::with_capacity(CHUNK_KEYS);
-        let mut chunk: Vec<Option<usize>> = Vec::with_capacity(CHUNK_KEYS);
-        let mut owners: Vec<u32> = Vec::with_capacity(hint.unwrap_or(0));
-        loop {
-            arena.clear();
-            ends.clear();
-            for key in iter.by_ref().take(CHUNK_KEYS) {
-                keys::append_key(&key?, &mut arena)?;
-                ends.push(arena.len());
+        let hint = batch.len_hint();
+        let mut owners: Vec<u32> = Vec::with_capacity(hint);
+        // Keys a chunk: no more than the batch when its length is known, so that a call with a few
+        // keys does not allocate (and page in) a whole chunk's buffers. A list that grows meanwhile is
+        // read in chunks of this size all the same.
+        let room = if hint == 0 {
+            CHUNK_KEYS
+        } else {
+            hint.min(CHUNK_KEYS)
+        };
+        // One chunk's answers, reused from chunk to chunk.
+        let mut chunk: Vec<Option<usize>> = vec![None; room];
+        match state.placed.ring() {
+            Some(ring) => {
+                // A point ring hashes each key as it is read, while the GIL is held and the key's
+                // object is in the cache; the chunk's positions, 4 bytes a key, are searched in the
+                // ring after. Nothing of a key is kept but its position, so the search needs no GIL.
+                let mut positions: Vec<u32> = Vec::with_capacity(room);
+                loop {
+                    positions.clear();
+                    batch.next_chunk(room, |key| positions.push(ring.key_position(key)))?;
+                    if positions.is_empty() {
+                        break;
+                    }
+                    let chunk = &mut chunk[..positions.len()];
+                    if positions.len() >= DETACH_MIN_KEYS {
+                        py.detach(|| ring.lookup_positions(&positions, chunk));
+                    } else {
+                        ring.lookup_positions(&positions, chunk);
+                    }
+                    collect_owners(chunk, &mut owners)?;
+                }
             }
-            if ends.is_empty() {
-                break;
-            }
-            let mut start = 0;
-            let slices: Vec<&[u8]> = ends
-                .iter()
-                .map(|&end| {
-                    let key = &arena[start..end];
-                    start = end;
-                    key
-                })
-                .collect();
-            chunk.clear();
-            chunk.resize(slices.len(), None);
-            if slices.len() >= DETACH_MIN_KEYS {
-                py.detach(|| state.placement().locate_many(&slices, &mut chunk));
-            } else {
-                state.placement().locate_many(&slices, &mut chunk);
-            }
-            for owner in &chunk {
-                // Node indices fit in u32: the library numbers nodes in 32 bits.
-                owners.push(owner.ok_or_else(empty_ring)? as u32);
+            None => {
+                // The other placements hash inside `locate_many`: the chunk's keys are copied back to
+                // back into `arena`, each ending where `ends` says, so that each key object is let go
+                // while its cache line is at hand, and the chunk can be placed without the GIL whatever
+                // other threads do to the keys meanwhile. The buffers are reused from chunk to chunk,
+                // so a large batch does not page in fresh memory for every key.
+                let mut arena: Vec<u8> = Vec::with_capacity(room * 32);
+                let mut ends: Vec<usize> = Vec::with_capacity(room);
+                loop {
+                    arena.clear();
+                    ends.clear();
+                    batch.next_chunk(room, |key| {
+                        arena.extend_from_slice(key);
+                        ends.push(arena.len());
+                    })?;
+                    if ends.is_empty() {
+                        break;
+                    }
+                    let mut start = 0;
+                    let slices: Vec<&[u8]> = ends
+                        .iter()
+                        .map(|&end| {
+                            let key = &arena[start..end];
+                            start = end;
+                            key
+                        })
+                        .collect();
+                    let chunk = &mut chunk[..slices.len()];
+                    let placement = state.placement();
+                    if slices.len() >= DETACH_MIN_KEYS {
+                        py.detach(|| placement.locate_many(&slices, chunk));
+                    } else {
+                        placement.locate_many(&slices, chunk);
+                    }
+                    collect_owners(chunk, &mut owners)?;
+                }
             }
         }
         PyList::new(py, owners.iter().map(|&i| state.names[i as usize].bind(py)))
@@ -579,6 +614,15 @@ impl Migration {
             py_repr(&self.new)
         )
     }
+}
+
+/// Appends a chunk's owners to `owners`; `EmptyRingError` when the ring has no nodes.
+fn collect_owners(chunk: &[Option<usize>], owners: &mut Vec<u32>) -> PyResult<()> {
+    for owner in chunk {
+        // Node indices fit in u32: the library numbers nodes in 32 bits.
+        owners.push(owner.ok_or_else(empty_ring)? as u32);
+    }
+    Ok(())
 }
 
 /// `'name'` or `None`, as Python prints them.

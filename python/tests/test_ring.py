@@ -24,6 +24,61 @@ def test_lookups_take_str_and_bytes_alike() -> None:
     assert ring.lookup_many([]) == []
 
 
+def test_lookup_many_reads_every_kind_of_iterable_and_key_alike() -> None:
+    class Backwards(list):  # a list subclass iterates as it says, not by index
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return reversed(list.copy(self))
+
+    class Text(str):
+        pass
+
+    class Data(bytes):
+        pass
+
+    keys = KEYS[:3000] + ["", "ключ", "🔑"]
+    for ring in (Ring({"a": 1, "b": 2, "c": 1}), Ring(["a", "b", "c"], algorithm="jump")):
+        want = [ring.lookup(k) for k in keys]
+        assert ring.lookup_many(keys) == want
+        assert ring.lookup_many(tuple(keys)) == want
+        assert ring.lookup_many(iter(keys)) == want
+        assert ring.lookup_many(Backwards(keys)) == want[::-1]
+        assert ring.lookup_many([k.encode() if i % 2 else k for i, k in enumerate(keys)]) == want
+        assert ring.lookup_many([Text(k) for k in keys]) == want
+        assert ring.lookup_many(tuple(Data(k.encode()) for k in keys)) == want
+        with pytest.raises(TypeError, match="str or bytes"):
+            ring.lookup_many(("ok", b"ok", bytearray(b"k")))
+        with pytest.raises(UnicodeEncodeError):
+            ring.lookup_many(["ok", "\ud800"])
+
+
+def test_a_list_changed_by_another_thread_during_a_batch_is_read_safely() -> None:
+    # lookup_many reads a list's items without taking references; the list may change while a chunk
+    # is placed without the GIL. Items replaced (their objects freed), removed and added meanwhile.
+    ring = Ring([f"n{i}" for i in range(10)])
+    keys: list = [f"m{i}".encode() for i in range(200_000)]
+    stop = threading.Event()
+
+    def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            keys[i % len(keys)] = f"r{i}".encode()
+            if i % 100 == 0:
+                del keys[-500:]
+            elif i % 100 == 50:
+                keys.extend(f"e{i}:{j}".encode() for j in range(500))
+
+    changer = threading.Thread(target=churn)
+    changer.start()
+    try:
+        for _ in range(20):
+            owners = ring.lookup_many(keys)
+            assert 150_000 < len(owners) < 250_000 and all(o.startswith("n") for o in owners)
+    finally:
+        stop.set()
+        changer.join()
+
+
 def test_batches_larger_than_a_chunk_and_the_gil_released() -> None:
     ring = Ring([f"n{i}" for i in range(50)])
     keys = [f"k{i}".encode() for i in range(100_000)]

@@ -68,14 +68,42 @@ impl Ring {
         }
     }
 
+    /// For every `i`, `out[i]` is the index into [`nodes`](Ring::nodes) of the owner of ring position
+    /// `positions[i]` (as [`lookup_hash`](Ring::lookup_hash) finds it), `None` on an empty ring:
+    /// [`lookup_many`](Ring::lookup_many) for keys already hashed with
+    /// [`key_position`](Ring::key_position), so that `lookup_positions` of the keys' positions places
+    /// them exactly as `lookup_many` of the keys. For a caller that can read its keys only at certain
+    /// times: the Python package hashes each key while it holds the GIL, as it reads the key object,
+    /// and searches the ring for a whole batch of positions without it. Never allocates.
+    ///
+    /// When the slices differ in length, only the first `min(positions.len(), out.len())` positions are
+    /// placed and the rest of `out` is left as it was.
+    ///
+    /// ```
+    /// use shardring::Ring;
+    ///
+    /// let ring = Ring::builder().nodes(["a", "b", "c"]).build()?;
+    /// let keys = ["user:1", "user:2", "user:3"];
+    /// let positions: Vec<u32> = keys.iter().map(|k| ring.key_position(k)).collect();
+    /// let (mut by_position, mut by_key) = ([None; 3], [None; 3]);
+    /// ring.lookup_positions(&positions, &mut by_position);
+    /// ring.lookup_many(&keys, &mut by_key);
+    /// assert_eq!(by_position, by_key);
+    /// # Ok::<(), shardring::Error>(())
+    /// ```
+    pub fn lookup_positions(&self, positions: &[u32], out: &mut [Option<usize>]) {
+        let n = positions.len().min(out.len());
+        let (positions, out) = (&positions[..n], &mut out[..n]);
+        if self.points.is_empty() {
+            out.fill(None);
+            return;
+        }
+        self.place_batches(positions, out, &Given);
+    }
+
     /// [`lookup_many`](Ring::lookup_many) on a non-empty ring whose keys hash with `hash`.
     #[inline(always)]
-    fn place_batches<K: AsRef<[u8]>>(
-        &self,
-        keys: &[K],
-        out: &mut [Option<usize>],
-        hash: &impl Position,
-    ) {
+    fn place_batches<K>(&self, keys: &[K], out: &mut [Option<usize>], hash: &impl Position<K>) {
         if let Some(lines) = &self.lines {
             return self.place_with_lines(lines, keys, out, hash);
         }
@@ -85,7 +113,7 @@ impl Ring {
             // count a bucket's points, do not apply.
             for (key, out) in keys.iter().zip(out) {
                 *out = self
-                    .point_at(hash.of(key.as_ref()))
+                    .point_at(hash.of(key))
                     .map(|i| self.points[i].node as usize);
             }
             return;
@@ -98,12 +126,7 @@ impl Ring {
     /// docs): hash and ask for the index entry; read it and ask for the bucket's first point; count
     /// the bucket's points below the hash.
     #[inline(always)]
-    fn place_with_index<K: AsRef<[u8]>>(
-        &self,
-        keys: &[K],
-        out: &mut [Option<usize>],
-        hash: &impl Position,
-    ) {
+    fn place_with_index<K>(&self, keys: &[K], out: &mut [Option<usize>], hash: &impl Position<K>) {
         const PASSES: usize = 3;
         let mut hashes = [[0u32; BATCH]; PASSES];
         let mut starts = [[0u32; BATCH]; PASSES];
@@ -143,12 +166,12 @@ impl Ring {
     /// through one after the other, the first pass a chunk ahead of the second: hash and ask for each
     /// key's line; read the line. A key its line does not answer searches the points.
     #[inline(always)]
-    fn place_with_lines<K: AsRef<[u8]>>(
+    fn place_with_lines<K>(
         &self,
         lines: &LineTable,
         keys: &[K],
         out: &mut [Option<usize>],
-        hash: &impl Position,
+        hash: &impl Position<K>,
     ) {
         let mut hashes = [[0u32; LINE_BATCH]; 2];
         let chunks = keys.len().div_ceil(LINE_BATCH);
@@ -183,33 +206,34 @@ impl Ring {
 /// line, so that the hash is inlined into this small loop rather than left a call in the passes'
 /// large function.
 #[inline(never)]
-fn hash_chunk<K: AsRef<[u8]>, const N: usize>(
+fn hash_chunk<K, const N: usize>(
     keys: &[K],
     hashes: &mut [u32; N],
-    hash: &impl Position,
+    hash: &impl Position<K>,
     ask: impl Fn(u32),
 ) {
     for (h, key) in hashes.iter_mut().zip(keys) {
-        *h = hash.of(key.as_ref());
+        *h = hash.of(key);
         ask(*h);
     }
 }
 
-/// A key's ring position, as the passes compute it: a trait whose methods are forced inline rather
-/// than a closure, which LLVM kept out of line in the passes of an earlier lookup table (a call per
-/// key; `perf report` over a loop of `lookup_many` showed it as a `lookup_many::{{closure}}` symbol).
-trait Position {
+/// A key's ring position, as the passes compute it (or take it, for [`Ring::lookup_positions`]): a
+/// trait whose methods are forced inline rather than a closure, which LLVM kept out of line in the
+/// passes of an earlier lookup table (a call per key; `perf report` over a loop of `lookup_many`
+/// showed it as a `lookup_many::{{closure}}` symbol).
+trait Position<K> {
     /// The ring position of `key`.
-    fn of(&self, key: &[u8]) -> u32;
+    fn of(&self, key: &K) -> u32;
 }
 
 /// xxh3 keys on a plain ring.
 struct Xxh3;
 
-impl Position for Xxh3 {
+impl<K: AsRef<[u8]>> Position<K> for Xxh3 {
     #[inline(always)]
-    fn of(&self, key: &[u8]) -> u32 {
-        crate::hash::xxh3_64(key) as u32
+    fn of(&self, key: &K) -> u32 {
+        crate::hash::xxh3_64(key.as_ref()) as u32
     }
 }
 
@@ -217,20 +241,30 @@ impl Position for Xxh3 {
 /// keys, the same values).
 struct Crc32;
 
-impl Position for Crc32 {
+impl<K: AsRef<[u8]>> Position<K> for Crc32 {
     #[inline(always)]
-    fn of(&self, key: &[u8]) -> u32 {
-        crate::hash::crc32_throughput(key)
+    fn of(&self, key: &K) -> u32 {
+        crate::hash::crc32_throughput(key.as_ref())
     }
 }
 
 /// Any hash and scheme, through [`Ring::key_position`].
 struct AnyScheme<'a>(&'a Ring);
 
-impl Position for AnyScheme<'_> {
+impl<K: AsRef<[u8]>> Position<K> for AnyScheme<'_> {
     #[inline(always)]
-    fn of(&self, key: &[u8]) -> u32 {
-        self.0.key_position(key)
+    fn of(&self, key: &K) -> u32 {
+        self.0.key_position(key.as_ref())
+    }
+}
+
+/// Positions given by the caller ([`Ring::lookup_positions`]): already hashed, whatever the scheme.
+struct Given;
+
+impl Position<u32> for Given {
+    #[inline(always)]
+    fn of(&self, position: &u32) -> u32 {
+        *position
     }
 }
 
@@ -309,6 +343,40 @@ mod tests {
             check(&ring, &keys)?;
         }
 
+        /// Keys hashed first (`key_position`) and placed by position land where `lookup_many` of the
+        /// keys puts them: every hash and compatibility scheme (hash tags, the programs' key rules),
+        /// index and line table on and off, weights and colliding points.
+        #[test]
+        fn lookup_positions_of_key_positions_equals_lookup_many(
+            names in names_strategy(), vnodes in 1u32..40,
+            weights in proptest::collection::vec(1u32..4, 12),
+            hash in proptest::sample::select(HashFunction::ALL.to_vec()),
+            index in any::<bool>(), lines in any::<bool>(), keys in keys_strategy()) {
+            let mut builder = Ring::builder().vnodes(vnodes).hash(hash).lookup_index(index)
+                .line_table(lines);
+            for (name, &w) in names.iter().zip(&weights) {
+                builder = builder.node(name.clone(), f64::from(w) / 2.0);
+            }
+            let servers: Vec<(String, f64)> = names.iter().zip(&weights)
+                .map(|(n, &w)| (format!("{n}:11211"), f64::from(w))).collect();
+            let servers: Vec<(&str, f64)> = servers.iter().map(|(n, w)| (n.as_str(), *w)).collect();
+            let unweighted: Vec<(&str, f64)> = servers.iter().map(|&(n, _)| (n, 1.0)).collect();
+            let mut rings = vec![builder.build().unwrap()];
+            for &mode in CompatMode::ALL {
+                // A mode without weights (groupcache) refuses weighted nodes: it is checked unweighted.
+                let ring = mode.build(&servers, None).or_else(|_| mode.build(&unweighted, None));
+                rings.push(ring.unwrap());
+            }
+            for ring in &rings {
+                let positions: Vec<u32> = keys.iter().map(|k| ring.key_position(k)).collect();
+                let mut by_position = vec![Some(usize::MAX); keys.len()];
+                ring.lookup_positions(&positions, &mut by_position);
+                let mut by_key = vec![None; keys.len()];
+                ring.lookup_many(&keys, &mut by_key);
+                prop_assert_eq!(&by_position, &by_key);
+            }
+        }
+
         /// Every compatibility mode, with every key hash its program offers for twemproxy.
         #[test]
         fn locate_many_equals_locate_in_every_compat_mode(names in names_strategy(),
@@ -354,6 +422,9 @@ mod tests {
         let mut out = [Some(3); 40];
         ring.lookup_many(&[b"a"; 40], &mut out);
         assert_eq!(out, [None; 40]);
+        let mut out = [Some(3); 40];
+        ring.lookup_positions(&[7; 40], &mut out);
+        assert_eq!(out, [None; 40]);
     }
 
     #[test]
@@ -369,6 +440,17 @@ mod tests {
         // More room than keys: the rest of `out` untouched.
         let mut long = vec![Some(99); keys.len() + 9];
         ring.lookup_many(&keys, &mut long);
+        for (key, got) in keys.iter().zip(&long) {
+            assert_eq!(*got, ring.lookup_index(key));
+        }
+        assert!(long[keys.len()..].iter().all(|&o| o == Some(99)));
+        // By position, the same.
+        let positions: Vec<u32> = keys.iter().map(|k| ring.key_position(k)).collect();
+        let mut short = [None; 7];
+        ring.lookup_positions(&positions, &mut short);
+        assert_eq!(short.as_slice(), &long[..7]);
+        let mut long = vec![Some(99); keys.len() + 9];
+        ring.lookup_positions(&positions, &mut long);
         for (key, got) in keys.iter().zip(&long) {
             assert_eq!(*got, ring.lookup_index(key));
         }
