@@ -444,3 +444,49 @@ async fn an_acl_user_gets_the_servers_own_noperm_and_other_users_are_refused() {
     assert_eq!(cmds(&mut c3, &["GET", "k"]).await, bulk("v"));
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_the_password_makes_new_server_connections_with_it() {
+    let Some(servers) = redises(1, &["--requirepass", "one"]) else {
+        return;
+    };
+    let old = pool(&servers, "  redis_auth: one\n");
+    let mut new = pool(&servers, "  redis_auth: two\n");
+    new.listen = old.listen.clone();
+    let proxy = RunningProxy::start(old).await;
+    let mut c = proxy.client().await;
+    assert_eq!(cmds(&mut c, &["AUTH", "one"]).await, "+OK\r\n");
+    assert_eq!(cmds(&mut c, &["SET", "k", "1"]).await, "+OK\r\n");
+    // The operator rotates the password: the server's first, then the proxy's.
+    let mut admin = direct(&servers[0]).await;
+    assert_eq!(cmds(&mut admin, &["AUTH", "one"]).await, "+OK\r\n");
+    assert_eq!(
+        cmds(&mut admin, &["CONFIG", "SET", "requirepass", "two"]).await,
+        "+OK\r\n"
+    );
+    proxy
+        .proxy
+        .reload(shardring_proxy::ProxyConfig { pools: vec![new] })
+        .expect("reload");
+    let mut c = proxy.client().await;
+    assert_eq!(cmds(&mut c, &["AUTH", "two"]).await, "+OK\r\n");
+    // A connection made now greets with the new password (one kept from before would still work
+    // only until it reconnects).
+    assert_eq!(cmds(&mut c, &["GET", "k"]).await, bulk("1"));
+    let list = cmds(
+        &mut admin,
+        &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"],
+    )
+    .await;
+    assert!(list.starts_with(':'), "{list}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = cmds(&mut c, &["GET", "k"]).await;
+        if got == bulk("1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.stop().await;
+}
