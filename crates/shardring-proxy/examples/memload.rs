@@ -2,7 +2,10 @@
 //!
 //! `memload ADDR CONNS SECONDS OP [KEYS] [VALUE_BYTES]` where OP is, for memcached, `get`, `set`, `mget10`
 //! or `load` (`load` stores every key once and exits), and for Redis (RESP2) `redis-get`, `redis-set`,
-//! `redis-mget10`, `redis-mset10`, `redis-get-p16` (16 GETs pipelined in one write) or `redis-load`. Each
+//! `redis-mget10`, `redis-mset10`, `redis-get-p16` (16 GETs pipelined in one write), `redis-multi-set`
+//! (`MULTI`, `SET`, `EXEC` in one write: one transaction, three replies), `redis-blmove` (`BLMOVE` of 64
+//! lists seeded at start onto themselves, so it never waits: the cost of a blocking command on its own
+//! connection) or `redis-load`. Each
 //! connection sends one request (or one pipelined batch), reads the whole reply, and records the round
 //! trip; requests are made before the timed loop. A pipelined batch counts as its 16 requests, as
 //! redis-benchmark counts `-P 16`. An error reply (`SERVER_ERROR`, `CLIENT_ERROR`, a RESP `-` reply)
@@ -151,14 +154,30 @@ async fn main() {
 
     let wire = match op.as_str() {
         "redis-get-p16" => Wire::Redis(16),
+        "redis-multi-set" => Wire::Redis(3),
         o if o.starts_with("redis-") => Wire::Redis(1),
         _ => Wire::Memcache,
     };
-    // How many requests one round trip carries.
-    let per_trip = match wire {
-        Wire::Redis(n) => n,
-        Wire::Memcache => 1,
+    // How many requests one round trip carries (a transaction is one).
+    let per_trip = match (wire, op.as_str()) {
+        (_, "redis-multi-set") => 1,
+        (Wire::Redis(n), _) => n,
+        (Wire::Memcache, _) => 1,
     };
+    // One hash tag: every list on one server, so a client stays on its connection of its own.
+    let list = |i: usize| format!("{{memload}}:list:{}", i % 64);
+    if op == "redis-blmove" {
+        let mut s = TcpStream::connect(&addr).await.expect("connect");
+        let mut buf = Vec::new();
+        for i in 0..64 {
+            let req = resp(&[b"RPUSH", list(i).as_bytes(), b"a", b"b", b"c", b"d"]);
+            s.write_all(&req).await.expect("write");
+            assert!(
+                read_reply(&mut s, &mut buf, wire).await.expect("read"),
+                "rpush failed"
+            );
+        }
+    }
     if op == "load" || op == "redis-load" {
         let mut s = TcpStream::connect(&addr).await.expect("connect");
         let mut buf = Vec::new();
@@ -216,6 +235,23 @@ async fn main() {
                         args.push(&value);
                     }
                     resp(&args)
+                }
+                "redis-multi-set" => [
+                    resp(&[b"MULTI"]),
+                    resp(&[b"SET", keys[i].as_bytes(), &value]),
+                    resp(&[b"EXEC"]),
+                ]
+                .concat(),
+                "redis-blmove" => {
+                    let l = list(i);
+                    resp(&[
+                        b"BLMOVE",
+                        l.as_bytes(),
+                        l.as_bytes(),
+                        b"LEFT",
+                        b"RIGHT",
+                        b"0",
+                    ])
                 }
                 "redis-get-p16" => (0..16)
                     .flat_map(|j| resp(&[b"GET", keys[(i + j * 613) % nkeys].as_bytes()]))

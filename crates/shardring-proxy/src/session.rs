@@ -630,11 +630,10 @@ impl<P: Protocol> Session<P> {
             } => {
                 let (number, slot) = self.replies.slot();
                 let backend = &version.backends[server];
-                match self.pin.as_deref().and_then(|p| p.own.as_ref()) {
-                    Some(own) if own.server == server && Arc::ptr_eq(&own.backend, backend) => {
-                        own.connection.send_to(frame, kind, ReplyTo::Slot(slot));
-                    }
-                    _ => backend.send_to(self.connection_route(), frame, kind, ReplyTo::Slot(slot)),
+                let reply = ReplyTo::Slot(slot);
+                match self.pin.as_deref() {
+                    None => backend.send_to(self.connection_route(), frame, kind, reply),
+                    Some(pin) => self.send_pinned(pin, server, backend, frame, kind, reply),
                 }
                 Pending::Slot(number, Some(finish))
             }
@@ -668,6 +667,26 @@ impl<P: Protocol> Session<P> {
                     }
                 }))
             }
+        }
+    }
+
+    /// Sends a pinned client's request: on its connection of its own when it is to the server of
+    /// that connection, else on the shared ones. Out of line: most clients are never pinned.
+    #[cold]
+    fn send_pinned(
+        &self,
+        pin: &Pinned<P>,
+        server: usize,
+        backend: &Arc<Backend<P>>,
+        frame: Bytes,
+        kind: P::ReplyKind,
+        reply: ReplyTo,
+    ) {
+        match &pin.own {
+            Some(own) if own.server == server && Arc::ptr_eq(&own.backend, backend) => {
+                own.connection.send_to(frame, kind, reply);
+            }
+            _ => backend.send_to(self.connection_route(), frame, kind, reply),
         }
     }
 

@@ -155,8 +155,9 @@ pub struct Args {
     hot_cache_size: Option<usize>,
     /// Keep every key on R servers: its owner (placed as nutcracker places it) and the ring's next
     /// distinct servers. Writes go to all live ones, reads to the first live one and on to the next on
-    /// an error, so a dead server costs no misses. `R` applies to every pool, `POOL=R` to one pool
-    /// (repeat the flag for several; a pool's own setting wins over the plain one). [default: 1]
+    /// an error, so a dead server costs no misses. `R` applies to every memcached pool, `POOL=R` to one
+    /// pool, memcached or redis (repeat the flag for several; a pool's own setting wins over the plain
+    /// one; a redis pool's writes are the commands Redis flags `write`). [default: 1]
     #[arg(long, value_name = "[POOL=]R", value_parser = parse_replicas)]
     replicas: Vec<(Option<String>, u16)>,
     /// With --replicas, a read that misses also tries the next replica (a restarted, empty server then

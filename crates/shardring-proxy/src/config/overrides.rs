@@ -36,8 +36,8 @@ pub struct Overrides {
     /// `--hot-cache-size`: the hot-key cache's bound in bytes. By default, none (1 MiB).
     pub hot_cache_size: Option<usize>,
     /// `--replicas [POOL=]R`, in command-line order: `(None, R)` for every memcached pool,
-    /// `(Some(pool), R)` for one pool (which wins over the plain one; a later flag wins over an
-    /// earlier one). By default, none (one copy of each key).
+    /// `(Some(pool), R)` for one pool, memcached or redis (which wins over the plain one; a later
+    /// flag wins over an earlier one). By default, none (one copy of each key).
     pub replicas: Vec<(Option<String>, u16)>,
     /// `--replica-read-miss`: with replicas, a miss also tries the next replica. By default, false.
     pub replica_read_miss: bool,
@@ -137,11 +137,10 @@ impl Overrides {
                     if let Some(n) = self.redis_dedicated_connections {
                         r.dedicated_connections = n;
                     }
-                    if named.is_some_and(|(_, r)| *r > 1) {
-                        flag_errors.push(
-                            &pool.name,
-                            "replicas: memcached pools only, and this is a redis pool".into(),
-                        );
+                    // Only a pool's own count: one given for every pool is the memcached pools'
+                    // remedy, and redis pools, often stores, are named to take it.
+                    if let Some((_, n)) = named {
+                        r.replicas = usize::from(*n);
                     }
                 }
             }
@@ -299,11 +298,11 @@ mod tests {
     }
 
     #[test]
-    fn a_replica_count_for_a_redis_pool_or_for_no_pool_of_the_file_is_a_flag_error() {
+    fn a_redis_pool_takes_the_replica_count_that_names_it_and_no_pool_of_the_file_is_an_error() {
         for (pool, problem) in [
             (
                 "rd",
-                "rd: replicas: memcached pools only, and this is a redis pool",
+                "rd: replicas must be between 1 and the number of servers (1), not 2",
             ),
             ("nope", "--replicas names no pool of the file: \"nope\""),
         ] {
@@ -315,12 +314,26 @@ mod tests {
             let text: Vec<String> = errors.problems.iter().map(ToString::to_string).collect();
             assert_eq!(text, [problem]);
         }
-        // One copy is what a redis pool has anyway: naming it for that is no error.
         let one = Overrides {
-            replicas: vec![(Some("rd".to_owned()), 1)],
+            replicas: vec![(Some("rd".to_owned()), 1), (None, 2)],
             ..Overrides::default()
         };
-        assert!(overridden(&one).is_ok());
+        let config = overridden(&one).unwrap();
+        assert_eq!(config.pools[1].redis().unwrap().replicas, 1);
+        // The plain count is the memcached pools'.
+        assert_eq!(config.pools[0].remedies().replicas, 2);
+        let three = TWO_POOLS.replace(
+            "   - 127.0.0.1:4:1\n",
+            "   - 127.0.0.1:4:1\n   - 127.0.0.1:6:1\n",
+        );
+        let flags = Overrides {
+            replicas: vec![(Some("rd".to_owned()), 2)],
+            ..Overrides::default()
+        };
+        let config = flags
+            .apply(ProxyConfig::from_yaml(&three).unwrap())
+            .unwrap();
+        assert_eq!(config.pools[1].redis().unwrap().replicas, 2);
     }
 
     #[test]

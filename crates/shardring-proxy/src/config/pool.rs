@@ -299,7 +299,7 @@ impl PoolConfig {
         }
         match &self.protocol {
             ProtocolConfig::Memcache(m) => m.validate(n, self.placement_spec(), errors),
-            ProtocolConfig::Redis(r) => r.validate(n, errors),
+            ProtocolConfig::Redis(r) => r.validate(n, self.placement_spec(), errors),
         }
         let mut seen = std::collections::HashSet::new();
         for s in &self.servers {

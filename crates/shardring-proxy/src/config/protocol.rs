@@ -155,6 +155,10 @@ pub struct RedisConfig {
     /// that needs one past this gets an error and nothing is sent. `shardring proxy
     /// --redis-dedicated-connections N`. By default, this is 64.
     pub dedicated_connections: u32,
+    /// *proxy-only*: how many servers hold each key: its owner (placed as nutcracker places it) and
+    /// the ring's next distinct servers. Write commands go to every live one, reads to the first live
+    /// one and on to the next on a failure. `shardring proxy --replicas [POOL=]R`. By default, 1.
+    pub replicas: usize,
 }
 
 impl Default for RedisConfig {
@@ -165,6 +169,7 @@ impl Default for RedisConfig {
             limits: RedisLimits::default(),
             user: None,
             dedicated_connections: 64,
+            replicas: 1,
         }
     }
 }
@@ -245,8 +250,24 @@ impl MemcacheConfig {
 }
 
 impl RedisConfig {
-    /// Every problem with these settings, keyed by pool `name`.
-    pub(super) fn validate(&self, name: &str, errors: &mut ConfigErrors) {
+    /// Every problem with these settings, keyed by pool `name`, placed by `pool`.
+    pub(super) fn validate(&self, name: &str, pool: PlacementSpec<'_>, errors: &mut ConfigErrors) {
+        if self.replicas == 0 || self.replicas > pool.servers.len().max(1) {
+            errors.push(
+                name,
+                format!(
+                    "replicas must be between 1 and the number of servers ({}), not {}",
+                    pool.servers.len(),
+                    self.replicas
+                ),
+            );
+        }
+        if self.replicas > 1 && pool.distribution == Distribution::Random {
+            errors.push(
+                name,
+                "replicas need a reproducible distribution (ketama or modula), not random".into(),
+            );
+        }
         if self.limits.max_bulk_len == 0 || self.limits.max_request_len == 0 {
             errors.push(
                 name,

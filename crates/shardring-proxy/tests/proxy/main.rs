@@ -20,6 +20,7 @@ mod nutcracker;
 mod redis;
 mod redis_common;
 mod redis_pubsub;
+mod redis_replicas;
 mod redis_transactions;
 mod replicas;
 mod twemproxy_config;

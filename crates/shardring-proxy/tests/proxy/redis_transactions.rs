@@ -369,6 +369,21 @@ async fn redis_auth_in_front_of_servers_without_a_password_is_served() {
     // reply, so this works there).
     let proxy = RunningProxy::start(pool(&servers, "  redis_auth: s3cret\n")).await;
     let mut c = proxy.client().await;
+    // Before AUTH, what takes a connection of its own or a transaction is refused like the rest.
+    for args in [
+        &["MULTI"][..],
+        &["WATCH", "k"],
+        &["BLPOP", "q", "1"],
+        &["SUBSCRIBE", "ch"],
+        &["PSUBSCRIBE", "p*"],
+        &["EXEC"],
+    ] {
+        assert_eq!(
+            cmds(&mut c, args).await,
+            "-NOAUTH Authentication required\r\n",
+            "{args:?}"
+        );
+    }
     assert_eq!(cmds(&mut c, &["AUTH", "s3cret"]).await, "+OK\r\n");
     for i in 0..10 {
         assert_eq!(

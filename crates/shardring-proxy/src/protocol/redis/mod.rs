@@ -38,10 +38,12 @@ mod local;
 pub mod merge;
 mod plan;
 mod pubsub;
+mod replicas;
 mod reply;
 mod request;
 mod settings;
 mod transaction;
+mod writes;
 
 pub use reply::{elements, reply_len, Framed, ReplyError, ReplyFramer, ReplyLimits};
 pub use request::{

@@ -2,12 +2,15 @@
 //! server connections' handshakes (`AUTH`, then `HELLO 3` for the RESP3 set, then `SELECT`), and the
 //! health probe (`PING`).
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 
 use super::client_state::ClientState;
 use super::command::{self, Local, Merge, Route, Routed, CROSSSLOT};
 use super::local::{self, NOAUTH};
 use super::merge::{self, Part as MergePart};
+use super::replicas::{self, Replicated, ReplicatedValues};
 use super::reply::{ReplyFramer, ReplyLimits};
 use super::request::{Decoded, Limits, Request, RequestCodec};
 use super::settings::Redis;
@@ -61,6 +64,10 @@ pub(crate) enum RedisMerge {
     AllOk,
     /// A split `DEL`/`UNLINK`/`TOUCH`/`EXISTS`, or `DBSIZE` on every server.
     Sum,
+    /// A command of a replicated pool (`replicas.rs`).
+    Replicated(Replicated),
+    /// An `MGET` of a replicated pool (`replicas.rs`).
+    ReplicatedValues(ReplicatedValues),
 }
 
 /// The reply framer of one server connection; resumes a long reply where the last read left off,
@@ -82,10 +89,15 @@ impl ReplyScanner for RespScanner {
         kind: Resp,
         _max_value_len: usize,
     ) -> Result<Option<usize>, FrameError> {
-        let wanted = match kind {
-            Resp::Replies(n) => n.max(1),
-            Resp::Reply | Resp::Unbounded => 1,
+        let Resp::Replies(wanted) = kind else {
+            // One reply, the common case: framed as it comes.
+            return self
+                .framer
+                .frame(buf)
+                .map(|f| f.map(|f| f.len))
+                .map_err(|e| FrameError { reason: e.reason });
         };
+        let wanted = wanted.max(1);
         loop {
             let (count, len) = self.whole;
             let rest = buf.get(len..).unwrap_or_default();
@@ -134,6 +146,20 @@ impl Protocol for Redis {
         Ok(Redis {
             auth: settings.auth.clone(),
             user: settings.user.clone(),
+            replicas: settings.replicas,
+            full: if settings.replicas > 1 {
+                let all = vec![true; config.servers.len()];
+                Some(Arc::new(
+                    crate::router::build_placement(config.placement_spec(), &all).map_err(|e| {
+                        crate::error::ProxyError::Placement {
+                            pool: config.name.clone(),
+                            reason: e.to_string(),
+                        }
+                    })?,
+                ))
+            } else {
+                None
+            },
             db: settings.db,
             limits: Limits {
                 max_bulk_len: settings.limits.max_bulk_len,
@@ -151,21 +177,20 @@ impl Protocol for Redis {
     fn plan(&self, req: Request, client: &mut ClientState, ctx: &PlanContext<'_>) -> Step<Redis> {
         // Redis's order: unknown command and arity first, then authentication.
         let routed = command::route(&req);
-        if let Ok(Routed {
-            route: Route::Local(Local::Reset),
-            ..
-        }) = &routed
-        {
-            return reset(client);
-        }
-        let in_transaction = client.rare().is_some_and(|r| r.transaction.is_some());
-        if in_transaction || routed.as_ref().is_ok_and(Routed::in_transaction) {
-            if let Some(step) = transaction::plan(self, &req, &routed, client, ctx) {
-                return step;
-            }
-        }
-        if pubsub::concerns(&routed, client) {
-            if let Some(step) = pubsub::plan(&req, &routed, client, ctx) {
+        // What needs a client's state beyond its flavor and name, or a connection of its own, is
+        // planned apart: most requests are neither.
+        let special = match &routed {
+            Ok(r) => matches!(
+                r.route,
+                Route::Transaction(..)
+                    | Route::Block(_)
+                    | Route::PubSub(_)
+                    | Route::Local(Local::Reset)
+            ),
+            Err(_) => false,
+        };
+        if special || client.rare.is_some() {
+            if let Some(step) = self.plan_special(&req, &routed, client, ctx) {
                 return step;
             }
         }
@@ -185,6 +210,9 @@ impl Protocol for Redis {
         match routed.route {
             Route::Local(l) => local::answer(l, &req, client, self, ctx),
             Route::Keys(keys) => {
+                if let (Some(full), true) = (&self.full, self.replicas > 1) {
+                    return replicas::plan(self, full, &req, routed.spec, &keys, ctx);
+                }
                 let mut owner = None;
                 for k in keys.iter() {
                     let server = ctx.server_for(req.arg(k).unwrap_or_default());
@@ -207,7 +235,14 @@ impl Protocol for Redis {
                     finish: Finish::Plain,
                 }
             }
-            Route::Split { merge, keys, step } => self.split(&req, merge, &keys, step, ctx),
+            Route::Split { merge, keys, step } => {
+                if let (Some(full), true, Merge::Values) = (&self.full, self.replicas > 1, merge) {
+                    return replicas::mget(self, full, &req, &keys, ctx);
+                }
+                // Only a replicated pool asks (a search of the write list).
+                let write = self.replicas > 1 && replicas::is_write(routed.spec);
+                self.split(&req, merge, &keys, step, write, ctx)
+            }
             // `transaction::plan` and `pubsub::plan` took these (a blocking command whose keys
             // found no place lands here: any server refuses it alike).
             Route::Block(_) | Route::Transaction(..) | Route::PubSub(_) => Step::Forward {
@@ -293,6 +328,11 @@ impl Protocol for Redis {
     }
 
     fn advance(&self, merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Phase<Redis> {
+        match merge {
+            RedisMerge::Replicated(state) => return replicas::advance(state, replies),
+            RedisMerge::ReplicatedValues(state) => return replicas::advance_values(state, replies),
+            _ => {}
+        }
         Phase::Done {
             answer: merge_replies(merge, replies),
             follow_ups: Vec::new(),
@@ -348,6 +388,53 @@ impl Protocol for Redis {
 }
 
 impl Redis {
+    /// `RESET`, transactions, blocking commands and a subscriber's requests; `None` to plan the request
+    /// as usual. Out of line: most requests are none of these.
+    #[cold]
+    fn plan_special(
+        &self,
+        req: &Request,
+        routed: &Result<Routed, Bytes>,
+        client: &mut ClientState,
+        ctx: &PlanContext<'_>,
+    ) -> Option<Step<Redis>> {
+        if let Ok(Routed {
+            route: Route::Local(Local::Reset),
+            ..
+        }) = routed
+        {
+            return Some(reset(client));
+        }
+        let in_transaction = client.rare().is_some_and(|r| r.transaction.is_some());
+        // Authentication first, as for every command (inside MULTI, the queue refuses it and
+        // discards the transaction, as Redis does).
+        let queueing = client
+            .rare()
+            .and_then(|r| r.transaction.as_ref())
+            .is_some_and(transaction::Transaction::queueing);
+        if self.auth.is_some()
+            && !client.authenticated
+            && !queueing
+            && routed.as_ref().is_ok_and(|r| {
+                matches!(
+                    r.route,
+                    Route::Transaction(..) | Route::Block(_) | Route::PubSub(_)
+                )
+            })
+        {
+            return Some(Step::Answer(Answer::fixed(NOAUTH)));
+        }
+        if in_transaction || routed.as_ref().is_ok_and(Routed::in_transaction) {
+            if let Some(step) = transaction::plan(self, req, routed, client, ctx) {
+                return Some(step);
+            }
+        }
+        if pubsub::concerns(routed, client) {
+            return pubsub::plan(req, routed, client, ctx);
+        }
+        None
+    }
+
     /// A server connection's first requests: `AUTH` (when `redis_auth`), `HELLO 3` (RESP3 connections),
     /// then `SELECT` (when `redis_db` is not 0) — after `AUTH`, since an unauthenticated `SELECT` fails
     /// (nutcracker sends it first, and so silently writes to db 0).
@@ -386,6 +473,7 @@ impl Redis {
         merge: Merge,
         keys: &[usize],
         step: usize,
+        write: bool,
         ctx: &PlanContext<'_>,
     ) -> Step<Redis> {
         let key_bytes: Vec<&[u8]> = keys
@@ -405,7 +493,13 @@ impl Redis {
         let positions: Vec<usize> = (0..keys.len()).filter(|&p| owners[p].is_some()).collect();
         let mut next = positions.iter().map(|&p| owners[p].unwrap_or(0));
         let mut subs = merge::split(req, &routed_keys, step, |_| next.next().unwrap_or(0));
-        if let (true, [_]) = (unrouted.is_empty(), subs.as_slice()) {
+        let follow_ups = match (&self.full, write && self.replicas > 1) {
+            (Some(full), true) => {
+                self.replica_writes(full, req, &routed_keys, &positions, &owners, step, ctx)
+            }
+            _ => Vec::new(),
+        };
+        if let (true, [_], true) = (unrouted.is_empty(), subs.as_slice(), follow_ups.is_empty()) {
             let sub = subs.swap_remove(0);
             return Step::Forward {
                 server: Some(sub.server),
@@ -442,7 +536,59 @@ impl Redis {
             Merge::AllOk => RedisMerge::AllOk,
             Merge::Sum => RedisMerge::Sum,
         };
-        Step::Exchange(Round::new(parts, merge))
+        Step::Exchange(Round {
+            parts,
+            exchange: merge,
+            follow_ups,
+        })
+    }
+
+    /// A split write's copies for the keys' other live replicas (the owners' parts answer the
+    /// client): the keys of each further replica in turn, split by server, sent without waiting.
+    #[allow(clippy::too_many_arguments)] // the split's own inputs, passed through
+    fn replica_writes(
+        &self,
+        full: &crate::router::Routing,
+        req: &Request,
+        routed_keys: &[usize],
+        positions: &[usize],
+        owners: &[Option<usize>],
+        step: usize,
+        ctx: &PlanContext<'_>,
+    ) -> Vec<crate::protocol::FollowUp<Redis>> {
+        let others: Vec<Vec<usize>> = routed_keys
+            .iter()
+            .zip(positions)
+            .map(|(&k, &p)| {
+                let mut list = replicas::live_replicas(
+                    full,
+                    self.replicas,
+                    req.arg(k).unwrap_or_default(),
+                    ctx,
+                );
+                list.retain(|&s| Some(s) != owners[p]);
+                list
+            })
+            .collect();
+        let mut out = Vec::new();
+        for layer in 0..self.replicas.saturating_sub(1) {
+            let (keys, servers): (Vec<usize>, Vec<usize>) = routed_keys
+                .iter()
+                .zip(&others)
+                .filter_map(|(&k, list)| list.get(layer).map(|&s| (k, s)))
+                .unzip();
+            let mut next = servers.iter().copied();
+            for sub in merge::split(req, &keys, step, |_| next.next().unwrap_or(0)) {
+                let part = Part {
+                    placement: Placement::Current,
+                    server: sub.server,
+                    frame: sub.frame,
+                    kind: Resp::Reply,
+                };
+                out.push((part, Finish::Plain));
+            }
+        }
+        out
     }
 }
 
@@ -514,6 +660,11 @@ fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Answer {
             }
             merge::merge_values(key_count, &with, limits)
         }
+        // `advance` gives these to `replicas::advance`; the first reply stands in.
+        RedisMerge::Replicated(_) | RedisMerge::ReplicatedValues(_) => match parts.first() {
+            Some(MergePart::Reply(b)) => Bytes::copy_from_slice(b),
+            _ => merge::failure("no server available"),
+        },
     })
 }
 

@@ -2,8 +2,11 @@
 //! How it serves requests (its [`Protocol`](crate::protocol::Protocol) methods) is in `plan.rs`; the
 //! commands it answers itself, which read these settings, in `local.rs`.
 
+use std::sync::Arc;
+
 use super::reply::ReplyLimits;
 use super::request::Limits;
+use crate::router::Routing;
 
 /// The Redis protocol, with a pool's `redis_auth`, `redis_db` and limits.
 #[derive(Debug, Clone)]
@@ -14,6 +17,11 @@ pub(crate) struct Redis {
     pub(crate) user: Option<String>,
     /// `redis_db`: the database every server connection SELECTs.
     pub(crate) db: u32,
+    /// How many servers hold each key (`--replicas`; 1: no replicas).
+    pub(crate) replicas: usize,
+    /// The placement over every server, ejected or not, when keys have replicas: where a key's
+    /// replica list comes from.
+    pub(crate) full: Option<Arc<Routing>>,
     /// Client request limits.
     pub(super) limits: Limits,
     /// Server reply limits.

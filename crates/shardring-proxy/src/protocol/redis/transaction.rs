@@ -62,6 +62,11 @@ struct Queue {
 }
 
 impl Transaction {
+    /// Inside `MULTI`: commands are being queued.
+    pub(crate) fn queueing(&self) -> bool {
+        self.queue.is_some()
+    }
+
     /// Nothing held: the client's state can drop it.
     fn is_idle(&self) -> bool {
         self.pinned.is_none() && !self.watching && self.queue.is_none()

@@ -1,0 +1,299 @@
+//! Replicated redis pools (`--replicas POOL=R`): each key on its owner (placed as nutcracker places
+//! it) and the ring's next distinct servers.
+//!
+//! - Writes (every command redis-server flags `write`, and scripts: `writes.rs`) go to every live
+//!   replica of their keys in one pipelined round trip; the client gets the first reply that is not a
+//!   server failure (the owner's when it answered), and `replica_disagreements` counts a write whose
+//!   replies differ (a failed replica, or replicas whose values had diverged: `INCR` answering 5 on
+//!   one and 4 on the other).
+//! - Reads go to the first live replica and, on a failure (an error of the connection, a timeout,
+//!   `-LOADING` from a server still loading its data), to the next: `replica_failovers` counts them.
+//! - A multi-key command must have one replica list for all its keys (a hash tag gives them one).
+//!   Split commands: `MGET`, `EXISTS`, `TOUCH` read each key on its first live replica; `MSET`,
+//!   `DEL`, `UNLINK` write each key on all of them, the owners' replies answering.
+//! - What needs one server connection (transactions, `WATCH`, blocking commands, pub/sub) uses the
+//!   keys' first live replica alone: a transaction is not replicated.
+//!
+//! Replicas are independent servers, not Redis replication: a replica that missed writes (it was
+//! down) keeps what it had until the keys are written again.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::command::{KeyArgs, Spec};
+use super::plan::{RedisMerge, Resp};
+use super::request::Request;
+use super::settings::Redis;
+use super::writes::WRITES;
+use crate::metrics::PoolStats;
+use crate::protocol::{Answer, Part, PartReply, Phase, Placement, PlanContext, Reply, Round, Step};
+use crate::router::Routing;
+
+/// Whether `spec` changes data, and so goes to every replica.
+pub(crate) fn is_write(spec: &Spec) -> bool {
+    WRITES.binary_search(&spec.name).is_ok()
+}
+
+/// A replicated command's state between its rounds.
+#[derive(Debug)]
+pub(crate) struct Replicated {
+    /// A write: every part is a replica's copy of it.
+    write: bool,
+    /// A read: the replicas still to try, in order.
+    next: Vec<usize>,
+    /// The request, for the next replica.
+    frame: Bytes,
+    /// The pool's tallies.
+    stats: Arc<PoolStats>,
+}
+
+/// The live servers of `key`'s replica list, owner first.
+pub(crate) fn live_replicas(
+    full: &Routing,
+    replicas: usize,
+    key: &[u8],
+    ctx: &PlanContext<'_>,
+) -> Vec<usize> {
+    let mut out = Vec::with_capacity(replicas);
+    full.replicas_into(key, replicas, &mut out);
+    out.retain(|&s| ctx.routing.is_live(s));
+    out
+}
+
+/// A one-server command (one key, or keys that share a replica list) in a replicated pool.
+pub(crate) fn plan(
+    redis: &Redis,
+    full: &Routing,
+    req: &Request,
+    spec: &Spec,
+    keys: &KeyArgs,
+    ctx: &PlanContext<'_>,
+) -> Step<Redis> {
+    let mut lists = keys
+        .iter()
+        .map(|k| live_replicas(full, redis.replicas, req.arg(k).unwrap_or_default(), ctx));
+    let servers = lists.next().unwrap_or_default();
+    if lists.any(|l| l != servers) {
+        return Step::Answer(Answer::fixed(super::command::CROSSSLOT));
+    }
+    let Some((&first, rest)) = servers.split_first() else {
+        return Step::Answer(Answer::Failed(crate::error::BackendError::NoServer));
+    };
+    let part = |server| Part {
+        placement: Placement::Current,
+        server,
+        frame: req.frame.clone(),
+        kind: Resp::Reply,
+    };
+    let write = is_write(spec);
+    let parts = if write {
+        servers.iter().map(|&s| part(s)).collect()
+    } else {
+        vec![part(first)]
+    };
+    Step::Exchange(Round::new(
+        parts,
+        RedisMerge::Replicated(Replicated {
+            write,
+            next: if write { Vec::new() } else { rest.to_vec() },
+            frame: req.frame.clone(),
+            stats: Arc::clone(ctx.stats),
+        }),
+    ))
+}
+
+/// Whether a reply is a server's failure rather than its answer: the client is better served by the
+/// next replica.
+fn failed(reply: &Reply) -> bool {
+    match reply {
+        Err(_) => true,
+        Ok(b) => b.starts_with(b"-LOADING") || b.starts_with(b"-MASTERDOWN"),
+    }
+}
+
+/// After a round: a write's answer, or a read's answer or its next replica.
+pub(crate) fn advance(state: Replicated, replies: Vec<PartReply<'_>>) -> Phase<Redis> {
+    let done = |answer| Phase::Done {
+        answer,
+        follow_ups: Vec::new(),
+    };
+    let answer = |reply: Reply| match reply {
+        Ok(b) => Answer::Bytes(b),
+        Err(e) => Answer::Failed(e),
+    };
+    if state.write {
+        let first = replies.first().map(|r| &r.reply);
+        let disagree = replies.iter().any(|r| match (&r.reply, first) {
+            (Ok(a), Some(Ok(b))) => a != b,
+            _ => true,
+        });
+        if disagree && replies.len() > 1 {
+            state.stats.replica_disagreements.inc();
+        }
+        let chosen = replies.iter().position(|r| !failed(&r.reply)).unwrap_or(0);
+        return match replies.into_iter().nth(chosen) {
+            Some(r) => done(answer(r.reply)),
+            None => done(Answer::Failed(crate::error::BackendError::NoServer)),
+        };
+    }
+    let Some(reply) = replies.into_iter().next() else {
+        return done(Answer::Failed(crate::error::BackendError::NoServer));
+    };
+    match state.next.split_first() {
+        Some((&server, rest)) if failed(&reply.reply) => {
+            state.stats.replica_failovers.inc();
+            let part = Part {
+                placement: Placement::Current,
+                server,
+                frame: state.frame.clone(),
+                kind: Resp::Reply,
+            };
+            let next = rest.to_vec();
+            Phase::Again(Round::new(
+                vec![part],
+                RedisMerge::Replicated(Replicated { next, ..state }),
+            ))
+        }
+        _ => done(answer(reply.reply)),
+    }
+}
+
+/// A replicated pool's `MGET` between its rounds: each key read on its first live replica, and the
+/// keys of a part whose server failed read again on their next replica.
+#[derive(Debug)]
+pub(crate) struct ReplicatedValues {
+    /// The request's number of keys.
+    key_count: usize,
+    /// Each key (by its position in the request).
+    keys: Vec<Bytes>,
+    /// Each key's replicas not tried yet, in order.
+    untried: Vec<Vec<usize>>,
+    /// Each part in flight: the positions of the keys it holds.
+    in_flight: Vec<Vec<usize>>,
+    /// The parts answered for good: their positions and reply, or why they failed.
+    settled: Vec<(Vec<usize>, Result<Bytes, String>)>,
+    /// The reply framer's limits.
+    limits: super::reply::ReplyLimits,
+    /// The pool's tallies.
+    stats: Arc<PoolStats>,
+}
+
+/// `MGET` in a replicated pool: the keys split by their first live replica.
+pub(crate) fn mget(
+    redis: &Redis,
+    full: &Routing,
+    req: &Request,
+    keys: &[usize],
+    ctx: &PlanContext<'_>,
+) -> Step<Redis> {
+    let mut state = ReplicatedValues {
+        key_count: keys.len(),
+        keys: keys
+            .iter()
+            .map(|&k| Bytes::copy_from_slice(req.arg(k).unwrap_or_default()))
+            .collect(),
+        untried: keys
+            .iter()
+            .map(|&k| live_replicas(full, redis.replicas, req.arg(k).unwrap_or_default(), ctx))
+            .collect(),
+        in_flight: Vec::new(),
+        settled: Vec::new(),
+        limits: redis.reply_limits,
+        stats: Arc::clone(ctx.stats),
+    };
+    let positions: Vec<usize> = (0..keys.len()).collect();
+    match next_round(&mut state, positions) {
+        Some(parts) => Step::Exchange(Round::new(parts, RedisMerge::ReplicatedValues(state))),
+        None => Step::Answer(Answer::Bytes(assemble(&state))),
+    }
+}
+
+/// The parts that read `positions` on each key's next untried replica (a key without one settles as
+/// failed); `None` when there is nothing to send.
+fn next_round(state: &mut ReplicatedValues, positions: Vec<usize>) -> Option<Vec<Part<Redis>>> {
+    let mut by_server: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut stranded = Vec::new();
+    for p in positions {
+        let next = state
+            .untried
+            .get_mut(p)
+            .filter(|l| !l.is_empty())
+            .map(|l| l.remove(0));
+        match next {
+            Some(s) => match by_server.iter_mut().find(|(server, _)| *server == s) {
+                Some((_, held)) => held.push(p),
+                None => by_server.push((s, vec![p])),
+            },
+            None => stranded.push(p),
+        }
+    }
+    if !stranded.is_empty() {
+        state
+            .settled
+            .push((stranded, Err("no server available".into())));
+    }
+    state.in_flight.clear();
+    let parts: Vec<Part<Redis>> = by_server
+        .into_iter()
+        .map(|(server, held)| {
+            let mut args: Vec<&[u8]> = vec![b"MGET"];
+            args.extend(held.iter().map(|&p| &state.keys[p][..]));
+            let frame = Request::from_args(&args).frame;
+            state.in_flight.push(held);
+            Part {
+                placement: Placement::Current,
+                server,
+                frame,
+                kind: Resp::Reply,
+            }
+        })
+        .collect();
+    (!parts.is_empty()).then_some(parts)
+}
+
+/// The values in request order, from every settled part.
+fn assemble(state: &ReplicatedValues) -> Bytes {
+    let parts: Vec<(&[usize], super::merge::Part<'_>)> = state
+        .settled
+        .iter()
+        .map(|(held, r)| {
+            let part = match r {
+                Ok(b) => super::merge::Part::Reply(b),
+                Err(why) => super::merge::Part::Failed(why),
+            };
+            (&held[..], part)
+        })
+        .collect();
+    super::merge::merge_values(state.key_count, &parts, state.limits)
+}
+
+/// After an `MGET` round: the failed parts' keys read on their next replicas, or the answer.
+pub(crate) fn advance_values(
+    mut state: ReplicatedValues,
+    replies: Vec<PartReply<'_>>,
+) -> Phase<Redis> {
+    let in_flight = std::mem::take(&mut state.in_flight);
+    let mut again = Vec::new();
+    for (held, r) in in_flight.into_iter().zip(replies) {
+        if failed(&r.reply) && held.iter().any(|&p| !state.untried[p].is_empty()) {
+            again.extend(held);
+            continue;
+        }
+        let settled = match r.reply {
+            Ok(b) => Ok(b),
+            Err(e) => Err(format!("{}: {e}", r.server)),
+        };
+        state.settled.push((held, settled));
+    }
+    if !again.is_empty() {
+        state.stats.replica_failovers.inc();
+        if let Some(parts) = next_round(&mut state, again) {
+            return Phase::Again(Round::new(parts, RedisMerge::ReplicatedValues(state)));
+        }
+    }
+    Phase::Done {
+        answer: Answer::Bytes(assemble(&state)),
+        follow_ups: Vec::new(),
+    }
+}
