@@ -137,6 +137,7 @@ impl Overrides {
                     if let Some(n) = self.redis_dedicated_connections {
                         r.dedicated_connections = n;
                     }
+                    r.hot_keys = self.hot_keys_config();
                     // Only a pool's own count: one given for every pool is the memcached pools'
                     // remedy, and redis pools, often stores, are named to take it.
                     if let Some((_, n)) = named {
@@ -177,15 +178,7 @@ impl Overrides {
     /// given).
     fn remedies(&self, replicas: Option<u16>) -> Remedies {
         Remedies {
-            hot_keys: self.hot_keys.map(|k| {
-                let mut h = HotKeysConfig::new(usize::from(k));
-                h.window = self.hot_keys_window;
-                h.cache_ttl = self.hot_cache_ttl;
-                if let Some(size) = self.hot_cache_size {
-                    h.cache_bytes = size as u64;
-                }
-                h
-            }),
+            hot_keys: self.hot_keys_config(),
             replicas: replicas.map_or(1, usize::from),
             replica_read_miss: self.replica_read_miss,
             gutter: (!self.gutter.is_empty()).then(|| GutterConfig {
@@ -196,6 +189,19 @@ impl Overrides {
         }
     }
 
+    /// The hot-key settings from the flags (either protocol's pools take them).
+    fn hot_keys_config(&self) -> Option<HotKeysConfig> {
+        self.hot_keys.map(|k| {
+            let mut h = HotKeysConfig::new(usize::from(k));
+            h.window = self.hot_keys_window;
+            h.cache_ttl = self.hot_cache_ttl;
+            if let Some(size) = self.hot_cache_size {
+                h.cache_bytes = size as u64;
+            }
+            h
+        })
+    }
+
     /// The remedy flags given for every pool that the redis pools of `config` do not take, as one
     /// line a redis pool for the user (nothing when there are none).
     pub fn unused_by_redis(&self, config: &ProxyConfig) -> Vec<String> {
@@ -203,7 +209,6 @@ impl Overrides {
             ("--replicas", self.replicas.iter().any(|(p, _)| p.is_none())),
             ("--warmup-window", self.warmup_window.is_some()),
             ("--gutter", !self.gutter.is_empty()),
-            ("--hot-keys", self.hot_keys.is_some()),
         ];
         let given: Vec<&str> = flags
             .iter()
@@ -288,10 +293,13 @@ mod tests {
         let r = mc.remedies();
         assert!(r.warmup_window.is_some() && r.gutter.is_some() && r.hot_keys.is_some());
         assert_eq!(rd.remedies(), &Remedies::default());
+        // Hot keys are both protocols'.
+        assert_eq!(rd.hot_keys(), mc.hot_keys());
+        assert!(rd.hot_keys().is_some());
         assert_eq!(
             flags.unused_by_redis(&config),
             [
-                "--replicas, --warmup-window, --gutter, --hot-keys apply to memcached pools only, \
+                "--replicas, --warmup-window, --gutter apply to memcached pools only, \
               not to redis pool \"rd\""
             ]
         );

@@ -9,7 +9,9 @@ use shardring::compat::twemproxy::{Distribution, TwemproxyServer};
 use shardring::hash::TwemproxyHash;
 
 use super::problem::ConfigErrors;
-use super::protocol::{MemcacheConfig, ProtocolConfig, RedisConfig, Remedies, NO_REMEDIES};
+use super::protocol::{
+    HotKeysConfig, MemcacheConfig, ProtocolConfig, RedisConfig, Remedies, NO_REMEDIES,
+};
 use super::twemproxy_keys::parse_listen;
 
 /// Where a pool accepts clients.
@@ -276,6 +278,14 @@ impl PoolConfig {
     /// one off. Code that only asks "is a gutter on?" need not ask the protocol first.
     pub fn remedies(&self) -> &Remedies {
         self.memcache().map_or(&NO_REMEDIES, |m| &m.remedies)
+    }
+
+    /// The pool's hot-key settings, memcached or redis: `None` when detection is off.
+    pub fn hot_keys(&self) -> Option<&HotKeysConfig> {
+        match &self.protocol {
+            ProtocolConfig::Memcache(m) => m.remedies.hot_keys.as_ref(),
+            ProtocolConfig::Redis(r) => r.hot_keys.as_ref(),
+        }
     }
 
     /// Every problem with this pool that the file's reader does not see (settings made in code or by

@@ -121,6 +121,22 @@ pub struct HotKeysConfig {
 }
 
 impl HotKeysConfig {
+    /// Every problem with these settings, keyed by pool `n`.
+    fn validate(&self, n: &str, errors: &mut ConfigErrors) {
+        if self.top == 0 || self.top > 1000 {
+            errors.push(n, "the hot-key count must be between 1 and 1000".into());
+        }
+        if self.window < Duration::from_millis(2) {
+            errors.push(n, "the hot-key window must be at least 2 ms".into());
+        }
+        if self.cache_ttl.is_some_and(|t| t.is_zero()) {
+            errors.push(n, "the hot-cache TTL must be greater than 0".into());
+        }
+        if self.cache_bytes == 0 {
+            errors.push(n, "the hot-cache size must be at least 1 byte".into());
+        }
+    }
+
     /// Detection of the top `top` keys, the defaults otherwise (10 s window, no cache).
     pub fn new(top: usize) -> HotKeysConfig {
         HotKeysConfig {
@@ -159,6 +175,10 @@ pub struct RedisConfig {
     /// the ring's next distinct servers. Write commands go to every live one, reads to the first live
     /// one and on to the next on a failure. `shardring proxy --replicas [POOL=]R`. By default, 1.
     pub replicas: usize,
+    /// *proxy-only*: hot-key detection, and the cache of the top keys' `GET` replies. `shardring
+    /// proxy --hot-keys K` (and `--hot-keys-window`, `--hot-cache-ttl`, `--hot-cache-size`). By
+    /// default, none (off).
+    pub hot_keys: Option<HotKeysConfig>,
 }
 
 impl Default for RedisConfig {
@@ -170,6 +190,7 @@ impl Default for RedisConfig {
             user: None,
             dedicated_connections: 64,
             replicas: 1,
+            hot_keys: None,
         }
     }
 }
@@ -233,18 +254,7 @@ impl MemcacheConfig {
             }
         }
         if let Some(h) = &r.hot_keys {
-            if h.top == 0 || h.top > 1000 {
-                errors.push(n, "the hot-key count must be between 1 and 1000".into());
-            }
-            if h.window < Duration::from_millis(2) {
-                errors.push(n, "the hot-key window must be at least 2 ms".into());
-            }
-            if h.cache_ttl.is_some_and(|t| t.is_zero()) {
-                errors.push(n, "the hot-cache TTL must be greater than 0".into());
-            }
-            if h.cache_bytes == 0 {
-                errors.push(n, "the hot-cache size must be at least 1 byte".into());
-            }
+            h.validate(n, errors);
         }
     }
 }
@@ -289,6 +299,9 @@ impl RedisConfig {
                 name,
                 "a redis user name cannot be empty or contain spaces".into(),
             );
+        }
+        if let Some(h) = &self.hot_keys {
+            h.validate(name, errors);
         }
         if self.dedicated_connections == 0 {
             errors.push(

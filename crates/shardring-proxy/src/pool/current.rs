@@ -40,9 +40,7 @@ impl<P: Protocol> Pool<P> {
             accepted: workers.iter().map(|_| Default::default()).collect(),
             workers,
             hot: config
-                .remedies()
-                .hot_keys
-                .as_ref()
+                .hot_keys()
                 .map(|h| Arc::new(HotKeys::new(h, Arc::clone(&stats)))),
             stats,
             changed: Arc::new(Notify::new()),

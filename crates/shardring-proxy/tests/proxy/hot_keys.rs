@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 const KEYS: usize = 10_000;
 
 /// Zipf(s) over `n` keys: rank r (1-based) is drawn with probability proportional to r^-s.
-struct Zipf {
+pub struct Zipf {
     /// The cumulative distribution, rank by rank.
     cdf: Vec<f64>,
     /// The random source (fixed seed: the same load every run).
@@ -24,7 +24,7 @@ struct Zipf {
 }
 
 impl Zipf {
-    fn new(n: usize, s: f64, seed: u64) -> Zipf {
+    pub fn new(n: usize, s: f64, seed: u64) -> Zipf {
         let mut acc = 0.0;
         let mut cdf: Vec<f64> = (1..=n)
             .map(|r| {
@@ -42,7 +42,7 @@ impl Zipf {
     }
 
     /// A rank, 0-based.
-    fn next(&mut self) -> usize {
+    pub fn next(&mut self) -> usize {
         let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
     }

@@ -19,6 +19,7 @@ mod metrics_http;
 mod nutcracker;
 mod redis;
 mod redis_common;
+mod redis_hot_keys;
 mod redis_pubsub;
 mod redis_replicas;
 mod redis_transactions;

@@ -32,6 +32,7 @@
 
 mod client_state;
 pub mod command;
+mod hot_keys;
 mod inline;
 mod keys;
 mod local;

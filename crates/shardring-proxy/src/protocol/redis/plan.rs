@@ -7,7 +7,8 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::client_state::ClientState;
-use super::command::{self, Local, Merge, Route, Routed, CROSSSLOT};
+use super::command::{self, KeyArgs, Local, Merge, Route, Routed, Spec, CROSSSLOT};
+use super::hot_keys::{self, HotFill, HotInvalidate, HotRead};
 use super::local::{self, NOAUTH};
 use super::merge::{self, Part as MergePart};
 use super::replicas::{self, Replicated, ReplicatedValues};
@@ -35,7 +36,7 @@ pub(crate) enum Resp {
 }
 
 /// How a single server's reply becomes the client's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Finish {
     /// As it is; a failure becomes `-ERR <reason>`.
     Plain,
@@ -44,6 +45,11 @@ pub(crate) enum Finish {
     Values(usize),
     /// A transaction of this many replies: the answer is the last, `EXEC`'s.
     Exec(u32),
+    /// A `GET` of a hot key: its reply fills the hot-key cache (`hot_keys.rs`). Boxed, as are the
+    /// other large variants here and in [`RedisMerge`]: a finish is moved with every request.
+    Fill(Box<HotFill>),
+    /// A write of hot keys: the reply invalidates them again, then finishes as the inner finish.
+    Invalidate(Box<(HotInvalidate, Finish)>),
 }
 
 /// What a fan-out merges.
@@ -65,9 +71,11 @@ pub(crate) enum RedisMerge {
     /// A split `DEL`/`UNLINK`/`TOUCH`/`EXISTS`, or `DBSIZE` on every server.
     Sum,
     /// A command of a replicated pool (`replicas.rs`).
-    Replicated(Replicated),
+    Replicated(Box<Replicated>),
     /// An `MGET` of a replicated pool (`replicas.rs`).
-    ReplicatedValues(ReplicatedValues),
+    ReplicatedValues(Box<ReplicatedValues>),
+    /// A write of hot keys: the replies invalidate them again, then merge as the inner merge.
+    Invalidating(Box<(HotInvalidate, RedisMerge)>),
 }
 
 /// The reply framer of one server connection; resumes a long reply where the last read left off,
@@ -137,7 +145,7 @@ impl Protocol for Redis {
 
     fn new(
         config: &PoolConfig,
-        _pool: &crate::protocol::PoolState<'_>,
+        pool: &crate::protocol::PoolState<'_>,
     ) -> Result<Redis, crate::error::ProxyError> {
         // Only a redis pool is served by this protocol (`pool/mod.rs` picks it by the pool's
         // protocol); the defaults stand in rather than a panic.
@@ -146,6 +154,7 @@ impl Protocol for Redis {
         Ok(Redis {
             auth: settings.auth.clone(),
             user: settings.user.clone(),
+            hot: pool.hot.map(Arc::clone),
             replicas: settings.replicas,
             full: if settings.replicas > 1 {
                 let all = vec![true; config.servers.len()];
@@ -210,38 +219,16 @@ impl Protocol for Redis {
         match routed.route {
             Route::Local(l) => local::answer(l, &req, client, self, ctx),
             Route::Keys(keys) => {
-                if let (Some(full), true) = (&self.full, self.replicas > 1) {
-                    return replicas::plan(self, full, &req, routed.spec, &keys, ctx);
+                if let Some(hot) = &self.hot {
+                    return self.hot_keys(hot, req, routed.spec, &keys, ctx);
                 }
-                let mut owner = None;
-                for k in keys.iter() {
-                    let server = ctx.server_for(req.arg(k).unwrap_or_default());
-                    match (owner, server) {
-                        (_, None) => {
-                            owner = None;
-                            break;
-                        }
-                        (None, s) => owner = s,
-                        (Some(o), Some(s)) if o != s => {
-                            return Step::Answer(Answer::fixed(CROSSSLOT))
-                        }
-                        _ => {}
-                    }
-                }
-                Step::Forward {
-                    server: owner,
-                    frame: req.frame,
-                    kind: Resp::Reply,
-                    finish: Finish::Plain,
-                }
+                self.keyed(req, routed.spec, &keys, ctx)
             }
             Route::Split { merge, keys, step } => {
-                if let (Some(full), true, Merge::Values) = (&self.full, self.replicas > 1, merge) {
-                    return replicas::mget(self, full, &req, &keys, ctx);
+                if let Some(hot) = &self.hot {
+                    return self.hot_split(hot, &req, routed.spec, merge, &keys, step, ctx);
                 }
-                // Only a replicated pool asks (a search of the write list).
-                let write = self.replicas > 1 && replicas::is_write(routed.spec);
-                self.split(&req, merge, &keys, step, write, ctx)
+                self.split_keys(&req, routed.spec, merge, &keys, step, ctx)
             }
             // `transaction::plan` and `pubsub::plan` took these (a blocking command whose keys
             // found no place lands here: any server refuses it alike).
@@ -312,8 +299,17 @@ impl Protocol for Redis {
 
     fn finish(finish: Finish, reply: Reply) -> Answer {
         match (reply, finish) {
+            (reply, Finish::Invalidate(boxed)) => {
+                let (invalidate, then) = *boxed;
+                invalidate.done();
+                Self::finish(then, reply)
+            }
+            (Ok(bytes), Finish::Fill(fill)) => {
+                fill.fill(&bytes);
+                Answer::Bytes(bytes)
+            }
             (Ok(bytes), Finish::Plain | Finish::Values(_)) => Answer::Bytes(bytes),
-            (Err(e), Finish::Plain | Finish::Exec(_)) => Answer::Failed(e),
+            (Err(e), Finish::Plain | Finish::Exec(_) | Finish::Fill(_)) => Answer::Failed(e),
             (Ok(bytes), Finish::Exec(replies)) => Answer::Bytes(last_reply(bytes, replies)),
             (Err(e), Finish::Values(n)) => {
                 let why = e.to_string();
@@ -328,11 +324,18 @@ impl Protocol for Redis {
     }
 
     fn advance(&self, merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Phase<Redis> {
-        match merge {
-            RedisMerge::Replicated(state) => return replicas::advance(state, replies),
-            RedisMerge::ReplicatedValues(state) => return replicas::advance_values(state, replies),
-            _ => {}
-        }
+        let merge = match merge {
+            RedisMerge::Replicated(state) => return replicas::advance(*state, replies),
+            RedisMerge::ReplicatedValues(state) => {
+                return replicas::advance_values(*state, replies)
+            }
+            RedisMerge::Invalidating(boxed) => {
+                let (invalidate, inner) = *boxed;
+                invalidate.done();
+                return self.advance(inner, replies);
+            }
+            merge => merge,
+        };
         Phase::Done {
             answer: merge_replies(merge, replies),
             follow_ups: Vec::new(),
@@ -463,6 +466,121 @@ impl Redis {
             ));
         }
         out
+    }
+
+    /// A command to the one server of its keys (`-CROSSSLOT` when they are on several).
+    fn keyed(
+        &self,
+        req: Request,
+        spec: &Spec,
+        keys: &KeyArgs,
+        ctx: &PlanContext<'_>,
+    ) -> Step<Redis> {
+        if let (Some(full), true) = (&self.full, self.replicas > 1) {
+            return replicas::plan(self, full, &req, spec, keys, ctx);
+        }
+        let mut owner = None;
+        for k in keys.iter() {
+            let server = ctx.server_for(req.arg(k).unwrap_or_default());
+            match (owner, server) {
+                (_, None) => {
+                    owner = None;
+                    break;
+                }
+                (None, s) => owner = s,
+                (Some(o), Some(s)) if o != s => return Step::Answer(Answer::fixed(CROSSSLOT)),
+                _ => {}
+            }
+        }
+        Step::Forward {
+            server: owner,
+            frame: req.frame,
+            kind: Resp::Reply,
+            finish: Finish::Plain,
+        }
+    }
+
+    /// A split command (`MGET`, `MSET`, `DEL`, …).
+    fn split_keys(
+        &self,
+        req: &Request,
+        spec: &Spec,
+        merge: Merge,
+        keys: &[usize],
+        step: usize,
+        ctx: &PlanContext<'_>,
+    ) -> Step<Redis> {
+        if let (Some(full), true, Merge::Values) = (&self.full, self.replicas > 1, merge) {
+            return replicas::mget(self, full, req, keys, ctx);
+        }
+        // Only a replicated pool asks (a search of the write list).
+        let write = self.replicas > 1 && replicas::is_write(spec);
+        self.split(req, merge, keys, step, write, ctx)
+    }
+
+    /// [`Redis::keyed`] in a pool with hot-key detection: a `GET` of a top key from the cache, a
+    /// write invalidating (`hot_keys.rs`).
+    #[cold]
+    fn hot_keys(
+        &self,
+        hot: &Arc<crate::hot_keys::HotKeys>,
+        req: Request,
+        spec: &Spec,
+        keys: &KeyArgs,
+        ctx: &PlanContext<'_>,
+    ) -> Step<Redis> {
+        let names = || keys.iter().map(|k| req.arg(k).unwrap_or_default());
+        if spec.name == "get" {
+            return match hot_keys::get(hot, req.arg(1).unwrap_or_default(), ctx) {
+                HotRead::Cached(answer) => Step::Answer(answer),
+                HotRead::Fill(fill) => match self.keyed(req, spec, keys, ctx) {
+                    Step::Forward {
+                        server,
+                        frame,
+                        kind,
+                        finish: Finish::Plain,
+                    } => Step::Forward {
+                        server,
+                        frame,
+                        kind,
+                        finish: Finish::Fill(Box::new(fill)),
+                    },
+                    step => step,
+                },
+                HotRead::Plain => self.keyed(req, spec, keys, ctx),
+            };
+        }
+        if !replicas::is_write(spec) {
+            hot_keys::read(hot, names());
+            return self.keyed(req, spec, keys, ctx);
+        }
+        let invalidate = hot_keys::write(hot, names(), ctx);
+        with_invalidation(self.keyed(req, spec, keys, ctx), invalidate)
+    }
+
+    /// [`Redis::split_keys`] in a pool with hot-key detection.
+    #[cold]
+    #[allow(clippy::too_many_arguments)] // the split's own inputs, and the hot keys
+    fn hot_split(
+        &self,
+        hot: &Arc<crate::hot_keys::HotKeys>,
+        req: &Request,
+        spec: &Spec,
+        merge: Merge,
+        keys: &[usize],
+        step: usize,
+        ctx: &PlanContext<'_>,
+    ) -> Step<Redis> {
+        let names = || keys.iter().map(|&k| req.arg(k).unwrap_or_default());
+        if !replicas::is_write(spec) {
+            hot_keys::read(hot, names());
+            return self.split_keys(req, spec, merge, keys, step, ctx);
+        }
+        let invalidate = hot_keys::write(hot, names(), ctx);
+        with_invalidation(
+            self.split_keys(req, spec, merge, keys, step, ctx),
+            invalidate,
+        )
     }
 
     /// `MGET`, `MSET`, `DEL`, …: as received when every key lives on one server, else one request per
@@ -610,6 +728,35 @@ fn reset(client: &mut ClientState) -> Step<Redis> {
     }
 }
 
+/// `step` with `invalidate` run again when its reply arrives (a write of hot keys).
+pub(crate) fn with_invalidation(
+    step: Step<Redis>,
+    invalidate: Option<HotInvalidate>,
+) -> Step<Redis> {
+    let Some(invalidate) = invalidate else {
+        return step;
+    };
+    match step {
+        Step::Forward {
+            server,
+            frame,
+            kind,
+            finish,
+        } => Step::Forward {
+            server,
+            frame,
+            kind,
+            finish: Finish::Invalidate(Box::new((invalidate, finish))),
+        },
+        Step::Exchange(mut round) => {
+            round.exchange = RedisMerge::Invalidating(Box::new((invalidate, round.exchange)));
+            Step::Exchange(round)
+        }
+        // Answered here (refused, or no server): the invalidation at plan time stands.
+        step => step,
+    }
+}
+
 /// The last of a run of `replies` replies (a transaction's, whose answer is `EXEC`'s reply).
 fn last_reply(run: Bytes, replies: u32) -> Bytes {
     let mut framer = ReplyFramer::default();
@@ -661,7 +808,9 @@ fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Answer {
             merge::merge_values(key_count, &with, limits)
         }
         // `advance` gives these to `replicas::advance`; the first reply stands in.
-        RedisMerge::Replicated(_) | RedisMerge::ReplicatedValues(_) => match parts.first() {
+        RedisMerge::Replicated(_)
+        | RedisMerge::ReplicatedValues(_)
+        | RedisMerge::Invalidating(..) => match parts.first() {
             Some(MergePart::Reply(b)) => Bytes::copy_from_slice(b),
             _ => merge::failure("no server available"),
         },

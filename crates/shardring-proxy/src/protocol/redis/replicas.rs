@@ -94,12 +94,12 @@ pub(crate) fn plan(
     };
     Step::Exchange(Round::new(
         parts,
-        RedisMerge::Replicated(Replicated {
+        RedisMerge::Replicated(Box::new(Replicated {
             write,
             next: if write { Vec::new() } else { rest.to_vec() },
             frame: req.frame.clone(),
             stats: Arc::clone(ctx.stats),
-        }),
+        })),
     ))
 }
 
@@ -152,7 +152,7 @@ pub(crate) fn advance(state: Replicated, replies: Vec<PartReply<'_>>) -> Phase<R
             let next = rest.to_vec();
             Phase::Again(Round::new(
                 vec![part],
-                RedisMerge::Replicated(Replicated { next, ..state }),
+                RedisMerge::Replicated(Box::new(Replicated { next, ..state })),
             ))
         }
         _ => done(answer(reply.reply)),
@@ -204,7 +204,10 @@ pub(crate) fn mget(
     };
     let positions: Vec<usize> = (0..keys.len()).collect();
     match next_round(&mut state, positions) {
-        Some(parts) => Step::Exchange(Round::new(parts, RedisMerge::ReplicatedValues(state))),
+        Some(parts) => Step::Exchange(Round::new(
+            parts,
+            RedisMerge::ReplicatedValues(Box::new(state)),
+        )),
         None => Step::Answer(Answer::Bytes(assemble(&state))),
     }
 }
@@ -289,7 +292,10 @@ pub(crate) fn advance_values(
     if !again.is_empty() {
         state.stats.replica_failovers.inc();
         if let Some(parts) = next_round(&mut state, again) {
-            return Phase::Again(Round::new(parts, RedisMerge::ReplicatedValues(state)));
+            return Phase::Again(Round::new(
+                parts,
+                RedisMerge::ReplicatedValues(Box::new(state)),
+            ));
         }
     }
     Phase::Done {

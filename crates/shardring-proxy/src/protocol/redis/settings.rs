@@ -17,6 +17,8 @@ pub(crate) struct Redis {
     pub(crate) user: Option<String>,
     /// `redis_db`: the database every server connection SELECTs.
     pub(crate) db: u32,
+    /// The pool's hot-key detection and cache (`--hot-keys`), when on.
+    pub(crate) hot: Option<Arc<crate::hot_keys::HotKeys>>,
     /// How many servers hold each key (`--replicas`; 1: no replicas).
     pub(crate) replicas: usize,
     /// The placement over every server, ejected or not, when keys have replicas: where a key's

@@ -59,6 +59,8 @@ struct Queue {
     server: Option<usize>,
     /// A command was refused: `EXEC` discards the transaction.
     refused: bool,
+    /// The keys of the queued writes, when the pool caches hot keys: `EXEC` invalidates them.
+    written: Vec<Bytes>,
 }
 
 impl Transaction {
@@ -288,7 +290,7 @@ fn queue(
             }
             return fixed(b"+OK\r\n");
         }
-        Route::Transaction(Txn::Exec, _) => return exec(t, ctx),
+        Route::Transaction(Txn::Exec, _) => return exec(redis, t, ctx),
         Route::Transaction(Txn::Unwatch, _) | Route::AnyServer => Vec::new(),
         Route::Local(Local::Ping | Local::Echo) => Vec::new(),
         Route::Local(Local::Quit) => return Step::Close(Answer::fixed(b"+OK\r\n")),
@@ -305,6 +307,12 @@ fn queue(
     let Some(q) = t.queue.as_mut() else {
         return fixed(b"-ERR EXEC without MULTI\r\n");
     };
+    if redis.hot.is_some() && super::replicas::is_write(routed.spec) {
+        q.written.extend(
+            keys.iter()
+                .map(|&k| Bytes::copy_from_slice(req.arg(k).unwrap_or_default())),
+        );
+    }
     match server_of(req, keys.into_iter(), ctx) {
         Err(()) => {
             q.refused = true;
@@ -333,7 +341,7 @@ fn queue(
 }
 
 /// `EXEC`: the queued commands to their server, between `MULTI` and `EXEC`, in one frame.
-fn exec(t: &mut Transaction, ctx: &PlanContext<'_>) -> Step<Redis> {
+fn exec(redis: &Redis, t: &mut Transaction, ctx: &PlanContext<'_>) -> Step<Redis> {
     let Some(q) = t.queue.take() else {
         return fixed(b"-ERR EXEC without MULTI\r\n");
     };
@@ -362,10 +370,15 @@ fn exec(t: &mut Transaction, ctx: &PlanContext<'_>) -> Step<Redis> {
     frame.put_slice(b"*1\r\n$4\r\nEXEC\r\n");
     ctx.stats.transactions.inc();
     let replies = q.count + 2;
-    Step::Forward {
+    let step = Step::Forward {
         server,
         frame: frame.freeze(),
         kind: Resp::Replies(replies),
         finish: Finish::Exec(replies),
-    }
+    };
+    let invalidate = redis
+        .hot
+        .as_ref()
+        .and_then(|hot| super::hot_keys::invalidate_all(hot, q.written));
+    super::plan::with_invalidation(step, invalidate)
 }
