@@ -468,7 +468,9 @@ impl Redis {
         out
     }
 
-    /// A command to the one server of its keys (`-CROSSSLOT` when they are on several).
+    /// A command to the one server of its keys (`-CROSSSLOT` when they are on several). Inlined: the
+    /// request is moved in, which out of line is a copy of it per request.
+    #[inline(always)]
     fn keyed(
         &self,
         req: Request,
@@ -501,6 +503,7 @@ impl Redis {
     }
 
     /// A split command (`MGET`, `MSET`, `DEL`, …).
+    #[inline]
     fn split_keys(
         &self,
         req: &Request,
