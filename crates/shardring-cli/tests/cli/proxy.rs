@@ -292,9 +292,10 @@ fn test_conf_checks_the_flags_with_the_file() {
             &["--replicas", "5"][..],
             "mc: replicas must be between 1 and the number of servers (2), not 5",
         ),
+        // A redis pool takes a count that names it, checked like a memcached pool's.
         (
             &["--replicas", "rd=2"],
-            "rd: replicas: memcached pools only, and this is a redis pool",
+            "rd: replicas must be between 1 and the number of servers (1), not 2",
         ),
         (
             &["--replicas", "nope=2"],
@@ -309,15 +310,23 @@ fn test_conf_checks_the_flags_with_the_file() {
             .code(2)
             .stderr(predicate::str::contains(problem));
     }
-    // Given for every pool, a remedy flag leaves the redis pool alone, and says so.
+    // Given for every pool, a memcached remedy leaves the redis pool alone, and says so; hot keys
+    // are both protocols'.
     shardring()
         .args(["proxy", "-t", "-c"])
         .arg(&file)
-        .args(["--replicas", "2", "--hot-keys", "10"])
+        .args([
+            "--replicas",
+            "2",
+            "--warmup-window",
+            "100",
+            "--hot-keys",
+            "10",
+        ])
         .assert()
         .success()
         .stderr(predicate::str::contains(
-            "--replicas, --hot-keys apply to memcached pools only, not to redis pool \"rd\"",
+            "--replicas, --warmup-window apply to memcached pools only, not to redis pool \"rd\"",
         ));
 }
 
