@@ -144,6 +144,14 @@ impl<P: Protocol> Pinned<P> {
         })
     }
 
+    /// The connection of its own for a request to `server` (`backend`), when it holds one there.
+    fn own_to(&self, server: usize, backend: &Arc<Backend<P>>) -> Option<&OwnConnection<P>> {
+        self.own
+            .as_ref()
+            .filter(|o| o.server == server && Arc::ptr_eq(&o.backend, backend))
+            .map(|o| &o.connection)
+    }
+
     /// Nothing held: the box can go.
     fn is_idle(&self) -> bool {
         self.own.is_none() && self.parked.is_none() && self.subscriber.is_none()
@@ -631,9 +639,9 @@ impl<P: Protocol> Session<P> {
                 let (number, slot) = self.replies.slot();
                 let backend = &version.backends[server];
                 let reply = ReplyTo::Slot(slot);
-                match self.pin.as_deref() {
+                match self.pin.as_deref().and_then(|p| p.own_to(server, backend)) {
                     None => backend.send_to(self.connection_route(), frame, kind, reply),
-                    Some(pin) => self.send_pinned(pin, server, backend, frame, kind, reply),
+                    Some(own) => own.send_to(frame, kind, reply),
                 }
                 Pending::Slot(number, Some(finish))
             }
@@ -667,26 +675,6 @@ impl<P: Protocol> Session<P> {
                     }
                 }))
             }
-        }
-    }
-
-    /// Sends a pinned client's request: on its connection of its own when it is to the server of
-    /// that connection, else on the shared ones. Out of line: most clients are never pinned.
-    #[cold]
-    fn send_pinned(
-        &self,
-        pin: &Pinned<P>,
-        server: usize,
-        backend: &Arc<Backend<P>>,
-        frame: Bytes,
-        kind: P::ReplyKind,
-        reply: ReplyTo,
-    ) {
-        match &pin.own {
-            Some(own) if own.server == server && Arc::ptr_eq(&own.backend, backend) => {
-                own.connection.send_to(frame, kind, reply);
-            }
-            _ => backend.send_to(self.connection_route(), frame, kind, reply),
         }
     }
 

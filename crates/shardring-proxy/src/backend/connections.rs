@@ -345,7 +345,8 @@ impl Drop for OwnSlot {
 }
 
 impl<P: Protocol> OwnConnection<P> {
-    /// Queues `frame`, its reply going to `reply`.
+    /// Queues `frame`, its reply going to `reply`. Out of line: few requests take one.
+    #[inline(never)]
     pub(crate) fn send_to(&self, frame: Bytes, kind: P::ReplyKind, reply: ReplyTo) {
         self.stats.in_queue.inc();
         if let Err(job) = self.queue.send(Job { frame, kind, reply }) {

@@ -91,6 +91,8 @@ pub(crate) struct RespScanner {
 impl ReplyScanner for RespScanner {
     type Kind = Resp;
 
+    // Inlined into the connection's reply loop, as the framer alone was: a call per reply otherwise.
+    #[inline(always)]
     fn frame(
         &mut self,
         buf: &[u8],
