@@ -195,6 +195,26 @@ impl Default for RedisConfig {
     }
 }
 
+/// A replica count's problems in pool `n` (either protocol's): between 1 and the servers, and a
+/// placement that can name each key's next servers.
+fn validate_replicas(n: &str, replicas: usize, pool: PlacementSpec<'_>, errors: &mut ConfigErrors) {
+    if replicas == 0 || replicas > pool.servers.len().max(1) {
+        errors.push(
+            n,
+            format!(
+                "replicas must be between 1 and the number of servers ({}), not {replicas}",
+                pool.servers.len(),
+            ),
+        );
+    }
+    if replicas > 1 && pool.distribution == Distribution::Random {
+        errors.push(
+            n,
+            "replicas need a reproducible distribution (ketama or modula), not random".into(),
+        );
+    }
+}
+
 impl MemcacheConfig {
     /// Every problem with these settings in pool `n`, placed by `pool` (replicas and a gutter need
     /// a reproducible placement and enough servers).
@@ -203,22 +223,7 @@ impl MemcacheConfig {
             errors.push(n, "the key limit must be between 1 and 250".into());
         }
         let r = &self.remedies;
-        if r.replicas == 0 || r.replicas > pool.servers.len().max(1) {
-            errors.push(
-                n,
-                format!(
-                    "replicas must be between 1 and the number of servers ({}), not {}",
-                    pool.servers.len(),
-                    r.replicas
-                ),
-            );
-        }
-        if r.replicas > 1 && pool.distribution == Distribution::Random {
-            errors.push(
-                n,
-                "replicas need a reproducible distribution (ketama or modula), not random".into(),
-            );
-        }
+        validate_replicas(n, r.replicas, pool, errors);
         if let Some(g) = &r.gutter {
             if g.servers.is_empty() {
                 errors.push(n, "the gutter needs at least one server".into());
@@ -262,22 +267,7 @@ impl MemcacheConfig {
 impl RedisConfig {
     /// Every problem with these settings, keyed by pool `name`, placed by `pool`.
     pub(super) fn validate(&self, name: &str, pool: PlacementSpec<'_>, errors: &mut ConfigErrors) {
-        if self.replicas == 0 || self.replicas > pool.servers.len().max(1) {
-            errors.push(
-                name,
-                format!(
-                    "replicas must be between 1 and the number of servers ({}), not {}",
-                    pool.servers.len(),
-                    self.replicas
-                ),
-            );
-        }
-        if self.replicas > 1 && pool.distribution == Distribution::Random {
-            errors.push(
-                name,
-                "replicas need a reproducible distribution (ketama or modula), not random".into(),
-            );
-        }
+        validate_replicas(name, self.replicas, pool, errors);
         if self.limits.max_bulk_len == 0 || self.limits.max_request_len == 0 {
             errors.push(
                 name,

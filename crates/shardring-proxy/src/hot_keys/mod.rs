@@ -5,7 +5,8 @@
 //! - `sketch`: a count-min sketch over a sliding window, shared lock-free by every client;
 //! - `tracker`: the top K, re-ranked by the ticker and published as an arc-swap snapshot;
 //! - `cache`: the replies of the top K keys, bounded in bytes and in staleness;
-//! - `clock`: the coarse clock the request path reads instead of `Instant::now()`.
+//! - `clock`: the coarse clock the request path reads instead of `Instant::now()`;
+//! - `requests`: what a read or a write does with them, whatever its protocol.
 //!
 //! Nothing here knows a wire protocol: the protocol decides which requests are reads of one key (and may
 //! be served from the cache), which are writes (and invalidate), and what a cacheable reply is
@@ -18,6 +19,7 @@
 
 mod cache;
 mod clock;
+pub(crate) mod requests;
 mod sketch;
 mod tracker;
 

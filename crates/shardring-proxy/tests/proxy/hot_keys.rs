@@ -48,6 +48,17 @@ impl Zipf {
     }
 }
 
+/// Each rank drawn in `ranks` with how often, the most drawn first (ties by rank): the true ranking.
+pub fn ranked(ranks: &[usize]) -> Vec<(usize, usize)> {
+    let mut truth: HashMap<usize, usize> = HashMap::new();
+    for &r in ranks {
+        *truth.entry(r).or_default() += 1;
+    }
+    let mut by_count: Vec<(usize, usize)> = truth.into_iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    by_count
+}
+
 fn key(rank: usize) -> String {
     format!("zipf:{rank}")
 }
@@ -137,7 +148,7 @@ fn named_pool(servers: &[test_support::Memcached]) -> shardring_proxy::PoolConfi
 }
 
 /// Each server's requests, in config order.
-fn server_requests(proxy: &RunningProxy) -> Vec<u64> {
+pub fn server_requests(proxy: &RunningProxy) -> Vec<u64> {
     proxy.proxy.views()[0]
         .servers
         .iter()
@@ -146,7 +157,7 @@ fn server_requests(proxy: &RunningProxy) -> Vec<u64> {
 }
 
 /// The busiest server's requests over the mean, between two readings.
-fn busiest_over_mean(before: &[u64], after: &[u64]) -> f64 {
+pub fn busiest_over_mean(before: &[u64], after: &[u64]) -> f64 {
     let d: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
     eprintln!("server requests: {d:?}");
     let mean = d.iter().sum::<u64>() as f64 / d.len() as f64;
@@ -158,12 +169,7 @@ async fn a_zipf_load_finds_the_true_top_ten_and_the_hot_cache_evens_out_the_serv
     let servers = memcacheds(20);
     let mut zipf = Zipf::new(KEYS, 1.1, 14);
     let ranks: Vec<usize> = (0..200_000).map(|_| zipf.next()).collect();
-    let mut truth: HashMap<usize, usize> = HashMap::new();
-    for &r in &ranks {
-        *truth.entry(r).or_default() += 1;
-    }
-    let mut by_count: Vec<(usize, usize)> = truth.into_iter().collect();
-    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let by_count = ranked(&ranks);
     let true_top: Vec<String> = by_count[..10].iter().map(|&(r, _)| key(r)).collect();
 
     // Detection only: the ranking, and the imbalance it reveals.

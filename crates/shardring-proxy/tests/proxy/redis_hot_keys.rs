@@ -2,11 +2,10 @@
 //! true top 10, the cache takes the top keys' `GET`s off their servers, and any write through the
 //! proxy is seen by the next read. Skipped outside CI when redis-server is missing.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::common::RunningProxy;
-use crate::hot_keys::Zipf;
+use crate::hot_keys::{busiest_over_mean, ranked, server_requests, Zipf};
 use crate::redis_common::{cmds, read_replies};
 use shardring_proxy::config::{HotKeysConfig, PoolConfig, ProtocolConfig};
 use shardring_proxy::protocol::redis::Request;
@@ -65,21 +64,6 @@ async fn load(proxy: &RunningProxy, ranks: &[usize], clients: usize) {
     }
 }
 
-fn server_requests(proxy: &RunningProxy) -> Vec<u64> {
-    proxy.proxy.views()[0]
-        .servers
-        .iter()
-        .map(|s| s.requests.get())
-        .collect()
-}
-
-fn busiest_over_mean(before: &[u64], after: &[u64]) -> f64 {
-    let d: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
-    eprintln!("server requests: {d:?}");
-    let mean = d.iter().sum::<u64>() as f64 / d.len() as f64;
-    *d.iter().max().unwrap() as f64 / mean
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zipf_load_finds_the_true_top_ten_and_the_hot_cache_evens_out_the_servers() {
     let Some(servers) = redises(8, &[]) else {
@@ -87,12 +71,7 @@ async fn a_zipf_load_finds_the_true_top_ten_and_the_hot_cache_evens_out_the_serv
     };
     let mut zipf = Zipf::new(KEYS, 1.1, 27);
     let ranks: Vec<usize> = (0..100_000).map(|_| zipf.next()).collect();
-    let mut truth: HashMap<usize, usize> = HashMap::new();
-    for &r in &ranks {
-        *truth.entry(r).or_default() += 1;
-    }
-    let mut by_count: Vec<(usize, usize)> = truth.into_iter().collect();
-    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let by_count = ranked(&ranks);
     let mut true_top: Vec<String> = by_count[..10].iter().map(|&(r, _)| key(r)).collect();
 
     let mut hot = HotKeysConfig::new(100);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::common::{Client, RunningProxy};
 use crate::redis_common::{cmds, direct, pool, read_replies};
 use shardring_proxy::protocol::redis::Request;
-use test_support::redis::{redises, RedisServer};
+use test_support::redis::{redises, resp, RedisServer};
 
 /// Sends each command as its own write (as a client typing them would), then reads what comes back
 /// for `wait`.
@@ -110,35 +110,18 @@ async fn a_channel_lives_on_its_server_and_a_pattern_on_every_server() {
         ":0\r\n"
     );
     let got = read_for(&mut sub, Duration::from_millis(200)).await;
-    let want: Vec<u8> = [a, b]
+    // Each message as Redis pushes it: an array of bulk strings, as a command is written.
+    let want: String = [a, b]
         .iter()
-        .flat_map(|ch| {
-            format!(
-                "*3\r\n$7\r\nmessage\r\n${}\r\n{ch}\r\n$5\r\nhello\r\n",
-                ch.len()
-            )
-            .into_bytes()
-        })
+        .map(|ch| resp(&["message", ch, "hello"]))
         .collect();
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        String::from_utf8_lossy(&want)
-    );
+    assert_eq!(String::from_utf8_lossy(&got), want);
     let got = read_for(&mut psub, Duration::from_millis(200)).await;
-    let want: Vec<u8> = [a, b]
+    let want: String = [a, b]
         .iter()
-        .flat_map(|ch| {
-            format!(
-                "*4\r\n$8\r\npmessage\r\n$3\r\nch*\r\n${}\r\n{ch}\r\n$5\r\nhello\r\n",
-                ch.len()
-            )
-            .into_bytes()
-        })
+        .map(|ch| resp(&["pmessage", "ch*", ch, "hello"]))
         .collect();
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        String::from_utf8_lossy(&want)
-    );
+    assert_eq!(String::from_utf8_lossy(&got), want);
     // The messages of one channel arrive in the order they were published.
     for i in 0..500 {
         publisher
@@ -147,18 +130,10 @@ async fn a_channel_lives_on_its_server_and_a_pattern_on_every_server() {
     }
     read_replies(&mut publisher, 500).await;
     let got = read_for(&mut sub, Duration::from_millis(500)).await;
-    let want: Vec<u8> = (0..500)
-        .flat_map(|i: i32| {
-            let v = i.to_string();
-            format!(
-                "*3\r\n$7\r\nmessage\r\n${}\r\n{a}\r\n${}\r\n{v}\r\n",
-                a.len(),
-                v.len()
-            )
-            .into_bytes()
-        })
+    let want: String = (0..500)
+        .map(|i| resp(&["message", a, &i.to_string()]))
         .collect();
-    assert!(got == want, "500 messages in order");
+    assert!(got == want.as_bytes(), "500 messages in order");
     let views = proxy.proxy.views();
     let own: u64 = views[0]
         .servers

@@ -536,7 +536,7 @@ impl Redis {
     ) -> Step<Redis> {
         let names = || keys.iter().map(|k| req.arg(k).unwrap_or_default());
         if spec.name == "get" {
-            return match hot_keys::get(hot, req.arg(1).unwrap_or_default(), ctx) {
+            return match hot_keys::get(hot, req.arg(1).unwrap_or_default()) {
                 HotRead::Cached(answer) => Step::Answer(answer),
                 HotRead::Fill(fill) => match self.keyed(req, spec, keys, ctx) {
                     Step::Forward {
@@ -559,7 +559,7 @@ impl Redis {
             hot_keys::read(hot, names());
             return self.keyed(req, spec, keys, ctx);
         }
-        let invalidate = hot_keys::write(hot, names(), ctx);
+        let invalidate = hot_keys::write(hot, names());
         with_invalidation(self.keyed(req, spec, keys, ctx), invalidate)
     }
 
@@ -581,7 +581,7 @@ impl Redis {
             hot_keys::read(hot, names());
             return self.split_keys(req, spec, merge, keys, step, ctx);
         }
-        let invalidate = hot_keys::write(hot, names(), ctx);
+        let invalidate = hot_keys::write(hot, names());
         with_invalidation(
             self.split_keys(req, spec, merge, keys, step, ctx),
             invalidate,

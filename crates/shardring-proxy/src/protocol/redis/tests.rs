@@ -725,29 +725,16 @@ fn each_command_class_gets_its_route() {
     // Blocking commands go to their keys' server (on a connection of the client's own), the
     // transaction's commands to `transaction.rs`.
     let block = |args: &[&str]| route(args).unwrap().route;
-    assert_eq!(
-        block(&["BLPOP", "a", "b", "0"]),
-        Route::Block(KeyArgs::Every {
-            from: 1,
-            to: 2,
-            step: 1
-        })
-    );
+    // Keys at `from..=to`, one after the other.
+    let every = |from, to| KeyArgs::Every { from, to, step: 1 };
+    assert_eq!(block(&["BLPOP", "a", "b", "0"]), Route::Block(every(1, 2)));
     assert_eq!(
         block(&["BLMPOP", "0", "2", "a", "b", "LEFT"]),
-        Route::Block(KeyArgs::Every {
-            from: 3,
-            to: 4,
-            step: 1
-        })
+        Route::Block(every(3, 4))
     );
     assert_eq!(
         block(&["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]),
-        Route::Block(KeyArgs::Every {
-            from: 4,
-            to: 4,
-            step: 1
-        })
+        Route::Block(every(4, 4))
     );
     assert!(matches!(
         block(&["XREAD", "STREAMS", "s", "$"]),
@@ -764,14 +751,7 @@ fn each_command_class_gets_its_route() {
     }
     assert_eq!(
         route(&["WATCH", "a", "b"]).unwrap().route,
-        Route::Transaction(
-            Txn::Watch,
-            KeyArgs::Every {
-                from: 1,
-                to: 2,
-                step: 1
-            }
-        )
+        Route::Transaction(Txn::Watch, every(1, 2))
     );
     // Malformed key arguments go to any server, whose own error answers; keyless scripts are refused.
     assert_eq!(

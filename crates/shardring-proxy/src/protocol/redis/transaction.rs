@@ -194,15 +194,10 @@ fn outside(
                 }
                 Ok(Some(s)) => s,
             };
-            let t = client
-                .rare_mut()
-                .transaction
-                .get_or_insert_with(Default::default);
-            if t.watching && t.pinned != Some(server) {
+            let Some(t) = pin_to(client, server) else {
                 return fixed(CROSSSLOT);
-            }
+            };
             t.watching = true;
-            t.pinned = Some(server);
             t.release_next = false;
             Step::Forward {
                 server: Some(server),
@@ -212,6 +207,20 @@ fn outside(
             }
         }
     }
+}
+
+/// The client's transaction state, pinned to `server`; `None` when a watch holds it to another
+/// server (the command is then refused with `CROSSSLOT`).
+fn pin_to(client: &mut ClientState, server: usize) -> Option<&mut Transaction> {
+    let t = client
+        .rare_mut()
+        .transaction
+        .get_or_insert_with(Default::default);
+    if t.watching && t.pinned != Some(server) {
+        return None;
+    }
+    t.pinned = Some(server);
+    Some(t)
 }
 
 /// A blocking command outside `MULTI`: to its keys' server, on a connection of the client's own.
@@ -226,14 +235,9 @@ fn block(
         Ok(s) => s,
     };
     if let Some(server) = server {
-        let t = client
-            .rare_mut()
-            .transaction
-            .get_or_insert_with(Default::default);
-        if t.watching && t.pinned != Some(server) {
+        let Some(t) = pin_to(client, server) else {
             return fixed(CROSSSLOT);
-        }
-        t.pinned = Some(server);
+        };
         t.release_next = !t.watching;
         ctx.stats.blocking_requests.inc();
     }

@@ -14,34 +14,11 @@
 //! written by another client of the servers (not through this proxy); a write through this proxy is
 //! seen by the next read through it.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-
-use crate::hot_keys::HotKeys;
+use crate::hot_keys::requests::{self, HotRead as Decided};
+pub(crate) use crate::hot_keys::requests::{HotFill, HotInvalidate};
 use crate::protocol::memcache::request::{Command, GetKind, Request};
 use crate::protocol::memcache::route::Placer;
 use crate::protocol::Answer;
-
-/// A `get` of a top key, sent to its server: its reply fills the cache.
-#[derive(Debug)]
-pub(crate) struct HotFill {
-    /// The pool's hot-key state.
-    hot: Arc<HotKeys>,
-    /// The key (a slice of the request's frame: no copy).
-    key: Bytes,
-    /// The cache's generation when the `get` was planned.
-    generation: u64,
-}
-
-/// A write of a hot key: its reply invalidates the cache again.
-#[derive(Debug)]
-pub(crate) struct HotInvalidate {
-    /// The pool's hot-key state.
-    hot: Arc<HotKeys>,
-    /// The key (its routing bytes, copied).
-    key: Bytes,
-}
 
 /// What the hot-key rules decide for a `get` before it is placed.
 pub(in crate::protocol::memcache) enum HotRead {
@@ -51,6 +28,11 @@ pub(in crate::protocol::memcache) enum HotRead {
     Fill(HotFill),
     /// Forward as usual.
     Plain,
+}
+
+/// A `VALUE` reply: a hit, which may be cached.
+fn hit(reply: &[u8]) -> bool {
+    reply.starts_with(b"VALUE ")
 }
 
 /// Counts a retrieval's keys and, for a one-key `get` of a top key, answers it from the cache or
@@ -65,73 +47,29 @@ pub(in crate::protocol::memcache) fn read(req: &Request, ctx: &Placer<'_>) -> Ho
     else {
         return HotRead::Plain;
     };
-    let mut top = false;
-    for k in keys {
-        top = hot.observe(req.bytes(k));
-    }
-    let cacheable = top && *kind == GetKind::Get && keys.len() == 1 && !*more;
-    let (Some(cache), true) = (hot.cache(), cacheable) else {
+    let cacheable = *kind == GetKind::Get && keys.len() == 1 && !*more;
+    if !cacheable {
+        for k in keys {
+            hot.observe(req.bytes(k));
+        }
         return HotRead::Plain;
-    };
-    let key = &keys[0];
-    if let Some(reply) = cache.get(req.bytes(key), hot.now_ms()) {
-        ctx.stats.hot_cache_hits.inc();
-        return HotRead::Cached(Answer::Bytes(reply));
     }
-    HotRead::Fill(HotFill {
-        hot: Arc::clone(hot),
-        key: req.frame.slice(key.clone()),
-        generation: cache.generation(),
-    })
+    match requests::read(hot, req.bytes(&keys[0]), hit) {
+        Decided::Cached(reply) => HotRead::Cached(Answer::Bytes(reply)),
+        Decided::Fill(fill) => HotRead::Fill(fill),
+        Decided::Plain => HotRead::Plain,
+    }
 }
 
 /// Counts a one-key command's key and, when it may be cached, invalidates it now and gives what
 /// invalidates it again when the reply arrives.
 pub(in crate::protocol::memcache) fn write(key: &[u8], ctx: &Placer<'_>) -> Option<HotInvalidate> {
-    let hot = ctx.hot?;
-    let top = hot.observe(key);
-    let cache = hot.cache()?;
-    if !(top || cache.holds(key)) {
-        return None;
-    }
-    cache.invalidate(key);
-    ctx.stats.hot_cache_invalidations.inc();
-    Some(HotInvalidate {
-        hot: Arc::clone(hot),
-        key: Bytes::copy_from_slice(key),
-    })
+    requests::write(ctx.hot?, [key])
 }
 
 /// `flush_all`: forget every cached reply.
 pub(in crate::protocol::memcache) fn flush(ctx: &Placer<'_>) {
     if let Some(cache) = ctx.hot.and_then(|h| h.cache()) {
         cache.clear();
-    }
-}
-
-impl HotFill {
-    /// Caches a `VALUE` reply (a hit) if the key is still a top key and no write intervened.
-    pub(in crate::protocol::memcache) fn fill(self, reply: &Bytes) {
-        if !reply.starts_with(b"VALUE ") || !self.hot.is_top(&self.key) {
-            return;
-        }
-        if let Some(cache) = self.hot.cache() {
-            // Copies: the key and reply are slices of connection buffers, which the cache must not keep
-            // alive (its byte bound counts only what it holds).
-            let key = Bytes::copy_from_slice(&self.key);
-            let reply = Bytes::copy_from_slice(reply);
-            if cache.fill(key, reply, self.generation, self.hot.now_ms()) {
-                self.hot.stats().hot_cache_fills.inc();
-            }
-        }
-    }
-}
-
-impl HotInvalidate {
-    /// Invalidates again: the write has reached its server.
-    pub(in crate::protocol::memcache) fn done(self) {
-        if let Some(cache) = self.hot.cache() {
-            cache.invalidate(&self.key);
-        }
     }
 }
