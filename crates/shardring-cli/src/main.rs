@@ -35,7 +35,8 @@ enum Command {
     /// Replay synthetic traffic round by round, with the adaptive rebalancer and/or bounded loads (JSON).
     Simulate(cmd::simulate::Args),
     /// Run the pools of a twemproxy (nutcracker) YAML file as a memcached and Redis sharding proxy.
-    Proxy(cmd::proxy::Args),
+    // Boxed: the proxy's flags outweigh every other command's.
+    Proxy(Box<cmd::proxy::Args>),
     /// A pool's servers in etcd: publish a YAML pool, list, add, remove, re-weight, watch.
     Members(cmd::members::Args),
     /// Write the man pages and shell completions (for packaging).
@@ -50,7 +51,7 @@ fn main() -> ExitCode {
         Command::Lookup(args) => cmd::lookup::run(args),
         Command::Ring(args) => cmd::ring::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
-        Command::Proxy(args) => cmd::proxy::run(args),
+        Command::Proxy(args) => cmd::proxy::run(*args),
         Command::Members(args) => cmd::members::run(args),
         Command::GenerateDocs(args) => cmd::generate_docs::run(args, Cli::command()),
     };

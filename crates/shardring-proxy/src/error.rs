@@ -79,6 +79,15 @@ pub enum BackendError {
         /// The cause, as text (the proxy answers many requests with one failure).
         reason: String,
     },
+    /// The TCP connection was made and the TLS handshake failed: a certificate problem or a TLS
+    /// setting the server does not share, not the server being down.
+    #[error("cannot connect to {addr}: TLS handshake failed: {reason}")]
+    Tls {
+        /// The server.
+        addr: String,
+        /// The cause, in words (an unknown CA, a name mismatch, an expiry, the server's alert).
+        reason: String,
+    },
     /// No reply within the pool's `timeout`.
     #[error("timeout waiting for {addr}")]
     Timeout {
@@ -154,6 +163,7 @@ impl std::fmt::Display for Cause<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {
             BackendError::Connect { reason, .. } => write!(f, "connect failed: {reason}"),
+            BackendError::Tls { reason, .. } => write!(f, "TLS handshake failed: {reason}"),
             BackendError::Timeout { .. } => f.write_str("timed out waiting for a reply"),
             BackendError::Lost { reason, .. } => write!(f, "connection lost: {reason}"),
             BackendError::Refused { reply, .. } => write!(f, "answered {reply}"),

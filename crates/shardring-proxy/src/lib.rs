@@ -90,6 +90,7 @@ mod server;
 mod session;
 pub mod shutdown;
 pub mod signals;
+mod tls;
 pub mod workers;
 
 pub use crate::admission::Admission;

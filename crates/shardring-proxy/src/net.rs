@@ -42,6 +42,9 @@ pub(crate) enum ClientStream {
     Tcp(TcpStream),
     /// A unix socket.
     Unix(UnixStream),
+    /// TCP with TLS (a pool with `--tls-cert`). Boxed: rustls's connection state is large, and the
+    /// plain variants stay small for every idle client of a plain pool.
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
 }
 
 impl AsyncRead for ClientStream {
@@ -53,6 +56,7 @@ impl AsyncRead for ClientStream {
         match self.get_mut() {
             ClientStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -66,6 +70,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -73,6 +78,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Tcp(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Unix(s) => Pin::new(s).poll_flush(cx),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -80,6 +86,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

@@ -180,6 +180,16 @@ impl Proxy {
                 );
             }
         }
+        // Every pool's TLS files before any pool changes: one that cannot be used keeps them all.
+        for new in &config.pools {
+            if let Err(problems) =
+                crate::tls::PoolTls::load(new.tls.as_ref(), new.server_tls.as_ref())
+            {
+                for p in problems {
+                    errors.push(&new.name, p);
+                }
+            }
+        }
         errors.into_result()?;
         for (new, pool) in config.pools.into_iter().zip(&self.pools) {
             pool.reload(new)?;

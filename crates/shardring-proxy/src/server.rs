@@ -15,10 +15,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::admission::Admission;
 use crate::drain::Drain;
-use crate::net::Listener;
+use crate::net::{ClientStream, Listener};
 use crate::pool::current::Pool;
 use crate::protocol::Protocol;
 use crate::session::serve_client;
+use crate::tls::acceptor;
 
 /// Serves `pool`'s clients from `listener` on worker `worker` (the thread this runs on), taking a
 /// client when `admission` (shared by the pool's workers) says so, until `shutdown` completes; then
@@ -50,13 +51,28 @@ pub(crate) async fn run<P: Protocol>(
             if let Some(n) = pool.shared.accepted.get(worker) {
                 n.inc();
             }
-            tracker.spawn(serve_client(
-                stream,
-                Arc::clone(&pool),
-                worker,
-                Arc::clone(&drain),
-                place,
-            ));
+            let tls = match &stream {
+                ClientStream::Tcp(_) => pool.current.load().acceptor.clone(),
+                _ => None,
+            };
+            let (pool, drain) = (Arc::clone(&pool), Arc::clone(&drain));
+            match (tls, stream) {
+                // A future of its own: a plain client's task does not carry the handshake's state.
+                (Some(tls), ClientStream::Tcp(tcp)) => {
+                    tracker.spawn(async move {
+                        match acceptor::accept(&tls, tcp).await {
+                            Ok(s) => {
+                                let stream = ClientStream::Tls(Box::new(s));
+                                serve_client(stream, pool, worker, drain, place).await;
+                            }
+                            Err(e) => refused(&pool, &e),
+                        }
+                    });
+                }
+                (_, stream) => {
+                    tracker.spawn(serve_client(stream, pool, worker, drain, place));
+                }
+            }
         }
     };
     tokio::select! {
@@ -67,4 +83,16 @@ pub(crate) async fn run<P: Protocol>(
     drain.start();
     tracker.close();
     tracker.wait().await;
+}
+
+/// A client whose TLS handshake failed: counted, logged with its cause, and closed before any of its
+/// bytes were read as a command. Logged at info: a port scan or a plaintext client is the client's
+/// problem, and the count shows a trend.
+fn refused<P: Protocol>(pool: &Pool<P>, e: &std::io::Error) {
+    pool.shared.stats.client_tls_handshake_errors.inc();
+    tracing::info!(
+        pool = %pool.shared.stats.name,
+        cause = %crate::tls::handshake_cause(e),
+        "client TLS handshake failed; connection closed"
+    );
 }

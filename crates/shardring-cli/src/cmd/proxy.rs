@@ -191,6 +191,56 @@ pub struct Args {
     /// one past this gets an error and nothing is sent. [default: 64]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     redis_dedicated_connections: Option<u32>,
+    /// TLS on a pool's listener: its certificate chain (PEM, its own certificate first). `PATH`
+    /// applies to every pool, `POOL=PATH` to one (repeat the flag for several). Needs --tls-key.
+    #[arg(long, value_name = "[POOL=]PATH", value_parser = parse_pool_path, help_heading = "TLS")]
+    tls_cert: Vec<(Option<String>, PathBuf)>,
+    /// The listener certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1), as --tls-cert.
+    #[arg(long, value_name = "[POOL=]PATH", value_parser = parse_pool_path, help_heading = "TLS")]
+    tls_key: Vec<(Option<String>, PathBuf)>,
+    /// Mutual TLS on the listener: clients must present a certificate signed by one of these CAs
+    /// (PEM); one without is refused at the handshake, before any command is read.
+    #[arg(long, value_name = "[POOL=]PATH", value_parser = parse_pool_path, help_heading = "TLS")]
+    tls_client_ca: Vec<(Option<String>, PathBuf)>,
+    /// TLS to the servers: of every pool (`--server-tls`), or of one (`--server-tls=POOL`, repeat
+    /// for several). Certificates are checked against --server-ca, else the system's CAs, for the
+    /// host name of each server line (sent as SNI).
+    #[arg(long, value_name = "POOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", value_parser = parse_pool_switch, help_heading = "TLS")]
+    server_tls: Vec<Option<String>>,
+    /// The CA certificates (PEM) the servers' certificates must chain to. [default: the system's]
+    #[arg(long, value_name = "[POOL=]PATH", value_parser = parse_pool_path, help_heading = "TLS")]
+    server_ca: Vec<(Option<String>, PathBuf)>,
+    /// A client certificate chain (PEM) for servers that ask for one. Needs --server-key.
+    #[arg(long, value_name = "[POOL=]PATH", value_parser = parse_pool_path, help_heading = "TLS")]
+    server_cert: Vec<(Option<String>, PathBuf)>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "[POOL=]PATH", value_parser = parse_pool_path, help_heading = "TLS")]
+    server_key: Vec<(Option<String>, PathBuf)>,
+    /// FOR TESTS ONLY: take any certificate from the servers, unchecked (encrypted, but anyone on
+    /// the path can pose as a server). Every pool, or `=POOL`.
+    #[arg(long, value_name = "POOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", value_parser = parse_pool_switch, help_heading = "TLS")]
+    server_tls_insecure: Vec<Option<String>>,
+}
+
+/// `PATH` or `POOL=PATH` → (pool, path). A path with `=` in it needs the `POOL=` form.
+fn parse_pool_path(text: &str) -> Result<(Option<String>, PathBuf), String> {
+    let (pool, path) = match text.split_once('=') {
+        Some((pool, path)) if !pool.is_empty() && !pool.contains('/') => {
+            (Some(pool.to_owned()), path)
+        }
+        _ => (None, text),
+    };
+    if path.is_empty() {
+        return Err(format!("no path in {text:?} (PATH or POOL=PATH)"));
+    }
+    Ok((pool, PathBuf::from(path)))
+}
+
+/// A switch's value: empty (given bare) → every pool, else the pool's name.
+fn parse_pool_switch(text: &str) -> Result<Option<String>, String> {
+    Ok((!text.is_empty()).then(|| text.to_owned()))
 }
 
 /// `NAME` or `POOL=NAME` → (pool, user).
@@ -283,6 +333,14 @@ fn overrides(args: &Args) -> Overrides {
         warmup_window: args.warmup_window.map(Duration::from_millis),
         redis_user: args.redis_user.clone(),
         redis_dedicated_connections: args.redis_dedicated_connections,
+        tls_cert: args.tls_cert.clone(),
+        tls_key: args.tls_key.clone(),
+        tls_client_ca: args.tls_client_ca.clone(),
+        server_tls: args.server_tls.clone(),
+        server_ca: args.server_ca.clone(),
+        server_cert: args.server_cert.clone(),
+        server_key: args.server_key.clone(),
+        server_tls_insecure: args.server_tls_insecure.clone(),
     }
 }
 
@@ -517,6 +575,21 @@ mod tests {
             "rd=ops",
             "--redis-dedicated-connections",
             "8",
+            "--tls-cert",
+            "/etc/tls/proxy.pem",
+            "--tls-key",
+            "mc=/etc/tls/mc.key",
+            "--tls-client-ca",
+            "/etc/tls/clients=ca.pem",
+            "--server-tls",
+            "--server-tls=rd",
+            "--server-ca",
+            "rd=/etc/tls/servers.pem",
+            "--server-cert",
+            "/etc/tls/me.pem",
+            "--server-key",
+            "/etc/tls/me.key",
+            "--server-tls-insecure=mc",
         ]);
         let ms = Duration::from_millis;
         assert_eq!(
@@ -540,6 +613,15 @@ mod tests {
                 warmup_window: Some(ms(500)),
                 redis_user: vec![(None, "app".into()), (Some("rd".into()), "ops".into())],
                 redis_dedicated_connections: Some(8),
+                tls_cert: vec![(None, "/etc/tls/proxy.pem".into())],
+                tls_key: vec![(Some("mc".into()), "/etc/tls/mc.key".into())],
+                // A path with `=` in it is a path, not POOL=PATH.
+                tls_client_ca: vec![(None, "/etc/tls/clients=ca.pem".into())],
+                server_tls: vec![None, Some("rd".into())],
+                server_ca: vec![(Some("rd".into()), "/etc/tls/servers.pem".into())],
+                server_cert: vec![(None, "/etc/tls/me.pem".into())],
+                server_key: vec![(None, "/etc/tls/me.key".into())],
+                server_tls_insecure: vec![Some("mc".into())],
             }
         );
     }

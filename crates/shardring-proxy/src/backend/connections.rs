@@ -20,11 +20,12 @@ use tokio::time::Instant;
 use super::health::ServerHealth;
 use super::queue::{self, Receiver, Sender};
 use super::reply::ReplyTo;
-use super::stream::ServerStream;
+use super::stream::{ConnectError, ServerStream};
 use crate::descriptors::During;
 use crate::error::BackendError;
 use crate::metrics::ServerStats;
 use crate::protocol::{Protocol, Reply, ReplyScanner, ServerFacts};
+use crate::tls::connector::ServerTls;
 
 /// The most requests one server connection has in flight; more wait in its queue.
 const MAX_IN_FLIGHT: usize = 1024;
@@ -33,6 +34,11 @@ const MAX_WRITE_BUFFER: usize = 4 << 20;
 /// How long a new connection waits for the answers to the protocol's introductions when the pool has
 /// no `timeout` (a server that ignores them must not hold the connection forever).
 const INTRODUCTION_TIMEOUT: Duration = Duration::from_secs(1);
+/// After a failed TLS handshake, how long requests fail at once with its cause before the next
+/// handshake is tried, at first and at most (it doubles while handshakes keep failing): a certificate
+/// does not fix itself between two requests, and a handshake per request would load both sides.
+const TLS_RETRY_MIN: Duration = Duration::from_secs(1);
+const TLS_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// A request for a server connection task.
 #[derive(Debug)]
@@ -60,6 +66,8 @@ pub(crate) struct BackendSettings {
     pub keepalive: bool,
     /// The most connections of their own ([`Backend::own_connection`]) open at once.
     pub own_connections: u32,
+    /// TLS on every connection (`--server-tls`); `None`: plain TCP.
+    pub tls: Option<ServerTls>,
 }
 
 /// A server: its connection tasks, tallies and health.
@@ -193,6 +201,7 @@ impl<P: Protocol> Backend<P> {
             in_flight: VecDeque::new(),
             rbuf: BytesMut::new(),
             wbuf: BytesMut::new(),
+            tls_retry: Duration::ZERO,
             scanner: P::ReplyScanner::default(),
             own,
         }
@@ -262,6 +271,7 @@ impl<P: Protocol> Spawn<'_, P> {
                             wbuf: BytesMut::with_capacity(16 << 10),
                             scanner: P::ReplyScanner::default(),
                             own: false,
+                            tls_retry: Duration::ZERO,
                         };
                         worker.spawn(conn.run(rx, preconnect && lane == 0));
                         tx
@@ -409,6 +419,8 @@ struct Connection<P: Protocol> {
     /// One client's own ([`Backend::own_connection`]): it closes as soon as its client drops it,
     /// and after a failure it fails what it is sent rather than reconnect.
     own: bool,
+    /// The current hold-off after failed TLS handshakes (zero once one succeeds).
+    tls_retry: Duration,
 }
 
 /// Why a connection ended.
@@ -453,9 +465,15 @@ impl<P: Protocol> Connection<P> {
                         }
                         return;
                     }
+                    if matches!(err, BackendError::Tls { .. })
+                        && !self.hold_off(&err, &mut rx).await
+                    {
+                        return;
+                    }
                     continue;
                 }
             };
+            self.tls_retry = Duration::ZERO;
             let mut stream = stream;
             if !self.introduce(&mut stream).await {
                 // A fresh connection without them, at once, the queued request kept: the server is
@@ -498,9 +516,31 @@ impl<P: Protocol> Connection<P> {
         }
     }
 
+    /// After a failed TLS handshake: fails what arrives with its error, without a handshake, for the
+    /// hold-off (doubled each time, [`TLS_RETRY_MIN`] to [`TLS_RETRY_MAX`]). `false` when every queue
+    /// was dropped meanwhile.
+    async fn hold_off(&mut self, err: &BackendError, rx: &mut Receiver<Job<P>>) -> bool {
+        self.tls_retry = (self.tls_retry * 2).clamp(TLS_RETRY_MIN, TLS_RETRY_MAX);
+        tracing::warn!(
+            pool = %self.health.pool_stats().name,
+            server = %self.stats.name,
+            cause = %err.cause(),
+            retry_in = ?self.tls_retry,
+            "TLS handshake with the server failed; its requests fail until the next try"
+        );
+        let until = tokio::time::Instant::now() + self.tls_retry;
+        loop {
+            match tokio::time::timeout_at(until, rx.recv()).await {
+                Ok(Some(job)) => self.fail_job(job, err),
+                Ok(None) => return false,
+                Err(_) => return true,
+            }
+        }
+    }
+
     async fn connect(&self) -> Result<ServerStream, BackendError> {
         let addr = &self.settings.addr;
-        let attempt = ServerStream::connect(addr.as_str());
+        let attempt = ServerStream::connect(addr.as_str(), self.settings.tls.as_ref());
         let result = match self.settings.timeout {
             Some(t) => match tokio::time::timeout(t, attempt).await {
                 Ok(r) => r,
@@ -516,11 +556,21 @@ impl<P: Protocol> Connection<P> {
         };
         let mut stream = result
             .inspect(|s| {
-                if let (ServerStream::Tcp(s), true) = (s, self.settings.keepalive) {
+                if let (Some(s), true) = (s.tcp(), self.settings.keepalive) {
                     crate::net::set_keepalive(s);
                 }
             })
             .map_err(|e| {
+                let e = match e {
+                    ConnectError::Io(e) => e,
+                    ConnectError::Tls(why) => {
+                        self.stats.tls_handshake_errors.inc();
+                        return BackendError::Tls {
+                            addr: addr.clone(),
+                            reason: why,
+                        };
+                    }
+                };
                 if crate::descriptors::is_shortage(&e) {
                     crate::descriptors::shortage(
                         Some(self.health.pool_stats()),
@@ -542,6 +592,7 @@ impl<P: Protocol> Connection<P> {
                 match &mut stream {
                     ServerStream::Tcp(s) => self.greet(s).await,
                     ServerStream::Unix(s) => self.greet(s).await,
+                    ServerStream::Tls(s) => self.greet(s).await,
                 }
             };
             let outcome = match self.settings.timeout {
@@ -637,6 +688,7 @@ impl<P: Protocol> Connection<P> {
             match stream {
                 ServerStream::Tcp(s) => self.exchange_introductions(s).await,
                 ServerStream::Unix(s) => self.exchange_introductions(s).await,
+                ServerStream::Tls(s) => self.exchange_introductions(s).await,
             }
         };
         let wait = self.settings.timeout.unwrap_or(INTRODUCTION_TIMEOUT);
@@ -710,6 +762,10 @@ impl<P: Protocol> Connection<P> {
             }
             ServerStream::Unix(mut s) => {
                 let (rd, wr) = s.split();
+                self.serve_halves(rd, wr, rx).await
+            }
+            ServerStream::Tls(s) => {
+                let (rd, wr) = tokio::io::split(*s);
                 self.serve_halves(rd, wr, rx).await
             }
         }
@@ -882,6 +938,7 @@ mod tests {
             max_value_len: 1 << 20,
             keepalive: false,
             own_connections: 0,
+            tls: None,
         };
         let policy = EjectPolicy {
             auto_eject: false,

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::stream::ServerStream;
+use super::stream::{ConnectError, ServerStream};
+use crate::tls::connector::ServerTls;
 use tokio::sync::Notify;
 
 use crate::metrics::{unix_time, PoolStats, ServerStats};
@@ -172,6 +173,8 @@ pub(crate) enum ProbeFailure {
     Closed,
     /// The server answered, but not as a healthy server does.
     Unhealthy,
+    /// The TLS handshake failed, for this cause.
+    Tls(String),
 }
 
 impl fmt::Display for ProbeFailure {
@@ -183,6 +186,7 @@ impl fmt::Display for ProbeFailure {
             ProbeFailure::Lost(e) => write!(f, "probe failed: connection lost: {e}"),
             ProbeFailure::Closed => f.write_str("probe failed: closed without answering"),
             ProbeFailure::Unhealthy => f.write_str("probe failed: unhealthy answer"),
+            ProbeFailure::Tls(why) => write!(f, "probe failed: TLS handshake: {why}"),
         }
     }
 }
@@ -191,20 +195,24 @@ impl fmt::Display for ProbeFailure {
 /// `timeout`.
 pub(crate) async fn probe<P: Protocol>(
     addr: &str,
+    tls: Option<&ServerTls>,
     request: &[u8],
     timeout: Duration,
 ) -> Result<(), ProbeFailure> {
     let attempt = async {
-        let stream = ServerStream::connect(addr).await.map_err(|e| {
-            if crate::descriptors::is_shortage(&e) {
-                ProbeFailure::Shortage(e)
-            } else {
-                ProbeFailure::Connect(e)
-            }
-        })?;
+        let stream = ServerStream::connect(addr, tls)
+            .await
+            .map_err(|e| match e {
+                ConnectError::Io(e) if crate::descriptors::is_shortage(&e) => {
+                    ProbeFailure::Shortage(e)
+                }
+                ConnectError::Io(e) => ProbeFailure::Connect(e),
+                ConnectError::Tls(why) => ProbeFailure::Tls(why),
+            })?;
         match stream {
             ServerStream::Tcp(mut s) => ask::<P>(&mut s, request).await,
             ServerStream::Unix(mut s) => ask::<P>(&mut s, request).await,
+            ServerStream::Tls(mut s) => ask::<P>(&mut s, request).await,
         }
     };
     tokio::time::timeout(timeout, attempt)
@@ -266,10 +274,11 @@ mod tests {
         });
         let second = Duration::from_secs(1);
         let addr = path.to_str().unwrap();
-        assert!(probe::<Memcache>(addr, b"version\r\n", second)
+        assert!(probe::<Memcache>(addr, None, b"version\r\n", second)
             .await
             .is_ok());
-        let dead = probe::<Memcache>("/nonexistent/shardring.sock", b"version\r\n", second).await;
+        let dead =
+            probe::<Memcache>("/nonexistent/shardring.sock", None, b"version\r\n", second).await;
         assert!(matches!(&dead, Err(ProbeFailure::Connect(_))), "{dead:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -89,6 +89,10 @@ impl<P: Protocol> Backend<P> {
                             let (rd, wr) = s.split();
                             stream_frames::<P>(rd, wr, queued, &pushes, server, kind).await
                         }
+                        ServerStream::Tls(s) => {
+                            let (rd, wr) = tokio::io::split(*s);
+                            stream_frames::<P>(rd, wr, queued, &pushes, server, kind).await
+                        }
                     };
                     backend.stats.server_connections.dec();
                     why

@@ -27,6 +27,7 @@ pub use self::protocol::{
 };
 pub use self::twemproxy_file::read_pools;
 pub use self::twemproxy_keys::parse_listen;
+pub use crate::tls::{ListenerTls, ServerTlsConfig};
 pub use shardring::compat::twemproxy::Distribution;
 pub use shardring::hash::TwemproxyHash;
 

@@ -6,11 +6,15 @@
 //! and which combinations are refused is decided here, beside the settings themselves, and applied
 //! alike at start, by `-t` and on every reload.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use shardring::compat::twemproxy::TwemproxyServer;
 
-use super::{ConfigErrors, GutterConfig, HotKeysConfig, ProtocolConfig, ProxyConfig, Remedies};
+use super::{
+    ConfigErrors, GutterConfig, HotKeysConfig, ListenerTls, PoolConfig, ProtocolConfig,
+    ProxyConfig, Remedies, ServerTlsConfig,
+};
 
 /// The proxy-only settings given on the command line, one field a flag, as parsed. [`Default`] is
 /// the command line without any of these flags.
@@ -55,6 +59,47 @@ pub struct Overrides {
     /// `--redis-dedicated-connections N`: each redis server's bound on connections of their own
     /// (`WATCH`, blocking commands). By default, none (64).
     pub redis_dedicated_connections: Option<u32>,
+    /// `--tls-cert [POOL=]PATH`, and the TLS flags below that take a path, in command-line order as
+    /// `--replicas`: a plain value for every pool, `POOL=` for one (which wins). By default, none
+    /// (no TLS on the listeners).
+    pub tls_cert: Vec<(Option<String>, PathBuf)>,
+    /// `--tls-key [POOL=]PATH`: the listener certificate's key.
+    pub tls_key: Vec<(Option<String>, PathBuf)>,
+    /// `--tls-client-ca [POOL=]PATH`: clients must present a certificate from these CAs.
+    pub tls_client_ca: Vec<(Option<String>, PathBuf)>,
+    /// `--server-tls[=POOL]`: TLS to the servers of every pool (`None`) or of the named ones. By
+    /// default, none (plain TCP).
+    pub server_tls: Vec<Option<String>>,
+    /// `--server-ca [POOL=]PATH`: the CAs servers' certificates must chain to (else the system's).
+    pub server_ca: Vec<(Option<String>, PathBuf)>,
+    /// `--server-cert [POOL=]PATH`: the client certificate the proxy shows its servers.
+    pub server_cert: Vec<(Option<String>, PathBuf)>,
+    /// `--server-key [POOL=]PATH`: its key.
+    pub server_key: Vec<(Option<String>, PathBuf)>,
+    /// `--server-tls-insecure[=POOL]`: servers' certificates are not checked (tests only).
+    pub server_tls_insecure: Vec<Option<String>>,
+}
+
+/// The pools a per-pool flag names.
+fn named<T>(values: &[(Option<String>, T)]) -> Vec<&str> {
+    values.iter().filter_map(|(p, _)| p.as_deref()).collect()
+}
+
+/// The value a per-pool flag gives `pool`: its own (the last `POOL=` one), else the last plain one.
+fn for_pool<'a, T>(values: &'a [(Option<String>, T)], pool: &str) -> Option<&'a T> {
+    let own = values
+        .iter()
+        .rev()
+        .find(|(p, _)| p.as_deref() == Some(pool));
+    own.or_else(|| values.iter().rev().find(|(p, _)| p.is_none()))
+        .map(|(_, v)| v)
+}
+
+/// Whether a switch given as `--flag` (every pool) or `--flag=POOL` is on for `pool`.
+fn switched_on(switches: &[Option<String>], pool: &str) -> bool {
+    switches
+        .iter()
+        .any(|p| p.as_deref().is_none_or(|p| p == pool))
 }
 
 impl Default for Overrides {
@@ -75,6 +120,14 @@ impl Default for Overrides {
             warmup_window: None,
             redis_user: Vec::new(),
             redis_dedicated_connections: None,
+            tls_cert: Vec::new(),
+            tls_key: Vec::new(),
+            tls_client_ca: Vec::new(),
+            server_tls: Vec::new(),
+            server_ca: Vec::new(),
+            server_cert: Vec::new(),
+            server_key: Vec::new(),
+            server_tls_insecure: Vec::new(),
         }
     }
 }
@@ -93,6 +146,7 @@ impl Overrides {
         let mut flag_errors = ConfigErrors::default();
         for pool in &mut config.pools {
             pool.health_check_interval = self.health_check_interval;
+            self.tls(pool, &mut flag_errors);
             let named = self
                 .replicas
                 .iter()
@@ -148,6 +202,19 @@ impl Overrides {
         }
         let mut errors = config.validate().err().unwrap_or_default();
         errors.problems.extend(flag_errors.problems);
+        // The files last, and only when the flags make sense: -t, the start and every reload read
+        // them, so a certificate that cannot be used is refused like a bad config.
+        if errors.problems.is_empty() {
+            for pool in &config.pools {
+                if let Err(problems) =
+                    crate::tls::PoolTls::load(pool.tls.as_ref(), pool.server_tls.as_ref())
+                {
+                    for p in problems {
+                        errors.push(&pool.name, p);
+                    }
+                }
+            }
+        }
         let named_pools = [
             (
                 "--replicas",
@@ -163,6 +230,28 @@ impl Overrides {
                     .filter_map(|(p, _)| p.as_deref())
                     .collect(),
             ),
+            ("--tls-cert", named(&self.tls_cert)),
+            ("--tls-key", named(&self.tls_key)),
+            ("--tls-client-ca", named(&self.tls_client_ca)),
+            (
+                "--server-tls",
+                self.server_tls
+                    .iter()
+                    .flatten()
+                    .map(String::as_str)
+                    .collect(),
+            ),
+            ("--server-ca", named(&self.server_ca)),
+            ("--server-cert", named(&self.server_cert)),
+            ("--server-key", named(&self.server_key)),
+            (
+                "--server-tls-insecure",
+                self.server_tls_insecure
+                    .iter()
+                    .flatten()
+                    .map(String::as_str)
+                    .collect(),
+            ),
         ];
         for (flag, names) in named_pools {
             for name in names {
@@ -172,6 +261,63 @@ impl Overrides {
             }
         }
         errors.into_result().map(|()| config)
+    }
+
+    /// Sets `pool`'s TLS from the flags, pushing what does not fit together.
+    fn tls(&self, pool: &mut PoolConfig, errors: &mut ConfigErrors) {
+        let name = pool.name.clone();
+        let mut problem = |p: &str| errors.push(&name, p.to_owned());
+        let cert = for_pool(&self.tls_cert, &pool.name);
+        let key = for_pool(&self.tls_key, &pool.name);
+        let client_ca = for_pool(&self.tls_client_ca, &pool.name);
+        pool.tls = match (cert, key) {
+            (Some(cert), Some(key)) => Some(ListenerTls {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: client_ca.cloned(),
+            }),
+            (None, None) => {
+                if client_ca.is_some() {
+                    problem("--tls-client-ca needs --tls-cert and --tls-key");
+                }
+                None
+            }
+            _ => {
+                problem("--tls-cert and --tls-key go together");
+                None
+            }
+        };
+        if pool.tls.is_some() && matches!(pool.listen, super::Listen::Unix { .. }) {
+            problem("TLS listeners take a TCP listen address, not a unix socket");
+        }
+        let on = switched_on(&self.server_tls, &pool.name);
+        let insecure = switched_on(&self.server_tls_insecure, &pool.name);
+        let server = ServerTlsConfig {
+            ca: for_pool(&self.server_ca, &pool.name).cloned(),
+            cert: for_pool(&self.server_cert, &pool.name).cloned(),
+            key: for_pool(&self.server_key, &pool.name).cloned(),
+            insecure,
+        };
+        if !on {
+            if server != ServerTlsConfig::default() {
+                problem("--server-ca, --server-cert, --server-key and --server-tls-insecure need --server-tls");
+            }
+            pool.server_tls = None;
+            return;
+        }
+        if server.cert.is_some() != server.key.is_some() {
+            problem("--server-cert and --server-key go together");
+        }
+        if server.insecure && server.ca.is_some() {
+            problem(
+                "--server-tls-insecure checks no certificate, so --server-ca would not be used",
+            );
+        }
+        // twemproxy's unix-socket servers are absolute paths.
+        if pool.servers.iter().any(|s| s.host.starts_with('/')) {
+            problem("--server-tls: TLS is for TCP servers, and this pool has a unix-socket server");
+        }
+        pool.server_tls = Some(server);
     }
 
     /// A memcached pool's remedies from the flags, with `replicas` copies of each key (1 when not
@@ -404,5 +550,109 @@ mod tests {
                 .contains("mc: replicas must be between 1 and the number of servers (2), not 3"),
             "{errors}"
         );
+    }
+
+    /// A certificate for 127.0.0.1 and its key, self-signed, as PEM files in `dir`; a second key
+    /// that matches nothing beside them.
+    fn certificate_files(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let paths = (dir.join("c.pem"), dir.join("c.key"), dir.join("other.key"));
+        std::fs::write(&paths.0, cert.pem()).unwrap();
+        std::fs::write(&paths.1, key.serialize_pem()).unwrap();
+        std::fs::write(
+            &paths.2,
+            rcgen::KeyPair::generate().unwrap().serialize_pem(),
+        )
+        .unwrap();
+        paths
+    }
+
+    #[test]
+    fn tls_flags_reach_the_pools_they_name_and_their_files_are_checked() {
+        let dir =
+            std::env::temp_dir().join(format!("shardring-overrides-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key, other_key) = certificate_files(&dir);
+        let flags = Overrides {
+            tls_cert: vec![(None, cert.clone())],
+            tls_key: vec![(None, key.clone())],
+            server_tls: vec![Some("rd".into())],
+            server_ca: vec![(Some("rd".into()), cert.clone())],
+            ..Overrides::default()
+        };
+        let config = overridden(&flags).unwrap();
+        let (mc, rd) = (&config.pools[0], &config.pools[1]);
+        assert_eq!(mc.tls.as_ref().map(|t| &t.cert), Some(&cert));
+        assert_eq!(rd.tls.as_ref().map(|t| &t.key), Some(&key));
+        assert_eq!(mc.server_tls, None);
+        assert_eq!(
+            rd.server_tls.as_ref().and_then(|t| t.ca.as_ref()),
+            Some(&cert)
+        );
+
+        let missing = dir.join("missing.pem");
+        for (flags, problem) in [
+            (
+                Overrides {
+                    tls_cert: vec![(None, cert.clone())],
+                    ..Overrides::default()
+                },
+                "--tls-cert and --tls-key go together",
+            ),
+            (
+                Overrides {
+                    tls_client_ca: vec![(None, cert.clone())],
+                    ..Overrides::default()
+                },
+                "--tls-client-ca needs --tls-cert and --tls-key",
+            ),
+            (
+                Overrides {
+                    server_ca: vec![(None, cert.clone())],
+                    ..Overrides::default()
+                },
+                "need --server-tls",
+            ),
+            (
+                Overrides {
+                    server_tls: vec![Some("nope".into())],
+                    ..Overrides::default()
+                },
+                "--server-tls names no pool of the file: \"nope\"",
+            ),
+            (
+                Overrides {
+                    server_tls: vec![None],
+                    server_tls_insecure: vec![None],
+                    server_ca: vec![(None, cert.clone())],
+                    ..Overrides::default()
+                },
+                "--server-ca would not be used",
+            ),
+            (
+                Overrides {
+                    tls_cert: vec![(None, cert.clone())],
+                    tls_key: vec![(None, other_key.clone())],
+                    ..Overrides::default()
+                },
+                "the key does not match the certificate",
+            ),
+            (
+                Overrides {
+                    server_tls: vec![None],
+                    server_ca: vec![(None, missing.clone())],
+                    ..Overrides::default()
+                },
+                "missing.pem: No such file",
+            ),
+        ] {
+            let errors = overridden(&flags).unwrap_err().to_string();
+            assert!(errors.contains(problem), "{problem}: {errors}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -13,6 +13,7 @@ use super::protocol::{
     HotKeysConfig, MemcacheConfig, ProtocolConfig, RedisConfig, Remedies, NO_REMEDIES,
 };
 use super::twemproxy_keys::parse_listen;
+use crate::tls::{ListenerTls, ServerTlsConfig};
 
 /// Where a pool accepts clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +96,12 @@ pub struct PoolConfig {
     /// pool's `timeout`, or 1 s when it has none). By default, this is 1 s.
     /// `shardring proxy --health-check-interval` sets it for every pool.
     pub health_check_interval: Duration,
+    /// *proxy-only*: TLS on the pool's listener. By default, none (plain TCP).
+    /// `shardring proxy --tls-cert`, `--tls-key` and `--tls-client-ca` set it.
+    pub tls: Option<ListenerTls>,
+    /// *proxy-only*: TLS to the pool's servers. By default, none (plain TCP).
+    /// `shardring proxy --server-tls` and the `--server-*` flags set it.
+    pub server_tls: Option<ServerTlsConfig>,
 }
 
 /// How a pool places keys: its servers and twemproxy's placement settings, borrowed from the pool.
@@ -210,6 +217,8 @@ impl PoolConfig {
             tcpkeepalive: false,
             servers,
             health_check_interval: Duration::from_secs(1),
+            tls: None,
+            server_tls: None,
         }
     }
 

@@ -117,6 +117,8 @@ pub struct ServerStats {
     pub dedicated_connections: Counter,
     /// Clients refused one because the server had its bound of them open.
     pub dedicated_refused: Counter,
+    /// Connections and probes whose TLS handshake with the server failed (`--server-tls`).
+    pub tls_handshake_errors: Counter,
 }
 
 impl ServerStats {
@@ -148,6 +150,9 @@ pub struct PoolStats {
     /// socket memory (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`): the proxy's failures, never counted
     /// against a server ([`crate::descriptors`]).
     pub descriptor_shortages: Counter,
+    /// Client connections whose TLS handshake failed on the pool's TLS listener (no or a bad
+    /// client certificate, plaintext, a timeout): closed before any command was read.
+    pub client_tls_handshake_errors: Counter,
     /// Requests answered with `SERVER_ERROR` because a server failed.
     pub forward_error: Counter,
     /// Server requests made by splitting multi-gets.

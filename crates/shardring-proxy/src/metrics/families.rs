@@ -16,7 +16,7 @@ pub(super) enum Kind {
 pub(super) type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-pub(super) const POOL_FAMILIES: [PoolFamily; 28] = [
+pub(super) const POOL_FAMILIES: [PoolFamily; 29] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -70,6 +70,12 @@ pub(super) const POOL_FAMILIES: [PoolFamily; 28] = [
         Kind::Counter,
         "Accepts, connects and probes that failed for want of a descriptor or socket memory (never counted against a server).",
         |p| p.descriptor_shortages.get(),
+    ),
+    (
+        "shardring_proxy_pool_client_tls_handshake_errors",
+        Kind::Counter,
+        "Client connections closed because their TLS handshake failed (before any command was read).",
+        |p| p.client_tls_handshake_errors.get(),
     ),
     (
         "shardring_proxy_pool_membership_revision",
@@ -198,7 +204,7 @@ pub(super) type ServerFamily = (
 );
 
 /// The server-level families, one sample per server, labelled `pool` and `server`.
-pub(super) const SERVER_FAMILIES: [ServerFamily; 13] = [
+pub(super) const SERVER_FAMILIES: [ServerFamily; 14] = [
     (
         "shardring_proxy_server_requests",
         false,
@@ -289,5 +295,12 @@ pub(super) const SERVER_FAMILIES: [ServerFamily; 13] = [
         Kind::Counter,
         "Connections served after the server refused their AUTH for want of a password.",
         |s| s.handshake_errors_tolerated.get(),
+    ),
+    (
+        "shardring_proxy_server_tls_handshake_errors",
+        false,
+        Kind::Counter,
+        "Connections and probes whose TLS handshake with the server failed.",
+        |s| s.tls_handshake_errors.get(),
     ),
 ];

@@ -23,6 +23,10 @@ pub const POOL_STATS: &[(&str, &str)] = &[
         "descriptor_shortages",
         "# times the proxy ran out of descriptors or socket memory",
     ),
+    (
+        "client_tls_handshake_errors",
+        "# client connections closed because their TLS handshake failed",
+    ),
     ("forward_error", "# times we encountered a forwarding error"),
     (
         "fragments",
@@ -139,6 +143,10 @@ pub const SERVER_STATS: &[(&str, &str)] = &[
         "handshake_errors_tolerated",
         "# connections served after the server refused their AUTH for want of a password",
     ),
+    (
+        "tls_handshake_errors",
+        "# connections and probes whose TLS handshake with the server failed",
+    ),
 ];
 
 /// twemproxy's stats JSON: `service, source, version, uptime, timestamp, total_connections,
@@ -168,6 +176,10 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
         pool.insert(
             "descriptor_shortages".into(),
             json!(p.descriptor_shortages.get()),
+        );
+        pool.insert(
+            "client_tls_handshake_errors".into(),
+            json!(p.client_tls_handshake_errors.get()),
         );
         pool.insert("forward_error".into(), json!(p.forward_error.get()));
         pool.insert("fragments".into(), json!(p.fragments.get()));
@@ -237,6 +249,7 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
                 "dedicated_connections": s.dedicated_connections.get(),
                 "dedicated_refused": s.dedicated_refused.get(),
                 "handshake_errors_tolerated": s.handshake_errors_tolerated.get(),
+                "tls_handshake_errors": s.tls_handshake_errors.get(),
             });
             pool.insert(s.name.clone(), server);
         }

@@ -10,13 +10,14 @@ use tokio::sync::Notify;
 use crate::backend::health::{probe, ProbeFailure};
 use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
-use crate::config::{PoolConfig, VALUE_LEN_CEILING};
+use crate::config::{ConfigErrors, PoolConfig, VALUE_LEN_CEILING};
 use crate::descriptors::During;
 use crate::error::ProxyError;
 use crate::hot_keys::HotKeys;
 use crate::metrics::{PoolStats, ServerStats};
 use crate::protocol::{PoolState, Protocol};
 use crate::router::{build_placement, Router};
+use crate::tls::PoolTls;
 
 /// The probe timeout when the pool has no `timeout`.
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -34,6 +35,10 @@ pub(crate) struct PoolVersion<P: Protocol> {
     pub router: Router,
     /// The live set the router was last built with.
     live: Mutex<Vec<bool>>,
+    /// TLS for the clients this version's listener accepts (`--tls-cert`); `None`: plain TCP. Read
+    /// from the files when the version is built, so a reload with renewed files serves them to new
+    /// clients.
+    pub acceptor: Option<crate::tls::acceptor::Acceptor>,
     /// The previous version of the pool while a warm-up window is open (`--warmup-window`): misses on
     /// a key's new server are retried on its server there. Emptied when the window closes, which
     /// frees the old ring.
@@ -60,6 +65,14 @@ impl<P: Protocol> PoolVersion<P> {
         let pool = PoolState {
             hot: shared.hot.as_ref(),
         };
+        let tls =
+            PoolTls::load(config.tls.as_ref(), config.server_tls.as_ref()).map_err(|problems| {
+                let mut errors = ConfigErrors::default();
+                for p in problems {
+                    errors.push(&config.name, p);
+                }
+                ProxyError::Config(errors)
+            })?;
         let mut protocol = P::new(&config, &pool)?;
         let handshakes = protocol.handshakes();
         let introductions = protocol.introductions();
@@ -93,6 +106,7 @@ impl<P: Protocol> PoolVersion<P> {
                         .map_or(VALUE_LEN_CEILING, |m| m.limits.max_value_len),
                     keepalive: config.tcpkeepalive,
                     own_connections: config.redis().map_or(0, |r| r.dedicated_connections),
+                    tls: tls.servers.clone(),
                 };
                 let reuse = previous.and_then(|p| {
                     p.backends.iter().find(|b| {
@@ -142,6 +156,7 @@ impl<P: Protocol> PoolVersion<P> {
         });
         protocol.attach_facts(backends.iter().map(|b| Arc::clone(b.facts())).collect());
         Ok(PoolVersion {
+            acceptor: tls.acceptor,
             previous: arc_swap::ArcSwapOption::empty(),
             previous_now,
             config,
@@ -194,7 +209,14 @@ impl<P: Protocol> PoolVersion<P> {
             if ejected && !b.health.retry_due() {
                 return;
             }
-            match probe::<P>(&b.settings().addr, request, timeout).await {
+            match probe::<P>(
+                &b.settings().addr,
+                b.settings().tls.as_ref(),
+                request,
+                timeout,
+            )
+            .await
+            {
                 Err(ProbeFailure::Shortage(e)) => crate::descriptors::shortage(
                     Some(b.health.pool_stats()),
                     During::Probe(&b.stats.name),

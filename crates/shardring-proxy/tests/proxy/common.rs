@@ -27,7 +27,10 @@ pub fn pool_config(servers: &[Memcached]) -> PoolConfig {
 
 /// An in-process proxy, stopped on [`RunningProxy::stop`] (or aborted on drop).
 pub struct RunningProxy {
+    /// The first pool's listen address.
     pub addr: String,
+    /// Every pool's, in pool order.
+    pub addrs: Vec<String>,
     pub proxy: Arc<Proxy>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
@@ -62,10 +65,17 @@ impl RunningProxy {
         RunningProxy::serve(proxy).await
     }
 
+    /// Several pools in one proxy, on the test's runtime.
+    pub async fn start_pools(pools: Vec<PoolConfig>) -> RunningProxy {
+        let proxy = Proxy::new(ProxyConfig { pools }).expect("valid config");
+        RunningProxy::serve(proxy).await
+    }
+
     async fn serve(proxy: Proxy) -> RunningProxy {
         let proxy = Arc::new(proxy);
         let listeners = proxy.bind().await.expect("bind");
-        let addr = listeners[0].local_addr().unwrap();
+        let addrs: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        let addr = addrs[0].clone();
         let (tx, rx) = oneshot::channel::<()>();
         let p = Arc::clone(&proxy);
         let task = tokio::spawn(async move {
@@ -77,6 +87,7 @@ impl RunningProxy {
         });
         RunningProxy {
             addr,
+            addrs,
             proxy,
             stop: Some(tx),
             task: Some(task),
