@@ -2,7 +2,8 @@
 //!
 //! `memload ADDR CONNS SECONDS OP [KEYS] [VALUE_BYTES]` where OP is, for memcached, `get`, `set`, `mget10`
 //! or `load` (`load` stores every key once and exits), and for Redis (RESP2) `redis-get`, `redis-set`,
-//! `redis-mget10`, `redis-mset10`, `redis-get-p16` (16 GETs pipelined in one write), `redis-multi-set`
+//! `redis-mget10`, `redis-mset10`, `redis-get-p16` (16 GETs pipelined in one write), `connect` and
+//! `redis-connect` (a get on a new connection each time: what opening one costs), `redis-multi-set`
 //! (`MULTI`, `SET`, `EXEC` in one write: one transaction, three replies), `redis-blmove` (`BLMOVE` of 64
 //! lists seeded at start onto themselves, so it never waits: the cost of a blocking command on its own
 //! connection) or `redis-load`. Each
@@ -11,13 +12,103 @@
 //! redis-benchmark counts `-P 16`. An error reply (`SERVER_ERROR`, `CLIENT_ERROR`, a RESP `-` reply)
 //! counts as an error. Prints one JSON line:
 //! `{"op":…,"conns":…,"seconds":…,"requests":…,"errors":…,"rps":…,"p50_us":…,"p99_us":…,"p999_us":…}`.
+//!
+//! With `MEMLOAD_TLS_CA=ca.pem` every connection is a TLS one, the server's certificate checked
+//! against that CA for the name `127.0.0.1` (connections are made before the timed loop, so the
+//! handshakes are not in the figures).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// A connection: plain, or TLS when `MEMLOAD_TLS_CA` names a CA.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Conn {
+    async fn open(addr: &str, tls: Option<&tokio_rustls::TlsConnector>) -> Conn {
+        let s = TcpStream::connect(addr).await.expect("connect");
+        s.set_nodelay(true).expect("nodelay");
+        match tls {
+            None => Conn::Plain(s),
+            Some(c) => {
+                let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+                Conn::Tls(Box::new(c.connect(name, s).await.expect("TLS handshake")))
+            }
+        }
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The TLS client `MEMLOAD_TLS_CA` asks for, if any.
+fn tls_connector() -> Option<tokio_rustls::TlsConnector> {
+    use rustls::pki_types::pem::PemObject;
+    let ca = std::env::var_os("MEMLOAD_TLS_CA")?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(&ca).expect("MEMLOAD_TLS_CA") {
+        roots
+            .add(c.expect("a CA certificate"))
+            .expect("a usable CA");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
 
 /// Which protocol a run speaks.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -28,7 +119,11 @@ enum Wire {
 }
 
 /// Reads one whole reply (for Redis, as many replies as were pipelined); false if it was an error.
-async fn read_reply(s: &mut TcpStream, buf: &mut Vec<u8>, wire: Wire) -> std::io::Result<bool> {
+async fn read_reply(
+    s: &mut (impl AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+    wire: Wire,
+) -> std::io::Result<bool> {
     buf.clear();
     let mut chunk = [0u8; 16 << 10];
     loop {
@@ -152,6 +247,16 @@ async fn main() {
     let keys: Arc<Vec<String>> = Arc::new((0..nkeys).map(|i| format!("memload:{i:08}")).collect());
     let value = vec![b'v'; vlen];
 
+    let tls = tls_connector();
+    // `connect`/`redis-connect`: a `get` on a new connection each time (with TLS, a handshake a
+    // request; rustls resumes sessions, as the proxy's clients would).
+    let reconnect = op == "connect" || op == "redis-connect";
+    let label = op.clone();
+    let op = match op.as_str() {
+        "connect" => "get".to_owned(),
+        "redis-connect" => "redis-get".to_owned(),
+        _ => op,
+    };
     let wire = match op.as_str() {
         "redis-get-p16" => Wire::Redis(16),
         "redis-multi-set" => Wire::Redis(3),
@@ -167,7 +272,7 @@ async fn main() {
     // One hash tag: every list on one server, so a client stays on its connection of its own.
     let list = |i: usize| format!("{{memload}}:list:{}", i % 64);
     if op == "redis-blmove" {
-        let mut s = TcpStream::connect(&addr).await.expect("connect");
+        let mut s = Conn::open(&addr, tls.as_ref()).await;
         let mut buf = Vec::new();
         for i in 0..64 {
             let req = resp(&[b"RPUSH", list(i).as_bytes(), b"a", b"b", b"c", b"d"]);
@@ -179,7 +284,7 @@ async fn main() {
         }
     }
     if op == "load" || op == "redis-load" {
-        let mut s = TcpStream::connect(&addr).await.expect("connect");
+        let mut s = Conn::open(&addr, tls.as_ref()).await;
         let mut buf = Vec::new();
         for k in keys.iter() {
             let req = if wire == Wire::Memcache {
@@ -260,16 +365,19 @@ async fn main() {
             })
             .collect(),
     );
+    // Every connection (and its TLS handshake) before the clock starts.
+    let mut opened = Vec::with_capacity(conns);
+    for _ in 0..conns {
+        opened.push(Conn::open(&addr, tls.as_ref()).await);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for c in 0..conns {
-        let addr = addr.clone();
+    for (c, mut s) in opened.into_iter().enumerate() {
         let requests = Arc::clone(&requests);
         let stop = Arc::clone(&stop);
+        let (addr, tls) = (addr.clone(), tls.clone());
         tasks.push(tokio::spawn(async move {
-            let mut s = TcpStream::connect(&addr).await.expect("connect");
-            s.set_nodelay(true).expect("nodelay");
             let mut buf = Vec::with_capacity(4096);
             let mut lat = Vec::with_capacity(1 << 16);
             let mut errors = 0u64;
@@ -278,6 +386,9 @@ async fn main() {
                 let req = &requests[i % requests.len()];
                 i += 1;
                 let t = Instant::now();
+                if reconnect {
+                    s = Conn::open(&addr, tls.as_ref()).await;
+                }
                 s.write_all(req).await.expect("write");
                 match read_reply(&mut s, &mut buf, wire).await {
                     Ok(true) => {}
@@ -301,7 +412,7 @@ async fn main() {
     let elapsed = started.elapsed().as_secs_f64();
     all.sort_unstable();
     println!(
-        "{{\"op\":\"{op}\",\"conns\":{conns},\"seconds\":{elapsed:.3},\"requests\":{},\"errors\":{errors},\"rps\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{}}}",
+        "{{\"op\":\"{label}\",\"conns\":{conns},\"seconds\":{elapsed:.3},\"requests\":{},\"errors\":{errors},\"rps\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{}}}",
         all.len() * per_trip,
         (all.len() * per_trip) as f64 / elapsed,
         percentile(&all, 0.50),
