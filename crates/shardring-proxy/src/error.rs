@@ -172,6 +172,96 @@ impl std::fmt::Display for Cause<'_> {
     }
 }
 
+/// Why no master address could be had from the Sentinels ([`crate::sentinel::Sentinels::master`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SentinelError {
+    /// The pool names no Sentinel to ask.
+    #[error("no Sentinel addresses to ask")]
+    NoSentinels,
+    /// Every Sentinel was asked and none gave the group's master: each one's reason, in the order
+    /// they were asked.
+    #[error("master group {group}: no Sentinel gave its master ({})", Failures(.failures))]
+    Unresolved {
+        /// The master group (the server's name).
+        group: String,
+        /// What each Sentinel did instead.
+        failures: Vec<SentinelFailure>,
+    },
+}
+
+impl SentinelError {
+    /// Whether every Sentinel answered and none monitors the group: the group's name is wrong (or the
+    /// Sentinels were not told of it), which retrying will not mend.
+    pub fn is_unknown_group(&self) -> bool {
+        match self {
+            SentinelError::NoSentinels => false,
+            SentinelError::Unresolved { failures, .. } => {
+                !failures.is_empty()
+                    && failures
+                        .iter()
+                        .all(|f| f.cause == SentinelCause::UnknownGroup)
+            }
+        }
+    }
+}
+
+/// One Sentinel's part of a [`SentinelError::Unresolved`]: `addr: cause`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{addr}: {cause}")]
+pub struct SentinelFailure {
+    /// The Sentinel's `host:port`.
+    pub addr: String,
+    /// What it did instead of naming the master.
+    pub cause: SentinelCause,
+}
+
+/// Why one Sentinel did not name a group's master. Causes are kept as text: one failure is reported
+/// for many groups, and in stats and logs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SentinelCause {
+    /// The connection could not be opened.
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The connection, the password check or the answer took longer than the timeout.
+    #[error("no answer within the timeout")]
+    Timeout,
+    /// The connection broke or was closed before the answer.
+    #[error("connection lost: {0}")]
+    Lost(String),
+    /// The Sentinel refused the password (`AUTH`): its error reply.
+    #[error("refused the password: {0}")]
+    AuthRefused(String),
+    /// The Sentinel requires a password and none is set (`NOAUTH`).
+    #[error("requires a password and none is set: {0}")]
+    AuthRequired(String),
+    /// The Sentinel answered, and monitors no master group of that name.
+    #[error("monitors no such master group")]
+    UnknownGroup,
+    /// The Sentinel answered with an error reply.
+    #[error("answered {0}")]
+    Refused(String),
+    /// The Sentinel's reply was not RESP, too large, or not the shape the command has.
+    #[error("malformed reply: {0}")]
+    Malformed(String),
+}
+
+/// A list of [`SentinelFailure`]s, `; `-separated, for [`SentinelError::Unresolved`]'s message.
+struct Failures<'a>(&'a [SentinelFailure]);
+
+impl std::fmt::Display for Failures<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, failure) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{failure}")?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

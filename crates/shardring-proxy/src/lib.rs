@@ -86,6 +86,7 @@ pub mod protocol;
 mod proxy;
 mod router;
 mod run;
+pub mod sentinel;
 mod server;
 mod session;
 pub mod shutdown;
