@@ -222,6 +222,47 @@ pub struct Args {
     #[arg(long, value_name = "POOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "", value_parser = parse_pool_switch, help_heading = "TLS")]
     server_tls_insecure: Vec<Option<String>>,
+    /// Redis pools: follow each server's master through these Sentinels; every server line's name
+    /// is its master group (`host:port:weight group`, placement by name, so a failover moves no key).
+    /// `POOL=HOST:PORT,...` for one pool (repeat for several), a bare list for every redis pool.
+    /// Sentinels speak TLS when the pool's servers do (--server-tls, the same CA).
+    #[arg(long, value_name = "[POOL=]HOST:PORT,...", value_parser = parse_sentinels)]
+    sentinel: Vec<(Option<String>, Vec<String>)>,
+    /// The Sentinels' password (their `requirepass`), as --sentinel: `POOL=PASSWORD` or `PASSWORD`.
+    #[arg(long, value_name = "[POOL=]PASSWORD", value_parser = parse_sentinel_auth)]
+    sentinel_auth: Vec<(Option<String>, String)>,
+}
+
+/// `HOST:PORT,...` or `POOL=HOST:PORT,...` → (pool, Sentinel addresses).
+fn parse_sentinels(text: &str) -> Result<(Option<String>, Vec<String>), String> {
+    let (pool, list) = match text.split_once('=') {
+        Some((pool, list)) if !pool.is_empty() => (Some(pool.to_owned()), list),
+        _ => (None, text),
+    };
+    let addrs: Vec<String> = list.split(',').map(str::trim).map(str::to_owned).collect();
+    for a in &addrs {
+        let port_ok = a.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !port_ok {
+            return Err(format!(
+                "not a Sentinel address: {a:?} in {text:?} ([POOL=]HOST:PORT,HOST:PORT...)"
+            ));
+        }
+    }
+    Ok((pool, addrs))
+}
+
+/// `PASSWORD` or `POOL=PASSWORD` → (pool, password). A password with `=` in it needs the `POOL=`.
+fn parse_sentinel_auth(text: &str) -> Result<(Option<String>, String), String> {
+    let (pool, password) = match text.split_once('=') {
+        Some((pool, password)) if !pool.is_empty() => (Some(pool.to_owned()), password),
+        _ => (None, text),
+    };
+    if password.is_empty() {
+        return Err("an empty Sentinel password".into());
+    }
+    Ok((pool, password.to_owned()))
 }
 
 /// `PATH` or `POOL=PATH` → (pool, path). A path with `=` in it needs the `POOL=` form.
@@ -341,6 +382,8 @@ fn overrides(args: &Args) -> Overrides {
         server_cert: args.server_cert.clone(),
         server_key: args.server_key.clone(),
         server_tls_insecure: args.server_tls_insecure.clone(),
+        sentinel: args.sentinel.clone(),
+        sentinel_auth: args.sentinel_auth.clone(),
     }
 }
 
@@ -590,6 +633,10 @@ mod tests {
             "--server-key",
             "/etc/tls/me.key",
             "--server-tls-insecure=mc",
+            "--sentinel",
+            "rd=127.0.0.1:26379,10.0.0.2:26379",
+            "--sentinel-auth",
+            "rd=s3cret",
         ]);
         let ms = Duration::from_millis;
         assert_eq!(
@@ -622,6 +669,11 @@ mod tests {
                 server_cert: vec![(None, "/etc/tls/me.pem".into())],
                 server_key: vec![(None, "/etc/tls/me.key".into())],
                 server_tls_insecure: vec![Some("mc".into())],
+                sentinel: vec![(
+                    Some("rd".into()),
+                    vec!["127.0.0.1:26379".into(), "10.0.0.2:26379".into()]
+                )],
+                sentinel_auth: vec![(Some("rd".into()), "s3cret".into())],
             }
         );
     }

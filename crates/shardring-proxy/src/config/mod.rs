@@ -24,6 +24,7 @@ pub use self::pool::{Listen, PlacementSpec, PoolConfig, DEFAULT_CLIENT_CONNECTIO
 pub use self::problem::{ConfigErrors, ConfigProblem};
 pub use self::protocol::{
     GutterConfig, HotKeysConfig, MemcacheConfig, ProtocolConfig, RedisConfig, Remedies,
+    SentinelConfig,
 };
 pub use self::twemproxy_file::read_pools;
 pub use self::twemproxy_keys::parse_listen;

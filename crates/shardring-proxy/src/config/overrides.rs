@@ -78,6 +78,10 @@ pub struct Overrides {
     pub server_key: Vec<(Option<String>, PathBuf)>,
     /// `--server-tls-insecure[=POOL]`: servers' certificates are not checked (tests only).
     pub server_tls_insecure: Vec<Option<String>>,
+    /// `--sentinel POOL=HOST:PORT,…`: a redis pool's Sentinels. By default, none.
+    pub sentinel: Vec<(Option<String>, Vec<String>)>,
+    /// `--sentinel-auth POOL=PASSWORD`: their password. By default, none.
+    pub sentinel_auth: Vec<(Option<String>, String)>,
 }
 
 /// The pools a per-pool flag names.
@@ -128,6 +132,8 @@ impl Default for Overrides {
             server_cert: Vec::new(),
             server_key: Vec::new(),
             server_tls_insecure: Vec::new(),
+            sentinel: Vec::new(),
+            sentinel_auth: Vec::new(),
         }
     }
 }
@@ -192,6 +198,14 @@ impl Overrides {
                         r.dedicated_connections = n;
                     }
                     r.hot_keys = self.hot_keys_config();
+                    r.sentinel =
+                        for_pool(&self.sentinel, &pool.name).map(|addrs| super::SentinelConfig {
+                            addrs: addrs.clone(),
+                            password: for_pool(&self.sentinel_auth, &pool.name).cloned(),
+                        });
+                    if r.sentinel.is_none() && for_pool(&self.sentinel_auth, &pool.name).is_some() {
+                        flag_errors.push(&pool.name, "--sentinel-auth needs --sentinel".into());
+                    }
                     // Only a pool's own count: one given for every pool is the memcached pools'
                     // remedy, and redis pools, often stores, are named to take it.
                     if let Some((_, n)) = named {
@@ -230,6 +244,8 @@ impl Overrides {
                     .filter_map(|(p, _)| p.as_deref())
                     .collect(),
             ),
+            ("--sentinel", named(&self.sentinel)),
+            ("--sentinel-auth", named(&self.sentinel_auth)),
             ("--tls-cert", named(&self.tls_cert)),
             ("--tls-key", named(&self.tls_key)),
             ("--tls-client-ca", named(&self.tls_client_ca)),

@@ -179,6 +179,20 @@ pub struct RedisConfig {
     /// proxy --hot-keys K` (and `--hot-keys-window`, `--hot-cache-ttl`, `--hot-cache-size`). By
     /// default, none (off).
     pub hot_keys: Option<HotKeysConfig>,
+    /// *proxy-only*: the Redis Sentinels that know each server's master. Each server line's name is
+    /// its master group; the proxy connects to the master the Sentinels name and follows their
+    /// `+switch-master`. `shardring proxy --sentinel POOL=HOST:PORT,…` (and `--sentinel-auth`). By
+    /// default, none: the file's addresses.
+    pub sentinel: Option<SentinelConfig>,
+}
+
+/// A redis pool's Sentinels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelConfig {
+    /// `host:port` of each Sentinel, asked in turn.
+    pub addrs: Vec<String>,
+    /// The Sentinels' `requirepass`, if any (`--sentinel-auth`).
+    pub password: Option<String>,
 }
 
 impl Default for RedisConfig {
@@ -191,6 +205,7 @@ impl Default for RedisConfig {
             dedicated_connections: 64,
             replicas: 1,
             hot_keys: None,
+            sentinel: None,
         }
     }
 }
@@ -298,6 +313,20 @@ impl RedisConfig {
                 name,
                 "dedicated connections must be at least 1 per server".into(),
             );
+        }
+        if let Some(sentinel) = &self.sentinel {
+            if sentinel.addrs.is_empty() {
+                errors.push(name, "--sentinel: at least one Sentinel address".into());
+            }
+            for s in pool.servers.iter().filter(|s| s.name.is_none()) {
+                errors.push(
+                    name,
+                    format!(
+                        "server {s}: with --sentinel every server line needs a name, its master group \
+                         (host:port:weight group)"
+                    ),
+                );
+            }
         }
     }
 }

@@ -20,6 +20,7 @@
 
 mod conn;
 mod connect;
+pub mod follow;
 mod resp;
 mod stats;
 mod watch;

@@ -24,6 +24,7 @@ mod redis_pubsub;
 mod redis_replicas;
 mod redis_transactions;
 mod replicas;
+mod sentinel;
 mod tls;
 mod twemproxy_config;
 mod warmup;
