@@ -85,7 +85,7 @@ pub struct Overrides {
 }
 
 /// The pools a per-pool flag names.
-fn named<T>(values: &[(Option<String>, T)]) -> Vec<&str> {
+fn pools_named<T>(values: &[(Option<String>, T)]) -> Vec<&str> {
     values.iter().filter_map(|(p, _)| p.as_deref()).collect()
 }
 
@@ -161,6 +161,18 @@ impl Overrides {
             let every = self.replicas.iter().rev().find(|(p, _)| p.is_none());
             match &mut pool.protocol {
                 ProtocolConfig::Memcache(m) => {
+                    if [
+                        pools_named(&self.sentinel),
+                        pools_named(&self.sentinel_auth),
+                    ]
+                    .iter()
+                    .any(|names| names.contains(&pool.name.as_str()))
+                    {
+                        flag_errors.push(
+                            &pool.name,
+                            "--sentinel: redis pools only, and this is a memcached pool".into(),
+                        );
+                    }
                     if self
                         .redis_user
                         .iter()
@@ -244,11 +256,11 @@ impl Overrides {
                     .filter_map(|(p, _)| p.as_deref())
                     .collect(),
             ),
-            ("--sentinel", named(&self.sentinel)),
-            ("--sentinel-auth", named(&self.sentinel_auth)),
-            ("--tls-cert", named(&self.tls_cert)),
-            ("--tls-key", named(&self.tls_key)),
-            ("--tls-client-ca", named(&self.tls_client_ca)),
+            ("--sentinel", pools_named(&self.sentinel)),
+            ("--sentinel-auth", pools_named(&self.sentinel_auth)),
+            ("--tls-cert", pools_named(&self.tls_cert)),
+            ("--tls-key", pools_named(&self.tls_key)),
+            ("--tls-client-ca", pools_named(&self.tls_client_ca)),
             (
                 "--server-tls",
                 self.server_tls
@@ -257,9 +269,9 @@ impl Overrides {
                     .map(String::as_str)
                     .collect(),
             ),
-            ("--server-ca", named(&self.server_ca)),
-            ("--server-cert", named(&self.server_cert)),
-            ("--server-key", named(&self.server_key)),
+            ("--server-ca", pools_named(&self.server_ca)),
+            ("--server-cert", pools_named(&self.server_cert)),
+            ("--server-key", pools_named(&self.server_key)),
             (
                 "--server-tls-insecure",
                 self.server_tls_insecure
@@ -670,5 +682,57 @@ mod tests {
             assert!(errors.contains(problem), "{problem}: {errors}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sentinel_flags_need_a_redis_pool_whose_servers_are_named_for_their_groups() {
+        let sentinels = vec!["127.0.0.1:26379".to_owned()];
+        let flags = Overrides {
+            sentinel: vec![(Some("rd".into()), sentinels.clone())],
+            sentinel_auth: vec![(Some("rd".into()), "s3cret".into())],
+            ..Overrides::default()
+        };
+        // TWO_POOLS's redis server line has no name: it cannot be a master group.
+        let errors = overridden(&flags).unwrap_err().to_string();
+        assert!(
+            errors.contains("every server line needs a name"),
+            "{errors}"
+        );
+        let named = TWO_POOLS.replace("   - 127.0.0.1:4:1\n", "   - 127.0.0.1:4:1 cache-a\n");
+        let config = flags
+            .apply(ProxyConfig::from_yaml(&named).unwrap())
+            .unwrap();
+        let sentinel = config.pools[1].redis().unwrap().sentinel.clone().unwrap();
+        assert_eq!(sentinel.addrs, sentinels);
+        assert_eq!(sentinel.password.as_deref(), Some("s3cret"));
+        for (flags, problem) in [
+            (
+                Overrides {
+                    sentinel: vec![(Some("mc".into()), sentinels.clone())],
+                    ..Overrides::default()
+                },
+                "--sentinel: redis pools only",
+            ),
+            (
+                Overrides {
+                    sentinel_auth: vec![(None, "s3cret".into())],
+                    ..Overrides::default()
+                },
+                "--sentinel-auth needs --sentinel",
+            ),
+            (
+                Overrides {
+                    sentinel: vec![(Some("nope".into()), sentinels.clone())],
+                    ..Overrides::default()
+                },
+                "--sentinel names no pool of the file",
+            ),
+        ] {
+            let errors = flags
+                .apply(ProxyConfig::from_yaml(&named).unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(errors.contains(problem), "{problem}: {errors}");
+        }
     }
 }

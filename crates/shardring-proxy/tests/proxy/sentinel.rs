@@ -5,15 +5,19 @@
 //! the kill to the first write acknowledged by the new master, and how many acknowledged writes the
 //! failover lost (Redis replication is asynchronous).
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shardring_proxy::config::{PoolConfig, ProtocolConfig, RedisConfig, SentinelConfig};
+use shardring_proxy::config::{
+    PoolConfig, ProtocolConfig, RedisConfig, SentinelConfig, ServerTlsConfig,
+};
 use test_support::{free_port, RedisServer, TempDir};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{Client, RunningProxy};
 use crate::redis_common::{cmds, direct};
+use crate::tls::{Leaf, Pki};
 
 /// A redis-server in Sentinel mode monitoring `g1`, its rewritable config in a temp dir; killed on
 /// drop.
@@ -24,11 +28,24 @@ struct Sentinel {
 }
 
 impl Sentinel {
-    fn start(master_port: u16) -> Sentinel {
+    /// Monitoring `g1` at `master_port`; with `tls` (a certificate and its CA), on a TLS port only,
+    /// speaking TLS to the servers too, and asking clients for `requirepass s3cret`.
+    fn start(master_port: u16, tls: Option<(&Leaf, &Path)>) -> Sentinel {
         let port = free_port();
         let dir = TempDir::new("follow-sentinel");
+        let listen = match tls {
+            Some((leaf, ca)) => format!(
+                "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\n\
+                 tls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n\
+                 requirepass s3cret\n",
+                leaf.cert.display(),
+                leaf.key.display(),
+                ca.display()
+            ),
+            None => format!("port {port}\n"),
+        };
         let config = format!(
-            "port {port}\nbind 127.0.0.1\ndir {}\n\
+            "{listen}bind 127.0.0.1\ndir {}\n\
              sentinel monitor g1 127.0.0.1 {master_port} 2\n\
              sentinel down-after-milliseconds g1 1000\n\
              sentinel failover-timeout g1 5000\n\
@@ -95,22 +112,73 @@ async fn set(c: &mut Client, key: &str, value: &str) -> Answer {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_follows_its_master_through_sentinels_when_the_master_is_killed() {
+    failover(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_over_tls_everywhere_with_sentinels_that_ask_a_password() {
+    failover(true).await;
+}
+
+/// A TLS port beside the plain one, replication over TLS: the server arguments, and that port.
+fn tls_args(leaf: &Leaf, ca: &Path) -> (Vec<String>, u16) {
+    let port = free_port();
+    let args = [
+        "--tls-port".to_owned(),
+        port.to_string(),
+        "--tls-cert-file".to_owned(),
+        leaf.cert.display().to_string(),
+        "--tls-key-file".to_owned(),
+        leaf.key.display().to_string(),
+        "--tls-ca-cert-file".to_owned(),
+        ca.display().to_string(),
+        "--tls-auth-clients".to_owned(),
+        "no".to_owned(),
+        "--tls-replication".to_owned(),
+        "yes".to_owned(),
+    ];
+    (args.to_vec(), port)
+}
+
+fn start_redis(args: &[String]) -> Option<RedisServer> {
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    RedisServer::start(&refs)
+}
+
+/// A master and its replica as `g1`, three Sentinels, a pool whose line for `g1` points nowhere, a
+/// write load, the master killed. With `tls`, the replica, the Sentinels and the proxy reach the
+/// servers on their TLS ports, and the proxy the Sentinels on theirs, with a password.
+async fn failover(tls: bool) {
     let data = TempDir::new("follow-data");
-    let dir = data.path().to_str().unwrap();
-    let Some(mut master) = RedisServer::start(&["--dir", dir]) else {
+    let dir = data.path().display().to_string();
+    let pki = Pki::new("follow");
+    let leaf = pki.leaf("server", &["127.0.0.1"], false);
+    let (master_tls, master_tls_port) = tls_args(&leaf, &pki.ca_pem);
+    let (replica_tls, replica_tls_port) = tls_args(&leaf, &pki.ca_pem);
+    let mut master_args = vec!["--dir".to_owned(), dir.clone()];
+    if tls {
+        master_args.extend(master_tls);
+    }
+    let Some(mut master) = start_redis(&master_args) else {
         return;
     };
-    let port = master.port.to_string();
-    let replica = RedisServer::start(&[
+    let master_port = if tls { master_tls_port } else { master.port };
+    let mut replica_args = [
         "--dir",
-        dir,
+        &dir,
         "--dbfilename",
         "replica.rdb",
         "--replicaof",
         "127.0.0.1",
-        &port,
-    ])
-    .expect("a replica");
+        &master_port.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    if tls {
+        replica_args.extend(replica_tls);
+    }
+    let replica = start_redis(&replica_args).expect("a replica");
+    let replica_port = if tls { replica_tls_port } else { replica.port };
     let mut r = direct(&replica).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while !cmds(&mut r, &["INFO", "replication"])
@@ -120,7 +188,9 @@ async fn a_pool_follows_its_master_through_sentinels_when_the_master_is_killed()
         assert!(Instant::now() < deadline, "the replica never linked");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(master.port)).collect();
+    let sentinels: Vec<Sentinel> = (0..3)
+        .map(|_| Sentinel::start(master_port, tls.then_some((&leaf, pki.ca_pem.as_path()))))
+        .collect();
 
     // The file's address for g1 has nothing behind it: only the Sentinels can make this pool work.
     let mut pool = PoolConfig::new("alpha", "127.0.0.1:0", &["127.0.0.1:1:1 g1"]).unwrap();
@@ -128,10 +198,16 @@ async fn a_pool_follows_its_master_through_sentinels_when_the_master_is_killed()
     pool.protocol = ProtocolConfig::Redis(RedisConfig {
         sentinel: Some(SentinelConfig {
             addrs: sentinels.iter().map(|s| s.addr.clone()).collect(),
-            password: None,
+            password: tls.then(|| "s3cret".to_owned()),
         }),
         ..RedisConfig::default()
     });
+    if tls {
+        pool.server_tls = Some(ServerTlsConfig {
+            ca: Some(pki.ca_pem.clone()),
+            ..ServerTlsConfig::default()
+        });
+    }
     let proxy = RunningProxy::start_pools(vec![pool]).await;
     let stop = CancellationToken::new();
     let _followers =
@@ -144,7 +220,7 @@ async fn a_pool_follows_its_master_through_sentinels_when_the_master_is_killed()
     );
     assert_eq!(
         proxy.proxy.pools()[0].config().servers[0].port,
-        master.port,
+        master_port,
         "the server line now points at the master"
     );
 
@@ -182,7 +258,7 @@ async fn a_pool_follows_its_master_through_sentinels_when_the_master_is_killed()
     };
     assert_eq!(
         proxy.proxy.pools()[0].config().servers[0].port,
-        replica.port,
+        replica_port,
         "the server moved to the promoted replica"
     );
     // Sentinel kills the promoted server's normal clients (CLIENT KILL TYPE normal): a new one.
@@ -195,7 +271,7 @@ async fn a_pool_follows_its_master_through_sentinels_when_the_master_is_killed()
         }
     }
     eprintln!(
-        "sentinel failover: first write acknowledged by the new master {:.2} s after the kill \
+        "sentinel failover (TLS: {tls}): first write acknowledged by the new master {:.2} s after the kill \
          ({} writes refused meanwhile); {lost} of {} acknowledged writes lost",
         promoted_after.as_secs_f64(),
         refused.len(),

@@ -22,21 +22,21 @@ use tokio_rustls::TlsConnector;
 use crate::common::{Client, RunningProxy, IO_TIMEOUT};
 
 /// A CA and the certificates it (or another CA) signs, written as PEM files in a temp dir.
-struct Pki {
-    dir: TempDir,
+pub struct Pki {
+    pub dir: TempDir,
     ca: Issuer<'static, KeyPair>,
     /// The CA certificate's file.
-    ca_pem: PathBuf,
+    pub ca_pem: PathBuf,
 }
 
 /// A certificate and its key, as files.
-struct Leaf {
-    cert: PathBuf,
-    key: PathBuf,
+pub struct Leaf {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl Pki {
-    fn new(name: &str) -> Pki {
+    pub fn new(name: &str) -> Pki {
         let dir = TempDir::new(&format!("tls-{name}"));
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params
@@ -57,7 +57,7 @@ impl Pki {
 
     /// A certificate for `names` (host names or IP addresses), valid now unless `expired`, written
     /// as `file.pem` and `file.key`.
-    fn leaf(&self, file: &str, names: &[&str], expired: bool) -> Leaf {
+    pub fn leaf(&self, file: &str, names: &[&str], expired: bool) -> Leaf {
         let mut params =
             CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
                 .unwrap();
