@@ -109,14 +109,27 @@ struct Group {
     master: RedisServer,
     replica: RedisServer,
     sentinels: Vec<SentinelProcess>,
+    /// The servers' directory, removed after they are gone (fields drop in order).
+    _data: TempDir,
 }
 
 impl Group {
     /// `None` when redis-server is not installed (outside CI).
     async fn start(n: usize, sentinel_extra: &[&str]) -> Option<Group> {
-        let master = RedisServer::start(&[])?;
+        // A full sync writes an RDB file (the replica's copy), which belongs in a temporary directory.
+        let data = TempDir::new("sentinel-data");
+        let dir = data.path().to_str().expect("a UTF-8 temporary path");
+        let master = RedisServer::start(&["--dir", dir])?;
         let port = master.port.to_string();
-        let replica = RedisServer::start(&["--replicaof", "127.0.0.1", &port])?;
+        let replica = RedisServer::start(&[
+            "--dir",
+            dir,
+            "--dbfilename",
+            "replica.rdb",
+            "--replicaof",
+            "127.0.0.1",
+            &port,
+        ])?;
         // A Sentinel learns of replicas from the master's INFO, every 10 s once it has asked the
         // first time: a replica linked before the Sentinels start is seen at once.
         wait_for("the replica's link to its master", Duration::from_secs(20), || async {
@@ -131,6 +144,7 @@ impl Group {
             master,
             replica,
             sentinels,
+            _data: data,
         })
     }
 
