@@ -381,6 +381,90 @@ fn master_state(reply: Value) -> Result<(String, u64), SentinelCause> {
 mod tests {
     use super::*;
 
+    /// What a recording watch's callback was called with, one `group master` line a call.
+    type Calls = Arc<Mutex<Vec<String>>>;
+
+    /// A watch recording its calls.
+    fn recording() -> (Watch<impl Fn(&str, &str)>, Calls) {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let recorded = Arc::clone(&calls);
+        let watch = Watch::new(vec!["g1".to_string()], move |group: &str, master: &str| {
+            recorded.lock().unwrap().push(format!("{group} {master}"));
+        });
+        (watch, calls)
+    }
+
+    #[test]
+    fn a_switch_announced_by_every_sentinel_is_reported_once() {
+        let stats = SentinelStats::default();
+        let (watch, calls) = recording();
+        watch.resolved(&stats, "g1", "10.0.0.1:6379", 3);
+        watch.resolved(&stats, "g1", "10.0.0.1:6379", 3);
+        assert!(watch.switched(&stats, "g1", "10.0.0.2:6379", "s1"));
+        assert!(!watch.switched(&stats, "g1", "10.0.0.2:6379", "s2"));
+        assert!(!watch.switched(&stats, "g1", "10.0.0.2:6379", "s3"));
+        watch.resolved(&stats, "g1", "10.0.0.2:6379", 4);
+        assert_eq!(
+            *calls.lock().unwrap(),
+            ["g1 10.0.0.1:6379", "g1 10.0.0.2:6379"]
+        );
+        assert_eq!(stats.switches(), 1);
+    }
+
+    #[test]
+    fn a_lagging_sentinels_older_epoch_does_not_undo_a_switch() {
+        let stats = SentinelStats::default();
+        let (watch, calls) = recording();
+        watch.resolved(&stats, "g1", "10.0.0.1:6379", 3);
+        // Announced by the Sentinel that led the failover; a resolve then hears only from one that
+        // has not caught up yet (epoch 3, the old master).
+        watch.switched(&stats, "g1", "10.0.0.2:6379", "s1");
+        watch.resolved(&stats, "g1", "10.0.0.1:6379", 3);
+        // A later failover, back to the first server, learnt by a resolve: a change.
+        watch.resolved(&stats, "g1", "10.0.0.2:6379", 4);
+        watch.resolved(&stats, "g1", "10.0.0.1:6379", 5);
+        assert_eq!(
+            *calls.lock().unwrap(),
+            ["g1 10.0.0.1:6379", "g1 10.0.0.2:6379", "g1 10.0.0.1:6379"]
+        );
+        assert_eq!(stats.switches(), 2);
+    }
+
+    #[test]
+    fn a_masters_state_gives_its_address_and_epoch() {
+        let bulk = |s: &str| Value::Bulk(s.as_bytes().to_vec());
+        let fields = |pairs: &[&str]| Value::Array(pairs.iter().map(|s| bulk(s)).collect());
+        assert_eq!(
+            master_state(fields(&[
+                "name",
+                "g1",
+                "ip",
+                "127.0.0.1",
+                "port",
+                "6380",
+                "config-epoch",
+                "7"
+            ])),
+            Ok(("127.0.0.1:6380".to_string(), 7))
+        );
+        assert_eq!(
+            master_state(Value::Error("ERR No such master with that name".into())),
+            Err(SentinelCause::UnknownGroup)
+        );
+        for bad in [
+            fields(&["ip", "127.0.0.1", "port", "6380"]),
+            fields(&["ip", "127.0.0.1", "port", "x", "config-epoch", "1"]),
+            fields(&["ip", "127.0.0.1", "port", "1", "config-epoch", "-1"]),
+            fields(&["ip"]),
+            Value::Integer(1),
+        ] {
+            assert!(
+                matches!(master_state(bad.clone()), Err(SentinelCause::Malformed(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_switch_master_payload_names_the_group_and_its_new_master() {
         assert_eq!(
