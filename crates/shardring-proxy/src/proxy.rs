@@ -180,19 +180,18 @@ impl Proxy {
                 );
             }
         }
-        // Every pool's TLS files before any pool changes: one that cannot be used keeps them all.
+        // Every pool's TLS files, read once, before any pool changes: one that cannot be used keeps
+        // them all.
+        let mut tls = Vec::with_capacity(config.pools.len());
         for new in &config.pools {
-            if let Err(problems) =
-                crate::tls::PoolTls::load(new.tls.as_ref(), new.server_tls.as_ref())
-            {
-                for p in problems {
-                    errors.push(&new.name, p);
-                }
+            match new.load_tls() {
+                Ok(t) => tls.push(t),
+                Err(e) => errors.problems.extend(e.problems),
             }
         }
         errors.into_result()?;
-        for (new, pool) in config.pools.into_iter().zip(&self.pools) {
-            pool.reload(new)?;
+        for ((new, pool), tls) in config.pools.into_iter().zip(&self.pools).zip(tls) {
+            pool.reload_with_tls(new, tls)?;
         }
         Ok(())
     }

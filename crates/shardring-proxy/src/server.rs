@@ -52,7 +52,7 @@ pub(crate) async fn run<P: Protocol>(
                 n.inc();
             }
             let tls = match &stream {
-                ClientStream::Tcp(_) => pool.current.load().acceptor.clone(),
+                ClientStream::Tcp(_) => pool.current.load().tls.acceptor.clone(),
                 _ => None,
             };
             let (pool, drain) = (Arc::clone(&pool), Arc::clone(&drain));

@@ -67,7 +67,7 @@ pub fn wait_listening(addr: &str) {
 
 /// Blocks until `child` accepts TCP connections on `addr`. `false` when it exited first (its port was
 /// taken, most often) or did not listen within 10 s; the child is then killed and reaped.
-fn child_listening(child: &mut Child, addr: &str) -> bool {
+pub fn child_listening(child: &mut Child, addr: &str) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(addr).is_err() {
         if child.try_wait().ok().flatten().is_some() || Instant::now() > deadline {

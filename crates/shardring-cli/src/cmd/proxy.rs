@@ -235,10 +235,7 @@ pub struct Args {
 
 /// `HOST:PORT,...` or `POOL=HOST:PORT,...` → (pool, Sentinel addresses).
 fn parse_sentinels(text: &str) -> Result<(Option<String>, Vec<String>), String> {
-    let (pool, list) = match text.split_once('=') {
-        Some((pool, list)) if !pool.is_empty() => (Some(pool.to_owned()), list),
-        _ => (None, text),
-    };
+    let (pool, list) = pool_prefixed(text);
     let addrs: Vec<String> = list.split(',').map(str::trim).map(str::to_owned).collect();
     for a in &addrs {
         let port_ok = a.rsplit_once(':').is_some_and(|(host, port)| {
@@ -255,24 +252,27 @@ fn parse_sentinels(text: &str) -> Result<(Option<String>, Vec<String>), String> 
 
 /// `PASSWORD` or `POOL=PASSWORD` → (pool, password). A password with `=` in it needs the `POOL=`.
 fn parse_sentinel_auth(text: &str) -> Result<(Option<String>, String), String> {
-    let (pool, password) = match text.split_once('=') {
-        Some((pool, password)) if !pool.is_empty() => (Some(pool.to_owned()), password),
-        _ => (None, text),
-    };
+    let (pool, password) = pool_prefixed(text);
     if password.is_empty() {
         return Err("an empty Sentinel password".into());
     }
     Ok((pool, password.to_owned()))
 }
 
-/// `PATH` or `POOL=PATH` → (pool, path). A path with `=` in it needs the `POOL=` form.
-fn parse_pool_path(text: &str) -> Result<(Option<String>, PathBuf), String> {
-    let (pool, path) = match text.split_once('=') {
-        Some((pool, path)) if !pool.is_empty() && !pool.contains('/') => {
-            (Some(pool.to_owned()), path)
+/// `POOL=VALUE` → (the pool, the value); anything else is a value for every pool. A pool's name has
+/// no `/`, so a path with `=` in it (`/etc/tls/a=b.pem`) stays a path.
+fn pool_prefixed(text: &str) -> (Option<String>, &str) {
+    match text.split_once('=') {
+        Some((pool, value)) if !pool.is_empty() && !pool.contains('/') => {
+            (Some(pool.to_owned()), value)
         }
         _ => (None, text),
-    };
+    }
+}
+
+/// `PATH` or `POOL=PATH` → (pool, path).
+fn parse_pool_path(text: &str) -> Result<(Option<String>, PathBuf), String> {
+    let (pool, path) = pool_prefixed(text);
     if path.is_empty() {
         return Err(format!("no path in {text:?} (PATH or POOL=PATH)"));
     }

@@ -45,7 +45,7 @@ pub(crate) fn is_unix_path(addr: &str) -> bool {
 }
 
 /// The host of `host:port` or `[v6]:port`: the name a server's certificate is checked against.
-fn host_of(addr: &str) -> &str {
+pub(crate) fn host_of(addr: &str) -> &str {
     let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
     host.strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))

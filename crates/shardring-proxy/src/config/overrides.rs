@@ -232,12 +232,8 @@ impl Overrides {
         // them, so a certificate that cannot be used is refused like a bad config.
         if errors.problems.is_empty() {
             for pool in &config.pools {
-                if let Err(problems) =
-                    crate::tls::PoolTls::load(pool.tls.as_ref(), pool.server_tls.as_ref())
-                {
-                    for p in problems {
-                        errors.push(&pool.name, p);
-                    }
+                if let Err(e) = pool.load_tls() {
+                    errors.problems.extend(e.problems);
                 }
             }
         }

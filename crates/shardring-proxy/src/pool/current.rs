@@ -8,6 +8,7 @@ use crate::error::ProxyError;
 use crate::hot_keys::{HotKeys, TickState};
 use crate::metrics::{HotKeyRow, HotKeysReport, PoolStats, PoolView};
 use crate::protocol::Protocol;
+use crate::tls::PoolTls;
 use arc_swap::ArcSwap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,25 +48,41 @@ impl<P: Protocol> Pool<P> {
             started: std::time::Instant::now(),
             warm_previous: Mutex::new(std::sync::Weak::new()),
         };
-        let version = PoolVersion::build(config, None, &shared)?;
+        let tls = config.load_tls()?;
+        let version = PoolVersion::build(config, None, &shared, tls)?;
         Ok(Pool {
             current: ArcSwap::from_pointee(version),
             shared,
         })
     }
 
-    /// Swaps in `config`. Requests already routed finish on the old state.
+    /// Swaps in `config`, with `tls` read from its files, or, when `None`, the running version's TLS
+    /// if its TLS settings are unchanged (a membership change or a Sentinel's failover reads no
+    /// file, so a certificate being rewritten cannot hold it up). Requests already routed finish on
+    /// the old state.
     ///
     /// # Errors
-    /// [`ProxyError::Placement`]; the old state is kept.
-    pub(crate) fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
+    /// [`ProxyError::Placement`], or [`ProxyError::Config`] for TLS files that cannot be used; the
+    /// old state is kept.
+    pub(crate) fn reload(
+        &self,
+        config: PoolConfig,
+        tls: Option<PoolTls>,
+    ) -> Result<(), ProxyError> {
         let old = self.current.load_full();
+        let tls = match tls {
+            Some(tls) => tls,
+            None if old.config.tls == config.tls && old.config.server_tls == config.server_tls => {
+                old.tls.clone()
+            }
+            None => config.load_tls()?,
+        };
         let window = config.remedies().warmup_window;
         let ring_changed = old.config.servers != config.servers
             || old.config.hash != config.hash
             || old.config.hash_tag != config.hash_tag
             || old.config.distribution != config.distribution;
-        let next = Arc::new(PoolVersion::build(config, Some(&old), &self.shared)?);
+        let next = Arc::new(PoolVersion::build(config, Some(&old), &self.shared, tls)?);
         match window {
             Some(window) if ring_changed => self.open_warmup(&old, &next, window),
             // An unchanged ring keeps the open window, if any, on the new version.

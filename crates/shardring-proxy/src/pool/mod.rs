@@ -20,6 +20,7 @@ use crate::net::Listener;
 use crate::protocol::memcache::Memcache;
 use crate::protocol::redis::Redis;
 use crate::protocol::Protocol;
+use crate::tls::PoolTls;
 
 pub(crate) use self::current::Pool;
 
@@ -28,11 +29,18 @@ pub(crate) use self::current::Pool;
 pub trait ServedPool: Send + Sync + std::fmt::Debug {
     /// The pool's current config.
     fn config(&self) -> PoolConfig;
-    /// Swaps in `config`; requests already routed finish on the old state.
+    /// Swaps in `config`; requests already routed finish on the old state. The TLS files are read
+    /// only when its TLS settings changed (a membership change, a failover).
+    ///
+    /// # Errors
+    /// [`ProxyError::Placement`], [`ProxyError::Config`]; the old state is kept.
+    fn reload(&self, config: PoolConfig) -> Result<(), ProxyError>;
+    /// Swaps in `config` with `tls`, read from its files by the caller (a file reload: renewed
+    /// certificates under the same paths are taken).
     ///
     /// # Errors
     /// [`ProxyError::Placement`]; the old state is kept.
-    fn reload(&self, config: PoolConfig) -> Result<(), ProxyError>;
+    fn reload_with_tls(&self, config: PoolConfig, tls: PoolTls) -> Result<(), ProxyError>;
     /// The tallies for rendering.
     fn view(&self) -> PoolView;
     /// The server (index in the config's server list) that owns `key` now; `None` when none is live.
@@ -65,7 +73,11 @@ impl<P: Protocol> ServedPool for Pool<P> {
     }
 
     fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
-        Pool::reload(self, config)
+        Pool::reload(self, config, None)
+    }
+
+    fn reload_with_tls(&self, config: PoolConfig, tls: PoolTls) -> Result<(), ProxyError> {
+        Pool::reload(self, config, Some(tls))
     }
 
     fn view(&self) -> PoolView {

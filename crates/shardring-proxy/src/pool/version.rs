@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use crate::backend::health::{probe, ProbeFailure};
 use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
-use crate::config::{ConfigErrors, PoolConfig, VALUE_LEN_CEILING};
+use crate::config::{PoolConfig, VALUE_LEN_CEILING};
 use crate::descriptors::During;
 use crate::error::ProxyError;
 use crate::hot_keys::HotKeys;
@@ -35,10 +35,10 @@ pub(crate) struct PoolVersion<P: Protocol> {
     pub router: Router,
     /// The live set the router was last built with.
     live: Mutex<Vec<bool>>,
-    /// TLS for the clients this version's listener accepts (`--tls-cert`); `None`: plain TCP. Read
-    /// from the files when the version is built, so a reload with renewed files serves them to new
-    /// clients.
-    pub acceptor: Option<crate::tls::acceptor::Acceptor>,
+    /// The TLS this version's listener hands new clients (`--tls-cert`) and its servers' new
+    /// connections use (`--server-tls`), as read from the files ([`super::Pool::reload`] says when
+    /// they are read again).
+    pub tls: PoolTls,
     /// The previous version of the pool while a warm-up window is open (`--warmup-window`): misses on
     /// a key's new server are retried on its server there. Emptied when the window closes, which
     /// frees the old ring.
@@ -48,8 +48,8 @@ pub(crate) struct PoolVersion<P: Protocol> {
 }
 
 impl<P: Protocol> PoolVersion<P> {
-    /// Builds the state for `config`, keeping the servers of `previous` whose address and settings are
-    /// unchanged (their connections, tallies and ejection state carry over).
+    /// Builds the state for `config` with its TLS `tls`, keeping the servers of `previous` whose
+    /// address and settings are unchanged (their connections, tallies and ejection state carry over).
     ///
     /// New servers' connection tasks are spawned on every worker's runtime (`shared.workers`).
     ///
@@ -59,20 +59,13 @@ impl<P: Protocol> PoolVersion<P> {
         config: PoolConfig,
         previous: Option<&PoolVersion<P>>,
         shared: &PoolShared<P>,
+        tls: PoolTls,
     ) -> Result<PoolVersion<P>, ProxyError> {
         // Before the servers: its handshakes open their connections. What it places beyond the
         // router (memcached's replica lists and gutter) it builds from the config itself.
         let pool = PoolState {
             hot: shared.hot.as_ref(),
         };
-        let tls =
-            PoolTls::load(config.tls.as_ref(), config.server_tls.as_ref()).map_err(|problems| {
-                let mut errors = ConfigErrors::default();
-                for p in problems {
-                    errors.push(&config.name, p);
-                }
-                ProxyError::Config(errors)
-            })?;
         let mut protocol = P::new(&config, &pool)?;
         let handshakes = protocol.handshakes();
         let introductions = protocol.introductions();
@@ -156,7 +149,7 @@ impl<P: Protocol> PoolVersion<P> {
         });
         protocol.attach_facts(backends.iter().map(|b| Arc::clone(b.facts())).collect());
         Ok(PoolVersion {
-            acceptor: tls.acceptor,
+            tls,
             previous: arc_swap::ArcSwapOption::empty(),
             previous_now,
             config,

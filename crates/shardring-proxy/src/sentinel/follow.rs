@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use super::{tcp_connect, Connect, Connecting, SentinelStream, Sentinels};
+use crate::backend::stream::host_of;
 use crate::config::ProxyConfig;
 use crate::pool::ServedPool;
 use crate::tls::connector::ServerTls;
@@ -48,13 +49,10 @@ impl SentinelFollowers {
 
 /// `server` at `host:port` (a `[v6]:port` too); unchanged when `addr` is not one.
 fn set_addr(server: &mut shardring::compat::twemproxy::TwemproxyServer, addr: &str) -> bool {
-    let Some((host, port)) = addr.rsplit_once(':') else {
+    let Some(Ok(port)) = addr.rsplit_once(':').map(|(_, port)| port.parse::<u16>()) else {
         return false;
     };
-    let Ok(port) = port.parse::<u16>() else {
-        return false;
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host = host_of(addr);
     if server.host == host && server.port == port {
         return false;
     }
@@ -74,9 +72,7 @@ fn connector(tls: Option<ServerTls>) -> Connect {
         Box::pin(async move {
             let tcp = tokio::net::TcpStream::connect(addr.as_str()).await?;
             let _ = tcp.set_nodelay(true);
-            let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            let stream = tls.connect(host, tcp).await.map_err(|e| {
+            let stream = tls.connect(host_of(&addr), tcp).await.map_err(|e| {
                 std::io::Error::other(format!(
                     "TLS handshake failed: {}",
                     crate::tls::handshake_cause(&e)

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use test_support::{free_port, wait_until, RedisServer, TempDir};
+use test_support::{child_listening, free_port, wait_until, RedisServer, TempDir};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -65,7 +65,7 @@ impl SentinelProcess {
                 }
             };
             let addr = format!("127.0.0.1:{port}");
-            if listening(&mut child, &addr) {
+            if child_listening(&mut child, &addr) {
                 return Some(SentinelProcess {
                     addr,
                     child: Some(child),
@@ -88,20 +88,6 @@ impl Drop for SentinelProcess {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Whether `child` accepts connections on `addr` within 10 s (it is killed when not).
-fn listening(child: &mut Child, addr: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(addr).is_err() {
-        if child.try_wait().ok().flatten().is_some() || Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    true
 }
 
 /// A master, its replica, and `n` Sentinels monitoring them as `g1`.

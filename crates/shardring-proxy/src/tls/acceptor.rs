@@ -51,17 +51,9 @@ pub(crate) fn build(settings: &ListenerTls) -> Result<Acceptor, String> {
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let config = builder.with_single_cert(certs, key).map_err(|e| {
-        let why = match e {
-            rustls::Error::InconsistentKeys(_) => "the key does not match the certificate".into(),
-            other => other.to_string(),
-        };
-        format!(
-            "{} with {}: {why}",
-            settings.cert.display(),
-            settings.key.display()
-        )
-    })?;
+    let config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| pem::pair_problem(e, &settings.cert, &settings.key))?;
     Ok(Acceptor(TlsAcceptor::from(Arc::new(config))))
 }
 

@@ -78,15 +78,9 @@ impl ServerTls {
                     digest.update(c.as_ref());
                 }
                 digest.update(private.secret_der());
-                builder.with_client_auth_cert(certs, private).map_err(|e| {
-                    let why = match e {
-                        rustls::Error::InconsistentKeys(_) => {
-                            "the key does not match the certificate".into()
-                        }
-                        other => other.to_string(),
-                    };
-                    format!("{} with {}: {why}", cert.display(), key.display())
-                })?
+                builder
+                    .with_client_auth_cert(certs, private)
+                    .map_err(|e| pem::pair_problem(e, cert, key))?
             }
             (None, None) => builder.with_no_client_auth(),
             _ => return Err("--server-cert and --server-key go together".into()),

@@ -17,12 +17,14 @@ use self::connector::ServerTls;
 
 /// A pool's TLS, read from its files: what its listener hands each new client's handshake and what its
 /// servers' connections connect with. `None` on a side without TLS.
+// `pub` in this private module: [`crate::ServedPool::reload_with_tls`] takes one, and nothing
+// outside the crate can name or build it.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct PoolTls {
+pub struct PoolTls {
     /// The clients' side.
-    pub acceptor: Option<acceptor::Acceptor>,
+    pub(crate) acceptor: Option<acceptor::Acceptor>,
     /// The servers' side.
-    pub servers: Option<ServerTls>,
+    pub(crate) servers: Option<ServerTls>,
 }
 
 impl PoolTls {

@@ -59,6 +59,15 @@ pub(super) fn system_roots() -> Result<RootCertStore, String> {
     Ok(store)
 }
 
+/// What rustls said of a certificate and key that do not go together, naming both files.
+pub(super) fn pair_problem(e: rustls::Error, cert: &Path, key: &Path) -> String {
+    let why = match e {
+        rustls::Error::InconsistentKeys(_) => "the key does not match the certificate".into(),
+        other => other.to_string(),
+    };
+    format!("{} with {}: {why}", cert.display(), key.display())
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
 }
