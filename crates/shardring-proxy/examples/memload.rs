@@ -21,71 +21,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_util::either::Either;
 
-/// A connection: plain, or TLS when `MEMLOAD_TLS_CA` names a CA.
-enum Conn {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
+/// A connection: plain, or TLS when `MEMLOAD_TLS_CA` names a CA (tokio-util's `Either` reads and
+/// writes whichever it holds).
+type Conn = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
-impl Conn {
-    async fn open(addr: &str, tls: Option<&tokio_rustls::TlsConnector>) -> Conn {
-        let s = TcpStream::connect(addr).await.expect("connect");
-        s.set_nodelay(true).expect("nodelay");
-        match tls {
-            None => Conn::Plain(s),
-            Some(c) => {
-                let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-                Conn::Tls(Box::new(c.connect(name, s).await.expect("TLS handshake")))
-            }
-        }
-    }
-}
-
-impl AsyncRead for Conn {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Conn {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
-            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
-            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
-            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+/// Connects to `addr`, with a TLS handshake when `tls` is given.
+async fn open(addr: &str, tls: Option<&tokio_rustls::TlsConnector>) -> Conn {
+    let s = TcpStream::connect(addr).await.expect("connect");
+    s.set_nodelay(true).expect("nodelay");
+    match tls {
+        None => Either::Left(s),
+        Some(c) => {
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            Either::Right(Box::new(c.connect(name, s).await.expect("TLS handshake")))
         }
     }
 }
@@ -272,7 +224,7 @@ async fn main() {
     // One hash tag: every list on one server, so a client stays on its connection of its own.
     let list = |i: usize| format!("{{memload}}:list:{}", i % 64);
     if op == "redis-blmove" {
-        let mut s = Conn::open(&addr, tls.as_ref()).await;
+        let mut s = open(&addr, tls.as_ref()).await;
         let mut buf = Vec::new();
         for i in 0..64 {
             let req = resp(&[b"RPUSH", list(i).as_bytes(), b"a", b"b", b"c", b"d"]);
@@ -284,7 +236,7 @@ async fn main() {
         }
     }
     if op == "load" || op == "redis-load" {
-        let mut s = Conn::open(&addr, tls.as_ref()).await;
+        let mut s = open(&addr, tls.as_ref()).await;
         let mut buf = Vec::new();
         for k in keys.iter() {
             let req = if wire == Wire::Memcache {
@@ -368,7 +320,7 @@ async fn main() {
     // Every connection (and its TLS handshake) before the clock starts.
     let mut opened = Vec::with_capacity(conns);
     for _ in 0..conns {
-        opened.push(Conn::open(&addr, tls.as_ref()).await);
+        opened.push(open(&addr, tls.as_ref()).await);
     }
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
@@ -387,7 +339,7 @@ async fn main() {
                 i += 1;
                 let t = Instant::now();
                 if reconnect {
-                    s = Conn::open(&addr, tls.as_ref()).await;
+                    s = open(&addr, tls.as_ref()).await;
                 }
                 s.write_all(req).await.expect("write");
                 match read_reply(&mut s, &mut buf, wire).await {

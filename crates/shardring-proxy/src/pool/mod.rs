@@ -41,6 +41,8 @@ pub trait ServedPool: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`ProxyError::Placement`]; the old state is kept.
     fn reload_with_tls(&self, config: PoolConfig, tls: PoolTls) -> Result<(), ProxyError>;
+    /// The TLS the pool runs with, as last read from its files.
+    fn tls(&self) -> PoolTls;
     /// The tallies for rendering.
     fn view(&self) -> PoolView;
     /// The server (index in the config's server list) that owns `key` now; `None` when none is live.
@@ -78,6 +80,10 @@ impl<P: Protocol> ServedPool for Pool<P> {
 
     fn reload_with_tls(&self, config: PoolConfig, tls: PoolTls) -> Result<(), ProxyError> {
         Pool::reload(self, config, Some(tls))
+    }
+
+    fn tls(&self) -> PoolTls {
+        self.current.load().tls.clone()
     }
 
     fn view(&self) -> PoolView {

@@ -117,11 +117,9 @@ pub async fn start(pools: &[Arc<dyn ServedPool>], stop: CancellationToken) -> Se
         let Some(settings) = config.redis().and_then(|r| r.sentinel.clone()) else {
             continue;
         };
-        let tls = config
-            .server_tls
-            .as_ref()
-            .and_then(|t| ServerTls::build(t).ok());
-        let mut sentinels = Sentinels::new(settings.addrs.clone()).connect(connector(tls));
+        // The pool's own server TLS, as it runs (read from the files once, with the pool's).
+        let mut sentinels =
+            Sentinels::new(settings.addrs.clone()).connect(connector(pool.tls().servers));
         if let Some(password) = &settings.password {
             sentinels = sentinels.password(password.clone());
         }
