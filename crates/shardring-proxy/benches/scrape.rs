@@ -36,7 +36,11 @@ fn views(pools: usize, servers: usize) -> Vec<PoolView> {
                     stats
                 })
                 .collect();
-            PoolView { pool, servers }
+            PoolView {
+                pool,
+                servers,
+                placements: Default::default(),
+            }
         })
         .collect()
 }

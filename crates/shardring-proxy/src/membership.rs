@@ -352,6 +352,7 @@ mod tests {
         let text = crate::metrics::render_prometheus(
             std::time::Instant::now(),
             &[crate::metrics::PoolView {
+                placements: Default::default(),
                 pool: counters,
                 servers: Vec::new(),
             }],

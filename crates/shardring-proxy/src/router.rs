@@ -96,6 +96,20 @@ impl Routing {
     pub(crate) fn servers(&self) -> &[usize] {
         &self.servers
     }
+
+    /// This routing with its server indices renumbered: server `i` of the list it was built over
+    /// is server `to[i]` of a list of `total` (a next membership's servers among the pool's).
+    pub(crate) fn renumbered(mut self, to: &[usize], total: usize) -> Routing {
+        let mut live = vec![false; total];
+        for s in &mut self.servers {
+            *s = to.get(*s).copied().unwrap_or(*s);
+            if let Some(l) = live.get_mut(*s) {
+                *l = true;
+            }
+        }
+        self.live = live;
+        self
+    }
 }
 
 /// A cheap, well-mixed per-call number for `distribution: random` (the library's SplitMix64 over a

@@ -498,6 +498,7 @@ impl<P: Protocol> Session<P> {
                 routing: r,
                 now: &version.previous_now,
             }),
+            next: version.next.as_ref(),
             stats: &self.pool.shared.stats,
             config: &version.config,
             started: self.pool.shared.started,

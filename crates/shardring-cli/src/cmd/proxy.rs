@@ -39,6 +39,13 @@ pub struct Args {
     #[arg(long, short = 'c', visible_alias = "conf-file", value_name = "FILE",
           default_value = DEFAULT_CONFIG)]
     config: PathBuf,
+    /// The pools' next membership, for a planned change (`shardring migrate`): a twemproxy YAML
+    /// file whose pools of the same names give their servers, hash, hash tag and distribution
+    /// (nothing else of it is read). While a pool's next membership places keys differently,
+    /// writes of the keys whose owner changes go to both owners; reads stay on the owner now.
+    /// Re-read with the configuration on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    next_config: Option<PathBuf>,
     /// Check the configuration and exit (0 when it is valid), like `nutcracker -t`.
     #[arg(long, short = 't')]
     test_conf: bool,
@@ -395,6 +402,7 @@ pub fn run(args: Args) -> Result<()> {
     let config = load(&args.config)
         .and_then(|c| overrides.apply(c))
         .map_err(|e| config_error(&args.config, &e))?;
+    let config = with_next(config, args.next_config.as_deref())?;
     for line in overrides.unused_by_redis(&config) {
         eprintln!("shardring: {line}");
     }
@@ -478,7 +486,18 @@ pub fn run(args: Args) -> Result<()> {
         log: Some(log),
         ..RunOptions::default()
     };
-    let reload = move || load(&config_path).and_then(|c| overrides.apply(c));
+    let next_path = args
+        .next_config
+        .as_deref()
+        .map(daemon::absolute)
+        .transpose()?;
+    let reload = move || {
+        let config = load(&config_path).and_then(|c| overrides.apply(c))?;
+        match &next_path {
+            Some(path) => config.with_next(&load(path)?),
+            None => Ok(config),
+        }
+    };
     let result = runtime.block_on(async {
         // On the control runtime's thread (worker 0's with one worker), not a thread of its own.
         let purging = tokio::spawn(crate::allocator::return_memory_while_idle());
@@ -491,6 +510,19 @@ pub fn run(args: Args) -> Result<()> {
         tracing::error!(error = %shardring_etcd::error_chain(e), "the proxy stopped");
     }
     Ok(result?)
+}
+
+/// `config` with the next membership of `--next-config`'s file, when given.
+fn with_next(
+    config: shardring_proxy::config::ProxyConfig,
+    path: Option<&Path>,
+) -> Result<shardring_proxy::config::ProxyConfig> {
+    let Some(path) = path else {
+        return Ok(config);
+    };
+    load(path)
+        .and_then(|next| config.with_next(&next))
+        .map_err(|e| config_error(path, &e))
 }
 
 /// `-D`: every counter of the stats JSON and what it counts, laid out as nutcracker prints them.

@@ -9,6 +9,7 @@
 
 mod changes;
 mod limits;
+mod next;
 mod overrides;
 mod pool;
 mod problem;
@@ -19,6 +20,7 @@ mod yaml;
 
 pub use self::changes::PoolChanges;
 pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN, VALUE_LEN_CEILING};
+pub use self::next::NextMembership;
 pub use self::overrides::Overrides;
 pub use self::pool::{Listen, PlacementSpec, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 pub use self::problem::{ConfigErrors, ConfigProblem};
@@ -81,6 +83,33 @@ impl ProxyConfig {
             ),
         }
         Err(errors)
+    }
+
+    /// This configuration with each pool's next membership taken from `next` (`--next-config`):
+    /// the pool of the same name there gives its servers, hash, hash tag and distribution; nothing
+    /// else of it is read (its listen address, timeouts and the rest stay the current file's). A
+    /// pool that `next` does not name has no next membership.
+    ///
+    /// # Errors
+    /// A pool of `next` that this configuration does not have (a typo would otherwise silently
+    /// plan nothing), or one that speaks the other protocol.
+    pub fn with_next(mut self, next: &ProxyConfig) -> Result<ProxyConfig, ConfigErrors> {
+        let mut errors = ConfigErrors::default();
+        for n in &next.pools {
+            match self.pools.iter_mut().find(|p| p.name == n.name) {
+                None => errors.push(
+                    &n.name,
+                    "the next configuration has this pool; the current one does not".into(),
+                ),
+                Some(p) if p.is_redis() != n.is_redis() => errors.push(
+                    &n.name,
+                    "the next configuration speaks the other protocol (redis:)".into(),
+                ),
+                Some(p) => p.next = Some(NextMembership::of(n)),
+            }
+        }
+        errors.into_result()?;
+        Ok(self)
     }
 
     /// Every problem with every pool, all at once, so a user fixes a config in one go.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use shardring::compat::twemproxy::{Distribution, TwemproxyServer};
 use shardring::hash::TwemproxyHash;
 
+use super::next::NextMembership;
 use super::problem::ConfigErrors;
 use super::protocol::{
     HotKeysConfig, MemcacheConfig, ProtocolConfig, RedisConfig, Remedies, NO_REMEDIES,
@@ -102,6 +103,10 @@ pub struct PoolConfig {
     /// *proxy-only*: TLS to the pool's servers. By default, none (plain TCP).
     /// `shardring proxy --server-tls` and the `--server-*` flags set it.
     pub server_tls: Option<ServerTlsConfig>,
+    /// *proxy-only*: the membership the pool will have after a planned change; while it places keys
+    /// differently, writes of the keys whose owner changes go to both owners ([`NextMembership`]).
+    /// By default, none. `shardring proxy --next-config FILE` and etcd's `next/` set it.
+    pub next: Option<NextMembership>,
 }
 
 /// How a pool places keys: its servers and twemproxy's placement settings, borrowed from the pool.
@@ -219,6 +224,7 @@ impl PoolConfig {
             health_check_interval: Duration::from_secs(1),
             tls: None,
             server_tls: None,
+            next: None,
         }
     }
 
@@ -258,6 +264,13 @@ impl PoolConfig {
             hash_tag: self.hash_tag,
             distribution: self.distribution,
         }
+    }
+
+    /// The next membership's placement while it places keys differently from the current one
+    /// (dual writes are on); `None` when there is no next membership or it equals the current one.
+    pub fn planned_change(&self) -> Option<PlacementSpec<'_>> {
+        let next = self.next.as_ref()?.placement_spec();
+        (next.digest() != self.placement_spec().digest()).then_some(next)
     }
 
     /// Whether the pool speaks the Redis protocol (`redis: true`).

@@ -175,6 +175,10 @@ pub struct PoolStats {
     pub replica_failovers: Counter,
     /// Replicated writes whose replicas did not all answer the same (a write that reached 1 of 2).
     pub replica_disagreements: Counter,
+    /// Writes sent to a key's owner now and its owner next (the pool has a next membership).
+    pub dual_writes: Counter,
+    /// Dual writes whose next owner answered with another status than the owner now, or failed.
+    pub dual_write_disagreements: Counter,
     /// 1 while a warm-up window is open (gauge).
     pub warmup_open: Counter,
     /// Warm-up: misses on a key's new server retried on its previous server.
@@ -270,6 +274,19 @@ pub struct PoolView {
     pub pool: Arc<PoolStats>,
     /// Its servers, in config order.
     pub servers: Vec<Arc<ServerStats>>,
+    /// Which placements it serves.
+    pub placements: Placements,
+}
+
+/// The placements a pool serves, as digests ([`crate::config::PlacementSpec::digest`]): what
+/// `shardring migrate` compares across the proxies of a pool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placements {
+    /// The current membership's.
+    pub current: String,
+    /// The next membership's; the current one's when the pool has no next membership (or one
+    /// equal to it): no dual writes.
+    pub next: String,
 }
 
 /// Unix time now, in seconds (for `server_ejected_at`); 0 if the clock is before 1970.

@@ -16,7 +16,7 @@ pub(super) enum Kind {
 pub(super) type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-pub(super) const POOL_FAMILIES: [PoolFamily; 29] = [
+pub(super) const POOL_FAMILIES: [PoolFamily; 31] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -112,6 +112,18 @@ pub(super) const POOL_FAMILIES: [PoolFamily; 29] = [
         Kind::Counter,
         "Replicated writes whose replicas answered differently.",
         |p| p.replica_disagreements.get(),
+    ),
+    (
+        "shardring_proxy_pool_dual_writes",
+        Kind::Counter,
+        "Writes sent to a key's owner now and its owner next.",
+        |p| p.dual_writes.get(),
+    ),
+    (
+        "shardring_proxy_pool_dual_write_disagreements",
+        Kind::Counter,
+        "Dual writes whose next owner answered otherwise or failed.",
+        |p| p.dual_write_disagreements.get(),
     ),
     (
         "shardring_proxy_pool_warmup_open",

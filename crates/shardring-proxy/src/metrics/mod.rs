@@ -21,8 +21,8 @@ mod prometheus;
 mod twemproxy_json;
 
 pub use counters::{
-    unix_time, CommandLatency, Counter, Histogram, HotKeyRow, HotKeysReport, PoolStats, PoolView,
-    ServerStats,
+    unix_time, CommandLatency, Counter, Histogram, HotKeyRow, HotKeysReport, Placements, PoolStats,
+    PoolView, ServerStats,
 };
 pub use hot_keys::hot_keys_endpoint;
 pub use http::{serve_http, Reply, Request, Router};

@@ -356,6 +356,7 @@ mod tests {
         s.latency.observe(Duration::from_secs(5));
         vec![PoolView {
             pool,
+            placements: Default::default(),
             servers: vec![s],
         }]
     }
@@ -421,6 +422,8 @@ mod tests {
             "shardring_proxy_pool_membership_malformed_total",
             "shardring_proxy_pool_replica_failovers_total",
             "shardring_proxy_pool_replica_disagreements_total",
+            "shardring_proxy_pool_dual_writes_total",
+            "shardring_proxy_pool_dual_write_disagreements_total",
             "shardring_proxy_pool_warmup_open",
             "shardring_proxy_pool_warmup_fallbacks_total",
             "shardring_proxy_pool_warmup_recovered_total",
@@ -467,6 +470,7 @@ mod tests {
         let pool = Arc::new(PoolStats::new("a\"b\\c\nd"));
         let views = vec![PoolView {
             pool,
+            placements: Default::default(),
             servers: vec![],
         }];
         let text = render_prometheus(Instant::now(), &views);

@@ -57,6 +57,22 @@ pub const POOL_STATS: &[(&str, &str)] = &[
         "# replica writes that did not all succeed (--replicas)",
     ),
     (
+        "dual_writes",
+        "# writes sent to a key's owner now and next (--next-config, etcd next/)",
+    ),
+    (
+        "dual_write_disagreements",
+        "# dual writes whose next owner answered otherwise or failed",
+    ),
+    (
+        "membership_current",
+        "digest of the placement served now (servers, hash, distribution)",
+    ),
+    (
+        "membership_next",
+        "digest of the next placement (= membership_current without one)",
+    ),
+    (
         "gutter_requests",
         "# requests sent to the gutter pool (--gutter)",
     ),
@@ -203,6 +219,13 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
             "replica_disagreements".into(),
             json!(p.replica_disagreements.get()),
         );
+        pool.insert("dual_writes".into(), json!(p.dual_writes.get()));
+        pool.insert(
+            "dual_write_disagreements".into(),
+            json!(p.dual_write_disagreements.get()),
+        );
+        pool.insert("membership_current".into(), json!(view.placements.current));
+        pool.insert("membership_next".into(), json!(view.placements.next));
         pool.insert("gutter_requests".into(), json!(p.gutter_requests.get()));
         pool.insert("warmup_open".into(), json!(p.warmup_open.get()));
         pool.insert("warmup_fallbacks".into(), json!(p.warmup_fallbacks.get()));
@@ -322,6 +345,7 @@ mod tests {
         s.requests.add(7);
         vec![PoolView {
             pool,
+            placements: Default::default(),
             servers: vec![s],
         }]
     }
@@ -383,6 +407,7 @@ mod tests {
         pool.commands[2].latency.observe(Duration::from_secs(3));
         let views = vec![PoolView {
             pool,
+            placements: Default::default(),
             servers: Vec::new(),
         }];
         let v: serde_json::Value =

@@ -6,6 +6,7 @@
 use crate::config::PoolConfig;
 use crate::error::ProxyError;
 use crate::hot_keys::{HotKeys, TickState};
+use crate::metrics::Placements;
 use crate::metrics::{HotKeyRow, HotKeysReport, PoolStats, PoolView};
 use crate::protocol::Protocol;
 use crate::tls::PoolTls;
@@ -134,6 +135,15 @@ impl<P: Protocol> Pool<P> {
         PoolView {
             pool: Arc::clone(&self.shared.stats),
             servers: c.backends.iter().map(|b| Arc::clone(&b.stats)).collect(),
+            placements: {
+                let current = c.config.placement_spec().digest();
+                let next = c
+                    .config
+                    .next
+                    .as_ref()
+                    .map_or_else(|| current.clone(), |n| n.placement_spec().digest());
+                Placements { current, next }
+            },
         }
     }
 

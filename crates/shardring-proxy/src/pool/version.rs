@@ -10,14 +10,15 @@ use tokio::sync::Notify;
 use crate::backend::health::{probe, ProbeFailure};
 use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
-use crate::config::{PoolConfig, VALUE_LEN_CEILING};
+use crate::config::{PlacementSpec, PoolConfig, VALUE_LEN_CEILING};
 use crate::descriptors::During;
 use crate::error::ProxyError;
 use crate::hot_keys::HotKeys;
 use crate::metrics::{PoolStats, ServerStats};
 use crate::protocol::{PoolState, Protocol};
-use crate::router::{build_placement, Router};
+use crate::router::{build_placement, Router, Routing};
 use crate::tls::PoolTls;
+use shardring::compat::twemproxy::TwemproxyServer;
 
 /// The probe timeout when the pool has no `timeout`.
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -45,6 +46,10 @@ pub(crate) struct PoolVersion<P: Protocol> {
     pub previous: arc_swap::ArcSwapOption<PoolVersion<P>>,
     /// For each server of the version this one replaced, its index here (`None`: it left the pool).
     pub previous_now: Vec<Option<usize>>,
+    /// While the pool has a next membership that places keys differently: its placement, over
+    /// every next server (indices into `backends`; none is ejected from it). Writes of a key whose
+    /// owner there differs go to both owners.
+    pub next: Option<Routing>,
 }
 
 impl<P: Protocol> PoolVersion<P> {
@@ -79,10 +84,23 @@ impl<P: Protocol> PoolVersion<P> {
             .gutter
             .as_ref()
             .map_or(&[][..], |g| &g.servers[..]);
+        // The next membership's servers that the pool does not have yet go after the gutter's:
+        // dual writes reach them, nothing else does (the current routing never names them).
+        let next_only: Vec<TwemproxyServer> = config
+            .planned_change()
+            .map(|next| {
+                next.servers
+                    .iter()
+                    .filter(|n| !config.servers.iter().any(|s| same_address(s, n)))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
         let backends: Vec<Arc<Backend<P>>> = config
             .servers
             .iter()
             .chain(gutter_servers)
+            .chain(&next_only)
             .map(|s| {
                 let settings = BackendSettings {
                     addr: if is_unix_path(&s.host) {
@@ -147,8 +165,18 @@ impl<P: Protocol> PoolVersion<P> {
                 })
                 .collect()
         });
+        let next = match config.planned_change() {
+            Some(spec) => Some(next_routing(
+                spec,
+                &config,
+                gutter_servers.len(),
+                backends.len(),
+            )?),
+            None => None,
+        };
         protocol.attach_facts(backends.iter().map(|b| Arc::clone(b.facts())).collect());
         Ok(PoolVersion {
+            next,
             tls,
             previous: arc_swap::ArcSwapOption::empty(),
             previous_now,
@@ -231,6 +259,42 @@ impl<P: Protocol> PoolVersion<P> {
         });
         futures_util::future::join_all(probes).await;
     }
+}
+
+/// Whether two server lines name the same server (the same address; weight and name may differ).
+fn same_address(a: &TwemproxyServer, b: &TwemproxyServer) -> bool {
+    a.host == b.host && a.port == b.port
+}
+
+/// The next membership's placement over the pool's servers: each next server is the pool's server
+/// of the same address, or one of those appended after the gutter's (in the next file's order).
+fn next_routing(
+    next: PlacementSpec<'_>,
+    config: &PoolConfig,
+    gutter: usize,
+    total: usize,
+) -> Result<Routing, ProxyError> {
+    let mut appended = config.servers.len() + gutter;
+    let to: Vec<usize> = next
+        .servers
+        .iter()
+        .map(
+            |n| match config.servers.iter().position(|s| same_address(s, n)) {
+                Some(i) => i,
+                None => {
+                    appended += 1;
+                    appended - 1
+                }
+            },
+        )
+        .collect();
+    let routing = build_placement(next, &vec![true; next.servers.len()]).map_err(|e| {
+        ProxyError::Placement {
+            pool: config.name.clone(),
+            reason: format!("next membership: {e}"),
+        }
+    })?;
+    Ok(routing.renumbered(&to, total))
 }
 
 /// What a pool keeps across reloads: its tallies, the wake-up for its health task, and the workers its

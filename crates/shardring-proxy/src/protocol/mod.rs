@@ -453,6 +453,10 @@ pub(crate) struct PlanContext<'a> {
     pub(crate) routing: &'a Routing,
     /// The previous ring while a warm-up window is open.
     pub(crate) previous: Option<PreviousRouting<'a>>,
+    /// The next membership's placement while the pool has one that places keys differently
+    /// (indices into the pool's servers, as `routing`'s): writes of a key whose owner there
+    /// differs go to both owners ([`PlanContext::next_owner`]).
+    pub(crate) next: Option<&'a Routing>,
     /// The pool's tallies (`stats` answers, fragment counts), shared: merges and finishes that count after
     /// the plan keep a handle.
     pub stats: &'a Arc<PoolStats>,
@@ -481,6 +485,15 @@ impl PlanContext<'_> {
     #[inline(always)]
     pub(crate) fn server_for(&self, key: &[u8]) -> Option<usize> {
         self.routing.server_for(key)
+    }
+
+    /// While the pool has a next membership: `key`'s owner there when it is not `now` (its owner
+    /// now), where a write of it goes too (a dual write). `None` without a next membership, or
+    /// when the owner does not change.
+    #[inline]
+    pub(crate) fn next_owner(&self, key: &[u8], now: Option<usize>) -> Option<usize> {
+        let next = self.next?.server_for(key)?;
+        (Some(next) != now).then_some(next)
     }
 
     /// The owners of many keys at once (`out[i]` for `keys[i]`): one batch through the placement,

@@ -6,6 +6,7 @@
 mod common;
 
 mod commands;
+mod dual_writes;
 #[cfg(feature = "etcd")]
 mod etcd_membership;
 mod failover;

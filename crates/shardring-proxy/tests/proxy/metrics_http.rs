@@ -224,6 +224,7 @@ fn sample_views() -> Vec<PoolView> {
     a.latency.observe(Duration::from_secs(5));
     let odd = Arc::new(ServerStats::new("10.0.0.1:11211 \"odd\\name\""));
     vec![PoolView {
+        placements: Default::default(),
         pool,
         servers: vec![a, odd],
     }]
@@ -595,6 +596,7 @@ async fn a_large_scrape_arrives_whole_and_matches_the_renderer() {
     // 10 pools × 100 servers: megabytes, far past hyper's write buffer.
     let views: Vec<PoolView> = (0..10)
         .map(|p| PoolView {
+            placements: Default::default(),
             pool: Arc::new(PoolStats::new(&format!("pool-{p}"))),
             servers: (0..100)
                 .map(|s| Arc::new(ServerStats::new(&format!("10.0.{p}.{s}:11211"))))

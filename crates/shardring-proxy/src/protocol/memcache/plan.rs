@@ -18,7 +18,7 @@ use self::warmup::{CopyResult, WarmKeyed, WarmMulti, WarmOne};
 use super::codec::RequestCodec;
 use super::remedies::gutter;
 use super::remedies::hot_keys::{self, HotFill, HotInvalidate, HotRead};
-use super::remedies::replicas;
+use super::remedies::{dual_writes, replicas};
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{
     is_error_reply, item_size_max, status_code, ResponseKind, ResponseScanner, ValueBlocks,
@@ -118,6 +118,8 @@ pub(crate) enum Merge {
     Get(GetMerge),
     /// A write sent to every live replica of its key.
     Replicated(ReplicatedWrite),
+    /// A write of a key whose owner changes, sent to its owner now and its owner next.
+    Dual(DualWrite),
     /// A multi-get during a warm-up window (answered through [`Protocol::advance`]).
     WarmMulti(WarmMulti),
     /// A command of moved keys during a warm-up window (a one-key command, or `gets`/`gat`/`gats` of
@@ -158,6 +160,33 @@ impl ReplicatedWrite {
         let reply = match chosen {
             Some(i) => replies.swap_remove(i).reply,
             None => Err(BackendError::NoServer),
+        };
+        Memcache::finish(self.finish, reply)
+    }
+}
+
+/// A write sent to a key's owner now and to its owner next (the pool has a next membership): the
+/// client gets the owner's reply, as it would without the next membership.
+#[derive(Debug)]
+pub(crate) struct DualWrite {
+    /// How the owner's reply becomes the answer.
+    finish: Finish,
+    /// Where dual writes and their disagreements are counted.
+    stats: Arc<PoolStats>,
+}
+
+impl DualWrite {
+    /// The owner's reply, finished as the client asked; counted, and counted again as a
+    /// disagreement when the next owner's status differs (it had no copy yet for an `append`, or
+    /// failed).
+    fn merge(self, mut replies: Vec<PartReply<'_>>) -> Answer {
+        self.stats.dual_writes.inc();
+        if dual_writes::disagree(&replies) {
+            self.stats.dual_write_disagreements.inc();
+        }
+        let reply = match replies.is_empty() {
+            false => replies.swap_remove(0).reply,
+            true => Err(BackendError::NoServer),
         };
         Memcache::finish(self.finish, reply)
     }
@@ -517,7 +546,8 @@ impl Memcache {
         ctx: &Placer<'_>,
     ) -> Step<Memcache> {
         let finish = if replicas::is_write(&req.command) {
-            if let Some(servers) = replicas::write_servers(&mut route) {
+            if let Some(mut servers) = replicas::write_servers(&mut route) {
+                servers.extend(route.next.filter(|n| !servers.contains(n)));
                 let (frame, kind) = (req.to_forward(), req.command.response_kind());
                 let parts = servers
                     .into_iter()
@@ -528,6 +558,18 @@ impl Memcache {
                     stats: Arc::clone(ctx.stats),
                 };
                 return Step::Exchange(Round::new(parts, Merge::Replicated(write)));
+            }
+            if let (Some(now), Some(next)) = (route.server, route.next) {
+                let (frame, kind) = (req.to_forward(), req.command.response_kind());
+                let parts = vec![
+                    current_part(now, frame.clone(), kind),
+                    current_part(next, frame, kind),
+                ];
+                let write = DualWrite {
+                    finish,
+                    stats: Arc::clone(ctx.stats),
+                };
+                return Step::Exchange(Round::new(parts, Merge::Dual(write)));
             }
             finish
         } else if let Some(servers) = replicas::read_servers(&mut route) {
@@ -560,6 +602,7 @@ impl Memcache {
         match merge {
             Merge::Get(get) => get.merge(replies),
             Merge::Replicated(write) => write.merge(replies),
+            Merge::Dual(write) => write.merge(replies),
             Merge::One(finish) => Memcache::finish(finish, first_reply(replies)),
             // Exchanges of more rounds are not nested in others: answered with what this round
             // found.

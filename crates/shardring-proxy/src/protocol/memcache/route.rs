@@ -30,6 +30,8 @@ pub(super) struct Placer<'a> {
     replicas: usize,
     /// The previous ring while a warm-up window is open.
     pub(super) previous: Option<PreviousRouting<'a>>,
+    /// The next membership's placement while the pool has one (dual writes).
+    next: Option<&'a Routing>,
 }
 
 impl<'a> Placer<'a> {
@@ -49,6 +51,7 @@ impl<'a> Placer<'a> {
             gutter,
             replicas,
             previous: ctx.previous,
+            next: ctx.next,
         }
     }
 
@@ -115,6 +118,10 @@ impl<'a> Placer<'a> {
             replicas,
             ttl_cap: server.and_then(|s| self.gutter_ttl_cap(s)),
             previous: self.moved_from(key, server),
+            next: self
+                .next
+                .and_then(|n| n.server_for(key))
+                .filter(|&n| Some(n) != server),
         }
     }
 
@@ -147,6 +154,9 @@ pub(super) struct Route {
     pub(super) ttl_cap: Option<u32>,
     /// While a warm-up window is open and the key moved: its server on the previous ring.
     pub(super) previous: Option<usize>,
+    /// While the pool has a next membership and the key's owner there is not `server`: that owner,
+    /// where its writes go too.
+    pub(super) next: Option<usize>,
 }
 
 impl Route {
@@ -190,6 +200,7 @@ mod tests {
         PlanContext {
             routing,
             previous,
+            next: None,
             stats,
             config,
             started: std::time::Instant::now(),

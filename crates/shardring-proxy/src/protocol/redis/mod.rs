@@ -32,6 +32,7 @@
 
 mod client_state;
 pub mod command;
+mod dual_writes;
 mod hot_keys;
 mod inline;
 mod keys;

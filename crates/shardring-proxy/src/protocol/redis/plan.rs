@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::client_state::ClientState;
 use super::command::{self, KeyArgs, Local, Merge, Route, Routed, Spec, CROSSSLOT};
+use super::dual_writes;
 use super::hot_keys::{self, HotFill, HotInvalidate, HotRead};
 use super::local::{self, NOAUTH};
 use super::merge::{self, Part as MergePart};
@@ -76,6 +77,8 @@ pub(crate) enum RedisMerge {
     ReplicatedValues(Box<ReplicatedValues>),
     /// A write of hot keys: the replies invalidate them again, then merge as the inner merge.
     Invalidating(Box<(HotInvalidate, RedisMerge)>),
+    /// A write sent to its keys' owner now and owner next (`dual_writes.rs`).
+    Dual(Arc<crate::metrics::PoolStats>),
 }
 
 /// The reply framer of one server connection; resumes a long reply where the last read left off,
@@ -336,6 +339,12 @@ impl Protocol for Redis {
                 invalidate.done();
                 return self.advance(inner, replies);
             }
+            RedisMerge::Dual(stats) => {
+                return Phase::Done {
+                    answer: dual_writes::answer(&stats, replies),
+                    follow_ups: Vec::new(),
+                }
+            }
             merge => merge,
         };
         Phase::Done {
@@ -496,6 +505,21 @@ impl Redis {
                 _ => {}
             }
         }
+        if ctx.next.is_some() && replicas::is_write(spec) {
+            let names = keys.iter().map(|k| req.arg(k).unwrap_or_default());
+            if let (Some(now), Some(next)) = (owner, dual_writes::next_owner(names, owner, ctx)) {
+                let part = |server| Part {
+                    placement: Placement::Current,
+                    server,
+                    frame: req.frame.clone(),
+                    kind: Resp::Reply,
+                };
+                return Step::Exchange(Round::new(
+                    vec![part(now), part(next)],
+                    RedisMerge::Dual(Arc::clone(ctx.stats)),
+                ));
+            }
+        }
         Step::Forward {
             server: owner,
             frame: req.frame,
@@ -518,8 +542,8 @@ impl Redis {
         if let (Some(full), true, Merge::Values) = (&self.full, self.replicas > 1, merge) {
             return replicas::mget(self, full, req, keys, ctx);
         }
-        // Only a replicated pool asks (a search of the write list).
-        let write = self.replicas > 1 && replicas::is_write(spec);
+        // Only a replicated pool, or one with a next membership, asks (a search of the write list).
+        let write = (self.replicas > 1 || ctx.next.is_some()) && replicas::is_write(spec);
         self.split(req, merge, keys, step, write, ctx)
     }
 
@@ -616,12 +640,22 @@ impl Redis {
         let positions: Vec<usize> = (0..keys.len()).filter(|&p| owners[p].is_some()).collect();
         let mut next = positions.iter().map(|&p| owners[p].unwrap_or(0));
         let mut subs = merge::split(req, &routed_keys, step, |_| next.next().unwrap_or(0));
-        let follow_ups = match (&self.full, write && self.replicas > 1) {
+        let mut follow_ups = match (&self.full, write && self.replicas > 1) {
             (Some(full), true) => {
                 self.replica_writes(full, req, &routed_keys, &positions, &owners, step, ctx)
             }
             _ => Vec::new(),
         };
+        if write && ctx.next.is_some() {
+            follow_ups.extend(next_owner_writes(
+                req,
+                &routed_keys,
+                &positions,
+                &owners,
+                step,
+                ctx,
+            ));
+        }
         if let (true, [_], true) = (unrouted.is_empty(), subs.as_slice(), follow_ups.is_empty()) {
             let sub = subs.swap_remove(0);
             return Step::Forward {
@@ -713,6 +747,43 @@ impl Redis {
         }
         out
     }
+}
+
+/// A split write's copies for the keys whose owner changes (the pool has a next membership): the
+/// keys of each next owner, split by server, sent without waiting (`dual_writes.rs`).
+fn next_owner_writes(
+    req: &Request,
+    routed_keys: &[usize],
+    positions: &[usize],
+    owners: &[Option<usize>],
+    step: usize,
+    ctx: &PlanContext<'_>,
+) -> Vec<crate::protocol::FollowUp<Redis>> {
+    let (keys, servers): (Vec<usize>, Vec<usize>) = routed_keys
+        .iter()
+        .zip(positions)
+        .filter_map(|(&k, &p)| {
+            ctx.next_owner(req.arg(k).unwrap_or_default(), owners[p])
+                .map(|s| (k, s))
+        })
+        .unzip();
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    ctx.stats.dual_writes.inc();
+    let mut next = servers.iter().copied();
+    merge::split(req, &keys, step, |_| next.next().unwrap_or(0))
+        .into_iter()
+        .map(|sub| {
+            let part = Part {
+                placement: Placement::Current,
+                server: sub.server,
+                frame: sub.frame,
+                kind: Resp::Reply,
+            };
+            (part, Finish::Plain)
+        })
+        .collect()
 }
 
 /// `RESET`: the connection as new (RESP2, no name, not authenticated), its transaction, watch and
@@ -815,6 +886,7 @@ fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Answer {
         // `advance` gives these to `replicas::advance`; the first reply stands in.
         RedisMerge::Replicated(_)
         | RedisMerge::ReplicatedValues(_)
+        | RedisMerge::Dual(_)
         | RedisMerge::Invalidating(..) => match parts.first() {
             Some(MergePart::Reply(b)) => Bytes::copy_from_slice(b),
             _ => merge::failure("no server available"),

@@ -3,6 +3,8 @@
 //! which reply wins, a capped frame, a cache hit) that the planner (`plan.rs`) turns into steps and
 //! exchanges.
 //!
+//! - [`dual_writes`]: while the pool has a next membership, which replies of a write sent to a
+//!   key's owner now and next disagree;
 //! - [`hot_keys`]: the hot-key cache's reads, fills and invalidations;
 //! - [`replicas`]: which commands are writes, which servers a replicated read or write goes to, when
 //!   a read tries the next replica, which replica's reply the client gets;
@@ -17,6 +19,7 @@
 /// time. Both the gutter's cap and the warm-up's copy read and write TTLs by this rule.
 pub(in crate::protocol::memcache) const THIRTY_DAYS: i64 = 30 * 24 * 3600;
 
+pub(super) mod dual_writes;
 pub(super) mod gutter;
 pub(super) mod hot_keys;
 pub(super) mod replicas;

@@ -1,0 +1,56 @@
+//! Dual writes on the Redis protocol, while a pool has a next membership (`--next-config`, etcd's
+//! `next/`): a write of keys whose owner changes goes to their owner now and to their owner next,
+//! so `shardring migrate` can copy the keys without losing the write; reads stay on the owner now.
+//!
+//! - Writes are the commands redis-server flags `write`, and scripts (`writes.rs`).
+//! - A one-server command (one key, or keys sharing a hash tag): both owners in one pipelined round
+//!   trip; the client gets the owner now's reply; `dual_writes` counts it and
+//!   `dual_write_disagreements` a next owner that answered otherwise (an `INCR` of a key it has no
+//!   copy of yet answers 1 where the owner says 6: expected before the copy, which then replaces the
+//!   partial value from the owner now and verifies it).
+//! - A split write (`MSET`, `DEL`, `UNLINK`): each key whose owner changes is also written on its
+//!   next owner, split by server and sent beside the owners' parts without waiting for them (as
+//!   replicated pools send their further copies): counted in `dual_writes`, not compared.
+//! - Not dual-written: a command whose keys have different next owners (they share a server now
+//!   but not next: without a hash tag), transactions and blocking commands (they run on the client's
+//!   own connection to one server). `shardring migrate`'s verify pass copies such keys again when
+//!   their values differ, so the copy is not lost; writes made by them after the copy are.
+
+use std::sync::Arc;
+
+use crate::metrics::PoolStats;
+use crate::protocol::{Answer, PartReply, PlanContext};
+
+/// The owner next of a one-server command's keys (`now`: their owner now), when it differs from
+/// `now` and is the same for every key; `None` otherwise (no dual write).
+pub(crate) fn next_owner<'k>(
+    mut keys: impl Iterator<Item = &'k [u8]>,
+    now: Option<usize>,
+    ctx: &PlanContext<'_>,
+) -> Option<usize> {
+    let first = ctx.next_owner(keys.next()?, now)?;
+    keys.all(|k| ctx.next_owner(k, now) == Some(first))
+        .then_some(first)
+}
+
+/// A dual write's answer: the owner now's reply (the first part's).
+pub(crate) fn answer(stats: &Arc<PoolStats>, mut replies: Vec<PartReply<'_>>) -> Answer {
+    stats.dual_writes.inc();
+    let disagree = match replies.as_slice() {
+        [now, next] => match (&now.reply, &next.reply) {
+            (Ok(a), Ok(b)) => a != b,
+            _ => true,
+        },
+        _ => true,
+    };
+    if disagree {
+        stats.dual_write_disagreements.inc();
+    }
+    if replies.is_empty() {
+        return Answer::Failed(crate::error::BackendError::NoServer);
+    }
+    match replies.swap_remove(0).reply {
+        Ok(b) => Answer::Bytes(b),
+        Err(e) => Answer::Failed(e),
+    }
+}

@@ -1,0 +1,223 @@
+//! Dual writes against real servers: a pool with a next membership (one server added, or one
+//! removed) writes each key whose owner changes on its owner now and its owner next, answers with
+//! the owner now's reply, reads from the owner now only, and leaves the keys that stay alone. The
+//! stats report the digests of both placements.
+
+use shardring_proxy::config::NextMembership;
+use shardring_proxy::PoolConfig;
+use test_support::memcacheds;
+use test_support::redis::RedisServer;
+
+use crate::common::{pool_config, Client, RunningProxy};
+use crate::redis_common::{cmds, direct, pool as redis_pool};
+
+/// The index (in `next`'s servers) of each key's owner now and next.
+fn owners(now: &PoolConfig, next: &PoolConfig, key: &str) -> (String, String) {
+    let a = now.placement().unwrap();
+    let b = next.placement().unwrap();
+    (
+        a.lookup(key.as_bytes()).unwrap().name().to_owned(),
+        b.lookup(key.as_bytes()).unwrap().name().to_owned(),
+    )
+}
+
+/// The first line of a `get` of `key` sent straight to a server.
+async fn first_line(d: &mut Client, key: &str) -> String {
+    d.send(format!("get {key}\r\n").as_bytes()).await;
+    d.read_line().await
+}
+
+#[tokio::test]
+async fn memcached_writes_of_moving_keys_reach_both_owners_and_reads_stay() {
+    let servers = memcacheds(4);
+    // Now: the first three; next: all four (one added).
+    // md5 spreads these similar keys evenly over so few servers.
+    let mut config = pool_config(&servers[..3]);
+    config.hash = shardring_proxy::config::TwemproxyHash::Md5;
+    let mut next = pool_config(&servers);
+    next.hash = config.hash;
+    config.next = Some(NextMembership::of(&next));
+    let names: Vec<String> = next.servers.iter().map(|s| s.display_name()).collect();
+    let proxy = RunningProxy::start(config.clone()).await;
+    let mut c = proxy.client().await;
+    let mut direct_clients = Vec::new();
+    for s in &servers {
+        direct_clients.push(Client::connect(&s.addr).await);
+    }
+    let (mut moving, mut staying) = (0, 0);
+    for i in 0..300 {
+        let key = format!("dual:{i}");
+        let (now, then) = owners(&config, &next, &key);
+        let (now, then) = (
+            names.iter().position(|n| *n == now).unwrap(),
+            names.iter().position(|n| *n == then).unwrap(),
+        );
+        c.check(
+            format!("set {key} 7 0 2\r\nv1\r\n").as_bytes(),
+            b"STORED\r\n",
+        )
+        .await;
+        // noreply stays quiet, and reaches both.
+        c.send(format!("append {key} 0 0 2 noreply\r\nv2\r\n").as_bytes())
+            .await;
+        c.check(
+            format!("get {key}\r\n").as_bytes(),
+            format!("VALUE {key} 7 4\r\nv1v2\r\nEND\r\n").as_bytes(),
+        )
+        .await;
+        let at_now = first_line(&mut direct_clients[now], &key).await;
+        assert_eq!(at_now, format!("VALUE {key} 7 4\r\n"));
+        direct_clients[now].read_line().await;
+        direct_clients[now].read_line().await;
+        if now != then {
+            moving += 1;
+            let at_next = first_line(&mut direct_clients[then], &key).await;
+            assert_eq!(
+                at_next,
+                format!("VALUE {key} 7 4\r\n"),
+                "{key} on its next owner"
+            );
+            direct_clients[then].read_line().await;
+            direct_clients[then].read_line().await;
+            // A delete reaches both too.
+            c.check(format!("delete {key}\r\n").as_bytes(), b"DELETED\r\n")
+                .await;
+            direct_clients[then]
+                .check(format!("get {key}\r\n").as_bytes(), b"END\r\n")
+                .await;
+        } else {
+            staying += 1;
+        }
+    }
+    assert!(
+        moving > 20 && staying > 100,
+        "{moving} moving, {staying} staying"
+    );
+    // The added server got only the moving keys' writes (nothing read from it).
+    let mut d = Client::connect(&servers[3].addr).await;
+    d.send(b"stats\r\n").await;
+    let mut gets = None;
+    loop {
+        let line = d.read_line().await;
+        if line.starts_with("STAT cmd_get ") {
+            gets = line.trim_end().rsplit(' ').next().map(str::to_owned);
+        }
+        if line == "END\r\n" {
+            break;
+        }
+    }
+    // Only the test's own direct gets.
+    let direct_gets: u64 = gets.unwrap().parse().unwrap();
+    assert!(
+        direct_gets <= 2 * moving as u64,
+        "{direct_gets} gets on the added server"
+    );
+    let views = proxy.proxy.views();
+    let placements = &views[0].placements;
+    assert_eq!(placements.current, config.placement_spec().digest());
+    assert_eq!(placements.next, next.placement_spec().digest());
+    assert!(views[0].pool.dual_writes.get() >= 2 * moving as u64);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn memcached_without_a_next_membership_or_with_an_equal_one_writes_once() {
+    let servers = memcacheds(2);
+    let mut config = pool_config(&servers);
+    config.next = Some(NextMembership::of(&config));
+    let proxy = RunningProxy::start(config.clone()).await;
+    let mut c = proxy.client().await;
+    for i in 0..50 {
+        c.check(
+            format!("set same:{i} 0 0 1\r\nx\r\n").as_bytes(),
+            b"STORED\r\n",
+        )
+        .await;
+    }
+    let views = proxy.proxy.views();
+    assert_eq!(views[0].pool.dual_writes.get(), 0);
+    assert_eq!(views[0].placements.current, views[0].placements.next);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn redis_writes_of_moving_keys_reach_both_owners_split_writes_too() {
+    let Some(servers) = (0..4)
+        .map(|_| RedisServer::start(&[]))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    // Now: all four; next: the last one removed.
+    let mut config = redis_pool(&servers, "");
+    let next = redis_pool(&servers[..3], "");
+    config.next = Some(NextMembership::of(&next));
+    let names: Vec<String> = config.servers.iter().map(|s| s.display_name()).collect();
+    let proxy = RunningProxy::start(config.clone()).await;
+    let mut c = proxy.client().await;
+    let mut direct_clients = Vec::new();
+    for s in &servers {
+        direct_clients.push(direct(s).await);
+    }
+    let mut moving = 0;
+    for i in 0..200 {
+        let key = format!("r:{i}");
+        let (now, then) = owners(&config, &next, &key);
+        let now = names.iter().position(|n| *n == now).unwrap();
+        let then = names.iter().position(|n| *n == then).unwrap();
+        assert_eq!(cmds(&mut c, &["HSET", &key, "f", "1"]).await, ":1\r\n");
+        assert_eq!(cmds(&mut c, &["HINCRBY", &key, "f", "2"]).await, ":3\r\n");
+        assert_eq!(
+            cmds(
+                &mut c,
+                &["MSET", &format!("{key}:a"), "x", &format!("{key}:b"), "y"]
+            )
+            .await,
+            "+OK\r\n"
+        );
+        assert_eq!(
+            cmds(&mut direct_clients[now], &["HGET", &key, "f"]).await,
+            "$1\r\n3\r\n"
+        );
+        if now != then {
+            moving += 1;
+            assert_eq!(
+                cmds(&mut direct_clients[then], &["HGET", &key, "f"]).await,
+                "$1\r\n3\r\n",
+                "{key} on its next owner"
+            );
+            assert_eq!(cmds(&mut c, &["DEL", &key]).await, ":1\r\n");
+            assert_eq!(
+                cmds(&mut direct_clients[then], &["EXISTS", &key]).await,
+                ":0\r\n"
+            );
+        } else {
+            assert_eq!(
+                cmds(&mut direct_clients[then], &["EXISTS", &key]).await,
+                ":1\r\n"
+            );
+        }
+    }
+    assert!(moving > 20, "{moving} moving");
+    // Every MSET key that moves reached its next owner (the split write's copies).
+    for i in 0..200 {
+        for suffix in ["a", "b"] {
+            let key = format!("r:{i}:{suffix}");
+            let (_, then) = owners(&config, &next, &key);
+            let then = names.iter().position(|n| *n == then).unwrap();
+            let want = if suffix == "a" {
+                "$1\r\nx\r\n"
+            } else {
+                "$1\r\ny\r\n"
+            };
+            assert_eq!(
+                cmds(&mut direct_clients[then], &["GET", &key]).await,
+                want,
+                "{key}"
+            );
+        }
+    }
+    let views = proxy.proxy.views();
+    assert_eq!(views[0].placements.next, next.placement_spec().digest());
+    proxy.stop().await;
+}
