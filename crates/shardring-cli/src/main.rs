@@ -39,6 +39,8 @@ enum Command {
     Proxy(Box<cmd::proxy::Args>),
     /// A pool's servers in etcd: publish a YAML pool, list, add, remove, re-weight, watch.
     Members(cmd::members::Args),
+    /// Copy a pool's keys to their next owners while the proxies dual-write, then cut over.
+    Migrate(cmd::migrate::Args),
     /// Write the man pages and shell completions (for packaging).
     #[command(hide = true)]
     GenerateDocs(cmd::generate_docs::Args),
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Proxy(args) => cmd::proxy::run(*args),
         Command::Members(args) => cmd::members::run(args),
+        Command::Migrate(args) => cmd::migrate::run(args),
         Command::GenerateDocs(args) => cmd::generate_docs::run(args, Cli::command()),
     };
     match result {

@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod generate_docs;
 pub mod lookup;
 pub mod members;
+pub mod migrate;
 pub mod proxy;
 pub mod ring;
 pub mod simulate;

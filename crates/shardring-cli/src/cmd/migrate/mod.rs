@@ -1,0 +1,398 @@
+//! `shardring migrate`: move a pool's keys to their next owners before its ring changes, then cut
+//! over, with every proxy agreeing at each step.
+//!
+//! 1. The plan: the pool now and next (two YAML files, or etcd's `servers/` and `next/`), each
+//!    server's keys that move and where (`--dry-run` stops here).
+//! 2. Every proxy must dual-write (serve now's placement, and next's as next) before a key is
+//!    copied: `--proxies` stats ports, or etcd registrations.
+//! 3. The copy (`shardring_migrate`'s engines), paced by `--rate`/`--rate-bytes`; a failed key
+//!    stops the run before the cut-over (a rerun copies only what is missing).
+//! 4. The cut-over: the next membership becomes current and the old one next (files rewritten and
+//!    `--reload-command` run, or one etcd transaction), so proxies that switched dual-write back
+//!    to the old owners while others have not switched; once every proxy serves it, the next
+//!    membership is dropped (no more dual writes) and, with `--delete-moved`, the moved keys are
+//!    deleted from their old servers.
+//!
+//! An abort before step 4 leaves the ring as it was: the copies are extra keys on their next
+//! owners, which a rerun skips.
+
+mod etcd;
+mod files;
+mod plan;
+mod progress;
+mod proxies;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use shardring_etcd::layout::DEFAULT_PREFIX;
+use shardring_migrate::{Job, Progress, RateLimit, Report, Survey};
+use shardring_proxy::{PoolConfig, ProxyConfig};
+
+use self::plan::Change;
+use self::proxies::{Proxies, Serving};
+use crate::compat::{config_problems, load_config};
+
+/// The default pace: what kept a live load's p99 within 1.2× on this project's benchmark machine
+/// (BENCHMARKS.md, "migrate").
+const DEFAULT_RATE: u64 = 20_000;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The proxies' twemproxy YAML file: the pool now (its servers, unless --etcd, and its
+    /// settings). Give it once per file when several proxies on this host have their own: the
+    /// cut-over rewrites the pool's `servers:` in each.
+    #[arg(long, short = 'c', value_name = "FILE", required = true)]
+    config: Vec<PathBuf>,
+    /// The next membership's YAML file (the proxies' --next-config): the pool of the same name
+    /// gives the servers (and hash, hash tag, distribution) next.
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "etcd",
+        conflicts_with = "etcd"
+    )]
+    to: Option<PathBuf>,
+    /// The pool (required when the file has several).
+    #[arg(long, value_name = "NAME")]
+    pool: Option<String>,
+    /// Take the memberships from etcd (`servers/` now, `next/` next) instead of the files, and the
+    /// proxies from their registrations.
+    #[arg(long, value_name = "URL[,URL...]")]
+    etcd: Option<String>,
+    /// The etcd key prefix pools live under.
+    #[arg(long, default_value = DEFAULT_PREFIX, value_name = "P",
+          value_parser = crate::cmd::proxy::parse_prefix)]
+    etcd_prefix: String,
+    /// The proxies' stats endpoints (HOST:PORT, comma-separated): each must dual-write before the
+    /// copy and serve the next membership before the cut-over is done. Needed without --etcd.
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT")]
+    proxies: Vec<String>,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// At most this many keys copied a second (0: as fast as the servers go).
+    #[arg(long, default_value_t = DEFAULT_RATE, value_name = "KEYS")]
+    rate: u64,
+    /// At most this many bytes copied a second (suffixes k, M, G; 0: unlimited).
+    #[arg(long, default_value = "32M", value_name = "BYTES", value_parser = parse_bytes)]
+    rate_bytes: u64,
+    /// Keys per pipelined batch.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    batch: usize,
+    /// Allow a next membership with another hash, hash tag or distribution (it moves nearly every
+    /// key).
+    #[arg(long)]
+    all_keys: bool,
+    /// After the cut-over, delete the moved keys from their old servers.
+    #[arg(long)]
+    delete_moved: bool,
+    /// Run this (with `sh -c`) after each rewrite of the files, to make the proxies reload them
+    /// (e.g. `systemctl reload shardring`, `pkill -HUP -f 'shardring proxy'`). Without it, reload
+    /// them yourself when asked.
+    #[arg(long, value_name = "CMD")]
+    reload_command: Option<String>,
+    /// How long to wait for every proxy at each step (seconds).
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    confirm_timeout: u64,
+    /// Copy, then stop before the cut-over (the proxies keep dual-writing).
+    #[arg(long)]
+    copy_only: bool,
+}
+
+/// `32M` → 33554432.
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, ""),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a byte count (e.g. 32M)"))?;
+    let scale: u64 = match unit {
+        "" => 1,
+        "k" | "K" | "kB" | "KB" => 1 << 10,
+        "M" | "MB" => 1 << 20,
+        "G" | "GB" => 1 << 30,
+        _ => return Err(format!("{text:?}: unknown unit (k, M or G)")),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+/// Runs the migration.
+pub fn run(args: Args) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(migrate(args))
+}
+
+/// The pool named by `--pool` (or the only one) in `path`.
+fn pool_in(path: &std::path::Path, pool: Option<&str>) -> Result<PoolConfig> {
+    let config: ProxyConfig = load_config(path).map_err(|e| config_problems(path, &e))?;
+    config
+        .pool(pool)
+        .cloned()
+        .map_err(|e| config_problems(path, &e))
+}
+
+async fn migrate(args: Args) -> Result<()> {
+    let now = pool_in(&args.config[0], args.pool.as_deref())?;
+    let pool = now.name.clone();
+    for other in &args.config[1..] {
+        let p = pool_in(other, Some(&pool))?;
+        if p.placement_spec().digest() != now.placement_spec().digest() {
+            bail!(
+                "{} places pool {pool} otherwise than {}: the proxies must agree on the pool now",
+                other.display(),
+                args.config[0].display()
+            );
+        }
+    }
+    let (change, proxies) = match (&args.etcd, &args.to) {
+        (Some(urls), _) => {
+            let source = etcd::source(urls, &args.etcd_prefix, &pool);
+            let change = etcd::change(&source, now, args.all_keys).await?;
+            (change, Proxies::Etcd(source))
+        }
+        (None, Some(to)) => {
+            let mut next = pool_in(to, Some(&pool))?;
+            // Only the placement comes from the next file.
+            let placement = (
+                next.servers.clone(),
+                next.hash,
+                next.hash_tag,
+                next.distribution,
+            );
+            next = now.clone();
+            (next.servers, next.hash, next.hash_tag, next.distribution) = placement;
+            let change = Change::new(now, next, args.all_keys)?;
+            (change, Proxies::Stats(args.proxies.clone()))
+        }
+        (None, None) => bail!("--to FILE or --etcd URL says what the pool is next"),
+    };
+    if matches!(&proxies, Proxies::Stats(list) if list.is_empty()) && !args.dry_run {
+        bail!(
+            "--proxies HOST:PORT,… is needed: the copy starts only once every proxy of the pool \
+             dual-writes, and the cut-over is done only once every one serves the next membership \
+             (their stats ports tell)"
+        );
+    }
+    let jobs: Vec<Job> = change
+        .jobs()?
+        .into_iter()
+        .map(|mut job| {
+            job.batch = args.batch.max(1);
+            job
+        })
+        .collect();
+    let redis = change.now.is_redis();
+    let surveys = survey_all(&jobs, redis).await?;
+    let (moving, _) = plan::print(&change, &jobs, &surveys);
+    if args.dry_run {
+        return Ok(());
+    }
+    let wait = Duration::from_secs(args.confirm_timeout);
+    let digest = |p: &PoolConfig| p.placement_spec().digest();
+    let (old, new) = (digest(&change.now), digest(&change.next));
+    let dual = Serving {
+        current: old.clone(),
+        next: new.clone(),
+    };
+    let n = proxies
+        .wait_for(
+            &pool,
+            &dual,
+            wait,
+            "dual-write (serve the next membership as next)",
+        )
+        .await?;
+    eprintln!("shardring: {n} proxies dual-write; copying");
+
+    // The copy.
+    let progress = Arc::new(Progress::default());
+    let rate = (args.rate > 0 || args.rate_bytes > 0).then(|| {
+        Arc::new(RateLimit::new(
+            Some(args.rate).filter(|&r| r > 0),
+            Some(args.rate_bytes).filter(|&r| r > 0),
+        ))
+    });
+    let display = progress::Display::start(Arc::clone(&progress), moving);
+    let started = Instant::now();
+    let result = copy_all(&jobs, redis, &progress, rate.as_ref()).await;
+    display.finish();
+    let report = progress.report();
+    println!(
+        "{}",
+        progress::summary(&report, started.elapsed().as_secs_f64())
+    );
+    result?;
+    if report.failed > 0 {
+        bail!(
+            "{} keys could not be copied (see the log above): not cutting over; the proxies keep \
+             dual-writing, and a rerun copies only what is missing",
+            report.failed
+        );
+    }
+    if args.copy_only {
+        eprintln!("shardring: --copy-only: stopping before the cut-over (the proxies dual-write)");
+        return Ok(());
+    }
+
+    // The cut-over: next becomes current, and the old membership next.
+    let swapped = Serving {
+        current: new.clone(),
+        next: old.clone(),
+    };
+    let done = Serving {
+        current: new.clone(),
+        next: new.clone(),
+    };
+    match &proxies {
+        Proxies::Etcd(source) => {
+            etcd::cut_over(source).await?;
+            proxies
+                .wait_for(&pool, &swapped, wait, "serve the next membership")
+                .await?;
+            etcd::drop_next(source).await?;
+        }
+        Proxies::Stats(_) => {
+            let to = args.to.as_deref().context("--to FILE")?;
+            for path in &args.config {
+                rewrite(path, &pool, &change.next)?;
+            }
+            rewrite(to, &pool, &change.now)?;
+            reload(args.reload_command.as_deref())?;
+            proxies
+                .wait_for(&pool, &swapped, wait, "serve the next membership")
+                .await?;
+            rewrite(to, &pool, &change.next)?;
+            reload(args.reload_command.as_deref())?;
+        }
+    }
+    let n = proxies
+        .wait_for(&pool, &done, wait, "serve the next membership alone")
+        .await?;
+    println!("cut over: {n} proxies serve placement {new}; the old one is no longer written");
+    if args.delete_moved {
+        let progress = Arc::new(Progress::default());
+        let jobs: Vec<Job> = jobs
+            .into_iter()
+            .map(|mut j| {
+                j.progress = Arc::clone(&progress);
+                j
+            })
+            .collect();
+        delete_all(&jobs, redis).await?;
+        let r = progress.report();
+        println!(
+            "deleted {} moved keys ({}) from their old servers",
+            r.copied,
+            plan::bytes(r.bytes)
+        );
+    }
+    Ok(())
+}
+
+/// Rewrites pool `pool`'s servers in `path` to `to`'s.
+fn rewrite(path: &std::path::Path, pool: &str, to: &PoolConfig) -> Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let new = files::replace_servers(&text, pool, &to.servers)
+        .with_context(|| format!("rewriting {}", path.display()))?;
+    files::install(path, &new)
+}
+
+/// Runs `--reload-command`, or asks for the reload.
+fn reload(command: Option<&str>) -> Result<()> {
+    let Some(command) = command else {
+        eprintln!("shardring: the files are rewritten: reload every proxy now (SIGHUP)");
+        return Ok(());
+    };
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .status()
+        .with_context(|| format!("running {command:?}"))?;
+    if !status.success() {
+        bail!("the reload command {command:?} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Every job's survey, at once.
+async fn survey_all(jobs: &[Job], redis: bool) -> Result<Vec<Survey>> {
+    let surveys = jobs.iter().map(|job| async move {
+        let survey = if redis {
+            shardring_migrate::redis::survey(job).await
+        } else {
+            shardring_migrate::memcache::survey(job).await
+        };
+        survey.with_context(|| format!("surveying {}", job.source.name))
+    });
+    futures_util::future::join_all(surveys)
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Every job's copy, at once, into `progress`, at `rate`.
+async fn copy_all(
+    jobs: &[Job],
+    redis: bool,
+    progress: &Arc<Progress>,
+    rate: Option<&Arc<RateLimit>>,
+) -> Result<Report> {
+    let copies = jobs.iter().filter(|j| !j.targets.is_empty()).map(|job| {
+        let mut job = job.clone();
+        job.progress = Arc::clone(progress);
+        job.rate = rate.cloned();
+        tokio::spawn(async move {
+            let r = if redis {
+                shardring_migrate::redis::copy(&job).await
+            } else {
+                shardring_migrate::memcache::copy(&job).await
+            };
+            r.with_context(|| format!("copying from {}", job.source.name))
+        })
+    });
+    for r in futures_util::future::join_all(copies).await {
+        r.context("a copy task failed")??;
+    }
+    Ok(progress.report())
+}
+
+/// Every job's deletion of its moved keys, at once.
+async fn delete_all(jobs: &[Job], redis: bool) -> Result<()> {
+    let deletes = jobs.iter().map(|job| async move {
+        let r = if redis {
+            shardring_migrate::redis::delete_moved(job).await
+        } else {
+            shardring_migrate::memcache::delete_moved(job).await
+        };
+        r.with_context(|| format!("deleting the moved keys of {}", job.source.name))
+    });
+    for r in futures_util::future::join_all(deletes).await {
+        r?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_take_units() {
+        assert_eq!(parse_bytes("32M"), Ok(32 << 20));
+        assert_eq!(parse_bytes("0"), Ok(0));
+        assert_eq!(parse_bytes("10k"), Ok(10 << 10));
+        assert!(parse_bytes("12x").is_err());
+        assert!(parse_bytes("").is_err());
+    }
+}

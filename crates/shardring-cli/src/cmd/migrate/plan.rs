@@ -1,0 +1,220 @@
+//! What moves: the pool now and next, placed through the library exactly as the proxy places them
+//! (nutcracker's hash, hash tag, distribution, weights and names), and one copy job per server of
+//! the pool now, whose route sends each key it owns now to its owner next.
+
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use shardring::compat::twemproxy::TwemproxyServer;
+use shardring::Placement;
+use shardring_migrate::{Endpoint, Job, Survey};
+use shardring_proxy::PoolConfig;
+
+/// A planned change of one pool.
+#[derive(Debug)]
+pub(super) struct Change {
+    /// The pool as the proxies serve it now.
+    pub now: PoolConfig,
+    /// The pool next (its servers and placement; its other settings are `now`'s).
+    pub next: PoolConfig,
+}
+
+impl Change {
+    /// The change from `now` to `next`, checked: the same protocol, database and password, and the
+    /// same placement rules unless `all_keys` (a new hash, hash tag or distribution moves nearly
+    /// every key).
+    ///
+    /// # Errors
+    /// What cannot be migrated safely, said plainly.
+    pub fn new(now: PoolConfig, next: PoolConfig, all_keys: bool) -> Result<Change> {
+        if now.is_redis() != next.is_redis() {
+            bail!(
+                "pool {}: the next file speaks the other protocol (redis:)",
+                now.name
+            );
+        }
+        if let (Some(a), Some(b)) = (now.redis(), next.redis()) {
+            if a.db != b.db || a.auth != b.auth {
+                bail!(
+                    "pool {}: redis_db or redis_auth differ between now and next; both memberships' \
+                     servers must take the pool's database and password",
+                    now.name
+                );
+            }
+        }
+        let (a, b) = (now.placement_spec(), next.placement_spec());
+        if !a.same_rules(&b) && !all_keys {
+            bail!(
+                "pool {}: the next membership changes the hash, hash tag or distribution \
+                 ({} {} → {} {}), which moves nearly every key, not only those of the servers that \
+                 change; pass --all-keys to copy them all",
+                now.name,
+                a.hash,
+                a.distribution,
+                b.hash,
+                b.distribution
+            );
+        }
+        if a.digest() == b.digest() {
+            bail!(
+                "pool {}: the next membership places every key where it is now: nothing to migrate",
+                now.name
+            );
+        }
+        Ok(Change { now, next })
+    }
+
+    /// The protocol's name, for messages.
+    pub fn protocol(&self) -> &'static str {
+        if self.now.is_redis() {
+            "redis"
+        } else {
+            "memcached"
+        }
+    }
+
+    /// One copy job per server now: its keys whose owner next is another server go there.
+    ///
+    /// # Errors
+    /// When a placement cannot be built (`distribution: random` places no key reproducibly).
+    pub fn jobs(&self) -> Result<Vec<Job>> {
+        let placed = |pool: &PoolConfig| -> Result<(Box<dyn Placement>, Vec<usize>)> {
+            let placement = pool.placement().map_err(|e| {
+                anyhow::anyhow!(
+                    "pool {}: {e}: a migration needs a reproducible placement",
+                    pool.name
+                )
+            })?;
+            let index = placement
+                .nodes()
+                .iter()
+                .map(|n| {
+                    pool.servers
+                        .iter()
+                        .position(|s| s.display_name() == n.name())
+                        .unwrap_or(usize::MAX)
+                })
+                .collect();
+            Ok((placement, index))
+        };
+        let now = Arc::new(placed(&self.now)?);
+        let next = Arc::new(placed(&self.next)?);
+        let targets: Vec<Endpoint> = self
+            .next
+            .servers
+            .iter()
+            .map(|s| endpoint(s, &self.now))
+            .collect();
+        let jobs = self
+            .now
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(source, server)| {
+                let (now, next) = (Arc::clone(&now), Arc::clone(&next));
+                // The next server at the source's own address (if it stays): its keys stay.
+                let stays = self
+                    .next
+                    .servers
+                    .iter()
+                    .position(|n| same_address(n, server));
+                let route = move |key: &[u8]| -> Option<usize> {
+                    let owner = now.0.locate(key).map(|i| now.1[i])?;
+                    if owner != source {
+                        return None;
+                    }
+                    let target = next.0.locate(key).map(|i| next.1[i])?;
+                    (Some(target) != stays).then_some(target)
+                };
+                Job::new(
+                    endpoint(server, &self.now),
+                    targets.clone(),
+                    Arc::new(route),
+                )
+            })
+            .collect();
+        Ok(jobs)
+    }
+}
+
+/// Whether two server lines are the same server (the same address).
+pub(super) fn same_address(a: &TwemproxyServer, b: &TwemproxyServer) -> bool {
+    a.host == b.host && a.port == b.port
+}
+
+/// How the copy reaches `server` of `pool`: its address as the proxy dials it, its name, and the
+/// pool's password and database.
+fn endpoint(server: &TwemproxyServer, pool: &PoolConfig) -> Endpoint {
+    let addr = if server.host.starts_with('/') {
+        server.host.clone()
+    } else if server.host.contains(':') {
+        format!("[{}]:{}", server.host, server.port)
+    } else {
+        format!("{}:{}", server.host, server.port)
+    };
+    let mut e = Endpoint::new(addr, server.display_name());
+    if let Some(r) = pool.redis() {
+        e.auth = r.auth.clone();
+        e.db = r.db;
+    }
+    e
+}
+
+/// Bytes in a short human form (`2.6 MB`).
+pub(super) fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GB", n as f64 / f64::from(1u32 << 30)),
+        n if n >= 1 << 20 => format!("{:.1} MB", n as f64 / f64::from(1u32 << 20)),
+        n if n >= 1 << 10 => format!("{:.1} kB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
+/// The plan as printed (`--dry-run`, and before every copy): per server now, its keys, those that
+/// move and where.
+pub(super) fn print(change: &Change, jobs: &[Job], surveys: &[Survey]) -> (u64, u64) {
+    println!(
+        "pool {} ({}): {} → {} servers, placement {} → {}",
+        change.now.name,
+        change.protocol(),
+        change.now.servers.len(),
+        change.next.servers.len(),
+        change.now.placement_spec().digest(),
+        change.next.placement_spec().digest(),
+    );
+    let (mut all, mut moving, mut moving_bytes) = (0u64, 0u64, 0u64);
+    for (job, survey) in jobs.iter().zip(surveys) {
+        let n: u64 = survey.moving.iter().sum();
+        let b: u64 = survey.moving_bytes.iter().sum();
+        all += survey.keys;
+        moving += n;
+        moving_bytes += b;
+        let to: Vec<String> = job
+            .targets
+            .iter()
+            .zip(survey.moving.iter().zip(&survey.moving_bytes))
+            .filter(|(_, (&n, _))| n > 0)
+            .map(|(t, (n, b))| format!("{} {n} ({})", t.name, bytes(*b)))
+            .collect();
+        let gone = !change
+            .next
+            .servers
+            .iter()
+            .any(|s| s.display_name() == job.source.name);
+        println!(
+            "  {}{}: {} keys, {} move ({}){}{}",
+            job.source.name,
+            if gone { " (leaves)" } else { "" },
+            survey.keys,
+            n,
+            bytes(b),
+            if to.is_empty() { "" } else { " → " },
+            to.join(", ")
+        );
+    }
+    println!(
+        "  total: {moving} of {all} keys move ({})",
+        bytes(moving_bytes)
+    );
+    (moving, moving_bytes)
+}

@@ -1,0 +1,130 @@
+//! Which placements the proxies of the pool serve: `shardring migrate` copies nothing until every
+//! proxy dual-writes (it serves the current membership now and the next one next), and reports the
+//! cut-over done only once every proxy serves the next one.
+//!
+//! Without etcd the proxies are named (`--proxies HOST:PORT,…`, their stats ports): each one's
+//! stats JSON says, per pool, `membership_current` and `membership_next` (digests of the placements,
+//! which leave out the listen address that differs between proxies). With etcd they register
+//! themselves under the pool's prefix with a lease (`proxies/<id>`), with the same two digests.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use tokio::io::AsyncReadExt;
+
+/// The placements a proxy serves, as digests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Serving {
+    /// The current membership's.
+    pub current: String,
+    /// The next membership's (the current one's when it has none).
+    pub next: String,
+}
+
+impl std::fmt::Display for Serving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "current {} next {}", self.current, self.next)
+    }
+}
+
+/// Where the pool's proxies are found.
+#[derive(Debug)]
+pub(super) enum Proxies {
+    /// Their stats endpoints (`HOST:PORT`).
+    Stats(Vec<String>),
+    /// Registered in etcd.
+    Etcd(shardring_etcd::EtcdSource),
+}
+
+/// How long one stats endpoint may take to answer.
+const STATS_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl Proxies {
+    /// What each proxy serves for `pool`, or why it cannot be told.
+    pub async fn serving(&self, pool: &str) -> Result<Vec<(String, Result<Serving>)>> {
+        match self {
+            Proxies::Stats(addrs) => {
+                let asks = addrs
+                    .iter()
+                    .map(|a| async move { (a.clone(), stats(a, pool).await) });
+                Ok(futures_util::future::join_all(asks).await)
+            }
+            Proxies::Etcd(source) => Ok(super::etcd::registrations(source)
+                .await?
+                .into_iter()
+                .map(|(id, serving)| (id, Ok(serving)))
+                .collect()),
+        }
+    }
+
+    /// Waits until every proxy serves `wanted` for `pool` (polling), for at most `timeout`.
+    ///
+    /// # Errors
+    /// When some proxy does not within `timeout`: each one that lags is named with what it
+    /// serves, or why it could not be asked. With etcd, when no proxy is registered.
+    pub async fn wait_for(
+        &self,
+        pool: &str,
+        wanted: &Serving,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let answers = self.serving(pool).await?;
+            let lagging: Vec<String> = answers
+                .iter()
+                .filter_map(|(name, r)| match r {
+                    Ok(s) if s == wanted => None,
+                    Ok(s) => Some(format!("{name} serves {s}")),
+                    Err(e) => Some(format!("{name}: {e:#}")),
+                })
+                .collect();
+            if answers.is_empty() {
+                if Instant::now() >= deadline {
+                    bail!("no proxy of pool {pool} is registered in etcd: none would {what}");
+                }
+            } else if lagging.is_empty() {
+                return Ok(answers.len());
+            } else if Instant::now() >= deadline {
+                bail!(
+                    "{} of {} proxies do not {what} after {:?} (wanted {wanted}):\n  {}",
+                    lagging.len(),
+                    answers.len(),
+                    timeout,
+                    lagging.join("\n  ")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// What the proxy whose stats port is `addr` serves for `pool` (twemproxy's stats JSON: sent on
+/// connect, then the connection closes).
+async fn stats(addr: &str, pool: &str) -> Result<Serving> {
+    let read = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        let mut text = Vec::new();
+        s.read_to_end(&mut text).await?;
+        Ok::<_, std::io::Error>(text)
+    };
+    let text = tokio::time::timeout(STATS_TIMEOUT, read)
+        .await
+        .context("no answer in time")?
+        .context("cannot read its stats")?;
+    let json: serde_json::Value =
+        serde_json::from_slice(&text).context("its stats are not JSON")?;
+    let field = |name: &str| -> Result<String> {
+        json.get(pool)
+            .with_context(|| format!("it has no pool {pool}"))?
+            .get(name)
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+            .with_context(|| format!("its stats have no {name} (not a shardring proxy, or older)"))
+    };
+    Ok(Serving {
+        current: field("membership_current")?,
+        next: field("membership_next")?,
+    })
+}
