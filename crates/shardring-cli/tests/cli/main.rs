@@ -10,6 +10,7 @@ mod contract;
 mod descriptors;
 mod install;
 mod members;
+mod migrate;
 mod operator;
 mod proxy;
 mod simulate;

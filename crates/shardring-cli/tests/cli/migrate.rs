@@ -1,0 +1,628 @@
+//! `shardring migrate` end to end, as an operator runs it: real memcached servers, two `shardring
+//! proxy` processes with their own files and a shared `--next-config`, a read/write load through
+//! both for the whole migration, then every key read back. A server removed (4 → 3) and one added
+//! (4 → 5), 100,000 keys with mixed flags and TTLs; an abort halfway and a rerun; a proxy that does
+//! not dual-write stops the run with its name.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::support::{shardring, Kill};
+use test_support::{free_port, wait_listening, Memcached, TempDir};
+
+const KEYS: usize = 100_000;
+/// 40 days: an expiry memcached takes as a Unix time.
+const FAR: u64 = 40 * 24 * 3600;
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn key(i: usize) -> String {
+    format!("user:{i}:profile")
+}
+
+/// Each key's flags, and its TTL class: none, an hour, or an absolute time 40 days out.
+fn flags(i: usize) -> u32 {
+    (i % 7) as u32 * 1000
+}
+
+/// What a set of key `i` sends as exptime, and the expiry it means (0: none).
+fn exptime(i: usize, far: u64) -> (u64, u64) {
+    match i % 3 {
+        0 => (0, 0),
+        1 => (3600, unix_now() + 3600),
+        _ => (far, far),
+    }
+}
+
+/// Keys the load deletes during the migration.
+fn deleted_by_load(i: usize) -> bool {
+    i % 1000 == 7
+}
+
+/// A blocking memcached text-protocol client.
+struct Mc {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Mc {
+    fn connect(addr: &str) -> Mc {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Mc {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.r.read_line(&mut l).unwrap();
+        l
+    }
+
+    fn call(&mut self, req: &[u8]) -> String {
+        self.w.write_all(req).unwrap();
+        self.line()
+    }
+
+    /// `mg key v f t`: the value, flags and remaining TTL (-1: none), or `None` on a miss.
+    fn mg(&mut self, key: &str) -> Option<(Vec<u8>, u32, i64)> {
+        let head = self.call(format!("mg {key} v f t\r\n").as_bytes());
+        if head == "EN\r\n" {
+            return None;
+        }
+        let mut parts = head.split_whitespace();
+        assert_eq!(parts.next(), Some("VA"), "{head:?}");
+        let len: usize = parts.next().unwrap().parse().unwrap();
+        let (mut f, mut t) = (0, 0);
+        for p in parts {
+            if let Some(v) = p.strip_prefix('f') {
+                f = v.parse().unwrap();
+            } else if let Some(v) = p.strip_prefix('t') {
+                t = v.parse().unwrap();
+            }
+        }
+        let mut data = vec![0; len + 2];
+        self.r.read_exact(&mut data).unwrap();
+        data.truncate(len);
+        Some((data, f, t))
+    }
+
+    /// The server's request counters that any client command moves.
+    fn commands(&mut self) -> u64 {
+        self.w.write_all(b"stats\r\n").unwrap();
+        let mut total = 0;
+        loop {
+            let l = self.line();
+            if l == "END\r\n" {
+                return total;
+            }
+            let mut p = l.split_whitespace().skip(1);
+            let (name, value) = (p.next().unwrap_or(""), p.next().unwrap_or("0"));
+            if [
+                "cmd_get",
+                "cmd_set",
+                "cmd_touch",
+                "delete_hits",
+                "delete_misses",
+                "incr_hits",
+                "incr_misses",
+                "decr_hits",
+                "decr_misses",
+            ]
+            .contains(&name)
+            {
+                total += value.parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+}
+
+/// The pool file of a proxy listening on `listen` over `servers` (every other one named).
+fn yaml(listen: u16, servers: &[&Memcached]) -> String {
+    let mut y = format!("alpha:\n  listen: 127.0.0.1:{listen}\n  hash: fnv1a_64\n  distribution: ketama\n  timeout: 2000\n  servers:\n");
+    for s in servers {
+        if s.port % 2 == 0 {
+            y.push_str(&format!("   - {}:1 mc-{}\n", s.addr, s.port));
+        } else {
+            y.push_str(&format!("   - {}:1\n", s.addr));
+        }
+    }
+    y
+}
+
+/// Two proxies with their own files and a shared next file.
+struct Fleet {
+    dir: TempDir,
+    files: Vec<PathBuf>,
+    next: PathBuf,
+    listens: Vec<u16>,
+    stats: Vec<u16>,
+    proxies: Vec<Kill>,
+}
+
+impl Fleet {
+    /// Two proxies over `now`, their next file equal to it (no planned change yet).
+    fn start(now: &[&Memcached]) -> Fleet {
+        let dir = TempDir::new("migrate");
+        let (mut files, mut listens, mut stats, mut proxies) = (vec![], vec![], vec![], vec![]);
+        let next = dir.path().join("next.yml");
+        std::fs::write(&next, yaml(free_port(), now)).unwrap();
+        for p in 0..2 {
+            let listen = free_port();
+            let file = dir.path().join(format!("proxy{p}.yml"));
+            std::fs::write(&file, yaml(listen, now)).unwrap();
+            let stat = free_port();
+            let child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+                .args(["proxy", "-s", &stat.to_string(), "-c"])
+                .arg(&file)
+                .arg("--next-config")
+                .arg(&next)
+                .arg("-o")
+                .arg(dir.path().join(format!("proxy{p}.log")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            proxies.push(Kill(child));
+            wait_listening(&format!("127.0.0.1:{listen}"));
+            wait_listening(&format!("127.0.0.1:{stat}"));
+            files.push(file);
+            listens.push(listen);
+            stats.push(stat);
+        }
+        Fleet {
+            dir,
+            files,
+            next,
+            listens,
+            stats,
+            proxies,
+        }
+    }
+
+    fn addr(&self, p: usize) -> String {
+        format!("127.0.0.1:{}", self.listens[p])
+    }
+
+    fn pids(&self) -> String {
+        self.proxies
+            .iter()
+            .map(|k| k.0.id().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn stats_list(&self) -> String {
+        self.stats
+            .iter()
+            .map(|s| format!("127.0.0.1:{s}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Plans the change to `next`: the next file rewritten and the proxies reloaded (they
+    /// dual-write from then on).
+    fn plan(&self, next: &[&Memcached]) {
+        std::fs::write(&self.next, yaml(free_port(), next)).unwrap();
+        for k in &self.proxies {
+            crate::support::signal("-HUP", &k.0.id().to_string());
+        }
+    }
+
+    /// `shardring migrate` for this fleet, with `extra` flags.
+    fn migrate(&self, extra: &[&str]) -> assert_cmd::Command {
+        let mut cmd = shardring();
+        cmd.arg("migrate");
+        for f in &self.files {
+            cmd.arg("-c").arg(f);
+        }
+        cmd.arg("--to").arg(&self.next).args([
+            "--pool",
+            "alpha",
+            "--proxies",
+            &self.stats_list(),
+            "--reload-command",
+            &format!("kill -HUP {}", self.pids()),
+            "--confirm-timeout",
+            "20",
+        ]);
+        cmd.args(extra).timeout(Duration::from_secs(300));
+        cmd
+    }
+}
+
+/// Stores every key through `addr`: value `v<i>`, its flags and TTL.
+fn fill(addr: &str) -> u64 {
+    let far = unix_now() + FAR;
+    let mut c = Mc::connect(addr);
+    for start in (0..KEYS).step_by(1000) {
+        let mut batch = Vec::new();
+        for i in start..(start + 1000).min(KEYS) {
+            let v = format!("v{i}");
+            let (exp, _) = exptime(i, far);
+            batch.extend_from_slice(
+                format!(
+                    "set {} {} {exp} {} noreply\r\n{v}\r\n",
+                    key(i),
+                    flags(i),
+                    v.len()
+                )
+                .as_bytes(),
+            );
+        }
+        c.w.write_all(&batch).unwrap();
+    }
+    assert_eq!(c.call(b"mn\r\n"), "MN\r\n");
+    far
+}
+
+/// What one load thread expects of its keys: the value (none once deleted) and expiry.
+type Expected = HashMap<usize, (Option<Vec<u8>>, u64)>;
+
+/// Reads and writes the keys `i % 2 == part` through `addr` until `stop`: 80% reads (each must hit
+/// unless the key was deleted), sets, appends, and deletes of the keys [`deleted_by_load`] picks.
+/// Returns what it expects of every key it changed, and its misses.
+fn load(addr: String, part: usize, far: u64, stop: Arc<AtomicBool>) -> (Expected, Vec<String>) {
+    let mut c = Mc::connect(&addr);
+    let mut expected = Expected::new();
+    let mut misses = Vec::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ part as u64;
+    let mut gen = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let i = ((x >> 8) as usize % (KEYS / 2)) * 2 + part;
+        let op = x % 100;
+        let k = key(i);
+        if deleted_by_load(i) {
+            if op < 50 && !expected.contains_key(&i) {
+                assert!(c
+                    .call(format!("delete {k}\r\n").as_bytes())
+                    .starts_with("DELETED"));
+                expected.insert(i, (None, 0));
+            }
+            continue;
+        }
+        if op < 80 {
+            if c.mg(&k).is_none() {
+                misses.push(k);
+            }
+        } else if op < 92 {
+            gen += 1;
+            let v = format!("v{i}-{gen}");
+            let (exp, expiry) = exptime(i, far);
+            let line =
+                c.call(format!("set {k} {} {exp} {}\r\n{v}\r\n", flags(i), v.len()).as_bytes());
+            assert_eq!(line, "STORED\r\n");
+            expected.insert(i, (Some(v.into_bytes()), expiry));
+        } else {
+            let line = c.call(format!("append {k} 0 0 2\r\n+a\r\n").as_bytes());
+            assert_eq!(line, "STORED\r\n", "append of {k}");
+            let e = expected
+                .entry(i)
+                .or_insert_with(|| (Some(format!("v{i}").into_bytes()), exptime(i, far).1));
+            if let Some(v) = &mut e.0 {
+                v.extend_from_slice(b"+a");
+            }
+            if i % 3 == 1 && e.1 == 0 {
+                e.1 = 0;
+            }
+        }
+    }
+    (expected, misses)
+}
+
+/// Every key read back through `addr`: its latest value, flags and TTL (±2 s).
+fn check_all(addr: &str, expected: &Expected, far: u64, fill_time: u64) {
+    let mut c = Mc::connect(addr);
+    let now = unix_now();
+    let mut wrong = Vec::new();
+    for i in 0..KEYS {
+        let got = c.mg(&key(i));
+        let (value, expiry) = match expected.get(&i) {
+            Some((v, e)) => (v.clone(), *e),
+            None => (
+                Some(format!("v{i}").into_bytes()),
+                match i % 3 {
+                    0 => 0,
+                    1 => fill_time + 3600,
+                    _ => far,
+                },
+            ),
+        };
+        match (got, value) {
+            (None, None) => {}
+            (Some((v, f, t)), Some(want)) => {
+                let ttl_ok = if expiry == 0 {
+                    t == -1
+                } else {
+                    (t - (expiry as i64 - now as i64)).abs() <= 2
+                };
+                if v != want || f != flags(i) || !ttl_ok {
+                    wrong.push(format!(
+                        "{}: {:?} f{f} t{t}, wanted {:?} f{} expiry in {}",
+                        key(i),
+                        String::from_utf8_lossy(&v),
+                        String::from_utf8_lossy(&want),
+                        flags(i),
+                        expiry as i64 - now as i64
+                    ));
+                }
+            }
+            (got, want) => wrong.push(format!(
+                "{}: {:?}, wanted {:?}",
+                key(i),
+                got.map(|g| g.0),
+                want
+            )),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} keys wrong, e.g.:\n{}",
+        wrong.len(),
+        wrong[..wrong.len().min(10)].join("\n")
+    );
+}
+
+/// The whole migration from `now` to `next` under load; returns migrate's stdout.
+fn migrate_under_load(servers: &[Memcached], now: &[usize], next: &[usize]) -> String {
+    let now: Vec<&Memcached> = now.iter().map(|&i| &servers[i]).collect();
+    let next: Vec<&Memcached> = next.iter().map(|&i| &servers[i]).collect();
+    let fleet = Fleet::start(&now);
+    let fill_time = unix_now();
+    let far = fill(&fleet.addr(0));
+    fleet.plan(&next);
+    let stop = Arc::new(AtomicBool::new(false));
+    let loads: Vec<_> = (0..2)
+        .map(|p| {
+            let (addr, stop) = (fleet.addr(p), Arc::clone(&stop));
+            std::thread::spawn(move || load(addr, p, far, stop))
+        })
+        .collect();
+    let out = fleet.migrate(&[]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "migrate failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The servers that left get nothing from now on.
+    let left: Vec<&&Memcached> = now
+        .iter()
+        .filter(|s| !next.iter().any(|n| n.addr == s.addr))
+        .collect();
+    let mut watchers: Vec<Mc> = left.iter().map(|s| Mc::connect(&s.addr)).collect();
+    let before: Vec<u64> = watchers.iter_mut().map(Mc::commands).collect();
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let mut expected = Expected::new();
+    for l in loads {
+        let (e, misses) = l.join().unwrap();
+        assert!(
+            misses.is_empty(),
+            "{} reads missed, e.g. {:?}",
+            misses.len(),
+            &misses[..misses.len().min(5)]
+        );
+        expected.extend(e);
+    }
+    let after: Vec<u64> = watchers.iter_mut().map(Mc::commands).collect();
+    assert_eq!(
+        before, after,
+        "a server that left got requests after the cut-over"
+    );
+    for p in 0..2 {
+        check_all(&fleet.addr(p), &expected, far, fill_time);
+    }
+    // The files now name the next servers, the next file too.
+    for f in fleet.files.iter().chain([&fleet.next]) {
+        let text = std::fs::read_to_string(f).unwrap();
+        for s in &next {
+            assert!(
+                text.contains(&s.addr),
+                "{} lacks {}:\n{text}",
+                f.display(),
+                s.addr
+            );
+        }
+        for s in &left {
+            assert!(
+                !text.contains(&s.addr),
+                "{} still has {}",
+                f.display(),
+                s.addr
+            );
+        }
+    }
+    let _ = &fleet.dir;
+    stdout
+}
+
+#[test]
+fn a_removed_server_s_keys_move_under_load_and_every_key_reads_back() {
+    let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
+    let out = migrate_under_load(&servers, &[0, 1, 2, 3], &[0, 1, 2]);
+    assert!(out.contains("(leaves)"), "{out}");
+    assert!(out.contains("cut over: 2 proxies"), "{out}");
+}
+
+#[test]
+fn an_added_server_gets_its_keys_under_load_and_every_key_reads_back() {
+    let servers: Vec<Memcached> = (0..5).map(|_| Memcached::start()).collect();
+    let out = migrate_under_load(&servers, &[0, 1, 2, 3], &[0, 1, 2, 3, 4]);
+    assert!(out.contains("cut over: 2 proxies"), "{out}");
+}
+
+#[test]
+fn an_abort_halfway_changes_nothing_and_a_rerun_finishes() {
+    let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
+    let now: Vec<&Memcached> = servers.iter().collect();
+    let fleet = Fleet::start(&now);
+    fill(&fleet.addr(0));
+    fleet.plan(&now[..3]);
+    let files_before: Vec<String> = fleet
+        .files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    // Slow enough to be killed halfway.
+    let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+        .arg("migrate")
+        .args(
+            fleet
+                .files
+                .iter()
+                .flat_map(|f| [Path::new("-c"), f.as_path()]),
+        )
+        .arg("--to")
+        .arg(&fleet.next)
+        .args([
+            "--pool",
+            "alpha",
+            "--proxies",
+            &fleet.stats_list(),
+            "--rate",
+            "5000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for (f, before) in fleet.files.iter().zip(&files_before) {
+        assert_eq!(
+            &std::fs::read_to_string(f).unwrap(),
+            before,
+            "the ring did not change"
+        );
+    }
+    let out = fleet.migrate(&["--rate", "0"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The rerun found what the first run copied already there.
+    let there: u64 = stdout
+        .split(") already there")
+        .next()
+        .and_then(|s| s.rsplit("; ").next())
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of keys already there in {stdout}"));
+    assert!(there > 0, "{stdout}");
+    check_all(
+        &fleet.addr(1),
+        &Expected::new(),
+        unix_now() + FAR,
+        unix_now(),
+    );
+}
+
+#[test]
+fn a_proxy_that_does_not_dual_write_stops_the_run_with_its_name() {
+    let servers: Vec<Memcached> = (0..3).map(|_| Memcached::start()).collect();
+    let now: Vec<&Memcached> = servers.iter().collect();
+    let fleet = Fleet::start(&now);
+    // A third proxy, without the next file.
+    let listen = free_port();
+    let stat = free_port();
+    let file = fleet.dir.path().join("lagging.yml");
+    std::fs::write(&file, yaml(listen, &now)).unwrap();
+    let _lagging = Kill(
+        StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+            .args(["proxy", "-s", &stat.to_string(), "-c"])
+            .arg(&file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(&format!("127.0.0.1:{stat}"));
+    fleet.plan(&now[..2]);
+    let out = shardring()
+        .arg("migrate")
+        .arg("-c")
+        .arg(&fleet.files[0])
+        .arg("--to")
+        .arg(&fleet.next)
+        .args([
+            "--pool",
+            "alpha",
+            "--proxies",
+            &format!("{},127.0.0.1:{stat}", fleet.stats_list()),
+            "--confirm-timeout",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{stat} serves current")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 of 3 proxies do not dual-write"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("copied"), "nothing was copied: {stdout}");
+}
+
+#[test]
+fn a_dry_run_prints_the_plan_and_changes_nothing() {
+    let servers: Vec<Memcached> = (0..3).map(|_| Memcached::start()).collect();
+    let now: Vec<&Memcached> = servers.iter().collect();
+    let fleet = Fleet::start(&now);
+    let mut c = Mc::connect(&fleet.addr(0));
+    for i in 0..3000 {
+        assert_eq!(
+            c.call(format!("set {} 0 0 1\r\nx\r\n", key(i)).as_bytes()),
+            "STORED\r\n"
+        );
+    }
+    fleet.plan(&now[..2]);
+    let before = std::fs::read_to_string(&fleet.files[0]).unwrap();
+    let out = fleet.migrate(&["--dry-run"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("pool alpha (memcached): 3 → 2 servers"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("total: "), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&fleet.files[0]).unwrap(), before);
+    // Another hash moves nearly every key: refused without --all-keys.
+    std::fs::write(
+        &fleet.next,
+        yaml(free_port(), &now[..2]).replace("fnv1a_64", "md5"),
+    )
+    .unwrap();
+    let out = fleet.migrate(&["--dry-run"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("--all-keys"), "{stderr}");
+}
