@@ -353,6 +353,8 @@ pub async fn read_planned(
 /// added, changed or deleted server all count). With `expected_revision`, the read is made *at* that
 /// revision (e.g. that of the [`Update::Planned`](crate::Update::Planned) a migration copied keys
 /// for), so a change made at any time after it makes the cut-over fail; with `None`, at the current one.
+/// etcd's `--max-txn-ops` (128 by default) caps the compares too: one per key under `servers/` and
+/// `next/`, plus two, so larger pools need the limit raised.
 ///
 /// # Errors
 /// - [`EtcdError::NoNext`] when there is no server under `next/`;

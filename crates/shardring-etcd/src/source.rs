@@ -273,9 +273,8 @@ impl State {
     ) -> Option<MalformedValue> {
         self.revision = self.revision.max(revision);
         if self.planned {
-            let Some(set) = set_of(keys, key) else {
-                return None;
-            };
+            // Any other key (a proxy's registration) changes nothing but the revision.
+            let set = set_of(keys, key)?;
             let name = std::str::from_utf8(key).ok().and_then(|k| match set {
                 MemberSet::Current => keys.name_of(k),
                 MemberSet::Next => keys.next_name_of(k),
