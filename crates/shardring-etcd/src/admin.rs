@@ -1,11 +1,21 @@
 //! Writing a pool's membership: what `shardring members` does (publish a YAML pool, add, remove,
-//! re-weight, register under a lease). Every write keeps to the [layout](crate::layout).
+//! re-weight, register under a lease), what `shardring migrate` does (publish a next membership, cut
+//! over to it, drop it: [`publish_next`], [`cut_over`], [`drop_next`]), and what each proxy does
+//! ([`register_proxy`], read back with [`list_proxies`]). Every write keeps to the
+//! [layout](crate::layout).
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
 use shardring::membership::{Member, MembershipSnapshot};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::EtcdError;
-use crate::layout::format_value;
+pub use crate::layout::Registration;
+use crate::layout::{format_registration, format_value, parse_registration};
 use crate::source::{EtcdSource, PoolRead};
 
 /// What [`publish`] changed.
@@ -184,4 +194,582 @@ pub fn with_member(read: &MembershipSnapshot, member: Member) -> Vec<Member> {
 /// As [`EtcdSource::connect`].
 pub async fn client(source: &EtcdSource) -> Result<Client, EtcdError> {
     source.connect().await
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The next membership and cut-over (what `shardring migrate` runs).
+
+/// Runs `request` within the source's request timeout, naming `what` in its error.
+async fn timed<T>(
+    source: &EtcdSource,
+    what: impl Into<String>,
+    request: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, EtcdError> {
+    let what = what.into();
+    match tokio::time::timeout(source.request_timeout(), request).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(failed(source, what, e)),
+        Err(_) => Err(EtcdError::Timeout {
+            endpoints: source.endpoints().to_vec(),
+            what,
+            timeout: source.request_timeout(),
+        }),
+    }
+}
+
+/// The revision in a response header (0 when it has none).
+fn revision_of(header: Option<&etcd_client::ResponseHeader>) -> i64 {
+    header.map_or(0, etcd_client::ResponseHeader::revision)
+}
+
+/// `members` by name, refusing an empty set and repeated names.
+fn by_name<'m>(
+    members: &'m [Member],
+    what: &str,
+) -> Result<BTreeMap<&'m str, &'m Member>, EtcdError> {
+    if members.is_empty() {
+        return Err(EtcdError::Refused(format!(
+            "an empty {what}: a pool with no next servers has no planned change (drop the next membership instead)"
+        )));
+    }
+    let mut out = BTreeMap::new();
+    for m in members {
+        if out.insert(m.name(), m).is_some() {
+            return Err(EtcdError::Refused(format!(
+                "the server name {:?} is given twice in the {what}",
+                m.name()
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// The compares that hold only while nothing under `prefix` changed since `kvs` were read at `revision`:
+/// no key under it written after `revision` (a new or changed key), and each key read still at its mod
+/// revision (a deleted one has none).
+fn unchanged_since(prefix: &str, revision: i64, kvs: &[&etcd_client::KeyValue]) -> Vec<Compare> {
+    let mut compares =
+        vec![Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_prefix()];
+    compares.extend(
+        kvs.iter().map(|kv| {
+            Compare::mod_revision(kv.key().to_vec(), CompareOp::Equal, kv.mod_revision())
+        }),
+    );
+    compares
+}
+
+/// How many times [`publish_next`] reads and writes again when another writer got in between.
+const PUBLISH_NEXT_ATTEMPTS: usize = 5;
+
+/// Makes the pool's next membership (`next/`) exactly `members`, in one transaction: deletes the next
+/// servers not in `members`, writes the new and changed ones. The transaction is guarded by what it
+/// read, and read and written again (a few times) when another writer changed `next/` in between, so
+/// the outcome is `members` whatever ran concurrently. Returns the transaction's revision (the read's
+/// when nothing had to change). The same `--max-txn-ops` limit as [`publish`] applies.
+///
+/// # Errors
+/// [`EtcdError::Refused`] for an empty `members` (use [`drop_next`]) or a name given twice;
+/// [`EtcdError::Changed`] when other writers kept changing `next/`; [`EtcdError`] when etcd cannot be
+/// reached.
+pub async fn publish_next(source: &EtcdSource, members: &[Member]) -> Result<i64, EtcdError> {
+    let wanted = by_name(members, "next membership")?;
+    let mut client = source.connect().await?;
+    let keys = source.keys();
+    let prefix = keys.next_prefix().to_string();
+    let mut read_revision = 0;
+    for _ in 0..PUBLISH_NEXT_ATTEMPTS {
+        let read = timed(
+            source,
+            format!("range {prefix}"),
+            client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
+        )
+        .await?;
+        read_revision = revision_of(read.header());
+        let mut ops = Vec::new();
+        for kv in read.kvs() {
+            let key = String::from_utf8_lossy(kv.key());
+            if !keys
+                .next_name_of(&key)
+                .is_some_and(|n| wanted.contains_key(n))
+            {
+                ops.push(TxnOp::delete(kv.key().to_vec(), None));
+            }
+        }
+        for m in wanted.values() {
+            let key = keys.next_key(m.name());
+            let value = format_value(m);
+            if !read
+                .kvs()
+                .iter()
+                .any(|kv| kv.key() == key.as_bytes() && kv.value() == value.as_bytes())
+            {
+                ops.push(TxnOp::put(key, value, None));
+            }
+        }
+        if ops.is_empty() {
+            return Ok(read_revision);
+        }
+        let kvs: Vec<_> = read.kvs().iter().collect();
+        let txn = Txn::new()
+            .when(unchanged_since(&prefix, read_revision, &kvs))
+            .and_then(ops);
+        let response = timed(source, format!("publish to {prefix}"), client.txn(txn)).await?;
+        if response.succeeded() {
+            return Ok(revision_of(response.header()));
+        }
+        tracing::debug!(%prefix, read_revision, "next membership changed while publishing it; again");
+    }
+    Err(EtcdError::Changed {
+        prefix,
+        read_revision,
+        what: format!("publishing the next membership ({PUBLISH_NEXT_ATTEMPTS} attempts)"),
+    })
+}
+
+/// The pool's current and next membership, read at one revision (both snapshots carry it); the next is
+/// `None` when no server under `next/` could be read. Malformed servers are left out (and logged), as
+/// [`EtcdSource::read`] leaves them out. Reads `next/` whether or not `source` was built
+/// [`with_next`](crate::EtcdSourceBuilder::with_next).
+///
+/// # Errors
+/// As [`EtcdSource::read`].
+pub async fn read_planned(
+    source: &EtcdSource,
+) -> Result<(MembershipSnapshot, Option<MembershipSnapshot>), EtcdError> {
+    let read = source.read_planned().await?;
+    for bad in &read.malformed {
+        tracing::warn!(%bad, "skipping a malformed server");
+    }
+    Ok((read.snapshot, read.next))
+}
+
+/// Cuts over to the next membership: in **one** transaction, the servers under `next/` become the
+/// servers under `servers/`, and the old servers become the next (a swap), so that proxies that have
+/// switched dual-write back to the old owners while others still read from them. Returns the
+/// transaction's revision; [`drop_next`] then ends the change.
+///
+/// The transaction is guarded: it writes only if nothing under `servers/` or `next/` changed since they
+/// were read (no key written after the read's revision, every key read still at its mod revision, so an
+/// added, changed or deleted server all count). With `expected_revision`, the read is made *at* that
+/// revision (e.g. that of the [`Update::Planned`](crate::Update::Planned) a migration copied keys
+/// for), so a change made at any time after it makes the cut-over fail; with `None`, at the current one.
+/// etcd's `--max-txn-ops` (128 by default) caps the compares too: one per key under `servers/` and
+/// `next/`, plus two, so larger pools need the limit raised.
+///
+/// # Errors
+/// - [`EtcdError::NoNext`] when there is no server under `next/`;
+/// - [`EtcdError::Changed`] when `servers/` or `next/` changed since the read (nothing was written);
+/// - [`EtcdError::Malformed`] when a server under either cannot be read (nothing was written);
+/// - [`EtcdError::Request`] when etcd cannot be reached, or `expected_revision` is compacted away or in
+///   the future.
+pub async fn cut_over(
+    source: &EtcdSource,
+    expected_revision: Option<i64>,
+) -> Result<i64, EtcdError> {
+    let mut client = source.connect().await?;
+    let keys = source.keys();
+    let pool = keys.pool_prefix().to_string();
+    let mut options = GetOptions::new().with_prefix();
+    if let Some(revision) = expected_revision {
+        options = options.with_revision(revision);
+    }
+    let what = match expected_revision {
+        Some(r) => format!("range {pool} at revision {r}"),
+        None => format!("range {pool}"),
+    };
+    let read = timed(source, what, client.get(pool.as_str(), Some(options))).await?;
+    let read_revision = expected_revision.unwrap_or_else(|| revision_of(read.header()));
+    let (mut current, mut next) = (Vec::new(), Vec::new());
+    let (mut current_kvs, mut next_kvs) = (Vec::new(), Vec::new());
+    for kv in read.kvs() {
+        if kv.key().starts_with(keys.servers_prefix().as_bytes()) {
+            current.push(
+                keys.parse(kv.key(), kv.value())
+                    .map_err(EtcdError::Malformed)?,
+            );
+            current_kvs.push(kv);
+        } else if kv.key().starts_with(keys.next_prefix().as_bytes()) {
+            next.push(
+                keys.parse_next(kv.key(), kv.value())
+                    .map_err(EtcdError::Malformed)?,
+            );
+            next_kvs.push(kv);
+        }
+    }
+    if next.is_empty() {
+        return Err(EtcdError::NoNext {
+            next_prefix: keys.next_prefix().to_string(),
+        });
+    }
+    let mut ops = Vec::new();
+    // servers/ := next; next/ := the old servers. Each key is deleted or put, never both (etcd refuses a
+    // transaction that writes one key twice).
+    swap_ops(&mut ops, &current, &next, |n| keys.server_key(n));
+    swap_ops(&mut ops, &next, &current, |n| keys.next_key(n));
+    let mut compares = unchanged_since(keys.servers_prefix(), read_revision, &current_kvs);
+    compares.extend(unchanged_since(
+        keys.next_prefix(),
+        read_revision,
+        &next_kvs,
+    ));
+    let txn = Txn::new().when(compares).and_then(ops);
+    let response = timed(source, format!("cut over {pool}"), client.txn(txn)).await?;
+    if !response.succeeded() {
+        return Err(EtcdError::Changed {
+            prefix: pool,
+            read_revision,
+            what: "cutting over to the next membership".into(),
+        });
+    }
+    Ok(revision_of(response.header()))
+}
+
+/// The operations that turn the set `from` (as it is under `key_of`) into `to`: deletes of the names
+/// not in `to`, puts of the new and changed members.
+fn swap_ops(ops: &mut Vec<TxnOp>, from: &[Member], to: &[Member], key_of: impl Fn(&str) -> String) {
+    for old in from {
+        if !to.iter().any(|m| m.name() == old.name()) {
+            ops.push(TxnOp::delete(key_of(old.name()), None));
+        }
+    }
+    for new in to {
+        if !from.contains(new) {
+            ops.push(TxnOp::put(key_of(new.name()), format_value(new), None));
+        }
+    }
+}
+
+/// Deletes the next membership (the change is finished, or called off): proxies stop dual-writing.
+/// Returns the delete's revision (also when there was nothing to delete).
+///
+/// # Errors
+/// [`EtcdError`] when etcd cannot be reached.
+pub async fn drop_next(source: &EtcdSource) -> Result<i64, EtcdError> {
+    let mut client = source.connect().await?;
+    let prefix = source.keys().next_prefix().to_string();
+    let r = timed(
+        source,
+        format!("delete {prefix}"),
+        client.delete(prefix.as_str(), Some(DeleteOptions::new().with_prefix())),
+    )
+    .await?;
+    Ok(revision_of(r.header()))
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Proxy registrations.
+
+/// The lease a proxy's registration is under unless told otherwise.
+pub const DEFAULT_REGISTRATION_TTL: Duration = Duration::from_secs(10);
+
+/// A proxy's registration under `proxies/<id>`, kept alive by a spawned task until this is dropped
+/// (which revokes the lease, best-effort, so the key goes at once), [`revoke`](RegistrationHandle::revoke)d
+/// or [`abandon`](RegistrationHandle::abandon)ed.
+///
+/// The task renews the lease every third of its time to live. When etcd is lost it logs, backs off
+/// (the source's `retry_min` to `retry_max`) and tries again; when the lease is gone by then (it expired,
+/// or was revoked), it grants a new one and writes the last value again, so the registration survives
+/// an outage of etcd.
+pub struct RegistrationHandle {
+    /// What the handle and its task share.
+    shared: Arc<Registered>,
+    /// Stops the task.
+    stop: CancellationToken,
+    /// The keep-alive task.
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// What a registration handle and its keep-alive task share.
+struct Registered {
+    /// Where to write.
+    source: EtcdSource,
+    /// `proxies/<id>`.
+    key: String,
+    /// The lease's time to live, in seconds.
+    ttl: i64,
+    /// A connection (cloned for each request).
+    client: Client,
+    /// The last value asked for, and the lease it is written under; held over each write, so that
+    /// writes land in the order they were asked for and a re-registration writes the latest value.
+    held: tokio::sync::Mutex<Held>,
+    /// The lease now, for reading without the lock.
+    lease: AtomicI64,
+    /// Whether the task revokes the lease when it stops.
+    revoke_on_stop: AtomicBool,
+}
+
+/// The value and the lease.
+#[derive(Debug)]
+struct Held {
+    /// The last value asked for.
+    value: Registration,
+    /// The lease it is under.
+    lease: i64,
+}
+
+impl Registered {
+    /// Grants a lease and writes the value under it.
+    async fn grant_and_put(&self, held: &mut Held) -> Result<(), EtcdError> {
+        let mut client = self.client.clone();
+        let lease = timed(
+            &self.source,
+            format!("grant a {} s lease for {}", self.ttl, self.key),
+            client.lease_grant(self.ttl, None),
+        )
+        .await?;
+        held.lease = lease.id();
+        self.lease.store(lease.id(), Ordering::Relaxed);
+        self.put(held).await
+    }
+
+    /// Writes the held value under the held lease.
+    async fn put(&self, held: &Held) -> Result<(), EtcdError> {
+        let mut client = self.client.clone();
+        timed(
+            &self.source,
+            format!("put {}", self.key),
+            client.put(
+                self.key.as_str(),
+                format_registration(&held.value),
+                Some(PutOptions::new().with_lease(held.lease)),
+            ),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Keeps the lease alive until `stop` (`Ok(true)`), the lease is found gone and replaced
+    /// (`Ok(false)`: keep the new one alive), or a failure.
+    async fn keep(
+        &self,
+        stop: &CancellationToken,
+        interval: Duration,
+        lost: &mut bool,
+    ) -> Result<bool, EtcdError> {
+        let mut client = self.client.clone();
+        let lease = self.lease.load(Ordering::Relaxed);
+        let what = format!("keep lease {lease:x} of {} alive", self.key);
+        let (mut keeper, mut stream) =
+            timed(&self.source, what.as_str(), client.lease_keep_alive(lease)).await?;
+        loop {
+            let answer = async {
+                keeper.keep_alive().await?;
+                stream.message().await
+            };
+            let answer = timed(&self.source, what.as_str(), answer).await?;
+            let Some(answer) = answer else {
+                return Err(EtcdError::Refused(format!(
+                    "{what}: etcd closed the stream"
+                )));
+            };
+            if answer.ttl() <= 0 {
+                // The lease is gone (it expired while etcd could not be reached, or was revoked).
+                let mut held = self.held.lock().await;
+                self.grant_and_put(&mut held).await?;
+                tracing::info!(key = %self.key, old = format!("{lease:x}"), new = format!("{:x}", held.lease), "proxy registration's lease was gone; registered again under a new one");
+                *lost = false;
+                return Ok(false);
+            }
+            if std::mem::take(lost) {
+                tracing::info!(key = %self.key, "etcd reachable again; proxy registration kept");
+            }
+            tokio::select! {
+                () = stop.cancelled() => return Ok(true),
+                () = tokio::time::sleep(interval) => {}
+            }
+        }
+    }
+
+    /// The keep-alive task: [`keep`](Registered::keep) with back-off until `stop`, then a revoke.
+    async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let interval = Duration::from_millis(u64::try_from(self.ttl).unwrap_or(1) * 1000 / 3)
+            .max(Duration::from_millis(100));
+        let (retry_min, retry_max) = self.source.retry_bounds();
+        let mut backoff = retry_min;
+        let mut lost = false;
+        loop {
+            match self.keep(&stop, interval, &mut lost).await {
+                Ok(true) => break,
+                Ok(false) => backoff = retry_min,
+                Err(error) => {
+                    if stop.is_cancelled() {
+                        break;
+                    }
+                    tracing::warn!(
+                        key = %self.key,
+                        error = %crate::error::error_chain(&error),
+                        retry_in = ?backoff,
+                        "cannot keep the proxy registration alive; retrying"
+                    );
+                    lost = true;
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(retry_max);
+                }
+            }
+        }
+        if self.revoke_on_stop.load(Ordering::Relaxed) {
+            if let Err(error) = self.revoke().await {
+                tracing::warn!(key = %self.key, error = %crate::error::error_chain(&error), "could not revoke the proxy registration's lease; it expires by itself");
+            }
+        }
+    }
+
+    /// Revokes the lease (its key goes with it).
+    async fn revoke(&self) -> Result<(), EtcdError> {
+        let lease = self.lease.load(Ordering::Relaxed);
+        let mut client = self.client.clone();
+        timed(
+            &self.source,
+            format!("revoke lease {lease:x} of {}", self.key),
+            client.lease_revoke(lease),
+        )
+        .await
+        .map(drop)
+    }
+}
+
+impl RegistrationHandle {
+    /// Writes `value` as the registration, under the same lease. The value is kept even when the write
+    /// fails: the keep-alive task writes it again when it has to register anew.
+    ///
+    /// # Errors
+    /// [`EtcdError::Refused`] for a value that would not read back the same ([`Registration::check`]);
+    /// [`EtcdError`] when etcd cannot be reached.
+    pub async fn update(&self, value: &Registration) -> Result<(), EtcdError> {
+        value.check().map_err(EtcdError::Refused)?;
+        let mut held = self.shared.held.lock().await;
+        held.value = value.clone();
+        self.shared.put(&held).await
+    }
+
+    /// The key written: `<prefix><pool>/proxies/<id>`.
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// The lease the key is under now (a new one after a re-registration).
+    pub fn lease(&self) -> i64 {
+        self.shared.lease.load(Ordering::Relaxed)
+    }
+
+    /// Stops keeping the lease alive and revokes it, so the key goes at once.
+    ///
+    /// # Errors
+    /// [`EtcdError`] when etcd cannot be reached (the key then goes when the lease expires).
+    pub async fn revoke(mut self) -> Result<(), EtcdError> {
+        self.shared.revoke_on_stop.store(false, Ordering::Relaxed);
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        self.shared.revoke().await
+    }
+
+    /// Stops keeping the lease alive *without* revoking it: the key stays until the lease's time to live
+    /// runs out, as when the proxy's process dies.
+    pub fn abandon(mut self) {
+        self.shared.revoke_on_stop.store(false, Ordering::Relaxed);
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for RegistrationHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistrationHandle")
+            .field("key", &self.shared.key)
+            .field("ttl", &self.shared.ttl)
+            .field("lease", &self.lease())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for RegistrationHandle {
+    fn drop(&mut self) {
+        // The task sees it, stops, and revokes the lease (unless revoked or abandoned already).
+        self.stop.cancel();
+    }
+}
+
+/// Registers the proxy `id` under `<prefix><pool>/proxies/<id>` with `value`, under a lease of `ttl`
+/// (whole seconds, rounded up; e.g. [`DEFAULT_REGISTRATION_TTL`]) kept alive by a spawned task until
+/// the handle goes (see [`RegistrationHandle`]). Must run inside a tokio runtime.
+///
+/// # Errors
+/// [`EtcdError::Refused`] for an empty id or one with a `/`, or a value that would not read back the
+/// same ([`Registration::check`]); [`EtcdError`] when etcd cannot be reached.
+pub async fn register_proxy(
+    source: &EtcdSource,
+    id: &str,
+    value: &Registration,
+    ttl: Duration,
+) -> Result<RegistrationHandle, EtcdError> {
+    if id.is_empty() || id.contains('/') || id.contains(char::is_whitespace) {
+        return Err(EtcdError::Refused(format!(
+            "the proxy id {id:?} is empty or contains '/' or whitespace"
+        )));
+    }
+    value.check().map_err(EtcdError::Refused)?;
+    let ttl = i64::try_from(ttl.as_millis().div_ceil(1000))
+        .unwrap_or(i64::MAX)
+        .max(1);
+    let shared = Arc::new(Registered {
+        source: source.clone(),
+        key: source.keys().proxy_key(id),
+        ttl,
+        client: source.connect().await?,
+        held: tokio::sync::Mutex::new(Held {
+            value: value.clone(),
+            lease: 0,
+        }),
+        lease: AtomicI64::new(0),
+        revoke_on_stop: AtomicBool::new(true),
+    });
+    {
+        let mut held = shared.held.lock().await;
+        shared.grant_and_put(&mut held).await?;
+    }
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(Arc::clone(&shared).run(stop.clone()));
+    Ok(RegistrationHandle {
+        shared,
+        stop,
+        task: Some(task),
+    })
+}
+
+/// Every proxy registered for the pool, by id (sorted).
+///
+/// # Errors
+/// [`EtcdError::Malformed`] for a registration that cannot be read (a migration must not take an
+/// unreadable proxy for one that is not there); [`EtcdError`] when etcd cannot be reached.
+pub async fn list_proxies(source: &EtcdSource) -> Result<Vec<(String, Registration)>, EtcdError> {
+    let mut client = source.connect().await?;
+    let keys = source.keys();
+    let prefix = keys.proxies_prefix();
+    let read = timed(
+        source,
+        format!("range {prefix}"),
+        client.get(prefix, Some(GetOptions::new().with_prefix())),
+    )
+    .await?;
+    let mut out = Vec::with_capacity(read.kvs().len());
+    for kv in read.kvs() {
+        let value = parse_registration(kv.key(), kv.value()).map_err(EtcdError::Malformed)?;
+        let key = String::from_utf8_lossy(kv.key());
+        let id = keys.proxy_id_of(&key).ok_or_else(|| {
+            EtcdError::Malformed(crate::error::MalformedValue {
+                key: key.to_string(),
+                value: String::from_utf8_lossy(kv.value()).into_owned(),
+                reason: "the key is not <prefix><pool>/proxies/<id>".into(),
+            })
+        })?;
+        out.push((id.to_owned(), value));
+    }
+    Ok(out)
 }

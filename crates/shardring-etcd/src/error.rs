@@ -57,6 +57,27 @@ pub enum EtcdError {
     /// An admin write was refused (e.g. the server to remove is not there).
     #[error("{0}")]
     Refused(String),
+    /// A cut-over found no next membership to make current (nothing under `next_prefix`).
+    #[error("no next membership under {next_prefix}: nothing to cut over to")]
+    NoNext {
+        /// The pool's `next/` prefix.
+        next_prefix: String,
+    },
+    /// A guarded write found the keys it read changed before it could write (a concurrent
+    /// `shardring members` or a second migration); nothing was written.
+    #[error("{prefix} changed since it was read at revision {read_revision}; nothing was written: {what}")]
+    Changed {
+        /// The prefix whose keys changed.
+        prefix: String,
+        /// The revision the write was based on.
+        read_revision: i64,
+        /// What was being done.
+        what: String,
+    },
+    /// A value an operation depends on cannot be read (a malformed server under `servers/` or `next/` at a
+    /// cut-over, a malformed proxy registration); nothing was written.
+    #[error("{0}")]
+    Malformed(MalformedValue),
 }
 
 /// A server key whose value (or key) cannot be read as a member: that server is skipped, the problem is

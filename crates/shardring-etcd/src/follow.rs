@@ -55,7 +55,8 @@ pub struct FollowStats {
     pub malformed: AtomicU64,
 }
 
-/// Applies every snapshot of `source` to `follower` until `stop`, logging what it refuses and counting
+/// Applies every snapshot of `source` (the current membership of an [`Update::Planned`]) to `follower`
+/// until `stop`, logging what it refuses and counting
 /// into `stats`. The follower's ring keeps serving whatever happens to etcd.
 pub async fn follow<P, B>(
     source: &EtcdSource,
@@ -69,7 +70,9 @@ pub async fn follow<P, B>(
     source
         .watch(
             |update| match update {
-                Update::Snapshot(snapshot) => {
+                // A planned source's current membership is the ring; its next is the proxy's business
+                // (dual writes), not a follower's.
+                Update::Snapshot(snapshot) | Update::Planned { current: snapshot, .. } => {
                     let revision = snapshot.revision();
                     match follower.apply(snapshot) {
                         Ok(applied) => {

@@ -6,13 +6,17 @@
 //! servers themselves under a lease) changes the member list once in etcd, and every proxy and every
 //! client that embeds the ring rebuilds the same ring from it, so they all agree where a key lives.
 //!
-//! - [`layout`]: the key layout, a contract: `<prefix><pool>/servers/<name>` = `host:port[:weight]`.
+//! - [`layout`]: the key layout, a contract: `<prefix><pool>/servers/<name>` = `host:port[:weight]`,
+//!   beside it the planned membership `<prefix><pool>/next/<name>` and the proxies' registrations
+//!   `<prefix><pool>/proxies/<id>`.
 //! - [`EtcdSource`] ([`source`]): one range at a revision, then a watch from that revision + 1; one snapshot per etcd
 //!   revision or per debounced burst; reconnects with back-off, resumes from the last revision,
 //!   resyncs after a compaction.
 //! - [`follow()`]: the loop that applies a source's snapshots to a follower, and
 //!   [`twemproxy_ketama`], the placement that puts keys exactly where the proxy does.
-//! - [`admin`]: publish a pool, add, remove and re-weight one server (what `shardring members` runs).
+//! - [`admin`]: publish a pool, add, remove and re-weight one server (what `shardring members` runs);
+//!   publish a next membership, cut over to it and drop it, register a proxy under a lease and list
+//!   the registered ones (what `shardring migrate` and the proxy run).
 //!
 //! ## Why etcd-client (gRPC)
 //! It is the maintained etcd v3 client for tokio (watch streams, leases, transactions), and watches are
@@ -49,4 +53,5 @@ pub mod source;
 
 pub use crate::error::{error_chain, ClientError, EtcdError, MalformedValue};
 pub use crate::follow::{follow, twemproxy_ketama, twemproxy_servers, FollowStats};
+pub use crate::layout::Registration;
 pub use crate::source::{EtcdSource, EtcdSourceBuilder, PoolRead, Update};

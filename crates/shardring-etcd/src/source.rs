@@ -28,6 +28,16 @@
 //!   key is fixed or deleted.
 //! - **An empty pool** is passed on as an empty snapshot; refusing it is the follower's job
 //!   ([`Follower::allow_empty`](shardring::membership::Follower::allow_empty)).
+//!
+//! # The next membership
+//! A source built [`with_next(true)`](EtcdSourceBuilder::with_next) follows a pool's planned change too
+//! (the [layout](crate::layout#the-next-membership-next)): it ranges and watches the whole pool prefix
+//! `<prefix><pool>/` (one range, one watch), reads `servers/` and `next/` into two member sets, ignores
+//! every other key (the proxies' registrations), and hands out [`Update::Planned`] with both sets in
+//! place of [`Update::Snapshot`]. Both sets come from the same revision, so a cut-over (one transaction
+//! that swaps them) arrives as one update with both sides swapped, never half of it. The revision,
+//! debounce, resume and compaction rules are those above; a revision that changed only ignored keys
+//! (a proxy's registration) hands out nothing, but still moves the resume point.
 
 use std::collections::BTreeMap;
 // Relaxed: the flag only decides whether a log line is written, by this one task.
@@ -40,7 +50,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{EtcdError, MalformedValue};
-use crate::layout::{PoolKeys, DEFAULT_PREFIX};
+use crate::layout::{MemberSet, PoolKeys, DEFAULT_PREFIX};
 
 /// What the source tells its consumer.
 #[derive(Debug)]
@@ -49,6 +59,15 @@ pub enum Update {
     /// The pool's whole member set at a revision (after the first range, after each change or burst,
     /// after a resync).
     Snapshot(MembershipSnapshot),
+    /// From a source built [`with_next(true)`](EtcdSourceBuilder::with_next), in place of
+    /// [`Update::Snapshot`]: the pool's current and next member sets at one revision (both snapshots
+    /// carry it), handed out when the same things happen as a snapshot would be.
+    Planned {
+        /// The servers under `servers/`.
+        current: MembershipSnapshot,
+        /// The servers under `next/`; `None` when no server there could be read (no change planned).
+        next: Option<MembershipSnapshot>,
+    },
     /// A server key could not be read; that server is left out.
     Malformed(MalformedValue),
     /// etcd could not be reached or the watch broke; the source retries after `retry_in`.
@@ -84,6 +103,8 @@ pub struct EtcdSourceBuilder {
     request_timeout: Duration,
     /// HTTP/2 keep-alive ping interval on the connection (detects a silent partition mid-watch).
     keep_alive: Duration,
+    /// Whether the next membership is followed too ([`Update::Planned`]).
+    with_next: bool,
 }
 
 impl EtcdSourceBuilder {
@@ -129,6 +150,15 @@ impl EtcdSourceBuilder {
         self
     }
 
+    /// Whether to follow the pool's next membership too: range and watch all of `<prefix><pool>/` and
+    /// hand out [`Update::Planned`] (current and next at one revision) instead of [`Update::Snapshot`];
+    /// [`read`](EtcdSource::read) then fills [`PoolRead::next`]. See the [module docs](self#the-next-membership).
+    /// By default, this is false: only `servers/` is read and watched.
+    pub fn with_next(mut self, yes: bool) -> EtcdSourceBuilder {
+        self.with_next = yes;
+        self
+    }
+
     /// The source.
     pub fn build(self) -> EtcdSource {
         let keys = PoolKeys::new(&self.prefix, &self.pool);
@@ -156,6 +186,10 @@ pub struct PoolRead {
     pub snapshot: MembershipSnapshot,
     /// The keys that could not.
     pub malformed: Vec<MalformedValue>,
+    /// The next membership at the same revision, read only by a source built
+    /// [`with_next(true)`](EtcdSourceBuilder::with_next) (always `None` otherwise); `None` when no server
+    /// under `next/` could be read.
+    pub next: Option<MembershipSnapshot>,
 }
 
 /// The member set the source keeps between snapshots: every key of the pool, read or not.
@@ -165,18 +199,63 @@ struct State {
     revision: i64,
     /// Server name → member; malformed keys are absent.
     members: BTreeMap<String, Member>,
+    /// With the next membership followed: `next/` name → member; malformed keys are absent.
+    next: BTreeMap<String, Member>,
+    /// Whether the next membership is followed (planned updates, the whole pool prefix watched).
+    planned: bool,
+}
+
+/// A snapshot of `members` at `revision`.
+fn snapshot_of(revision: i64, members: &BTreeMap<String, Member>) -> MembershipSnapshot {
+    // Names are unique map keys, so this cannot fail; an empty one is the fallback that never happens.
+    MembershipSnapshot::new(
+        u64::try_from(revision).unwrap_or(0),
+        members.values().cloned().collect(),
+    )
+    .unwrap_or_else(|_| {
+        MembershipSnapshot::new(0, Vec::new()).expect("an empty snapshot has no duplicates")
+    })
+}
+
+/// Which member set of the pool `key` is under (by its bytes, so that a key that is not UTF-8 is
+/// reported as malformed rather than ignored), `None` for any other key.
+fn set_of(keys: &PoolKeys, key: &[u8]) -> Option<MemberSet> {
+    if key.starts_with(keys.servers_prefix().as_bytes()) {
+        Some(MemberSet::Current)
+    } else if key.starts_with(keys.next_prefix().as_bytes()) {
+        Some(MemberSet::Next)
+    } else {
+        None
+    }
 }
 
 impl State {
     fn snapshot(&self) -> MembershipSnapshot {
-        // Names are unique map keys, so this cannot fail; an empty one is the fallback that never happens.
-        MembershipSnapshot::new(
-            u64::try_from(self.revision).unwrap_or(0),
-            self.members.values().cloned().collect(),
-        )
-        .unwrap_or_else(|_| {
-            MembershipSnapshot::new(0, Vec::new()).expect("an empty snapshot has no duplicates")
-        })
+        snapshot_of(self.revision, &self.members)
+    }
+
+    /// The next membership, when one is planned.
+    fn next_snapshot(&self) -> Option<MembershipSnapshot> {
+        (!self.next.is_empty()).then(|| snapshot_of(self.revision, &self.next))
+    }
+
+    /// What to hand out for the state as it is: a snapshot, or both sets.
+    fn update(&self) -> Update {
+        if self.planned {
+            Update::Planned {
+                current: self.snapshot(),
+                next: self.next_snapshot(),
+            }
+        } else {
+            Update::Snapshot(self.snapshot())
+        }
+    }
+
+    /// Whether a change of `key` changes what [`update`](State::update) hands out (or reports it
+    /// malformed): any key for a source of `servers/` alone (it watches nothing else), only keys
+    /// under `servers/` and `next/` for a planned one.
+    fn concerns(&self, keys: &PoolKeys, key: &[u8]) -> bool {
+        !self.planned || set_of(keys, key).is_some()
     }
 }
 
@@ -193,6 +272,30 @@ impl State {
         revision: i64,
     ) -> Option<MalformedValue> {
         self.revision = self.revision.max(revision);
+        if self.planned {
+            // Any other key (a proxy's registration) changes nothing but the revision.
+            let set = set_of(keys, key)?;
+            let name = std::str::from_utf8(key).ok().and_then(|k| match set {
+                MemberSet::Current => keys.name_of(k),
+                MemberSet::Next => keys.next_name_of(k),
+            });
+            let (map, parsed) = match set {
+                MemberSet::Current => (&mut self.members, put.then(|| keys.parse(key, value))),
+                MemberSet::Next => (&mut self.next, put.then(|| keys.parse_next(key, value))),
+            };
+            return match parsed {
+                Some(Ok(m)) => {
+                    map.insert(m.name().to_string(), m);
+                    None
+                }
+                other => {
+                    if let Some(name) = name {
+                        map.remove(name);
+                    }
+                    other.and_then(Result::err)
+                }
+            };
+        }
         let name = std::str::from_utf8(key).ok().and_then(|k| keys.name_of(k));
         if !put {
             if let Some(name) = name {
@@ -237,6 +340,7 @@ impl EtcdSource {
             retry_max: Duration::from_secs(5),
             request_timeout: Duration::from_secs(2),
             keep_alive: Duration::from_secs(10),
+            with_next: false,
         }
     }
 
@@ -248,6 +352,31 @@ impl EtcdSource {
     /// The key prefix pools live under ([normalised](crate::layout::normalise_prefix)).
     pub fn prefix(&self) -> String {
         crate::layout::normalise_prefix(&self.settings.prefix)
+    }
+
+    /// Whether the source follows the next membership too ([`EtcdSourceBuilder::with_next`]).
+    pub fn follows_next(&self) -> bool {
+        self.settings.with_next
+    }
+
+    /// The prefix the source ranges and watches: `servers/`, or the whole pool's with the next
+    /// membership followed.
+    fn watched_prefix(&self) -> &str {
+        if self.settings.with_next {
+            self.keys.pool_prefix()
+        } else {
+            self.keys.servers_prefix()
+        }
+    }
+
+    /// How long a request may take ([`EtcdSourceBuilder::request_timeout`]).
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.settings.request_timeout
+    }
+
+    /// The back-off bounds ([`EtcdSourceBuilder::retry_min`], [`EtcdSourceBuilder::retry_max`]).
+    pub(crate) fn retry_bounds(&self) -> (Duration, Duration) {
+        (self.settings.retry_min, self.settings.retry_max)
     }
 
     /// The pool.
@@ -301,7 +430,18 @@ impl EtcdSource {
         Ok(PoolRead {
             snapshot: state.snapshot(),
             malformed,
+            next: state.next_snapshot(),
         })
+    }
+
+    /// Reads the pool's current and next membership at one revision, whether or not the source was
+    /// built [`with_next`](EtcdSourceBuilder::with_next) (one range of `<prefix><pool>/`).
+    pub(crate) async fn read_planned(&self) -> Result<PoolRead, EtcdError> {
+        let planned = EtcdSource {
+            settings: self.settings.clone().with_next(true),
+            keys: self.keys.clone(),
+        };
+        planned.read().await
     }
 
     /// Ranges the pool's prefix into `state` (replacing it) and returns the keys that could not be read.
@@ -310,7 +450,7 @@ impl EtcdSource {
         client: &mut Client,
         state: &mut State,
     ) -> Result<Vec<MalformedValue>, EtcdError> {
-        let prefix = self.keys.servers_prefix();
+        let prefix = self.watched_prefix();
         let what = format!("range {prefix}");
         let get = client.get(prefix, Some(GetOptions::new().with_prefix()));
         let response = match tokio::time::timeout(self.settings.request_timeout, get).await {
@@ -319,17 +459,33 @@ impl EtcdSource {
             Err(_) => return Err(self.timeout(&what)),
         };
         let revision = response.header().map_or(0, |h| h.revision());
+        let planned = self.settings.with_next;
         let mut members = BTreeMap::new();
+        let mut next = BTreeMap::new();
         let mut malformed = Vec::new();
         for kv in response.kvs() {
-            match self.keys.parse(kv.key(), kv.value()) {
+            let (map, parsed) = match (planned, set_of(&self.keys, kv.key())) {
+                (false, _) | (true, Some(MemberSet::Current)) => {
+                    (&mut members, self.keys.parse(kv.key(), kv.value()))
+                }
+                (true, Some(MemberSet::Next)) => {
+                    (&mut next, self.keys.parse_next(kv.key(), kv.value()))
+                }
+                (true, None) => continue,
+            };
+            match parsed {
                 Ok(m) => {
-                    members.insert(m.name().to_string(), m);
+                    map.insert(m.name().to_string(), m);
                 }
                 Err(bad) => malformed.push(bad),
             }
         }
-        *state = State { revision, members };
+        *state = State {
+            revision,
+            members,
+            next,
+            planned,
+        };
         Ok(malformed)
     }
 
@@ -361,13 +517,13 @@ impl EtcdSource {
                     if let Some(s) = &mut state {
                         s.revision = -1;
                     }
-                    tracing::warn!(prefix = %self.keys.servers_prefix(), compacted, "watched revision compacted; reading the pool afresh");
+                    tracing::warn!(prefix = %self.watched_prefix(), compacted, "watched revision compacted; reading the pool afresh");
                     sink(Update::Resync { compacted });
                 }
                 SessionEnd::Failed(error) => {
                     tracing::warn!(
                         endpoints = ?self.settings.endpoints,
-                        prefix = %self.keys.servers_prefix(),
+                        prefix = %self.watched_prefix(),
                         error = %crate::error::error_chain(&error),
                         retry_in = ?backoff,
                         "etcd membership source lost; keeping the current servers"
@@ -396,7 +552,7 @@ impl EtcdSource {
         backoff: &mut Duration,
         lost: &AtomicBool,
     ) -> SessionEnd {
-        let prefix = self.keys.servers_prefix().to_string();
+        let prefix = self.watched_prefix().to_string();
         let back = || {
             if lost.swap(false, Ordering::Relaxed) {
                 tracing::info!(
@@ -426,7 +582,7 @@ impl EtcdSource {
                         tracing::warn!(%bad, "skipping a malformed server");
                         sink(Update::Malformed(bad));
                     }
-                    sink(Update::Snapshot(fresh.snapshot()));
+                    sink(fresh.update());
                     *state = Some(fresh);
                     *backoff = self.settings.retry_min;
                 }
@@ -469,7 +625,7 @@ impl EtcdSource {
         stop: &CancellationToken,
         backoff: &mut Duration,
     ) -> SessionEnd {
-        let prefix = self.keys.servers_prefix().to_string();
+        let prefix = self.watched_prefix().to_string();
         // When the first change of the current burst arrived; `None` when nothing is pending.
         let mut pending_since: Option<Instant> = None;
         let debounce = self.settings.debounce;
@@ -479,7 +635,7 @@ impl EtcdSource {
                 () = stop.cancelled() => return SessionEnd::Stopped,
                 () = sleep_until(deadline) => {
                     pending_since = None;
-                    sink(Update::Snapshot(state.snapshot()));
+                    sink(state.update());
                     continue;
                 }
                 m = stream.next() => m,
@@ -489,7 +645,7 @@ impl EtcdSource {
                 other => {
                     // Whatever arrived before the break is etcd's state at its revision: pass it on.
                     if pending_since.is_some() {
-                        sink(Update::Snapshot(state.snapshot()));
+                        sink(state.update());
                     }
                     let reason = match other {
                         Err(e) => e,
@@ -500,13 +656,13 @@ impl EtcdSource {
             };
             if response.compacted > 0 {
                 if pending_since.is_some() {
-                    sink(Update::Snapshot(state.snapshot()));
+                    sink(state.update());
                 }
                 return SessionEnd::Compacted(response.compacted);
             }
             if let Some(reason) = response.canceled {
                 if pending_since.is_some() {
-                    sink(Update::Snapshot(state.snapshot()));
+                    sink(state.update());
                 }
                 return SessionEnd::Failed(EtcdError::WatchEnded {
                     prefix,
@@ -532,7 +688,12 @@ impl EtcdSource {
                 continue;
             }
             let events = &response.events;
+            // Whether the revision being read changed anything handed out (a planned source ignores
+            // the proxies' registrations).
+            let mut revision_concerns = false;
             for (i, event) in events.iter().enumerate() {
+                let concerns = state.concerns(&self.keys, &event.key);
+                revision_concerns |= concerns;
                 if let Some(bad) = state.apply(
                     &self.keys,
                     event.put,
@@ -548,9 +709,12 @@ impl EtcdSource {
                     .is_none_or(|next| next.revision != event.revision);
                 if debounce.is_zero() {
                     if revision_complete {
-                        sink(Update::Snapshot(state.snapshot()));
+                        if revision_concerns {
+                            sink(state.update());
+                        }
+                        revision_concerns = false;
                     }
-                } else if pending_since.is_none() {
+                } else if concerns && pending_since.is_none() {
                     pending_since = Some(Instant::now());
                 }
             }
@@ -885,6 +1049,83 @@ mod tests {
             .collect();
         // First changes at 0, 120 and 240 ms; each snapshot one debounce later, with what arrived by then.
         assert_eq!(got, [(100, 6, 4), (220, 10, 8), (340, 13, 11)]);
+    }
+
+    /// A planned source: a swap of current and next in one revision is one update with both sides
+    /// swapped; a revision that only touches a proxy's registration hands out nothing but moves the
+    /// resume point.
+    #[tokio::test]
+    async fn a_planned_source_hands_out_both_sets_per_revision_and_ignores_registrations() {
+        let source = EtcdSource::builder(&["http://127.0.0.1:1"], "alpha")
+            .debounce(Duration::ZERO)
+            .with_next(true)
+            .build();
+        let keys = source.keys().clone();
+        let mut state = State {
+            planned: true,
+            ..State::default()
+        };
+        let ev = |put: bool, key: String, value: &str, revision| Event {
+            put,
+            key: key.into_bytes(),
+            value: value.as_bytes().to_vec(),
+            revision,
+        };
+        state.apply(
+            &keys,
+            true,
+            keys.server_key("a").as_bytes(),
+            b"10.0.0.1:1",
+            2,
+        );
+        state.apply(&keys, true, keys.next_key("b").as_bytes(), b"10.0.0.2:1", 2);
+        let responses = vec![
+            Ok(Response {
+                header: Some(3),
+                events: vec![ev(true, keys.proxy_key("p1"), "anything", 3)],
+                ..Response::default()
+            }),
+            Ok(Response {
+                header: Some(4),
+                events: vec![
+                    ev(false, keys.server_key("a"), "", 4),
+                    ev(true, keys.server_key("b"), "10.0.0.2:1", 4),
+                    ev(false, keys.next_key("b"), "", 4),
+                    ev(true, keys.next_key("a"), "10.0.0.1:1", 4),
+                ],
+                ..Response::default()
+            }),
+            Ok(Response {
+                header: Some(5),
+                events: vec![ev(false, keys.next_key("a"), "", 5)],
+                ..Response::default()
+            }),
+            Err("reset".to_string()),
+        ];
+        let mut got = Vec::new();
+        let mut sink = |u| {
+            if let Update::Planned { current, next } = u {
+                got.push((
+                    current.revision(),
+                    names(&current).join(","),
+                    next.map(|n| names(&n).join(",")),
+                ));
+            }
+        };
+        let stop = CancellationToken::new();
+        let mut backoff = Duration::ZERO;
+        let mut script = Script(responses.into());
+        source
+            .consume(&mut state, &mut script, &mut sink, &stop, &mut backoff)
+            .await;
+        assert_eq!(
+            got,
+            [
+                (4, "b".to_string(), Some("a".to_string())),
+                (5, "b".to_string(), None)
+            ]
+        );
+        assert_eq!(state.revision, 5);
     }
 
     const VALUES: [&str; 6] = [
