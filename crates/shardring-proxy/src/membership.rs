@@ -22,10 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shardring::membership::{Member, MembershipSnapshot};
-use shardring_etcd::{twemproxy_servers, EtcdError, EtcdSource, Update};
+use shardring_etcd::{twemproxy_servers, EtcdError, EtcdSource, Registration, Update};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ProxyConfig;
+use crate::config::{NextMembership, ProxyConfig};
 use crate::metrics::PoolStats;
 use crate::pool::ServedPool;
 
@@ -97,6 +97,7 @@ impl EtcdMembership {
             .prefix(self.prefix.as_str())
             .debounce(self.debounce)
             .retry_max(self.retry_max)
+            .with_next(true)
             .build()
     }
 }
@@ -181,28 +182,45 @@ struct Following {
     pool: Arc<dyn ServedPool>,
     /// Its counters.
     stats: Arc<MembershipStats>,
-    /// The servers in use as a snapshot (the file's at revision 0 until etcd is read).
-    current: Mutex<MembershipSnapshot>,
+    /// The servers in use as a snapshot (the file's at revision 0 until etcd is read), and the
+    /// next membership in use (`next/`), if any.
+    current: Mutex<(MembershipSnapshot, Option<MembershipSnapshot>)>,
     /// Whether empty snapshots apply.
     allow_empty: bool,
+    /// What this proxy serves, for its registration under `proxies/` (sent to the task that
+    /// keeps it).
+    serving: tokio::sync::watch::Sender<Registration>,
 }
 
 impl Following {
-    /// Swaps in `snapshot`'s servers unless it is older, equal, or refused.
-    fn apply(&self, snapshot: MembershipSnapshot) -> Result<(), String> {
-        let Ok(mut current) = self.current.lock() else {
+    /// Swaps in `snapshot`'s servers and `next`'s next membership (in one reload) unless they are
+    /// older, equal, or refused.
+    fn apply(
+        &self,
+        snapshot: MembershipSnapshot,
+        next: Option<MembershipSnapshot>,
+    ) -> Result<(), String> {
+        let Ok(mut guard) = self.current.lock() else {
             return Err("membership state poisoned".into());
         };
+        let (current, current_next) = &mut *guard;
         let name = self.stats.pool();
         if snapshot.revision() < current.revision() {
             return Ok(());
         }
-        if current.same_members(&snapshot) {
+        let next_same = match (&*current_next, &next) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same_members(b),
+            _ => false,
+        };
+        if current.same_members(&snapshot) && next_same {
             self.stats
                 .counters
                 .membership_revision
                 .set(snapshot.revision());
             *current = snapshot;
+            *current_next = next;
+            self.registered();
             return Ok(());
         }
         if snapshot.is_empty() && !self.allow_empty {
@@ -214,24 +232,49 @@ impl Following {
         let before = self.pool.config();
         let mut config = before.clone();
         config.servers = servers;
+        config.next = match &next {
+            Some(n) => Some(NextMembership {
+                servers: twemproxy_servers(n.members()).map_err(|e| e.to_string())?,
+                ..NextMembership::of(&config)
+            }),
+            None => None,
+        };
         let changes = crate::config::PoolChanges::between(&before, &config);
         if let Err(e) = self.pool.reload(config) {
             self.stats.error();
             tracing::error!(pool = %name, error = %e, "servers from etcd refused; the current servers stay");
             return Err(e.to_string());
         }
-        tracing::info!(pool = %name, revision = snapshot.revision(), servers = snapshot.members().len(), %changes, "servers from etcd swapped in");
+        tracing::info!(pool = %name, revision = snapshot.revision(), servers = snapshot.members().len(), next = next.as_ref().map(|n| n.members().len()), %changes, "servers from etcd swapped in");
         let counters = &self.stats.counters;
         counters.membership_revision.set(snapshot.revision());
         counters.membership_updated.set(crate::metrics::unix_time());
         *current = snapshot;
+        *current_next = next;
+        self.registered();
         Ok(())
+    }
+
+    /// Hands what the pool serves now to the registration task.
+    fn registered(&self) {
+        let config = self.pool.config();
+        let revision = self.stats.counters.membership_revision.get() as i64;
+        let next = config.planned_change().map(|n| n.digest());
+        self.serving.send_replace(Registration {
+            current: config.placement_spec().digest(),
+            next_revision: if next.is_some() { revision } else { 0 },
+            next,
+            current_revision: revision,
+        });
     }
 
     fn on_update(&self, update: Update) {
         match update {
             Update::Snapshot(s) => {
-                let _ = self.apply(s);
+                let _ = self.apply(s, None);
+            }
+            Update::Planned { current, next } => {
+                let _ = self.apply(current, next);
             }
             Update::Malformed(bad) => {
                 self.stats.counters.membership_malformed.inc();
@@ -271,11 +314,18 @@ pub async fn start(
                 pool: name.clone(),
                 reason: e.to_string(),
             })?;
+        let (serving, _) = tokio::sync::watch::channel(Registration {
+            current: config.placement_spec().digest(),
+            next: config.planned_change().map(|n| n.digest()),
+            current_revision: 0,
+            next_revision: 0,
+        });
         let following = Arc::new(Following {
             pool: Arc::clone(pool),
             stats: Arc::clone(&stats),
-            current: Mutex::new(from_file),
+            current: Mutex::new((from_file, None)),
             allow_empty: settings.allow_empty,
+            serving,
         });
         let source = settings.source(&name);
         match source.read().await {
@@ -293,12 +343,12 @@ pub async fn start(
                     stats.error();
                     tracing::warn!(pool = %name, "etcd has no servers for the pool; starting from the file's servers");
                 } else {
-                    following.apply(read.snapshot).map_err(|reason| {
-                        MembershipStartError::Refused {
+                    following
+                        .apply(read.snapshot, read.next)
+                        .map_err(|reason| MembershipStartError::Refused {
                             pool: name.clone(),
                             reason,
-                        }
-                    })?;
+                        })?;
                 }
             }
             Err(e) if settings.fallback => {
@@ -315,6 +365,13 @@ pub async fn start(
     for (following, source) in followers {
         out.push(Arc::clone(&following.stats));
         let stop = stop.clone();
+        let id = proxy_id(&following.pool.config());
+        tokio::spawn(register(
+            source.clone(),
+            id,
+            following.serving.subscribe(),
+            stop.clone(),
+        ));
         tokio::spawn(async move {
             source.watch(|u| following.on_update(u), stop).await;
         });
@@ -322,8 +379,8 @@ pub async fn start(
     Ok(out)
 }
 
-/// `config` (re-read on SIGHUP) with each pool's servers replaced by the ones in use, so that a reload
-/// changes the file's settings but leaves the servers to etcd.
+/// `config` (re-read on SIGHUP) with each pool's servers and next membership replaced by the ones
+/// in use, so that a reload changes the file's settings but leaves the servers to etcd.
 pub fn keep_servers(pools: &[Arc<dyn ServedPool>], mut config: ProxyConfig) -> ProxyConfig {
     for new in &mut config.pools {
         if let Some(current) = pools
@@ -332,9 +389,69 @@ pub fn keep_servers(pools: &[Arc<dyn ServedPool>], mut config: ProxyConfig) -> P
             .find(|c| c.name == new.name)
         {
             new.servers = current.servers;
+            new.next = current.next.map(|n| NextMembership {
+                servers: n.servers,
+                ..NextMembership::of(new)
+            });
         }
     }
     config
+}
+
+/// This proxy's name among the pool's registrations: host, process and the pool's listen address
+/// (`/` replaced, which etcd keys of the layout may not hold).
+fn proxy_id(config: &crate::config::PoolConfig) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{host}-{}-{}", std::process::id(), config.listen).replace(['/', ' '], "_")
+}
+
+/// Keeps this proxy registered under the pool's `proxies/` with what it serves, until `stop`:
+/// registers (retrying every second while etcd cannot be reached), then rewrites the value whenever
+/// what the pool serves changes. The registration's lease is kept alive by the handle and revoked
+/// when it is dropped, at `stop`.
+async fn register(
+    source: EtcdSource,
+    id: String,
+    mut serving: tokio::sync::watch::Receiver<Registration>,
+    stop: CancellationToken,
+) {
+    let ttl = shardring_etcd::admin::DEFAULT_REGISTRATION_TTL;
+    let handle = loop {
+        let value = serving.borrow_and_update().clone();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            r = shardring_etcd::admin::register_proxy(&source, &id, &value, ttl) => match r {
+                Ok(h) => break h,
+                Err(e) => {
+                    tracing::warn!(pool = %source.pool(), error = %shardring_etcd::error_chain(&e), "cannot register this proxy in etcd; retrying");
+                }
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    };
+    tracing::info!(pool = %source.pool(), key = handle.key(), "registered in etcd");
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            changed = serving.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let value = serving.borrow_and_update().clone();
+                if let Err(e) = handle.update(&value).await {
+                    tracing::warn!(pool = %source.pool(), error = %shardring_etcd::error_chain(&e), "cannot update this proxy's registration in etcd");
+                }
+            }
+        }
+    }
+    if let Err(e) = handle.revoke().await {
+        tracing::debug!(error = %shardring_etcd::error_chain(&e), "registration not revoked");
+    }
 }
 
 #[cfg(test)]

@@ -56,6 +56,10 @@ enum Action {
         /// Print what would change without writing.
         #[arg(long)]
         dry_run: bool,
+        /// Publish them as the pool's next membership (`next/`, beside the current one) for
+        /// `shardring migrate --etcd`: the proxies dual-write until the migration cuts over.
+        #[arg(long)]
+        next: bool,
     },
     /// Print the pool's servers: NAME<TAB>ADDRESS<TAB>WEIGHT, and the revision on stderr.
     List,
@@ -161,7 +165,36 @@ pub fn run(args: Args) -> Result<()> {
     let ranges = args.ranges;
     runtime.block_on(async {
         match args.action {
-            Action::Publish { dry_run } => {
+            Action::Publish {
+                dry_run,
+                next: true,
+            } => {
+                let pool_config = pool_config
+                    .ok_or_else(|| anyhow!("publish --next needs --config FILE with the pool"))?;
+                let members = pool_config
+                    .servers
+                    .iter()
+                    .map(Member::from_twemproxy)
+                    .collect::<Result<Vec<_>, _>>()?;
+                let current = source.read().await?.snapshot;
+                let next = MembershipSnapshot::new(0, members.clone())?;
+                print_change(&current, &next, hashing, ranges)?;
+                if dry_run {
+                    eprintln!("(dry run: nothing written)");
+                    return Ok(());
+                }
+                let revision = admin::publish_next(&source, &members).await?;
+                eprintln!(
+                    "published {} servers to {} at revision {revision}: the proxies dual-write the                      keys that move until `shardring migrate --etcd` cuts over",
+                    members.len(),
+                    source.keys().next_prefix(),
+                );
+                Ok(())
+            }
+            Action::Publish {
+                dry_run,
+                next: false,
+            } => {
                 let pool_config = pool_config
                     .ok_or_else(|| anyhow!("publish needs --config FILE with the pool"))?;
                 let members = pool_config

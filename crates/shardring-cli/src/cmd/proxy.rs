@@ -44,7 +44,7 @@ pub struct Args {
     /// (nothing else of it is read). While a pool's next membership places keys differently,
     /// writes of the keys whose owner changes go to both owners; reads stay on the owner now.
     /// Re-read with the configuration on SIGHUP.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "etcd")]
     next_config: Option<PathBuf>,
     /// Check the configuration and exit (0 when it is valid), like `nutcracker -t`.
     #[arg(long, short = 't')]

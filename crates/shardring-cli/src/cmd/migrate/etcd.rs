@@ -1,43 +1,84 @@
-//! The migration's etcd side (being written).
+//! The migration's etcd side: the pool now and next from `servers/` and `next/`, the proxies from
+//! their registrations under `proxies/`, and the cut-over as etcd transactions (the layout of
+//! `shardring_etcd::layout`).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use shardring_etcd::{admin, twemproxy_servers, EtcdSource};
+use shardring_proxy::PoolConfig;
 
+use super::plan::Change;
 use super::proxies::Serving;
 
-/// The proxies registered for the source's pool, with what each serves.
-pub(super) async fn registrations(
-    source: &shardring_etcd::EtcdSource,
-) -> Result<Vec<(String, Serving)>> {
-    let _ = source;
-    bail!("etcd registrations are not written yet")
-}
-
 /// The etcd source of `pool` under `prefix` at `urls`.
-pub(super) fn source(urls: &str, prefix: &str, pool: &str) -> shardring_etcd::EtcdSource {
+pub(super) fn source(urls: &str, prefix: &str, pool: &str) -> EtcdSource {
     let endpoints: Vec<&str> = urls.split(',').map(str::trim).collect();
-    shardring_etcd::EtcdSource::builder(&endpoints, pool)
+    EtcdSource::builder(&endpoints, pool)
         .prefix(prefix)
+        .with_next(true)
         .build()
 }
 
-/// The change from etcd's `servers/` to its `next/`, with `now`'s settings.
+/// The change from etcd's `servers/` to its `next/`, with `now`'s other settings (the file's).
+///
+/// # Errors
+/// When etcd cannot be read, or the pool has no next membership.
 pub(super) async fn change(
-    source: &shardring_etcd::EtcdSource,
-    now: shardring_proxy::PoolConfig,
+    source: &EtcdSource,
+    mut now: PoolConfig,
     all_keys: bool,
-) -> Result<super::plan::Change> {
-    let _ = (source, now, all_keys);
-    bail!("etcd migrations are not written yet")
+) -> Result<Change> {
+    let (current, next) = admin::read_planned(source)
+        .await
+        .context("reading the pool's memberships from etcd")?;
+    let Some(next) = next else {
+        bail!(
+            "pool {} has no next membership under {} (publish one with `shardring members \
+             --pool {} -c next.yml publish --next`)",
+            now.name,
+            source.keys().next_prefix(),
+            now.name
+        );
+    };
+    now.servers = twemproxy_servers(current.members())?;
+    let mut then = now.clone();
+    then.servers = twemproxy_servers(next.members())?;
+    Change::new(now, then, all_keys)
 }
 
-/// Makes next current and current next, in one transaction.
-pub(super) async fn cut_over(source: &shardring_etcd::EtcdSource) -> Result<()> {
-    let _ = source;
-    bail!("etcd migrations are not written yet")
+/// Makes next current and current next, in one transaction (refused if either changed since they
+/// were read).
+pub(super) async fn cut_over(source: &EtcdSource) -> Result<()> {
+    let revision = admin::cut_over(source, None)
+        .await
+        .context("cutting over in etcd")?;
+    eprintln!("shardring: cut over in etcd at revision {revision}");
+    Ok(())
 }
 
-/// Drops the next membership.
-pub(super) async fn drop_next(source: &shardring_etcd::EtcdSource) -> Result<()> {
-    let _ = source;
-    bail!("etcd migrations are not written yet")
+/// Drops the next membership (the change is done: no more dual writes).
+pub(super) async fn drop_next(source: &EtcdSource) -> Result<()> {
+    admin::drop_next(source)
+        .await
+        .context("dropping the next membership in etcd")?;
+    Ok(())
+}
+
+/// The proxies registered for the source's pool, with what each serves.
+pub(super) async fn registrations(source: &EtcdSource) -> Result<Vec<(String, Serving)>> {
+    let list = admin::list_proxies(source)
+        .await
+        .context("reading the proxies' registrations from etcd")?;
+    Ok(list
+        .into_iter()
+        .map(|(id, r)| {
+            let next = r.next.unwrap_or_else(|| r.current.clone());
+            (
+                id,
+                Serving {
+                    current: r.current,
+                    next,
+                },
+            )
+        })
+        .collect())
 }
