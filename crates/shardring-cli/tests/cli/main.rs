@@ -11,6 +11,7 @@ mod descriptors;
 mod install;
 mod members;
 mod migrate;
+mod migrate_fleet;
 mod operator;
 mod proxy;
 mod simulate;

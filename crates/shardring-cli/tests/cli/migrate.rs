@@ -7,14 +7,15 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command as StdCommand, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::migrate_fleet::Fleet;
 use crate::support::{shardring, Kill};
-use test_support::{free_port, wait_listening, Memcached, TempDir};
+use test_support::{free_port, wait_listening, Memcached};
 
 const KEYS: usize = 100_000;
 /// 40 days: an expiry memcached takes as a Unix time.
@@ -141,107 +142,6 @@ fn yaml(listen: u16, servers: &[&Memcached]) -> String {
         }
     }
     y
-}
-
-/// Two proxies with their own files and a shared next file.
-struct Fleet {
-    dir: TempDir,
-    files: Vec<PathBuf>,
-    next: PathBuf,
-    listens: Vec<u16>,
-    stats: Vec<u16>,
-    proxies: Vec<Kill>,
-}
-
-impl Fleet {
-    /// Two proxies over `now`, their next file equal to it (no planned change yet).
-    fn start(now: &[&Memcached]) -> Fleet {
-        let dir = TempDir::new("migrate");
-        let (mut files, mut listens, mut stats, mut proxies) = (vec![], vec![], vec![], vec![]);
-        let next = dir.path().join("next.yml");
-        std::fs::write(&next, yaml(free_port(), now)).unwrap();
-        for p in 0..2 {
-            let listen = free_port();
-            let file = dir.path().join(format!("proxy{p}.yml"));
-            std::fs::write(&file, yaml(listen, now)).unwrap();
-            let stat = free_port();
-            let child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
-                .args(["proxy", "-s", &stat.to_string(), "-c"])
-                .arg(&file)
-                .arg("--next-config")
-                .arg(&next)
-                .arg("-o")
-                .arg(dir.path().join(format!("proxy{p}.log")))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            proxies.push(Kill(child));
-            wait_listening(&format!("127.0.0.1:{listen}"));
-            wait_listening(&format!("127.0.0.1:{stat}"));
-            files.push(file);
-            listens.push(listen);
-            stats.push(stat);
-        }
-        Fleet {
-            dir,
-            files,
-            next,
-            listens,
-            stats,
-            proxies,
-        }
-    }
-
-    fn addr(&self, p: usize) -> String {
-        format!("127.0.0.1:{}", self.listens[p])
-    }
-
-    fn pids(&self) -> String {
-        self.proxies
-            .iter()
-            .map(|k| k.0.id().to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
-    fn stats_list(&self) -> String {
-        self.stats
-            .iter()
-            .map(|s| format!("127.0.0.1:{s}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// Plans the change to `next`: the next file rewritten and the proxies reloaded (they
-    /// dual-write from then on).
-    fn plan(&self, next: &[&Memcached]) {
-        std::fs::write(&self.next, yaml(free_port(), next)).unwrap();
-        for k in &self.proxies {
-            crate::support::signal("-HUP", &k.0.id().to_string());
-        }
-    }
-
-    /// `shardring migrate` for this fleet, with `extra` flags.
-    fn migrate(&self, extra: &[&str]) -> assert_cmd::Command {
-        let mut cmd = shardring();
-        cmd.arg("migrate");
-        for f in &self.files {
-            cmd.arg("-c").arg(f);
-        }
-        cmd.arg("--to").arg(&self.next).args([
-            "--pool",
-            "alpha",
-            "--proxies",
-            &self.stats_list(),
-            "--reload-command",
-            &format!("kill -HUP {}", self.pids()),
-            "--confirm-timeout",
-            "20",
-        ]);
-        cmd.args(extra).timeout(Duration::from_secs(300));
-        cmd
-    }
 }
 
 /// Stores every key through `addr`: value `v<i>`, its flags and TTL.
@@ -383,10 +283,10 @@ fn check_all(addr: &str, expected: &Expected, far: u64, fill_time: u64) {
 fn migrate_under_load(servers: &[Memcached], now: &[usize], next: &[usize]) -> String {
     let now: Vec<&Memcached> = now.iter().map(|&i| &servers[i]).collect();
     let next: Vec<&Memcached> = next.iter().map(|&i| &servers[i]).collect();
-    let fleet = Fleet::start(&now);
+    let fleet = Fleet::start(|l| yaml(l, &now), &[]);
     let fill_time = unix_now();
     let far = fill(&fleet.addr(0));
-    fleet.plan(&next);
+    fleet.plan(&yaml(free_port(), &next));
     let stop = Arc::new(AtomicBool::new(false));
     let loads: Vec<_> = (0..2)
         .map(|p| {
@@ -472,9 +372,9 @@ fn an_added_server_gets_its_keys_under_load_and_every_key_reads_back() {
 fn an_abort_halfway_changes_nothing_and_a_rerun_finishes() {
     let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
     let now: Vec<&Memcached> = servers.iter().collect();
-    let fleet = Fleet::start(&now);
+    let fleet = Fleet::start(|l| yaml(l, &now), &[]);
     fill(&fleet.addr(0));
-    fleet.plan(&now[..3]);
+    fleet.plan(&yaml(free_port(), &now[..3]));
     let files_before: Vec<String> = fleet
         .files
         .iter()
@@ -541,7 +441,7 @@ fn an_abort_halfway_changes_nothing_and_a_rerun_finishes() {
 fn a_proxy_that_does_not_dual_write_stops_the_run_with_its_name() {
     let servers: Vec<Memcached> = (0..3).map(|_| Memcached::start()).collect();
     let now: Vec<&Memcached> = servers.iter().collect();
-    let fleet = Fleet::start(&now);
+    let fleet = Fleet::start(|l| yaml(l, &now), &[]);
     // A third proxy, without the next file.
     let listen = free_port();
     let stat = free_port();
@@ -557,7 +457,7 @@ fn a_proxy_that_does_not_dual_write_stops_the_run_with_its_name() {
             .unwrap(),
     );
     wait_listening(&format!("127.0.0.1:{stat}"));
-    fleet.plan(&now[..2]);
+    fleet.plan(&yaml(free_port(), &now[..2]));
     let out = shardring()
         .arg("migrate")
         .arg("-c")
@@ -592,7 +492,7 @@ fn a_proxy_that_does_not_dual_write_stops_the_run_with_its_name() {
 fn a_dry_run_prints_the_plan_and_changes_nothing() {
     let servers: Vec<Memcached> = (0..3).map(|_| Memcached::start()).collect();
     let now: Vec<&Memcached> = servers.iter().collect();
-    let fleet = Fleet::start(&now);
+    let fleet = Fleet::start(|l| yaml(l, &now), &[]);
     let mut c = Mc::connect(&fleet.addr(0));
     for i in 0..3000 {
         assert_eq!(
@@ -600,7 +500,7 @@ fn a_dry_run_prints_the_plan_and_changes_nothing() {
             "STORED\r\n"
         );
     }
-    fleet.plan(&now[..2]);
+    fleet.plan(&yaml(free_port(), &now[..2]));
     let before = std::fs::read_to_string(&fleet.files[0]).unwrap();
     let out = fleet.migrate(&["--dry-run"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

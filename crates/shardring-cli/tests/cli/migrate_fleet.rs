@@ -1,0 +1,113 @@
+//! The migration tests' fleet: two `shardring proxy` processes with their own files and a shared
+//! `--next-config` file, and `shardring migrate` run over them as an operator runs it.
+
+use std::path::PathBuf;
+use std::process::{Command as StdCommand, Stdio};
+use std::time::Duration;
+
+use crate::support::{shardring, Kill};
+use test_support::{free_port, wait_listening, TempDir};
+
+/// Two proxies with their own files and a shared next file.
+pub struct Fleet {
+    pub dir: TempDir,
+    pub files: Vec<PathBuf>,
+    pub next: PathBuf,
+    pub listens: Vec<u16>,
+    pub stats: Vec<u16>,
+    pub proxies: Vec<Kill>,
+}
+
+impl Fleet {
+    /// Two proxies over the pool `yaml` writes for a listen port, their next file equal to it (no
+    /// planned change yet), started with `flags`.
+    pub fn start(yaml: impl Fn(u16) -> String, flags: &[&str]) -> Fleet {
+        let dir = TempDir::new("migrate");
+        let (mut files, mut listens, mut stats, mut proxies) = (vec![], vec![], vec![], vec![]);
+        let next = dir.path().join("next.yml");
+        std::fs::write(&next, yaml(free_port())).unwrap();
+        for p in 0..2 {
+            let listen = free_port();
+            let file = dir.path().join(format!("proxy{p}.yml"));
+            std::fs::write(&file, yaml(listen)).unwrap();
+            let stat = free_port();
+            let child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+                .args(["proxy", "-s", &stat.to_string(), "-c"])
+                .arg(&file)
+                .arg("--next-config")
+                .arg(&next)
+                .arg("-o")
+                .arg(dir.path().join(format!("proxy{p}.log")))
+                .args(flags)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            proxies.push(Kill(child));
+            wait_listening(&format!("127.0.0.1:{listen}"));
+            wait_listening(&format!("127.0.0.1:{stat}"));
+            files.push(file);
+            listens.push(listen);
+            stats.push(stat);
+        }
+        Fleet {
+            dir,
+            files,
+            next,
+            listens,
+            stats,
+            proxies,
+        }
+    }
+
+    pub fn addr(&self, p: usize) -> String {
+        format!("127.0.0.1:{}", self.listens[p])
+    }
+
+    pub fn pids(&self) -> String {
+        self.proxies
+            .iter()
+            .map(|k| k.0.id().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    pub fn stats_list(&self) -> String {
+        self.stats
+            .iter()
+            .map(|s| format!("127.0.0.1:{s}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Plans the change to the pool `next` (a whole file): the next file rewritten and the
+    /// proxies reloaded (they dual-write from then on).
+    pub fn plan(&self, next: &str) {
+        std::fs::write(&self.next, next).unwrap();
+        for k in &self.proxies {
+            crate::support::signal("-HUP", &k.0.id().to_string());
+        }
+    }
+
+    /// `shardring migrate` for this fleet, with `extra` flags.
+    pub fn migrate(&self, extra: &[&str]) -> assert_cmd::Command {
+        let mut cmd = shardring();
+        cmd.arg("migrate");
+        for f in &self.files {
+            cmd.arg("-c").arg(f);
+        }
+        cmd.arg("--to").arg(&self.next).args([
+            "--pool",
+            "alpha",
+            "--proxies",
+            &self.stats_list(),
+            "--reload-command",
+            &format!("kill -HUP {}", self.pids()),
+            "--confirm-timeout",
+            "20",
+        ]);
+        cmd.args(extra).timeout(Duration::from_secs(300));
+        cmd
+    }
+}
+
