@@ -43,9 +43,12 @@ use std::time::Duration;
 
 use super::conn::{Conn, Pipeline};
 use super::resp::Reply;
-use super::verify::digests;
+use super::verify::{digests, Digest};
 use crate::{Endpoint, Job, MigrateError, Progress};
 
+/// Batches in flight at once per job (each on its own connections): enough to keep the source busy
+/// while a batch's replies travel, few enough to leave the live traffic its share of the servers.
+pub const WORKERS: usize = 4;
 /// Verify passes per batch before a key still different is given up (failed).
 pub const MAX_PASSES: usize = 20;
 /// How far apart the two `PTTL`s may be and still count as the same expiry (they are read at
@@ -77,10 +80,35 @@ struct State {
     bytes: u64,
 }
 
+/// A pass's reading of the target.
+#[derive(Debug)]
+struct Read {
+    /// The target's digests.
+    digests: Vec<Digest>,
+    /// The keys' sizes on the source (0: not read).
+    sizes: Vec<u64>,
+}
+
+/// `MEMORY USAGE key SAMPLES 0` of each key, pipelined (0 for a key missing or refused).
+///
+/// # Errors
+/// When the server fails.
+pub async fn sizes(conn: &mut Conn, keys: &[&[u8]]) -> Result<Vec<u64>, MigrateError> {
+    let mut p = Pipeline::new();
+    for k in keys {
+        p.cmd(&[&b"MEMORY"[..], b"USAGE", k, b"SAMPLES", b"0"]);
+    }
+    let replies = conn.run(&p).await?;
+    Ok(replies
+        .iter()
+        .map(|r| u64::try_from(r.integer().unwrap_or(0)).unwrap_or(0))
+        .collect())
+}
+
 /// A job's connections and settings.
 #[derive(Debug)]
-pub struct Engine<'a> {
-    job: &'a Job,
+pub struct Engine {
+    job: Job,
     transfer: Transfer,
     /// The source's connection.
     pub source: Conn,
@@ -89,12 +117,12 @@ pub struct Engine<'a> {
     abs_ttl: bool,
 }
 
-impl<'a> Engine<'a> {
+impl Engine {
     /// Connects to the source (the targets are connected to when their first batch comes).
     ///
     /// # Errors
     /// When the source cannot be reached or refuses the password or database.
-    pub async fn new(job: &'a Job, transfer: Transfer) -> Result<Engine<'a>, MigrateError> {
+    pub async fn new(job: Job, transfer: Transfer) -> Result<Engine, MigrateError> {
         let mut source = Conn::connect(&job.source, job.timeout).await?;
         let abs_ttl = match transfer {
             Transfer::Migrate => false,
@@ -104,11 +132,12 @@ impl<'a> Engine<'a> {
                 .integer()
                 .is_some(),
         };
+        let targets = job.targets.iter().map(|_| None).collect();
         Ok(Engine {
             job,
             transfer,
             source,
-            targets: job.targets.iter().map(|_| None).collect(),
+            targets,
             abs_ttl,
         })
     }
@@ -119,12 +148,12 @@ impl<'a> Engine<'a> {
             .job
             .targets
             .get(t)
-            .ok_or_else(|| route_error(self.job, t))?;
+            .ok_or_else(|| route_error(&self.job, t))?;
         let slot = &mut self.targets[t];
         if slot.is_none() {
             *slot = Some(Conn::connect(ep, self.job.timeout).await?);
         }
-        slot.as_mut().ok_or_else(|| route_error(self.job, t))
+        slot.as_mut().ok_or_else(|| route_error(&self.job, t))
     }
 
     /// Moves `keys` (distinct, each counted `moving` already) to target `t`; see the module's
@@ -146,22 +175,26 @@ impl<'a> Engine<'a> {
                 tokio::time::sleep(Duration::from_millis(5 * pass as u64)).await;
             }
             let batch: Vec<&[u8]> = todo.iter().map(|&i| keys[i].as_slice()).collect();
-            self.target(t).await?;
-            let Some(target) = self.targets[t].as_mut() else {
-                return Err(route_error(self.job, t));
-            };
-            let (src, dst) = tokio::join!(
-                digests(&mut self.source, &batch, true),
-                digests(target, &batch, false)
-            );
-            let (src, dst) = (src?, dst?);
+            let (src, dst) = self.read_pass(t, &batch, pass == 0).await?;
             let (mut copy, mut unlink) = (Vec::new(), Vec::new());
-            for ((&i, s), d) in todo.iter().zip(&src).zip(&dst) {
-                if let Some(e) = s.error.as_ref().or(d.error.as_ref()) {
+            for (((&i, s), d), &size) in todo.iter().zip(&src).zip(&dst.digests).zip(&dst.sizes) {
+                if size > 0 {
+                    state[i].bytes = size;
+                }
+                if let Some(e) = s
+                    .as_ref()
+                    .and_then(|s| s.error.as_ref())
+                    .or(d.error.as_ref())
+                {
                     tracing::warn!(key = %show(&keys[i]), error = %e, "cannot digest the key");
                     Progress::add(&p.failed, 1);
                     continue;
                 }
+                let Some(s) = s else {
+                    // Not on the target: copied without reading it first.
+                    copy.push(i);
+                    continue;
+                };
                 match (&s.value, &d.value) {
                     (None, None) => Progress::add(&p.gone, 1),
                     (None, Some(_)) => unlink.push(i),
@@ -173,10 +206,7 @@ impl<'a> Engine<'a> {
                         };
                         Progress::add(done, 1);
                     }
-                    _ => {
-                        state[i].bytes = s.bytes;
-                        copy.push(i);
-                    }
+                    _ => copy.push(i),
                 }
             }
             if pass == MAX_PASSES {
@@ -212,6 +242,60 @@ impl<'a> Engine<'a> {
             todo.extend(unlink);
         }
         Ok(())
+    }
+
+    /// One pass's reading of `batch` on the source and target `t`: the source's digests (`None`: not
+    /// read), the target's digests, and the keys' sizes on the source (0: not read).
+    ///
+    /// The first pass reads the target first, with the source's `MEMORY USAGE` (for the rate limit
+    /// and the byte tally) at the same time, and digests on the source only the keys the target
+    /// has: a key it lacks is copied either way, and the source is the busiest server of a run
+    /// (every key of a batch is scanned, digested and serialised there). Later passes read both
+    /// sides at once.
+    async fn read_pass(
+        &mut self,
+        t: usize,
+        batch: &[&[u8]],
+        first: bool,
+    ) -> Result<(Vec<Option<Digest>>, Read), MigrateError> {
+        self.target(t).await?;
+        let Some(target) = self.targets[t].as_mut() else {
+            return Err(route_error(&self.job, t));
+        };
+        if !first {
+            let (src, dst) = tokio::join!(
+                digests(&mut self.source, batch, false),
+                digests(target, batch, false)
+            );
+            let (src, digests) = (src?, dst?);
+            let sizes = vec![0; digests.len()];
+            return Ok((src.into_iter().map(Some).collect(), Read { digests, sizes }));
+        }
+        let (sizes, dst) = tokio::join!(
+            sizes(&mut self.source, batch),
+            digests(target, batch, false)
+        );
+        let (sizes, dst) = (sizes?, dst?);
+        let present: Vec<usize> = (0..batch.len())
+            .filter(|&i| dst[i].value.is_some() || dst[i].error.is_some())
+            .collect();
+        let mut src: Vec<Option<Digest>> = vec![None; batch.len()];
+        if !present.is_empty() {
+            let keys: Vec<&[u8]> = present.iter().map(|&i| batch[i]).collect();
+            for (i, d) in present
+                .into_iter()
+                .zip(digests(&mut self.source, &keys, false).await?)
+            {
+                src[i] = Some(d);
+            }
+        }
+        Ok((
+            src,
+            Read {
+                digests: dst,
+                sizes,
+            },
+        ))
     }
 
     /// Copies `keys[i]` for each `i` of `which` to target `t`: the indexes written (or found gone on
@@ -274,7 +358,7 @@ impl<'a> Engine<'a> {
         keys: &[Vec<u8>],
         which: &[usize],
     ) -> Result<Option<String>, MigrateError> {
-        let job = self.job;
+        let job = &self.job;
         let ep: &Endpoint = job.targets.get(t).ok_or_else(|| route_error(job, t))?;
         let Some((host, port)) = ep.host_port() else {
             return Err(self.source.refused(format!(

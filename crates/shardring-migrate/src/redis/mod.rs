@@ -6,6 +6,11 @@
 //! [`verify`] (the digest script), [`copy`](mod@copy) (the passes of one batch).
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, Mutex};
+use tokio::task::JoinSet;
 
 pub mod conn;
 pub mod copy;
@@ -16,7 +21,7 @@ pub mod verify;
 pub use copy::Transfer;
 
 use conn::{Conn, Pipeline};
-use copy::{route_error, Engine};
+use copy::{route_error, Engine, WORKERS};
 use scan::Scan;
 
 use crate::{Job, MigrateError, Progress, Report, Survey};
@@ -93,8 +98,10 @@ pub async fn copy(job: &Job) -> Result<Report, MigrateError> {
 /// Copies every key of the source that moves to its target, by `transfer`, and returns the run's
 /// tallies (`job.progress.report()`).
 ///
-/// `SCAN` enumerates the source; each key the route moves is counted `scanned` and, the first time
-/// it is seen, `moving`; once `job.batch` keys wait for one target they are moved as one batch (see
+/// `SCAN` enumerates the source (each key returned counted `scanned`); each key the route moves is
+/// counted `moving` the first time it is seen, and once `job.batch` keys wait for one target they
+/// are handed, as one batch, to one of [`WORKERS`](copy::WORKERS) tasks (each with its own
+/// connections, so the servers work on one batch while the next one travels), which moves it (see
 /// [`copy`](mod@copy): verify, copy what differs, verify again), and each ends `copied`, `skipped`,
 /// `gone` or `failed`. `job.rate` is acquired before each batch's copy (keys, and their `MEMORY
 /// USAGE` or `DUMP` length). A rerun copies only what is missing or different on the targets.
@@ -104,13 +111,64 @@ pub async fn copy(job: &Job) -> Result<Report, MigrateError> {
 /// protocol, or the source cannot reach a target (`MIGRATE`'s `IOERR`). Keys refused one by one are
 /// counted `failed` and the run goes on.
 pub async fn copy_with(job: &Job, transfer: Transfer) -> Result<Report, MigrateError> {
-    let mut engine = Engine::new(job, transfer).await?;
+    let mut scanner = Conn::connect(&job.source, job.timeout).await?;
+    let (tx, rx) = mpsc::channel::<(usize, Vec<Vec<u8>>)>(WORKERS * 2);
+    let rx = Arc::new(Mutex::new(rx));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = JoinSet::new();
+    for _ in 0..WORKERS {
+        // Connected here, one after the other: a refused password fails the run before any copy.
+        let mut engine = Engine::new(job.clone(), transfer).await?;
+        let (rx, stop) = (rx.clone(), stop.clone());
+        workers.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let next = rx.lock().await.recv().await;
+                let Some((t, keys)) = next else { break };
+                if let Err(e) = engine.move_batch(t, &keys).await {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+            Ok(())
+        });
+    }
+    let scanned = scan_moving(job, &mut scanner, &tx, &stop).await;
+    drop(tx);
+    if scanned.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    let mut first = scanned.err();
+    while let Some(done) = workers.join_next().await {
+        let e = match done {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e,
+            Err(e) => MigrateError::Protocol {
+                server: job.source.name.clone(),
+                reason: format!("a copy worker stopped: {e}"),
+            },
+        };
+        first.get_or_insert(e);
+    }
+    match first {
+        Some(e) => Err(e),
+        None => Ok(job.progress.report()),
+    }
+}
+
+/// The scan of [`copy_with`]: counts `scanned` and `moving`, and sends each target's keys in batches
+/// of `job.batch` to the workers, until the end of the scan or `stop`.
+async fn scan_moving(
+    job: &Job,
+    conn: &mut Conn,
+    tx: &mpsc::Sender<(usize, Vec<Vec<u8>>)>,
+    stop: &AtomicBool,
+) -> Result<(), MigrateError> {
     let p = &*job.progress;
     let batch = job.batch.max(1);
     let mut seen = HashSet::new();
     let mut pending: Vec<Vec<Vec<u8>>> = vec![Vec::new(); job.targets.len()];
     let mut scan = Scan::new();
-    while let Some(page) = scan.next(&mut engine.source).await? {
+    while let Some(page) = scan.next(conn).await? {
         Progress::add(&p.scanned, page.len() as u64);
         for key in page {
             let Some(t) = target_of(job, &key)? else {
@@ -123,16 +181,18 @@ pub async fn copy_with(job: &Job, transfer: Transfer) -> Result<Report, MigrateE
             pending[t].push(key);
             if pending[t].len() >= batch {
                 let keys = std::mem::take(&mut pending[t]);
-                engine.move_batch(t, &keys).await?;
+                if stop.load(Ordering::Relaxed) || tx.send((t, keys)).await.is_err() {
+                    return Ok(());
+                }
             }
         }
     }
     for (t, keys) in pending.into_iter().enumerate() {
-        if !keys.is_empty() {
-            engine.move_batch(t, &keys).await?;
+        if !keys.is_empty() && (stop.load(Ordering::Relaxed) || tx.send((t, keys)).await.is_err()) {
+            return Ok(());
         }
     }
-    Ok(p.report())
+    Ok(())
 }
 
 /// After the cut-over: `SCAN`s the source and `UNLINK`s (one command per batch of `job.batch`) every
