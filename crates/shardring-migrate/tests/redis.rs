@@ -36,7 +36,8 @@ async fn conn(ep: &Endpoint) -> Conn {
 
 async fn cmd(c: &mut Conn, args: &[&str]) -> Reply {
     let r = c.call(args).await.unwrap();
-    assert!(r.error().is_none(), "{args:?}: {r:?}");
+    let shown: Vec<&str> = args.iter().map(|a| &a[..a.len().min(40)]).collect();
+    assert!(r.error().is_none(), "{shown:?}: {r:?}");
     r
 }
 
@@ -138,6 +139,8 @@ async fn every_type_arrives_equal_with_its_ttl_and_keys_that_stay_do_not() {
             assert_same(&mut ca, &mut cb, k).await;
         }
         assert!(cmd(&mut cb, &["PTTL", "hash:t0"]).await.integer().unwrap() > 590_000);
+        let groups = cmd(&mut cb, &["XINFO", "GROUPS", "stream:t0"]).await;
+        assert!(format!("{groups:?}").contains("\"grp\""), "{groups:?}");
         for i in [1, 3, 5] {
             assert!(!exists(&mut cb, &format!("stay{i}")).await);
         }
@@ -353,10 +356,123 @@ async fn throughput_of_100k_small_keys() {
         let (r, secs) = throughput(transfer, batch).await;
         assert_eq!((r.copied, r.failed), (100_000, 0), "{r:?}");
         println!(
-            "{transfer:?} batch {batch}: 100000 keys of 100 bytes in {secs:.2} s: {:.0} keys/s, {:.1} MB/s (bytes counted {})",
+            "{transfer:?} batch {batch}: 100000 keys of 100 bytes in {secs:.2} s: {:.0} keys/s, \
+             {:.1} MB/s of values, {:.1} MB/s counted in `bytes` ({} bytes)",
             100_000.0 / secs,
+            100_000.0 * 100.0 / secs / 1e6,
             r.bytes as f64 / secs / 1e6,
             r.bytes
         );
     }
+}
+
+#[tokio::test]
+async fn keys_the_target_refuses_are_counted_failed_and_the_run_goes_on() {
+    for transfer in [Transfer::Migrate, Transfer::DumpRestore] {
+        let Some(a) = RedisServer::start(&[]) else {
+            return;
+        };
+        let Some(b) =
+            RedisServer::start(&["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"])
+        else {
+            return;
+        };
+        let (sa, sb) = (ep(&a, None, 0), ep(&b, None, 0));
+        let (mut ca, mut cb) = (conn(&sa).await, conn(&sb).await);
+        for i in 0..6 {
+            cmd(&mut ca, &["SET", &format!("k{i}"), "v"]).await;
+        }
+        // Over its maxmemory, the target refuses every write with -OOM.
+        cmd(
+            &mut cb,
+            &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+        )
+        .await;
+        cmd(&mut cb, &["CONFIG", "SET", "maxmemory", "1"]).await;
+        let r = redis::copy_with(&job(sa, sb), transfer).await.unwrap();
+        assert_eq!(
+            (r.moving, r.failed, r.copied),
+            (3, 3, 0),
+            "{transfer:?} {r:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_never_settles_is_given_up_as_failed() {
+    let Some((a, b)) = servers(&[]) else { return };
+    let (sa, sb) = (ep(&a, None, 0), ep(&b, None, 0));
+    let mut ca = conn(&sa).await;
+    cmd(&mut ca, &["SET", "hot0", "1"]).await;
+    cmd(&mut ca, &["SET", "calm2", "1"]).await;
+    // Something keeps changing the target's copy (as no dual write would).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, mut cb) = (stop.clone(), conn(&sb).await);
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                cb.call(&["INCR", "hot0"]).await.unwrap();
+            }
+        })
+    };
+    let r = redis::copy(&job(sa, sb)).await.unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+    assert_eq!((r.copied, r.failed), (1, 1), "{r:?}");
+    assert!(r.recopied >= 19, "{r:?}");
+}
+
+#[tokio::test]
+async fn unix_sockets_work_with_dump_restore_and_migrate_says_it_needs_tcp() {
+    let dir = std::env::temp_dir();
+    let pid = std::process::id();
+    let (pa, pb) = (
+        dir.join(format!("shardring-migrate-{pid}-a.sock")),
+        dir.join(format!("shardring-migrate-{pid}-b.sock")),
+    );
+    let (pa, pb) = (
+        pa.to_string_lossy().into_owned(),
+        pb.to_string_lossy().into_owned(),
+    );
+    let Some(a) = RedisServer::start(&["--unixsocket", &pa]) else {
+        return;
+    };
+    let Some(b) = RedisServer::start(&["--unixsocket", &pb]) else {
+        return;
+    };
+    let (sa, sb) = (Endpoint::new(&pa, "a"), Endpoint::new(&pb, "b"));
+    let (mut ca, mut cb) = (conn(&sa).await, conn(&sb).await);
+    cmd(&mut ca, &["SET", "k0", "v", "PX", "50000"]).await;
+    let r = redis::copy_with(&job(sa.clone(), sb.clone()), Transfer::DumpRestore)
+        .await
+        .unwrap();
+    assert_eq!(r.copied, 1, "{r:?}");
+    assert_same(&mut ca, &mut cb, "k0").await;
+    cmd(&mut ca, &["SET", "k2", "v"]).await;
+    let e = redis::copy(&job(sa, sb)).await.unwrap_err();
+    assert!(e.to_string().contains("TCP"), "{e}");
+    drop((a, b));
+}
+
+#[tokio::test]
+async fn the_rate_limit_paces_the_copy() {
+    let Some((a, b)) = servers(&[]) else { return };
+    let (sa, sb) = (ep(&a, None, 0), ep(&b, None, 0));
+    let mut ca = conn(&sa).await;
+    let mut p = Pipeline::new();
+    for i in 0..2000 {
+        p.cmd(&["SET", &format!("k{i}"), "v"]);
+    }
+    ca.run(&p).await.unwrap();
+    let mut j = job(sa, sb);
+    // 1000 keys move: a second's worth (500) at once, the other 500 over about a second.
+    j.rate = Some(Arc::new(shardring_migrate::RateLimit::new(Some(500), None)));
+    let t0 = Instant::now();
+    let r = redis::copy(&j).await.unwrap();
+    assert_eq!(r.copied, 1000);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        t0.elapsed()
+    );
 }
