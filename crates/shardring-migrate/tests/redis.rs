@@ -476,3 +476,34 @@ async fn the_rate_limit_paces_the_copy() {
         t0.elapsed()
     );
 }
+
+#[tokio::test]
+async fn keys_go_to_the_target_their_route_names() {
+    let Some((a, b)) = servers(&[]) else { return };
+    let Some(c) = RedisServer::start(&[]) else {
+        return;
+    };
+    let (sa, sb, sc) = (ep(&a, None, 0), ep(&b, None, 0), ep(&c, None, 0));
+    let mut ca = conn(&sa).await;
+    let mut p = Pipeline::new();
+    for i in 0..1000 {
+        p.cmd(&["SET", &format!("k{i}"), "v"]);
+    }
+    ca.run(&p).await.unwrap();
+    // Last digit 0-3: target 0; 4-6: target 1; 7-9 stay.
+    let route: Route = Arc::new(|k: &[u8]| match k.last() {
+        Some(b'0'..=b'3') => Some(0),
+        Some(b'4'..=b'6') => Some(1),
+        _ => None,
+    });
+    let mut j = Job::new(sa, vec![sb.clone(), sc.clone()], route);
+    j.batch = 7;
+    let s = redis::survey(&j).await.unwrap();
+    assert_eq!((s.keys, s.moving.clone()), (1000, vec![400, 300]), "{s:?}");
+    let r = redis::copy(&j).await.unwrap();
+    assert_eq!((r.moving, r.copied, r.failed), (700, 700, 0), "{r:?}");
+    let (mut cb, mut cc) = (conn(&sb).await, conn(&sc).await);
+    assert_eq!(cmd(&mut cb, &["DBSIZE"]).await.integer(), Some(400));
+    assert_eq!(cmd(&mut cc, &["DBSIZE"]).await.integer(), Some(300));
+    assert!(exists(&mut cb, "k13").await && exists(&mut cc, "k14").await);
+}

@@ -31,10 +31,13 @@ local function add(p, s) p[#p + 1] = #s .. ':' .. s end
 local function digest(k)
   local t = redis.call('TYPE', k)['ok']
   if t == 'none' then return false end
-  local p = {t, '\n'}
   if t == 'string' then
-    add(p, redis.call('GET', k))
-  elseif t == 'hash' then
+    -- The common case, without the table (the same serialisation as `add` would make).
+    local v = redis.call('GET', k)
+    return redis.sha1hex('string\n' .. #v .. ':' .. v)
+  end
+  local p = {t, '\n'}
+  if t == 'hash' then
     local h = redis.call('HGETALL', k)
     local idx = {}
     for i = 1, #h, 2 do idx[#idx + 1] = i end
