@@ -507,3 +507,17 @@ async fn keys_go_to_the_target_their_route_names() {
     assert_eq!(cmd(&mut cc, &["DBSIZE"]).await.integer(), Some(300));
     assert!(exists(&mut cb, "k13").await && exists(&mut cc, "k14").await);
 }
+
+#[tokio::test]
+async fn a_server_that_does_not_answer_times_out() {
+    // Connections are accepted (the listen backlog) but nothing ever answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let mut src = Endpoint::new(&addr, "silent");
+    src.auth = Some("pw".into());
+    let mut j = job(src, Endpoint::new("127.0.0.1:1", "nowhere"));
+    j.timeout = Duration::from_millis(300);
+    let e = redis::copy(&j).await.unwrap_err();
+    assert!(matches!(e, MigrateError::Timeout { .. }), "{e}");
+    assert!(e.to_string().contains("silent"), "{e}");
+}
