@@ -1,37 +1,242 @@
-//! The redis engine (being written).
+//! The Redis engine: `SCAN` the source's database, `MIGRATE … COPY REPLACE` (or `DUMP`/`RESTORE`)
+//! the keys that move in batches per target, and verify each copy against the source by a digest of
+//! its value and expiry, copying again what differs (see [`copy`](mod@copy) for the reasoning).
+//!
+//! Files: [`resp`] (the protocol), [`conn`] (a connection and its pipelines), [`scan`] (enumeration),
+//! [`verify`] (the digest script), [`copy`](mod@copy) (the passes of one batch).
 
-use crate::{Job, MigrateError, Report, Survey};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-/// Enumerates the source's keys and counts, per target, those that move and their bytes.
+use tokio::sync::{mpsc, Mutex};
+use tokio::task::JoinSet;
+
+pub mod conn;
+pub mod copy;
+pub mod resp;
+pub mod scan;
+pub mod verify;
+
+pub use copy::Transfer;
+
+use conn::{Conn, Pipeline};
+use copy::{route_error, Engine, WORKERS};
+use scan::Scan;
+
+use crate::{Job, MigrateError, Progress, Report, Survey};
+
+/// The target of `key`, checked against the job's targets.
+fn target_of(job: &Job, key: &[u8]) -> Result<Option<usize>, MigrateError> {
+    match (job.route)(key) {
+        Some(t) if t >= job.targets.len() => Err(route_error(job, t)),
+        t => Ok(t),
+    }
+}
+
+/// Enumerates the source's keys (`SCAN` over `job.source.db`) and counts, per target, those that
+/// move and their bytes (`MEMORY USAGE key SAMPLES 0`, pipelined per batch of `job.batch` keys).
+///
+/// `keys` counts every key `SCAN` returned; moving keys are deduplicated (a `SCAN` during a rehash
+/// may return a key twice), the others are not (keeping every key of a large database in a set
+/// would cost more than the rare double count is worth).
 ///
 /// # Errors
-/// When a server cannot be reached or answers out of protocol.
+/// When the source cannot be reached, refuses the password or database, or answers out of protocol.
 pub async fn survey(job: &Job) -> Result<Survey, MigrateError> {
-    let _ = job;
-    Err(MigrateError::Protocol {
-        server: job.source.name.clone(),
-        reason: "not written yet".into(),
-    })
+    let mut conn = Conn::connect(&job.source, job.timeout).await?;
+    let n = job.targets.len();
+    let mut survey = Survey {
+        keys: 0,
+        moving: vec![0; n],
+        moving_bytes: vec![0; n],
+    };
+    let mut seen = HashSet::new();
+    let mut pending: Vec<(usize, Vec<u8>)> = Vec::new();
+    let mut scan = Scan::new();
+    let batch = job.batch.max(1);
+    loop {
+        let page = scan.next(&mut conn).await?;
+        let last = page.is_none();
+        for key in page.unwrap_or_default() {
+            if let Some(t) = target_of(job, &key)? {
+                if seen.insert(key.clone()) {
+                    survey.keys += 1;
+                    survey.moving[t] += 1;
+                    pending.push((t, key));
+                }
+            } else {
+                survey.keys += 1;
+            }
+        }
+        while pending.len() >= batch || (last && !pending.is_empty()) {
+            let rest = pending.split_off(pending.len().min(batch));
+            let chunk = std::mem::replace(&mut pending, rest);
+            let mut p = Pipeline::new();
+            for (_, k) in &chunk {
+                p.cmd(&[&b"MEMORY"[..], b"USAGE", k, b"SAMPLES", b"0"]);
+            }
+            for ((t, _), r) in chunk.iter().zip(conn.run(&p).await?) {
+                // Nil: gone since the scan; an error: not counted (the survey is an estimate).
+                survey.moving_bytes[*t] += u64::try_from(r.integer().unwrap_or(0)).unwrap_or(0);
+            }
+        }
+        if last {
+            return Ok(survey);
+        }
+    }
 }
 
-/// Copies every key of the source that moves to its target.
+/// Copies every key of the source that moves to its target with `MIGRATE`; see [`copy_with`].
 ///
 /// # Errors
-/// When a server cannot be reached or answers out of protocol.
+/// See [`copy_with`].
 pub async fn copy(job: &Job) -> Result<Report, MigrateError> {
-    Err(MigrateError::Protocol {
-        server: job.source.name.clone(),
-        reason: "not written yet".into(),
-    })
+    copy_with(job, Transfer::Migrate).await
 }
 
-/// After the cut-over: deletes from the source every key whose owner changed.
+/// Copies every key of the source that moves to its target, by `transfer`, and returns the run's
+/// tallies (`job.progress.report()`).
+///
+/// `SCAN` enumerates the source (each key returned counted `scanned`); each key the route moves is
+/// counted `moving` the first time it is seen, and once `job.batch` keys wait for one target they
+/// are handed, as one batch, to one of [`WORKERS`](copy::WORKERS) tasks (each with its own
+/// connections, so the servers work on one batch while the next one travels), which moves it (see
+/// [`copy`](mod@copy): verify, copy what differs, verify again), and each ends `copied`, `skipped`,
+/// `gone` or `failed`. `job.rate` is acquired before each batch's copy (keys, and their `MEMORY
+/// USAGE` or `DUMP` length). A rerun copies only what is missing or different on the targets.
 ///
 /// # Errors
-/// When a server cannot be reached or answers out of protocol.
+/// When a server cannot be reached or times out, refuses the password or database, or answers out of
+/// protocol, or the source cannot reach a target (`MIGRATE`'s `IOERR`). Keys refused one by one are
+/// counted `failed` and the run goes on.
+pub async fn copy_with(job: &Job, transfer: Transfer) -> Result<Report, MigrateError> {
+    let mut scanner = Conn::connect(&job.source, job.timeout).await?;
+    let (tx, rx) = mpsc::channel::<(usize, Vec<Vec<u8>>)>(WORKERS * 2);
+    let rx = Arc::new(Mutex::new(rx));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = JoinSet::new();
+    for _ in 0..WORKERS {
+        // Connected here, one after the other: a refused password fails the run before any copy.
+        let mut engine = Engine::new(job.clone(), transfer).await?;
+        let (rx, stop) = (rx.clone(), stop.clone());
+        workers.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let next = rx.lock().await.recv().await;
+                let Some((t, keys)) = next else { break };
+                if let Err(e) = engine.move_batch(t, &keys).await {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+            Ok(())
+        });
+    }
+    let scanned = scan_moving(job, &mut scanner, &tx, &stop).await;
+    drop(tx);
+    if scanned.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    let mut first = scanned.err();
+    while let Some(done) = workers.join_next().await {
+        let e = match done {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e,
+            Err(e) => MigrateError::Protocol {
+                server: job.source.name.clone(),
+                reason: format!("a copy worker stopped: {e}"),
+            },
+        };
+        first.get_or_insert(e);
+    }
+    match first {
+        Some(e) => Err(e),
+        None => Ok(job.progress.report()),
+    }
+}
+
+/// The scan of [`copy_with`]: counts `scanned` and `moving`, and sends each target's keys in batches
+/// of `job.batch` to the workers, until the end of the scan or `stop`.
+async fn scan_moving(
+    job: &Job,
+    conn: &mut Conn,
+    tx: &mpsc::Sender<(usize, Vec<Vec<u8>>)>,
+    stop: &AtomicBool,
+) -> Result<(), MigrateError> {
+    let p = &*job.progress;
+    let batch = job.batch.max(1);
+    let mut seen = HashSet::new();
+    let mut pending: Vec<Vec<Vec<u8>>> = vec![Vec::new(); job.targets.len()];
+    let mut scan = Scan::new();
+    while let Some(page) = scan.next(conn).await? {
+        Progress::add(&p.scanned, page.len() as u64);
+        for key in page {
+            let Some(t) = target_of(job, &key)? else {
+                continue;
+            };
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            Progress::add(&p.moving, 1);
+            pending[t].push(key);
+            if pending[t].len() >= batch {
+                let keys = std::mem::take(&mut pending[t]);
+                if stop.load(Ordering::Relaxed) || tx.send((t, keys)).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    for (t, keys) in pending.into_iter().enumerate() {
+        if !keys.is_empty() && (stop.load(Ordering::Relaxed) || tx.send((t, keys)).await.is_err()) {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// After the cut-over: `SCAN`s the source and `UNLINK`s (one command per batch of `job.batch`) every
+/// key the route says moves.
+///
+/// Tallies: `scanned` every key seen, `moving` each moving key once, `copied` the keys deleted
+/// (`UNLINK`'s count), `gone` the moving keys already missing when their `UNLINK` ran.
+///
+/// # Errors
+/// When the source cannot be reached or times out, refuses the password or database, or refuses the
+/// `UNLINK`.
 pub async fn delete_moved(job: &Job) -> Result<Report, MigrateError> {
-    Err(MigrateError::Protocol {
-        server: job.source.name.clone(),
-        reason: "not written yet".into(),
-    })
+    let mut conn = Conn::connect(&job.source, job.timeout).await?;
+    let p = &*job.progress;
+    let batch = job.batch.max(1);
+    let mut seen = HashSet::new();
+    let mut pending: Vec<Vec<u8>> = Vec::new();
+    let mut scan = Scan::new();
+    loop {
+        let page = scan.next(&mut conn).await?;
+        let last = page.is_none();
+        let page = page.unwrap_or_default();
+        Progress::add(&p.scanned, page.len() as u64);
+        for key in page {
+            if target_of(job, &key)?.is_some() && seen.insert(key.clone()) {
+                Progress::add(&p.moving, 1);
+                pending.push(key);
+            }
+        }
+        while pending.len() >= batch || (last && !pending.is_empty()) {
+            let rest = pending.split_off(pending.len().min(batch));
+            let chunk = std::mem::replace(&mut pending, rest);
+            let mut args: Vec<&[u8]> = vec![b"UNLINK"];
+            args.extend(chunk.iter().map(Vec::as_slice));
+            let r = conn.call(&args).await?;
+            let Some(n) = r.integer() else {
+                return Err(conn.refused(format!("UNLINK answered {r:?}")));
+            };
+            let n = u64::try_from(n).unwrap_or(0).min(chunk.len() as u64);
+            Progress::add(&p.copied, n);
+            Progress::add(&p.gone, chunk.len() as u64 - n);
+        }
+        if last {
+            return Ok(p.report());
+        }
+    }
 }

@@ -1,0 +1,505 @@
+//! Moving one batch of keys to one target: verify first, copy what differs, verify what was
+//! copied, until a pass finds nothing different.
+//!
+//! # Why this order, and why it is correct while the proxies dual-write
+//!
+//! The source is authoritative: every write of a moving key reaches it (reads stay there), so its
+//! value is complete. The target may hold
+//!
+//! - a **partial** value: a dual-written in-place update (`HSET`, `RPUSH`, `INCR`, `XADD`…) of a
+//!   key the target did not have yet creates a value holding only that update;
+//! - a **stale** value: a write that ran on the target *before* our `RESTORE` and on the source
+//!   *after* our snapshot (`DUMP`, or `MIGRATE`'s own) is overwritten on the target by the older
+//!   snapshot: the write's effect is lost there;
+//! - a **revived** key: a delete that ran on the target before our `RESTORE` and on the source
+//!   after the snapshot leaves the key on the target only.
+//!
+//! So every copy replaces (`REPLACE`: the source's value wins over whatever dual writes built), and
+//! every copy is checked afterwards: a digest of the value and the expiry on both servers (see
+//! [`super::verify`]). A key that differs and exists on the source is copied again; one missing on
+//! the source is unlinked from the target. The keys acted on are verified again in the next pass,
+//! until a pass finds them equal (an unlinked key too: if the difference was a dual write in flight,
+//! the source has the key by the next pass and it is copied); after [`MAX_PASSES`] a key still
+//! different is counted failed and logged. A race can only happen while a write is in flight, so a
+//! pass after the write lands finds the two sides equal; the passes after the second wait a little
+//! longer each time for the in-flight writes to land.
+//!
+//! The first pass verifies before any copy: on a rerun (or a target dual writes already completed)
+//! the keys already equal are left alone (`skipped`), only missing or different ones are copied.
+//! That costs one source digest per key on a first run, where an `EXISTS` probe on the target would
+//! cost the same round trip and still need a digest for the keys it finds.
+//!
+//! # Tallies (per moving key, exactly one outcome)
+//!
+//! - `copied`: written by this run, equal at the end;
+//! - `skipped`: equal at the end without this run writing it;
+//! - `gone`: missing on the source at the end (deleted or expired meanwhile; a copy on the target is
+//!   unlinked);
+//! - `failed`: refused by the target or the source, or still different after [`MAX_PASSES`];
+//! - `recopied` counts the extra writes (each copy of a key after its first), not keys;
+//! - `bytes`: per write, `MEMORY USAGE` on the source (`MIGRATE`) or the `DUMP` payload's length.
+
+use std::time::Duration;
+
+use super::conn::{Conn, Pipeline};
+use super::resp::Reply;
+use super::verify::{digests, Digest};
+use crate::{Endpoint, Job, MigrateError, Progress};
+
+/// Batches in flight at once per job (each on its own connections): enough to keep the source busy
+/// while a batch's replies travel, few enough to leave the live traffic its share of the servers.
+pub const WORKERS: usize = 4;
+/// Verify passes per batch before a key still different is given up (failed).
+pub const MAX_PASSES: usize = 20;
+/// How far apart the two `PTTL`s may be and still count as the same expiry (they are read at
+/// different instants, and `MIGRATE`'s relative TTL drifts by its round trip).
+pub const TTL_SLACK_MS: i64 = 2000;
+
+/// How keys travel from the source to a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transfer {
+    /// `MIGRATE host port "" db timeout COPY REPLACE [AUTH pw] KEYS …` sent to the source: one round
+    /// trip a batch, the source serialising each key atomically with its TTL and restoring it on the
+    /// target itself. The source must reach the target at the target's `addr` (TCP only), with the
+    /// target's password.
+    #[default]
+    Migrate,
+    /// `DUMP` and `PEXPIRETIME` (or `PTTL` before Redis 7) pipelined on the source, then `RESTORE …
+    /// REPLACE [ABSTTL]` pipelined on the target through our own connections: for servers that
+    /// cannot reach each other, or have different passwords. `ABSTTL` keeps the expiry from drifting
+    /// by the round trip (and assumes the servers' clocks agree within [`TTL_SLACK_MS`]).
+    DumpRestore,
+}
+
+/// One key of a batch in flight.
+#[derive(Debug, Clone, Copy, Default)]
+struct State {
+    /// This run wrote it at least once.
+    written: bool,
+    /// Its size on the source, from the last digest.
+    bytes: u64,
+}
+
+/// A pass's reading of the target.
+#[derive(Debug)]
+struct Read {
+    /// The target's digests.
+    digests: Vec<Digest>,
+    /// The keys' sizes on the source (0: not read).
+    sizes: Vec<u64>,
+}
+
+/// `MEMORY USAGE key SAMPLES 0` of each key, pipelined (0 for a key missing or refused).
+///
+/// # Errors
+/// When the server fails.
+pub async fn sizes(conn: &mut Conn, keys: &[&[u8]]) -> Result<Vec<u64>, MigrateError> {
+    let mut p = Pipeline::new();
+    for k in keys {
+        p.cmd(&[&b"MEMORY"[..], b"USAGE", k, b"SAMPLES", b"0"]);
+    }
+    let replies = conn.run(&p).await?;
+    Ok(replies
+        .iter()
+        .map(|r| u64::try_from(r.integer().unwrap_or(0)).unwrap_or(0))
+        .collect())
+}
+
+/// A job's connections and settings.
+#[derive(Debug)]
+pub struct Engine {
+    job: Job,
+    transfer: Transfer,
+    /// The source's connection.
+    pub source: Conn,
+    targets: Vec<Option<Conn>>,
+    /// `DumpRestore`: the source has `PEXPIRETIME` (so `RESTORE … ABSTTL`).
+    abs_ttl: bool,
+}
+
+impl Engine {
+    /// Connects to the source (the targets are connected to when their first batch comes).
+    ///
+    /// # Errors
+    /// When the source cannot be reached or refuses the password or database.
+    pub async fn new(job: Job, transfer: Transfer) -> Result<Engine, MigrateError> {
+        let mut source = Conn::connect(&job.source, job.timeout).await?;
+        let abs_ttl = match transfer {
+            Transfer::Migrate => false,
+            Transfer::DumpRestore => source
+                .call(&["PEXPIRETIME", "shardring-migrate:probe"])
+                .await?
+                .integer()
+                .is_some(),
+        };
+        let targets = job.targets.iter().map(|_| None).collect();
+        Ok(Engine {
+            job,
+            transfer,
+            source,
+            targets,
+            abs_ttl,
+        })
+    }
+
+    /// Target `t`'s connection, connecting first.
+    async fn target(&mut self, t: usize) -> Result<&mut Conn, MigrateError> {
+        let ep = self
+            .job
+            .targets
+            .get(t)
+            .ok_or_else(|| route_error(&self.job, t))?;
+        let slot = &mut self.targets[t];
+        if slot.is_none() {
+            *slot = Some(Conn::connect(ep, self.job.timeout).await?);
+        }
+        slot.as_mut().ok_or_else(|| route_error(&self.job, t))
+    }
+
+    /// Moves `keys` (distinct, each counted `moving` already) to target `t`; see the module's
+    /// documentation for the passes and the tallies.
+    ///
+    /// # Errors
+    /// When a server fails or refuses the connection's credentials; keys refused one by one are
+    /// counted failed instead.
+    pub async fn move_batch(&mut self, t: usize, keys: &[Vec<u8>]) -> Result<(), MigrateError> {
+        let progress = self.job.progress.clone();
+        let p = &*progress;
+        let mut state = vec![State::default(); keys.len()];
+        let mut todo: Vec<usize> = (0..keys.len()).collect();
+        for pass in 0..=MAX_PASSES {
+            if todo.is_empty() {
+                break;
+            }
+            if pass >= 2 {
+                tokio::time::sleep(Duration::from_millis(5 * pass as u64)).await;
+            }
+            let batch: Vec<&[u8]> = todo.iter().map(|&i| keys[i].as_slice()).collect();
+            let (src, dst) = self.read_pass(t, &batch, pass == 0).await?;
+            let (mut copy, mut unlink) = (Vec::new(), Vec::new());
+            for (((&i, s), d), &size) in todo.iter().zip(&src).zip(&dst.digests).zip(&dst.sizes) {
+                if size > 0 {
+                    state[i].bytes = size;
+                }
+                if let Some(e) = s
+                    .as_ref()
+                    .and_then(|s| s.error.as_ref())
+                    .or(d.error.as_ref())
+                {
+                    tracing::warn!(key = %show(&keys[i]), error = %e, "cannot digest the key");
+                    Progress::add(&p.failed, 1);
+                    continue;
+                }
+                let Some(s) = s else {
+                    // Not on the target: copied without reading it first.
+                    copy.push(i);
+                    continue;
+                };
+                match (&s.value, &d.value) {
+                    (None, None) => Progress::add(&p.gone, 1),
+                    (None, Some(_)) => unlink.push(i),
+                    _ if s.same_as(d, TTL_SLACK_MS) => {
+                        let done = if state[i].written {
+                            &p.copied
+                        } else {
+                            &p.skipped
+                        };
+                        Progress::add(done, 1);
+                    }
+                    _ => copy.push(i),
+                }
+            }
+            if pass == MAX_PASSES {
+                for &i in copy.iter().chain(&unlink) {
+                    tracing::warn!(key = %show(&keys[i]), passes = MAX_PASSES,
+                        "the key still differs on the target: given up");
+                }
+                Progress::add(&p.failed, (copy.len() + unlink.len()) as u64);
+                break;
+            }
+            if !unlink.is_empty() {
+                let target = self.target(t).await?;
+                let mut args: Vec<&[u8]> = vec![b"UNLINK"];
+                args.extend(unlink.iter().map(|&i| keys[i].as_slice()));
+                let r = target.call(&args).await?;
+                if let Some(e) = r.error() {
+                    return Err(target.refused(format!("UNLINK: {e}")));
+                }
+            }
+            let copied = if copy.is_empty() {
+                Vec::new()
+            } else {
+                self.copy(t, keys, &copy, &mut state).await?
+            };
+            // `copied` is a key's outcome, counted when it verifies equal: here only the extra writes.
+            for &i in &copied {
+                if state[i].written {
+                    Progress::add(&p.recopied, 1);
+                }
+                state[i].written = true;
+            }
+            todo = copied;
+            todo.extend(unlink);
+        }
+        Ok(())
+    }
+
+    /// One pass's reading of `batch` on the source and target `t`: the source's digests (`None`: not
+    /// read), the target's digests, and the keys' sizes on the source (0: not read).
+    ///
+    /// The first pass reads the target first, with the source's `MEMORY USAGE` (for the rate limit
+    /// and the byte tally) at the same time, and digests on the source only the keys the target
+    /// has: a key it lacks is copied either way, and the source is the busiest server of a run
+    /// (every key of a batch is scanned, digested and serialised there). Later passes read both
+    /// sides at once.
+    async fn read_pass(
+        &mut self,
+        t: usize,
+        batch: &[&[u8]],
+        first: bool,
+    ) -> Result<(Vec<Option<Digest>>, Read), MigrateError> {
+        self.target(t).await?;
+        let Some(target) = self.targets[t].as_mut() else {
+            return Err(route_error(&self.job, t));
+        };
+        if !first {
+            let (src, dst) = tokio::join!(
+                digests(&mut self.source, batch, false),
+                digests(target, batch, false)
+            );
+            let (src, digests) = (src?, dst?);
+            let sizes = vec![0; digests.len()];
+            return Ok((src.into_iter().map(Some).collect(), Read { digests, sizes }));
+        }
+        let (sizes, dst) = tokio::join!(
+            sizes(&mut self.source, batch),
+            digests(target, batch, false)
+        );
+        let (sizes, dst) = (sizes?, dst?);
+        let present: Vec<usize> = (0..batch.len())
+            .filter(|&i| dst[i].value.is_some() || dst[i].error.is_some())
+            .collect();
+        let mut src: Vec<Option<Digest>> = vec![None; batch.len()];
+        if !present.is_empty() {
+            let keys: Vec<&[u8]> = present.iter().map(|&i| batch[i]).collect();
+            for (i, d) in present
+                .into_iter()
+                .zip(digests(&mut self.source, &keys, false).await?)
+            {
+                src[i] = Some(d);
+            }
+        }
+        Ok((
+            src,
+            Read {
+                digests: dst,
+                sizes,
+            },
+        ))
+    }
+
+    /// Copies `keys[i]` for each `i` of `which` to target `t`: the indexes written (or found gone on
+    /// the source: the next pass tells), the others counted failed.
+    async fn copy(
+        &mut self,
+        t: usize,
+        keys: &[Vec<u8>],
+        which: &[usize],
+        state: &mut [State],
+    ) -> Result<Vec<usize>, MigrateError> {
+        match self.transfer {
+            Transfer::Migrate => {
+                let bytes = which.iter().map(|&i| state[i].bytes).sum();
+                if let Some(rate) = &self.job.rate {
+                    rate.acquire(which.len() as u64, bytes).await;
+                }
+                let refused = self.migrate(t, keys, which).await?;
+                let ok: Vec<usize> = match refused {
+                    None => which.to_vec(),
+                    // One key's refusal fails the whole MIGRATE's reply: find which, one by one.
+                    Some(_) if which.len() > 1 => {
+                        let mut ok = Vec::new();
+                        for &i in which {
+                            match self.migrate(t, keys, &[i]).await? {
+                                None => ok.push(i),
+                                Some(e) => self.refused(&keys[i], &e),
+                            }
+                        }
+                        ok
+                    }
+                    Some(e) => {
+                        self.refused(&keys[which[0]], &e);
+                        Vec::new()
+                    }
+                };
+                let written: u64 = ok.iter().map(|&i| state[i].bytes).sum();
+                Progress::add(&self.job.progress.bytes, written);
+                Ok(ok)
+            }
+            Transfer::DumpRestore => self.dump_restore(t, keys, which).await,
+        }
+    }
+
+    /// A key the target (or the source) refused: counted failed and logged.
+    fn refused(&self, key: &[u8], error: &str) {
+        tracing::warn!(key = %show(key), source = %self.job.source.name, error, "the key was not copied");
+        Progress::add(&self.job.progress.failed, 1);
+    }
+
+    /// One `MIGRATE … COPY REPLACE … KEYS` of `which` to target `t`: `None` when it went (`+OK`, or
+    /// `+NOKEY`: none of them exists any more), `Some(error)` for a refusal that may concern a key.
+    ///
+    /// # Errors
+    /// The source cannot reach the target (`IOERR`), or the target refuses its password: every key
+    /// would fail the same way.
+    async fn migrate(
+        &mut self,
+        t: usize,
+        keys: &[Vec<u8>],
+        which: &[usize],
+    ) -> Result<Option<String>, MigrateError> {
+        let job = &self.job;
+        let ep: &Endpoint = job.targets.get(t).ok_or_else(|| route_error(job, t))?;
+        let Some((host, port)) = ep.host_port() else {
+            return Err(self.source.refused(format!(
+                "MIGRATE needs a TCP address for {} (it is {}): use the DUMP/RESTORE transfer",
+                ep.name, ep.addr
+            )));
+        };
+        let port = port.to_string();
+        let db = ep.db.to_string();
+        // MIGRATE's own I/O timeout below ours, so its IOERR names the problem before we time out.
+        let ms = (job.timeout.as_millis() / 2).max(1).to_string();
+        let mut args: Vec<&[u8]> = vec![
+            b"MIGRATE",
+            host.as_bytes(),
+            port.as_bytes(),
+            b"",
+            db.as_bytes(),
+            ms.as_bytes(),
+            b"COPY",
+            b"REPLACE",
+        ];
+        if let Some(pw) = &ep.auth {
+            args.extend([&b"AUTH"[..], pw.as_bytes()]);
+        }
+        args.push(b"KEYS");
+        args.extend(which.iter().map(|&i| keys[i].as_slice()));
+        let reply = self.source.call(&args).await?;
+        match reply {
+            Reply::Simple(_) => Ok(None),
+            Reply::Error(e) => {
+                let fatal = e.starts_with("IOERR")
+                    || ["NOAUTH", "WRONGPASS", "NOPERM", "invalid password", "AUTH"]
+                        .iter()
+                        .any(|w| e.contains(w));
+                if fatal {
+                    return Err(self
+                        .source
+                        .refused(format!("MIGRATE to {} ({}): {e}", ep.name, ep.addr)));
+                }
+                Ok(Some(e))
+            }
+            other => Err(self.source.refused(format!("MIGRATE answered {other:?}"))),
+        }
+    }
+
+    /// `DUMP` + `PEXPIRETIME`/`PTTL` of `which` on the source, `RESTORE … REPLACE` on target `t`: the
+    /// indexes restored or gone on the source (the next pass tells), the others counted failed.
+    async fn dump_restore(
+        &mut self,
+        t: usize,
+        keys: &[Vec<u8>],
+        which: &[usize],
+    ) -> Result<Vec<usize>, MigrateError> {
+        let ttl_cmd = if self.abs_ttl { "PEXPIRETIME" } else { "PTTL" };
+        let mut p = Pipeline::new();
+        for &i in which {
+            p.cmd(&[&b"DUMP"[..], &keys[i]]);
+            p.cmd(&[ttl_cmd.as_bytes(), &keys[i]]);
+        }
+        let replies = self.source.run(&p).await?;
+        let mut restore = Pipeline::new();
+        let (mut sent, mut ok, mut bytes) = (Vec::new(), Vec::new(), 0u64);
+        for (&i, pair) in which.iter().zip(replies.chunks_exact(2)) {
+            let [dump, ttl] = pair else { continue };
+            let payload = match dump {
+                Reply::Bulk(b) => b,
+                Reply::Nil => {
+                    ok.push(i); // gone on the source: the next pass counts it.
+                    continue;
+                }
+                other => {
+                    self.refused(&keys[i], &format!("DUMP: {other:?}"));
+                    continue;
+                }
+            };
+            let (ttl, abs) = match ttl.integer() {
+                Some(-2) => {
+                    ok.push(i);
+                    continue;
+                }
+                Some(n) if n > 0 => (n.to_string(), self.abs_ttl),
+                Some(_) => ("0".to_string(), false),
+                None => {
+                    self.refused(&keys[i], &format!("{ttl_cmd}: {ttl:?}"));
+                    continue;
+                }
+            };
+            let mut args: Vec<&[u8]> =
+                vec![b"RESTORE", &keys[i], ttl.as_bytes(), payload, b"REPLACE"];
+            if abs {
+                args.push(b"ABSTTL");
+            }
+            restore.cmd(&args);
+            bytes += payload.len() as u64;
+            sent.push(i);
+        }
+        if restore.is_empty() {
+            return Ok(ok);
+        }
+        if let Some(rate) = &self.job.rate {
+            rate.acquire(sent.len() as u64, bytes).await;
+        }
+        let replies = self.target(t).await?.run(&restore).await?;
+        for (&i, r) in sent.iter().zip(&replies) {
+            match r.error() {
+                None => ok.push(i),
+                Some(e) => {
+                    let e = format!("RESTORE on {}: {e}", self.job.targets[t].name);
+                    self.refused(&keys[i], &e);
+                }
+            }
+        }
+        Progress::add(&self.job.progress.bytes, bytes);
+        Ok(ok)
+    }
+}
+
+/// The route named a target the job does not have.
+pub fn route_error(job: &Job, t: usize) -> MigrateError {
+    MigrateError::Protocol {
+        server: job.source.name.clone(),
+        reason: format!(
+            "the route sent a key to target {t}, but the job has {} targets",
+            job.targets.len()
+        ),
+    }
+}
+
+/// A key for a log line (lossy UTF-8, cut at 200 bytes).
+pub fn show(key: &[u8]) -> String {
+    String::from_utf8_lossy(&key[..key.len().min(200)]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrate_is_the_default_transfer_and_keys_show_cut() {
+        assert_eq!(Transfer::default(), Transfer::Migrate);
+        assert_eq!(show(&[b'a'; 300]).len(), 200);
+        assert_eq!(show(b"\xffk"), "\u{fffd}k");
+    }
+}

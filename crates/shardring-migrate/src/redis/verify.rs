@@ -1,0 +1,247 @@
+//! The digest of a key's value on one server, for comparing a copy with its source.
+//!
+//! One `EVALSHA` per batch and server (the script loaded once per connection, loaded again on
+//! `NOSCRIPT`): for each key of `KEYS`, a SHA-1 of its type and a canonical serialisation of its
+//! contents, its `PTTL`, and (when `ARGV[1]` is `1`) its `MEMORY USAGE … SAMPLES 0` for the rate
+//! limit. Canonical means independent of the server's internal encoding and iteration order, so a
+//! value built by dual writes compares equal to the same value restored from a dump:
+//!
+//! - string: its bytes; list: `LRANGE 0 -1`; sorted set: `ZRANGE 0 -1 WITHSCORES` (ordered by
+//!   score, then member);
+//! - hash: `HGETALL` sorted by field; set: `SMEMBERS` sorted (Lua's string order: `strcoll` in the
+//!   server's `LC_COLLATE`, the same on servers started alike);
+//! - stream: every entry (`XRANGE - +`, ids and fields), the last generated id, and each consumer
+//!   group's name, last delivered id and pending count;
+//! - any other type (modules): its `DUMP`.
+//!
+//! Each element is written as `length:bytes`, so no two different values serialise alike. The whole
+//! value is read inside the script: a key of millions of elements blocks its server for the time of
+//! that read (as `DUMP` would).
+//!
+//! A key's digest is computed under `pcall`: an error on one key (a module type whose `DUMP` fails…)
+//! comes back as that key's error, not as the batch's.
+
+use super::conn::{Conn, Pipeline};
+use super::resp::Reply;
+use crate::MigrateError;
+
+/// The script (see the module's documentation).
+pub const DIGEST_LUA: &str = r#"
+local function add(p, s) p[#p + 1] = #s .. ':' .. s end
+local function digest(k)
+  local t = redis.call('TYPE', k)['ok']
+  if t == 'none' then return false end
+  if t == 'string' then
+    -- The common case, without the table (the same serialisation as `add` would make).
+    local v = redis.call('GET', k)
+    return redis.sha1hex('string\n' .. #v .. ':' .. v)
+  end
+  local p = {t, '\n'}
+  if t == 'hash' then
+    local h = redis.call('HGETALL', k)
+    local idx = {}
+    for i = 1, #h, 2 do idx[#idx + 1] = i end
+    table.sort(idx, function(a, b) return h[a] < h[b] end)
+    for _, i in ipairs(idx) do add(p, h[i]); add(p, h[i + 1]) end
+  elseif t == 'set' then
+    local m = redis.call('SMEMBERS', k)
+    table.sort(m)
+    for _, v in ipairs(m) do add(p, v) end
+  elseif t == 'zset' then
+    for _, v in ipairs(redis.call('ZRANGE', k, 0, -1, 'WITHSCORES')) do add(p, v) end
+  elseif t == 'list' then
+    for _, v in ipairs(redis.call('LRANGE', k, 0, -1)) do add(p, v) end
+  elseif t == 'stream' then
+    for _, e in ipairs(redis.call('XRANGE', k, '-', '+')) do
+      add(p, e[1])
+      for _, f in ipairs(e[2]) do add(p, f) end
+      add(p, '|')
+    end
+    local info = redis.call('XINFO', 'STREAM', k)
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then add(p, tostring(info[i + 1])) end
+    end
+    for _, g in ipairs(redis.call('XINFO', 'GROUPS', k)) do
+      for i = 1, #g, 2 do
+        if g[i] == 'name' or g[i] == 'last-delivered-id' or g[i] == 'pending' then
+          add(p, tostring(g[i + 1]))
+        end
+      end
+    end
+  else
+    add(p, redis.call('DUMP', k))
+  end
+  return redis.sha1hex(table.concat(p))
+end
+local out = {}
+for _, k in ipairs(KEYS) do
+  local ok, d = pcall(digest, k)
+  if not ok then
+    out[#out + 1] = '!' .. tostring(type(d) == 'table' and d.err or d)
+    out[#out + 1] = -2
+    out[#out + 1] = 0
+  else
+    out[#out + 1] = d
+    out[#out + 1] = redis.call('PTTL', k)
+    local size = 0
+    if d and ARGV[1] == '1' then size = redis.call('MEMORY', 'USAGE', k, 'SAMPLES', '0') or 0 end
+    out[#out + 1] = size
+  end
+end
+return out
+"#;
+
+/// One key as one server holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Digest {
+    /// The SHA-1 of its type and contents; `None`: no such key.
+    pub value: Option<Vec<u8>>,
+    /// Its `PTTL` (-1: no expiry).
+    pub pttl: i64,
+    /// `MEMORY USAGE` when asked for, else 0.
+    pub bytes: u64,
+    /// Why the server could not digest it.
+    pub error: Option<String>,
+}
+
+impl Digest {
+    /// Whether `self` (the source's) and `other` (the target's) hold the same value with about the
+    /// same expiry: within `slack_ms` (the two `PTTL`s are read at different instants), or both none.
+    pub fn same_as(&self, other: &Digest, slack_ms: i64) -> bool {
+        self.value == other.value
+            && match (self.pttl, other.pttl) {
+                (a, b) if a < 0 || b < 0 => a == b,
+                (a, b) => (a - b).abs() <= slack_ms,
+            }
+    }
+}
+
+/// The digests of `keys` on `conn`'s server, in order; with `sizes`, their `MEMORY USAGE` too.
+///
+/// # Errors
+/// When the server fails, or the script as a whole does.
+pub async fn digests(
+    conn: &mut Conn,
+    keys: &[&[u8]],
+    sizes: bool,
+) -> Result<Vec<Digest>, MigrateError> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut reloaded = false;
+    loop {
+        let sha = match conn.script_sha.clone() {
+            Some(sha) => sha,
+            None => load(conn).await?,
+        };
+        let nkeys = keys.len().to_string();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(keys.len() + 4);
+        args.extend([&b"EVALSHA"[..], sha.as_bytes(), nkeys.as_bytes()]);
+        args.extend_from_slice(keys);
+        args.push(if sizes { b"1" } else { b"0" });
+        let mut p = Pipeline::new();
+        p.cmd(&args);
+        let reply = conn.run(&p).await?.pop().unwrap_or(Reply::Nil);
+        match reply {
+            Reply::Error(e) if e.starts_with("NOSCRIPT") && !reloaded => {
+                conn.script_sha = None;
+                reloaded = true;
+            }
+            Reply::Error(e) => return Err(conn.refused(format!("the digest script failed: {e}"))),
+            Reply::Array(items) if items.len() == keys.len() * 3 => {
+                return items
+                    .chunks_exact(3)
+                    .map(|c| {
+                        decode(c).ok_or_else(|| conn.refused(format!("digest script reply {c:?}")))
+                    })
+                    .collect()
+            }
+            other => {
+                return Err(conn.refused(format!(
+                    "the digest script answered {other:?} for {} keys",
+                    keys.len()
+                )))
+            }
+        }
+    }
+}
+
+/// One key's three values.
+fn decode(c: &[Reply]) -> Option<Digest> {
+    let [value, pttl, bytes] = c else { return None };
+    let pttl = pttl.integer()?;
+    let bytes = u64::try_from(bytes.integer()?).unwrap_or(0);
+    Some(match value {
+        Reply::Nil => Digest {
+            value: None,
+            pttl,
+            bytes,
+            error: None,
+        },
+        Reply::Bulk(v) if v.first() == Some(&b'!') => Digest {
+            value: None,
+            pttl,
+            bytes,
+            error: Some(String::from_utf8_lossy(&v[1..]).into_owned()),
+        },
+        Reply::Bulk(v) => Digest {
+            value: Some(v.clone()),
+            pttl,
+            bytes,
+            error: None,
+        },
+        _ => return None,
+    })
+}
+
+/// Loads the script into the server's cache, and remembers its SHA-1 on `conn`.
+async fn load(conn: &mut Conn) -> Result<String, MigrateError> {
+    let reply = conn.call(&["SCRIPT", "LOAD", DIGEST_LUA]).await?;
+    match reply.bytes() {
+        Some(sha) if reply.error().is_none() => {
+            let sha = String::from_utf8_lossy(sha).into_owned();
+            conn.script_sha = Some(sha.clone());
+            Ok(sha)
+        }
+        _ => Err(conn.refused(format!("SCRIPT LOAD failed: {reply:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(value: Option<&str>, pttl: i64) -> Digest {
+        Digest {
+            value: value.map(|v| v.as_bytes().to_vec()),
+            pttl,
+            bytes: 0,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_same_value_with_close_expiries_is_the_same() {
+        assert!(d(Some("a"), -1).same_as(&d(Some("a"), -1), 2000));
+        assert!(d(Some("a"), 10_000).same_as(&d(Some("a"), 8_500), 2000));
+        assert!(!d(Some("a"), 10_000).same_as(&d(Some("a"), 7_000), 2000));
+        assert!(!d(Some("a"), 10_000).same_as(&d(Some("a"), -1), 2000));
+        assert!(!d(Some("a"), -1).same_as(&d(Some("b"), -1), 2000));
+        assert!(d(None, -2).same_as(&d(None, -2), 2000));
+    }
+
+    #[test]
+    fn decodes_a_keys_three_values() {
+        let r = |v: Reply| decode(&[v, Reply::Integer(-1), Reply::Integer(56)]);
+        assert_eq!(r(Reply::Nil).unwrap().value, None);
+        assert_eq!(
+            r(Reply::Bulk(b"ab".to_vec())).unwrap().value,
+            Some(b"ab".to_vec())
+        );
+        assert_eq!(
+            r(Reply::Bulk(b"!boom".to_vec())).unwrap().error.as_deref(),
+            Some("boom")
+        );
+        assert_eq!(r(Reply::Integer(3)), None);
+    }
+}
