@@ -12,6 +12,7 @@ mod install;
 mod members;
 mod migrate;
 mod migrate_fleet;
+mod migrate_redis;
 mod operator;
 mod proxy;
 mod simulate;

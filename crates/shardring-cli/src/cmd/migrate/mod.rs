@@ -100,6 +100,21 @@ pub struct Args {
     /// Copy, then stop before the cut-over (the proxies keep dual-writing).
     #[arg(long)]
     copy_only: bool,
+    /// How Redis keys travel: `migrate` (MIGRATE … COPY REPLACE from the source to the target,
+    /// which must reach each other at the files' addresses with the pool's password) or
+    /// `dump-restore` (DUMP on the source, RESTORE … ABSTTL on the target through this command;
+    /// the servers' clocks must agree within a second or two for the TTLs).
+    #[arg(long, value_enum, default_value_t = Transfer::Migrate)]
+    transfer: Transfer,
+}
+
+/// `--transfer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Transfer {
+    /// MIGRATE … COPY REPLACE KEYS.
+    Migrate,
+    /// DUMP, then RESTORE … REPLACE ABSTTL.
+    DumpRestore,
 }
 
 /// `32M` → 33554432.
@@ -224,7 +239,11 @@ async fn migrate(args: Args) -> Result<()> {
     });
     let display = progress::Display::start(Arc::clone(&progress), moving);
     let started = Instant::now();
-    let result = copy_all(&jobs, redis, &progress, rate.as_ref()).await;
+    let transfer = match args.transfer {
+        Transfer::Migrate => shardring_migrate::redis::Transfer::Migrate,
+        Transfer::DumpRestore => shardring_migrate::redis::Transfer::DumpRestore,
+    };
+    let result = copy_all(&jobs, redis.then_some(transfer), &progress, rate.as_ref()).await;
     display.finish();
     let report = progress.report();
     println!(
@@ -341,10 +360,10 @@ async fn survey_all(jobs: &[Job], redis: bool) -> Result<Vec<Survey>> {
         .collect()
 }
 
-/// Every job's copy, at once, into `progress`, at `rate`.
+/// Every job's copy, at once, into `progress`, at `rate` (Redis pools: by `redis`).
 async fn copy_all(
     jobs: &[Job],
-    redis: bool,
+    redis: Option<shardring_migrate::redis::Transfer>,
     progress: &Arc<Progress>,
     rate: Option<&Arc<RateLimit>>,
 ) -> Result<Report> {
@@ -353,10 +372,9 @@ async fn copy_all(
         job.progress = Arc::clone(progress);
         job.rate = rate.cloned();
         tokio::spawn(async move {
-            let r = if redis {
-                shardring_migrate::redis::copy(&job).await
-            } else {
-                shardring_migrate::memcache::copy(&job).await
+            let r = match redis {
+                Some(transfer) => shardring_migrate::redis::copy_with(&job, transfer).await,
+                None => shardring_migrate::memcache::copy(&job).await,
             };
             r.with_context(|| format!("copying from {}", job.source.name))
         })
