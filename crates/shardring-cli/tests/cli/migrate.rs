@@ -526,3 +526,103 @@ fn a_dry_run_prints_the_plan_and_changes_nothing() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr.contains("--all-keys"), "{stderr}");
 }
+
+#[test]
+fn with_etcd_the_proxies_register_dual_write_and_cut_over_together() {
+    if !test_support::etcd_available() {
+        return;
+    }
+    let etcd = test_support::Etcd::start();
+    let url = etcd.url();
+    let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
+    let now: Vec<&Memcached> = servers.iter().collect();
+    let dir = test_support::TempDir::new("migrate-etcd");
+    let file = |name: &str, servers: &[&Memcached]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, yaml(free_port(), servers)).unwrap();
+        path
+    };
+    let (now_file, next_file) = (file("now.yml", &now), file("next.yml", &now[..3]));
+    let members = |f: &Path, extra: &[&str]| {
+        shardring()
+            .args(["members", "--etcd", &url, "--pool", "alpha", "-c"])
+            .arg(f)
+            .arg("publish")
+            .args(extra)
+            .assert()
+            .success();
+    };
+    members(&now_file, &[]);
+    let fleet = Fleet::start(|l| yaml(l, &now), &["--etcd", &url]);
+    let fill_time = unix_now();
+    let far = fill(&fleet.addr(0));
+    members(&next_file, &["--next"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let loads: Vec<_> = (0..2)
+        .map(|p| {
+            let (addr, stop) = (fleet.addr(p), Arc::clone(&stop));
+            std::thread::spawn(move || load(addr, p, far, stop))
+        })
+        .collect();
+    let out = shardring()
+        .args([
+            "migrate",
+            "--etcd",
+            &url,
+            "--pool",
+            "alpha",
+            "--confirm-timeout",
+            "20",
+            "-c",
+        ])
+        .arg(&fleet.files[0])
+        .timeout(Duration::from_secs(300))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("cut over: 2 proxies"), "{stdout}");
+    eprintln!("{stdout}");
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let mut expected = Expected::new();
+    for l in loads {
+        let (e, misses) = l.join().unwrap();
+        assert!(
+            misses.is_empty(),
+            "{} reads missed, e.g. {:?}",
+            misses.len(),
+            &misses[..misses.len().min(5)]
+        );
+        expected.extend(e);
+    }
+    for p in 0..2 {
+        check_all(&fleet.addr(p), &expected, far, fill_time);
+    }
+    // etcd holds the next servers as current, and no next membership.
+    let listed = shardring()
+        .args(["members", "--etcd", &url, "--pool", "alpha", "list"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+    assert!(!listed.contains(&servers[3].addr), "{listed}");
+    let again = shardring()
+        .args([
+            "migrate",
+            "--etcd",
+            &url,
+            "--pool",
+            "alpha",
+            "--dry-run",
+            "-c",
+        ])
+        .arg(&fleet.files[0])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&again.stderr).contains("has no next membership"));
+}

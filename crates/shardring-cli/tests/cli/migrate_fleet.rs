@@ -34,8 +34,12 @@ impl Fleet {
             let child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
                 .args(["proxy", "-s", &stat.to_string(), "-c"])
                 .arg(&file)
-                .arg("--next-config")
-                .arg(&next)
+                // With etcd the next membership is etcd's.
+                .args(if flags.contains(&"--etcd") {
+                    vec![]
+                } else {
+                    vec![std::ffi::OsStr::new("--next-config"), next.as_os_str()]
+                })
                 .arg("-o")
                 .arg(dir.path().join(format!("proxy{p}.log")))
                 .args(flags)

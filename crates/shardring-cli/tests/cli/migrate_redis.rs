@@ -458,6 +458,8 @@ fn migrate_under_load(
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("cut over: 2 proxies"), "{stdout}");
+    // The plan and the copy's figures, for `--nocapture`.
+    eprintln!("{stdout}");
     let left: Vec<&&RedisServer> = now
         .iter()
         .filter(|s| !next.iter().any(|n| n.addr == s.addr))
