@@ -499,6 +499,51 @@ async fn a_unix_socket_source_and_an_unreachable_target() {
 }
 
 #[tokio::test]
+async fn a_route_naming_a_missing_target_fails_the_key_without_a_panic() {
+    let (src, dst) = (Memcached::start(), Memcached::start());
+    let mut s = Client::new(&src.addr).await;
+    s.set(b"move:ok", 0, 0, b"v").await;
+    s.set(b"to1:nowhere", 0, 0, b"v").await;
+    let job = job(&src, &[&dst], prefix_route());
+    let survey = memcache::survey(&job).await.unwrap();
+    assert_eq!(
+        (survey.keys, survey.moving.clone()),
+        (2, vec![1]),
+        "{survey:?}"
+    );
+    let r = memcache::copy(&job).await.unwrap();
+    assert_eq!((r.moving, r.copied, r.failed), (2, 1, 1), "{r:?}");
+}
+
+#[tokio::test]
+async fn a_target_that_does_not_answer_times_out() {
+    let src = Memcached::start();
+    Client::new(&src.addr)
+        .await
+        .set(b"move:k", 0, 0, b"v")
+        .await;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            held.push(conn);
+        }
+    });
+    let mut job = Job::new(
+        Endpoint::new(&src.addr, "source"),
+        vec![Endpoint::new(&addr, "silent")],
+        prefix_route(),
+    );
+    job.timeout = Duration::from_millis(300);
+    match memcache::copy(&job).await {
+        Err(MigrateError::Timeout { server, .. }) => assert_eq!(server, "silent"),
+        other => panic!("{other:?}"),
+    }
+    hold.abort();
+}
+
+#[tokio::test]
 async fn the_rate_limit_paces_the_copy() {
     let (src, dst) = (Memcached::start(), Memcached::start());
     Client::new(&src.addr).await.fill("move:", 300, 10).await;

@@ -259,7 +259,7 @@ impl<'j> Copier<'j> {
     async fn check_round(&mut self, pending: Vec<Stored>) -> Result<Vec<Stored>, MigrateError> {
         self.req.clear();
         for s in &pending {
-            meta(&mut self.req, b"mg", &s.key, b" c");
+            meta(&mut self.req, b"mg", &s.key, b" c u");
         }
         let req = std::mem::take(&mut self.req);
         let replies = self.source.exchange(&req, pending.len()).await;
@@ -361,7 +361,7 @@ impl<'j> Copier<'j> {
         self.req.clear();
         let mut n = 0;
         for key in keys {
-            meta(&mut self.req, b"mg", key, b" v f t c");
+            meta(&mut self.req, b"mg", key, b" v f t c u");
             n += 1;
         }
         let req = std::mem::take(&mut self.req);

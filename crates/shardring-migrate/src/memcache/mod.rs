@@ -15,6 +15,9 @@
 
 use std::collections::HashSet;
 
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
 use crate::{Job, MigrateError, Progress, Report, Survey};
 
 mod conn;
@@ -70,15 +73,19 @@ pub async fn survey(job: &Job) -> Result<Survey, MigrateError> {
 /// target, e.g. too large, or changing through 20 copies; logged). `recopied` counts the extra CAS
 /// copies of keys that changed after their read; `bytes` every value byte written to a target.
 ///
+/// TTLs: an item without expiry is copied without; one with time left keeps it to the second (as
+/// a unix time when over memcached's 30 days of relative exptimes); one in its last second is copied
+/// with 1 s. Flags are kept. Source reads do not bump the items in the source's LRU (`mg … u`).
+///
 /// A rerun resumes: what an earlier run copied is skipped.
 ///
 /// # Errors
 /// When a server cannot be reached, fails, times out (`job.timeout` per round trip) or answers out of
 /// protocol; the keys copied so far stay copied.
 pub async fn copy(job: &Job) -> Result<Report, MigrateError> {
-    let mut moving = Moving::connect(job).await?;
+    let mut moving = Feed::start(job).await?;
     let mut copier = Copier::connect(job).await?;
-    while let Some(batch) = moving.next_batch().await? {
+    while let Some(batch) = moving.next().await? {
         let keys = batch.into_iter().map(|(key, t, _)| (key, t)).collect();
         copier.copy_keys(keys).await?;
     }
@@ -97,11 +104,11 @@ pub async fn copy(job: &Job) -> Result<Report, MigrateError> {
 /// # Errors
 /// When the source cannot be reached, fails, times out or answers out of protocol.
 pub async fn delete_moved(job: &Job) -> Result<Report, MigrateError> {
-    let mut moving = Moving::connect(job).await?;
+    let mut moving = Feed::start(job).await?;
     let mut conn = Conn::connect(&job.source, job.timeout).await?;
     let p = &job.progress;
     let mut req = Vec::new();
-    while let Some(batch) = moving.next_batch().await? {
+    while let Some(batch) = moving.next().await? {
         if let Some(rate) = &job.rate {
             rate.acquire(batch.len() as u64, 0).await;
         }
@@ -132,10 +139,72 @@ pub async fn delete_moved(job: &Job) -> Result<Report, MigrateError> {
     Ok(job.progress.report())
 }
 
+/// Batches of moving keys in flight from the dump task to the copy: enough to keep both busy.
+const FEED_DEPTH: usize = 4;
+
+/// A moving key, its target's index and its item size.
+type Batch = Vec<(Vec<u8>, usize, u64)>;
+
+/// [`Moving`] run by a task of its own, so reading and parsing the dump overlaps with the copy's
+/// round trips instead of adding to them. Aborted when dropped.
+struct Feed {
+    rx: mpsc::Receiver<Result<Batch, MigrateError>>,
+    task: JoinHandle<()>,
+    /// The source's name, for errors.
+    source: String,
+}
+
+impl Feed {
+    /// Connects (so an unreachable source fails here) and starts the task.
+    async fn start(job: &Job) -> Result<Feed, MigrateError> {
+        let mut moving = Moving::connect(job.clone()).await?;
+        let (tx, rx) = mpsc::channel(FEED_DEPTH);
+        let task = tokio::spawn(async move {
+            loop {
+                let item = match moving.next_batch().await {
+                    Ok(None) => return,
+                    Ok(Some(batch)) => Ok(batch),
+                    Err(e) => Err(e),
+                };
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        Ok(Feed {
+            rx,
+            task,
+            source: job.source.name.clone(),
+        })
+    }
+
+    /// The next batch; `None` when the dumps are done.
+    async fn next(&mut self) -> Result<Option<Batch>, MigrateError> {
+        match self.rx.recv().await {
+            Some(item) => item.map(Some),
+            // The task ended: done, unless it panicked (in the route, say).
+            None => match (&mut self.task).await {
+                Ok(()) => Ok(None),
+                Err(e) => Err(MigrateError::Protocol {
+                    server: self.source.clone(),
+                    reason: format!("the dump's task failed: {e}"),
+                }),
+            },
+        }
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// The source's moving keys in batches, over as many dumps as it takes for one to show no new moving
 /// key (at most [`MAX_PASSES`]). Counts `scanned` and `moving`.
-struct Moving<'j> {
-    job: &'j Job,
+struct Moving {
+    job: Job,
     conn: Conn,
     /// The dump being read, if one is.
     dump: Option<Dump>,
@@ -147,11 +216,11 @@ struct Moving<'j> {
     handled: HashSet<Vec<u8>>,
 }
 
-impl<'j> Moving<'j> {
-    async fn connect(job: &'j Job) -> Result<Moving<'j>, MigrateError> {
+impl Moving {
+    async fn connect(job: Job) -> Result<Moving, MigrateError> {
         Ok(Moving {
-            job,
             conn: Conn::connect(&job.source, job.timeout).await?,
+            job,
             dump: None,
             passes: 0,
             new: 0,
@@ -161,7 +230,7 @@ impl<'j> Moving<'j> {
 
     /// Up to `job.batch` moving keys not handed out before, each with its target and item size;
     /// `None` when done.
-    async fn next_batch(&mut self) -> Result<Option<Vec<(Vec<u8>, usize, u64)>>, MigrateError> {
+    async fn next_batch(&mut self) -> Result<Option<Batch>, MigrateError> {
         let want = self.job.batch.max(1);
         let mut batch = Vec::with_capacity(want);
         let p = &self.job.progress;
