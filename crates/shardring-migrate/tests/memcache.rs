@@ -569,8 +569,9 @@ async fn the_rate_limit_paces_the_copy() {
     assert!(t1 > t0);
 }
 
-/// Run with `--nocapture` for the figures.
-#[tokio::test]
+/// Run with `--nocapture` for the figures (on a runtime of two threads, as the command has: the dump's
+/// task runs beside the copy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_keys_throughput() {
     const N: usize = 100_000;
     const SIZE: usize = 100;

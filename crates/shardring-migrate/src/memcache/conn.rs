@@ -40,8 +40,8 @@ impl Reply {
     }
 
     /// The meta flag `letter`'s value as a number (`c` of `HD c42` is 42); `None` when absent or not
-    /// a number. The `VA` length token is all digits, so it never matches a letter.
-    pub fn flag(&self, letter: u8) -> Option<i64> {
+    /// a number of that type. The `VA` length token is all digits, so it never matches a letter.
+    pub fn flag<T: std::str::FromStr>(&self, letter: u8) -> Option<T> {
         self.line
             .split(|&b| b == b' ')
             .skip(1)
@@ -228,19 +228,21 @@ impl Conn {
     }
 
     /// One pipelined round trip: writes `req` (whole meta commands, `expected` of them, each
-    /// answered by exactly one reply) and `mn`, and reads the replies up to `MN`, both at once.
+    /// answered by exactly one reply) with `mn` appended, in one write, and reads the replies up to
+    /// `MN`, both at once.
     pub async fn exchange(
         &mut self,
-        req: &[u8],
+        req: &mut Vec<u8>,
         expected: usize,
     ) -> Result<Vec<Reply>, MigrateError> {
         if expected == 0 {
             return Ok(Vec::new());
         }
+        req.extend_from_slice(NOOP);
+        let req = &req[..];
         let Conn { input, writer, .. } = self;
         let write = async {
             writer.write_all(req).await?;
-            writer.write_all(NOOP).await?;
             writer.flush().await
         };
         let round = async { tokio::try_join!(write, input.replies(expected)) };
@@ -297,16 +299,17 @@ mod tests {
 
     #[tokio::test]
     async fn replies_with_values_and_bare_newline_lines() {
-        let mut i = input(b"VA 3 f5 t-1 c9\r\nabc\r\nEN\r\nHD c4\r\nMN\r\nkey=a exp=-1\nEND\r\n");
+        let mut i = input(b"VA 3 f5 t-1 c9\r\nabc\r\nEN\r\nHD c18446744073709551615\r\nMN\r\nkey=a exp=-1\nEND\r\n");
         let r = i.replies(3).await.unwrap();
         assert_eq!(r.len(), 3);
         assert_eq!(r[0].status(), b"VA");
         assert_eq!(r[0].value.as_deref(), Some(&b"abc"[..]));
-        assert_eq!(r[0].flag(b'f'), Some(5));
-        assert_eq!(r[0].flag(b't'), Some(-1));
-        assert_eq!(r[0].flag(b'c'), Some(9));
+        assert_eq!(r[0].flag(b'f'), Some(5u32));
+        assert_eq!(r[0].flag(b't'), Some(-1i64));
+        assert_eq!(r[0].flag::<u64>(b'c'), Some(9));
+        assert_eq!(r[0].flag::<u64>(b't'), None, "not a u64");
         assert_eq!(r[1].status(), b"EN");
-        assert_eq!(r[2].flag(b'c'), Some(4));
+        assert_eq!(r[2].flag(b'c'), Some(u64::MAX));
         assert_eq!(&i.line().await.unwrap()[..], b"key=a exp=-1");
         assert_eq!(&i.line().await.unwrap()[..], b"END");
         assert!(i.line().await.is_err(), "end of stream");

@@ -211,14 +211,14 @@ impl<'j> Copier<'j> {
         let mut stored = Vec::new();
         for (op, reply) in self.on_targets(ops).await? {
             let Op::Add(f) = op else { continue };
-            match (reply.status(), reply.flag(b'c')) {
+            match (reply.status(), reply.flag::<u64>(b'c')) {
                 (b"HD", Some(cas)) => {
                     Progress::add(&self.progress().bytes, f.value.len() as u64);
                     stored.push(Stored {
                         key: f.key,
                         target: f.target,
                         src_cas: f.cas,
-                        tgt_cas: cas as u64,
+                        tgt_cas: cas,
                         diverged: false,
                     });
                 }
@@ -261,14 +261,14 @@ impl<'j> Copier<'j> {
         for s in &pending {
             meta(&mut self.req, b"mg", &s.key, b" c u");
         }
-        let req = std::mem::take(&mut self.req);
-        let replies = self.source.exchange(&req, pending.len()).await;
+        let mut req = std::mem::take(&mut self.req);
+        let replies = self.source.exchange(&mut req, pending.len()).await;
         self.req = req;
         let mut ops = Vec::new();
         let mut changed = Vec::new();
         for (s, reply) in pending.into_iter().zip(replies?) {
-            match (reply.status(), reply.flag(b'c')) {
-                (b"HD", Some(cas)) if cas as u64 == s.src_cas && !s.diverged => {
+            match (reply.status(), reply.flag::<u64>(b'c')) {
+                (b"HD", Some(cas)) if cas == s.src_cas && !s.diverged => {
                     Progress::add(&self.progress().copied, 1);
                 }
                 // Changed on the source, or unchanged while the target differs from it.
@@ -310,7 +310,7 @@ impl<'j> Copier<'j> {
                     }
                     Progress::add(&self.progress().gone, 1);
                 }
-                Op::Replace(f, _) => match (reply.status(), reply.flag(b'c')) {
+                Op::Replace(f, _) => match (reply.status(), reply.flag::<u64>(b'c')) {
                     (b"HD", Some(cas)) => {
                         Progress::add(&self.progress().recopied, 1);
                         Progress::add(&self.progress().bytes, f.value.len() as u64);
@@ -318,7 +318,7 @@ impl<'j> Copier<'j> {
                             key: f.key,
                             target: f.target,
                             src_cas: f.cas,
-                            tgt_cas: cas as u64,
+                            tgt_cas: cas,
                             diverged: false,
                         });
                     }
@@ -334,7 +334,7 @@ impl<'j> Copier<'j> {
         }
         for (op, reply) in self.on_targets(compare).await? {
             let Op::Compare(f) = op else { continue };
-            match (reply.status(), reply.flag(b'c'), &reply.value) {
+            match (reply.status(), reply.flag::<u64>(b'c'), &reply.value) {
                 (b"VA", _, Some(v)) if *v == f.value => Progress::add(&self.progress().copied, 1),
                 // Different: a write the source has not seen yet (it will change the source's CAS
                 // and be read next round), or one the target missed (the source stays unchanged
@@ -343,7 +343,7 @@ impl<'j> Copier<'j> {
                     key: f.key,
                     target: f.target,
                     src_cas: f.cas,
-                    tgt_cas: cas as u64,
+                    tgt_cas: cas,
                     diverged: true,
                 }),
                 (b"EN", _, _) => Progress::add(&self.progress().gone, 1),
@@ -364,8 +364,8 @@ impl<'j> Copier<'j> {
             meta(&mut self.req, b"mg", key, b" v f t c u");
             n += 1;
         }
-        let req = std::mem::take(&mut self.req);
-        let replies = self.source.exchange(&req, n).await;
+        let mut req = std::mem::take(&mut self.req);
+        let replies = self.source.exchange(&mut req, n).await;
         self.req = req;
         replies
     }
@@ -389,9 +389,9 @@ impl<'j> Copier<'j> {
             for op in &group {
                 write_op(&mut self.req, op, now);
             }
-            let req = std::mem::take(&mut self.req);
+            let mut req = std::mem::take(&mut self.req);
             let replies = match self.target(t).await {
-                Ok(conn) => conn.exchange(&req, group.len()).await,
+                Ok(conn) => conn.exchange(&mut req, group.len()).await,
                 Err(e) => Err(e),
             };
             self.req = req;
@@ -452,16 +452,17 @@ fn fetched(key: Vec<u8>, target: usize, reply: Reply) -> Result<Fetched, Missing
     if reply.status() == b"EN" {
         return Err(Missing::Gone);
     }
-    let (b"VA", Some(value), Some(cas)) = (reply.status(), reply.value.clone(), reply.flag(b'c'))
+    let (b"VA", Some(value), Some(cas)) =
+        (reply.status(), reply.value.clone(), reply.flag::<u64>(b'c'))
     else {
         return Err(Missing::Failed(key, reply));
     };
     Ok(Fetched {
         key,
         target,
-        flags: reply.flag(b'f').unwrap_or(0).max(0) as u64,
+        flags: reply.flag(b'f').unwrap_or(0),
         ttl: reply.flag(b't').unwrap_or(-1),
-        cas: cas as u64,
+        cas,
         value,
     })
 }

@@ -116,7 +116,7 @@ pub async fn delete_moved(job: &Job) -> Result<Report, MigrateError> {
         for (key, _, _) in &batch {
             copy::meta(&mut req, b"md", key, b"");
         }
-        let replies = conn.exchange(&req, batch.len()).await?;
+        let replies = conn.exchange(&mut req, batch.len()).await?;
         for ((key, _, size), reply) in batch.into_iter().zip(replies) {
             match reply.status() {
                 b"HD" => {
