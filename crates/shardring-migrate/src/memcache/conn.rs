@@ -58,7 +58,7 @@ impl Reply {
 
 /// The reading side: the socket and what was read from it but not consumed yet.
 struct Input {
-    reader: Box<dyn AsyncRead + Send + Unpin>,
+    reader: Box<dyn AsyncRead + Send + Sync + Unpin>,
     buf: BytesMut,
 }
 
@@ -153,7 +153,7 @@ pub(crate) struct Conn {
     name: String,
     timeout: Duration,
     input: Input,
-    writer: Box<dyn AsyncWrite + Send + Unpin>,
+    writer: Box<dyn AsyncWrite + Send + Sync + Unpin>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -171,8 +171,8 @@ impl Conn {
         };
         let connect = async {
             let halves: (
-                Box<dyn AsyncRead + Send + Unpin>,
-                Box<dyn AsyncWrite + Send + Unpin>,
+                Box<dyn AsyncRead + Send + Sync + Unpin>,
+                Box<dyn AsyncWrite + Send + Sync + Unpin>,
             ) = if ep.addr.starts_with('/') {
                 let (r, w) = tokio::net::UnixStream::connect(&ep.addr)
                     .await?
