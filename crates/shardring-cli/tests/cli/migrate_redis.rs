@@ -356,9 +356,9 @@ fn load(
         let i = ((x >> 8) as usize % (KEYS / 2)) * 2 + part;
         let k = keys.key(i);
         if deleted_by_load(i) {
-            if !expected.contains_key(&i) {
+            if let std::collections::hash_map::Entry::Vacant(e) = expected.entry(i) {
                 assert_eq!(c.call(&["DEL", &k]), Reply::Int(1), "{k}");
-                expected.insert(i, None);
+                e.insert(None);
             }
             continue;
         }

@@ -100,7 +100,7 @@ pub async fn copy(job: &Job) -> Result<Report, MigrateError> {
 ///
 /// `SCAN` enumerates the source (each key returned counted `scanned`); each key the route moves is
 /// counted `moving` the first time it is seen, and once `job.batch` keys wait for one target they
-/// are handed, as one batch, to one of [`WORKERS`](copy::WORKERS) tasks (each with its own
+/// are handed, as one batch, to one of [`copy::WORKERS`] tasks (each with its own
 /// connections, so the servers work on one batch while the next one travels), which moves it (see
 /// [`copy`](mod@copy): verify, copy what differs, verify again), and each ends `copied`, `skipped`,
 /// `gone` or `failed`. `job.rate` is acquired before each batch's copy (keys, and their `MEMORY

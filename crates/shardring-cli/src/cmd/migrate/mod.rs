@@ -173,7 +173,7 @@ async fn migrate(args: Args) -> Result<()> {
         (Some(urls), _) => {
             let source = etcd::source(urls, &args.etcd_prefix, &pool);
             let change = etcd::change(&source, now, args.all_keys).await?;
-            (change, Proxies::Etcd(source))
+            (change, Proxies::Etcd(Box::new(source)))
         }
         (None, Some(to)) => {
             let mut next = pool_in(to, Some(&pool))?;

@@ -33,7 +33,7 @@ pub(super) enum Proxies {
     /// Their stats endpoints (`HOST:PORT`).
     Stats(Vec<String>),
     /// Registered in etcd.
-    Etcd(shardring_etcd::EtcdSource),
+    Etcd(Box<shardring_etcd::EtcdSource>),
 }
 
 /// How long one stats endpoint may take to answer.
