@@ -185,7 +185,8 @@ pub fn run(args: Args) -> Result<()> {
                 }
                 let revision = admin::publish_next(&source, &members).await?;
                 eprintln!(
-                    "published {} servers to {} at revision {revision}: the proxies dual-write the                      keys that move until `shardring migrate --etcd` cuts over",
+                    "published {} servers to {} at revision {revision}: the proxies dual-write the \
+                     keys that move until `shardring migrate --etcd` cuts over",
                     members.len(),
                     source.keys().next_prefix(),
                 );

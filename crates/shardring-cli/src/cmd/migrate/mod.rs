@@ -227,7 +227,7 @@ async fn migrate(args: Args) -> Result<()> {
             "dual-write (serve the next membership as next)",
         )
         .await?;
-    eprintln!("shardring: {n} proxies dual-write; copying");
+    eprintln!("shardring: every proxy ({n}) dual-writes; copying");
 
     // The copy.
     let progress = Arc::new(Progress::default());
@@ -297,7 +297,9 @@ async fn migrate(args: Args) -> Result<()> {
     let n = proxies
         .wait_for(&pool, &done, wait, "serve the next membership alone")
         .await?;
-    println!("cut over: {n} proxies serve placement {new}; the old one is no longer written");
+    println!(
+        "cut over: every proxy ({n}) serves placement {new}; the old one is no longer written"
+    );
     if args.delete_moved {
         let progress = Arc::new(Progress::default());
         let jobs: Vec<Job> = jobs
