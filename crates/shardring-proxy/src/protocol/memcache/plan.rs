@@ -120,6 +120,9 @@ pub(crate) enum Merge {
     Replicated(ReplicatedWrite),
     /// A write of a key whose owner changes, sent to its owner now and its owner next.
     Dual(DualWrite),
+    /// A `cas` of a key whose owner changes: the owner now, then (when it stored it) the value on
+    /// to the next owner as a `set` (answered through [`Protocol::advance`]).
+    DualCas(DualCas),
     /// A multi-get during a warm-up window (answered through [`Protocol::advance`]).
     WarmMulti(WarmMulti),
     /// A command of moved keys during a warm-up window (a one-key command, or `gets`/`gat`/`gats` of
@@ -189,6 +192,46 @@ impl DualWrite {
             true => Err(BackendError::NoServer),
         };
         Memcache::finish(self.finish, reply)
+    }
+}
+
+/// A `cas` of a key whose owner changes, between its rounds (`dual_writes::cas_as_set`).
+#[derive(Debug)]
+pub(crate) struct DualCas {
+    /// The next owner.
+    next: usize,
+    /// The `set` it gets when the owner now stores the `cas`.
+    set: Bytes,
+    /// How the owner's reply becomes the answer.
+    finish: Finish,
+    /// The owner's reply, once in (the second round's answer).
+    owner: Option<Reply>,
+    /// Where dual writes and their disagreements are counted.
+    stats: Arc<PoolStats>,
+}
+
+impl DualCas {
+    /// After the owner's reply: the `set` to the next owner when it stored the value, else the
+    /// answer; after the next owner's reply, the owner's answer.
+    fn advance(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+        match self.owner.take() {
+            None => {
+                let reply = first_reply(replies);
+                if !dual_writes::cas_stored(&reply) {
+                    return done(Memcache::finish(self.finish, reply));
+                }
+                let part = current_part(self.next, self.set.clone(), ResponseKind::Line);
+                self.owner = Some(reply);
+                Phase::Again(Round::new(vec![part], Merge::DualCas(self)))
+            }
+            Some(owner) => {
+                self.stats.dual_writes.inc();
+                if !matches!(&first_reply(replies), Ok(b) if &b[..] == b"STORED\r\n") {
+                    self.stats.dual_write_disagreements.inc();
+                }
+                done(Memcache::finish(self.finish, owner))
+            }
+        }
     }
 }
 
@@ -498,6 +541,7 @@ impl Protocol for Memcache {
 
     fn in_order(&self, merge: &Merge) -> bool {
         matches!(merge, Merge::WarmKeyed(w) if w.rounds_follow())
+            || matches!(merge, Merge::DualCas(_))
     }
 }
 
@@ -508,6 +552,7 @@ fn advance(merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
         Merge::WarmKeyed(warm) => warm.phase(replies),
         Merge::WarmOne(warm) => warm.advance(replies),
         Merge::Failover(failover) => failover.advance(replies),
+        Merge::DualCas(cas) => cas.advance(replies),
         merge => done(Memcache::merge(merge, replies)),
     }
 }
@@ -561,6 +606,17 @@ impl Memcache {
             }
             if let (Some(now), Some(next)) = (route.server, route.next) {
                 let (frame, kind) = (req.to_forward(), req.command.response_kind());
+                if let Some(set) = dual_writes::cas_as_set(&frame) {
+                    let cas = DualCas {
+                        next,
+                        set,
+                        finish,
+                        owner: None,
+                        stats: Arc::clone(ctx.stats),
+                    };
+                    let part = current_part(now, frame, kind);
+                    return Step::Exchange(Round::new(vec![part], Merge::DualCas(cas)));
+                }
                 let parts = vec![
                     current_part(now, frame.clone(), kind),
                     current_part(next, frame, kind),
@@ -609,6 +665,7 @@ impl Memcache {
             merge @ (Merge::WarmMulti(_)
             | Merge::WarmKeyed(_)
             | Merge::WarmOne(_)
+            | Merge::DualCas(_)
             | Merge::Failover(_)) => match advance(merge, replies) {
                 Phase::Done { answer, .. } => answer,
                 Phase::Again(_) => Answer::Failed(BackendError::NoServer),

@@ -9,8 +9,9 @@
 //!   copy of yet answers 1 where the owner says 6: expected before the copy, which then replaces the
 //!   partial value from the owner now and verifies it).
 //! - A split write (`MSET`, `DEL`, `UNLINK`): each key whose owner changes is also written on its
-//!   next owner, split by server and sent beside the owners' parts without waiting for them (as
-//!   replicated pools send their further copies): counted in `dual_writes`, not compared.
+//!   next owner, split by server, as further parts of the same round (the client's answer merges
+//!   the owners' parts only): counted in `dual_writes`, and a next owner's part that failed or
+//!   was refused in `dual_write_disagreements`.
 //! - Not dual-written: a command whose keys have different next owners (they share a server now
 //!   but not next: without a hash tag), transactions and blocking commands (they run on the client's
 //!   own connection to one server). `shardring migrate`'s verify pass copies such keys again when
@@ -52,5 +53,17 @@ pub(crate) fn answer(stats: &Arc<PoolStats>, mut replies: Vec<PartReply<'_>>) ->
     match replies.swap_remove(0).reply {
         Ok(b) => Answer::Bytes(b),
         Err(e) => Answer::Failed(e),
+    }
+}
+
+/// Counts a split write's next-owner parts: one dual write, and a disagreement when one of them
+/// failed or was refused.
+pub(crate) fn count_split(stats: &PoolStats, next: &[PartReply<'_>]) {
+    stats.dual_writes.inc();
+    if next
+        .iter()
+        .any(|r| !matches!(&r.reply, Ok(b) if !b.starts_with(b"-")))
+    {
+        stats.dual_write_disagreements.inc();
     }
 }

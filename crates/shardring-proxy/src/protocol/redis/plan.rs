@@ -79,6 +79,9 @@ pub(crate) enum RedisMerge {
     Invalidating(Box<(HotInvalidate, RedisMerge)>),
     /// A write sent to its keys' owner now and owner next (`dual_writes.rs`).
     Dual(Arc<crate::metrics::PoolStats>),
+    /// A split write whose round ends with the next owners' parts (`dual_writes.rs`): the first
+    /// `owners` replies merge as the inner merge, the rest are the next owners'.
+    DualSplit(Box<(RedisMerge, usize)>, Arc<crate::metrics::PoolStats>),
 }
 
 /// The reply framer of one server connection; resumes a long reply where the last read left off,
@@ -337,6 +340,13 @@ impl Protocol for Redis {
             RedisMerge::Invalidating(boxed) => {
                 let (invalidate, inner) = *boxed;
                 invalidate.done();
+                return self.advance(inner, replies);
+            }
+            RedisMerge::DualSplit(boxed, stats) => {
+                let (inner, owners) = *boxed;
+                let mut replies = replies;
+                let next = replies.split_off(owners.min(replies.len()));
+                dual_writes::count_split(&stats, &next);
                 return self.advance(inner, replies);
             }
             RedisMerge::Dual(stats) => {
@@ -640,23 +650,23 @@ impl Redis {
         let positions: Vec<usize> = (0..keys.len()).filter(|&p| owners[p].is_some()).collect();
         let mut next = positions.iter().map(|&p| owners[p].unwrap_or(0));
         let mut subs = merge::split(req, &routed_keys, step, |_| next.next().unwrap_or(0));
-        let mut follow_ups = match (&self.full, write && self.replicas > 1) {
+        let follow_ups = match (&self.full, write && self.replicas > 1) {
             (Some(full), true) => {
                 self.replica_writes(full, req, &routed_keys, &positions, &owners, step, ctx)
             }
             _ => Vec::new(),
         };
-        if write && ctx.next.is_some() {
-            follow_ups.extend(next_owner_writes(
-                req,
-                &routed_keys,
-                &positions,
-                &owners,
-                step,
-                ctx,
-            ));
-        }
-        if let (true, [_], true) = (unrouted.is_empty(), subs.as_slice(), follow_ups.is_empty()) {
+        let next_parts = if write && ctx.next.is_some() {
+            next_owner_writes(req, &routed_keys, &positions, &owners, step, ctx)
+        } else {
+            Vec::new()
+        };
+        if let (true, [_], true, true) = (
+            unrouted.is_empty(),
+            subs.as_slice(),
+            follow_ups.is_empty(),
+            next_parts.is_empty(),
+        ) {
             let sub = subs.swap_remove(0);
             return Step::Forward {
                 server: Some(sub.server),
@@ -674,7 +684,7 @@ impl Redis {
             .iter()
             .map(|s| s.keys.iter().map(|&i| positions[i]).collect())
             .collect();
-        let parts = subs
+        let mut parts: Vec<Part<Redis>> = subs
             .into_iter()
             .map(|s| Part {
                 placement: Placement::Current,
@@ -683,6 +693,7 @@ impl Redis {
                 kind: Resp::Reply,
             })
             .collect();
+        let owners = parts.len();
         let merge = match merge {
             Merge::Values => RedisMerge::Values {
                 key_count: keys.len(),
@@ -692,6 +703,12 @@ impl Redis {
             },
             Merge::AllOk => RedisMerge::AllOk,
             Merge::Sum => RedisMerge::Sum,
+        };
+        let merge = if next_parts.is_empty() {
+            merge
+        } else {
+            parts.extend(next_parts);
+            RedisMerge::DualSplit(Box::new((merge, owners)), Arc::clone(ctx.stats))
         };
         Step::Exchange(Round {
             parts,
@@ -750,7 +767,7 @@ impl Redis {
 }
 
 /// A split write's copies for the keys whose owner changes (the pool has a next membership): the
-/// keys of each next owner, split by server, sent without waiting (`dual_writes.rs`).
+/// keys of each next owner, split by server, as parts of the same round (`dual_writes.rs`).
 fn next_owner_writes(
     req: &Request,
     routed_keys: &[usize],
@@ -758,7 +775,7 @@ fn next_owner_writes(
     owners: &[Option<usize>],
     step: usize,
     ctx: &PlanContext<'_>,
-) -> Vec<crate::protocol::FollowUp<Redis>> {
+) -> Vec<Part<Redis>> {
     let (keys, servers): (Vec<usize>, Vec<usize>) = routed_keys
         .iter()
         .zip(positions)
@@ -770,18 +787,14 @@ fn next_owner_writes(
     if keys.is_empty() {
         return Vec::new();
     }
-    ctx.stats.dual_writes.inc();
     let mut next = servers.iter().copied();
     merge::split(req, &keys, step, |_| next.next().unwrap_or(0))
         .into_iter()
-        .map(|sub| {
-            let part = Part {
-                placement: Placement::Current,
-                server: sub.server,
-                frame: sub.frame,
-                kind: Resp::Reply,
-            };
-            (part, Finish::Plain)
+        .map(|sub| Part {
+            placement: Placement::Current,
+            server: sub.server,
+            frame: sub.frame,
+            kind: Resp::Reply,
         })
         .collect()
 }
@@ -887,6 +900,7 @@ fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Answer {
         RedisMerge::Replicated(_)
         | RedisMerge::ReplicatedValues(_)
         | RedisMerge::Dual(_)
+        | RedisMerge::DualSplit(..)
         | RedisMerge::Invalidating(..) => match parts.first() {
             Some(MergePart::Reply(b)) => Bytes::copy_from_slice(b),
             _ => merge::failure("no server available"),

@@ -27,3 +27,43 @@ pub(in crate::protocol::memcache) fn disagree(replies: &[PartReply<'_>]) -> bool
         _ => true,
     }
 }
+
+/// A `cas` of a key whose owner changes cannot be dual-written as it is: its unique is the owner
+/// now's, which the next owner does not share (it would answer `EXISTS` or `NOT_FOUND`, and miss a
+/// write the owner took). So it goes to the owner now alone, and only when that one answers
+/// `STORED` is the value sent on to the next owner as this `set` (`cas key flags exptime bytes
+/// unique` → `set key flags exptime bytes`, the data unchanged); the client's later requests wait
+/// for it, so none overtakes it. `None` when `frame` (as forwarded, without `noreply`) is not a
+/// classic `cas`. A meta `ms … C<cas>` is dual-written as it is (the next owner refuses it).
+pub(in crate::protocol::memcache) fn cas_as_set(frame: &[u8]) -> Option<bytes::Bytes> {
+    let rest = frame.strip_prefix(b"cas ")?;
+    let end = memchr::memmem::find(rest, b"\r\n")?;
+    let line = std::str::from_utf8(&rest[..end]).ok()?;
+    let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+    let [key, flags, exptime, bytes, _unique] = fields.as_slice() else {
+        return None;
+    };
+    let mut out = format!("set {key} {flags} {exptime} {bytes}").into_bytes();
+    out.extend_from_slice(&rest[end..]);
+    Some(bytes::Bytes::from(out))
+}
+
+/// Whether the owner now took a `cas` (so its value goes on to the next owner).
+pub(in crate::protocol::memcache) fn cas_stored(reply: &crate::protocol::Reply) -> bool {
+    matches!(reply, Ok(b) if &b[..] == b"STORED\r\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cas_goes_on_as_a_set_of_the_same_value() {
+        assert_eq!(
+            cas_as_set(b"cas k 5 100 3 12345\r\nabc\r\n").as_deref(),
+            Some(&b"set k 5 100 3\r\nabc\r\n"[..])
+        );
+        assert_eq!(cas_as_set(b"set k 5 100 3\r\nabc\r\n"), None);
+        assert_eq!(cas_as_set(b"cas k 5 100\r\n"), None);
+    }
+}
