@@ -37,9 +37,9 @@ fn target_of(job: &Job, key: &[u8]) -> Result<Option<usize>, MigrateError> {
 /// Enumerates the source's keys (`SCAN` over `job.source.db`) and counts, per target, those that
 /// move and their bytes (`MEMORY USAGE key SAMPLES 0`, pipelined per batch of `job.batch` keys).
 ///
-/// `keys` counts every key `SCAN` returned; moving keys are deduplicated (a `SCAN` during a rehash
-/// may return a key twice), the others are not (keeping every key of a large database in a set
-/// would cost more than the rare double count is worth).
+/// `keys` is the database's `DBSIZE` once the scan is done (a `SCAN` during a rehash may return a
+/// key twice, and keeping every key of a large database in a set would cost more than it is
+/// worth); moving keys are deduplicated.
 ///
 /// # Errors
 /// When the source cannot be reached, refuses the password or database, or answers out of protocol.
@@ -82,6 +82,11 @@ pub async fn survey(job: &Job) -> Result<Survey, MigrateError> {
             }
         }
         if last {
+            let mut p = Pipeline::new();
+            p.cmd(&[&b"DBSIZE"[..]]);
+            if let Some(size) = conn.run(&p).await?.first().and_then(|r| r.integer()) {
+                survey.keys = u64::try_from(size).unwrap_or(survey.keys);
+            }
             return Ok(survey);
         }
     }
