@@ -19,6 +19,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod dial;
 pub mod endpoint;
 pub mod error;
 pub mod memcache;

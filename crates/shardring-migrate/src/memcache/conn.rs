@@ -9,8 +9,9 @@ use std::io;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::dial::{dial, Stream};
 use crate::{Endpoint, MigrateError};
 
 /// The longest reply or metadump line accepted (memcached's are well under 2 KiB: a key of at most
@@ -57,12 +58,12 @@ impl Reply {
 }
 
 /// The reading side: the socket and what was read from it but not consumed yet.
-struct Input {
-    reader: Box<dyn AsyncRead + Send + Sync + Unpin>,
+struct Input<R = tokio::io::ReadHalf<Stream>> {
+    reader: R,
     buf: BytesMut,
 }
 
-impl Input {
+impl<R: tokio::io::AsyncRead + Unpin> Input<R> {
     /// Reads more bytes into the buffer; the end of the stream is an error (a server never closes a
     /// connection it still owes replies on).
     async fn fill(&mut self) -> io::Result<()> {
@@ -153,7 +154,7 @@ pub(crate) struct Conn {
     name: String,
     timeout: Duration,
     input: Input,
-    writer: Box<dyn AsyncWrite + Send + Sync + Unpin>,
+    writer: tokio::io::WriteHalf<Stream>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -165,35 +166,7 @@ impl std::fmt::Debug for Conn {
 impl Conn {
     /// Connects to `ep` (a unix socket when its address starts with `/`), within `timeout`.
     pub async fn connect(ep: &Endpoint, timeout: Duration) -> Result<Conn, MigrateError> {
-        let io_err = |source| MigrateError::Io {
-            server: ep.name.clone(),
-            source,
-        };
-        let connect = async {
-            let halves: (
-                Box<dyn AsyncRead + Send + Sync + Unpin>,
-                Box<dyn AsyncWrite + Send + Sync + Unpin>,
-            ) = if ep.addr.starts_with('/') {
-                let (r, w) = tokio::net::UnixStream::connect(&ep.addr)
-                    .await?
-                    .into_split();
-                (Box::new(r), Box::new(w))
-            } else {
-                let stream = tokio::net::TcpStream::connect(&ep.addr).await?;
-                // Batches are written whole: no reason to let Nagle hold the last segment.
-                stream.set_nodelay(true)?;
-                let (r, w) = stream.into_split();
-                (Box::new(r), Box::new(w))
-            };
-            io::Result::Ok(halves)
-        };
-        let (reader, writer) = tokio::time::timeout(timeout, connect)
-            .await
-            .map_err(|_| MigrateError::Timeout {
-                server: ep.name.clone(),
-                timeout,
-            })?
-            .map_err(io_err)?;
+        let (reader, writer) = tokio::io::split(dial(ep, timeout).await?);
         Ok(Conn {
             name: ep.name.clone(),
             timeout,
@@ -290,9 +263,9 @@ impl Conn {
 mod tests {
     use super::*;
 
-    fn input(bytes: &'static [u8]) -> Input {
+    fn input(bytes: &'static [u8]) -> Input<&'static [u8]> {
         Input {
-            reader: Box::new(bytes),
+            reader: bytes,
             buf: BytesMut::new(),
         }
     }

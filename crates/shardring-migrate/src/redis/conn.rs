@@ -6,62 +6,13 @@
 //! the caller, which decides whether it concerns one key.
 
 use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::{TcpStream, UnixStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::resp::{self, Reply};
+use crate::dial::{dial, Stream};
 use crate::{Endpoint, MigrateError};
-
-/// The socket under a connection.
-#[derive(Debug)]
-enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-}
 
 /// Commands to send in one round trip.
 #[derive(Debug, Default)]
@@ -115,26 +66,7 @@ impl Conn {
     /// # Errors
     /// When the server cannot be reached, refuses the password or the database.
     pub async fn connect(ep: &Endpoint, timeout: Duration) -> Result<Conn, MigrateError> {
-        let io_err = |source| MigrateError::Io {
-            server: ep.name.clone(),
-            source,
-        };
-        let connecting = async {
-            if ep.addr.starts_with('/') {
-                UnixStream::connect(&ep.addr).await.map(Stream::Unix)
-            } else {
-                let s = TcpStream::connect(&ep.addr).await?;
-                s.set_nodelay(true)?;
-                Ok(Stream::Tcp(s))
-            }
-        };
-        let stream = tokio::time::timeout(timeout, connecting)
-            .await
-            .map_err(|_| MigrateError::Timeout {
-                server: ep.name.clone(),
-                timeout,
-            })?
-            .map_err(io_err)?;
+        let stream = dial(ep, timeout).await?;
         let mut conn = Conn {
             stream,
             rbuf: Vec::with_capacity(64 * 1024),
