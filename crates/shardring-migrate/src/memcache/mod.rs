@@ -22,7 +22,7 @@ use crate::{Job, MigrateError, Progress, Report, Survey};
 
 mod conn;
 mod copy;
-mod metadump;
+pub mod metadump;
 
 pub use copy::{Copier, ReadBatch, WrittenBatch};
 
