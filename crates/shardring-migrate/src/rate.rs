@@ -1,13 +1,17 @@
 //! The copy's pace: at most so many keys and bytes a second over every job of a run, so the live
 //! traffic on the same servers keeps its latency.
 //!
-//! A token bucket per budget, refilled continuously, holding at most one second's worth (so a pause
-//! does not buy a burst). A batch waits until both budgets cover it; a batch larger than a second's
-//! worth waits for the whole second and runs (the budget goes negative and the next batches wait it
-//! off), so a single large value never blocks the copy.
+//! A token bucket per budget, refilled continuously, holding at most a tenth of a second's worth:
+//! a pause does not buy a burst (a full second's worth at once is what a live load's p99 sees). A
+//! batch waits until both budgets cover it; a batch larger than the bucket waits for a full bucket
+//! and runs (the budget goes negative and the next batches wait it off), so a single large value
+//! never blocks the copy.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// The most a bucket holds, in seconds of its rate.
+const BURST: f64 = 0.1;
 
 /// Keys and bytes per second, shared by the jobs of one run.
 #[derive(Debug)]
@@ -29,7 +33,7 @@ struct Buckets {
 
 impl RateLimit {
     /// At most `keys_per_sec` keys and `bytes_per_sec` bytes a second (`None`: that one unlimited).
-    /// A rate of 0 is taken as unlimited.
+    /// A rate of 0 is taken as unlimited. The buckets start full.
     pub fn new(keys_per_sec: Option<u64>, bytes_per_sec: Option<u64>) -> RateLimit {
         let rate = |r: Option<u64>| r.filter(|&r| r > 0).map(|r| r as f64);
         let (keys, bytes) = (rate(keys_per_sec), rate(bytes_per_sec));
@@ -37,8 +41,8 @@ impl RateLimit {
             keys_per_sec: keys,
             bytes_per_sec: bytes,
             state: Mutex::new(Buckets {
-                keys: keys.unwrap_or(0.0),
-                bytes: bytes.unwrap_or(0.0),
+                keys: keys.unwrap_or(0.0) * BURST,
+                bytes: bytes.unwrap_or(0.0) * BURST,
                 at: Instant::now(),
             }),
         }
@@ -70,10 +74,11 @@ impl RateLimit {
             (&mut b.bytes, self.bytes_per_sec, bytes),
         ] {
             let Some(rate) = rate else { continue };
-            *level = (*level + elapsed * rate).min(rate);
-            // Enough, or a full bucket (the batch is more than a second's worth: it goes now).
-            if *level < want.min(rate) {
-                wait = wait.max((want.min(rate) - *level) / rate);
+            let full = rate * BURST;
+            *level = (*level + elapsed * rate).min(full);
+            // Enough, or a full bucket (the batch is more than the bucket holds: it goes now).
+            if *level < want.min(full) {
+                wait = wait.max((want.min(full) - *level) / rate);
             }
         }
         if wait > 0.0 {
@@ -94,25 +99,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_full_bucket_lets_a_seconds_worth_through_then_paces() {
+    fn a_full_bucket_lets_a_tenth_of_a_seconds_worth_through_then_paces() {
         let limit = RateLimit::new(Some(1000), None);
         let t0 = Instant::now();
-        assert_eq!(limit.try_take(1000.0, 0.0, t0), None);
+        assert_eq!(limit.try_take(100.0, 0.0, t0), None);
         let wait = limit.try_take(100.0, 0.0, t0).unwrap();
         assert!((wait.as_secs_f64() - 0.1).abs() < 0.01, "{wait:?}");
         assert_eq!(
             limit.try_take(100.0, 0.0, t0 + Duration::from_millis(100)),
             None
         );
+        // A long pause buys no more than the bucket.
+        let later = t0 + Duration::from_secs(10);
+        assert_eq!(limit.try_take(100.0, 0.0, later), None);
+        assert!(limit.try_take(10.0, 0.0, later).is_some());
     }
 
     #[test]
     fn the_tighter_budget_sets_the_wait_and_unlimited_never_waits() {
         let limit = RateLimit::new(Some(1_000_000), Some(1000));
         let t0 = Instant::now();
-        assert_eq!(limit.try_take(1.0, 1000.0, t0), None);
-        let wait = limit.try_take(1.0, 500.0, t0).unwrap();
-        assert!((wait.as_secs_f64() - 0.5).abs() < 0.01, "{wait:?}");
+        assert_eq!(limit.try_take(1.0, 100.0, t0), None);
+        let wait = limit.try_take(1.0, 50.0, t0).unwrap();
+        assert!((wait.as_secs_f64() - 0.05).abs() < 0.01, "{wait:?}");
         let free = RateLimit::new(None, Some(0));
         for _ in 0..10 {
             assert_eq!(free.try_take(1e9, 1e12, t0), None);
@@ -129,6 +138,6 @@ mod tests {
             "full bucket: it goes"
         );
         let wait = limit.try_take(1.0, 10.0, t0).unwrap();
-        assert!(wait.as_secs_f64() > 4.0, "{wait:?}: the debt of 4000 bytes");
+        assert!(wait.as_secs_f64() > 4.9, "{wait:?}: the debt of 4900 bytes");
     }
 }

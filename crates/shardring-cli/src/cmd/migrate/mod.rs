@@ -35,9 +35,10 @@ use self::plan::Change;
 use self::proxies::{Proxies, Serving};
 use crate::compat::{config_problems, load_config};
 
-/// The default pace: what kept a live load's p99 within 1.2× on this project's benchmark machine
-/// (BENCHMARKS.md, "migrate").
-const DEFAULT_RATE: u64 = 20_000;
+/// The default pace, in keys a second: where a live load's p99 through the proxy stayed within
+/// about 1.3× of its value before the migration on this project's 2-core benchmark machine
+/// (BENCHMARKS.md, "migrate: copy speed and live latency"; 5000 keys/s cost 1.3–1.6×).
+const DEFAULT_RATE: u64 = 2_000;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -79,9 +80,10 @@ pub struct Args {
     /// At most this many bytes copied a second (suffixes k, M, G; 0: unlimited).
     #[arg(long, default_value = "32M", value_name = "BYTES", value_parser = parse_bytes)]
     rate_bytes: u64,
-    /// Keys per pipelined batch.
-    #[arg(long, default_value_t = 100, value_name = "N")]
-    batch: usize,
+    /// Keys per pipelined batch. By default, a hundredth of --rate between 10 and 100 (500 when
+    /// unlimited): at a low rate, small batches keep each server's pause for them short.
+    #[arg(long, value_name = "N")]
+    batch: Option<usize>,
     /// Allow a next membership with another hash, hash tag or distribution (it moves nearly every
     /// key).
     #[arg(long)]
@@ -202,7 +204,13 @@ async fn migrate(args: Args) -> Result<()> {
         .jobs()?
         .into_iter()
         .map(|mut job| {
-            job.batch = args.batch.max(1);
+            job.batch = args
+                .batch
+                .unwrap_or(match args.rate {
+                    0 => 500,
+                    rate => usize::try_from(rate / 100).unwrap_or(100).clamp(10, 100),
+                })
+                .max(1);
             job
         })
         .collect();
