@@ -169,13 +169,7 @@ impl Member {
     /// # Errors
     /// [`MembershipError::InvalidMember`] for weight 0.
     pub fn from_twemproxy(server: &TwemproxyServer) -> Result<Member, MembershipError> {
-        let addr = if server.host.starts_with('/') {
-            server.host.clone()
-        } else if server.host.contains(':') {
-            format!("[{}]:{}", server.host, server.port)
-        } else {
-            format!("{}:{}", server.host, server.port)
-        };
+        let addr = server.address();
         let name = server.name.clone().unwrap_or_else(|| addr.clone());
         Member::new(name, addr, server.weight)
     }

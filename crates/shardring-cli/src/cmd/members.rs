@@ -165,37 +165,7 @@ pub fn run(args: Args) -> Result<()> {
     let ranges = args.ranges;
     runtime.block_on(async {
         match args.action {
-            Action::Publish {
-                dry_run,
-                next: true,
-            } => {
-                let pool_config = pool_config
-                    .ok_or_else(|| anyhow!("publish --next needs --config FILE with the pool"))?;
-                let members = pool_config
-                    .servers
-                    .iter()
-                    .map(Member::from_twemproxy)
-                    .collect::<Result<Vec<_>, _>>()?;
-                let current = source.read().await?.snapshot;
-                let next = MembershipSnapshot::new(0, members.clone())?;
-                print_change(&current, &next, hashing, ranges)?;
-                if dry_run {
-                    eprintln!("(dry run: nothing written)");
-                    return Ok(());
-                }
-                let revision = admin::publish_next(&source, &members).await?;
-                eprintln!(
-                    "published {} servers to {} at revision {revision}: the proxies dual-write the \
-                     keys that move until `shardring migrate --etcd` cuts over",
-                    members.len(),
-                    source.keys().next_prefix(),
-                );
-                Ok(())
-            }
-            Action::Publish {
-                dry_run,
-                next: false,
-            } => {
+            Action::Publish { dry_run, next } => {
                 let pool_config = pool_config
                     .ok_or_else(|| anyhow!("publish needs --config FILE with the pool"))?;
                 let members = pool_config
@@ -204,10 +174,20 @@ pub fn run(args: Args) -> Result<()> {
                     .map(Member::from_twemproxy)
                     .collect::<Result<Vec<_>, _>>()?;
                 let current = source.read().await?.snapshot;
-                let next = MembershipSnapshot::new(0, members.clone())?;
-                print_change(&current, &next, hashing, ranges)?;
+                let planned = MembershipSnapshot::new(0, members.clone())?;
+                print_change(&current, &planned, hashing, ranges)?;
                 if dry_run {
                     eprintln!("(dry run: nothing written)");
+                    return Ok(());
+                }
+                if next {
+                    let revision = admin::publish_next(&source, &members).await?;
+                    eprintln!(
+                        "published {} servers to {} at revision {revision}: the proxies dual-write \
+                         the keys that move until `shardring migrate --etcd` cuts over",
+                        members.len(),
+                        source.keys().next_prefix(),
+                    );
                     return Ok(());
                 }
                 let done = admin::publish(&source, &members).await?;

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::migrate_fleet::Fleet;
+use crate::migrate_fleet::{join_loads, Fleet};
 use crate::support::{shardring, Kill};
 use test_support::{free_port, wait_listening, Memcached};
 
@@ -326,17 +326,7 @@ fn migrate_under_load(servers: &[Memcached], now: &[usize], next: &[usize]) -> S
     let before: Vec<u64> = watchers.iter_mut().map(Mc::commands).collect();
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::Relaxed);
-    let mut expected = Expected::new();
-    for l in loads {
-        let (e, misses) = l.join().unwrap();
-        assert!(
-            misses.is_empty(),
-            "{} reads missed, e.g. {:?}",
-            misses.len(),
-            &misses[..misses.len().min(5)]
-        );
-        expected.extend(e);
-    }
+    let expected: Expected = join_loads(loads);
     let after: Vec<u64> = watchers.iter_mut().map(Mc::commands).collect();
     assert_eq!(
         before, after,
@@ -598,17 +588,7 @@ fn with_etcd_the_proxies_register_dual_write_and_cut_over_together() {
     eprintln!("{stdout}");
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
-    let mut expected = Expected::new();
-    for l in loads {
-        let (e, misses) = l.join().unwrap();
-        assert!(
-            misses.is_empty(),
-            "{} reads missed, e.g. {:?}",
-            misses.len(),
-            &misses[..misses.len().min(5)]
-        );
-        expected.extend(e);
-    }
+    let expected: Expected = join_loads(loads);
     for p in 0..2 {
         check_all(&fleet.addr(p), &expected, far, fill_time);
     }

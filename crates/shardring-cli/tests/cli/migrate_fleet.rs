@@ -114,3 +114,25 @@ impl Fleet {
         cmd
     }
 }
+
+/// A load thread: what it expects of the keys it changed, and the reads that missed.
+pub type Load<K, V> = std::thread::JoinHandle<(std::collections::HashMap<K, V>, Vec<String>)>;
+
+/// Joins the load threads: what each expects of the keys it changed, merged, once it is checked
+/// that none of their reads missed.
+pub fn join_loads<K: std::hash::Hash + Eq, V>(
+    loads: Vec<Load<K, V>>,
+) -> std::collections::HashMap<K, V> {
+    let mut expected = std::collections::HashMap::new();
+    for l in loads {
+        let (e, misses) = l.join().unwrap();
+        assert!(
+            misses.is_empty(),
+            "{} reads missed, e.g. {:?}",
+            misses.len(),
+            &misses[..misses.len().min(5)]
+        );
+        expected.extend(e);
+    }
+    expected
+}

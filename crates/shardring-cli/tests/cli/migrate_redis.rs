@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::migrate_fleet::Fleet;
+use crate::migrate_fleet::{join_loads, Fleet};
 use test_support::free_port;
 use test_support::redis::RedisServer;
 
@@ -476,17 +476,7 @@ fn migrate_under_load(
     let before: Vec<i64> = watchers.iter_mut().map(calls).collect();
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::Relaxed);
-    let mut expected = Expected::new();
-    for l in loads {
-        let (e, misses) = l.join().unwrap();
-        assert!(
-            misses.is_empty(),
-            "{} reads missed, e.g. {:?}",
-            misses.len(),
-            &misses[..misses.len().min(5)]
-        );
-        expected.extend(e);
-    }
+    let expected: Expected = join_loads(loads);
     let after: Vec<i64> = watchers.iter_mut().map(calls).collect();
     // Only our own INFO between the two readings.
     for (b, a) in before.iter().zip(&after) {

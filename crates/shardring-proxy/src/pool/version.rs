@@ -8,7 +8,6 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::backend::health::{probe, ProbeFailure};
-use crate::backend::stream::is_unix_path;
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
 use crate::config::{PlacementSpec, PoolConfig, VALUE_LEN_CEILING};
 use crate::descriptors::During;
@@ -91,7 +90,7 @@ impl<P: Protocol> PoolVersion<P> {
             .map(|next| {
                 next.servers
                     .iter()
-                    .filter(|n| !config.servers.iter().any(|s| same_address(s, n)))
+                    .filter(|n| !config.servers.iter().any(|s| s.same_address(n)))
                     .cloned()
                     .collect()
             })
@@ -103,13 +102,7 @@ impl<P: Protocol> PoolVersion<P> {
             .chain(&next_only)
             .map(|s| {
                 let settings = BackendSettings {
-                    addr: if is_unix_path(&s.host) {
-                        s.host.clone()
-                    } else if s.host.contains(':') {
-                        format!("[{}]:{}", s.host, s.port)
-                    } else {
-                        format!("{}:{}", s.host, s.port)
-                    },
+                    addr: s.address(),
                     timeout: config.timeout,
                     connections: config.server_connections,
                     max_value_len: config
@@ -261,11 +254,6 @@ impl<P: Protocol> PoolVersion<P> {
     }
 }
 
-/// Whether two server lines name the same server (the same address; weight and name may differ).
-fn same_address(a: &TwemproxyServer, b: &TwemproxyServer) -> bool {
-    a.host == b.host && a.port == b.port
-}
-
 /// The next membership's placement over the pool's servers: each next server is the pool's server
 /// of the same address, or one of those appended after the gutter's (in the next file's order).
 fn next_routing(
@@ -279,7 +267,7 @@ fn next_routing(
         .servers
         .iter()
         .map(
-            |n| match config.servers.iter().position(|s| same_address(s, n)) {
+            |n| match config.servers.iter().position(|s| s.same_address(n)) {
                 Some(i) => i,
                 None => {
                     appended += 1;

@@ -117,7 +117,7 @@ impl Change {
                     .next
                     .servers
                     .iter()
-                    .position(|n| same_address(n, server));
+                    .position(|n| n.same_address(server));
                 let route = move |key: &[u8]| -> Option<usize> {
                     let owner = now.0.locate(key).map(|i| now.1[i])?;
                     if owner != source {
@@ -137,22 +137,10 @@ impl Change {
     }
 }
 
-/// Whether two server lines are the same server (the same address).
-pub(super) fn same_address(a: &TwemproxyServer, b: &TwemproxyServer) -> bool {
-    a.host == b.host && a.port == b.port
-}
-
 /// How the copy reaches `server` of `pool`: its address as the proxy dials it, its name, and the
 /// pool's password and database.
 fn endpoint(server: &TwemproxyServer, pool: &PoolConfig) -> Endpoint {
-    let addr = if server.host.starts_with('/') {
-        server.host.clone()
-    } else if server.host.contains(':') {
-        format!("[{}]:{}", server.host, server.port)
-    } else {
-        format!("{}:{}", server.host, server.port)
-    };
-    let mut e = Endpoint::new(addr, server.display_name());
+    let mut e = Endpoint::new(server.address(), server.display_name());
     if let Some(r) = pool.redis() {
         e.auth = r.auth.clone();
         e.db = r.db;

@@ -72,6 +72,22 @@ impl TwemproxyServer {
         }
     }
 
+    /// Where the server is dialled: `host:port`, `[v6]:port`, or the socket's path for a unix socket.
+    pub fn address(&self) -> String {
+        if self.is_unix() {
+            self.host.clone()
+        } else if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// Whether `other` is the same server (the same host and port; its weight or name may differ).
+    pub fn same_address(&self, other: &TwemproxyServer) -> bool {
+        self.host == other.host && self.port == other.port
+    }
+
     fn is_unix(&self) -> bool {
         self.host.starts_with('/')
     }
