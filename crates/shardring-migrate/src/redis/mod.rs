@@ -53,7 +53,7 @@ pub async fn survey(job: &Job) -> Result<Survey, MigrateError> {
     };
     let mut seen = HashSet::new();
     let mut pending: Vec<(usize, Vec<u8>)> = Vec::new();
-    let mut scan = Scan::new();
+    let mut scan = Scan::new(scan::count_for(job.batch));
     let batch = job.batch.max(1);
     loop {
         let page = scan.next(&mut conn).await?;
@@ -172,7 +172,7 @@ async fn scan_moving(
     let batch = job.batch.max(1);
     let mut seen = HashSet::new();
     let mut pending: Vec<Vec<Vec<u8>>> = vec![Vec::new(); job.targets.len()];
-    let mut scan = Scan::new();
+    let mut scan = Scan::new(scan::count_for(job.batch));
     while let Some(page) = scan.next(conn).await? {
         Progress::add(&p.scanned, page.len() as u64);
         for key in page {
@@ -215,7 +215,7 @@ pub async fn delete_moved(job: &Job) -> Result<Report, MigrateError> {
     let batch = job.batch.max(1);
     let mut seen = HashSet::new();
     let mut pending: Vec<Vec<u8>> = Vec::new();
-    let mut scan = Scan::new();
+    let mut scan = Scan::new(scan::count_for(job.batch));
     loop {
         let page = scan.next(&mut conn).await?;
         let last = page.is_none();
