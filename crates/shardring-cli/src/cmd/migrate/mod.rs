@@ -116,9 +116,19 @@ pub struct Args {
     nice: i32,
 }
 
-/// The default `--nice`: the copy is background work (BENCHMARKS.md, "migrate: copy speed and live
-/// latency", measured the live p99 with and without it).
+/// The default `--nice`: the copy is background work (BENCHMARKS.md, "migrate: live latency during a
+/// copy", has the live p99 with 0, 10 and 19).
 const DEFAULT_NICE: i32 = 10;
+
+/// The default `--batch` for `--rate` keys a second: a hundredth of it, 10 to 100 (each batch is one
+/// pause of the servers for the live traffic, so a slow copy takes short ones), or 500 when
+/// unlimited (the batch is the round trip the copy waits on).
+fn default_batch(rate: u64) -> usize {
+    match rate {
+        0 => 500,
+        rate => usize::try_from(rate / 100).unwrap_or(100).clamp(10, 100),
+    }
+}
 
 /// `--transfer`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -219,13 +229,7 @@ async fn migrate(args: Args) -> Result<()> {
         .jobs()?
         .into_iter()
         .map(|mut job| {
-            job.batch = args
-                .batch
-                .unwrap_or(match args.rate {
-                    0 => 500,
-                    rate => usize::try_from(rate / 100).unwrap_or(100).clamp(10, 100),
-                })
-                .max(1);
+            job.batch = args.batch.unwrap_or(default_batch(args.rate)).max(1);
             job
         })
         .collect();
