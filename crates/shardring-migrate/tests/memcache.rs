@@ -211,6 +211,60 @@ async fn flags_and_ttls_arrive_with_long_ttls_as_unix_times() {
     );
 }
 
+/// A source whose clock runs `behind` seconds behind ours (a server whose once-a-second tick runs
+/// late under load) and holds one key, `move:far`, with 40 days left by its clock.
+async fn lagging_source(behind: i64) -> (String, tokio::task::JoinHandle<()>) {
+    use tokio::io::AsyncBufReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let serve = tokio::spawn(async move {
+        let (conn, _) = listener.accept().await.unwrap();
+        let (read, mut write) = conn.into_split();
+        let mut lines = tokio::io::BufReader::new(read).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let words: Vec<&str> = line.split(' ').collect();
+            let reply = match words[..] {
+                ["mn"] => "MN\r\n".to_string(),
+                ["stats"] => format!(
+                    "STAT pid 1\r\nSTAT time {}\r\nSTAT version 1.6\r\nEND\r\n",
+                    unix_now() - behind
+                ),
+                ["mg", "move:far", ref flags @ ..] if flags.contains(&"v") => {
+                    format!("VA 5 f3 t{} c7\r\nthree\r\n", 40 * 86400)
+                }
+                ["mg", "move:far", ..] => "HD c7\r\n".to_string(),
+                _ => "CLIENT_ERROR unexpected\r\n".to_string(),
+            };
+            write.write_all(reply.as_bytes()).await.unwrap();
+        }
+    });
+    (addr, serve)
+}
+
+#[tokio::test]
+async fn a_long_ttl_counts_from_the_sources_clock_not_ours() {
+    let (addr, serve) = lagging_source(1000).await;
+    let dst = Memcached::start();
+    let job = Job::new(
+        Endpoint::new(&addr, "source"),
+        vec![Endpoint::new(&dst.addr, "target0")],
+        prefix_route(),
+    );
+    let mut copier = Copier::connect(&job).await.unwrap();
+    copier
+        .copy_keys(vec![(b"move:far".to_vec(), 0)])
+        .await
+        .unwrap();
+    let (v, f, t) = Client::new(&dst.addr).await.get(b"move:far").await.unwrap();
+    assert_eq!((&v[..], f), (&b"three"[..], 3));
+    // Expiring when it would have on the source: 40 days from the source's clock, 1000 s ago.
+    assert!(
+        (t - (40 * 86400 - 1000)).abs() <= 2,
+        "ttl {t}, want 40 days less 1000 s"
+    );
+    serve.abort();
+}
+
 #[tokio::test]
 async fn a_newer_value_on_the_target_is_kept_and_a_rerun_copies_nothing() {
     let (src, dst) = (Memcached::start(), Memcached::start());

@@ -249,6 +249,34 @@ impl Conn {
         }
     }
 
+    /// The server's clock, a unix time in seconds (`STAT time` of `stats`): the clock its `t` of
+    /// `mg` counts from. Seconds left read from a server plus its own clock give the item's expiry
+    /// exactly; plus ours, they are off by however late the server's once-a-second tick runs (seconds
+    /// on a loaded machine). `None` when the server's stats have no `time`.
+    ///
+    /// # Errors
+    /// When the server fails, times out or answers out of protocol.
+    pub async fn clock(&mut self) -> Result<Option<i64>, MigrateError> {
+        self.send(b"stats\r\n").await?;
+        let mut time = None;
+        loop {
+            let line = self.read_line().await?;
+            if &line[..] == b"END" {
+                return Ok(time);
+            }
+            match line.strip_prefix(b"STAT time ") {
+                Some(t) => time = std::str::from_utf8(t).ok().and_then(|t| t.parse().ok()),
+                None if line.starts_with(b"STAT ") => {}
+                None => {
+                    return Err(MigrateError::Protocol {
+                        server: self.name.clone(),
+                        reason: format!("stats answered {:?}", String::from_utf8_lossy(&line)),
+                    })
+                }
+            }
+        }
+    }
+
     /// The next line of an answer (without its line end), within the timeout.
     pub async fn read_line(&mut self) -> Result<Bytes, MigrateError> {
         match tokio::time::timeout(self.timeout, self.input.line()).await {

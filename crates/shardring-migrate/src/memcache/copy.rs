@@ -41,8 +41,8 @@ struct Fetched {
     key: Vec<u8>,
     target: usize,
     flags: u64,
-    /// Seconds left as `mg … t` says: -1 for no expiry.
-    ttl: i64,
+    /// The exptime that gives the copy the source's expiry ([`exptime`]).
+    exptime: i64,
     /// The source's CAS when read.
     cas: u64,
     value: Bytes,
@@ -184,10 +184,10 @@ impl<'j> Copier<'j> {
             );
         }
         Progress::add(&self.progress().failed, bad.len() as u64);
-        let replies = self.read_source(keys.iter().map(|(k, _)| &k[..])).await?;
+        let (replies, clock) = self.read_source(keys.iter().map(|(k, _)| &k[..])).await?;
         let mut items = Vec::with_capacity(keys.len());
         for ((key, target), reply) in keys.into_iter().zip(replies) {
-            match fetched(key, target, reply) {
+            match fetched(key, target, reply, clock) {
                 Ok(item) => items.push(item),
                 Err(Missing::Gone) => Progress::add(&self.progress().gone, 1),
                 Err(Missing::Failed(key, reply)) => {
@@ -278,9 +278,9 @@ impl<'j> Copier<'j> {
             }
         }
         if !changed.is_empty() {
-            let replies = self.read_source(changed.iter().map(|s| &s.key[..])).await?;
+            let (replies, clock) = self.read_source(changed.iter().map(|s| &s.key[..])).await?;
             for (s, reply) in changed.into_iter().zip(replies) {
-                match fetched(s.key.clone(), s.target, reply) {
+                match fetched(s.key.clone(), s.target, reply, clock) {
                     Ok(f) => ops.push(Op::Replace(f, s.tgt_cas)),
                     Err(Missing::Gone) => ops.push(Op::Delete(s)),
                     Err(Missing::Failed(key, reply)) => {
@@ -353,11 +353,13 @@ impl<'j> Copier<'j> {
         Ok(again)
     }
 
-    /// `mg <key> v f t c` for each key, one round trip.
+    /// `mg <key> v f t c` for each key, one round trip; with the source's clock when a key has more
+    /// than 30 days left (its copy's exptime is then a unix time: [`Conn::clock`] says why the
+    /// source's clock and not ours), a second round trip only then.
     async fn read_source<'k>(
         &mut self,
         keys: impl Iterator<Item = &'k [u8]>,
-    ) -> Result<Vec<Reply>, MigrateError> {
+    ) -> Result<(Vec<Reply>, i64), MigrateError> {
         self.req.clear();
         let mut n = 0;
         for key in keys {
@@ -367,7 +369,16 @@ impl<'j> Copier<'j> {
         let mut req = std::mem::take(&mut self.req);
         let replies = self.source.exchange(&mut req, n).await;
         self.req = req;
-        replies
+        let replies = replies?;
+        let far = replies
+            .iter()
+            .any(|r| r.flag::<i64>(b't').is_some_and(|t| t > MAX_RELATIVE_TTL));
+        let clock = if far {
+            self.source.clock().await?.unwrap_or_else(unix_now)
+        } else {
+            unix_now()
+        };
+        Ok((replies, clock))
     }
 
     /// Runs `ops` on their targets, one pipelined round trip per target; each op with its reply.
@@ -379,7 +390,6 @@ impl<'j> Copier<'j> {
                 g.push(op);
             }
         }
-        let now = unix_now();
         let mut out = Vec::new();
         for (t, group) in groups.into_iter().enumerate() {
             if group.is_empty() {
@@ -387,7 +397,7 @@ impl<'j> Copier<'j> {
             }
             self.req.clear();
             for op in &group {
-                write_op(&mut self.req, op, now);
+                write_op(&mut self.req, op);
             }
             let mut req = std::mem::take(&mut self.req);
             let replies = match self.target(t).await {
@@ -447,8 +457,9 @@ enum Missing {
     Failed(Vec<u8>, Reply),
 }
 
-/// A `VA` reply to `mg <key> v f t c` as a key to copy.
-fn fetched(key: Vec<u8>, target: usize, reply: Reply) -> Result<Fetched, Missing> {
+/// A `VA` reply to `mg <key> v f t c` as a key to copy; `clock` is the source's when the reply was
+/// read.
+fn fetched(key: Vec<u8>, target: usize, reply: Reply, clock: i64) -> Result<Fetched, Missing> {
     if reply.status() == b"EN" {
         return Err(Missing::Gone);
     }
@@ -461,15 +472,16 @@ fn fetched(key: Vec<u8>, target: usize, reply: Reply) -> Result<Fetched, Missing
         key,
         target,
         flags: reply.flag(b'f').unwrap_or(0),
-        ttl: reply.flag(b't').unwrap_or(-1),
+        exptime: exptime(reply.flag(b't').unwrap_or(-1), clock),
         cas,
         value,
     })
 }
 
 /// The exptime that gives a copy the `ttl` seconds the source's item has left: 0 (never) for -1; a
-/// unix time above memcached's 30-day limit of relative exptimes; 1 s for an item in its last second
-/// (`t0`: still live on the source, so copied, and expiring as it would there).
+/// unix time above memcached's 30-day limit of relative exptimes (`now`: the source's clock when
+/// `ttl` was read); 1 s for an item in its last second (`t0`: still live on the source, so copied,
+/// and expiring as it would there).
 pub(crate) fn exptime(ttl: i64, now: i64) -> i64 {
     match ttl {
         t if t < 0 => 0,
@@ -486,18 +498,18 @@ fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
-fn write_op(req: &mut Vec<u8>, op: &Op, now: i64) {
+fn write_op(req: &mut Vec<u8>, op: &Op) {
     match op {
-        Op::Add(f) => set(req, f, b" ME c", now),
-        Op::Replace(f, cas) => set(req, f, format!(" C{cas} c").as_bytes(), now),
+        Op::Add(f) => set(req, f, b" ME c"),
+        Op::Replace(f, cas) => set(req, f, format!(" C{cas} c").as_bytes()),
         Op::Delete(s) => meta(req, b"md", &s.key, format!(" C{}", s.tgt_cas).as_bytes()),
         Op::Compare(f) => meta(req, b"mg", &f.key, b" v c"),
     }
 }
 
 /// `ms <key> <len> F<flags> T<exptime><mode>\r\n<value>\r\n`.
-fn set(req: &mut Vec<u8>, f: &Fetched, mode: &[u8], now: i64) {
-    let args = format!(" {} F{} T{}", f.value.len(), f.flags, exptime(f.ttl, now));
+fn set(req: &mut Vec<u8>, f: &Fetched, mode: &[u8]) {
+    let args = format!(" {} F{} T{}", f.value.len(), f.flags, f.exptime);
     let mut flags = args.into_bytes();
     flags.extend_from_slice(mode);
     meta(req, b"ms", &f.key, &flags);

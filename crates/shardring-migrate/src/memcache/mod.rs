@@ -74,7 +74,8 @@ pub async fn survey(job: &Job) -> Result<Survey, MigrateError> {
 /// copies of keys that changed after their read; `bytes` every value byte written to a target.
 ///
 /// TTLs: an item without expiry is copied without; one with time left keeps it to the second (as
-/// a unix time when over memcached's 30 days of relative exptimes); one in its last second is copied
+/// a unix time, from the source's own clock, when over memcached's 30 days of relative exptimes); one
+/// in its last second is copied
 /// with 1 s. Flags are kept. Source reads do not bump the items in the source's LRU (`mg … u`).
 ///
 /// A rerun resumes: what an earlier run copied is skipped.
