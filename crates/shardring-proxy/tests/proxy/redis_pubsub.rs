@@ -9,23 +9,56 @@ use crate::redis_common::{cmds, direct, pool, read_replies};
 use shardring_proxy::protocol::redis::Request;
 use test_support::redis::{redises, resp, RedisServer};
 
-/// Sends each command as its own write (as a client typing them would), then reads what comes back
-/// for `wait`.
-async fn session(c: &mut Client, commands: &[&[&str]], wait: Duration) -> Vec<u8> {
+/// How long a test waits for what it expects (a loaded machine can be slow); what arrives after a
+/// test has what it expected is then read for [`GRACE`] more, so an extra frame still fails it.
+const PATIENCE: Duration = Duration::from_secs(5);
+const GRACE: Duration = Duration::from_millis(100);
+
+/// Sends each command as its own write (as a client typing them would).
+async fn send_each(c: &mut Client, commands: &[&[&str]]) {
     for args in commands {
         c.send(&Request::from_args(args).frame).await;
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    read_for(c, wait).await
 }
 
-/// Whatever arrives within `wait`.
+/// What arrives until `want` bytes are in (or [`PATIENCE`] runs out), then for [`GRACE`] more.
+async fn read_until(c: &mut Client, want: usize) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut chunk = vec![0u8; 65536];
+    while out.len() < want {
+        match tokio::time::timeout_at(deadline, c.stream.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => out.extend_from_slice(&chunk[..n]),
+            _ => return out,
+        }
+    }
+    out.extend(read_for(c, GRACE).await);
+    out
+}
+
+/// What arrives until the stream falls quiet: the first bytes within [`PATIENCE`], then until
+/// nothing came for 300 ms (for replies whose length the test cannot know, as `HELLO`'s).
+async fn read_until_quiet(c: &mut Client) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut chunk = vec![0u8; 65536];
+    let mut out = Vec::new();
+    if let Ok(Ok(n)) = tokio::time::timeout(PATIENCE, c.stream.read(&mut chunk)).await {
+        out.extend_from_slice(&chunk[..n]);
+        if n > 0 {
+            out.extend(read_for(c, Duration::from_millis(300)).await);
+        }
+    }
+    out
+}
+
+/// Whatever arrives until nothing came for `wait`.
 async fn read_for(c: &mut Client, wait: Duration) -> Vec<u8> {
     use tokio::io::AsyncReadExt;
     let mut out = Vec::new();
-    let deadline = tokio::time::Instant::now() + wait;
     let mut chunk = vec![0u8; 65536];
-    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, c.stream.read(&mut chunk)).await {
+    while let Ok(Ok(n)) = tokio::time::timeout(wait, c.stream.read(&mut chunk)).await {
         if n == 0 {
             break;
         }
@@ -49,13 +82,24 @@ async fn channels_apart(proxy: &RunningProxy, servers: &[RedisServer], n: usize)
         }
         let mut p = proxy.client().await;
         assert_eq!(cmds(&mut p, &["PUBLISH", &ch, "x"]).await, ":1\r\n");
+        let want = resp(&["message", &ch, "x"]).len();
+        let deadline = Instant::now() + PATIENCE;
         let mut on = None;
-        for (i, l) in listeners.iter_mut().enumerate() {
-            if !read_for(l, Duration::from_millis(50)).await.is_empty() {
-                on = Some(i);
+        while on.is_none() && Instant::now() < deadline {
+            for (i, l) in listeners.iter_mut().enumerate() {
+                if !read_for(l, Duration::from_millis(10)).await.is_empty() {
+                    on = Some(i);
+                    break;
+                }
             }
         }
         let on = on.expect("one server had the message");
+        for l in &mut listeners {
+            assert!(
+                read_for(l, Duration::from_millis(10)).await.len() < want,
+                "two servers had it"
+            );
+        }
         if !found.iter().any(|(s, _)| *s == on) {
             found.push((on, ch));
         }
@@ -75,12 +119,10 @@ async fn a_channel_lives_on_its_server_and_a_pattern_on_every_server() {
     let chans = channels_apart(&proxy, &servers, 2).await;
     let (a, b) = (&chans[0], &chans[1]);
     let mut sub = proxy.client().await;
-    let confirmed = session(
-        &mut sub,
-        &[&["SUBSCRIBE", a, b]],
-        Duration::from_millis(200),
-    )
-    .await;
+    send_each(&mut sub, &[&["SUBSCRIBE", a, b]]).await;
+    // Each `*3 subscribe <name> :<count>`: the array of two bulk strings and a 4-byte count.
+    let want = resp(&["subscribe", a]).len() + resp(&["subscribe", b]).len() + 8;
+    let confirmed = read_until(&mut sub, want).await;
     let text = String::from_utf8_lossy(&confirmed).into_owned();
     // The client's own counts, whichever server confirmed first.
     assert!(
@@ -89,14 +131,10 @@ async fn a_channel_lives_on_its_server_and_a_pattern_on_every_server() {
     );
     assert!(text.contains(":1\r\n") && text.contains(":2\r\n"), "{text}");
     let mut psub = proxy.client().await;
-    let confirmed = session(
-        &mut psub,
-        &[&["PSUBSCRIBE", "ch*"]],
-        Duration::from_millis(200),
-    )
-    .await;
+    send_each(&mut psub, &[&["PSUBSCRIBE", "ch*"]]).await;
     // One confirmation, though every server confirmed it.
-    assert_eq!(confirmed, b"*3\r\n$10\r\npsubscribe\r\n$3\r\nch*\r\n:1\r\n");
+    let want = b"*3\r\n$10\r\npsubscribe\r\n$3\r\nch*\r\n:1\r\n";
+    assert_eq!(read_until(&mut psub, want.len()).await, want);
     let mut publisher = proxy.client().await;
     for ch in [a, b] {
         // Its subscriber and the pattern's, both on the channel's server.
@@ -109,18 +147,18 @@ async fn a_channel_lives_on_its_server_and_a_pattern_on_every_server() {
         cmds(&mut publisher, &["PUBLISH", "other", "x"]).await,
         ":0\r\n"
     );
-    let got = read_for(&mut sub, Duration::from_millis(200)).await;
     // Each message as Redis pushes it: an array of bulk strings, as a command is written.
     let want: String = [a, b]
         .iter()
         .map(|ch| resp(&["message", ch, "hello"]))
         .collect();
+    let got = read_until(&mut sub, want.len()).await;
     assert_eq!(String::from_utf8_lossy(&got), want);
-    let got = read_for(&mut psub, Duration::from_millis(200)).await;
     let want: String = [a, b]
         .iter()
         .map(|ch| resp(&["pmessage", "ch*", ch, "hello"]))
         .collect();
+    let got = read_until(&mut psub, want.len()).await;
     assert_eq!(String::from_utf8_lossy(&got), want);
     // The messages of one channel arrive in the order they were published.
     for i in 0..500 {
@@ -129,10 +167,10 @@ async fn a_channel_lives_on_its_server_and_a_pattern_on_every_server() {
             .await;
     }
     read_replies(&mut publisher, 500).await;
-    let got = read_for(&mut sub, Duration::from_millis(500)).await;
     let want: String = (0..500)
         .map(|i| resp(&["message", a, &i.to_string()]))
         .collect();
+    let got = read_until(&mut sub, want.len()).await;
     assert!(got == want.as_bytes(), "500 messages in order");
     let views = proxy.proxy.views();
     let own: u64 = views[0]
@@ -201,11 +239,12 @@ async fn a_subscriber_gets_redis_own_bytes_in_resp2_and_resp3() {
         &["GET", "x"],
     ];
     for commands in [resp2, resp3] {
-        let wait = Duration::from_millis(300);
         let mut via = proxy.client().await;
         let mut straight = direct(&reference[0]).await;
-        let got = session(&mut via, commands, wait).await;
-        let want = session(&mut straight, commands, wait).await;
+        send_each(&mut via, commands).await;
+        let got = read_until_quiet(&mut via).await;
+        send_each(&mut straight, commands).await;
+        let want = read_until_quiet(&mut straight).await;
         let (got, want) = (
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(&want),
@@ -224,13 +263,9 @@ async fn a_subscriber_whose_server_dies_is_closed_as_redis_would() {
     };
     let proxy = RunningProxy::start(pool(&servers, "")).await;
     let mut sub = proxy.client().await;
-    let confirmed = session(
-        &mut sub,
-        &[&["SUBSCRIBE", "news"]],
-        Duration::from_millis(200),
-    )
-    .await;
-    assert_eq!(confirmed, b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n");
+    send_each(&mut sub, &[&["SUBSCRIBE", "news"]]).await;
+    let want = b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n";
+    assert_eq!(read_until(&mut sub, want.len()).await, want);
     servers[0].kill();
     sub.expect_closed().await;
     proxy.stop().await;
