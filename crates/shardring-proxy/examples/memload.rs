@@ -13,6 +13,15 @@
 //! counts as an error. Prints one JSON line:
 //! `{"op":…,"conns":…,"seconds":…,"requests":…,"errors":…,"rps":…,"p50_us":…,"p99_us":…,"p999_us":…}`.
 //!
+//! With `MEMLOAD_RATE=N` the load is open-loop: N round trips a second, evenly spaced, dealt to
+//! the connections in turn by a pacing thread (tokio's timer ticks in milliseconds, too coarse
+//! for gaps of tens of microseconds). A round trip whose time came while its connection still
+//! waited for the previous reply counts from when it was due, not from when it could be sent: a
+//! stall counts in every request it held up (no coordinated omission), as a service sending at a
+//! steady rate would see it. Without it (the default) each connection sends its next request as
+//! soon as the last reply arrived: as fast as the machine goes, so any CPU taken from the proxy
+//! or the servers shows as latency. With a rate the JSON line also carries `"rate":N`.
+//!
 //! With `MEMLOAD_TLS_CA=ca.pem` every connection is a TLS one, the server's certificate checked
 //! against that CA for the name `127.0.0.1` (connections are made before the timed loop, so the
 //! handshakes are not in the figures).
@@ -175,6 +184,36 @@ fn resp(args: &[&[u8]]) -> Vec<u8> {
     r
 }
 
+/// The pacing thread: deals the due times of `rate` round trips a second, evenly spaced from
+/// `started`, to the connections in turn, until `stop`. It sleeps until the next is due and then
+/// deals every one due within the next 20 µs, so a high rate does not cost a wake-up a request.
+fn pace(
+    started: Instant,
+    rate: f64,
+    connections: &[tokio::sync::mpsc::UnboundedSender<Instant>],
+    stop: &AtomicBool,
+) {
+    let period = Duration::from_secs_f64(1.0 / rate);
+    let mut k: u32 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let next = started + period * k;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        }
+        let horizon = Instant::now() + Duration::from_micros(20);
+        loop {
+            let due = started + period * k;
+            if due > horizon {
+                break;
+            }
+            // A connection that has stopped no longer listens: nothing to do.
+            let _ = connections[k as usize % connections.len()].send(due);
+            k += 1;
+        }
+    }
+}
+
 fn percentile(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
         return 0;
@@ -322,10 +361,26 @@ async fn main() {
     for _ in 0..conns {
         opened.push(open(&addr, tls.as_ref()).await);
     }
+    let rate: Option<f64> = std::env::var("MEMLOAD_RATE")
+        .ok()
+        .map(|r| r.parse().expect("MEMLOAD_RATE: round trips a second"));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
+    // Open loop: each connection takes the times its round trips are due from a channel.
+    let mut schedules: Vec<Option<tokio::sync::mpsc::UnboundedReceiver<Instant>>> =
+        (0..conns).map(|_| None).collect();
+    if let Some(rate) = rate {
+        let mut senders = Vec::with_capacity(conns);
+        for slot in &mut schedules {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            senders.push(tx);
+            *slot = Some(rx);
+        }
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || pace(started, rate, &senders, &stop));
+    }
     let mut tasks = Vec::new();
-    for (c, mut s) in opened.into_iter().enumerate() {
+    for ((c, mut s), mut schedule) in opened.into_iter().enumerate().zip(schedules) {
         let requests = Arc::clone(&requests);
         let stop = Arc::clone(&stop);
         let (addr, tls) = (addr.clone(), tls.clone());
@@ -334,10 +389,20 @@ async fn main() {
             let mut lat = Vec::with_capacity(1 << 16);
             let mut errors = 0u64;
             let mut i = c * 7919;
+            let mut last_reply = started;
             while !stop.load(Ordering::Relaxed) {
                 let req = &requests[i % requests.len()];
                 i += 1;
-                let t = Instant::now();
+                let t = match schedule.as_mut() {
+                    None => Instant::now(),
+                    Some(schedule) => match schedule.recv().await {
+                        None => break,
+                        // Due while the last round trip was still out: the wait is the system's.
+                        Some(due) if due < last_reply => due,
+                        // Due while idle: the pacer's wake-up is not the system's.
+                        Some(_) => Instant::now(),
+                    },
+                };
                 if reconnect {
                     s = open(&addr, tls.as_ref()).await;
                 }
@@ -347,7 +412,8 @@ async fn main() {
                     Ok(false) => errors += 1,
                     Err(e) => panic!("connection failed: {e}"),
                 }
-                lat.push(u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX));
+                last_reply = Instant::now();
+                lat.push(u32::try_from((last_reply - t).as_micros()).unwrap_or(u32::MAX));
             }
             (lat, errors)
         }));
@@ -363,8 +429,9 @@ async fn main() {
     }
     let elapsed = started.elapsed().as_secs_f64();
     all.sort_unstable();
+    let rate = rate.map_or(String::new(), |r| format!("\"rate\":{r},"));
     println!(
-        "{{\"op\":\"{label}\",\"conns\":{conns},\"seconds\":{elapsed:.3},\"requests\":{},\"errors\":{errors},\"rps\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{}}}",
+        "{{{rate}\"op\":\"{label}\",\"conns\":{conns},\"seconds\":{elapsed:.3},\"requests\":{},\"errors\":{errors},\"rps\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{}}}",
         all.len() * per_trip,
         (all.len() * per_trip) as f64 / elapsed,
         percentile(&all, 0.50),
