@@ -9,9 +9,10 @@
 //! - [`memcache`]: `lru_crawler metadump` to enumerate (rescanned until a pass finds no new key that
 //!   moves), `mg` to read value, flags, TTL and CAS, an add on the target (never over a value a dual
 //!   write put there), then the source's CAS read again and a key that changed copied again by CAS.
-//! - [`redis`]: `SCAN` over the pool's database, `MIGRATE … COPY REPLACE KEYS …` in batches (or
-//!   `DUMP`/`RESTORE … ABSTTL REPLACE`), then a verify pass comparing a digest of each key's value on
-//!   both sides, copying again what differs, until a pass finds nothing different.
+//! - [`redis`]: `SCAN` over the pool's database, `DUMP`/`RESTORE … REPLACE` in pipelined batches
+//!   (or `MIGRATE … COPY REPLACE KEYS …`), then a verify pass comparing each key's value (its dump,
+//!   or a canonical digest where the dumps differ) and TTL on both sides, copying again what
+//!   differs, until a pass finds nothing different.
 //!
 //! Nothing here decides placement or talks to proxies: the command (`shardring migrate`) builds the
 //! route from the library's placement, checks the proxies and does the cut-over.

@@ -182,6 +182,60 @@ async fn a_partial_value_on_the_target_is_replaced_and_a_different_one_recopied_
     assert_same(&mut ca, &mut cb, "h0").await;
 }
 
+/// A hash that once held a value longer than `hash-max-listpack-value` stays a hashtable on its
+/// server once that field is gone;
+/// the same fields written afresh, or restored from its dump, are a listpack: two dumps, one value.
+/// The verify pass must call them equal (by the canonical digest), not copy them again forever.
+#[tokio::test]
+async fn one_value_in_two_encodings_is_equal_not_copied_again() {
+    for transfer in [Transfer::Migrate, Transfer::DumpRestore] {
+        let Some((a, b)) = servers(&[]) else { return };
+        let (sa, sb) = (ep(&a, None, 0), ep(&b, None, 0));
+        let (mut ca, mut cb) = (conn(&sa).await, conn(&sb).await);
+        for key in ["grown0", "fresh2"] {
+            let long = "x".repeat(100);
+            cmd(
+                &mut ca,
+                &["HSET", key, "f0", "v", "f1", "v", "f2", "v", "long", &long],
+            )
+            .await;
+            cmd(&mut ca, &["HDEL", key, "long"]).await;
+        }
+        // On the target already, written afresh (as dual writes would have built it).
+        cmd(
+            &mut cb,
+            &["HSET", "grown0", "f0", "v", "f1", "v", "f2", "v"],
+        )
+        .await;
+        let encoding = |r: Reply| String::from_utf8_lossy(r.bytes().unwrap()).into_owned();
+        assert_eq!(
+            encoding(cmd(&mut ca, &["OBJECT", "ENCODING", "grown0"]).await),
+            "hashtable"
+        );
+        assert_eq!(
+            encoding(cmd(&mut cb, &["OBJECT", "ENCODING", "grown0"]).await),
+            "listpack"
+        );
+        let r = redis::copy_with(&job(sa.clone(), sb.clone()), transfer)
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.moving, r.skipped, r.copied, r.recopied, r.failed),
+            (2, 1, 1, 0, 0),
+            "{transfer:?} {r:?}"
+        );
+        for k in ["grown0", "fresh2"] {
+            assert_same(&mut ca, &mut cb, k).await;
+        }
+        let again = redis::copy_with(&job(sa, sb), transfer).await.unwrap();
+        assert_eq!(
+            (again.skipped, again.copied),
+            (2, 0),
+            "{transfer:?} {again:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_key_deleted_on_the_source_during_the_copy_is_removed_from_the_target() {
     let Some((a, b)) = servers(&[]) else { return };

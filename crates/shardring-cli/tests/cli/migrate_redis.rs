@@ -1,7 +1,7 @@
 //! `shardring migrate` end to end on Redis pools: every data type with and without TTLs, two proxies
 //! under a read/write load for the whole migration, then every key read back through both. A
-//! hash-tagged pool with `redis_auth` losing a server (4 → 3), and a plain pool on database 2
-//! gaining one (4 → 5, DUMP/RESTORE).
+//! hash-tagged pool with `redis_auth` losing a server (4 → 3, MIGRATE), and a plain pool on database
+//! 2 gaining one (4 → 5, the default DUMP/RESTORE).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -492,7 +492,7 @@ fn migrate_under_load(
 }
 
 #[test]
-fn a_hash_tagged_pool_with_a_password_loses_a_server_under_load() {
+fn a_hash_tagged_pool_with_a_password_loses_a_server_under_load_by_migrate() {
     let Some(servers) = (0..4)
         .map(|_| RedisServer::start(&["--requirepass", "s3cret"]))
         .collect::<Option<Vec<_>>>()
@@ -506,12 +506,12 @@ fn a_hash_tagged_pool_with_a_password_loses_a_server_under_load() {
         "  hash_tag: \"{}\"\n  redis_auth: s3cret\n",
         Some("s3cret"),
         Keys { tagged: true },
-        &[],
+        &["--transfer", "migrate"],
     );
 }
 
 #[test]
-fn a_pool_on_database_2_gains_a_server_under_load_by_dump_and_restore() {
+fn a_pool_on_database_2_gains_a_server_under_load_by_the_default_dump_and_restore() {
     let Some(servers) = (0..5)
         .map(|_| RedisServer::start(&[]))
         .collect::<Option<Vec<_>>>()
@@ -525,6 +525,6 @@ fn a_pool_on_database_2_gains_a_server_under_load_by_dump_and_restore() {
         "  redis_db: 2\n",
         None,
         Keys { tagged: false },
-        &["--transfer", "dump-restore"],
+        &[],
     );
 }

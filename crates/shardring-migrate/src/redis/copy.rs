@@ -15,8 +15,8 @@
 //!   after the snapshot leaves the key on the target only.
 //!
 //! So every copy replaces (`REPLACE`: the source's value wins over whatever dual writes built), and
-//! every copy is checked afterwards: a digest of the value and the expiry on both servers (see
-//! [`super::verify`]). A key that differs and exists on the source is copied again; one missing on
+//! every copy is checked afterwards: the value (its dump, or where the dumps differ a canonical
+//! digest) and the expiry on both servers (see [`super::verify`]). A key that differs and exists on the source is copied again; one missing on
 //! the source is unlinked from the target. The keys acted on are verified again in the next pass,
 //! until a pass finds them equal (an unlinked key too: if the difference was a dual write in flight,
 //! the source has the key by the next pass and it is copied); after [`MAX_PASSES`] a key still
@@ -39,11 +39,11 @@
 //! - `recopied` counts the extra writes (each copy of a key after its first), not keys;
 //! - `bytes`: per write, `MEMORY USAGE` on the source (`MIGRATE`) or the `DUMP` payload's length.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::conn::{Conn, Pipeline};
 use super::resp::Reply;
-use super::verify::{digests, Digest};
+use super::verify::{compare, dumps, settle, Digest};
 use crate::{Endpoint, Job, MigrateError, Progress};
 
 /// Batches in flight at once per job (each on its own connections): enough to keep the source busy
@@ -61,13 +61,16 @@ pub enum Transfer {
     /// `MIGRATE host port "" db timeout COPY REPLACE [AUTH pw] KEYS …` sent to the source: one round
     /// trip a batch, the source serialising each key atomically with its TTL and restoring it on the
     /// target itself. The source must reach the target at the target's `addr` (TCP only), with the
-    /// target's password.
-    #[default]
+    /// target's password. It holds the source until the target has restored the batch (~250 µs
+    /// for 20 small keys, where their dumps take ~20: BENCHMARKS.md, "migrate: where the servers'
+    /// time goes"), a pause the live traffic on the source waits out; the values do not pass
+    /// through this command, which matters when it runs far from the servers.
     Migrate,
-    /// `DUMP` and `PEXPIRETIME` (or `PTTL` before Redis 7) pipelined on the source, then `RESTORE …
-    /// REPLACE [ABSTTL]` pipelined on the target through our own connections: for servers that
-    /// cannot reach each other, or have different passwords. `ABSTTL` keeps the expiry from drifting
-    /// by the round trip (and assumes the servers' clocks agree within [`TTL_SLACK_MS`]).
+    /// `PTTL` and `DUMP` pipelined on the source, then `RESTORE … REPLACE` pipelined on the target
+    /// through our own connections, the expiry relative like `MIGRATE`'s (the `PTTL` less the time
+    /// since it was read). Works across passwords and unix sockets, and holds the source only for
+    /// the dumps, where `MIGRATE` holds it until the target has restored the batch: the default.
+    #[default]
     DumpRestore,
 }
 
@@ -113,8 +116,6 @@ pub struct Engine {
     /// The source's connection.
     pub source: Conn,
     targets: Vec<Option<Conn>>,
-    /// `DumpRestore`: the source has `PEXPIRETIME` (so `RESTORE … ABSTTL`).
-    abs_ttl: bool,
 }
 
 impl Engine {
@@ -123,22 +124,13 @@ impl Engine {
     /// # Errors
     /// When the source cannot be reached or refuses the password or database.
     pub async fn new(job: Job, transfer: Transfer) -> Result<Engine, MigrateError> {
-        let mut source = Conn::connect(&job.source, job.timeout).await?;
-        let abs_ttl = match transfer {
-            Transfer::Migrate => false,
-            Transfer::DumpRestore => source
-                .call(&["PEXPIRETIME", "shardring-migrate:probe"])
-                .await?
-                .integer()
-                .is_some(),
-        };
+        let source = Conn::connect(&job.source, job.timeout).await?;
         let targets = job.targets.iter().map(|_| None).collect();
         Ok(Engine {
             job,
             transfer,
             source,
             targets,
-            abs_ttl,
         })
     }
 
@@ -244,13 +236,13 @@ impl Engine {
         Ok(())
     }
 
-    /// One pass's reading of `batch` on the source and target `t`: the source's digests (`None`: not
-    /// read), the target's digests, and the keys' sizes on the source (0: not read).
+    /// One pass's reading of `batch` on the source and target `t` ([`compare`]): the source's
+    /// readings (`None`: not read), the target's, and the keys' sizes on the source (0: not read).
     ///
-    /// The first pass reads the target first, with the source's `MEMORY USAGE` (for the rate limit
-    /// and the byte tally) at the same time, and digests on the source only the keys the target
-    /// has: a key it lacks is copied either way, and the source is the busiest server of a run
-    /// (every key of a batch is scanned, digested and serialised there). Later passes read both
+    /// The first pass reads the target first (with, for `MIGRATE`, the source's `MEMORY USAGE` for
+    /// the rate limit and the byte tally, at the same time), and reads on the source only the keys
+    /// the target has: a key it lacks is copied either way, and the source is the busiest server of
+    /// a run (every key of a batch is scanned, read and serialised there). Later passes read both
     /// sides at once.
     async fn read_pass(
         &mut self,
@@ -263,30 +255,35 @@ impl Engine {
             return Err(route_error(&self.job, t));
         };
         if !first {
-            let (src, dst) = tokio::join!(
-                digests(&mut self.source, batch, false),
-                digests(target, batch, false)
-            );
-            let (src, digests) = (src?, dst?);
+            let (src, digests) = compare(&mut self.source, target, batch).await?;
             let sizes = vec![0; digests.len()];
             return Ok((src.into_iter().map(Some).collect(), Read { digests, sizes }));
         }
+        let source = &mut self.source;
+        let want_sizes = self.transfer == Transfer::Migrate;
         let (sizes, dst) = tokio::join!(
-            sizes(&mut self.source, batch),
-            digests(target, batch, false)
+            async {
+                if want_sizes {
+                    sizes(source, batch).await
+                } else {
+                    Ok(vec![0; batch.len()])
+                }
+            },
+            dumps(target, batch)
         );
-        let (sizes, dst) = (sizes?, dst?);
+        let (sizes, mut dst) = (sizes?, dst?);
         let present: Vec<usize> = (0..batch.len())
             .filter(|&i| dst[i].value.is_some() || dst[i].error.is_some())
             .collect();
         let mut src: Vec<Option<Digest>> = vec![None; batch.len()];
         if !present.is_empty() {
             let keys: Vec<&[u8]> = present.iter().map(|&i| batch[i]).collect();
-            for (i, d) in present
-                .into_iter()
-                .zip(digests(&mut self.source, &keys, false).await?)
-            {
-                src[i] = Some(d);
+            let mut s = dumps(source, &keys).await?;
+            let mut d: Vec<Digest> = present.iter().map(|&i| dst[i].clone()).collect();
+            settle(source, target, &keys, &mut s, &mut d).await?;
+            for ((i, s), d) in present.into_iter().zip(s).zip(d) {
+                src[i] = Some(s);
+                dst[i] = d;
             }
         }
         Ok((
@@ -404,25 +401,28 @@ impl Engine {
         }
     }
 
-    /// `DUMP` + `PEXPIRETIME`/`PTTL` of `which` on the source, `RESTORE … REPLACE` on target `t`: the
-    /// indexes restored or gone on the source (the next pass tells), the others counted failed.
+    /// `PTTL` + `DUMP` of `which` on the source, `RESTORE … REPLACE` on target `t`: the indexes
+    /// restored or gone on the source (the next pass tells), the others counted failed.
+    ///
+    /// The expiry travels as `MIGRATE` sends it, relative: the `PTTL` read less the time since the
+    /// read was sent (the rate limit's wait included), so the copy never outlives its source and
+    /// the servers' clocks need not agree (`ABSTTL` would need them to).
     async fn dump_restore(
         &mut self,
         t: usize,
         keys: &[Vec<u8>],
         which: &[usize],
     ) -> Result<Vec<usize>, MigrateError> {
-        let ttl_cmd = if self.abs_ttl { "PEXPIRETIME" } else { "PTTL" };
         let mut p = Pipeline::new();
         for &i in which {
+            p.cmd(&[&b"PTTL"[..], &keys[i]]);
             p.cmd(&[&b"DUMP"[..], &keys[i]]);
-            p.cmd(&[ttl_cmd.as_bytes(), &keys[i]]);
         }
+        let read_at = Instant::now();
         let replies = self.source.run(&p).await?;
-        let mut restore = Pipeline::new();
-        let (mut sent, mut ok, mut bytes) = (Vec::new(), Vec::new(), 0u64);
+        let (mut dumped, mut ok, mut bytes) = (Vec::new(), Vec::new(), 0u64);
         for (&i, pair) in which.iter().zip(replies.chunks_exact(2)) {
-            let [dump, ttl] = pair else { continue };
+            let [ttl, dump] = pair else { continue };
             let payload = match dump {
                 Reply::Bulk(b) => b,
                 Reply::Nil => {
@@ -434,32 +434,52 @@ impl Engine {
                     continue;
                 }
             };
-            let (ttl, abs) = match ttl.integer() {
+            let ttl = match ttl.integer() {
                 Some(-2) => {
                     ok.push(i);
                     continue;
                 }
-                Some(n) if n > 0 => (n.to_string(), self.abs_ttl),
-                Some(_) => ("0".to_string(), false),
+                Some(ms) => ms,
                 None => {
-                    self.refused(&keys[i], &format!("{ttl_cmd}: {ttl:?}"));
+                    self.refused(&keys[i], &format!("PTTL: {ttl:?}"));
                     continue;
                 }
             };
-            let mut args: Vec<&[u8]> =
-                vec![b"RESTORE", &keys[i], ttl.as_bytes(), payload, b"REPLACE"];
-            if abs {
-                args.push(b"ABSTTL");
-            }
-            restore.cmd(&args);
             bytes += payload.len() as u64;
+            dumped.push((i, ttl, payload));
+        }
+        if dumped.is_empty() {
+            return Ok(ok);
+        }
+        if let Some(rate) = &self.job.rate {
+            rate.acquire(dumped.len() as u64, bytes).await;
+        }
+        let since_read = i64::try_from(read_at.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let mut restore = Pipeline::new();
+        let mut sent = Vec::new();
+        for (i, ttl, payload) in dumped {
+            let ttl = match ttl {
+                // No expiry (-1; anything else negative is not a TTL Redis gives).
+                ms if ms < 0 => 0,
+                // Expired since the read: gone on the source too by now (the next pass tells).
+                ms if ms <= since_read => {
+                    ok.push(i);
+                    continue;
+                }
+                ms => ms - since_read,
+            }
+            .to_string();
+            restore.cmd(&[
+                &b"RESTORE"[..],
+                &keys[i],
+                ttl.as_bytes(),
+                payload,
+                b"REPLACE",
+            ]);
             sent.push(i);
         }
         if restore.is_empty() {
             return Ok(ok);
-        }
-        if let Some(rate) = &self.job.rate {
-            rate.acquire(sent.len() as u64, bytes).await;
         }
         let replies = self.target(t).await?.run(&restore).await?;
         for (&i, r) in sent.iter().zip(&replies) {
@@ -497,8 +517,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn migrate_is_the_default_transfer_and_keys_show_cut() {
-        assert_eq!(Transfer::default(), Transfer::Migrate);
+    fn dump_restore_is_the_default_transfer_and_keys_show_cut() {
+        assert_eq!(Transfer::default(), Transfer::DumpRestore);
         assert_eq!(show(&[b'a'; 300]).len(), 200);
         assert_eq!(show(b"\xffk"), "\u{fffd}k");
     }

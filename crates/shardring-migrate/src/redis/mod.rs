@@ -1,4 +1,4 @@
-//! The Redis engine: `SCAN` the source's database, `MIGRATE … COPY REPLACE` (or `DUMP`/`RESTORE`)
+//! The Redis engine: `SCAN` the source's database, `DUMP`/`RESTORE … REPLACE` (or `MIGRATE … COPY REPLACE`)
 //! the keys that move in batches per target, and verify each copy against the source by a digest of
 //! its value and expiry, copying again what differs (see [`copy`](mod@copy) for the reasoning).
 //!
@@ -92,12 +92,13 @@ pub async fn survey(job: &Job) -> Result<Survey, MigrateError> {
     }
 }
 
-/// Copies every key of the source that moves to its target with `MIGRATE`; see [`copy_with`].
+/// Copies every key of the source that moves to its target by the default [`Transfer`]
+/// (`DUMP`/`RESTORE`); see [`copy_with`].
 ///
 /// # Errors
 /// See [`copy_with`].
 pub async fn copy(job: &Job) -> Result<Report, MigrateError> {
-    copy_with(job, Transfer::Migrate).await
+    copy_with(job, Transfer::default()).await
 }
 
 /// Copies every key of the source that moves to its target, by `transfer`, and returns the run's

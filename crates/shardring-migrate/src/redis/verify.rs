@@ -1,10 +1,20 @@
-//! The digest of a key's value on one server, for comparing a copy with its source.
+//! Comparing a copy with its source: each key's value and expiry as both servers hold them.
 //!
-//! One `EVALSHA` per batch and server (the script loaded once per connection, loaded again on
-//! `NOSCRIPT`): for each key of `KEYS`, a SHA-1 of its type and a canonical serialisation of its
-//! contents, its `PTTL`, and (when `ARGV[1]` is `1`) its `MEMORY USAGE … SAMPLES 0` for the rate
-//! limit. Canonical means independent of the server's internal encoding and iteration order, so a
-//! value built by dual writes compares equal to the same value restored from a dump:
+//! Two readings, the cheap one first:
+//!
+//! - [`dumps`]: `DUMP` and `PTTL` of each key, pipelined. Native commands, about a microsecond a
+//!   small key on the server, where the digest script below costs five to six (its `EVALSHA` holds
+//!   the server ~130 µs for 20 keys of 32 bytes: BENCHMARKS.md, "migrate: where the servers' time
+//!   goes"); each reading of a verify pass is a pause of a live server. Two equal dumps are the same
+//!   value. Two different ones need not be different values: a dump is the server's encoding of
+//!   the value (a small hash the source holds as a hashtable since it once grew is restored as a
+//!   listpack), so
+//! - [`digests`], where both dumps exist and differ ([`compare`] and [`settle`] do this): one
+//!   `EVALSHA` per batch and server (the script loaded once per connection, loaded again on
+//!   `NOSCRIPT`): for each key of `KEYS`, a SHA-1 of its type and a canonical serialisation of its
+//!   contents, its `PTTL`, and (when `ARGV[1]` is `1`) its `MEMORY USAGE … SAMPLES 0`. Canonical
+//!   means independent of the server's internal encoding and iteration order, so a value built by
+//!   dual writes compares equal to the same value restored from a dump:
 //!
 //! - string: its bytes; list: `LRANGE 0 -1`; sorted set: `ZRANGE 0 -1 WITHSCORES` (ordered by
 //!   score, then member);
@@ -15,8 +25,8 @@
 //! - any other type (modules): its `DUMP`.
 //!
 //! Each element is written as `length:bytes`, so no two different values serialise alike. The whole
-//! value is read inside the script: a key of millions of elements blocks its server for the time of
-//! that read (as `DUMP` would).
+//! value is read, by either reading: a key of millions of elements blocks its server for the time of
+//! that read, and its dump travels to this command.
 //!
 //! A key's digest is computed under `pcall`: an error on one key (a module type whose `DUMP` fails…)
 //! comes back as that key's error, not as the batch's.
@@ -94,11 +104,12 @@ return out
 /// One key as one server holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Digest {
-    /// The SHA-1 of its type and contents; `None`: no such key.
+    /// Its dump ([`dumps`]), or the SHA-1 of its type and contents ([`digests`]); `None`: no such
+    /// key. Two readings compare only when both are of the same kind.
     pub value: Option<Vec<u8>>,
     /// Its `PTTL` (-1: no expiry).
     pub pttl: i64,
-    /// `MEMORY USAGE` when asked for, else 0.
+    /// The dump's length ([`dumps`]); `MEMORY USAGE` when asked for ([`digests`]); else 0.
     pub bytes: u64,
     /// Why the server could not digest it.
     pub error: Option<String>,
@@ -164,6 +175,96 @@ pub async fn digests(
             }
         }
     }
+}
+
+/// `DUMP` and `PTTL` of each of `keys` on `conn`'s server, pipelined: a [`Digest`] whose value is
+/// the dump itself and whose `bytes` is its length (see the module's documentation).
+///
+/// # Errors
+/// When the server fails; a key it refuses to dump is that key's error.
+pub async fn dumps(conn: &mut Conn, keys: &[&[u8]]) -> Result<Vec<Digest>, MigrateError> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut p = Pipeline::new();
+    for k in keys {
+        p.cmd(&[&b"DUMP"[..], k]);
+        p.cmd(&[&b"PTTL"[..], k]);
+    }
+    let replies = conn.run(&p).await?;
+    replies
+        .chunks_exact(2)
+        .map(|pair| {
+            let [dump, pttl] = pair else {
+                return Err(conn.refused("DUMP/PTTL: a reply is missing"));
+            };
+            let (value, error) = match dump {
+                Reply::Bulk(v) => (Some(v.clone()), None),
+                Reply::Nil => (None, None),
+                Reply::Error(e) => (None, Some(format!("DUMP: {e}"))),
+                other => return Err(conn.refused(format!("DUMP answered {other:?}"))),
+            };
+            let pttl = pttl
+                .integer()
+                .ok_or_else(|| conn.refused(format!("PTTL answered {pttl:?}")))?;
+            Ok(Digest {
+                bytes: value.as_ref().map_or(0, |v| v.len() as u64),
+                value,
+                pttl,
+                error,
+            })
+        })
+        .collect()
+}
+
+/// `keys` read on the source and the target at once, comparable key by key: their dumps, or where
+/// both dumps exist and differ, both sides' digests ([`settle`]).
+///
+/// # Errors
+/// When a server fails, or the script does.
+pub async fn compare(
+    source: &mut Conn,
+    target: &mut Conn,
+    keys: &[&[u8]],
+) -> Result<(Vec<Digest>, Vec<Digest>), MigrateError> {
+    let (src, dst) = tokio::join!(dumps(source, keys), dumps(target, keys));
+    let (mut src, mut dst) = (src?, dst?);
+    settle(source, target, keys, &mut src, &mut dst).await?;
+    Ok((src, dst))
+}
+
+/// Where both sides have a key and their dumps differ, replaces both readings with the digest
+/// script's (read on both at once): the dumps may be one value in two encodings. A key whose
+/// dumps are equal, or that one side lacks, keeps its readings.
+///
+/// # Errors
+/// When a server fails, or the script does.
+pub async fn settle(
+    source: &mut Conn,
+    target: &mut Conn,
+    keys: &[&[u8]],
+    src: &mut [Digest],
+    dst: &mut [Digest],
+) -> Result<(), MigrateError> {
+    let differ: Vec<usize> = (0..keys.len())
+        .filter(|&i| {
+            let (s, d) = (&src[i], &dst[i]);
+            s.value.is_some() && d.value.is_some() && s.value != d.value
+        })
+        .collect();
+    if differ.is_empty() {
+        return Ok(());
+    }
+    let which: Vec<&[u8]> = differ.iter().map(|&i| keys[i]).collect();
+    let (s, d) = tokio::join!(
+        digests(source, &which, false),
+        digests(target, &which, false)
+    );
+    for ((i, s), d) in differ.into_iter().zip(s?).zip(d?) {
+        src[i] = s;
+        dst[i] = d;
+    }
+    Ok(())
 }
 
 /// One key's three values.

@@ -102,11 +102,13 @@ pub struct Args {
     /// Copy, then stop before the cut-over (the proxies keep dual-writing).
     #[arg(long)]
     copy_only: bool,
-    /// How Redis keys travel: `migrate` (MIGRATE … COPY REPLACE from the source to the target,
-    /// which must reach each other at the files' addresses with the pool's password) or
-    /// `dump-restore` (DUMP on the source, RESTORE … ABSTTL on the target through this command;
-    /// the servers' clocks must agree within a second or two for the TTLs).
-    #[arg(long, value_enum, default_value_t = Transfer::Migrate)]
+    /// How Redis keys travel: `dump-restore` (DUMP on the source, RESTORE … REPLACE on the target
+    /// through this command, the TTL relative: no clock needs to agree; it holds the source only
+    /// for the dumps) or `migrate` (MIGRATE … COPY REPLACE from the source to the target, which
+    /// must reach each other at the files' addresses with the pool's password; it holds the source
+    /// until the target has restored each batch, but the values do not travel through this
+    /// command: for a run far from the servers).
+    #[arg(long, value_enum, default_value_t = Transfer::DumpRestore)]
     transfer: Transfer,
     /// This command's CPU priority, as `nice` takes it (0 to 19; 0: as started). By default 10: on a
     /// machine it shares with servers or proxies, the copy yields the CPU to them rather than
@@ -135,7 +137,7 @@ fn default_batch(rate: u64) -> usize {
 enum Transfer {
     /// MIGRATE … COPY REPLACE KEYS.
     Migrate,
-    /// DUMP, then RESTORE … REPLACE ABSTTL.
+    /// DUMP, then RESTORE … REPLACE.
     DumpRestore,
 }
 
