@@ -524,7 +524,9 @@ async fn unix_sockets_work_with_dump_restore_and_migrate_says_it_needs_tcp() {
     assert_eq!(r.copied, 1, "{r:?}");
     assert_same(&mut ca, &mut cb, "k0").await;
     cmd(&mut ca, &["SET", "k2", "v"]).await;
-    let e = redis::copy(&job(sa, sb)).await.unwrap_err();
+    let e = redis::copy_with(&job(sa, sb), Transfer::Migrate)
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("TCP"), "{e}");
     drop((a, b));
 }
