@@ -15,6 +15,8 @@ import time
 import uuid
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 
 def run(r, prefix):
@@ -162,13 +164,16 @@ def proxy_only(port, pool_ports, kwargs):
         sys.exit("a refused transaction wrote keys")
     if not r.ping():
         sys.exit("the client is unusable after a refused transaction")
-    # Clients that leave while blocked or watching: their server connections go too.
+    # Clients that leave while blocked or watching: their server connections go too. No retries:
+    # redis-py 6 and later retry a command whose connection dropped (three times by default), so a
+    # leaver's BLPOP would come back on a new connection after its disconnect, a client that stayed.
     leavers = []
+    once = Retry(NoBackoff(), 0)
     for i in range(4):
-        c = redis.Redis(host="127.0.0.1", port=port, **kwargs)
+        c = redis.Redis(host="127.0.0.1", port=port, retry=once, **kwargs)
         leavers.append(c)
         threading.Thread(target=lambda c=c, i=i: swallow(c.blpop, f"{{gone}}:{i}", 0), daemon=True).start()
-    w = redis.Redis(host="127.0.0.1", port=port, **kwargs)
+    w = redis.Redis(host="127.0.0.1", port=port, retry=once, **kwargs)
     wp = w.pipeline()
     wp.watch("{gone}:w")
     leavers.append(w)

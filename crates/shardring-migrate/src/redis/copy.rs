@@ -16,13 +16,14 @@
 //!
 //! So every copy replaces (`REPLACE`: the source's value wins over whatever dual writes built), and
 //! every copy is checked afterwards: the value (its dump, or where the dumps differ a canonical
-//! digest) and the expiry on both servers (see [`super::verify`]). A key that differs and exists on the source is copied again; one missing on
-//! the source is unlinked from the target. The keys acted on are verified again in the next pass,
-//! until a pass finds them equal (an unlinked key too: if the difference was a dual write in flight,
-//! the source has the key by the next pass and it is copied); after [`MAX_PASSES`] a key still
-//! different is counted failed and logged. A race can only happen while a write is in flight, so a
-//! pass after the write lands finds the two sides equal; the passes after the second wait a little
-//! longer each time for the in-flight writes to land.
+//! digest) and the expiry on both servers (see [`super::verify`]). A key that differs and exists on
+//! the source is copied again; one missing on the source is unlinked from the target. The keys
+//! acted on are verified again in the next pass, until a pass finds them equal (an unlinked key
+//! too: if the difference was a dual write in flight, the source has the key by the next pass and
+//! it is copied); after [`MAX_PASSES`] a key still different is counted failed and logged. A race
+//! can only happen while a write is in flight, so a pass after the write lands finds the two sides
+//! equal; the passes after the second wait a little longer each time for the in-flight writes to
+//! land.
 //!
 //! The first pass verifies before any copy: on a rerun (or a target dual writes already completed)
 //! the keys already equal are left alone (`skipped`), only missing or different ones are copied.
