@@ -27,8 +27,9 @@
 //!
 //! The first pass verifies before any copy: on a rerun (or a target dual writes already completed)
 //! the keys already equal are left alone (`skipped`), only missing or different ones are copied.
-//! That costs one source digest per key on a first run, where an `EXISTS` probe on the target would
-//! cost the same round trip and still need a digest for the keys it finds.
+//! That costs one reading of the target per key on a first run (a `DUMP` of a key it lacks is a
+//! nil), where an `EXISTS` probe would cost the same round trip and still need a reading of the keys
+//! it finds.
 //!
 //! # Tallies (per moving key, exactly one outcome)
 //!
@@ -80,7 +81,8 @@ pub enum Transfer {
 struct State {
     /// This run wrote it at least once.
     written: bool,
-    /// Its size on the source, from the last digest.
+    /// Its size on the source (`MEMORY USAGE`, read by the first pass for `MIGRATE`'s rate limit
+    /// and byte tally; `DUMP`/`RESTORE` counts the dump's length instead).
     bytes: u64,
 }
 

@@ -12,7 +12,7 @@
 //! - [`digests`], where both dumps exist and differ ([`compare`] and [`settle`] do this): one
 //!   `EVALSHA` per batch and server (the script loaded once per connection, loaded again on
 //!   `NOSCRIPT`): for each key of `KEYS`, a SHA-1 of its type and a canonical serialisation of its
-//!   contents, its `PTTL`, and (when `ARGV[1]` is `1`) its `MEMORY USAGE … SAMPLES 0`. Canonical
+//!   contents, and its `PTTL`. Canonical
 //!   means independent of the server's internal encoding and iteration order, so a value built by
 //!   dual writes compares equal to the same value restored from a dump:
 //!
@@ -89,13 +89,9 @@ for _, k in ipairs(KEYS) do
   if not ok then
     out[#out + 1] = '!' .. tostring(type(d) == 'table' and d.err or d)
     out[#out + 1] = -2
-    out[#out + 1] = 0
   else
     out[#out + 1] = d
     out[#out + 1] = redis.call('PTTL', k)
-    local size = 0
-    if d and ARGV[1] == '1' then size = redis.call('MEMORY', 'USAGE', k, 'SAMPLES', '0') or 0 end
-    out[#out + 1] = size
   end
 end
 return out
@@ -109,8 +105,6 @@ pub struct Digest {
     pub value: Option<Vec<u8>>,
     /// Its `PTTL` (-1: no expiry).
     pub pttl: i64,
-    /// The dump's length ([`dumps`]); `MEMORY USAGE` when asked for ([`digests`]); else 0.
-    pub bytes: u64,
     /// Why the server could not digest it.
     pub error: Option<String>,
 }
@@ -127,15 +121,11 @@ impl Digest {
     }
 }
 
-/// The digests of `keys` on `conn`'s server, in order; with `sizes`, their `MEMORY USAGE` too.
+/// The digests of `keys` on `conn`'s server, in order.
 ///
 /// # Errors
 /// When the server fails, or the script as a whole does.
-pub async fn digests(
-    conn: &mut Conn,
-    keys: &[&[u8]],
-    sizes: bool,
-) -> Result<Vec<Digest>, MigrateError> {
+pub async fn digests(conn: &mut Conn, keys: &[&[u8]]) -> Result<Vec<Digest>, MigrateError> {
     if keys.is_empty() {
         return Ok(Vec::new());
     }
@@ -149,7 +139,6 @@ pub async fn digests(
         let mut args: Vec<&[u8]> = Vec::with_capacity(keys.len() + 4);
         args.extend([&b"EVALSHA"[..], sha.as_bytes(), nkeys.as_bytes()]);
         args.extend_from_slice(keys);
-        args.push(if sizes { b"1" } else { b"0" });
         let mut p = Pipeline::new();
         p.cmd(&args);
         let reply = conn.run(&p).await?.pop().unwrap_or(Reply::Nil);
@@ -159,9 +148,9 @@ pub async fn digests(
                 reloaded = true;
             }
             Reply::Error(e) => return Err(conn.refused(format!("the digest script failed: {e}"))),
-            Reply::Array(items) if items.len() == keys.len() * 3 => {
+            Reply::Array(items) if items.len() == keys.len() * 2 => {
                 return items
-                    .chunks_exact(3)
+                    .chunks_exact(2)
                     .map(|c| {
                         decode(c).ok_or_else(|| conn.refused(format!("digest script reply {c:?}")))
                     })
@@ -178,7 +167,7 @@ pub async fn digests(
 }
 
 /// `DUMP` and `PTTL` of each of `keys` on `conn`'s server, pipelined: a [`Digest`] whose value is
-/// the dump itself and whose `bytes` is its length (see the module's documentation).
+/// the dump itself (see the module's documentation).
 ///
 /// # Errors
 /// When the server fails; a key it refuses to dump is that key's error.
@@ -207,12 +196,7 @@ pub async fn dumps(conn: &mut Conn, keys: &[&[u8]]) -> Result<Vec<Digest>, Migra
             let pttl = pttl
                 .integer()
                 .ok_or_else(|| conn.refused(format!("PTTL answered {pttl:?}")))?;
-            Ok(Digest {
-                bytes: value.as_ref().map_or(0, |v| v.len() as u64),
-                value,
-                pttl,
-                error,
-            })
+            Ok(Digest { value, pttl, error })
         })
         .collect()
 }
@@ -256,10 +240,7 @@ pub async fn settle(
         return Ok(());
     }
     let which: Vec<&[u8]> = differ.iter().map(|&i| keys[i]).collect();
-    let (s, d) = tokio::join!(
-        digests(source, &which, false),
-        digests(target, &which, false)
-    );
+    let (s, d) = tokio::join!(digests(source, &which), digests(target, &which));
     for ((i, s), d) in differ.into_iter().zip(s?).zip(d?) {
         src[i] = s;
         dst[i] = d;
@@ -267,28 +248,24 @@ pub async fn settle(
     Ok(())
 }
 
-/// One key's three values.
+/// One key's two values.
 fn decode(c: &[Reply]) -> Option<Digest> {
-    let [value, pttl, bytes] = c else { return None };
+    let [value, pttl] = c else { return None };
     let pttl = pttl.integer()?;
-    let bytes = u64::try_from(bytes.integer()?).unwrap_or(0);
     Some(match value {
         Reply::Nil => Digest {
             value: None,
             pttl,
-            bytes,
             error: None,
         },
         Reply::Bulk(v) if v.first() == Some(&b'!') => Digest {
             value: None,
             pttl,
-            bytes,
             error: Some(String::from_utf8_lossy(&v[1..]).into_owned()),
         },
         Reply::Bulk(v) => Digest {
             value: Some(v.clone()),
             pttl,
-            bytes,
             error: None,
         },
         _ => return None,
@@ -316,7 +293,6 @@ mod tests {
         Digest {
             value: value.map(|v| v.as_bytes().to_vec()),
             pttl,
-            bytes: 0,
             error: None,
         }
     }
@@ -332,8 +308,8 @@ mod tests {
     }
 
     #[test]
-    fn decodes_a_keys_three_values() {
-        let r = |v: Reply| decode(&[v, Reply::Integer(-1), Reply::Integer(56)]);
+    fn decodes_a_keys_two_values() {
+        let r = |v: Reply| decode(&[v, Reply::Integer(-1)]);
         assert_eq!(r(Reply::Nil).unwrap().value, None);
         assert_eq!(
             r(Reply::Bulk(b"ab".to_vec())).unwrap().value,
