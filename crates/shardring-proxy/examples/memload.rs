@@ -22,6 +22,13 @@
 //! soon as the last reply arrived: as fast as the machine goes, so any CPU taken from the proxy
 //! or the servers shows as latency. With a rate the JSON line also carries `"rate":N`.
 //!
+//! With `MEMLOAD_TOGGLE=PID` (and `MEMLOAD_SLICE=S`, 1 s by default) the run is cut into slices of
+//! S seconds, and process PID is stopped (SIGSTOP) in the slices 0, 3, 4, 7, 8… and running
+//! (SIGCONT) in 1, 2, 5, 6… (ABBA: a drift of the machine hits both alike), and left running at
+//! the end. Each request counts in the slice it was due in; the JSON line then also carries each
+//! slice's p99, `"paused_p99s":[…]` and `"running_p99s":[…]`: what the process costs the load,
+//! told apart from the machine's drift by slices seconds apart instead of runs minutes apart.
+//!
 //! With `MEMLOAD_TLS_CA=ca.pem` every connection is a TLS one, the server's certificate checked
 //! against that CA for the name `127.0.0.1` (connections are made before the timed loop, so the
 //! handshakes are not in the figures).
@@ -214,6 +221,33 @@ fn pace(
     }
 }
 
+/// Whether slice `k` of a toggled run has the process stopped (ABBA: stopped, running, running,
+/// stopped, …).
+fn stopped_in(k: u32) -> bool {
+    matches!(k % 4, 0 | 3)
+}
+
+/// `MEMLOAD_TOGGLE`'s thread: stops and continues `pid` at each slice's start, then continues it.
+fn toggle(pid: rustix::process::Pid, started: Instant, slice: Duration, stop: &AtomicBool) {
+    use rustix::process::{kill_process, Signal};
+    let mut k: u32 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let signal = if stopped_in(k) {
+            Signal::STOP
+        } else {
+            Signal::CONT
+        };
+        // A process that has exited cannot be toggled: the slices still count.
+        let _ = kill_process(pid, signal);
+        k += 1;
+        let next = started + slice * k;
+        while !stop.load(Ordering::Relaxed) && Instant::now() < next {
+            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(50)));
+        }
+    }
+    let _ = kill_process(pid, Signal::CONT);
+}
+
 fn percentile(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
         return 0;
@@ -364,8 +398,19 @@ async fn main() {
     let rate: Option<f64> = std::env::var("MEMLOAD_RATE")
         .ok()
         .map(|r| r.parse().expect("MEMLOAD_RATE: round trips a second"));
+    let toggled: Option<rustix::process::Pid> = std::env::var("MEMLOAD_TOGGLE").ok().map(|p| {
+        rustix::process::Pid::from_raw(p.parse().expect("MEMLOAD_TOGGLE: a process id"))
+            .expect("MEMLOAD_TOGGLE: a process id above 0")
+    });
+    let slice = Duration::from_secs_f64(
+        std::env::var("MEMLOAD_SLICE").map_or(1.0, |s| s.parse().expect("MEMLOAD_SLICE: seconds")),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
+    let toggler = toggled.map(|pid| {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || toggle(pid, started, slice, &stop))
+    });
     // Open loop: each connection takes the times its round trips are due from a channel.
     let mut schedules: Vec<Option<tokio::sync::mpsc::UnboundedReceiver<Instant>>> =
         (0..conns).map(|_| None).collect();
@@ -413,25 +458,56 @@ async fn main() {
                     Err(e) => panic!("connection failed: {e}"),
                 }
                 last_reply = Instant::now();
-                lat.push(u32::try_from((last_reply - t).as_micros()).unwrap_or(u32::MAX));
+                let k = ((t - started).as_secs_f64() / slice.as_secs_f64()) as u32;
+                lat.push((
+                    u32::try_from((last_reply - t).as_micros()).unwrap_or(u32::MAX),
+                    k,
+                ));
             }
             (lat, errors)
         }));
     }
     tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
     stop.store(true, Ordering::Relaxed);
-    let mut all = Vec::new();
+    let mut samples = Vec::new();
     let mut errors = 0;
     for t in tasks {
         let (lat, e) = t.await.expect("task");
-        all.extend(lat);
+        samples.extend(lat);
         errors += e;
     }
+    if let Some(t) = toggler {
+        t.join().expect("toggle thread");
+    }
     let elapsed = started.elapsed().as_secs_f64();
+    let mut all: Vec<u32> = samples.iter().map(|&(l, _)| l).collect();
     all.sort_unstable();
     let rate = rate.map_or(String::new(), |r| format!("\"rate\":{r},"));
+    let slices = if toggled.is_some() {
+        // Whole slices only: the last one, cut short by the end of the run, is left out.
+        let whole = (elapsed / slice.as_secs_f64()) as u32;
+        let mut by_slice: Vec<Vec<u32>> = vec![Vec::new(); whole as usize];
+        for &(l, k) in &samples {
+            if let Some(v) = by_slice.get_mut(k as usize) {
+                v.push(l);
+            }
+        }
+        let (mut paused, mut running) = (Vec::new(), Vec::new());
+        for (k, mut v) in by_slice.into_iter().enumerate() {
+            v.sort_unstable();
+            let p99 = percentile(&v, 0.99);
+            if stopped_in(k as u32) {
+                paused.push(p99);
+            } else {
+                running.push(p99);
+            }
+        }
+        format!(",\"paused_p99s\":{paused:?},\"running_p99s\":{running:?}")
+    } else {
+        String::new()
+    };
     println!(
-        "{{{rate}\"op\":\"{label}\",\"conns\":{conns},\"seconds\":{elapsed:.3},\"requests\":{},\"errors\":{errors},\"rps\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{}}}",
+        "{{{rate}\"op\":\"{label}\",\"conns\":{conns},\"seconds\":{elapsed:.3},\"requests\":{},\"errors\":{errors},\"rps\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{}{slices}}}",
         all.len() * per_trip,
         (all.len() * per_trip) as f64 / elapsed,
         percentile(&all, 0.50),
