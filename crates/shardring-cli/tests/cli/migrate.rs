@@ -514,6 +514,11 @@ fn a_dry_run_prints_the_plan_and_changes_nothing() {
         "{stdout}"
     );
     assert!(stdout.contains("total: "), "{stdout}");
+    // The two that stay lose no hash range: not scanned; the one that leaves is.
+    let whole = stdout.matches("keeps every key (none of its hash ranges moves: not scanned)");
+    assert_eq!(whole.count(), 2, "{stdout}");
+    assert!(stdout.contains("(leaves): "), "{stdout}");
+    assert!(stdout.contains("keys scanned move"), "{stdout}");
     assert_eq!(std::fs::read_to_string(&fleet.files[0]).unwrap(), before);
     // Another hash moves nearly every key: refused without --all-keys.
     std::fs::write(
@@ -572,6 +577,9 @@ fn with_etcd_the_proxies_register_dual_write_and_cut_over_together() {
             "alpha",
             "--confirm-timeout",
             "20",
+            // As `Fleet::migrate`: at the tests' own CPU priority.
+            "--nice",
+            "0",
             "-c",
         ])
         .arg(&fleet.files[0])

@@ -25,11 +25,17 @@
 //! equal; the passes after the second wait a little longer each time for the in-flight writes to
 //! land.
 //!
-//! The first pass verifies before any copy: on a rerun (or a target dual writes already completed)
-//! the keys already equal are left alone (`skipped`), only missing or different ones are copied.
-//! That costs one reading of the target per key on a first run (a `DUMP` of a key it lacks is a
-//! nil), where an `EXISTS` probe would cost the same round trip and still need a reading of the keys
-//! it finds.
+//! The first pass must not overwrite a key the target already holds without comparing it first: on
+//! a rerun (or a target dual writes already completed) the keys already equal are left alone
+//! (`skipped`), only missing or different ones are copied.
+//!
+//! - `DUMP`/`RESTORE` restores without `REPLACE` in the first pass: a key the target lacks (every
+//!   key of a first run, bar the few dual writes reached first) is written with no reading of the
+//!   target at all; one it holds is refused (`BUSYKEY`), written nothing, and compared in the next
+//!   pass like any other. A rerun so reads the source once more than it must; a first run saves a
+//!   pipeline of `DUMP`s and `PTTL`s on the target per batch (two commands a key of its five).
+//! - `MIGRATE` cannot (one `BUSYKEY` fails the whole batch): its first pass reads the target first
+//!   (a `DUMP` of a key it lacks is a nil) and the source only for the keys the target has.
 //!
 //! # Tallies (per moving key, exactly one outcome)
 //!
@@ -74,6 +80,15 @@ pub enum Transfer {
     /// the dumps, where `MIGRATE` holds it until the target has restored the batch: the default.
     #[default]
     DumpRestore,
+}
+
+/// Whether a `RESTORE` may overwrite what the target holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restore {
+    /// `REPLACE`: the source's value wins (every copy after the first pass's).
+    Replace,
+    /// Refused (`BUSYKEY`) where the target holds the key: the first pass's, before any comparison.
+    IfAbsent,
 }
 
 /// One key of a batch in flight.
@@ -169,6 +184,15 @@ impl Engine {
             if pass >= 2 {
                 tokio::time::sleep(Duration::from_millis(5 * pass as u64)).await;
             }
+            if pass == 0 && self.transfer == Transfer::DumpRestore {
+                let (written, held) = self.dump_restore(t, keys, &todo, Restore::IfAbsent).await?;
+                for &i in &written {
+                    state[i].written = true;
+                }
+                todo = written;
+                todo.extend(held);
+                continue;
+            }
             let batch: Vec<&[u8]> = todo.iter().map(|&i| keys[i].as_slice()).collect();
             let (src, dst) = self.read_pass(t, &batch, pass == 0).await?;
             let (mut copy, mut unlink) = (Vec::new(), Vec::new());
@@ -242,11 +266,11 @@ impl Engine {
     /// One pass's reading of `batch` on the source and target `t` ([`compare`]): the source's
     /// readings (`None`: not read), the target's, and the keys' sizes on the source (0: not read).
     ///
-    /// The first pass reads the target first (with, for `MIGRATE`, the source's `MEMORY USAGE` for
-    /// the rate limit and the byte tally, at the same time), and reads on the source only the keys
-    /// the target has: a key it lacks is copied either way, and the source is the busiest server of
-    /// a run (every key of a batch is scanned, read and serialised there). Later passes read both
-    /// sides at once.
+    /// `MIGRATE`'s first pass (`DUMP`/`RESTORE` has none: it restores without `REPLACE` instead)
+    /// reads the target first (with the source's `MEMORY USAGE` for the rate limit and the byte
+    /// tally, at the same time), and reads on the source only the keys the target has: a key it
+    /// lacks is copied either way, and the source is the busiest server of a run (every key of a
+    /// batch is scanned, read and serialised there). Later passes read both sides at once.
     async fn read_pass(
         &mut self,
         t: usize,
@@ -336,7 +360,9 @@ impl Engine {
                 Progress::add(&self.job.progress.bytes, written);
                 Ok(ok)
             }
-            Transfer::DumpRestore => self.dump_restore(t, keys, which).await,
+            Transfer::DumpRestore => {
+                Ok(self.dump_restore(t, keys, which, Restore::Replace).await?.0)
+            }
         }
     }
 
@@ -404,8 +430,9 @@ impl Engine {
         }
     }
 
-    /// `PTTL` + `DUMP` of `which` on the source, `RESTORE … REPLACE` on target `t`: the indexes
-    /// restored or gone on the source (the next pass tells), the others counted failed.
+    /// `PTTL` + `DUMP` of `which` on the source, `RESTORE` on target `t` (`mode`): the indexes
+    /// restored or gone on the source (the next pass tells), and those the target already held
+    /// ([`Restore::IfAbsent`]: nothing written, to be compared); the others are counted failed.
     ///
     /// The expiry travels as `MIGRATE` sends it, relative: the `PTTL` read less the time since the
     /// read was sent (the rate limit's wait included), so the copy never outlives its source and
@@ -415,7 +442,8 @@ impl Engine {
         t: usize,
         keys: &[Vec<u8>],
         which: &[usize],
-    ) -> Result<Vec<usize>, MigrateError> {
+        mode: Restore,
+    ) -> Result<(Vec<usize>, Vec<usize>), MigrateError> {
         let mut p = Pipeline::new();
         for &i in which {
             p.cmd(&[&b"PTTL"[..], &keys[i]]);
@@ -452,7 +480,7 @@ impl Engine {
             dumped.push((i, ttl, payload));
         }
         if dumped.is_empty() {
-            return Ok(ok);
+            return Ok((ok, Vec::new()));
         }
         if let Some(rate) = &self.job.rate {
             rate.acquire(dumped.len() as u64, bytes).await;
@@ -472,30 +500,34 @@ impl Engine {
                 ms => ms - since_read,
             }
             .to_string();
-            restore.cmd(&[
-                &b"RESTORE"[..],
-                &keys[i],
-                ttl.as_bytes(),
-                payload,
-                b"REPLACE",
-            ]);
-            sent.push(i);
+            let mut args = vec![&b"RESTORE"[..], &keys[i], ttl.as_bytes(), payload];
+            if mode == Restore::Replace {
+                args.push(b"REPLACE");
+            }
+            restore.cmd(&args);
+            sent.push((i, payload.len() as u64));
         }
+        let mut held = Vec::new();
         if restore.is_empty() {
-            return Ok(ok);
+            return Ok((ok, held));
         }
         let replies = self.target(t).await?.run(&restore).await?;
-        for (&i, r) in sent.iter().zip(&replies) {
+        let mut written_bytes = 0;
+        for (&(i, size), r) in sent.iter().zip(&replies) {
             match r.error() {
-                None => ok.push(i),
+                None => {
+                    ok.push(i);
+                    written_bytes += size;
+                }
+                Some(e) if mode == Restore::IfAbsent && e.starts_with("BUSYKEY") => held.push(i),
                 Some(e) => {
                     let e = format!("RESTORE on {}: {e}", self.job.targets[t].name);
                     self.refused(&keys[i], &e);
                 }
             }
         }
-        Progress::add(&self.job.progress.bytes, bytes);
-        Ok(ok)
+        Progress::add(&self.job.progress.bytes, written_bytes);
+        Ok((ok, held))
     }
 }
 

@@ -19,6 +19,7 @@
 mod etcd;
 mod files;
 mod plan;
+mod priority;
 mod progress;
 mod proxies;
 
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use priority::Priority;
 use shardring_etcd::layout::DEFAULT_PREFIX;
 use shardring_migrate::{Job, Progress, RateLimit, Report, Survey};
 use shardring_proxy::{PoolConfig, ProxyConfig};
@@ -110,17 +112,18 @@ pub struct Args {
     /// command: for a run far from the servers).
     #[arg(long, value_enum, default_value_t = Transfer::DumpRestore)]
     transfer: Transfer,
-    /// This command's CPU priority, as `nice` takes it (0 to 19; 0: as started). By default 10: on a
-    /// machine it shares with servers or proxies, the copy yields the CPU to them rather than
-    /// taking it from the live traffic; on an idle one it changes nothing.
-    #[arg(long, default_value_t = DEFAULT_NICE, value_name = "N",
-          value_parser = clap::value_parser!(i32).range(0..=19))]
-    nice: i32,
+    /// This command's CPU priority: `idle` (the default; Linux's idle class, `chrt --idle`: the copy
+    /// runs on CPU time nothing else wants and never cuts in front of a server, a proxy or their
+    /// clients when it wakes), or a nice value from 0 (as started) to 19, which only lowers its
+    /// share. On a machine with no idle CPU at all the idle class slows the copy far below
+    /// `--rate`: pass a nice value there.
+    #[arg(long, default_value_t = DEFAULT_NICE, value_name = "idle|N")]
+    nice: Priority,
 }
 
-/// The default `--nice`: the copy is background work (BENCHMARKS.md, "migrate: live latency during a
-/// copy", has the live p99 with 0, 10 and 19).
-const DEFAULT_NICE: i32 = 10;
+/// The default `--nice`: the copy is background work (BENCHMARKS.md, "migrate: the copy in the idle
+/// CPU class", has the live p99 with `idle` and 10).
+const DEFAULT_NICE: Priority = Priority::Idle;
 
 /// The default `--batch` for `--rate` keys a second: a hundredth of it, 10 to 100 (each batch is one
 /// pause of the servers for the live traffic, so a slow copy takes short ones), or 500 when
@@ -163,11 +166,8 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 
 /// Runs the migration.
 pub fn run(args: Args) -> Result<()> {
-    if args.nice > 0 {
-        // Before the runtime's threads start: Linux keeps a priority per thread, and new threads
-        // take their creator's.
-        rustix::process::nice(args.nice).context("lowering the CPU priority (--nice)")?;
-    }
+    // Before the runtime's threads start: they take their creator's.
+    args.nice.apply()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

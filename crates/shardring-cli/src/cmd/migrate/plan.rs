@@ -2,10 +2,11 @@
 //! (nutcracker's hash, hash tag, distribution, weights and names), and one copy job per server of
 //! the pool now, whose route sends each key it owns now to its owner next.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use shardring::compat::twemproxy::TwemproxyServer;
+use shardring::compat::twemproxy::{ketama_ring, Distribution, TwemproxyServer};
 use shardring::Placement;
 use shardring_migrate::{Endpoint, Job, Survey};
 use shardring_proxy::PoolConfig;
@@ -73,7 +74,45 @@ impl Change {
         }
     }
 
-    /// One copy job per server now: its keys whose owner next is another server go there.
+    /// For each server now, whether any key it owns now can be owned by another server next.
+    ///
+    /// With `ketama` and the same hash and hash tag on both sides, a server keeps every key when no
+    /// hash range of its changes owner (the plan `ring --diff` prints) and it keeps its address: a
+    /// server that stays in a removal, say, loses nothing, and its keys need not even be scanned
+    /// (a scan of a whole server at full speed is a burst of pauses its live clients wait out).
+    /// Otherwise (`modula`, or new placement rules) any server may lose keys.
+    pub fn may_lose_keys(&self) -> Vec<bool> {
+        let (a, b) = (self.now.placement_spec(), self.next.placement_spec());
+        let all = vec![true; self.now.servers.len()];
+        if !a.same_rules(&b) || a.distribution != Distribution::Ketama {
+            return all;
+        }
+        let ring = |pool: &PoolConfig| ketama_ring(&pool.servers, pool.hash, pool.hash_tag);
+        let (Ok(now), Ok(next)) = (ring(&self.now), ring(&self.next)) else {
+            return all;
+        };
+        let moving: HashSet<String> = now
+            .migration_to(&next)
+            .into_iter()
+            .filter_map(|m| m.from)
+            .collect();
+        self.now
+            .servers
+            .iter()
+            .map(|s| {
+                let name = s.display_name();
+                let stays_put = self
+                    .next
+                    .servers
+                    .iter()
+                    .any(|n| n.display_name() == name && n.same_address(s));
+                !stays_put || moving.contains(&name)
+            })
+            .collect()
+    }
+
+    /// One copy job per server now that may lose keys ([`Change::may_lose_keys`]): its keys whose
+    /// owner next is another server go there.
     ///
     /// # Errors
     /// When a placement cannot be built (`distribution: random` places no key reproducibly).
@@ -105,11 +144,13 @@ impl Change {
             .iter()
             .map(|s| endpoint(s, &self.now))
             .collect();
+        let loses = self.may_lose_keys();
         let jobs = self
             .now
             .servers
             .iter()
             .enumerate()
+            .filter(|&(source, _)| loses[source])
             .map(|(source, server)| {
                 let (now, next) = (Arc::clone(&now), Arc::clone(&next));
                 // The next server at the source's own address (if it stays): its keys stay.
@@ -171,7 +212,16 @@ pub(super) fn print(change: &Change, jobs: &[Job], surveys: &[Survey]) -> (u64, 
         change.next.placement_spec().digest(),
     );
     let (mut all, mut moving, mut moving_bytes) = (0u64, 0u64, 0u64);
-    for (job, survey) in jobs.iter().zip(surveys) {
+    for server in &change.now.servers {
+        let name = server.display_name();
+        let Some((job, survey)) = jobs
+            .iter()
+            .zip(surveys)
+            .find(|(j, _)| j.source.name == name)
+        else {
+            println!("  {name}: keeps every key (none of its hash ranges moves: not scanned)");
+            continue;
+        };
         let n: u64 = survey.moving.iter().sum();
         let b: u64 = survey.moving_bytes.iter().sum();
         all += survey.keys;
@@ -200,9 +250,64 @@ pub(super) fn print(change: &Change, jobs: &[Job], surveys: &[Survey]) -> (u64, 
             to.join(", ")
         );
     }
+    let whole = change.now.servers.len() - jobs.len();
     println!(
-        "  total: {moving} of {all} keys move ({})",
+        "  total: {moving} of {all} keys{} move ({})",
+        if whole == 0 { "" } else { " scanned" },
         bytes(moving_bytes)
     );
     (moving, moving_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(servers: &[&str]) -> PoolConfig {
+        PoolConfig::new("p", "127.0.0.1:1", servers).unwrap()
+    }
+
+    fn change(now: &[&str], next: &[&str]) -> Change {
+        Change::new(pool(now), pool(next), false).unwrap()
+    }
+
+    const ABC: [&str; 3] = [
+        "127.0.0.1:11211:1 a",
+        "127.0.0.1:11212:1 b",
+        "127.0.0.1:11213:1 c",
+    ];
+
+    #[test]
+    fn in_a_removal_only_the_server_that_leaves_loses_keys() {
+        assert_eq!(
+            change(&ABC, &ABC[..2]).may_lose_keys(),
+            [false, false, true]
+        );
+        let jobs = change(&ABC, &ABC[..2]).jobs().unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].source.name, "c");
+    }
+
+    #[test]
+    fn in_an_addition_every_server_gives_ranges_to_the_new_one() {
+        let mut next = ABC.to_vec();
+        next.push("127.0.0.1:11214:1 d");
+        assert_eq!(change(&ABC, &next).may_lose_keys(), [true, true, true]);
+    }
+
+    #[test]
+    fn a_server_that_keeps_its_name_but_moves_address_loses_every_key() {
+        let next = [ABC[0], "127.0.0.1:11299:1 b", ABC[2]];
+        assert_eq!(change(&ABC, &next).may_lose_keys(), [false, true, false]);
+    }
+
+    #[test]
+    fn with_modula_any_server_may_lose_keys() {
+        let mut now = pool(&ABC);
+        let mut next = pool(&ABC[..2]);
+        now.distribution = Distribution::Modula;
+        next.distribution = Distribution::Modula;
+        let change = Change::new(now, next, false).unwrap();
+        assert_eq!(change.may_lose_keys(), [true, true, true]);
+    }
 }
