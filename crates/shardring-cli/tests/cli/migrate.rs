@@ -404,14 +404,26 @@ fn an_abort_halfway_changes_nothing_and_a_rerun_finishes() {
             &fleet.stats_list(),
             "--rate",
             "5000",
+            // At the tests' own priority: the idle class may not get a turn on a busy test machine.
+            "--nice",
+            "0",
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
+    // Killed once it has copied for a while (not after a fixed time: the survey and the proxies'
+    // check before the copy take longer on a loaded machine).
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    for line in &mut stderr {
+        if line.unwrap().contains("copying") {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1000));
     child.kill().unwrap();
     child.wait().unwrap();
+    drop(stderr); // (kept open until the kill: a closed pipe would end the run another way)
     for (f, before) in fleet.files.iter().zip(&files_before) {
         assert_eq!(
             &std::fs::read_to_string(f).unwrap(),
