@@ -1,6 +1,7 @@
-# Shared by scripts/bench-proxy and scripts/proxy-syscalls (sourced, not run): the servers, the pool file
-# and the proxies every proxy measurement starts the same way. Callers define `work` (a scratch folder)
-# and `pids` (an array of what to stop on exit) before sourcing.
+# Shared by scripts/bench-proxy, scripts/proxy-syscalls, the migration benchmarks and the README's
+# migrate walkthrough (sourced, not run): the servers, the pool file and the proxies every proxy
+# measurement starts the same way. Callers define `work` (a scratch folder) and `pids` (an array of
+# what to stop on exit) before sourcing.
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "nothing on port $1" >&2; cat "$work"/*.log >&2 2>/dev/null; exit 1; }

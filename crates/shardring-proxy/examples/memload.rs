@@ -484,8 +484,9 @@ async fn main() {
     all.sort_unstable();
     let rate = rate.map_or(String::new(), |r| format!("\"rate\":{r},"));
     let slices = if toggled.is_some() {
-        // Whole slices only: the last one, cut short by the end of the run, is left out.
-        let whole = (elapsed / slice.as_secs_f64()) as u32;
+        // Whole slices of the run only: one cut short by its end is left out (so are the replies
+        // that came in after it).
+        let whole = (seconds / slice.as_secs_f64()) as u32;
         let mut by_slice: Vec<Vec<u32>> = vec![Vec::new(); whole as usize];
         for &(l, k) in &samples {
             if let Some(v) = by_slice.get_mut(k as usize) {

@@ -1,5 +1,16 @@
 # Sourced by scripts/bench-migrate and scripts/migrate-server-time (not run): the keys a migration
-# benchmark moves, stored through the proxy so each is on its owner.
+# benchmark moves, stored through the proxy so each is on its owner, and the CPU its processes use.
+
+# cpu PID...: the CPU seconds (user and system) those processes have used, summed (0 for one gone).
+cpu() {
+    local p total=0
+    for p in "$@"; do
+        [ -r "/proc/$p/stat" ] || continue
+        # utime and stime, fields 14 and 15 (after the command's parenthesised name).
+        total=$((total + $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{print $12 + $13}')))
+    done
+    python3 -c "print($total / $(getconf CLK_TCK))"
+}
 
 # fill PORT PROTO: KEYS keys of VALUE bytes through the proxy on PORT, pipelined (memload's names).
 fill() {
