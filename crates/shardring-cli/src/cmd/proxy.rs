@@ -90,6 +90,11 @@ pub struct Args {
     /// Print what every counter of the stats JSON counts, and exit (nutcracker's -D).
     #[arg(long, short = 'D')]
     describe_stats: bool,
+    /// Print the version on stderr, and exit (nutcracker's -V): `This is nutcracker-0.5.0 compatible
+    /// shardring-proxy VERSION`, a line the patterns scripts apply to nutcracker's `This is
+    /// nutcracker-0.5.0` read as the nutcracker version whose behaviour this proxy keeps.
+    #[arg(long, short = 'V')]
+    version: bool,
     /// Serve Prometheus text at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
@@ -198,6 +203,13 @@ pub struct Args {
     /// one past this gets an error and nothing is sent. [default: 64]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     redis_dedicated_connections: Option<u32>,
+    /// Redis pools: an MGET one of whose servers fails answers the keys that could be read and an
+    /// error element for each other key, instead of one error naming the server (the default, as
+    /// nutcracker answers). Only for clients that check each element's type: redis-py and most
+    /// clients return such an element as the key's value. Every redis pool, or `=POOL`.
+    #[arg(long, value_name = "POOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", value_parser = parse_pool_switch)]
+    redis_partial_reads: Vec<Option<String>>,
     /// TLS on a pool's listener: its certificate chain (PEM, its own certificate first). `PATH`
     /// applies to every pool, `POOL=PATH` to one (repeat the flag for several). Needs --tls-key.
     #[arg(long, value_name = "[POOL=]PATH", value_parser = parse_pool_path, help_heading = "TLS")]
@@ -391,10 +403,15 @@ fn overrides(args: &Args) -> Overrides {
         server_tls_insecure: args.server_tls_insecure.clone(),
         sentinel: args.sentinel.clone(),
         sentinel_auth: args.sentinel_auth.clone(),
+        redis_partial_reads: args.redis_partial_reads.clone(),
     }
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.version {
+        eprintln!("{}", version_line());
+        return Ok(());
+    }
     if args.describe_stats {
         return describe_stats();
     }
@@ -523,6 +540,19 @@ fn with_next(
     load(path)
         .and_then(|next| config.with_next(&next))
         .map_err(|e| config_error(path, &e))
+}
+
+/// The nutcracker release whose command line, configuration, placement and stats this proxy keeps.
+const NUTCRACKER_VERSION: &str = "0.5.0";
+
+/// `-V`: nutcracker's line in a form its readers parse (`This is nutcracker-(\S+)`, the first version
+/// number, the first line split on `-`) to the nutcracker version kept, without saying the program
+/// is nutcracker; this proxy's own name and version follow.
+fn version_line() -> String {
+    format!(
+        "This is nutcracker-{NUTCRACKER_VERSION} compatible {}",
+        shardring_proxy::NAME_VERSION
+    )
 }
 
 /// `-D`: every counter of the stats JSON and what it counts, laid out as nutcracker prints them.
@@ -669,6 +699,7 @@ mod tests {
             "rd=127.0.0.1:26379,10.0.0.2:26379",
             "--sentinel-auth",
             "rd=s3cret",
+            "--redis-partial-reads=rd",
         ]);
         let ms = Duration::from_millis;
         assert_eq!(
@@ -706,6 +737,7 @@ mod tests {
                     vec!["127.0.0.1:26379".into(), "10.0.0.2:26379".into()]
                 )],
                 sentinel_auth: vec![(Some("rd".into()), "s3cret".into())],
+                redis_partial_reads: vec![Some("rd".into())],
             }
         );
     }

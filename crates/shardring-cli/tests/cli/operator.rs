@@ -161,7 +161,7 @@ fn every_flag_of_nutcrackers_command_line_is_accepted() {
             .args(["proxy", flag])
             .assert()
             .success()
-            .stdout(predicate::str::contains(env!("CARGO_PKG_VERSION")));
+            .stderr(predicate::str::contains(env!("CARGO_PKG_VERSION")));
     }
     for flag in ["-h", "--help"] {
         shardring().args(["proxy", flag]).assert().success().stdout(
@@ -370,4 +370,56 @@ fn more_threads_than_cpus_is_warned_about() {
     wait_for_lines(&log, "more worker threads than CPUs", 1);
     signal("-TERM", &proxy.pid);
     wait_for_lines(&log, "shutting down", 1);
+}
+
+/// Scripts and config-management facts read nutcracker's `-V` (`This is nutcracker-0.5.0`, on stderr)
+/// with a few patterns; each reads the same nutcracker version from the proxy's line as from a live
+/// nutcracker's, and the line does not say the program is nutcracker.
+#[test]
+fn the_version_line_reads_as_nutcrackers_to_the_patterns_scripts_use() {
+    let ours = shardring().args(["proxy", "-V"]).output().unwrap();
+    assert!(ours.status.success());
+    assert!(
+        ours.stdout.is_empty(),
+        "nutcracker prints -V on stderr only"
+    );
+    let ours = String::from_utf8(ours.stderr).unwrap();
+    let line = ours.lines().next().unwrap_or_default();
+    assert!(line.contains("shardring-proxy-"), "{line}");
+    assert!(line.contains(env!("CARGO_PKG_VERSION")), "{line}");
+    assert!(!line.ends_with("nutcracker-0.5.0"), "{line}");
+    // The patterns: serverspec's `contain('This is nutcracker-0.5.0')`, the regex `This is
+    // nutcracker-(\S+)`, the third word, and the first version number in the line (Homebrew's
+    // `assert_match version`).
+    let readings = |line: &str| {
+        let after = line
+            .split_once("This is nutcracker-")
+            .map(|(_, v)| v.split_whitespace().next().unwrap_or_default().to_owned());
+        let third = line.split_whitespace().nth(2).map(str::to_owned);
+        let first_version = line
+            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .find(|w| w.matches('.').count() == 2 && w.split('.').all(|p| !p.is_empty()))
+            .map(str::to_owned);
+        (
+            line.contains("This is nutcracker-0.5.0"),
+            after,
+            third,
+            first_version,
+        )
+    };
+    let expect = (
+        true,
+        Some("0.5.0".to_owned()),
+        Some("nutcracker-0.5.0".to_owned()),
+        Some("0.5.0".to_owned()),
+    );
+    assert_eq!(readings(line), expect, "{line}");
+    // The live nutcracker's own line, where it is installed.
+    if let Ok(theirs) = std::process::Command::new("nutcracker").arg("-V").output() {
+        let theirs = String::from_utf8_lossy(&theirs.stderr).into_owned();
+        let first = theirs.lines().next().unwrap_or_default();
+        assert_eq!(readings(first), expect, "{first}");
+    } else if std::env::var_os("CI").is_some() {
+        panic!("nutcracker is not installed");
+    }
 }

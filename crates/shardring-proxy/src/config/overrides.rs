@@ -82,6 +82,9 @@ pub struct Overrides {
     pub sentinel: Vec<(Option<String>, Vec<String>)>,
     /// `--sentinel-auth POOL=PASSWORD`: their password. By default, none.
     pub sentinel_auth: Vec<(Option<String>, String)>,
+    /// `--redis-partial-reads[=POOL]`: a redis pool's split reads answer in part when a server
+    /// fails (error elements), every redis pool (`None`) or the named ones. By default, none.
+    pub redis_partial_reads: Vec<Option<String>>,
 }
 
 /// The pools a per-pool flag names.
@@ -134,6 +137,7 @@ impl Default for Overrides {
             server_tls_insecure: Vec::new(),
             sentinel: Vec::new(),
             sentinel_auth: Vec::new(),
+            redis_partial_reads: Vec::new(),
         }
     }
 }
@@ -183,6 +187,17 @@ impl Overrides {
                             "redis user: redis pools only, and this is a memcached pool".into(),
                         );
                     }
+                    if self
+                        .redis_partial_reads
+                        .iter()
+                        .any(|p| p.as_deref() == Some(pool.name.as_str()))
+                    {
+                        flag_errors.push(
+                            &pool.name,
+                            "--redis-partial-reads: redis pools only, and this is a memcached pool"
+                                .into(),
+                        );
+                    }
                     if let Some(size) = self.max_value_size {
                         m.limits.max_value_len = size;
                         m.limits.value_len_from_servers = false;
@@ -209,6 +224,7 @@ impl Overrides {
                     if let Some(n) = self.redis_dedicated_connections {
                         r.dedicated_connections = n;
                     }
+                    r.partial_reads = switched_on(&self.redis_partial_reads, &pool.name);
                     r.hot_keys = self.hot_keys_config();
                     r.sentinel =
                         for_pool(&self.sentinel, &pool.name).map(|addrs| super::SentinelConfig {
@@ -253,6 +269,14 @@ impl Overrides {
                     .collect(),
             ),
             ("--sentinel", pools_named(&self.sentinel)),
+            (
+                "--redis-partial-reads",
+                self.redis_partial_reads
+                    .iter()
+                    .flatten()
+                    .map(String::as_str)
+                    .collect(),
+            ),
             ("--sentinel-auth", pools_named(&self.sentinel_auth)),
             ("--tls-cert", pools_named(&self.tls_cert)),
             ("--tls-key", pools_named(&self.tls_key)),
@@ -549,6 +573,44 @@ mod tests {
             };
             let errors = flags
                 .apply(ProxyConfig::from_yaml(&with_auth).unwrap())
+                .unwrap_err();
+            let text: Vec<String> = errors.problems.iter().map(ToString::to_string).collect();
+            assert_eq!(text, [problem]);
+        }
+    }
+
+    #[test]
+    fn partial_reads_are_off_unless_asked_for_and_for_redis_pools_only() {
+        let config = Overrides::default()
+            .apply(ProxyConfig::from_yaml(TWO_POOLS).unwrap())
+            .unwrap();
+        assert!(!config.pools[1].redis().unwrap().partial_reads);
+        for switch in [None, Some("rd".to_owned())] {
+            let flags = Overrides {
+                redis_partial_reads: vec![switch],
+                ..Overrides::default()
+            };
+            let config = flags
+                .apply(ProxyConfig::from_yaml(TWO_POOLS).unwrap())
+                .unwrap();
+            assert!(config.pools[1].redis().unwrap().partial_reads);
+        }
+        for (pool, problem) in [
+            (
+                "mc",
+                "mc: --redis-partial-reads: redis pools only, and this is a memcached pool",
+            ),
+            (
+                "nope",
+                "--redis-partial-reads names no pool of the file: \"nope\"",
+            ),
+        ] {
+            let flags = Overrides {
+                redis_partial_reads: vec![Some(pool.to_owned())],
+                ..Overrides::default()
+            };
+            let errors = flags
+                .apply(ProxyConfig::from_yaml(TWO_POOLS).unwrap())
                 .unwrap_err();
             let text: Vec<String> = errors.problems.iter().map(ToString::to_string).collect();
             assert_eq!(text, [problem]);

@@ -184,6 +184,12 @@ pub struct RedisConfig {
     /// `+switch-master`. `shardring proxy --sentinel POOL=HOST:PORT,…` (and `--sentinel-auth`). By
     /// default, none: the file's addresses.
     pub sentinel: Option<SentinelConfig>,
+    /// *proxy-only*: a split read (`MGET`) one of whose servers fails answers the keys that could be
+    /// read, and an error element for each other key, instead of failing whole. Redis's own `MGET`
+    /// never has an error inside its array, and clients such as redis-py hand such an element to the
+    /// application as the key's value. `shardring proxy --redis-partial-reads[=POOL]`. By default,
+    /// false: one error naming the server, as nutcracker answers.
+    pub partial_reads: bool,
 }
 
 /// A redis pool's Sentinels.
@@ -206,6 +212,7 @@ impl Default for RedisConfig {
             replicas: 1,
             hot_keys: None,
             sentinel: None,
+            partial_reads: false,
         }
     }
 }

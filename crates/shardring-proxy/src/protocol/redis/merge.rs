@@ -1,10 +1,13 @@
 //! Splitting a multi-key command by server, and merging the servers' replies into the one the client
 //! expects.
 //!
-//! A server that could not answer (dead, timed out, ejected) costs only its own keys: in an `MGET` each of
-//! its keys gets an error element (`-ERR <reason>`), never a fake nil, and the other keys their values;
-//! `MSET` and the sums (`DEL`, `EXISTS`, …) answer with the error, since a partial count would be a wrong
-//! one. Values are passed through as the servers sent them, so a RESP3 connection (whose servers speak
+//! A server that could not answer (dead, timed out, ejected) fails the whole command with one error
+//! naming it, as nutcracker and a single-key command do: an `MGET` ([`PartialReads::Refused`], the
+//! default), `MSET` and the sums (`DEL`, `EXISTS`, …), since a partial count would be a wrong one. Redis
+//! itself never puts an error inside an `MGET` array, and most clients (redis-py among them) hand such an
+//! element to the application as if it were the value, so error elements are only given when a pool
+//! asks for them ([`PartialReads::Answered`], `--redis-partial-reads`): each failed key an error element
+//! (`-ERR <reason>`), never a fake nil, and the other keys their values. Values are passed through as the servers sent them, so a RESP3 connection (whose servers speak
 //! RESP3) gets RESP3 nulls (`_`) and a RESP2 one `$-1`.
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -111,13 +114,46 @@ fn is_error(reply: &[u8]) -> bool {
     matches!(reply.first(), Some(b'-' | b'!'))
 }
 
+/// What a split read (`MGET`) answers when some of its keys could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PartialReads {
+    /// The whole command fails with the first failure, one error naming the server (as nutcracker
+    /// answers, and as Redis's own `MGET`, which has no partial answer, lets clients expect).
+    #[default]
+    Refused,
+    /// The keys that could be read get their values, the others an error element each. Clients that
+    /// do not look at each element's type (redis-py returns the error object as the value) read
+    /// those elements as values: only for clients that check.
+    Answered,
+}
+
+/// Whether `parts` hold a failure: a part that got no reply, an error reply, or a reply that is not an
+/// array of one value per key it holds. The failure as the client's answer.
+fn failed_part(parts: &[(&[usize], Part<'_>)], limits: ReplyLimits) -> Option<Bytes> {
+    parts.iter().find_map(|(held, part)| match part {
+        Part::Failed(reason) => Some(failure(reason)),
+        Part::Reply(reply) if is_error(reply) => Some(Bytes::copy_from_slice(reply)),
+        Part::Reply(reply) => match elements(reply, limits) {
+            Some(values) if values.len() == held.len() && reply.first() == Some(&b'*') => None,
+            _ => Some(failure("unexpected reply from server to MGET")),
+        },
+    })
+}
+
 /// `MGET`: `parts[i]` is what the server holding keys `held[i]` (positions in request order) gave; the
-/// values are put back in request order. `key_count` is the request's number of keys.
+/// values are put back in request order. `key_count` is the request's number of keys. A failed part
+/// fails the whole command unless `partial` is [`PartialReads::Answered`].
 pub fn merge_values(
     key_count: usize,
     parts: &[(&[usize], Part<'_>)],
     limits: ReplyLimits,
+    partial: PartialReads,
 ) -> Bytes {
+    if partial == PartialReads::Refused {
+        if let Some(err) = failed_part(parts, limits) {
+            return err;
+        }
+    }
     let mut slots: Vec<Option<&[u8]>> = vec![None; key_count];
     let mut owned: Vec<(usize, Bytes)> = Vec::new();
     for (held, part) in parts {

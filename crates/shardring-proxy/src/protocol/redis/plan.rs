@@ -41,8 +41,9 @@ pub(crate) enum Resp {
 pub(crate) enum Finish {
     /// As it is; a failure becomes `-ERR <reason>`.
     Plain,
-    /// An `MGET` of this many keys, all on one server: a failure becomes an error element per key, as
-    /// when the keys are split.
+    /// An `MGET` of this many keys, all on one server, in a pool whose split reads answer in part
+    /// (`--redis-partial-reads`): a failure becomes an error element per key, as when the keys are
+    /// split. Otherwise such an `MGET` finishes [`Finish::Plain`]: a failure is one error.
     Values(usize),
     /// A transaction of this many replies: the answer is the last, `EXEC`'s.
     Exec(u32),
@@ -66,6 +67,8 @@ pub(crate) enum RedisMerge {
         unrouted: Vec<usize>,
         /// The reply framer's limits.
         limits: ReplyLimits,
+        /// Whether a failed part fails the whole command.
+        partial: merge::PartialReads,
     },
     /// A split `MSET`.
     AllOk,
@@ -184,6 +187,11 @@ impl Protocol for Redis {
                 ..Limits::default()
             },
             reply_limits: ReplyLimits::default(),
+            partial_reads: if settings.partial_reads {
+                merge::PartialReads::Answered
+            } else {
+                merge::PartialReads::Refused
+            },
         })
     }
 
@@ -326,6 +334,7 @@ impl Protocol for Redis {
                     n,
                     &[(&held, MergePart::Failed(&why))],
                     ReplyLimits::default(),
+                    merge::PartialReads::Answered,
                 ))
             }
         }
@@ -672,8 +681,8 @@ impl Redis {
                 server: Some(sub.server),
                 frame: sub.frame,
                 kind: Resp::Reply,
-                finish: match merge {
-                    Merge::Values => Finish::Values(keys.len()),
+                finish: match (merge, self.partial_reads) {
+                    (Merge::Values, merge::PartialReads::Answered) => Finish::Values(keys.len()),
                     _ => Finish::Plain,
                 },
             };
@@ -700,6 +709,7 @@ impl Redis {
                 held,
                 unrouted,
                 limits: self.reply_limits,
+                partial: self.partial_reads,
             },
             Merge::AllOk => RedisMerge::AllOk,
             Merge::Sum => RedisMerge::Sum,
@@ -888,13 +898,14 @@ fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Answer {
             held,
             unrouted,
             limits,
+            partial,
         } => {
             let mut with: Vec<(&[usize], MergePart<'_>)> =
                 held.iter().map(Vec::as_slice).zip(parts).collect();
             if !unrouted.is_empty() {
                 with.push((&unrouted, MergePart::Failed("no server available")));
             }
-            merge::merge_values(key_count, &with, limits)
+            merge::merge_values(key_count, &with, limits, partial)
         }
         // `advance` gives these to `replicas::advance`; the first reply stands in.
         RedisMerge::Replicated(_)

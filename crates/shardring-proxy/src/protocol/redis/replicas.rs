@@ -175,6 +175,8 @@ pub(crate) struct ReplicatedValues {
     settled: Vec<(Vec<usize>, Result<Bytes, String>)>,
     /// The reply framer's limits.
     limits: super::reply::ReplyLimits,
+    /// Whether a key no replica could read fails the whole command.
+    partial: super::merge::PartialReads,
     /// The pool's tallies.
     stats: Arc<PoolStats>,
 }
@@ -200,6 +202,7 @@ pub(crate) fn mget(
         in_flight: Vec::new(),
         settled: Vec::new(),
         limits: redis.reply_limits,
+        partial: redis.partial_reads,
         stats: Arc::clone(ctx.stats),
     };
     let positions: Vec<usize> = (0..keys.len()).collect();
@@ -268,7 +271,7 @@ fn assemble(state: &ReplicatedValues) -> Bytes {
             (&held[..], part)
         })
         .collect();
-    super::merge::merge_values(state.key_count, &parts, state.limits)
+    super::merge::merge_values(state.key_count, &parts, state.limits, state.partial)
 }
 
 /// After an `MGET` round: the failed parts' keys read on their next replicas, or the answer.

@@ -28,4 +28,6 @@ pub(crate) struct Redis {
     pub(super) limits: Limits,
     /// Server reply limits.
     pub(super) reply_limits: ReplyLimits,
+    /// What a split read answers when a server fails (`--redis-partial-reads`).
+    pub(super) partial_reads: super::merge::PartialReads,
 }

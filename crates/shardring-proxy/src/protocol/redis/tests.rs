@@ -1,5 +1,5 @@
 use super::command::{self, Action, KeyArgs, Local, Merge, Route, Txn};
-use super::merge::{self, Part};
+use super::merge::{self, Part, PartialReads};
 use super::*;
 use bytes::BytesMut;
 use proptest::prelude::*;
@@ -818,6 +818,7 @@ fn mget_splits_by_server_and_merges_in_request_order() {
             ),
         ],
         limits,
+        PartialReads::Answered,
     );
     assert_eq!(
         &merged[..],
@@ -831,6 +832,7 @@ fn mget_splits_by_server_and_merges_in_request_order() {
             (&subs[1].keys, Part::Reply(b"*2\r\n$2\r\nvb\r\n_\r\n")),
         ],
         limits,
+        PartialReads::Answered,
     );
     assert_eq!(&merged[..], b"*4\r\n_\r\n$2\r\nvb\r\n_\r\n_\r\n");
     // A dead server costs its keys only: an error element each, never a nil.
@@ -847,6 +849,7 @@ fn mget_splits_by_server_and_merges_in_request_order() {
             ),
         ],
         limits,
+        PartialReads::Answered,
     );
     assert_eq!(
         &merged[..],
@@ -866,10 +869,51 @@ fn mget_splits_by_server_and_merges_in_request_order() {
             ),
         ],
         limits,
+        PartialReads::Answered,
     );
     assert_eq!(
         &merged[..],
         &b"*4\r\n-LOADING Redis is loading the dataset in memory\r\n$2\r\nvb\r\n-LOADING Redis is loading the dataset in memory\r\n$2\r\nvd\r\n"[..]
+    );
+}
+
+#[test]
+fn a_split_read_with_a_failed_part_is_one_error_unless_partial_reads_are_asked_for() {
+    let both = |a: &'static [u8], b: Part<'static>| {
+        let held: [&[usize]; 2] = [&[0, 2], &[1, 3]];
+        merge::merge_values(
+            4,
+            &[(held[0], Part::Reply(a)), (held[1], b)],
+            ReplyLimits::default(),
+            PartialReads::Refused,
+        )
+    };
+    let values: &[u8] = b"*2\r\n$2\r\nva\r\n$2\r\nvc\r\n";
+    // Whole: the values in request order, as with partial reads.
+    assert_eq!(
+        &both(values, Part::Reply(b"*2\r\n$2\r\nvb\r\n$-1\r\n"))[..],
+        b"*4\r\n$2\r\nva\r\n$2\r\nvb\r\n$2\r\nvc\r\n$-1\r\n"
+    );
+    // A server that did not answer: one error naming it, never an array.
+    assert_eq!(
+        &both(
+            values,
+            Part::Failed("cannot connect to 127.0.0.1:6380: Connection refused")
+        )[..],
+        b"-ERR cannot connect to 127.0.0.1:6380: Connection refused\r\n"
+    );
+    // A server's error for its part, and a reply that is not its part's values, alike.
+    assert_eq!(
+        &both(values, Part::Reply(b"-LOADING Redis is loading\r\n"))[..],
+        b"-LOADING Redis is loading\r\n"
+    );
+    assert_eq!(
+        &both(values, Part::Reply(b"*1\r\n$2\r\nvb\r\n"))[..],
+        b"-ERR unexpected reply from server to MGET\r\n"
+    );
+    assert_eq!(
+        &both(b"+OK\r\n", Part::Reply(b"*2\r\n$2\r\nvb\r\n$-1\r\n"))[..],
+        b"-ERR unexpected reply from server to MGET\r\n"
     );
 }
 
