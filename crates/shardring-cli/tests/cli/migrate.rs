@@ -496,8 +496,94 @@ fn a_proxy_that_does_not_dual_write_stops_the_run_with_its_name() {
         stderr.contains("1 of 3 proxies do not dual-write"),
         "{stderr}"
     );
+    // What it serves instead is named: the old membership as next, not the new one.
+    assert!(
+        stderr.contains("its next membership (") && stderr.contains(") is the old membership"),
+        "{stderr}"
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!stdout.contains("copied"), "nothing was copied: {stdout}");
+}
+
+/// Two proxies whose files list the same servers in other orders place every key alike
+/// (nutcracker sorts a pool's servers), so they report the same membership and a migration goes
+/// through; a proxy whose file differs in one server is named with that server.
+#[test]
+fn proxies_listing_the_servers_in_other_orders_agree_and_one_that_differs_is_named() {
+    let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
+    let now: Vec<&Memcached> = servers.iter().collect();
+    let calls = std::cell::Cell::new(0);
+    // The next file, then proxy 0 in the file's order, then proxy 1 in reverse.
+    let fleet = Fleet::start(
+        |l| {
+            calls.set(calls.get() + 1);
+            let mut order = now.clone();
+            if calls.get() == 3 {
+                order.reverse();
+            }
+            yaml(l, &order)
+        },
+        &[],
+    );
+    let text = std::fs::read_to_string(&fleet.files[1]).unwrap();
+    assert!(
+        text.find(&servers[3].addr) < text.find(&servers[0].addr),
+        "proxy 1 lists the servers in reverse: {text}"
+    );
+    // A third proxy, whose file gives one server another weight.
+    let (listen, stat) = (free_port(), free_port());
+    let file = fleet.dir.path().join("heavier.yml");
+    let heavier = yaml(listen, &now).replacen(
+        &format!("{}:1", servers[1].addr),
+        &format!("{}:2", servers[1].addr),
+        1,
+    );
+    std::fs::write(&file, &heavier).unwrap();
+    let _heavier = Kill(
+        StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+            .args(["proxy", "-s", &stat.to_string(), "-c"])
+            .arg(&file)
+            .arg("--next-config")
+            .arg(&fleet.next)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(&format!("127.0.0.1:{stat}"));
+    let mut next = now[1..].to_vec();
+    next.reverse();
+    fleet.plan(&yaml(free_port(), &next));
+    crate::support::signal("-HUP", &_heavier.0.id().to_string());
+    let out = shardring()
+        .arg("migrate")
+        .arg("-c")
+        .arg(&fleet.files[0])
+        .arg("--to")
+        .arg(&fleet.next)
+        .args([
+            "--pool",
+            "alpha",
+            "--proxies",
+            &format!("{},127.0.0.1:{stat}", fleet.stats_list()),
+            "--confirm-timeout",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("1 of 3 proxies do not dual-write"),
+        "only the third proxy lags: {stderr}"
+    );
+    let weight = servers[1].addr.clone();
+    assert!(
+        stderr.contains(&format!("+{weight}:2")) && stderr.contains(&format!("-{weight}:1")),
+        "the server that differs is named: {stderr}"
+    );
+    // Without the third, the two that list the servers in other orders migrate.
+    fleet.migrate(&[]).assert().success();
 }
 
 #[test]

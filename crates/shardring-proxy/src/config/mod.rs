@@ -20,7 +20,7 @@ mod yaml;
 
 pub use self::changes::PoolChanges;
 pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN, VALUE_LEN_CEILING};
-pub use self::next::NextMembership;
+pub use self::next::{placement_differences, NextMembership};
 pub use self::overrides::Overrides;
 pub use self::pool::{Listen, PlacementSpec, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 pub use self::problem::{ConfigErrors, ConfigProblem};

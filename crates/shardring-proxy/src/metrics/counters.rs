@@ -287,6 +287,11 @@ pub struct Placements {
     /// The next membership's; the current one's when the pool has no next membership (or one
     /// equal to it): no dual writes.
     pub next: String,
+    /// What `current` is the digest of ([`crate::config::PlacementSpec::canonical_text`]): so that
+    /// a digest that differs from the one wanted can be told apart server by server.
+    pub current_text: String,
+    /// What `next` is the digest of.
+    pub next_text: String,
 }
 
 /// Unix time now, in seconds (for `server_ejected_at`); 0 if the clock is before 1970.

@@ -3,7 +3,7 @@
 //! `pool/mod.rs` (which starts the accept loops) wraps it as a [`super::ServedPool`], so the accept loop
 //! and this file do not import each other.
 
-use crate::config::PoolConfig;
+use crate::config::{NextMembership, PoolConfig};
 use crate::error::ProxyError;
 use crate::hot_keys::{HotKeys, TickState};
 use crate::metrics::Placements;
@@ -136,13 +136,18 @@ impl<P: Protocol> Pool<P> {
             pool: Arc::clone(&self.shared.stats),
             servers: c.backends.iter().map(|b| Arc::clone(&b.stats)).collect(),
             placements: {
-                let current = c.config.placement_spec().digest();
+                let current = c.config.placement_spec();
                 let next = c
                     .config
                     .next
                     .as_ref()
-                    .map_or_else(|| current.clone(), |n| n.placement_spec().digest());
-                Placements { current, next }
+                    .map_or(current, NextMembership::placement_spec);
+                Placements {
+                    current: current.digest(),
+                    next: next.digest(),
+                    current_text: current.canonical_text(),
+                    next_text: next.canonical_text(),
+                }
             },
         }
     }

@@ -63,22 +63,40 @@ pub(super) async fn drop_next(source: &EtcdSource) -> Result<()> {
     Ok(())
 }
 
-/// The proxies registered for the source's pool, with what each serves.
-pub(super) async fn registrations(source: &EtcdSource) -> Result<Vec<(String, Serving)>> {
-    let list = admin::list_proxies(source)
+/// Every participant of the source's pool, with what each serves: the ones registered now (their
+/// leased `proxies/<id>`) and the roster's others (`roster/<id>`, whose lease lapsed: cut off from
+/// etcd, paused or dead), which are an error, never agreement.
+pub(super) async fn registrations(source: &EtcdSource) -> Result<Vec<(String, Result<Serving>)>> {
+    let live = admin::list_proxies(source)
         .await
         .context("reading the proxies' registrations from etcd")?;
-    Ok(list
-        .into_iter()
-        .map(|(id, r)| {
-            let next = r.next.unwrap_or_else(|| r.current.clone());
-            (
-                id,
-                Serving {
-                    current: r.current,
-                    next,
-                },
-            )
-        })
-        .collect())
+    let roster = admin::list_roster(source)
+        .await
+        .context("reading the pool's roster from etcd")?;
+    let serving = |r: &admin::Registration| Serving {
+        current: r.current.clone(),
+        next: r.next.clone().unwrap_or_else(|| r.current.clone()),
+        ..Serving::default()
+    };
+    let mut out: Vec<(String, Result<Serving>)> = live
+        .iter()
+        .map(|(id, r)| (id.clone(), Ok(serving(r))))
+        .collect();
+    for (id, last) in roster {
+        if live.iter().any(|(l, _)| *l == id) {
+            continue;
+        }
+        out.push((
+            id.clone(),
+            Err(anyhow::anyhow!(
+                "not registered (its lease lapsed: cut off from etcd, paused or dead; last seen \
+                 serving {}); it must come back, or, once gone for good, be taken out with \
+                 `shardring members --pool {} forget {id}`",
+                serving(&last),
+                source.pool()
+            )),
+        ));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
 }

@@ -244,14 +244,13 @@ async fn migrate(args: Args) -> Result<()> {
     let wait = Duration::from_secs(args.confirm_timeout);
     let digest = |p: &PoolConfig| p.placement_spec().digest();
     let (old, new) = (digest(&change.now), digest(&change.next));
-    let dual = Serving {
-        current: old.clone(),
-        next: new.clone(),
-    };
+    let known = [(old.as_str(), "old"), (new.as_str(), "new")];
+    let dual = Serving::of(&change.now, &change.next);
     let n = proxies
         .wait_for(
             &pool,
             &dual,
+            &known,
             wait,
             "dual-write (serve the next membership as next)",
         )
@@ -293,19 +292,13 @@ async fn migrate(args: Args) -> Result<()> {
     }
 
     // The cut-over: next becomes current, and the old membership next.
-    let swapped = Serving {
-        current: new.clone(),
-        next: old.clone(),
-    };
-    let done = Serving {
-        current: new.clone(),
-        next: new.clone(),
-    };
+    let swapped = Serving::of(&change.next, &change.now);
+    let done = Serving::of(&change.next, &change.next);
     match &proxies {
         Proxies::Etcd(source) => {
             etcd::cut_over(source).await?;
             proxies
-                .wait_for(&pool, &swapped, wait, "serve the next membership")
+                .wait_for(&pool, &swapped, &known, wait, "serve the next membership")
                 .await?;
             etcd::drop_next(source).await?;
         }
@@ -317,14 +310,20 @@ async fn migrate(args: Args) -> Result<()> {
             rewrite(to, &pool, &change.now)?;
             reload(args.reload_command.as_deref())?;
             proxies
-                .wait_for(&pool, &swapped, wait, "serve the next membership")
+                .wait_for(&pool, &swapped, &known, wait, "serve the next membership")
                 .await?;
             rewrite(to, &pool, &change.next)?;
             reload(args.reload_command.as_deref())?;
         }
     }
     let n = proxies
-        .wait_for(&pool, &done, wait, "serve the next membership alone")
+        .wait_for(
+            &pool,
+            &done,
+            &known,
+            wait,
+            "serve the next membership alone",
+        )
         .await?;
     println!(
         "cut over: every proxy ({n}) serves placement {new}; the old one is no longer written"

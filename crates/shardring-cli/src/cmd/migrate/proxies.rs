@@ -10,15 +10,80 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use shardring_proxy::config::PoolConfig;
 use tokio::io::AsyncReadExt;
 
 /// The placements a proxy serves, as digests.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct Serving {
     /// The current membership's.
     pub current: String,
     /// The next membership's (the current one's when it has none).
     pub next: String,
+    /// What `current` is the digest of (`PlacementSpec::canonical_text`: the servers and rules),
+    /// when known: a proxy's stats show it; etcd registrations carry only the digests.
+    pub current_text: Option<String>,
+    /// What `next` is the digest of, when known.
+    pub next_text: Option<String>,
+}
+
+impl Serving {
+    /// What `pool` serves as current now and `next` next, with their texts.
+    pub fn of(current: &PoolConfig, next: &PoolConfig) -> Serving {
+        let (c, n) = (current.placement_spec(), next.placement_spec());
+        Serving {
+            current: c.digest(),
+            next: n.digest(),
+            current_text: Some(c.canonical_text()),
+            next_text: Some(n.canonical_text()),
+        }
+    }
+
+    /// Whether both digests are `wanted`'s: the same placements, whatever the texts' spelling.
+    pub fn serves(&self, wanted: &Serving) -> bool {
+        self.current == wanted.current && self.next == wanted.next
+    }
+
+    /// Why this is not `wanted`, per membership: which of the migration's placements it serves
+    /// instead (`known`: digest and what to call it), else the servers and rules that differ when
+    /// both texts are known, else that the placement is unknown.
+    pub fn lag(&self, wanted: &Serving, known: &[(&str, &str)]) -> String {
+        let mut out = Vec::new();
+        for (what, have, want, have_text, want_text) in [
+            (
+                "current",
+                &self.current,
+                &wanted.current,
+                &self.current_text,
+                &wanted.current_text,
+            ),
+            (
+                "next",
+                &self.next,
+                &wanted.next,
+                &self.next_text,
+                &wanted.next_text,
+            ),
+        ] {
+            if have == want {
+                continue;
+            }
+            let why = if let Some((_, name)) = known.iter().find(|(d, _)| d == have) {
+                format!("the {name} membership")
+            } else if let (Some(h), Some(w)) = (have_text, want_text) {
+                let diff = shardring_proxy::config::placement_differences(w, h);
+                format!(
+                    "a placement that differs from the wanted one: {}",
+                    diff.join(", ")
+                )
+            } else {
+                "a placement this migration does not know (its servers are not reported here)"
+                    .to_owned()
+            };
+            out.push(format!("its {what} membership ({have}) is {why}"));
+        }
+        out.join("; ")
+    }
 }
 
 impl std::fmt::Display for Serving {
@@ -49,11 +114,7 @@ impl Proxies {
                     .map(|a| async move { (a.clone(), stats(a, pool).await) });
                 Ok(futures_util::future::join_all(asks).await)
             }
-            Proxies::Etcd(source) => Ok(super::etcd::registrations(source)
-                .await?
-                .into_iter()
-                .map(|(id, serving)| (id, Ok(serving)))
-                .collect()),
+            Proxies::Etcd(source) => super::etcd::registrations(source).await,
         }
     }
 
@@ -61,11 +122,14 @@ impl Proxies {
     ///
     /// # Errors
     /// When some proxy does not within `timeout`: each one that lags is named with what it
-    /// serves, or why it could not be asked. With etcd, when no proxy is registered.
+    /// serves and how that differs ([`Serving::lag`], `known` naming the migration's own
+    /// placements by digest), or why it could not be asked. With etcd, when no proxy is
+    /// registered.
     pub async fn wait_for(
         &self,
         pool: &str,
         wanted: &Serving,
+        known: &[(&str, &str)],
         timeout: Duration,
         what: &str,
     ) -> Result<usize> {
@@ -75,8 +139,8 @@ impl Proxies {
             let lagging: Vec<String> = answers
                 .iter()
                 .filter_map(|(name, r)| match r {
-                    Ok(s) if s == wanted => None,
-                    Ok(s) => Some(format!("{name} serves {s}")),
+                    Ok(s) if s.serves(wanted) => None,
+                    Ok(s) => Some(format!("{name} serves {s}: {}", s.lag(wanted, known))),
                     Err(e) => Some(format!("{name}: {e:#}")),
                 })
                 .collect();
@@ -87,8 +151,21 @@ impl Proxies {
             } else if lagging.is_empty() {
                 return Ok(answers.len());
             } else if Instant::now() >= deadline {
+                let agreeing: Vec<&str> = answers
+                    .iter()
+                    .filter(|(_, r)| r.as_ref().is_ok_and(|s| s.serves(wanted)))
+                    .map(|(name, _)| name.as_str())
+                    .collect();
+                let others = if agreeing.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "\nthe others serve what was wanted: {}",
+                        agreeing.join(", ")
+                    )
+                };
                 bail!(
-                    "{} of {} proxies do not {what} after {:?} (wanted {wanted}):\n  {}",
+                    "{} of {} proxies do not {what} after {:?} (wanted {wanted}):\n  {}{others}",
                     lagging.len(),
                     answers.len(),
                     timeout,
@@ -123,8 +200,16 @@ async fn stats(addr: &str, pool: &str) -> Result<Serving> {
             .map(str::to_owned)
             .with_context(|| format!("its stats have no {name} (not a shardring proxy, or older)"))
     };
+    let text = |name: &str| {
+        json[pool]
+            .get(name)
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
     Ok(Serving {
         current: field("membership_current")?,
         next: field("membership_next")?,
+        current_text: text("membership_current_text"),
+        next_text: text("membership_next_text"),
     })
 }
