@@ -2,8 +2,9 @@
 //! request counts over the sliding window and the server each goes to now. Pools without detection
 //! (`--hot-keys`) are listed with `"keys": null`.
 //!
-//! Keys appear here and in the stats JSON only, never as Prometheus labels: label values that change
-//! with traffic would grow the scraper's series without bound.
+//! Keys appear here only: never as Prometheus labels (label values that change with traffic would grow
+//! the scraper's series without bound), and not in the stats JSON either, because nutcracker's readers
+//! take every object inside a pool's object for a server (see [`super::render_twemproxy_json`]).
 
 use serde_json::{json, Value};
 
@@ -11,7 +12,7 @@ use super::counters::{HotKeysReport, PoolView};
 use super::http::{Reply, Request};
 
 /// A pool's ranking as JSON: `{"window_ms": W, "keys": [{"key", "count", "server"}, …]}`.
-pub(crate) fn keys_json(report: &HotKeysReport) -> Value {
+fn keys_json(report: &HotKeysReport) -> Value {
     let keys: Vec<Value> = report
         .keys
         .iter()
@@ -20,24 +21,28 @@ pub(crate) fn keys_json(report: &HotKeysReport) -> Value {
     json!({ "window_ms": report.window_ms, "keys": keys })
 }
 
-/// The `/hotkeys` handler: `{"pools": [{"pool": NAME, "window_ms": W, "keys": [...]}, …]}`, read through
-/// `views` on every request.
+/// Every pool's ranking, in pool order: `{"pools": [{"pool": NAME, "window_ms": W, "keys": [{"key",
+/// "count", "server"}, …]}, …]}`; `"window_ms"` and `"keys"` are `null` for a pool without detection,
+/// so that a reader can tell "off" from "nothing hot yet" (`[]`).
+pub fn hot_keys_json(views: &[PoolView]) -> Value {
+    let pools: Vec<Value> = views
+        .iter()
+        .map(|v| {
+            let mut pool = match v.pool.hot_keys.load_full() {
+                Some(report) => keys_json(&report),
+                None => json!({ "window_ms": null, "keys": null }),
+            };
+            pool["pool"] = json!(v.pool.name);
+            pool
+        })
+        .collect();
+    json!({ "pools": pools })
+}
+
+/// The `/hotkeys` handler: [`hot_keys_json`], read through `views` on every request.
 pub fn hot_keys_endpoint<'a, F>(views: F) -> impl Fn(&Request<'_>) -> Reply + Send + Sync + 'a
 where
     F: Fn() -> Vec<PoolView> + Send + Sync + 'a,
 {
-    move |_| {
-        let pools: Vec<Value> = views()
-            .iter()
-            .map(|v| {
-                let mut pool = match v.pool.hot_keys.load_full() {
-                    Some(report) => keys_json(&report),
-                    None => json!({ "window_ms": null, "keys": null }),
-                };
-                pool["pool"] = json!(v.pool.name);
-                pool
-            })
-            .collect();
-        Reply::json(&json!({ "pools": pools }))
-    }
+    move |_| Reply::json(&hot_keys_json(&views()))
 }

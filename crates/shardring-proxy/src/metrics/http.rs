@@ -87,7 +87,7 @@ impl Reply {
         }
     }
 
-    /// 200 with `value` as JSON: what the coming endpoints (hot keys, membership) answer.
+    /// 200 with `value` as JSON: what the JSON endpoints (`/hotkeys`, `/command-latency`) answer.
     pub fn json(value: &serde_json::Value) -> Reply {
         Reply::ok("application/json", value.to_string())
     }

@@ -314,8 +314,11 @@ where
 }
 
 /// Serves the pools' metrics at `GET /metrics` (and `HEAD`), HTTP/1.1 with keep-alive, in the format the
-/// scraper asks for; anything else gets 404 (or 405 for other methods on `/metrics`). Returns once `stop`
-/// is cancelled. See [`serve_http`] for the connection limits.
+/// scraper asks for, and beside them, as JSON, what the stats JSON leaves out to keep nutcracker's shape:
+/// the hot keys at `/hotkeys` ([`super::hot_keys_json`]) and each command's latency at
+/// `/command-latency` ([`super::command_latency_json`]). Anything else gets 404 (or 405 for other
+/// methods on those paths). Returns once `stop` is cancelled. See [`serve_http`] for the connection
+/// limits.
 ///
 /// `views` is `Send + Sync` because every open connection may call it and the future is meant to be
 /// spawned.
@@ -328,12 +331,13 @@ pub async fn serve_prometheus<F>(
     F: Fn() -> Vec<PoolView> + Send + Sync,
 {
     let views = std::sync::Arc::new(views);
-    let v = std::sync::Arc::clone(&views);
+    let (v, h) = (std::sync::Arc::clone(&views), std::sync::Arc::clone(&views));
     let router = Router::new()
         .route("/metrics", metrics_endpoint(started, move || v()))
+        .route("/hotkeys", super::hot_keys::hot_keys_endpoint(move || h()))
         .route(
-            "/hotkeys",
-            super::hot_keys::hot_keys_endpoint(move || views()),
+            "/command-latency",
+            super::command_latency::command_latency_endpoint(move || views()),
         );
     serve_http(listener, &router, stop).await;
 }

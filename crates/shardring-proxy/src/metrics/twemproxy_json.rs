@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
-use super::counters::{unix_time, CommandLatency, PoolView, BUCKETS_US};
+use super::counters::{unix_time, PoolView};
 
 /// How long a stats client gets to read the JSON before its connection is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -71,6 +71,14 @@ pub const POOL_STATS: &[(&str, &str)] = &[
     (
         "membership_next",
         "digest of the next placement (= membership_current without one)",
+    ),
+    (
+        "membership_current_text",
+        "what membership_current is the digest of: a line per server, then the rules",
+    ),
+    (
+        "membership_next_text",
+        "what membership_next is the digest of",
     ),
     (
         "gutter_requests",
@@ -167,6 +175,16 @@ pub const SERVER_STATS: &[(&str, &str)] = &[
 
 /// twemproxy's stats JSON: `service, source, version, uptime, timestamp, total_connections,
 /// curr_connections`, then one object per pool with its counters and one object per server.
+///
+/// The shape is nutcracker's, to the letter, because its readers depend on it: telegraf, the New Relic
+/// and Diamond collectors and most hand-written scripts take every object at the top level for a pool
+/// and every object inside a pool for a server, and read a server's fields without asking
+/// (`server["requests"]`). So the values are numbers and strings, but for pools at the top level and
+/// servers inside a pool, and each server object has all of nutcracker's server fields. Extra
+/// scalars are harmless (readers skip fields they do not know); an extra object is not. What does not
+/// fit that shape is served beside `/metrics` instead: the hot keys at `/hotkeys`
+/// ([`super::hot_keys_json`]) and each command's latency at `/command-latency`
+/// ([`super::command_latency_json`]).
 pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
     let mut top = Map::new();
     top.insert("service".into(), json!("nutcracker"));
@@ -212,8 +230,8 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
             "membership_malformed".into(),
             json!(p.membership_malformed.get()),
         );
-        // Not twemproxy's: the hot-key counters and ranking (extra fields; twemproxy's readers skip
-        // fields they do not know).
+        // Not twemproxy's either (the remedies' counters): scalars, which twemproxy's readers skip.
+        // Nothing but scalars goes here; see this function's documentation.
         pool.insert("replica_failovers".into(), json!(p.replica_failovers.get()));
         pool.insert(
             "replica_disagreements".into(),
@@ -226,6 +244,14 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
         );
         pool.insert("membership_current".into(), json!(view.placements.current));
         pool.insert("membership_next".into(), json!(view.placements.next));
+        pool.insert(
+            "membership_current_text".into(),
+            json!(view.placements.current_text),
+        );
+        pool.insert(
+            "membership_next_text".into(),
+            json!(view.placements.next_text),
+        );
         pool.insert("gutter_requests".into(), json!(p.gutter_requests.get()));
         pool.insert("warmup_open".into(), json!(p.warmup_open.get()));
         pool.insert("warmup_fallbacks".into(), json!(p.warmup_fallbacks.get()));
@@ -248,12 +274,6 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
         );
         pool.insert("blocking_requests".into(), json!(p.blocking_requests.get()));
         pool.insert("subscriptions".into(), json!(p.subscriptions.get()));
-        if let Some(report) = p.hot_keys.load_full() {
-            pool.insert("hot_keys".into(), super::hot_keys::keys_json(&report));
-        }
-        if let Some(commands) = command_latency_json(&p.commands) {
-            pool.insert("command_latency".into(), commands);
-        }
         for s in &view.servers {
             let server: Value = json!({
                 "server_eof": s.server_eof.get(),
@@ -279,31 +299,6 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
         top.insert(p.name.clone(), Value::Object(pool));
     }
     Value::Object(top).to_string()
-}
-
-/// Not twemproxy's: each command's latency (Redis pools), for the commands clients sent: `{"get":
-/// {"requests": n, "latency_sum_us": s, "latency_us": {"50": c, …, "+Inf": c}}}`, the bucket counts not
-/// cumulative (each is the requests answered within its bound and above the previous one), the same
-/// buckets as the Prometheus histogram. `None` when the pool names no commands or none was sent.
-fn command_latency_json(commands: &[CommandLatency]) -> Option<Value> {
-    let mut out = Map::new();
-    for c in commands {
-        let (buckets, sum_us) = c.latency.read();
-        let requests: u64 = buckets.iter().sum();
-        if requests == 0 {
-            continue;
-        }
-        let mut by_bound = Map::new();
-        for (count, bound) in buckets.iter().zip(BUCKETS_US.iter().map(|b| b.to_string())) {
-            by_bound.insert(bound, json!(count));
-        }
-        by_bound.insert("+Inf".into(), json!(buckets[BUCKETS_US.len()]));
-        out.insert(
-            c.name.to_owned(),
-            json!({"requests": requests, "latency_sum_us": sum_us, "latency_us": by_bound}),
-        );
-    }
-    (!out.is_empty()).then_some(Value::Object(out))
 }
 
 /// Serves twemproxy's stats: every connection gets the JSON, then is closed (as nutcracker does).
@@ -336,7 +331,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::metrics::{PoolStats, ServerStats};
+    use crate::metrics::{HotKeyRow, HotKeysReport, PoolStats, ServerStats};
 
     fn view() -> Vec<PoolView> {
         let pool = Arc::new(PoolStats::new("alpha"));
@@ -348,6 +343,36 @@ mod tests {
             placements: Default::default(),
             servers: vec![s],
         }]
+    }
+
+    /// A memcached pool with hot keys found and a Redis pool with hot keys found and commands sent:
+    /// everything the proxy measures beyond nutcracker, turned on.
+    fn everything_on() -> Vec<PoolView> {
+        let report = HotKeysReport {
+            window_ms: 10_000,
+            keys: vec![HotKeyRow {
+                key: "k".into(),
+                count: 5,
+                server: Some("cache-a".into()),
+            }],
+        };
+        let memcached = Arc::new(PoolStats::new("alpha"));
+        memcached.hot_keys.store(Some(Arc::new(report.clone())));
+        let redis = Arc::new(PoolStats::with_commands("beta", &["get", "set"]));
+        redis.hot_keys.store(Some(Arc::new(report)));
+        redis.commands[0].latency.observe(Duration::from_micros(40));
+        vec![
+            PoolView {
+                pool: memcached,
+                placements: Default::default(),
+                servers: vec![Arc::new(ServerStats::new("cache-a"))],
+            },
+            PoolView {
+                pool: redis,
+                placements: Default::default(),
+                servers: vec![Arc::new(ServerStats::new("rd0"))],
+            },
+        ]
     }
 
     #[test]
@@ -368,10 +393,39 @@ mod tests {
         ] {
             assert!(v["alpha"][f].is_u64(), "{f}");
         }
-        assert!(
-            v["alpha"].get("command_latency").is_none(),
-            "a pool without named commands has no command table"
-        );
+    }
+
+    /// What nutcracker's readers assume: every object at the top level is a pool, every object in a
+    /// pool is a server with every server field, and nothing else is an object or an array.
+    #[test]
+    fn every_object_in_a_pool_is_a_server_even_with_everything_on() {
+        let views = everything_on();
+        let v: serde_json::Value =
+            serde_json::from_str(&render_twemproxy_json(Instant::now(), &views)).unwrap();
+        let top = v.as_object().unwrap();
+        let pools: Vec<&str> = top
+            .iter()
+            .filter(|(_, p)| p.is_object())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        assert_eq!(pools, ["alpha", "beta"], "only pools are objects: {v}");
+        for (name, value) in top {
+            assert!(!value.is_array(), "top-level {name}: {value}");
+        }
+        for (view, pool) in views.iter().zip(&pools) {
+            let mut servers = Vec::new();
+            for (name, value) in v[*pool].as_object().unwrap() {
+                assert!(!value.is_array(), "{pool}.{name} is an array: {value}");
+                if let Some(server) = value.as_object() {
+                    for (field, _) in SERVER_STATS {
+                        assert!(server[*field].is_u64(), "{pool}.{name}.{field}: {value}");
+                    }
+                    servers.push(name.as_str());
+                }
+            }
+            let expected: Vec<&str> = view.servers.iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(servers, expected, "the objects in {pool} are its servers");
+        }
     }
 
     #[test]
@@ -380,7 +434,7 @@ mod tests {
             serde_json::from_str(&render_twemproxy_json(Instant::now(), &view())).unwrap();
         let described = |table: &[(&str, &str)], name: &str| table.iter().any(|(n, _)| *n == name);
         for (name, value) in v["alpha"].as_object().unwrap() {
-            if name == "cache-a" || name == "hot_keys" || name == "command_latency" {
+            if name == "cache-a" {
                 continue;
             }
             assert!(described(POOL_STATS, name), "pool stat {name} ({value})");
@@ -397,28 +451,5 @@ mod tests {
             v["alpha"]["cache-a"].as_object().unwrap().len(),
             SERVER_STATS.len()
         );
-    }
-
-    #[test]
-    fn json_has_the_latency_of_each_command_sent_and_only_those() {
-        let pool = Arc::new(PoolStats::with_commands("beta", &["get", "set", "mget"]));
-        pool.commands[0].latency.observe(Duration::from_micros(40));
-        pool.commands[0].latency.observe(Duration::from_micros(70));
-        pool.commands[2].latency.observe(Duration::from_secs(3));
-        let views = vec![PoolView {
-            pool,
-            placements: Default::default(),
-            servers: Vec::new(),
-        }];
-        let v: serde_json::Value =
-            serde_json::from_str(&render_twemproxy_json(Instant::now(), &views)).unwrap();
-        let table = &v["beta"]["command_latency"];
-        assert_eq!(table["get"]["requests"], 2);
-        assert_eq!(table["get"]["latency_sum_us"], 110);
-        assert_eq!(table["get"]["latency_us"]["50"], 1);
-        assert_eq!(table["get"]["latency_us"]["100"], 1);
-        assert_eq!(table["get"]["latency_us"]["+Inf"], 0);
-        assert_eq!(table["mget"]["latency_us"]["+Inf"], 1);
-        assert!(table.get("set").is_none(), "set was never sent");
     }
 }

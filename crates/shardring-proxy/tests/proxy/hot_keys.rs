@@ -328,8 +328,10 @@ async fn a_write_behind_the_proxys_back_is_seen_within_the_ttl() {
     proxy.stop().await;
 }
 
+/// The ranking is at `/hotkeys`, and not in the stats JSON: nutcracker's readers take every object in
+/// a pool for a server. The hot-key cache's counters, scalars, stay there.
 #[tokio::test]
-async fn hot_keys_are_served_at_slash_hotkeys_and_in_the_stats_json() {
+async fn hot_keys_are_served_at_slash_hotkeys_and_kept_out_of_the_stats_json() {
     let servers = memcacheds(2);
     let mut config = pool_config(&servers);
     config.memcache_mut().unwrap().remedies.hot_keys = Some(HotKeysConfig::new(2));
@@ -382,7 +384,7 @@ async fn hot_keys_are_served_at_slash_hotkeys_and_in_the_stats_json() {
             &proxy.proxy.views(),
         ))
         .unwrap();
-    assert_eq!(json["alpha"]["hot_keys"]["keys"][0]["key"], "a");
+    assert!(json["alpha"].get("hot_keys").is_none(), "{json}");
     assert_eq!(json["alpha"]["hot_cache_hits"], 0);
     stop.cancel();
     let _ = task.await;

@@ -18,6 +18,7 @@ mod memcached_noreply;
 mod memcached_value_limit;
 mod metrics_http;
 mod nutcracker;
+mod nutcracker_stats;
 mod redis;
 mod redis_common;
 mod redis_hot_keys;

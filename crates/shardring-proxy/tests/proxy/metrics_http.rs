@@ -514,6 +514,47 @@ async fn a_registered_json_endpoint_is_served_beside_metrics() {
     assert!(r.text().contains("/metrics /hotkeys"), "{}", r.text());
 }
 
+/// What the stats JSON leaves out to keep nutcracker's shape is served beside `/metrics`, as JSON, on
+/// the same connection: `/command-latency` (each command sent, per Redis pool) and `/hotkeys`.
+#[tokio::test]
+async fn command_latency_and_hot_keys_are_served_beside_metrics() {
+    let redis = Arc::new(PoolStats::with_commands("beta", &["get", "set"]));
+    redis.commands[1].latency.observe(Duration::from_micros(80));
+    let mut views = sample_views();
+    views.push(PoolView {
+        pool: redis,
+        placements: Default::default(),
+        servers: vec![Arc::new(ServerStats::new("rd0"))],
+    });
+    let endpoint = Endpoint::prometheus(views).await;
+    let mut stream = endpoint.connect().await;
+    let r = exchange(
+        &mut stream,
+        "GET /command-latency HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let v: serde_json::Value = serde_json::from_str(&r.text()).expect("JSON");
+    assert_eq!(v["pools"][0]["pool"], "alpha");
+    assert!(v["pools"][0]["commands"].is_null(), "{v}");
+    assert_eq!(v["pools"][1]["pool"], "beta");
+    assert_eq!(v["pools"][1]["commands"]["set"]["requests"], 1, "{v}");
+    assert!(v["pools"][1]["commands"].get("get").is_none(), "{v}");
+    let r = exchange(&mut stream, "GET /hotkeys HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = serde_json::from_str(&r.text()).expect("JSON");
+    assert_eq!(v["pools"][1]["pool"], "beta");
+    assert!(v["pools"][1]["keys"].is_null(), "no detection: {v}");
+    let r = exchange(&mut stream, "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(r.status(), 404);
+    assert!(
+        r.text().contains("/metrics /hotkeys /command-latency"),
+        "{}",
+        r.text()
+    );
+}
+
 #[tokio::test]
 async fn an_idle_or_slow_connection_is_closed_after_the_header_timeout() {
     let endpoint = Endpoint::router(|| {
