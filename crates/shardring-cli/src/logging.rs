@@ -5,6 +5,9 @@
 //!
 //! The file is written with `O_APPEND`, one `write` per line, so lines from the worker threads never
 //! interleave; a reopen swaps the file under the writers without a lock on the logging path.
+//!
+//! Installing the log also installs the handlers that write a last line when a fatal signal
+//! (SIGSEGV, SIGABRT, …) kills the process ([`crate::fatal`]); a reopen points them at the new file.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, IsTerminal, Write};
@@ -101,6 +104,15 @@ pub fn install(level: Level, format: LogFormat, file: Option<(PathBuf, File)>) -
         .with(filter)
         .with(lines)
         .init();
+    let fatal = match &*output {
+        Output::Stderr => crate::fatal::install(io::stderr(), format == LogFormat::Json),
+        Output::File { file, .. } => {
+            crate::fatal::install(&**file.load(), format == LogFormat::Json)
+        }
+    };
+    if let Err(e) = fatal {
+        tracing::warn!(error = %e, "fatal signals (SIGSEGV, SIGABRT, ...) will not be logged");
+    }
     Arc::new(Log {
         output,
         filter: handle,
@@ -134,7 +146,11 @@ impl shardring_proxy::LogControl for Log {
         match &*self.output {
             Output::Stderr => Ok(()),
             Output::File { path, file } => {
-                file.store(Arc::new(open(path)?));
+                let new = open(path)?;
+                if let Err(e) = crate::fatal::follow(&new) {
+                    tracing::warn!(error = %e, "a fatal signal would be logged in the old log file");
+                }
+                file.store(Arc::new(new));
                 Ok(())
             }
         }

@@ -7,6 +7,7 @@ mod allocator;
 mod cmd;
 mod compat;
 mod daemon;
+mod fatal;
 mod logging;
 mod nodes;
 mod plot;
@@ -35,7 +36,9 @@ enum Command {
     /// Replay synthetic traffic round by round, with the adaptive rebalancer and/or bounded loads (JSON).
     Simulate(cmd::simulate::Args),
     /// Run the pools of a twemproxy (nutcracker) YAML file as a memcached and Redis sharding proxy.
-    // Boxed: the proxy's flags outweigh every other command's.
+    // Boxed: the proxy's flags outweigh every other command's. Its -V/--version is its own
+    // (nutcracker's line, for the scripts that read it), not clap's.
+    #[command(disable_version_flag = true)]
     Proxy(Box<cmd::proxy::Args>),
     /// A pool's servers in etcd: publish a YAML pool, list, add, remove, re-weight, watch.
     Members(cmd::members::Args),
