@@ -485,6 +485,12 @@ struct Registered {
     source: EtcdSource,
     /// `proxies/<id>`.
     key: String,
+    /// `roster/<id>`: the same value without a lease, so that the participant is still known when
+    /// its lease lapses.
+    roster_key: String,
+    /// Which process wrote the roster entry (`instance=` in its value): a clean stop removes the entry
+    /// only when it is still this process's, never a successor's of the same id.
+    instance: String,
     /// The lease's time to live, in seconds.
     ttl: i64,
     /// A connection (cloned for each request).
@@ -522,17 +528,57 @@ impl Registered {
         self.put(held).await
     }
 
-    /// Writes the held value under the held lease.
+    /// Writes the held value under the held lease, and into the roster, in one transaction.
     async fn put(&self, held: &Held) -> Result<(), EtcdError> {
         let mut client = self.client.clone();
-        timed(
-            &self.source,
-            format!("put {}", self.key),
-            client.put(
+        let value = format_registration(&held.value);
+        let txn = Txn::new().and_then([
+            TxnOp::put(
                 self.key.as_str(),
-                format_registration(&held.value),
+                value.as_str(),
                 Some(PutOptions::new().with_lease(held.lease)),
             ),
+            TxnOp::put(
+                self.roster_key.as_str(),
+                format!("{value} instance={}", self.instance),
+                None,
+            ),
+        ]);
+        timed(&self.source, format!("put {}", self.key), client.txn(txn))
+            .await
+            .map(drop)
+    }
+
+    /// Takes this process's entry out of the roster (a clean stop): deleted only while it is still
+    /// the one this process wrote.
+    async fn leave_roster(&self) -> Result<(), EtcdError> {
+        let mut client = self.client.clone();
+        let read = timed(
+            &self.source,
+            format!("get {}", self.roster_key),
+            client.get(self.roster_key.as_str(), None),
+        )
+        .await?;
+        let Some(kv) = read.kvs().first() else {
+            return Ok(());
+        };
+        let mine = String::from_utf8_lossy(kv.value())
+            .split_whitespace()
+            .any(|t| t.strip_prefix("instance=") == Some(self.instance.as_str()));
+        if !mine {
+            return Ok(());
+        }
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                self.roster_key.as_str(),
+                CompareOp::Equal,
+                kv.mod_revision(),
+            )])
+            .and_then([TxnOp::delete(self.roster_key.as_str(), None)]);
+        timed(
+            &self.source,
+            format!("delete {}", self.roster_key),
+            client.txn(txn),
         )
         .await
         .map(drop)
@@ -548,6 +594,22 @@ impl Registered {
     ) -> Result<bool, EtcdError> {
         let mut client = self.client.clone();
         let lease = self.lease.load(Ordering::Relaxed);
+        if *lost {
+            // After a failure, ask first whether the lease outlived it: etcd refuses a keep-alive of
+            // an expired lease ("lease not found") rather than answering it with TTL 0, so without
+            // this a proxy cut off for longer than its lease would retry the dead lease forever and
+            // never register again. An unknown lease has TTL -1.
+            let ttl = timed(
+                &self.source,
+                format!("read lease {lease:x} of {}", self.key),
+                client.lease_time_to_live(lease, None),
+            )
+            .await?
+            .ttl();
+            if ttl <= 0 {
+                return self.register_again(lease, lost).await;
+            }
+        }
         let what = format!("keep lease {lease:x} of {} alive", self.key);
         let (mut keeper, mut stream) =
             timed(&self.source, what.as_str(), client.lease_keep_alive(lease)).await?;
@@ -563,12 +625,8 @@ impl Registered {
                 )));
             };
             if answer.ttl() <= 0 {
-                // The lease is gone (it expired while etcd could not be reached, or was revoked).
-                let mut held = self.held.lock().await;
-                self.grant_and_put(&mut held).await?;
-                tracing::info!(key = %self.key, old = format!("{lease:x}"), new = format!("{:x}", held.lease), "proxy registration's lease was gone; registered again under a new one");
-                *lost = false;
-                return Ok(false);
+                // The lease is gone (revoked, or expired with the keep-alive stream still open).
+                return self.register_again(lease, lost).await;
             }
             if std::mem::take(lost) {
                 tracing::info!(key = %self.key, "etcd reachable again; proxy registration kept");
@@ -578,6 +636,16 @@ impl Registered {
                 () = tokio::time::sleep(interval) => {}
             }
         }
+    }
+
+    /// The lease `old` is gone (it expired while etcd could not be reached, or was revoked): a new one
+    /// is granted and the last value written under it. `Ok(false)`: keep the new lease alive.
+    async fn register_again(&self, old: i64, lost: &mut bool) -> Result<bool, EtcdError> {
+        let mut held = self.held.lock().await;
+        self.grant_and_put(&mut held).await?;
+        tracing::info!(key = %self.key, old = format!("{old:x}"), new = format!("{:x}", held.lease), "proxy registration's lease was gone; registered again under a new one");
+        *lost = false;
+        Ok(false)
     }
 
     /// The keep-alive task: [`keep`](Registered::keep) with back-off until `stop`, then a revoke.
@@ -613,6 +681,9 @@ impl Registered {
         if self.revoke_on_stop.load(Ordering::Relaxed) {
             if let Err(error) = self.revoke().await {
                 tracing::warn!(key = %self.key, error = %crate::error::error_chain(&error), "could not revoke the proxy registration's lease; it expires by itself");
+            }
+            if let Err(error) = self.leave_roster().await {
+                tracing::warn!(key = %self.roster_key, error = %crate::error::error_chain(&error), "could not take this proxy out of the roster; `shardring members forget` does");
             }
         }
     }
@@ -655,21 +726,24 @@ impl RegistrationHandle {
         self.shared.lease.load(Ordering::Relaxed)
     }
 
-    /// Stops keeping the lease alive and revokes it, so the key goes at once.
+    /// Stops keeping the lease alive and revokes it, so the key goes at once, and takes this
+    /// participant out of the roster (a clean stop: it serves nothing any more).
     ///
     /// # Errors
-    /// [`EtcdError`] when etcd cannot be reached (the key then goes when the lease expires).
+    /// [`EtcdError`] when etcd cannot be reached (the key then goes when the lease expires, and the
+    /// roster entry stays until `shardring members forget` removes it).
     pub async fn revoke(mut self) -> Result<(), EtcdError> {
         self.shared.revoke_on_stop.store(false, Ordering::Relaxed);
         self.stop.cancel();
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        self.shared.revoke().await
+        self.shared.revoke().await?;
+        self.shared.leave_roster().await
     }
 
     /// Stops keeping the lease alive *without* revoking it: the key stays until the lease's time to live
-    /// runs out, as when the proxy's process dies.
+    /// runs out, as when the proxy's process dies; the roster entry stays.
     pub fn abandon(mut self) {
         self.shared.revoke_on_stop.store(false, Ordering::Relaxed);
         self.stop.cancel();
@@ -721,6 +795,8 @@ pub async fn register_proxy(
     let shared = Arc::new(Registered {
         source: source.clone(),
         key: source.keys().proxy_key(id),
+        roster_key: source.keys().roster_key(id),
+        instance: instance(),
         ttl,
         client: source.connect().await?,
         held: tokio::sync::Mutex::new(Held {
@@ -743,15 +819,97 @@ pub async fn register_proxy(
     })
 }
 
+/// A name for this process's registrations that no other process is likely to have: its pid and
+/// the time it registered.
+fn instance() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}.{nanos:x}", std::process::id())
+}
+
+/// Every participant of the pool's roster, by id (sorted), with the last registration it wrote:
+/// the ones registered now and the ones whose lease lapsed without a clean stop.
+///
+/// # Errors
+/// [`EtcdError::Malformed`] for an entry that cannot be read; [`EtcdError`] when etcd cannot be
+/// reached.
+pub async fn list_roster(source: &EtcdSource) -> Result<Vec<(String, Registration)>, EtcdError> {
+    let keys = source.keys();
+    list_registrations(source, keys.roster_prefix(), |k| keys.roster_id_of(k)).await
+}
+
+/// What [`forget_participant`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forgotten {
+    /// The participant's last registration, as the roster held it.
+    pub last: Registration,
+    /// The revision of the delete.
+    pub revision: i64,
+}
+
+/// Takes the participant `id` out of the pool's roster, so that `shardring migrate` no longer waits
+/// for it: for a participant that is gone for good. Refused while its registration is live (its
+/// lease kept alive: it runs and reaches etcd), so a participant that could still answer for itself
+/// is never dropped.
+///
+/// # Errors
+/// [`EtcdError::Refused`] when `id` is registered now or is not in the roster; [`EtcdError`] when
+/// etcd cannot be reached.
+pub async fn forget_participant(source: &EtcdSource, id: &str) -> Result<Forgotten, EtcdError> {
+    let keys = source.keys();
+    let (live, roster) = (keys.proxy_key(id), keys.roster_key(id));
+    let mut client = source.connect().await?;
+    let read = timed(
+        source,
+        format!("get {roster}"),
+        client.get(roster.as_str(), None),
+    )
+    .await?;
+    let Some(kv) = read.kvs().first() else {
+        return Err(EtcdError::Refused(format!(
+            "{id} is not in the roster of pool {}",
+            source.pool()
+        )));
+    };
+    let last = parse_registration(kv.key(), kv.value()).map_err(EtcdError::Malformed)?;
+    // Deleted only while no live registration exists and the entry is the one read.
+    let txn = Txn::new()
+        .when([
+            Compare::version(live.as_str(), CompareOp::Equal, 0),
+            Compare::mod_revision(roster.as_str(), CompareOp::Equal, kv.mod_revision()),
+        ])
+        .and_then([TxnOp::delete(roster.as_str(), None)]);
+    let response = timed(source, format!("delete {roster}"), client.txn(txn)).await?;
+    if !response.succeeded() {
+        return Err(EtcdError::Refused(format!(
+            "{id} is registered now (its lease is kept alive: it runs and reaches etcd), or wrote \
+             its entry again: it answers for itself; stop it first"
+        )));
+    }
+    Ok(Forgotten {
+        last,
+        revision: revision_of(response.header()),
+    })
+}
+
 /// Every proxy registered for the pool, by id (sorted).
 ///
 /// # Errors
 /// [`EtcdError::Malformed`] for a registration that cannot be read (a migration must not take an
 /// unreadable proxy for one that is not there); [`EtcdError`] when etcd cannot be reached.
 pub async fn list_proxies(source: &EtcdSource) -> Result<Vec<(String, Registration)>, EtcdError> {
-    let mut client = source.connect().await?;
     let keys = source.keys();
-    let prefix = keys.proxies_prefix();
+    list_registrations(source, keys.proxies_prefix(), |k| keys.proxy_id_of(k)).await
+}
+
+/// The registrations under `prefix`, by the id `id_of` reads from each key.
+async fn list_registrations(
+    source: &EtcdSource,
+    prefix: &str,
+    id_of: impl Fn(&str) -> Option<&str>,
+) -> Result<Vec<(String, Registration)>, EtcdError> {
+    let mut client = source.connect().await?;
     let read = timed(
         source,
         format!("range {prefix}"),
@@ -762,11 +920,11 @@ pub async fn list_proxies(source: &EtcdSource) -> Result<Vec<(String, Registrati
     for kv in read.kvs() {
         let value = parse_registration(kv.key(), kv.value()).map_err(EtcdError::Malformed)?;
         let key = String::from_utf8_lossy(kv.key());
-        let id = keys.proxy_id_of(&key).ok_or_else(|| {
+        let id = id_of(&key).ok_or_else(|| {
             EtcdError::Malformed(crate::error::MalformedValue {
                 key: key.to_string(),
                 value: String::from_utf8_lossy(kv.value()).into_owned(),
-                reason: "the key is not <prefix><pool>/proxies/<id>".into(),
+                reason: format!("the key is not {prefix}<id>"),
             })
         })?;
         out.push((id.to_owned(), value));

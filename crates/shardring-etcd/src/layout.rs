@@ -47,6 +47,15 @@
 //!
 //! Fields may come in any order; unknown fields are ignored (so later versions can add some); a missing
 //! field, a token that is not `field=value`, or a revision that is not a number is a [`MalformedValue`].
+//!
+//! ## The roster (`roster/`)
+//! A lease vanishes with silence, and silence is not agreement: a proxy cut off from etcd, paused or
+//! killed loses its `proxies/<id>` key while it may still be serving what it last knew. So each
+//! registration is also written, in the same transaction and without a lease, to `roster/<id>` (the
+//! same fields, plus `instance=<…>`, which process wrote it). `shardring migrate` waits for every
+//! participant of the roster: one whose `proxies/<id>` is gone blocks each step until it is back, or
+//! until an operator removes it (`shardring members forget`, refused while its lease is alive). A
+//! participant that stops cleanly takes its own entry out (only the entry its own process wrote).
 
 use shardring::membership::Member;
 
@@ -59,7 +68,7 @@ pub const DEFAULT_PREFIX: &str = "/shardring/";
 pub const DEFAULT_WEIGHT: u32 = 1;
 
 /// Where one pool's keys live: `<prefix><pool>/servers/`, `<prefix><pool>/next/`,
-/// `<prefix><pool>/proxies/`.
+/// `<prefix><pool>/proxies/`, `<prefix><pool>/roster/`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolKeys {
     /// `<prefix><pool>/`: every key of the pool starts with it.
@@ -70,6 +79,8 @@ pub struct PoolKeys {
     next: String,
     /// The key prefix every proxy registration of the pool starts with.
     proxies: String,
+    /// The key prefix of the roster: every participant that registered and has not left.
+    roster: String,
 }
 
 /// Which of a pool's member sets a key belongs to.
@@ -98,6 +109,7 @@ impl PoolKeys {
             servers: format!("{base}servers/"),
             next: format!("{base}next/"),
             proxies: format!("{base}proxies/"),
+            roster: format!("{base}roster/"),
             pool: base,
         }
     }
@@ -132,6 +144,22 @@ impl PoolKeys {
     pub fn next_name_of<'k>(&self, key: &'k str) -> Option<&'k str> {
         key.strip_prefix(self.next.as_str())
             .filter(|name| !name.is_empty())
+    }
+
+    /// `<prefix><pool>/roster/`: the participants seen, whose entries outlive their leases.
+    pub fn roster_prefix(&self) -> &str {
+        &self.roster
+    }
+
+    /// The roster key of the participant `id`.
+    pub fn roster_key(&self, id: &str) -> String {
+        format!("{}{id}", self.roster)
+    }
+
+    /// The participant id a roster key stands for.
+    pub fn roster_id_of<'k>(&self, key: &'k str) -> Option<&'k str> {
+        key.strip_prefix(self.roster.as_str())
+            .filter(|id| !id.is_empty())
     }
 
     /// The proxy id a registration key stands for.

@@ -443,3 +443,93 @@ async fn a_registration_survives_an_etcd_restart_and_a_lost_lease() {
     handle.revoke().await.unwrap();
     assert!(proxies(&src).await.is_empty());
 }
+
+/// etcd keeps running while the proxy cannot reach it, for longer than the lease: the lease expires
+/// there, and once the path is back the keep-alive finds it gone ("lease not found") and registers
+/// again, with the last value, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_comes_back_after_a_partition_longer_than_its_lease() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = Etcd::start();
+    let relay =
+        test_support::Relay::start(etcd.url().trim_start_matches("http://").to_owned()).await;
+    let direct = source(&etcd.url());
+    let via_relay = source(&relay.url());
+    let a = registration("aa", Some("bb"), 3);
+    let handle = admin::register_proxy(&via_relay, "proxy-a", &a, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(proxies(&direct).await, [("proxy-a".to_string(), a.clone())]);
+    let old = handle.lease();
+    relay.cut();
+    // The lease expires in etcd, which is up all along.
+    let deadline = Instant::now() + PATIENCE;
+    while !proxies(&direct).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the cut-off registration expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    relay.restore();
+    let started = Instant::now();
+    let deadline = started + PATIENCE;
+    let listed = loop {
+        let listed = proxies(&direct).await;
+        if !listed.is_empty() || Instant::now() > deadline {
+            break listed;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(listed, [("proxy-a".to_string(), a)], "registered again");
+    assert_ne!(handle.lease(), old, "under a new lease");
+    eprintln!(
+        "registered again {:?} after the path came back",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        proxies(&direct).await.len(),
+        1,
+        "the new lease is kept alive"
+    );
+    handle.revoke().await.unwrap();
+}
+
+/// The roster keeps a participant whose lease lapsed (silence is not agreement), loses one that
+/// stopped cleanly, and gives one up only when asked and only once its lease is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_roster_outlives_a_lapsed_lease_but_not_a_clean_stop() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = Etcd::start();
+    let src = source(&etcd.url());
+    let a = registration("aa", None, 3);
+    let ttl = Duration::from_secs(1);
+    let clean = admin::register_proxy(&src, "clean", &a, ttl).await.unwrap();
+    let dies = admin::register_proxy(&src, "dies", &a, ttl).await.unwrap();
+    let ids = |l: Vec<(String, Registration)>| l.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(admin::list_roster(&src).await.unwrap()),
+        ["clean", "dies"]
+    );
+    let refused = admin::forget_participant(&src, "dies").await.unwrap_err();
+    assert!(refused.to_string().contains("registered now"), "{refused}");
+    clean.revoke().await.unwrap();
+    dies.abandon();
+    let deadline = Instant::now() + PATIENCE;
+    while !proxies(&src).await.is_empty() {
+        assert!(Instant::now() < deadline, "the abandoned lease expires");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let roster = admin::list_roster(&src).await.unwrap();
+    assert_eq!(roster, [("dies".to_string(), a.clone())]);
+    let gone = admin::forget_participant(&src, "dies").await.unwrap();
+    assert_eq!(gone.last, a);
+    assert!(admin::list_roster(&src).await.unwrap().is_empty());
+    assert!(admin::forget_participant(&src, "dies").await.is_err());
+}

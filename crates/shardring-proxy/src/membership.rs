@@ -398,13 +398,15 @@ pub fn keep_servers(pools: &[Arc<dyn ServedPool>], mut config: ProxyConfig) -> P
     config
 }
 
-/// This proxy's name among the pool's registrations: host, process and the pool's listen address
-/// (`/` replaced, which etcd keys of the layout may not hold).
+/// This proxy's name among the pool's registrations and in its roster: host and the pool's listen
+/// address (`/` replaced, which etcd keys of the layout may not hold). Not the process: a proxy
+/// restarted after a crash answers for the entry its predecessor left in the roster, so that a
+/// migration waiting for it goes on, rather than waiting for a process that is gone for good.
 fn proxy_id(config: &crate::config::PoolConfig) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "localhost".into());
-    format!("{host}-{}-{}", std::process::id(), config.listen).replace(['/', ' '], "_")
+    format!("{host}-{}", config.listen).replace(['/', ' '], "_")
 }
 
 /// Keeps this proxy registered under the pool's `proxies/` with what it serves, until `stop`:

@@ -7,6 +7,8 @@
 //! the other, computed on the pool's ring (its hash and hash tag from `--config`, else twemproxy's
 //! defaults); `--ranges` prints every hash range as `shardring ring --diff` does.
 
+mod roster;
+
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -92,6 +94,22 @@ enum Action {
         /// Stop after this many changes.
         #[arg(long, value_name = "N")]
         count: Option<u64>,
+    },
+    /// Print the pool's participants (the roster: every proxy that registered and did not stop
+    /// cleanly): ID<TAB>live|absent<TAB>what it serves (now, or last seen). `shardring migrate`
+    /// waits for each of them at every step.
+    Participants,
+    /// Take the participant ID out of the roster, for one gone for good (its machine retired), so
+    /// that migrations no longer wait for it. Refused while it is registered (its lease alive), and
+    /// without --stopped.
+    Forget {
+        /// The participant's id, as `participants` prints it.
+        id: String,
+        /// Say that its process is stopped for good. A participant that is only cut off from etcd
+        /// goes on serving what it last knew, which after a cut-over is stale for the keys that
+        /// moved: a participant does not fence itself yet, so only a stopped one may be forgotten.
+        #[arg(long)]
+        stopped: bool,
     },
 }
 
@@ -286,6 +304,8 @@ pub fn run(args: Args) -> Result<()> {
                 Ok(())
             }
             Action::Watch { count } => watch(&source, hashing, ranges, count).await,
+            Action::Participants => roster::list(&source).await,
+            Action::Forget { id, stopped } => roster::forget(&source, &id, stopped).await,
         }
     })
 }
