@@ -6,7 +6,8 @@
   ``lookup``, batched ``lookup_many``, ``replicas``, membership changes, ``shares`` and ``diff``.
 - :meth:`Ring.from_twemproxy` and :func:`read_twemproxy`: a twemproxy (nutcracker) YAML pool, placed
   as nutcracker places it (hash, distribution, hash tags, weights, server names).
-- :mod:`shardring.uhashring`: ``HashRing``, a drop-in for uhashring's (ketama mode).
+- :mod:`shardring.uhashring`: ``HashRing``, a drop-in for uhashring 2.5's (every mode and node
+  configuration, the same node for every key).
 - :mod:`shardring.pymemcache`: ``Client``, a sharded memcached client that sends each key where
   nutcracker would, optionally following membership in etcd.
 

@@ -41,27 +41,36 @@ class Migration:
     """Key hashes ``first..=last`` that ``old`` owns before a change and ``new`` after it."""
 
     @property
-    def first(self) -> int: ...
+    def first(self) -> int:
+        """The first hash of the range."""
     @property
-    def last(self) -> int: ...
+    def last(self) -> int:
+        """The last hash of the range (inclusive)."""
     @property
-    def old(self) -> Optional[str]: ...
+    def old(self) -> Optional[str]:
+        """The owner before the change (``None``: the ring was empty)."""
     @property
-    def new(self) -> Optional[str]: ...
+    def new(self) -> Optional[str]:
+        """The owner after the change (``None``: the ring becomes empty)."""
 
 class TwemproxyPool:
     """One pool of a twemproxy YAML file."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The pool's name."""
     @property
-    def redis(self) -> bool: ...
+    def redis(self) -> bool:
+        """``redis: true``: a Redis pool, else memcached."""
     @property
-    def hash(self) -> str: ...
+    def hash(self) -> str:
+        """The key hash, as twemproxy names it (``fnv1a_64`` when the file has none)."""
     @property
-    def hash_tag(self) -> Optional[str]: ...
+    def hash_tag(self) -> Optional[str]:
+        """The two hash tag characters, e.g. ``"{}"``, or ``None``."""
     @property
-    def distribution(self) -> str: ...
+    def distribution(self) -> str:
+        """``ketama``, ``modula`` or ``random``."""
     @property
     def servers(self) -> List[Tuple[str, str, int, int]]:
         """``(node, host, port, weight)`` in file order (a unix socket: its path, port 0)."""
@@ -86,7 +95,10 @@ class Ring:
         digest: Optional[str] = None,
         ties: Optional[str] = None,
         line_table: bool = False,
-    ) -> None: ...
+    ) -> None:
+        """A ring over ``nodes``: a dict of names to weights, or a list of names (weight 1) and
+        ``(name, weight)`` pairs; ``algorithm``, ``hash`` and ``vnodes`` without ``compat``, or a
+        program's ring byte for byte with ``compat`` (``ValueError`` for a bad setting)."""
     @staticmethod
     def from_twemproxy(path: PathLike, pool: Optional[str] = None) -> "Ring":
         """The ring of a twemproxy YAML pool, placing keys as nutcracker does."""
@@ -114,19 +126,25 @@ class Ring:
         """The owners of many keys, in order, placed in batches."""
     def replicas(self, key: Key, n: int) -> List[str]:
         """Up to ``n`` distinct nodes for ``key``, the owner first."""
-    def add(self, name: str, weight: float = 1.0) -> None: ...
-    def remove(self, name: str) -> None: ...
-    def set_weight(self, name: str, weight: float) -> None: ...
+    def add(self, name: str, weight: float = 1.0) -> None:
+        """Adds the node ``name`` of ``weight``; only keys that now belong to it move."""
+    def remove(self, name: str) -> None:
+        """Removes the node ``name``; only its keys move (``ValueError`` when there is none)."""
+    def set_weight(self, name: str, weight: float) -> None:
+        """Changes the weight of the node ``name``."""
     @property
     def nodes(self) -> Dict[str, float]:
         """The nodes and their weights."""
     @property
-    def algorithm(self) -> str: ...
+    def algorithm(self) -> str:
+        """``ring`` for the library's ring and every program's ring, else the algorithm's name."""
     def shares(self) -> Dict[str, float]:
         """Each node's share of the circle (point rings only)."""
     def points(self) -> List[Tuple[int, str]]:
         """Every point in ring order (point rings only)."""
     def diff(self, other: "Ring") -> List[Migration]:
         """The hash ranges whose owner changes from this ring to ``other`` (point rings only)."""
-    def __len__(self) -> int: ...
-    def __contains__(self, name: object) -> bool: ...
+    def __len__(self) -> int:
+        """The number of nodes."""
+    def __contains__(self, name: object) -> bool:
+        """Whether ``name`` is a node of the ring."""

@@ -236,39 +236,51 @@ class Client:
     # One key.
 
     def set(self, key: Key, value: Any, *args: Any, **kwargs: Any) -> Any:
+        """Stores ``value`` under ``key`` on the key's server (pymemcache's ``set``)."""
         return self._client_for(key).set(key, value, *args, **kwargs)
 
     def add(self, key: Key, value: Any, *args: Any, **kwargs: Any) -> Any:
+        """Stores ``value`` under ``key`` unless the key's server has it (pymemcache's ``add``)."""
         return self._client_for(key).add(key, value, *args, **kwargs)
 
     def replace(self, key: Key, value: Any, *args: Any, **kwargs: Any) -> Any:
+        """Stores ``value`` under ``key`` if the key's server has it (pymemcache's ``replace``)."""
         return self._client_for(key).replace(key, value, *args, **kwargs)
 
     def append(self, key: Key, value: Any, *args: Any, **kwargs: Any) -> Any:
+        """Appends ``value`` to the value of ``key`` on the key's server (pymemcache's ``append``)."""
         return self._client_for(key).append(key, value, *args, **kwargs)
 
     def prepend(self, key: Key, value: Any, *args: Any, **kwargs: Any) -> Any:
+        """Prepends ``value`` to the value of ``key`` on the key's server (pymemcache's ``prepend``)."""
         return self._client_for(key).prepend(key, value, *args, **kwargs)
 
     def cas(self, key: Key, value: Any, cas: Any, *args: Any, **kwargs: Any) -> Any:
+        """Stores ``value`` under ``key`` if its CAS token is still ``cas`` (pymemcache's ``cas``)."""
         return self._client_for(key).cas(key, value, cas, *args, **kwargs)
 
     def get(self, key: Key, *args: Any, **kwargs: Any) -> Any:
+        """The value of ``key`` from the key's server, or the default (pymemcache's ``get``)."""
         return self._client_for(key).get(key, *args, **kwargs)
 
     def gets(self, key: Key, *args: Any, **kwargs: Any) -> Any:
+        """``(value, cas)`` of ``key`` from the key's server (pymemcache's ``gets``)."""
         return self._client_for(key).gets(key, *args, **kwargs)
 
     def delete(self, key: Key, *args: Any, **kwargs: Any) -> Any:
+        """Deletes ``key`` on the key's server (pymemcache's ``delete``)."""
         return self._client_for(key).delete(key, *args, **kwargs)
 
     def incr(self, key: Key, value: int, *args: Any, **kwargs: Any) -> Any:
+        """Adds ``value`` to the number under ``key`` on the key's server (pymemcache's ``incr``)."""
         return self._client_for(key).incr(key, value, *args, **kwargs)
 
     def decr(self, key: Key, value: int, *args: Any, **kwargs: Any) -> Any:
+        """Subtracts ``value`` from the number under ``key`` on the key's server (pymemcache's ``decr``)."""
         return self._client_for(key).decr(key, value, *args, **kwargs)
 
     def touch(self, key: Key, *args: Any, **kwargs: Any) -> Any:
+        """Sets a new expiry time for ``key`` on the key's server (pymemcache's ``touch``)."""
         return self._client_for(key).touch(key, *args, **kwargs)
 
     # Many keys: one call per server.
@@ -336,9 +348,11 @@ class Client:
             c.quit()
 
     def __enter__(self) -> "Client":
+        """The client itself: ``with Client(...) as cache:`` closes it on leaving."""
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        """Closes the client (``close``)."""
         self.close()
 
 
