@@ -5,10 +5,12 @@
 //! so its init scripts and units run this binary unchanged.
 //!
 //! Signals: SIGINT/SIGTERM stop accepting, let in-flight requests finish (at most 30 s) and exit 0; a
-//! second one exits at once. SIGHUP reopens the log file and re-reads the configuration, swapping every
-//! pool's servers and placement (a bad file is refused with every problem logged and the running config
-//! kept). SIGTTIN/SIGTTOU raise and lower the log level; SIGUSR1/SIGUSR2 are logged and ignored
-//! (`shardring_proxy::signals`).
+//! second one exits at once. SIGHUP reopens the log file and re-reads the configuration once it reads
+//! alike for 100 ms, then follows the file for 2 s, swapping every pool's servers and placement (a bad
+//! file is refused with every problem logged and the running config kept). SIGTTIN/SIGTTOU raise and
+//! lower the log level; SIGUSR1/SIGUSR2 are logged and ignored (`shardring_proxy::signals`). SIGSEGV,
+//! SIGBUS, SIGILL, SIGFPE, SIGABRT and SIGSYS are logged by name before the process dies of them
+//! (`crate::fatal`).
 //!
 //! Logs go to stderr, or to `-o FILE`; `--log-level` (or `-v N`) sets the level, `info` by default, and
 //! `RUST_LOG`'s directives (e.g. `RUST_LOG=shardring_proxy=debug`) apply on top ([`crate::logging`]).
@@ -95,7 +97,9 @@ pub struct Args {
     /// nutcracker-0.5.0` read as the nutcracker version whose behaviour this proxy keeps.
     #[arg(long, short = 'V')]
     version: bool,
-    /// Serve Prometheus text at http://HOST:PORT/metrics.
+    /// Serve Prometheus text at http://HOST:PORT/metrics, and JSON at /hotkeys (the hot keys,
+    /// --hot-keys) and /command-latency (each Redis command's latency), which nutcracker's stats JSON
+    /// has no place for.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
     /// Worker threads, each accepting and serving its own clients with its own server connections (N

@@ -127,19 +127,6 @@ pub enum PartialReads {
     Answered,
 }
 
-/// Whether `parts` hold a failure: a part that got no reply, an error reply, or a reply that is not an
-/// array of one value per key it holds. The failure as the client's answer.
-fn failed_part(parts: &[(&[usize], Part<'_>)], limits: ReplyLimits) -> Option<Bytes> {
-    parts.iter().find_map(|(held, part)| match part {
-        Part::Failed(reason) => Some(failure(reason)),
-        Part::Reply(reply) if is_error(reply) => Some(Bytes::copy_from_slice(reply)),
-        Part::Reply(reply) => match elements(reply, limits) {
-            Some(values) if values.len() == held.len() && reply.first() == Some(&b'*') => None,
-            _ => Some(failure("unexpected reply from server to MGET")),
-        },
-    })
-}
-
 /// `MGET`: `parts[i]` is what the server holding keys `held[i]` (positions in request order) gave; the
 /// values are put back in request order. `key_count` is the request's number of keys. A failed part
 /// fails the whole command unless `partial` is [`PartialReads::Answered`].
@@ -149,11 +136,6 @@ pub fn merge_values(
     limits: ReplyLimits,
     partial: PartialReads,
 ) -> Bytes {
-    if partial == PartialReads::Refused {
-        if let Some(err) = failed_part(parts, limits) {
-            return err;
-        }
-    }
     let mut slots: Vec<Option<&[u8]>> = vec![None; key_count];
     let mut owned: Vec<(usize, Bytes)> = Vec::new();
     for (held, part) in parts {
@@ -174,11 +156,17 @@ pub fn merge_values(
                     } else {
                         failure("unexpected reply from server to MGET")
                     };
+                    if partial == PartialReads::Refused {
+                        return err;
+                    }
                     owned.extend(held.iter().map(|&p| (p, err.clone())));
                 }
             },
             Part::Failed(reason) => {
                 let err = failure(reason);
+                if partial == PartialReads::Refused {
+                    return err;
+                }
                 owned.extend(held.iter().map(|&p| (p, err.clone())));
             }
         }
