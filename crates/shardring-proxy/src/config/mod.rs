@@ -11,6 +11,7 @@ mod changes;
 mod limits;
 mod next;
 mod overrides;
+mod placement;
 mod pool;
 mod problem;
 mod protocol;
@@ -20,9 +21,10 @@ mod yaml;
 
 pub use self::changes::PoolChanges;
 pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN, VALUE_LEN_CEILING};
-pub use self::next::{placement_differences, NextMembership};
+pub use self::next::NextMembership;
 pub use self::overrides::Overrides;
-pub use self::pool::{Listen, PlacementSpec, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
+pub use self::placement::{placement_differences, PlacementSpec};
+pub use self::pool::{Listen, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 pub use self::problem::{ConfigErrors, ConfigProblem};
 pub use self::protocol::{
     GutterConfig, HotKeysConfig, MemcacheConfig, ProtocolConfig, RedisConfig, Remedies,

@@ -9,6 +9,7 @@ use shardring::compat::twemproxy::{Distribution, TwemproxyServer};
 use shardring::hash::TwemproxyHash;
 
 use super::next::NextMembership;
+use super::placement::PlacementSpec;
 use super::problem::ConfigErrors;
 use super::protocol::{
     HotKeysConfig, MemcacheConfig, ProtocolConfig, RedisConfig, Remedies, NO_REMEDIES,
@@ -109,34 +110,15 @@ pub struct PoolConfig {
     pub next: Option<NextMembership>,
 }
 
-/// How a pool places keys: its servers and twemproxy's placement settings, borrowed from the pool.
-/// A pool's key routing is built from this alone, so the configuration needs nothing from the code
-/// that routes keys (which depends on it, not the other way).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PlacementSpec<'a> {
-    /// The pool's servers, in config order.
-    pub servers: &'a [TwemproxyServer],
-    /// `hash`.
-    pub hash: TwemproxyHash,
-    /// `hash_tag`.
-    pub hash_tag: Option<[u8; 2]>,
-    /// `distribution`.
-    pub distribution: Distribution,
-}
-
-impl PlacementSpec<'_> {
-    /// Where nutcracker sends each key with every server in (names: the server's name, else
-    /// `host:port`).
-    ///
-    /// # Errors
-    /// The library's, e.g. for `distribution: random`, which places no key reproducibly.
-    pub fn placement(&self) -> Result<Box<dyn shardring::Placement>, shardring::Error> {
-        shardring::compat::twemproxy::placement(
-            self.servers,
-            self.hash,
-            self.hash_tag,
-            self.distribution,
-        )
+impl NextMembership {
+    /// The placement of `pool` (its servers, hash, hash tag and distribution), as a next membership.
+    pub fn of(pool: &PoolConfig) -> NextMembership {
+        NextMembership {
+            servers: pool.servers.clone(),
+            hash: pool.hash,
+            hash_tag: pool.hash_tag,
+            distribution: pool.distribution,
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use shardring_etcd::{admin, twemproxy_servers, EtcdSource};
 use shardring_proxy::PoolConfig;
 
 use super::plan::Change;
-use super::proxies::Serving;
+use super::serving::Serving;
 
 /// The etcd source of `pool` under `prefix` at `urls`.
 pub(super) fn source(urls: &str, prefix: &str, pool: &str) -> EtcdSource {

@@ -22,6 +22,7 @@ mod plan;
 mod priority;
 mod progress;
 mod proxies;
+mod serving;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,7 +35,8 @@ use shardring_migrate::{Job, Progress, RateLimit, Report, Survey};
 use shardring_proxy::{PoolConfig, ProxyConfig};
 
 use self::plan::Change;
-use self::proxies::{Proxies, Serving};
+use self::proxies::Proxies;
+use self::serving::Serving;
 use crate::compat::{config_problems, load_config};
 
 /// The default pace, in keys a second: chosen by the live load's p99 through the proxy during a copy
