@@ -5,7 +5,9 @@
 //! Without etcd the proxies are named (`--proxies HOST:PORT,…`, their stats ports): each one's
 //! stats JSON says, per pool, `membership_current` and `membership_next` (digests of the placements,
 //! which leave out the listen address that differs between proxies). With etcd they register
-//! themselves under the pool's prefix with a lease (`proxies/<id>`), with the same two digests.
+//! themselves under the pool's prefix with a lease (`proxies/<id>`), with the same two digests, and
+//! in its roster without one (`roster/<id>`): a participant of the roster that is not registered is
+//! waited for like one that lags, never counted as agreeing.
 
 use std::time::{Duration, Instant};
 
