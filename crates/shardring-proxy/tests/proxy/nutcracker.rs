@@ -131,3 +131,68 @@ async fn a_server_that_closes_on_stats_settings_is_served_without_the_question()
     );
     proxy.stop().await;
 }
+
+/// A membership's identity is its placement: a live nutcracker over a file listing the servers in
+/// the reverse order places every key as one over the file's order (it sorts a pool's servers before
+/// placing keys), ketama and modula alike; so the proxy's membership digest, which proxies report and
+/// `shardring migrate` compares, is the same for both files, and its placement matches nutcracker's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_order_in_the_file_changes_no_placement_nor_the_membership_digest() {
+    let servers = memcacheds(4);
+    for extra in ["", "  hash: md5\n  distribution: modula\n"] {
+        let listens = [0, 1].map(|_| format!("127.0.0.1:{}", free_port()));
+        let forward = yaml(&listens[0], &servers, extra);
+        // The same lines, server lines reversed.
+        let (head, lines) = forward.split_at(forward.find("   - ").unwrap());
+        let mut reversed: Vec<&str> = lines.lines().collect();
+        reversed.reverse();
+        let backward = format!("{head}{}\n", reversed.join("\n")).replace(&listens[0], &listens[1]);
+        assert_ne!(
+            forward.replace(&listens[0], ""),
+            backward.replace(&listens[1], "")
+        );
+        let Some(a) = Nutcracker::start(&forward, &listens[0]) else {
+            return;
+        };
+        let Some(b) = Nutcracker::start(&backward, &listens[1]) else {
+            return;
+        };
+        let ours = |text: &str| ProxyConfig::from_yaml(text).unwrap().pools.remove(0);
+        let own = format!("127.0.0.1:{}", free_port());
+        let (ours_a, ours_b) = (
+            ours(&forward.replace(&listens[0], &own)),
+            ours(&backward.replace(&listens[1], &own)),
+        );
+        assert_eq!(
+            ours_a.placement_spec().digest(),
+            ours_b.placement_spec().digest(),
+            "{extra}"
+        );
+        let proxy = RunningProxy::start(ours_b).await;
+        let (mut via_a, mut via_b, mut via_us) = (
+            Client::connect(&a.addr).await,
+            Client::connect(&b.addr).await,
+            proxy.client().await,
+        );
+        for i in 0..300 {
+            let k = format!("order:{i}:{}", i * 7919);
+            via_a
+                .check(format!("set {k} 0 0 1\r\na\r\n").as_bytes(), b"STORED\r\n")
+                .await;
+        }
+        for i in 0..300 {
+            let k = format!("order:{i}:{}", i * 7919);
+            let hit = format!("VALUE {k} 0 1\r\na\r\nEND\r\n");
+            via_b
+                .check(format!("get {k}\r\n").as_bytes(), hit.as_bytes())
+                .await;
+            via_us
+                .check(format!("get {k}\r\n").as_bytes(), hit.as_bytes())
+                .await;
+            via_a
+                .check(format!("delete {k}\r\n").as_bytes(), b"DELETED\r\n")
+                .await;
+        }
+        proxy.stop().await;
+    }
+}
