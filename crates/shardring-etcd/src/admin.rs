@@ -466,7 +466,7 @@ pub const DEFAULT_REGISTRATION_TTL: Duration = Duration::from_secs(10);
 /// (which revokes the lease, best-effort, so the key goes at once), [`revoke`](RegistrationHandle::revoke)d
 /// or [`abandon`](RegistrationHandle::abandon)ed.
 ///
-/// The task renews the lease every third of its time to live. When etcd is lost it logs, backs off
+/// The task renews the lease every quarter of its time to live. When etcd is lost it logs, backs off
 /// (the source's `retry_min` to `retry_max`) and tries again; when the lease is gone by then (it expired,
 /// or was revoked), it grants a new one and writes the last value again, so the registration survives
 /// an outage of etcd.
@@ -502,6 +502,9 @@ struct Registered {
     lease: AtomicI64,
     /// Whether the task revokes the lease when it stops.
     revoke_on_stop: AtomicBool,
+    /// When etcd last confirmed the registration (a lease renewed or granted and written): what a
+    /// participant's fence reads.
+    confirmed: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// The value and the lease.
@@ -525,7 +528,17 @@ impl Registered {
         .await?;
         held.lease = lease.id();
         self.lease.store(lease.id(), Ordering::Relaxed);
-        self.put(held).await
+        let asked = std::time::Instant::now();
+        self.put(held).await?;
+        self.confirm(asked);
+        Ok(())
+    }
+
+    /// etcd confirmed the registration as of `at` (when the request that it answered was sent).
+    fn confirm(&self, at: std::time::Instant) {
+        if let Ok(mut c) = self.confirmed.lock() {
+            *c = Some(c.map_or(at, |prev| prev.max(at)));
+        }
     }
 
     /// Writes the held value under the held lease, and into the roster, in one transaction.
@@ -614,6 +627,7 @@ impl Registered {
         let (mut keeper, mut stream) =
             timed(&self.source, what.as_str(), client.lease_keep_alive(lease)).await?;
         loop {
+            let asked = std::time::Instant::now();
             let answer = async {
                 keeper.keep_alive().await?;
                 stream.message().await
@@ -628,6 +642,7 @@ impl Registered {
                 // The lease is gone (revoked, or expired with the keep-alive stream still open).
                 return self.register_again(lease, lost).await;
             }
+            self.confirm(asked);
             if std::mem::take(lost) {
                 tracing::info!(key = %self.key, "etcd reachable again; proxy registration kept");
             }
@@ -650,7 +665,9 @@ impl Registered {
 
     /// The keep-alive task: [`keep`](Registered::keep) with back-off until `stop`, then a revoke.
     async fn run(self: Arc<Self>, stop: CancellationToken) {
-        let interval = Duration::from_millis(u64::try_from(self.ttl).unwrap_or(1) * 1000 / 3)
+        // A quarter of the time to live: a participant fences after 60 % of it without a renewal
+        // (`shardring_proxy`'s fence), so a late renewal or two costs nothing.
+        let interval = Duration::from_millis(u64::try_from(self.ttl).unwrap_or(1) * 1000 / 4)
             .max(Duration::from_millis(100));
         let (retry_min, retry_max) = self.source.retry_bounds();
         let mut backoff = retry_min;
@@ -719,6 +736,18 @@ impl RegistrationHandle {
     /// The key written: `<prefix><pool>/proxies/<id>`.
     pub fn key(&self) -> &str {
         &self.shared.key
+    }
+
+    /// When etcd last confirmed this registration (renewed its lease, or granted one and took the
+    /// value): a participant that has gone longer than its fence time without one fences the keys a
+    /// planned change moves. The time the confirmed request was sent, so never later than the truth.
+    pub fn confirmed_at(&self) -> Option<std::time::Instant> {
+        self.shared.confirmed.lock().ok().and_then(|c| *c)
+    }
+
+    /// The lease's time to live.
+    pub fn ttl(&self) -> Duration {
+        Duration::from_secs(u64::try_from(self.shared.ttl).unwrap_or(0))
     }
 
     /// The lease the key is under now (a new one after a re-registration).
@@ -805,6 +834,7 @@ pub async fn register_proxy(
         }),
         lease: AtomicI64::new(0),
         revoke_on_stop: AtomicBool::new(true),
+        confirmed: std::sync::Mutex::new(None),
     });
     {
         let mut held = shared.held.lock().await;

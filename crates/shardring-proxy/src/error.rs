@@ -113,6 +113,14 @@ pub enum BackendError {
     /// No server is live for the key (all ejected).
     #[error("no server available")]
     NoServer,
+    /// The proxy follows etcd, a planned change moves the key's owner, and the proxy has not
+    /// confirmed its registration for longer than its fence time ([`crate::fence`]): it refuses the
+    /// key rather than risk a stale value.
+    #[error("fenced: this proxy has not confirmed its place in etcd for {unconfirmed_ms} ms during a planned change that moves this key (or no server is live for it); try again")]
+    Fenced {
+        /// How long the registration has gone unconfirmed.
+        unconfirmed_ms: u64,
+    },
     /// The server was removed by a reload while the request waited.
     #[error("server removed")]
     Removed,
@@ -143,6 +151,7 @@ impl BackendError {
             self,
             BackendError::LocalResources { .. }
                 | BackendError::NoServer
+                | BackendError::Fenced { .. }
                 | BackendError::Removed
                 | BackendError::OwnConnectionsExhausted { .. }
         )

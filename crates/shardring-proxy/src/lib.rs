@@ -76,6 +76,7 @@ pub mod config;
 pub mod descriptors;
 mod drain;
 mod error;
+mod fence;
 mod hot_keys;
 #[cfg(feature = "etcd")]
 pub mod membership;
@@ -97,6 +98,7 @@ pub mod workers;
 pub use crate::admission::Admission;
 pub use crate::config::{ConfigErrors, PoolConfig, ProxyConfig};
 pub use crate::error::{BackendError, BindTarget, ProxyError};
+pub use crate::fence::Fence;
 pub use crate::net::Listener;
 pub use crate::pool::ServedPool;
 pub use crate::proxy::Proxy;

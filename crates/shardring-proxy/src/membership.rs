@@ -370,6 +370,7 @@ pub async fn start(
             source.clone(),
             id,
             following.serving.subscribe(),
+            following.pool.fence(),
             stop.clone(),
         ));
         tokio::spawn(async move {
@@ -411,15 +412,18 @@ fn proxy_id(config: &crate::config::PoolConfig) -> String {
 
 /// Keeps this proxy registered under the pool's `proxies/` with what it serves, until `stop`:
 /// registers (retrying every second while etcd cannot be reached), then rewrites the value whenever
-/// what the pool serves changes. The registration's lease is kept alive by the handle and revoked
-/// when it is dropped, at `stop`.
+/// what the pool serves changes, and hands each confirmation of the registration to the pool's
+/// `fence` (a proxy that goes unconfirmed during a planned change fences the keys that move). The
+/// registration's lease is kept alive by the handle and revoked when it is dropped, at `stop`.
 async fn register(
     source: EtcdSource,
     id: String,
     mut serving: tokio::sync::watch::Receiver<Registration>,
+    fence: Arc<crate::Fence>,
     stop: CancellationToken,
 ) {
     let ttl = shardring_etcd::admin::DEFAULT_REGISTRATION_TTL;
+    fence.follow(ttl);
     let handle = loop {
         let value = serving.borrow_and_update().clone();
         tokio::select! {
@@ -437,9 +441,15 @@ async fn register(
         }
     };
     tracing::info!(pool = %source.pool(), key = handle.key(), "registered in etcd");
+    let mut confirmations = tokio::time::interval(Duration::from_millis(250));
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
+            _ = confirmations.tick() => {
+                if let Some(at) = handle.confirmed_at() {
+                    fence.confirm(at);
+                }
+            }
             changed = serving.changed() => {
                 if changed.is_err() {
                     break;

@@ -2,6 +2,7 @@
 //! lock and ejection, rejoin and reload swap it whole.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use shardring::compat::twemproxy::{self, Distribution, TwemproxyServer};
@@ -28,6 +29,9 @@ enum How {
     Placement(Box<dyn Placement>),
     /// twemproxy's `random`: any live server, per request.
     Random,
+    /// A fenced proxy's routing (`crate::fence`): the first's owner of a key when the second (the
+    /// next membership) gives the same, else none.
+    Masked(Box<(Arc<Routing>, Arc<Routing>)>),
 }
 
 impl Routing {
@@ -40,6 +44,21 @@ impl Routing {
                 let r = random_u64() % self.servers.len() as u64;
                 Some(self.servers[r as usize])
             }
+            How::Masked(both) => {
+                let (now, next) = &**both;
+                let owner = now.server_for(key)?;
+                (next.server_for(key) == Some(owner)).then_some(owner)
+            }
+        }
+    }
+
+    /// `now` with every key whose owner differs in `next` (or that `next` does not place) left
+    /// without a server: what a fenced proxy serves. Built per request, on that cold path only.
+    pub(crate) fn masked(now: Arc<Routing>, next: Arc<Routing>) -> Routing {
+        Routing {
+            servers: now.servers.clone(),
+            live: now.live.clone(),
+            how: How::Masked(Box::new((now, next))),
         }
     }
 
@@ -53,7 +72,7 @@ impl Routing {
                     *o = o.map(|i| self.servers[i]);
                 }
             }
-            How::Random => {
+            How::Random | How::Masked(_) => {
                 for (key, o) in keys.iter().zip(out.iter_mut()) {
                     *o = self.server_for(key);
                 }
@@ -74,6 +93,11 @@ impl Routing {
                 }
             }
             How::Random => out.extend(self.server_for(key)),
+            How::Masked(both) => {
+                if self.server_for(key).is_some() {
+                    both.0.replicas_into(key, count, out);
+                }
+            }
         }
     }
 

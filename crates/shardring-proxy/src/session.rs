@@ -492,17 +492,29 @@ impl<P: Protocol> Session<P> {
         let routing = version.router.load();
         let previous = version.previous.load();
         let previous_routing = previous.as_ref().map(|p| p.router.load());
-        let ctx = PlanContext {
+        let mut ctx = PlanContext {
             routing: &routing,
             previous: previous_routing.as_deref().map(|r| PreviousRouting {
                 routing: r,
                 now: &version.previous_now,
             }),
-            next: version.next.as_ref(),
+            next: version.next.as_deref(),
             stats: &self.pool.shared.stats,
             config: &version.config,
             started: self.pool.shared.started,
         };
+        // Only during a planned change: a fenced proxy plans over a routing without the keys that
+        // move (`fence.rs`).
+        let fence = &self.pool.shared.fence;
+        if let (Some(next), Some(unconfirmed)) =
+            (&version.next, ctx.next.and(fence.unconfirmed_for()))
+        {
+            let masked = crate::router::Routing::masked(Arc::clone(&routing), Arc::clone(next));
+            ctx.routing = &masked;
+            ctx.next = None;
+            tracing::trace!(unconfirmed = ?unconfirmed, "fenced: planning without the keys that move");
+            return version.protocol.plan(req, &mut self.state, &ctx);
+        }
         version.protocol.plan(req, &mut self.state, &ctx)
     }
 
@@ -684,8 +696,17 @@ impl<P: Protocol> Session<P> {
             Answer::Bytes(b) => out.extend_from_slice(&b),
             Answer::Nothing => {}
             Answer::Failed(e) => {
-                self.pool.shared.stats.forward_error.inc();
-                P::encode_failure(&e, out);
+                let stats = &self.pool.shared.stats;
+                stats.forward_error.inc();
+                // A key without a server while fenced is the fence's refusal (`fence.rs`).
+                let fence = &self.pool.shared.fence;
+                let unconfirmed = match e {
+                    BackendError::NoServer if self.pool.current.load().next.is_some() => {
+                        fence.unconfirmed_for()
+                    }
+                    _ => None,
+                };
+                P::encode_failure(&crate::fence::explain(e, fence, unconfirmed, stats), out);
             }
         }
     }

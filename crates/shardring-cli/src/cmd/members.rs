@@ -106,8 +106,9 @@ enum Action {
         /// The participant's id, as `participants` prints it.
         id: String,
         /// Say that its process is stopped for good. A participant that is only cut off from etcd
-        /// goes on serving what it last knew, which after a cut-over is stale for the keys that
-        /// moved: a participant does not fence itself yet, so only a stopped one may be forgotten.
+        /// fences the keys a change it knows moves, but one that knew no change serves them from
+        /// their old owners, and one that reaches etcd again serves before its view is known to be
+        /// current: so only a stopped one may be forgotten.
         #[arg(long)]
         stopped: bool,
     },

@@ -179,6 +179,9 @@ pub struct PoolStats {
     pub dual_writes: Counter,
     /// Dual writes whose next owner answered with another status than the owner now, or failed.
     pub dual_write_disagreements: Counter,
+    /// Requests for keys a planned change moves, refused while the proxy could not confirm its
+    /// registration in etcd (`crate::fence`).
+    pub fenced: Counter,
     /// 1 while a warm-up window is open (gauge).
     pub warmup_open: Counter,
     /// Warm-up: misses on a key's new server retried on its previous server.

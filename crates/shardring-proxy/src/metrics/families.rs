@@ -16,7 +16,7 @@ pub(super) enum Kind {
 pub(super) type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-pub(super) const POOL_FAMILIES: [PoolFamily; 31] = [
+pub(super) const POOL_FAMILIES: [PoolFamily; 32] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -124,6 +124,12 @@ pub(super) const POOL_FAMILIES: [PoolFamily; 31] = [
         Kind::Counter,
         "Dual writes whose next owner answered otherwise or failed.",
         |p| p.dual_write_disagreements.get(),
+    ),
+    (
+        "shardring_proxy_pool_fenced",
+        Kind::Counter,
+        "Requests for keys a planned change moves, refused while the proxy could not confirm its place in etcd.",
+        |p| p.fenced.get(),
     ),
     (
         "shardring_proxy_pool_warmup_open",

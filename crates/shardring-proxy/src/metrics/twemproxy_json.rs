@@ -65,6 +65,10 @@ pub const POOL_STATS: &[(&str, &str)] = &[
         "# dual writes whose next owner answered otherwise or failed",
     ),
     (
+        "fenced",
+        "# requests for keys a planned change moves, refused while etcd could not confirm this proxy",
+    ),
+    (
         "membership_current",
         "digest of the placement served now (servers, hash, distribution)",
     ),
@@ -242,6 +246,7 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
             "dual_write_disagreements".into(),
             json!(p.dual_write_disagreements.get()),
         );
+        pool.insert("fenced".into(), json!(p.fenced.get()));
         pool.insert("membership_current".into(), json!(view.placements.current));
         pool.insert("membership_next".into(), json!(view.placements.next));
         pool.insert(

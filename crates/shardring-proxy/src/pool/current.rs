@@ -48,6 +48,7 @@ impl<P: Protocol> Pool<P> {
             changed: Arc::new(Notify::new()),
             started: std::time::Instant::now(),
             warm_previous: Mutex::new(std::sync::Weak::new()),
+            fence: Arc::default(),
         };
         let tls = config.load_tls()?;
         let version = PoolVersion::build(config, None, &shared, tls)?;

@@ -51,6 +51,8 @@ pub trait ServedPool: Send + Sync + std::fmt::Debug {
     fn server_count(&self) -> usize;
     /// Whether the previous ring of the last warm-up window is still in memory.
     fn previous_ring_alive(&self) -> bool;
+    /// The pool's fence ([`crate::fence`]): its registration task confirms it, its sessions read it.
+    fn fence(&self) -> Arc<crate::Fence>;
     /// Clients accepted so far by each worker, by worker index: how the shared listener spreads them
     /// ([`crate::workers`]).
     fn clients_per_worker(&self) -> Vec<u64>;
@@ -100,6 +102,10 @@ impl<P: Protocol> ServedPool for Pool<P> {
 
     fn previous_ring_alive(&self) -> bool {
         Pool::previous_ring_alive(self)
+    }
+
+    fn fence(&self) -> Arc<crate::Fence> {
+        Arc::clone(&self.shared.fence)
     }
 
     fn clients_per_worker(&self) -> Vec<u64> {

@@ -48,7 +48,7 @@ pub(crate) struct PoolVersion<P: Protocol> {
     /// While the pool has a next membership that places keys differently: its placement, over
     /// every next server (indices into `backends`; none is ejected from it). Writes of a key whose
     /// owner there differs go to both owners.
-    pub next: Option<Routing>,
+    pub next: Option<Arc<Routing>>,
 }
 
 impl<P: Protocol> PoolVersion<P> {
@@ -159,12 +159,12 @@ impl<P: Protocol> PoolVersion<P> {
                 .collect()
         });
         let next = match config.planned_change() {
-            Some(spec) => Some(next_routing(
+            Some(spec) => Some(Arc::new(next_routing(
                 spec,
                 &config,
                 gutter_servers.len(),
                 backends.len(),
-            )?),
+            )?)),
             None => None,
         };
         protocol.attach_facts(backends.iter().map(|b| Arc::clone(b.facts())).collect());
@@ -304,4 +304,6 @@ pub(crate) struct PoolShared<P: Protocol> {
     pub hot: Option<Arc<HotKeys>>,
     /// The previous ring of the last warm-up window, weakly (to tell when it is freed).
     pub warm_previous: Mutex<std::sync::Weak<PoolVersion<P>>>,
+    /// Whether the proxy's place in etcd is confirmed ([`crate::fence`]).
+    pub fence: Arc<crate::Fence>,
 }

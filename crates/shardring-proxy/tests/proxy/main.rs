@@ -10,6 +10,7 @@ mod dual_writes;
 #[cfg(feature = "etcd")]
 mod etcd_membership;
 mod failover;
+mod fence;
 mod gutter;
 mod hot_keys;
 mod libmemcached_tools;

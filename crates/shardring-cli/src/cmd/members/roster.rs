@@ -48,9 +48,10 @@ pub(super) async fn forget(source: &EtcdSource, id: &str, stopped: bool) -> Resu
     if !stopped {
         anyhow::bail!(
             "{id} is not forgotten without --stopped: a participant that is only cut off from etcd \
-             (or paused) goes on serving what it last knew, and once a migration cuts over without \
-             it, its reads of the keys that moved are stale. Stop its process for good, then run \
-             this again with --stopped"
+             (or paused) goes on serving what it last knew (it fences the keys a change it knows \
+             moves, but not those of a change it never saw, and it serves them again once it \
+             reaches etcd), so once a migration cuts over without it, its reads of the keys that \
+             moved may be stale. Stop its process for good, then run this again with --stopped"
         );
     }
     let gone = admin::forget_participant(source, id).await?;

@@ -373,6 +373,13 @@ impl Protocol for Redis {
     }
 
     fn encode_failure(error: &BackendError, out: &mut BytesMut) {
+        if let BackendError::Fenced { .. } = error {
+            // Redis Cluster's word for "not now, retry": cluster clients retry on it.
+            out.extend_from_slice(b"-TRYAGAIN ");
+            out.extend_from_slice(error.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+            return;
+        }
         out.extend_from_slice(&merge::failure(&error.to_string()));
     }
 

@@ -1070,3 +1070,26 @@ fn a_run_of_replies_frames_whole_across_any_split_and_answers_with_the_last() {
     };
     assert_eq!(&last[..], replies[4]);
 }
+
+#[test]
+fn a_fenced_key_is_tryagain_which_cluster_clients_retry() {
+    let mut out = BytesMut::new();
+    <Redis as crate::protocol::Protocol>::encode_failure(
+        &crate::error::BackendError::Fenced {
+            unconfirmed_ms: 6000,
+        },
+        &mut out,
+    );
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("-TRYAGAIN fenced: "), "{text}");
+    assert!(
+        text.ends_with("\r\n") && text.matches("\r\n").count() == 1,
+        "{text}"
+    );
+    out.clear();
+    <Redis as crate::protocol::Protocol>::encode_failure(
+        &crate::error::BackendError::NoServer,
+        &mut out,
+    );
+    assert_eq!(&out[..], b"-ERR no server available\r\n");
+}
