@@ -506,8 +506,10 @@ impl<P: Protocol> Session<P> {
         // Only during a planned change: a fenced proxy plans over a routing without the keys that
         // move (`fence.rs`).
         let fence = &self.pool.shared.fence;
-        if let (Some(next), Some(unconfirmed)) =
-            (&version.next, ctx.next.and(fence.unconfirmed_for()))
+        if let Some((next, unconfirmed)) = version
+            .next
+            .as_ref()
+            .and_then(|next| Some((next, fence.unconfirmed_for()?)))
         {
             let masked = crate::router::Routing::masked(Arc::clone(&routing), Arc::clone(next));
             ctx.routing = &masked;
