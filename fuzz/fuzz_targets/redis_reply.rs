@@ -4,7 +4,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shardring_proxy::protocol::redis::merge::{merge_all_ok, merge_sum, merge_values, Part};
+use shardring_proxy::protocol::redis::merge::{
+    merge_all_ok, merge_sum, merge_values, Part, PartialReads,
+};
 use shardring_proxy::protocol::redis::{elements, reply_len, ReplyFramer, ReplyLimits};
 
 fuzz_target!(|data: &[u8]| {
@@ -26,7 +28,10 @@ fuzz_target!(|data: &[u8]| {
                 at = Some(v.end);
             }
             let held: Vec<usize> = (0..values.len()).collect();
-            let _ = merge_values(values.len(), &[(&held, Part::Reply(reply))], limits);
+            for partial in [PartialReads::Refused, PartialReads::Answered] {
+                let parts = [(&held[..], Part::Reply(reply))];
+                let _ = merge_values(values.len(), &parts, limits, partial);
+            }
         }
         let _ = merge_sum(&[Part::Reply(reply), Part::Failed("x")]);
         let _ = merge_all_ok(&[Part::Reply(reply)]);
@@ -42,7 +47,10 @@ fuzz_target!(|data: &[u8]| {
             Ok(None) if cut < data.len() => continue,
             // A resumed framer can meet an error at a prefix; a fresh one on that prefix does too.
             Err(_) => assert!(reply_len(&data[..cut], limits).is_err()),
-            other => assert_eq!(other.map(|o| o.map(|f| f.len)), reply_len(&data[..cut], limits)),
+            other => assert_eq!(
+                other.map(|o| o.map(|f| f.len)),
+                reply_len(&data[..cut], limits)
+            ),
         }
         break;
     }
