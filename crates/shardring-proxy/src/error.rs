@@ -114,7 +114,7 @@ pub enum BackendError {
     #[error("no server available")]
     NoServer,
     /// The proxy follows etcd, a planned change moves the key's owner, and the proxy has not
-    /// confirmed its registration for longer than its fence time ([`crate::fence`]): it refuses the
+    /// confirmed its registration for longer than its fence time (`fence`): it refuses the
     /// key rather than risk a stale value.
     #[error("fenced: this proxy has not confirmed its place in etcd for {unconfirmed_ms} ms during a planned change that moves this key (or no server is live for it); try again")]
     Fenced {

@@ -51,7 +51,7 @@ pub trait ServedPool: Send + Sync + std::fmt::Debug {
     fn server_count(&self) -> usize;
     /// Whether the previous ring of the last warm-up window is still in memory.
     fn previous_ring_alive(&self) -> bool;
-    /// The pool's fence ([`crate::fence`]): its registration task confirms it, its sessions read it.
+    /// The pool's fence (`fence`): its registration task confirms it, its sessions read it.
     fn fence(&self) -> Arc<crate::Fence>;
     /// Clients accepted so far by each worker, by worker index: how the shared listener spreads them
     /// ([`crate::workers`]).
