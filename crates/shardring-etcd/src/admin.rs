@@ -406,6 +406,11 @@ pub async fn cut_over(
     // transaction that writes one key twice).
     swap_ops(&mut ops, &current, &next, |n| keys.server_key(n));
     swap_ops(&mut ops, &next, &current, |n| keys.next_key(n));
+    ops.push(TxnOp::put(
+        keys.cut_over_key(),
+        read_revision.to_string(),
+        None,
+    ));
     let mut compares = unchanged_since(keys.servers_prefix(), read_revision, &current_kvs);
     compares.extend(unchanged_since(
         keys.next_prefix(),
@@ -440,20 +445,39 @@ fn swap_ops(ops: &mut Vec<TxnOp>, from: &[Member], to: &[Member], key_of: impl F
 }
 
 /// Deletes the next membership (the change is finished, or called off): proxies stop dual-writing.
-/// Returns the delete's revision (also when there was nothing to delete).
+/// The cut-over mark goes with it, in the same transaction. Returns the delete's revision (also
+/// when there was nothing to delete).
 ///
 /// # Errors
 /// [`EtcdError`] when etcd cannot be reached.
 pub async fn drop_next(source: &EtcdSource) -> Result<i64, EtcdError> {
     let mut client = source.connect().await?;
-    let prefix = source.keys().next_prefix().to_string();
-    let r = timed(
-        source,
-        format!("delete {prefix}"),
-        client.delete(prefix.as_str(), Some(DeleteOptions::new().with_prefix())),
-    )
-    .await?;
+    let keys = source.keys();
+    let prefix = keys.next_prefix().to_string();
+    let txn = Txn::new().and_then([
+        TxnOp::delete(prefix.as_str(), Some(DeleteOptions::new().with_prefix())),
+        TxnOp::delete(keys.cut_over_key(), None),
+    ]);
+    let r = timed(source, format!("delete {prefix}"), client.txn(txn)).await?;
     Ok(revision_of(r.header()))
+}
+
+/// Whether the pool is between a [`cut_over`] and the [`drop_next`] that finishes its change (a
+/// migration stopped there: `next/` holds the membership that was current before): the revision
+/// the cut-over read the memberships at, when so.
+///
+/// # Errors
+/// [`EtcdError`] when etcd cannot be reached.
+pub async fn cut_over_pending(source: &EtcdSource) -> Result<Option<i64>, EtcdError> {
+    let mut client = source.connect().await?;
+    let key = source.keys().cut_over_key();
+    let read = timed(source, format!("get {key}"), client.get(key, None)).await?;
+    Ok(read.kvs().first().map(|kv| {
+        String::from_utf8_lossy(kv.value())
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    }))
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ pub const DEFAULT_PREFIX: &str = "/shardring/";
 pub const DEFAULT_WEIGHT: u32 = 1;
 
 /// Where one pool's keys live: `<prefix><pool>/servers/`, `<prefix><pool>/next/`,
-/// `<prefix><pool>/proxies/`, `<prefix><pool>/roster/`.
+/// `<prefix><pool>/proxies/`, `<prefix><pool>/roster/`, `<prefix><pool>/cut-over`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolKeys {
     /// `<prefix><pool>/`: every key of the pool starts with it.
@@ -81,6 +81,9 @@ pub struct PoolKeys {
     proxies: String,
     /// The key prefix of the roster: every participant that registered and has not left.
     roster: String,
+    /// The key that says a cut-over was made and its change not finished: `next/` holds the
+    /// membership that was current before it.
+    cut_over: String,
 }
 
 /// Which of a pool's member sets a key belongs to.
@@ -110,6 +113,7 @@ impl PoolKeys {
             next: format!("{base}next/"),
             proxies: format!("{base}proxies/"),
             roster: format!("{base}roster/"),
+            cut_over: format!("{base}cut-over"),
             pool: base,
         }
     }
@@ -149,6 +153,12 @@ impl PoolKeys {
     /// `<prefix><pool>/roster/`: the participants seen, whose entries outlive their leases.
     pub fn roster_prefix(&self) -> &str {
         &self.roster
+    }
+
+    /// `<prefix><pool>/cut-over`: present from a cut-over until its change is finished (the next
+    /// membership dropped), so that a migration that stopped in between is resumed, not reversed.
+    pub fn cut_over_key(&self) -> &str {
+        &self.cut_over
     }
 
     /// The roster key of the participant `id`.

@@ -11,6 +11,10 @@
 //! `SERVER_ERROR`, Redis `-TRYAGAIN`), and serves every other key as usual. Without a planned change
 //! nothing is fenced: a proxy merely cut off keeps serving everything, as before.
 //!
+//! During a change a renewal alone does not lift the fence: a proxy coming back from a partition
+//! renews before its watch has caught up, so the registration task reads the pool from etcd and
+//! applies it first (`membership::Following::confirmation`), and confirms the earlier of the two.
+//!
 //! The cost is availability, only for the keys that move and only while the proxy cannot renew its
 //! registration during a change; never a stale value. The data path reads one atomic (and the clock)
 //! per request only while the pool has a next membership.

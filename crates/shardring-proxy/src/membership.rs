@@ -255,6 +255,36 @@ impl Following {
         Ok(())
     }
 
+    /// What a renewal of the registration at `renewed` confirms: that time, when no planned change
+    /// is known (nothing is fenced then). During one, a proxy that was cut off may renew its
+    /// registration before its watch has caught up with what happened meanwhile (a cut-over, the
+    /// next membership dropped by a migration that went on without it): so etcd is read, what it
+    /// holds is applied, and only then is the earlier of the renewal and the read's start
+    /// confirmed. `None` when etcd cannot be read or its membership is refused (the fence stays).
+    async fn confirmation(
+        &self,
+        source: &EtcdSource,
+        renewed: Option<std::time::Instant>,
+    ) -> Option<std::time::Instant> {
+        let renewed = renewed?;
+        let planned = self.current.lock().ok().is_some_and(|c| c.1.is_some());
+        if !planned {
+            return Some(renewed);
+        }
+        let asked = std::time::Instant::now();
+        match source.read().await {
+            Ok(read) if !read.snapshot.is_empty() || self.allow_empty => {
+                self.apply(read.snapshot, read.next).ok()?;
+                Some(renewed.min(asked))
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(pool = %source.pool(), error = %shardring_etcd::error_chain(&e), "cannot read the pool from etcd to confirm this proxy's place");
+                None
+            }
+        }
+    }
+
     /// Hands what the pool serves now to the registration task.
     fn registered(&self) {
         let config = self.pool.config();
@@ -369,8 +399,7 @@ pub async fn start(
         tokio::spawn(register(
             source.clone(),
             id,
-            following.serving.subscribe(),
-            following.pool.fence(),
+            Arc::clone(&following),
             stop.clone(),
         ));
         tokio::spawn(async move {
@@ -412,17 +441,18 @@ fn proxy_id(config: &crate::config::PoolConfig) -> String {
 
 /// Keeps this proxy registered under the pool's `proxies/` with what it serves, until `stop`:
 /// registers (retrying every second while etcd cannot be reached), then rewrites the value whenever
-/// what the pool serves changes, and hands each confirmation of the registration to the pool's
-/// `fence` (a proxy that goes unconfirmed during a planned change fences the keys that move). The
-/// registration's lease is kept alive by the handle and revoked when it is dropped, at `stop`.
+/// what the pool serves changes, and confirms the pool's fence after each renewal (a proxy that goes
+/// unconfirmed during a planned change fences the keys that move). The registration's lease is kept
+/// alive by the handle and revoked when it is dropped, at `stop`.
 async fn register(
     source: EtcdSource,
     id: String,
-    mut serving: tokio::sync::watch::Receiver<Registration>,
-    fence: Arc<crate::Fence>,
+    following: Arc<Following>,
     stop: CancellationToken,
 ) {
     let ttl = shardring_etcd::admin::DEFAULT_REGISTRATION_TTL;
+    let fence = following.pool.fence();
+    let mut serving = following.serving.subscribe();
     fence.follow(ttl);
     let handle = loop {
         let value = serving.borrow_and_update().clone();
@@ -442,12 +472,17 @@ async fn register(
     };
     tracing::info!(pool = %source.pool(), key = handle.key(), "registered in etcd");
     let mut confirmations = tokio::time::interval(Duration::from_millis(250));
+    let mut checked = None;
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
             _ = confirmations.tick() => {
-                if let Some(at) = handle.confirmed_at() {
-                    fence.confirm(at);
+                let renewed = handle.confirmed_at();
+                if renewed.is_some() && renewed != checked {
+                    checked = renewed;
+                    if let Some(at) = following.confirmation(&source, renewed).await {
+                        fence.confirm(at);
+                    }
                 }
             }
             changed = serving.changed() => {

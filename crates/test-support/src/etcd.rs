@@ -1,17 +1,12 @@
-//! A real etcd on free 127.0.0.1 ports with a temporary data directory, killed and removed on drop, and
-//! a TCP relay in front of it that a test can cut to make etcd unreachable for its clients while the test
-//! itself still writes to it.
+//! A real etcd on free 127.0.0.1 ports with a temporary data directory, killed and removed on drop
+//! (a [`Relay`](crate::Relay) in front of it makes it unreachable for some clients only).
 //!
 //! Tests that need etcd call [`etcd_available`] first: without the `etcd` binary they are skipped with a
 //! loud message, unless the `CI` environment variable is set, in which case they fail.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use tokio::task::JoinHandle;
 
 use crate::free_port;
 
@@ -149,84 +144,5 @@ impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A TCP relay from a free 127.0.0.1 port to `target`: clients of etcd connect here, and
-/// [`cut`](Relay::cut) drops every connection and refuses new ones until [`restore`](Relay::restore).
-#[derive(Debug)]
-pub struct Relay {
-    /// The relay's own port.
-    pub port: u16,
-    /// Whether connections are passed through.
-    open: Arc<AtomicBool>,
-    /// The tasks copying live connections, aborted by a cut.
-    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    /// The accept loop.
-    accept: JoinHandle<()>,
-}
-
-impl Relay {
-    /// Starts relaying to `target` (`127.0.0.1:PORT`). Must run inside a tokio runtime.
-    pub async fn start(target: String) -> Relay {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a relay port");
-        let port = listener.local_addr().expect("relay address").port();
-        let open = Arc::new(AtomicBool::new(true));
-        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let accept = {
-            let (open, conns) = (Arc::clone(&open), Arc::clone(&conns));
-            tokio::spawn(async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
-                    if !open.load(Ordering::SeqCst) {
-                        continue; // dropped: the client sees the connection closed
-                    }
-                    let target = target.clone();
-                    let task = tokio::spawn(async move {
-                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        }
-                    });
-                    if let Ok(mut c) = conns.lock() {
-                        c.push(task);
-                    }
-                }
-            })
-        };
-        Relay {
-            port,
-            open,
-            conns,
-            accept,
-        }
-    }
-
-    /// `http://127.0.0.1:PORT` of the relay.
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Drops every relayed connection and refuses new ones.
-    pub fn cut(&self) {
-        self.open.store(false, Ordering::SeqCst);
-        if let Ok(mut c) = self.conns.lock() {
-            for task in c.drain(..) {
-                task.abort();
-            }
-        }
-    }
-
-    /// Passes connections through again.
-    pub fn restore(&self) {
-        self.open.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.accept.abort();
-        self.cut();
     }
 }

@@ -16,14 +16,17 @@ use std::time::{Duration, Instant};
 
 pub mod etcd;
 pub mod golden;
+pub mod history;
 pub mod memcached;
 pub mod nutcracker;
 pub mod redis;
+pub mod relay;
 
-pub use etcd::{etcd_available, Etcd, Relay};
+pub use etcd::{etcd_available, Etcd};
 pub use memcached::{memcacheds, Memcached};
 pub use nutcracker::Nutcracker;
 pub use redis::{redises, RedisServer};
+pub use relay::Relay;
 
 /// A free TCP port on 127.0.0.1: bound, read and released, and never handed out twice in one test
 /// binary. Another process can take it before the caller binds it; the starters here retry on another

@@ -7,6 +7,7 @@ mod client_memory;
 mod compat;
 mod compat_java_go;
 mod contract;
+mod cut_off;
 mod descriptors;
 mod fatal_signals;
 mod install;

@@ -29,6 +29,17 @@ async fn get(c: &mut Client, key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_cut_off_from_etcd_during_a_change_refuses_only_the_keys_that_move() {
+    cut_off_during_a_change(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_blackholed_after_learning_of_a_change_refuses_only_the_keys_that_move() {
+    cut_off_during_a_change(true).await;
+}
+
+/// The change published before the proxy starts and its path cut, or published once it runs and
+/// its path blackholed.
+async fn cut_off_during_a_change(later: bool) {
     if !etcd_available() {
         return;
     }
@@ -37,7 +48,9 @@ async fn a_proxy_cut_off_from_etcd_during_a_change_refuses_only_the_keys_that_mo
     let source = EtcdSource::builder(&[etcd.url()], "alpha").build();
     let all: Vec<Member> = servers.iter().map(member).collect();
     admin::publish(&source, &all).await.unwrap();
-    admin::publish_next(&source, &all[..3]).await.unwrap();
+    if !later {
+        admin::publish_next(&source, &all[..3]).await.unwrap();
+    }
     let relay = Relay::start(format!("127.0.0.1:{}", etcd.client_port)).await;
     let proxy = RunningProxy::start(pool_config(&servers)).await;
     let stop = CancellationToken::new();
@@ -48,6 +61,14 @@ async fn a_proxy_cut_off_from_etcd_during_a_change_refuses_only_the_keys_that_mo
         .await
         .unwrap();
     let pools = proxy.proxy.pools();
+    if later {
+        admin::publish_next(&source, &all[..3]).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pools[0].config().planned_change().is_none() {
+            assert!(Instant::now() < deadline, "the change never arrived");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     assert!(
         pools[0].config().planned_change().is_some(),
         "the change is known"
@@ -78,7 +99,11 @@ async fn a_proxy_cut_off_from_etcd_during_a_change_refuses_only_the_keys_that_mo
         assert_eq!(c.read_line().await, "STORED\r\n");
     }
     let cut = Instant::now();
-    relay.cut();
+    if later {
+        relay.blackhole();
+    } else {
+        relay.cut();
+    }
     let fenced_after = loop {
         for k in &stays {
             assert!(

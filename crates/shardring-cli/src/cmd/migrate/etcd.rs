@@ -18,7 +18,10 @@ pub(super) fn source(urls: &str, prefix: &str, pool: &str) -> EtcdSource {
         .build()
 }
 
-/// The change from etcd's `servers/` to its `next/`, with `now`'s other settings (the file's).
+/// The change from etcd's `servers/` to its `next/`, with `now`'s other settings (the file's), and
+/// whether it was already cut over: a migration stopped after the cut-over (a participant that
+/// did not follow) left the old membership under `next/` and the cut-over mark; that change is
+/// resumed (the old membership is the change's `now`), never taken for one back to it.
 ///
 /// # Errors
 /// When etcd cannot be read, or the pool has no next membership.
@@ -26,7 +29,7 @@ pub(super) async fn change(
     source: &EtcdSource,
     mut now: PoolConfig,
     all_keys: bool,
-) -> Result<Change> {
+) -> Result<(Change, bool)> {
     let (current, next) = admin::read_planned(source)
         .await
         .context("reading the pool's memberships from etcd")?;
@@ -39,10 +42,25 @@ pub(super) async fn change(
             now.name
         );
     };
-    now.servers = twemproxy_servers(current.members())?;
+    let cut_over = admin::cut_over_pending(source)
+        .await
+        .context("reading the pool's cut-over mark from etcd")?;
+    let (from, to) = match cut_over {
+        Some(revision) => {
+            eprintln!(
+                "shardring: pool {} was cut over (the memberships read at revision {revision}) and \
+                 its change not finished: resuming it (every participant must serve the new \
+                 membership; then the old one is dropped)",
+                now.name
+            );
+            (next, current)
+        }
+        None => (current, next),
+    };
+    now.servers = twemproxy_servers(from.members())?;
     let mut then = now.clone();
-    then.servers = twemproxy_servers(next.members())?;
-    Change::new(now, then, all_keys)
+    then.servers = twemproxy_servers(to.members())?;
+    Ok((Change::new(now, then, all_keys)?, cut_over.is_some()))
 }
 
 /// Makes next current and current next, in one transaction (refused if either changed since they

@@ -200,11 +200,11 @@ async fn migrate(args: Args) -> Result<()> {
             );
         }
     }
-    let (change, proxies) = match (&args.etcd, &args.to) {
+    let (change, proxies, resumed) = match (&args.etcd, &args.to) {
         (Some(urls), _) => {
             let source = etcd::source(urls, &args.etcd_prefix, &pool);
-            let change = etcd::change(&source, now, args.all_keys).await?;
-            (change, Proxies::Etcd(Box::new(source)))
+            let (change, resumed) = etcd::change(&source, now, args.all_keys).await?;
+            (change, Proxies::Etcd(Box::new(source)), resumed)
         }
         (None, Some(to)) => {
             let mut next = pool_in(to, Some(&pool))?;
@@ -218,7 +218,7 @@ async fn migrate(args: Args) -> Result<()> {
             next = now.clone();
             (next.servers, next.hash, next.hash_tag, next.distribution) = placement;
             let change = Change::new(now, next, args.all_keys)?;
-            (change, Proxies::Stats(args.proxies.clone()))
+            (change, Proxies::Stats(args.proxies.clone()), false)
         }
         (None, None) => bail!("--to FILE or --etcd URL says what the pool is next"),
     };
@@ -238,67 +238,24 @@ async fn migrate(args: Args) -> Result<()> {
         })
         .collect();
     let redis = change.now.is_redis();
-    let surveys = survey_all(&jobs, redis).await?;
-    let (moving, _) = plan::print(&change, &jobs, &surveys);
-    if args.dry_run {
-        return Ok(());
-    }
     let wait = Duration::from_secs(args.confirm_timeout);
     let digest = |p: &PoolConfig| p.placement_spec().digest();
     let (old, new) = (digest(&change.now), digest(&change.next));
     let known = [(old.as_str(), "old"), (new.as_str(), "new")];
-    let dual = Serving::of(&change.now, &change.next);
-    let n = proxies
-        .wait_for(
-            &pool,
-            &dual,
-            &known,
-            wait,
-            "dual-write (serve the next membership as next)",
-        )
-        .await?;
-    eprintln!("shardring: every proxy ({n}) dual-writes; copying");
-
-    // The copy.
-    let progress = Arc::new(Progress::default());
-    let rate = (args.rate > 0 || args.rate_bytes > 0).then(|| {
-        Arc::new(RateLimit::new(
-            Some(args.rate).filter(|&r| r > 0),
-            Some(args.rate_bytes).filter(|&r| r > 0),
-        ))
-    });
-    let display = progress::Display::start(Arc::clone(&progress), moving);
-    let started = Instant::now();
-    let transfer = match args.transfer {
-        Transfer::Migrate => shardring_migrate::redis::Transfer::Migrate,
-        Transfer::DumpRestore => shardring_migrate::redis::Transfer::DumpRestore,
-    };
-    let result = copy_all(&jobs, redis.then_some(transfer), &progress, rate.as_ref()).await;
-    display.finish();
-    let report = progress.report();
-    println!(
-        "{}",
-        progress::summary(&report, started.elapsed().as_secs_f64())
-    );
-    result?;
-    if report.failed > 0 {
-        bail!(
-            "{} keys could not be copied (see the log above): not cutting over; the proxies keep \
-             dual-writing, and a rerun copies only what is missing",
-            report.failed
-        );
-    }
-    if args.copy_only {
-        eprintln!("shardring: --copy-only: stopping before the cut-over (the proxies dual-write)");
+    if args.dry_run && resumed {
         return Ok(());
     }
-
+    if !resumed && !copy(&args, &change, &jobs, &proxies, &known).await? {
+        return Ok(());
+    }
     // The cut-over: next becomes current, and the old membership next.
     let swapped = Serving::of(&change.next, &change.now);
     let done = Serving::of(&change.next, &change.next);
     match &proxies {
         Proxies::Etcd(source) => {
-            etcd::cut_over(source).await?;
+            if !resumed {
+                etcd::cut_over(source).await?;
+            }
             proxies
                 .wait_for(&pool, &swapped, &known, wait, "serve the next membership")
                 .await?;
@@ -348,6 +305,71 @@ async fn migrate(args: Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Steps 1 to 3: the plan printed, every proxy dual-writing, the copy. `Ok(false)` when the run
+/// stops there (`--dry-run`, `--copy-only`).
+async fn copy(
+    args: &Args,
+    change: &Change,
+    jobs: &[Job],
+    proxies: &Proxies,
+    known: &[(&str, &str)],
+) -> Result<bool> {
+    let redis = change.now.is_redis();
+    let surveys = survey_all(jobs, redis).await?;
+    let (moving, _) = plan::print(change, jobs, &surveys);
+    if args.dry_run {
+        return Ok(false);
+    }
+    let wait = Duration::from_secs(args.confirm_timeout);
+    let pool = &change.now.name;
+    let dual = Serving::of(&change.now, &change.next);
+    let n = proxies
+        .wait_for(
+            pool,
+            &dual,
+            known,
+            wait,
+            "dual-write (serve the next membership as next)",
+        )
+        .await?;
+    eprintln!("shardring: every proxy ({n}) dual-writes; copying");
+
+    // The copy.
+    let progress = Arc::new(Progress::default());
+    let rate = (args.rate > 0 || args.rate_bytes > 0).then(|| {
+        Arc::new(RateLimit::new(
+            Some(args.rate).filter(|&r| r > 0),
+            Some(args.rate_bytes).filter(|&r| r > 0),
+        ))
+    });
+    let display = progress::Display::start(Arc::clone(&progress), moving);
+    let started = Instant::now();
+    let transfer = match args.transfer {
+        Transfer::Migrate => shardring_migrate::redis::Transfer::Migrate,
+        Transfer::DumpRestore => shardring_migrate::redis::Transfer::DumpRestore,
+    };
+    let result = copy_all(jobs, redis.then_some(transfer), &progress, rate.as_ref()).await;
+    display.finish();
+    let report = progress.report();
+    println!(
+        "{}",
+        progress::summary(&report, started.elapsed().as_secs_f64())
+    );
+    result?;
+    if report.failed > 0 {
+        bail!(
+            "{} keys could not be copied (see the log above): not cutting over; the proxies keep \
+             dual-writing, and a rerun copies only what is missing",
+            report.failed
+        );
+    }
+    if args.copy_only {
+        eprintln!("shardring: --copy-only: stopping before the cut-over (the proxies dual-write)");
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// Rewrites pool `pool`'s servers in `path` to `to`'s.

@@ -1,0 +1,831 @@
+//! The fault-injection suite of a planned change: a real etcd, four real memcached or redis-server
+//! backends, two `shardring proxy` processes following etcd each through a relay of its own, a
+//! versioned read/write load through both, and `shardring migrate --etcd` taking the pool from four
+//! servers to three while one proxy's path to etcd is blackholed (silently: nothing closed, nothing
+//! passes), its process killed and restarted, or etcd itself stopped for longer than a lease, at a
+//! chosen moment of the change. The recorded history is then checked
+//! ([`test_support::history`]): no read older than a write acknowledged before it began, no
+//! acknowledged write lost, on either proxy, in any phase; and `migrate` never exits 0 while a
+//! participant it has seen has not acknowledged.
+//!
+//! Each run prints its table (reads, writes, fenced and other errors, stale reads, per phase and
+//! proxy). `scripts/soak-cut-off` runs the same scenarios with a longer load
+//! (`SHARDRING_SOAK_SECS`).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::support::{shardring, Kill};
+use test_support::history::{History, Outcome};
+use test_support::{free_port, wait_listening, Etcd, Memcached, RedisServer, Relay, TempDir};
+
+/// The keys the load writes and reads.
+const KEYS: usize = 48;
+/// Keys written before the change and never touched by the load (they give the copy its length).
+const FILLER: usize = 600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proto {
+    Memcache,
+    Redis,
+}
+
+/// The backends of either protocol.
+enum Backends {
+    Memcache(Vec<Memcached>),
+    Redis(Vec<RedisServer>),
+}
+
+impl Backends {
+    fn start(proto: Proto) -> Option<Backends> {
+        Some(match proto {
+            Proto::Memcache => Backends::Memcache((0..4).map(|_| Memcached::start()).collect()),
+            Proto::Redis => Backends::Redis(
+                (0..4)
+                    .map(|_| RedisServer::start(&[]))
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+        })
+    }
+
+    fn addrs(&self) -> Vec<String> {
+        match self {
+            Backends::Memcache(s) => s.iter().map(|m| m.addr.clone()).collect(),
+            Backends::Redis(s) => s.iter().map(|r| r.addr.clone()).collect(),
+        }
+    }
+}
+
+/// A pool file over `servers` listening on `listen`.
+fn yaml(proto: Proto, listen: u16, servers: &[String]) -> String {
+    let mut y = format!(
+        "alpha:\n  listen: 127.0.0.1:{listen}\n  hash: fnv1a_64\n  distribution: ketama\n  timeout: 2000\n  redis: {}\n  servers:\n",
+        proto == Proto::Redis
+    );
+    for s in servers {
+        y.push_str(&format!("   - {s}:1\n"));
+    }
+    y
+}
+
+/// One connection to a proxy, opened again after a failure.
+struct Conn {
+    addr: String,
+    proto: Proto,
+    io: Option<BufReader<TcpStream>>,
+}
+
+impl Conn {
+    fn new(addr: String, proto: Proto) -> Conn {
+        Conn {
+            addr,
+            proto,
+            io: None,
+        }
+    }
+
+    /// Sends `request` and reads one answer with `read`; a failure of the connection is an error
+    /// (and the next call connects again).
+    fn call<T>(
+        &mut self,
+        request: &[u8],
+        read: impl FnOnce(&mut BufReader<TcpStream>) -> std::io::Result<T>,
+    ) -> Result<T, String> {
+        if self.io.is_none() {
+            let s = TcpStream::connect(&self.addr).map_err(|e| format!("connect: {e}"))?;
+            s.set_read_timeout(Some(Duration::from_secs(4))).ok();
+            s.set_nodelay(true).ok();
+            self.io = Some(BufReader::new(s));
+        }
+        let io = self.io.as_mut().ok_or("no connection")?;
+        let r = io.get_mut().write_all(request).and_then(|()| read(io));
+        r.map_err(|e| {
+            self.io = None;
+            format!("io: {e}")
+        })
+    }
+
+    fn line(io: &mut BufReader<TcpStream>) -> std::io::Result<String> {
+        let mut l = String::new();
+        if io.read_line(&mut l)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(l.trim_end().to_owned())
+    }
+
+    fn set(&mut self, key: &str, version: u64) -> Result<(), String> {
+        let value = format!("v{version}");
+        let (request, ok) = match self.proto {
+            Proto::Memcache => (
+                format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()),
+                "STORED",
+            ),
+            Proto::Redis => (test_support::redis::resp(&["SET", key, &value]), "+OK"),
+        };
+        let line = self.call(request.as_bytes(), Conn::line)?;
+        if line == ok {
+            Ok(())
+        } else {
+            Err(line)
+        }
+    }
+
+    fn get(&mut self, key: &str) -> Result<Option<u64>, String> {
+        let proto = self.proto;
+        let request = match proto {
+            Proto::Memcache => format!("get {key}\r\n"),
+            Proto::Redis => test_support::redis::resp(&["GET", key]),
+        };
+        let answer = self.call(request.as_bytes(), |io| {
+            let head = Conn::line(io)?;
+            let len = match proto {
+                Proto::Memcache if head.starts_with("VALUE ") => head.rsplit(' ').next(),
+                Proto::Redis if head.starts_with('$') && head != "$-1" => head.get(1..),
+                _ => return Ok(Err(head)),
+            };
+            let len: usize = len.and_then(|l| l.parse().ok()).unwrap_or(0);
+            let mut data = vec![0; len + 2];
+            io.read_exact(&mut data)?;
+            if proto == Proto::Memcache {
+                let end = Conn::line(io)?;
+                if end != "END" {
+                    return Ok(Err(end));
+                }
+            }
+            Ok(Ok(String::from_utf8_lossy(&data[..len]).into_owned()))
+        })?;
+        match answer {
+            Ok(value) => value
+                .strip_prefix('v')
+                .and_then(|v| v.parse().ok())
+                .map(Some)
+                .ok_or_else(|| format!("not a version: {value:?}")),
+            Err(line) if line == "END" || line == "$-1" => Ok(None),
+            Err(line) => Err(line),
+        }
+    }
+}
+
+/// The load's key `i`: spread over the ring (keys that differ only in their last bytes may all
+/// land on one server under fnv1a_64, as in nutcracker).
+fn key(i: usize) -> String {
+    format!(
+        "{:016x}:cut-off",
+        (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    )
+}
+
+/// The load: one writer per proxy (each owns every other key, and sends each write through the
+/// proxies in turn), one reader per proxy; everything recorded.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(history: &Arc<History>, addrs: &[String], proto: Proto) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        let n = addrs.len();
+        for w in 0..n {
+            let (history, stop, addrs) = (Arc::clone(history), Arc::clone(&stop), addrs.to_vec());
+            threads.push(std::thread::spawn(move || {
+                let mut conns: Vec<Conn> =
+                    addrs.iter().map(|a| Conn::new(a.clone(), proto)).collect();
+                let mut versions = vec![1u64; KEYS];
+                let mut turn = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    for k in (w..KEYS).step_by(n) {
+                        versions[k] += 1;
+                        let p = turn % conns.len();
+                        turn += 1;
+                        let start = history.now();
+                        let outcome = match conns[p].set(&key(k), versions[k]) {
+                            Ok(()) => Outcome::Written,
+                            Err(e) => Outcome::Failed(e),
+                        };
+                        history.record(p, k, Some(versions[k]), start, outcome);
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }));
+        }
+        for (p, addr) in addrs.iter().enumerate() {
+            let (history, stop, addr) = (Arc::clone(history), Arc::clone(&stop), addr.clone());
+            threads.push(std::thread::spawn(move || {
+                let mut conn = Conn::new(addr, proto);
+                let mut k = p;
+                while !stop.load(Ordering::Relaxed) {
+                    k = (k + 7) % KEYS;
+                    let start = history.now();
+                    let outcome = match conn.get(&key(k)) {
+                        Ok(v) => Outcome::Read(v),
+                        Err(e) => Outcome::Failed(e),
+                    };
+                    history.record(p, k, None, start, outcome);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }));
+        }
+        Load { stop, threads }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One proxy, following etcd through its own relay.
+struct Proxy {
+    file: PathBuf,
+    listen: u16,
+    stats: u16,
+    log: PathBuf,
+    relay: Relay,
+    child: Option<Kill>,
+}
+
+impl Proxy {
+    fn spawn(&mut self) {
+        let child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+            .args(["proxy", "-s", &self.stats.to_string(), "-c"])
+            .arg(&self.file)
+            .args(["--etcd", &self.relay.url(), "-o"])
+            .arg(&self.log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(Kill(child));
+        wait_listening(&format!("127.0.0.1:{}", self.listen));
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.listen)
+    }
+}
+
+/// What a run of `shardring migrate` did.
+struct Migrated {
+    status: ExitStatus,
+    stderr: String,
+    took: Duration,
+}
+
+/// The world of one scenario.
+struct World {
+    proto: Proto,
+    etcd: Etcd,
+    _backends: Backends,
+    servers: Vec<String>,
+    dir: TempDir,
+    now_file: PathBuf,
+    proxies: Vec<Proxy>,
+    history: Arc<History>,
+    /// The load's keys whose owner differs between the four servers and the three.
+    moved: std::collections::BTreeSet<usize>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl World {
+    fn start(proto: Proto) -> Option<World> {
+        if !test_support::etcd_available() {
+            return None;
+        }
+        let backends = Backends::start(proto)?;
+        let servers = backends.addrs();
+        let etcd = Etcd::start();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = TempDir::new("cut-off");
+        let now_file = dir.path().join("now.yml");
+        std::fs::write(&now_file, yaml(proto, free_port(), &servers)).unwrap();
+        let next_file = dir.path().join("next.yml");
+        std::fs::write(&next_file, yaml(proto, free_port(), &servers[..3])).unwrap();
+        let mut world = World {
+            proto,
+            etcd,
+            _backends: backends,
+            servers,
+            dir,
+            now_file,
+            proxies: Vec::new(),
+            history: Arc::new(History::default()),
+            moved: Default::default(),
+            runtime,
+        };
+        let owners = |file: &Path| -> Vec<String> {
+            let out = shardring()
+                .args(["lookup", "--config"])
+                .arg(file)
+                .args((0..KEYS).map(key))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| l.split('\t').nth(1).unwrap_or_default().to_owned())
+                .collect()
+        };
+        let (before, after) = (owners(&world.now_file), owners(&next_file));
+        assert_eq!(before.len(), KEYS);
+        world.moved = (0..KEYS).filter(|&k| before[k] != after[k]).collect();
+        assert!(!world.moved.is_empty(), "some of the load's keys move");
+        world.publish(&[]);
+        for p in 0..2 {
+            let listen = free_port();
+            let file = world.dir.path().join(format!("proxy{p}.yml"));
+            std::fs::write(&file, yaml(proto, listen, &world.servers)).unwrap();
+            let target = format!("127.0.0.1:{}", world.etcd.client_port);
+            let relay = world.runtime.block_on(Relay::start(target));
+            let mut proxy = Proxy {
+                file,
+                listen,
+                stats: free_port(),
+                log: world.dir.path().join(format!("proxy{p}.log")),
+                relay,
+                child: None,
+            };
+            proxy.spawn();
+            world.proxies.push(proxy);
+        }
+        world.wait_live(2, Duration::from_secs(30));
+        world.fill();
+        Some(world)
+    }
+
+    /// `shardring members publish` of now.yml (`--next`: of next.yml).
+    fn publish(&self, extra: &[&str]) {
+        let file = if extra.contains(&"--next") {
+            self.dir.path().join("next.yml")
+        } else {
+            self.now_file.clone()
+        };
+        shardring()
+            .args([
+                "members",
+                "--etcd",
+                &self.etcd.url(),
+                "--pool",
+                "alpha",
+                "-c",
+            ])
+            .arg(file)
+            .arg("publish")
+            .args(extra)
+            .assert()
+            .success();
+    }
+
+    /// The roster: (id, live) per participant.
+    fn participants(&self) -> Vec<(String, bool)> {
+        let out = shardring()
+            .args([
+                "members",
+                "--etcd",
+                &self.etcd.url(),
+                "--pool",
+                "alpha",
+                "participants",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let mut f = l.split('\t');
+                let id = f.next().unwrap_or_default().to_owned();
+                (id, f.next() == Some("live"))
+            })
+            .collect()
+    }
+
+    fn wait_live(&self, n: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let p = self.participants();
+            if p.len() == n && p.iter().all(|(_, live)| *live) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "participants: {p:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn id_of(&self, p: usize) -> String {
+        let port = format!(":{}", self.proxies[p].listen);
+        self.participants()
+            .into_iter()
+            .find(|(id, _)| id.ends_with(&port))
+            .map(|(id, _)| id)
+            .expect("the proxy is in the roster")
+    }
+
+    /// The filler keys, through the first proxy.
+    fn fill(&self) {
+        let mut c = Conn::new(self.proxies[0].addr(), self.proto);
+        for i in 0..FILLER {
+            c.set(&format!("filler:{i}"), 1).unwrap();
+        }
+        for k in 0..KEYS {
+            c.set(&key(k), 1).unwrap();
+        }
+    }
+
+    fn load(&self) -> Load {
+        let addrs: Vec<String> = self.proxies.iter().map(Proxy::addr).collect();
+        Load::start(&self.history, &addrs, self.proto)
+    }
+
+    /// [`run_migrate`] on this world.
+    fn migrate(&self, extra: &[&str], on: impl FnMut(&str)) -> Migrated {
+        run_migrate(&self.etcd.url(), &self.now_file, extra, on)
+    }
+
+    /// Ends the load, reads every key through every proxy (the final phase: a lost write shows
+    /// as a stale read there), checks the history and prints its table.
+    fn finish(&self, load: Load, name: &str, fenced: &[usize]) {
+        load.stop();
+        self.history.phase("final");
+        for (p, proxy) in self.proxies.iter().enumerate() {
+            let mut c = Conn::new(proxy.addr(), self.proto);
+            for k in 0..KEYS {
+                let start = self.history.now();
+                let outcome = match c.get(&key(k)) {
+                    Ok(v) => Outcome::Read(v),
+                    Err(e) => Outcome::Failed(e),
+                };
+                assert!(
+                    !matches!(&outcome, Outcome::Failed(_)),
+                    "final read of {} through proxy {p}: {outcome:?}",
+                    key(k)
+                );
+                self.history.record(p, k, None, start, outcome);
+            }
+        }
+        let report = self.history.check();
+        let phases: Vec<String> = self
+            .history
+            .phases()
+            .iter()
+            .map(|(at, p)| format!("{p} at {:.1} s", at.as_secs_f64()))
+            .collect();
+        eprintln!("{name} ({:?}): {}\n{report}", self.proto, phases.join(", "));
+        if std::env::var_os("SHARDRING_CUT_OFF_LOGS").is_some() {
+            for proxy in &self.proxies {
+                let mut stats = String::new();
+                if let Ok(mut c) = TcpStream::connect(("127.0.0.1", proxy.stats)) {
+                    let _ = c.read_to_string(&mut stats);
+                }
+                eprintln!("--- stats {stats}");
+                let log = std::fs::read_to_string(&proxy.log).unwrap_or_default();
+                eprintln!("--- {}\n{log}", proxy.log.display());
+            }
+        }
+        let (stale, lost) = report.violations();
+        assert_eq!((stale, lost), (0, 0), "stale reads, lost writes: {report}");
+        let reads: u64 = report.tallies.iter().map(|(_, t)| t.reads).sum();
+        assert!(reads > 200, "the load ran: {report}");
+        assert!(
+            report.fenced_keys.is_subset(&self.moved),
+            "only keys that move are fenced: {:?} of {:?}",
+            report.fenced_keys,
+            self.moved
+        );
+        for &p in fenced {
+            assert!(
+                report.fenced(p) > 0,
+                "proxy {p} fenced the keys that move: {report}"
+            );
+        }
+    }
+}
+
+/// Blackholes proxy 1's path to etcd when `migrate` writes a line containing `when`; the first run
+/// must fail naming it, and once its path is restored a second run (resuming) goes through.
+fn blackhole_at(proto: Proto, when: &str, name: &str) {
+    let Some(w) = World::start(proto) else {
+        return;
+    };
+    let cut_off = w.id_of(1);
+    let load = w.load();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut blackholed = false;
+    let mut cut = || {
+        if !blackholed {
+            blackholed = true;
+            w.history.phase("cut off");
+            w.proxies[1].relay.blackhole();
+        }
+    };
+    if when.is_empty() {
+        cut();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    w.publish(&["--next"]);
+    let first = w.migrate(&["--confirm-timeout", "14"], |line| {
+        if !when.is_empty() && line.contains(when) {
+            cut();
+        }
+    });
+    assert!(
+        !first.status.success() && first.stderr.contains(&cut_off),
+        "{name}: never 0 while a participant has not acknowledged, and it is named: {}",
+        first.stderr
+    );
+    eprintln!(
+        "{name}: the first migrate exited {} after {:?}",
+        first.status, first.took
+    );
+    w.history.phase("healed");
+    w.proxies[1].relay.restore();
+    w.wait_live(2, Duration::from_secs(30));
+    let second = w.migrate(&["--confirm-timeout", "30"], |_| {});
+    assert!(second.status.success(), "{name}: {}", second.stderr);
+    assert_eq!(
+        first.stderr.contains("cut over in etcd"),
+        second.stderr.contains("resuming"),
+        "a change stopped after its cut-over is resumed, not reversed: {}",
+        second.stderr
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    // Cut off before it knew of the change, it had nothing to fence.
+    w.finish(load, name, if when.is_empty() { &[] } else { &[1] });
+}
+
+#[test]
+fn memcached_cut_off_before_the_next_membership_is_published() {
+    blackhole_at(Proto::Memcache, "", "cut off before publish");
+}
+
+#[test]
+fn memcached_cut_off_during_the_copy() {
+    blackhole_at(Proto::Memcache, "copying", "cut off during the copy");
+}
+
+#[test]
+fn memcached_cut_off_at_the_cut_over() {
+    blackhole_at(
+        Proto::Memcache,
+        "cut over in etcd",
+        "cut off at the cut-over",
+    );
+}
+
+#[test]
+fn redis_cut_off_during_the_copy() {
+    blackhole_at(Proto::Redis, "copying", "cut off during the copy");
+}
+
+#[test]
+fn redis_cut_off_at_the_cut_over() {
+    blackhole_at(Proto::Redis, "cut over in etcd", "cut off at the cut-over");
+}
+
+/// Reads `key` straight from a server: whether it holds it.
+fn holds(proto: Proto, server: &str, key: &str) -> bool {
+    let mut c = Conn::new(server.to_owned(), proto);
+    matches!(c.get(key), Ok(Some(_)))
+}
+
+/// `--delete-moved` with a participant cut off and taken out of the roster by the operator: the
+/// migration finishes without it, the moved keys are deleted from the leaving server, and the
+/// cut-off proxy (fenced) neither serves a stale value nor writes one back there.
+fn forgotten_with_delete_moved(proto: Proto) {
+    let Some(w) = World::start(proto) else {
+        return;
+    };
+    let cut_off = w.id_of(1);
+    let load = w.load();
+    std::thread::sleep(Duration::from_millis(500));
+    w.publish(&["--next"]);
+    let first = w.migrate(&["--confirm-timeout", "14", "--delete-moved"], |line| {
+        if line.contains("copying") {
+            w.history.phase("cut off");
+            w.proxies[1].relay.blackhole();
+        }
+    });
+    assert!(!first.status.success(), "{}", first.stderr);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while w
+        .participants()
+        .iter()
+        .any(|(id, live)| *id == cut_off && *live)
+    {
+        assert!(Instant::now() < deadline, "its lease never lapsed");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    shardring()
+        .args([
+            "members",
+            "--etcd",
+            &w.etcd.url(),
+            "--pool",
+            "alpha",
+            "forget",
+        ])
+        .arg(&cut_off)
+        .arg("--stopped")
+        .assert()
+        .success();
+    w.history.phase("forgotten");
+    let second = w.migrate(&["--confirm-timeout", "30", "--delete-moved"], |_| {});
+    assert!(second.status.success(), "{}", second.stderr);
+    std::thread::sleep(Duration::from_secs(2));
+    w.history.phase("healed");
+    w.proxies[1].relay.restore();
+    std::thread::sleep(Duration::from_secs(3));
+    let leaving = w.servers[3].clone();
+    load.stop();
+    let stray: Vec<usize> = (0..KEYS)
+        .filter(|&k| holds(proto, &leaving, &key(k)))
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "keys written back to the removed server after --delete-moved: {stray:?}"
+    );
+    w.finish(
+        Load {
+            stop: Arc::default(),
+            threads: vec![],
+        },
+        "forgotten, --delete-moved",
+        &[1],
+    );
+}
+
+#[test]
+fn memcached_cut_off_forgotten_with_delete_moved() {
+    forgotten_with_delete_moved(Proto::Memcache);
+}
+
+#[test]
+fn redis_cut_off_forgotten_with_delete_moved() {
+    forgotten_with_delete_moved(Proto::Redis);
+}
+
+/// Proxy 1 killed during the copy and started again 2 s later: the migration waits for it (its
+/// roster entry) and goes through once it is back.
+fn killed_and_restarted(proto: Proto) {
+    let Some(mut w) = World::start(proto) else {
+        return;
+    };
+    let load = w.load();
+    std::thread::sleep(Duration::from_millis(500));
+    w.publish(&["--next"]);
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let killer = {
+        let mut child = w.proxies[1].child.take();
+        std::thread::spawn(move || {
+            let _ = rx.recv();
+            drop(child.take()); // SIGKILL
+        })
+    };
+    let history = Arc::clone(&w.history);
+    let proxy1 = (
+        w.proxies[1].file.clone(),
+        w.proxies[1].stats,
+        w.proxies[1].log.clone(),
+        w.proxies[1].relay.url(),
+        w.proxies[1].listen,
+    );
+    let restarter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(2));
+        history.phase("restarted");
+        restart(&proxy1.0, proxy1.1, &proxy1.2, &proxy1.3, proxy1.4)
+    });
+    let mut tx = Some(tx);
+    let run = w.migrate(&["--confirm-timeout", "40"], |line| {
+        if line.contains("copying") {
+            if let Some(tx) = tx.take() {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let _ = killer.join();
+    w.proxies[1].child = Some(restarter.join().unwrap());
+    assert!(run.status.success(), "{}", run.stderr);
+    eprintln!("killed and restarted: migrate took {:?}", run.took);
+    w.finish(load, "killed and restarted", &[]);
+}
+
+/// Starts a proxy again as [`Proxy::spawn`] does (from another thread).
+fn restart(file: &Path, stats: u16, log: &Path, etcd: &str, listen: u16) -> Kill {
+    let child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+        .args(["proxy", "-s", &stats.to_string(), "-c"])
+        .arg(file)
+        .args(["--etcd", etcd, "-o"])
+        .arg(log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_listening(&format!("127.0.0.1:{listen}"));
+    Kill(child)
+}
+
+#[test]
+fn memcached_proxy_killed_and_restarted_during_the_copy() {
+    killed_and_restarted(Proto::Memcache);
+}
+
+#[test]
+fn redis_proxy_killed_and_restarted_during_the_copy() {
+    killed_and_restarted(Proto::Redis);
+}
+
+/// etcd killed during the copy and started again after longer than a lease: every proxy fences
+/// the keys that move meanwhile, registers again, and a second run finishes the change.
+fn etcd_down_longer_than_a_lease(proto: Proto) {
+    let Some(mut w) = World::start(proto) else {
+        return;
+    };
+    let load = w.load();
+    std::thread::sleep(Duration::from_millis(500));
+    w.publish(&["--next"]);
+    let (url, now_file, history) = (w.etcd.url(), w.now_file.clone(), Arc::clone(&w.history));
+    let etcd = &mut w.etcd;
+    let first = std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        scope.spawn(move || {
+            if rx.recv().is_ok() {
+                history.phase("etcd down");
+                etcd.kill();
+                std::thread::sleep(Duration::from_secs(12));
+                history.phase("etcd back");
+                etcd.restart();
+            }
+        });
+        let mut tx = Some(tx);
+        run_migrate(&url, &now_file, &["--confirm-timeout", "10"], |line| {
+            if line.contains("copying") {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+        })
+    });
+    assert!(!first.status.success(), "{}", first.stderr);
+    eprintln!(
+        "etcd down: the first migrate exited {} after {:?}",
+        first.status, first.took
+    );
+    w.wait_live(2, Duration::from_secs(40));
+    let second = w.migrate(&["--confirm-timeout", "30"], |_| {});
+    assert!(second.status.success(), "{}", second.stderr);
+    w.finish(load, "etcd down longer than a lease", &[0, 1]);
+}
+
+/// Runs `shardring migrate --etcd URL` (at a rate that makes the copy last a few seconds), calling
+/// `on` with each line it writes to stderr as it writes it.
+fn run_migrate(url: &str, now_file: &Path, extra: &[&str], mut on: impl FnMut(&str)) -> Migrated {
+    let started = Instant::now();
+    let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+        .args([
+            "migrate", "--etcd", url, "--pool", "alpha", "--nice", "0", "--rate", "150", "-c",
+        ])
+        .arg(now_file)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap_or_default();
+        on(&line);
+        stderr.push_str(&line);
+        stderr.push('\n');
+    }
+    let status = child.wait().unwrap();
+    Migrated {
+        status,
+        stderr,
+        took: started.elapsed(),
+    }
+}
+
+#[test]
+fn memcached_etcd_down_longer_than_a_lease_during_the_copy() {
+    etcd_down_longer_than_a_lease(Proto::Memcache);
+}
+
+#[test]
+fn redis_etcd_down_longer_than_a_lease_during_the_copy() {
+    etcd_down_longer_than_a_lease(Proto::Redis);
+}
+
+#[test]
+fn redis_cut_off_before_the_next_membership_is_published() {
+    blackhole_at(Proto::Redis, "", "cut off before publish");
+}
