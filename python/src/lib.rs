@@ -7,6 +7,7 @@
 
 mod errors;
 mod keys;
+mod pool_file;
 mod recipe;
 mod ring;
 mod twemproxy;

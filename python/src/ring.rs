@@ -290,7 +290,7 @@ impl Ring {
         path: std::path::PathBuf,
         pool: Option<&str>,
     ) -> PyResult<Ring> {
-        crate::twemproxy::read(py, &path, pool)?.ring(py)
+        Ring::build(py, crate::pool_file::read(py, &path, pool)?.recipe(), &[])
     }
 
     /// The ring of twemproxy server lines (`host:port:weight [name]` or `/socket:weight [name]`,
@@ -305,7 +305,8 @@ impl Ring {
         hash_tag: Option<&str>,
         distribution: &str,
     ) -> PyResult<Ring> {
-        crate::twemproxy::from_servers(py, &servers, hash, hash_tag, distribution)
+        let recipe = crate::pool_file::from_servers(&servers, hash, hash_tag, distribution)?;
+        Ring::build(py, recipe, &[])
     }
 
     /// The ring of a twemproxy pool whose servers are `members`, `(name, address, weight)` as
@@ -320,7 +321,8 @@ impl Ring {
         hash_tag: Option<&str>,
         distribution: &str,
     ) -> PyResult<Ring> {
-        crate::twemproxy::from_members(py, members, hash, hash_tag, distribution)
+        let recipe = crate::pool_file::from_members(members, hash, hash_tag, distribution)?;
+        Ring::build(py, recipe, &[])
     }
 
     /// The node that owns `key` (`str` or `bytes`). Raises `EmptyRingError` on a ring without

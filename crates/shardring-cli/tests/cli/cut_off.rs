@@ -255,17 +255,13 @@ struct Proxy {
 
 impl Proxy {
     fn spawn(&mut self) {
-        let child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
-            .args(["proxy", "-s", &self.stats.to_string(), "-c"])
-            .arg(&self.file)
-            .args(["--etcd", &self.relay.url(), "-o"])
-            .arg(&self.log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.child = Some(Kill(child));
-        wait_listening(&format!("127.0.0.1:{}", self.listen));
+        self.child = Some(spawn_proxy(
+            &self.file,
+            self.stats,
+            &self.log,
+            &self.relay.url(),
+            self.listen,
+        ));
     }
 
     fn addr(&self) -> String {
@@ -389,25 +385,7 @@ impl World {
 
     /// The roster: (id, live) per participant.
     fn participants(&self) -> Vec<(String, bool)> {
-        let out = shardring()
-            .args([
-                "members",
-                "--etcd",
-                &self.etcd.url(),
-                "--pool",
-                "alpha",
-                "participants",
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| {
-                let mut f = l.split('\t');
-                let id = f.next().unwrap_or_default().to_owned();
-                (id, f.next() == Some("live"))
-            })
-            .collect()
+        crate::migrate_fleet::participants(&self.etcd.url())
     }
 
     fn wait_live(&self, n: usize, within: Duration) {
@@ -645,22 +623,14 @@ fn forgotten_with_delete_moved(proto: Proto) {
     w.history.phase("healed");
     w.proxies[1].relay.restore();
     std::thread::sleep(Duration::from_secs(3));
-    let leaving = w.servers[3].clone();
-    load.stop();
+    w.finish(load, "forgotten, --delete-moved", &[1]);
+    let leaving = &w.servers[3];
     let stray: Vec<usize> = (0..KEYS)
-        .filter(|&k| holds(proto, &leaving, &key(k)))
+        .filter(|&k| holds(proto, leaving, &key(k)))
         .collect();
     assert!(
         stray.is_empty(),
         "keys written back to the removed server after --delete-moved: {stray:?}"
-    );
-    w.finish(
-        Load {
-            stop: Arc::default(),
-            threads: vec![],
-        },
-        "forgotten, --delete-moved",
-        &[1],
     );
 }
 
@@ -683,7 +653,7 @@ fn killed_and_restarted(proto: Proto) {
     let load = w.load();
     std::thread::sleep(Duration::from_millis(500));
     w.publish(&["--next"]);
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (rx, on) = on_first("copying");
     let killer = {
         let mut child = w.proxies[1].child.take();
         std::thread::spawn(move || {
@@ -702,16 +672,9 @@ fn killed_and_restarted(proto: Proto) {
     let restarter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(2));
         history.phase("restarted");
-        restart(&proxy1.0, proxy1.1, &proxy1.2, &proxy1.3, proxy1.4)
+        spawn_proxy(&proxy1.0, proxy1.1, &proxy1.2, &proxy1.3, proxy1.4)
     });
-    let mut tx = Some(tx);
-    let run = w.migrate(&["--confirm-timeout", "40"], |line| {
-        if line.contains("copying") {
-            if let Some(tx) = tx.take() {
-                let _ = tx.send(());
-            }
-        }
-    });
+    let run = w.migrate(&["--confirm-timeout", "40"], on);
     let _ = killer.join();
     w.proxies[1].child = Some(restarter.join().unwrap());
     assert!(run.status.success(), "{}", run.stderr);
@@ -719,8 +682,8 @@ fn killed_and_restarted(proto: Proto) {
     w.finish(load, "killed and restarted", &[]);
 }
 
-/// Starts a proxy again as [`Proxy::spawn`] does (from another thread).
-fn restart(file: &Path, stats: u16, log: &Path, etcd: &str, listen: u16) -> Kill {
+/// Starts `shardring proxy -c FILE -s STATS --etcd ETCD -o LOG` and waits until it listens.
+fn spawn_proxy(file: &Path, stats: u16, log: &Path, etcd: &str, listen: u16) -> Kill {
     let child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
         .args(["proxy", "-s", &stats.to_string(), "-c"])
         .arg(file)
@@ -732,6 +695,21 @@ fn restart(file: &Path, stats: u16, log: &Path, etcd: &str, listen: u16) -> Kill
         .unwrap();
     wait_listening(&format!("127.0.0.1:{listen}"));
     Kill(child)
+}
+
+/// A `migrate` line callback that sends once, on the first line containing `pattern`, and the
+/// receiver of that signal.
+fn on_first(pattern: &'static str) -> (std::sync::mpsc::Receiver<()>, impl FnMut(&str)) {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let mut tx = Some(tx);
+    let on = move |line: &str| {
+        if line.contains(pattern) {
+            if let Some(tx) = tx.take() {
+                let _ = tx.send(());
+            }
+        }
+    };
+    (rx, on)
 }
 
 #[test]
@@ -756,7 +734,7 @@ fn etcd_down_longer_than_a_lease(proto: Proto) {
     let (url, now_file, history) = (w.etcd.url(), w.now_file.clone(), Arc::clone(&w.history));
     let etcd = &mut w.etcd;
     let first = std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (rx, on) = on_first("copying");
         scope.spawn(move || {
             if rx.recv().is_ok() {
                 history.phase("etcd down");
@@ -766,14 +744,7 @@ fn etcd_down_longer_than_a_lease(proto: Proto) {
                 etcd.restart();
             }
         });
-        let mut tx = Some(tx);
-        run_migrate(&url, &now_file, &["--confirm-timeout", "10"], |line| {
-            if line.contains("copying") {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(());
-                }
-            }
-        })
+        run_migrate(&url, &now_file, &["--confirm-timeout", "10"], on)
     });
     assert!(!first.status.success(), "{}", first.stderr);
     eprintln!(

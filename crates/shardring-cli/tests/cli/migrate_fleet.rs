@@ -140,3 +140,24 @@ pub fn join_loads<K: std::hash::Hash + Eq, V>(
     }
     expected
 }
+
+/// `shardring members participants` of pool `alpha` in etcd at `url`: (id, live?) per line.
+pub fn participants(url: &str) -> Vec<(String, bool)> {
+    let out = shardring()
+        .args(["members", "--etcd", url, "--pool", "alpha", "participants"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let mut f = l.split('\t');
+            let id = f.next().unwrap_or_default().to_owned();
+            (id, f.next() == Some("live"))
+        })
+        .collect()
+}

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::migrate_fleet::Fleet;
+use crate::migrate_fleet::{participants, Fleet};
 use crate::support::{shardring, signal};
 use test_support::{free_port, Memcached};
 
@@ -19,27 +19,6 @@ fn yaml(listen: u16, servers: &[&Memcached]) -> String {
         y.push_str(&format!("   - {}:1\n", s.addr));
     }
     y
-}
-
-/// `shardring members participants`: (id, live?) per line.
-fn participants(url: &str) -> Vec<(String, bool)> {
-    let out = shardring()
-        .args(["members", "--etcd", url, "--pool", "alpha", "participants"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let mut f = l.split('\t');
-            let id = f.next().unwrap_or_default().to_owned();
-            (id, f.next() == Some("live"))
-        })
-        .collect()
 }
 
 /// Waits (up to 60 s) until `ok` holds of the participants.
