@@ -26,6 +26,9 @@
 //!   and adding it back gives the original.
 
 pub mod hash;
+mod spec;
+
+pub use self::spec::PlacementSpec;
 
 use std::fmt;
 use std::str::FromStr;
