@@ -47,11 +47,16 @@
 
 pub mod admin;
 mod error;
+mod fence;
 mod follow;
 pub mod layout;
+mod participant;
 pub mod source;
+pub mod take_part;
 
 pub use crate::error::{error_chain, ClientError, EtcdError, MalformedValue};
+pub use crate::fence::Fence;
 pub use crate::follow::{follow, twemproxy_ketama, twemproxy_servers, FollowStats};
 pub use crate::layout::Registration;
+pub use crate::participant::{Fenced, Participant, ParticipantStats, PoolRules, Route, View};
 pub use crate::source::{EtcdSource, EtcdSourceBuilder, PoolRead, Update};

@@ -255,34 +255,20 @@ impl Following {
         Ok(())
     }
 
-    /// What a renewal of the registration at `renewed` confirms: that time, when no planned change
-    /// is known (nothing is fenced then). During one, a proxy that was cut off may renew its
-    /// registration before its watch has caught up with what happened meanwhile (a cut-over, the
-    /// next membership dropped by a migration that went on without it): so etcd is read, what it
-    /// holds is applied, and only then is the earlier of the renewal and the read's start
-    /// confirmed. `None` when etcd cannot be read or its membership is refused (the fence stays).
+    /// What a renewal of the registration at `renewed` confirms
+    /// ([`shardring_etcd::take_part::confirmation`]): during a planned change, only once etcd's pool
+    /// is read and applied here.
     async fn confirmation(
         &self,
         source: &EtcdSource,
-        renewed: Option<std::time::Instant>,
+        renewed: std::time::Instant,
     ) -> Option<std::time::Instant> {
-        let renewed = renewed?;
         let planned = self.current.lock().ok().is_some_and(|c| c.1.is_some());
-        if !planned {
-            return Some(renewed);
-        }
-        let asked = std::time::Instant::now();
-        match source.read().await {
-            Ok(read) if !read.snapshot.is_empty() || self.allow_empty => {
-                self.apply(read.snapshot, read.next).ok()?;
-                Some(renewed.min(asked))
-            }
-            Ok(_) => None,
-            Err(e) => {
-                tracing::debug!(pool = %source.pool(), error = %shardring_etcd::error_chain(&e), "cannot read the pool from etcd to confirm this proxy's place");
-                None
-            }
-        }
+        shardring_etcd::take_part::confirmation(source, renewed, planned, |read| {
+            (!read.snapshot.is_empty() || self.allow_empty)
+                && self.apply(read.snapshot, read.next).is_ok()
+        })
+        .await
     }
 
     /// Hands what the pool serves now to the registration task.
@@ -439,66 +425,25 @@ fn proxy_id(config: &crate::config::PoolConfig) -> String {
     format!("{host}-{}", config.listen).replace(['/', ' '], "_")
 }
 
-/// Keeps this proxy registered under the pool's `proxies/` with what it serves, until `stop`:
-/// registers (retrying every second while etcd cannot be reached), then rewrites the value whenever
-/// what the pool serves changes, and confirms the pool's fence after each renewal (a proxy that goes
-/// unconfirmed during a planned change fences the keys that move). The registration's lease is kept
-/// alive by the handle and revoked when it is dropped, at `stop`.
+/// Keeps this proxy registered under the pool's `proxies/` and `roster/` with what it serves, until
+/// `stop`, confirming the pool's fence after each renewal (`shardring_etcd::take_part`).
 async fn register(
     source: EtcdSource,
     id: String,
     following: Arc<Following>,
     stop: CancellationToken,
 ) {
-    let ttl = shardring_etcd::admin::DEFAULT_REGISTRATION_TTL;
     let fence = following.pool.fence();
-    let mut serving = following.serving.subscribe();
-    fence.follow(ttl);
-    let handle = loop {
-        let value = serving.borrow_and_update().clone();
-        tokio::select! {
-            () = stop.cancelled() => return,
-            r = shardring_etcd::admin::register_proxy(&source, &id, &value, ttl) => match r {
-                Ok(h) => break h,
-                Err(e) => {
-                    tracing::warn!(pool = %source.pool(), error = %shardring_etcd::error_chain(&e), "cannot register this proxy in etcd; retrying");
-                }
-            }
-        }
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    };
-    tracing::info!(pool = %source.pool(), key = handle.key(), "registered in etcd");
-    let mut confirmations = tokio::time::interval(Duration::from_millis(250));
-    let mut checked = None;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => break,
-            _ = confirmations.tick() => {
-                let renewed = handle.confirmed_at();
-                if renewed.is_some() && renewed != checked {
-                    checked = renewed;
-                    if let Some(at) = following.confirmation(&source, renewed).await {
-                        fence.confirm(at);
-                    }
-                }
-            }
-            changed = serving.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-                let value = serving.borrow_and_update().clone();
-                if let Err(e) = handle.update(&value).await {
-                    tracing::warn!(pool = %source.pool(), error = %shardring_etcd::error_chain(&e), "cannot update this proxy's registration in etcd");
-                }
-            }
-        }
-    }
-    if let Err(e) = handle.revoke().await {
-        tracing::debug!(error = %shardring_etcd::error_chain(&e), "registration not revoked");
-    }
+    shardring_etcd::take_part::take_part(
+        &source,
+        &id,
+        following.serving.subscribe(),
+        shardring_etcd::admin::DEFAULT_REGISTRATION_TTL,
+        &fence,
+        |renewed| following.confirmation(&source, renewed),
+        stop,
+    )
+    .await;
 }
 
 #[cfg(test)]
