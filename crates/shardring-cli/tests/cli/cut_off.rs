@@ -2,15 +2,19 @@
 //! backends, two `shardring proxy` processes following etcd each through a relay of its own, a
 //! versioned read/write load through both, and `shardring migrate --etcd` taking the pool from four
 //! servers to three while one proxy's path to etcd is blackholed (silently: nothing closed, nothing
-//! passes), its process killed and restarted, or etcd itself stopped for longer than a lease, at a
-//! chosen moment of the change. The recorded history is then checked
+//! passes), its process paused (SIGSTOP) or killed and restarted, or etcd itself stopped for longer
+//! than a lease, at a chosen moment of the change. The recorded history is then checked
 //! ([`test_support::history`]): no read older than a write acknowledged before it began, no
 //! acknowledged write lost, on either proxy, in any phase; and `migrate` never exits 0 while a
 //! participant it has seen has not acknowledged.
 //!
 //! Each run prints its table (reads, writes, fenced and other errors, stale reads, per phase and
-//! proxy). `scripts/soak-cut-off` runs the same scenarios with a longer load
-//! (`SHARDRING_SOAK_SECS`).
+//! participant) and a `cut-off summary` line; `scripts/soak-cut-off` runs the suite many times in
+//! release mode and adds those lines up (its table is in BENCHMARKS.md).
+//!
+//! Participants are the two proxies and, in the `client_side_ring` scenarios, an application
+//! embedding a client-side ring ([`shardring_etcd::Participant`]) that speaks to the servers
+//! itself: it is cut off, fenced and waited for exactly as a proxy is.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -21,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::{shardring, Kill};
+use shardring_etcd::{Participant, PoolRules};
 use test_support::history::{History, Outcome};
 use test_support::{free_port, wait_listening, Etcd, Memcached, RedisServer, Relay, TempDir};
 
@@ -171,6 +176,87 @@ impl Conn {
     }
 }
 
+/// A client-side ring's application: the keys placed by a [`Participant`], each server spoken to
+/// directly; a write goes to the owner and, during a change, to the next owner, and is
+/// acknowledged once both took it.
+struct RingClient {
+    participant: Arc<Participant>,
+    proto: Proto,
+    conns: std::collections::HashMap<String, Conn>,
+}
+
+impl RingClient {
+    fn conn(&mut self, addr: &str) -> &mut Conn {
+        let proto = self.proto;
+        self.conns
+            .entry(addr.to_owned())
+            .or_insert_with(|| Conn::new(addr.to_owned(), proto))
+    }
+
+    fn set(&mut self, key: &str, version: u64) -> Result<(), String> {
+        let view = self.participant.view();
+        let route = view
+            .route(key.as_bytes())
+            .map_err(|e| e.to_string())?
+            .ok_or("no server")?;
+        let writes: Vec<String> = route.writes().map(|m| m.addr().to_owned()).collect();
+        for addr in writes {
+            self.conn(&addr).set(key, version)?;
+        }
+        Ok(())
+    }
+
+    fn get(&mut self, key: &str) -> Result<Option<u64>, String> {
+        let view = self.participant.view();
+        let route = view
+            .route(key.as_bytes())
+            .map_err(|e| e.to_string())?
+            .ok_or("no server")?;
+        let owner = route.owner.addr().to_owned();
+        self.conn(&owner).get(key)
+    }
+}
+
+/// Where the load sends a participant's requests: a proxy, or a client-side ring.
+#[derive(Clone)]
+enum Endpoint {
+    Proxy(String),
+    Ring(Arc<Participant>),
+}
+
+/// One client of an [`Endpoint`].
+enum Client {
+    Proxy(Conn),
+    Ring(RingClient),
+}
+
+impl Client {
+    fn new(endpoint: &Endpoint, proto: Proto) -> Client {
+        match endpoint {
+            Endpoint::Proxy(addr) => Client::Proxy(Conn::new(addr.clone(), proto)),
+            Endpoint::Ring(participant) => Client::Ring(RingClient {
+                participant: Arc::clone(participant),
+                proto,
+                conns: Default::default(),
+            }),
+        }
+    }
+
+    fn set(&mut self, key: &str, version: u64) -> Result<(), String> {
+        match self {
+            Client::Proxy(c) => c.set(key, version),
+            Client::Ring(c) => c.set(key, version),
+        }
+    }
+
+    fn get(&mut self, key: &str) -> Result<Option<u64>, String> {
+        match self {
+            Client::Proxy(c) => c.get(key),
+            Client::Ring(c) => c.get(key),
+        }
+    }
+}
+
 /// The load's key `i`: spread over the ring (keys that differ only in their last bytes may all
 /// land on one server under fnv1a_64, as in nutcracker).
 fn key(i: usize) -> String {
@@ -180,23 +266,24 @@ fn key(i: usize) -> String {
     )
 }
 
-/// The load: one writer per proxy (each owns every other key, and sends each write through the
-/// proxies in turn), one reader per proxy; everything recorded.
+/// The load: one writer per participant (each owns every n-th key, and sends each write through
+/// the participants in turn), one reader per participant; everything recorded.
 struct Load {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Load {
-    fn start(history: &Arc<History>, addrs: &[String], proto: Proto) -> Load {
+    fn start(history: &Arc<History>, endpoints: &[Endpoint], proto: Proto) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
-        let n = addrs.len();
+        let n = endpoints.len();
         for w in 0..n {
-            let (history, stop, addrs) = (Arc::clone(history), Arc::clone(&stop), addrs.to_vec());
+            let (history, stop, endpoints) =
+                (Arc::clone(history), Arc::clone(&stop), endpoints.to_vec());
             threads.push(std::thread::spawn(move || {
-                let mut conns: Vec<Conn> =
-                    addrs.iter().map(|a| Conn::new(a.clone(), proto)).collect();
+                let mut conns: Vec<Client> =
+                    endpoints.iter().map(|e| Client::new(e, proto)).collect();
                 let mut versions = vec![1u64; KEYS];
                 let mut turn = 0usize;
                 while !stop.load(Ordering::Relaxed) {
@@ -215,10 +302,10 @@ impl Load {
                 }
             }));
         }
-        for (p, addr) in addrs.iter().enumerate() {
-            let (history, stop, addr) = (Arc::clone(history), Arc::clone(&stop), addr.clone());
+        for (p, endpoint) in endpoints.iter().enumerate() {
+            let (history, stop) = (Arc::clone(history), Arc::clone(&stop));
+            let mut conn = Client::new(endpoint, proto);
             threads.push(std::thread::spawn(move || {
-                let mut conn = Conn::new(addr, proto);
                 let mut k = p;
                 while !stop.load(Ordering::Relaxed) {
                     k = (k + 7) % KEYS;
@@ -269,6 +356,14 @@ impl Proxy {
     }
 }
 
+/// A client-side ring participant (an application embedding [`Participant`]), following etcd
+/// through its own relay.
+struct Ring {
+    relay: Relay,
+    participant: Arc<Participant>,
+    id: String,
+}
+
 /// What a run of `shardring migrate` did.
 struct Migrated {
     status: ExitStatus,
@@ -285,6 +380,8 @@ struct World {
     dir: TempDir,
     now_file: PathBuf,
     proxies: Vec<Proxy>,
+    /// Client-side rings: participants `proxies.len()..` in the history.
+    rings: Vec<Ring>,
     history: Arc<History>,
     /// The load's keys whose owner differs between the four servers and the three.
     moved: std::collections::BTreeSet<usize>,
@@ -293,6 +390,11 @@ struct World {
 
 impl World {
     fn start(proto: Proto) -> Option<World> {
+        World::start_with(proto, 0)
+    }
+
+    /// Two proxies and `rings` client-side rings, every one registered, the keys written.
+    fn start_with(proto: Proto, rings: usize) -> Option<World> {
         if !test_support::etcd_available() {
             return None;
         }
@@ -317,6 +419,7 @@ impl World {
             dir,
             now_file,
             proxies: Vec::new(),
+            rings: Vec::new(),
             history: Arc::new(History::default()),
             moved: Default::default(),
             runtime,
@@ -355,7 +458,24 @@ impl World {
             proxy.spawn();
             world.proxies.push(proxy);
         }
-        world.wait_live(2, Duration::from_secs(30));
+        for r in 0..rings {
+            let target = format!("127.0.0.1:{}", world.etcd.client_port);
+            let relay = world.runtime.block_on(Relay::start(target));
+            let source = shardring_etcd::EtcdSource::builder(&[relay.url()], "alpha")
+                .with_next(true)
+                .build();
+            let id = format!("app-ring-{r}");
+            let participant = world
+                .runtime
+                .block_on(Participant::start(&source, &id, PoolRules::default()))
+                .expect("the client-side ring starts");
+            world.rings.push(Ring {
+                relay,
+                participant: Arc::new(participant),
+                id,
+            });
+        }
+        world.wait_live(2 + rings, Duration::from_secs(30));
         world.fill();
         Some(world)
     }
@@ -400,6 +520,10 @@ impl World {
         }
     }
 
+    fn participant_count(&self) -> usize {
+        self.proxies.len() + self.rings.len()
+    }
+
     fn id_of(&self, p: usize) -> String {
         let port = format!(":{}", self.proxies[p].listen);
         self.participants()
@@ -420,9 +544,18 @@ impl World {
         }
     }
 
+    /// Every participant, proxies first.
+    fn endpoints(&self) -> Vec<Endpoint> {
+        let proxies = self.proxies.iter().map(|p| Endpoint::Proxy(p.addr()));
+        let rings = self
+            .rings
+            .iter()
+            .map(|r| Endpoint::Ring(Arc::clone(&r.participant)));
+        proxies.chain(rings).collect()
+    }
+
     fn load(&self) -> Load {
-        let addrs: Vec<String> = self.proxies.iter().map(Proxy::addr).collect();
-        Load::start(&self.history, &addrs, self.proto)
+        Load::start(&self.history, &self.endpoints(), self.proto)
     }
 
     /// [`run_migrate`] on this world.
@@ -435,8 +568,8 @@ impl World {
     fn finish(&self, load: Load, name: &str, fenced: &[usize]) {
         load.stop();
         self.history.phase("final");
-        for (p, proxy) in self.proxies.iter().enumerate() {
-            let mut c = Conn::new(proxy.addr(), self.proto);
+        for (p, endpoint) in self.endpoints().iter().enumerate() {
+            let mut c = Client::new(endpoint, self.proto);
             for k in 0..KEYS {
                 let start = self.history.now();
                 let outcome = match c.get(&key(k)) {
@@ -445,7 +578,7 @@ impl World {
                 };
                 assert!(
                     !matches!(&outcome, Outcome::Failed(_)),
-                    "final read of {} through proxy {p}: {outcome:?}",
+                    "final read of {} through participant {p}: {outcome:?}",
                     key(k)
                 );
                 self.history.record(p, k, None, start, outcome);
@@ -471,6 +604,18 @@ impl World {
             }
         }
         let (stale, lost) = report.violations();
+        let sum = |f: fn(&test_support::history::Tally) -> u64| -> u64 {
+            report.tallies.iter().map(|(_, t)| f(t)).sum()
+        };
+        // One line per run for scripts/soak-cut-off to add up.
+        eprintln!(
+            "cut-off summary\t{name}\t{:?}\treads={}\twrites={}\tfenced={}\terrors={}\tstale={stale}\tlost={lost}",
+            self.proto,
+            sum(|t| t.reads),
+            sum(|t| t.writes),
+            sum(|t| t.fenced),
+            sum(|t| t.errors),
+        );
         assert_eq!((stale, lost), (0, 0), "stale reads, lost writes: {report}");
         let reads: u64 = report.tallies.iter().map(|(_, t)| t.reads).sum();
         assert!(reads > 200, "the load ran: {report}");
@@ -489,13 +634,29 @@ impl World {
     }
 }
 
-/// Blackholes proxy 1's path to etcd when `migrate` writes a line containing `when`; the first run
-/// must fail naming it, and once its path is restored a second run (resuming) goes through.
+/// Who is cut off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Who {
+    /// Proxy 1 (of two).
+    Proxy,
+    /// The client-side ring (beside the two proxies).
+    Ring,
+}
+
+/// Blackholes the path to etcd of `who` when `migrate` writes a line containing `when`; the first
+/// run must fail naming it, and once its path is restored a second run (resuming) goes through.
 fn blackhole_at(proto: Proto, when: &str, name: &str) {
-    let Some(w) = World::start(proto) else {
+    cut_off_at(proto, Who::Proxy, when, name);
+}
+
+fn cut_off_at(proto: Proto, who: Who, when: &str, name: &str) {
+    let Some(w) = World::start_with(proto, usize::from(who == Who::Ring)) else {
         return;
     };
-    let cut_off = w.id_of(1);
+    let (cut_off, relay, index) = match who {
+        Who::Proxy => (w.id_of(1), &w.proxies[1].relay, 1),
+        Who::Ring => (w.rings[0].id.clone(), &w.rings[0].relay, 2),
+    };
     let load = w.load();
     std::thread::sleep(Duration::from_millis(500));
     let mut blackholed = false;
@@ -503,7 +664,7 @@ fn blackhole_at(proto: Proto, when: &str, name: &str) {
         if !blackholed {
             blackholed = true;
             w.history.phase("cut off");
-            w.proxies[1].relay.blackhole();
+            relay.blackhole();
         }
     };
     if when.is_empty() {
@@ -526,8 +687,8 @@ fn blackhole_at(proto: Proto, when: &str, name: &str) {
         first.status, first.took
     );
     w.history.phase("healed");
-    w.proxies[1].relay.restore();
-    w.wait_live(2, Duration::from_secs(30));
+    relay.restore();
+    w.wait_live(w.participant_count(), Duration::from_secs(30));
     let second = w.migrate(&["--confirm-timeout", "30"], |_| {});
     assert!(second.status.success(), "{name}: {}", second.stderr);
     assert_eq!(
@@ -538,7 +699,8 @@ fn blackhole_at(proto: Proto, when: &str, name: &str) {
     );
     std::thread::sleep(Duration::from_millis(500));
     // Cut off before it knew of the change, it had nothing to fence.
-    w.finish(load, name, if when.is_empty() { &[] } else { &[1] });
+    let fenced: &[usize] = if when.is_empty() { &[] } else { &[index] };
+    w.finish(load, name, fenced);
 }
 
 #[test]
@@ -751,7 +913,7 @@ fn etcd_down_longer_than_a_lease(proto: Proto) {
         "etcd down: the first migrate exited {} after {:?}",
         first.status, first.took
     );
-    w.wait_live(2, Duration::from_secs(40));
+    w.wait_live(w.participant_count(), Duration::from_secs(40));
     let second = w.migrate(&["--confirm-timeout", "30"], |_| {});
     assert!(second.status.success(), "{}", second.stderr);
     w.finish(load, "etcd down longer than a lease", &[0, 1]);
@@ -799,4 +961,77 @@ fn redis_etcd_down_longer_than_a_lease_during_the_copy() {
 #[test]
 fn redis_cut_off_before_the_next_membership_is_published() {
     blackhole_at(Proto::Redis, "", "cut off before publish");
+}
+
+#[test]
+fn memcached_client_side_ring_cut_off_during_the_copy() {
+    cut_off_at(
+        Proto::Memcache,
+        Who::Ring,
+        "copying",
+        "client-side ring cut off during the copy",
+    );
+}
+
+#[test]
+fn redis_client_side_ring_cut_off_at_the_cut_over() {
+    cut_off_at(
+        Proto::Redis,
+        Who::Ring,
+        "cut over in etcd",
+        "client-side ring cut off at the cut-over",
+    );
+}
+
+#[test]
+fn memcached_client_side_ring_cut_off_before_the_next_membership_is_published() {
+    cut_off_at(
+        Proto::Memcache,
+        Who::Ring,
+        "",
+        "client-side ring cut off before publish",
+    );
+}
+
+/// Proxy 1 paused (SIGSTOP) during the copy for longer than its lease, then continued: the
+/// migration waits for it; once running again it refuses the keys that move until its place in
+/// etcd is confirmed (requests it took while stopped included), and the change goes through.
+fn paused_during_the_copy(proto: Proto) {
+    let Some(w) = World::start(proto) else {
+        return;
+    };
+    let load = w.load();
+    std::thread::sleep(Duration::from_millis(500));
+    w.publish(&["--next"]);
+    let pid = w.proxies[1]
+        .child
+        .as_ref()
+        .map(|k| k.0.id().to_string())
+        .expect("proxy 1 runs");
+    let (rx, on) = on_first("copying");
+    let history = Arc::clone(&w.history);
+    let pauser = std::thread::spawn(move || {
+        if rx.recv().is_ok() {
+            history.phase("paused");
+            crate::support::signal("-STOP", &pid);
+            std::thread::sleep(Duration::from_secs(12));
+            history.phase("continued");
+            crate::support::signal("-CONT", &pid);
+        }
+    });
+    let run = w.migrate(&["--confirm-timeout", "40"], on);
+    let _ = pauser.join();
+    assert!(run.status.success(), "{}", run.stderr);
+    eprintln!("paused: migrate took {:?}", run.took);
+    w.finish(load, "paused during the copy", &[]);
+}
+
+#[test]
+fn memcached_proxy_paused_during_the_copy() {
+    paused_during_the_copy(Proto::Memcache);
+}
+
+#[test]
+fn redis_proxy_paused_during_the_copy() {
+    paused_during_the_copy(Proto::Redis);
 }

@@ -690,7 +690,10 @@ fn with_etcd_the_proxies_register_dual_write_and_cut_over_together() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("cut over: every proxy (2)"), "{stdout}");
+    assert!(
+        stdout.contains("cut over: every participant (2)"),
+        "{stdout}"
+    );
     eprintln!("{stdout}");
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);

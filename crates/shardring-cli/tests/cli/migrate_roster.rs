@@ -107,7 +107,7 @@ fn a_paused_proxy_blocks_the_migration_is_named_and_registers_again_when_it_resu
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "silence is not agreement: {stderr}");
     assert!(
-        stderr.contains("1 of 2 proxies do not dual-write")
+        stderr.contains("1 of 2 participants do not dual-write")
             && stderr.contains(&paused)
             && stderr.contains("not registered (its lease lapsed"),
         "{stderr}"
@@ -157,5 +157,8 @@ fn a_paused_proxy_blocks_the_migration_is_named_and_registers_again_when_it_resu
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("cut over: every proxy (2)"), "{stdout}");
+    assert!(
+        stdout.contains("cut over: every participant (2)"),
+        "{stdout}"
+    );
 }

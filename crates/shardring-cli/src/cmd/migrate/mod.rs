@@ -285,7 +285,8 @@ async fn migrate(args: Args) -> Result<()> {
         )
         .await?;
     println!(
-        "cut over: every proxy ({n}) serves placement {new}; the old one is no longer written"
+        "cut over: every {} ({n}) serves placement {new}; the old one is no longer written",
+        proxies.noun()
     );
     if args.delete_moved {
         let progress = Arc::new(Progress::default());
@@ -334,7 +335,10 @@ async fn copy(
             "dual-write (serve the next membership as next)",
         )
         .await?;
-    eprintln!("shardring: every proxy ({n}) dual-writes; copying");
+    eprintln!(
+        "shardring: every {} ({n}) dual-writes; copying",
+        proxies.noun()
+    );
 
     // The copy.
     let progress = Arc::new(Progress::default());

@@ -29,6 +29,15 @@ pub(super) enum Proxies {
 const STATS_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Proxies {
+    /// What the pool's participants are called: in etcd any participant (a proxy, or an application
+    /// embedding a client-side ring) registers; named stats ports are proxies.
+    pub fn noun(&self) -> &'static str {
+        match self {
+            Proxies::Stats(_) => "proxy",
+            Proxies::Etcd(_) => "participant",
+        }
+    }
+
     /// What each proxy serves for `pool`, or why it cannot be told.
     pub async fn serving(&self, pool: &str) -> Result<Vec<(String, Result<Serving>)>> {
         match self {
@@ -70,7 +79,7 @@ impl Proxies {
                 .collect();
             if answers.is_empty() {
                 if Instant::now() >= deadline {
-                    bail!("no proxy of pool {pool} is registered in etcd: none would {what}");
+                    bail!("no participant of pool {pool} is registered in etcd: none would {what}");
                 }
             } else if lagging.is_empty() {
                 return Ok(answers.len());
@@ -88,8 +97,12 @@ impl Proxies {
                         agreeing.join(", ")
                     )
                 };
+                let noun = match self {
+                    Proxies::Stats(_) => "proxies",
+                    Proxies::Etcd(_) => "participants",
+                };
                 bail!(
-                    "{} of {} proxies do not {what} after {:?} (wanted {wanted}):\n  {}{others}",
+                    "{} of {} {noun} do not {what} after {:?} (wanted {wanted}):\n  {}{others}",
                     lagging.len(),
                     answers.len(),
                     timeout,
