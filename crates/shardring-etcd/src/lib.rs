@@ -14,6 +14,9 @@
 //!   resyncs after a compaction.
 //! - [`follow()`]: the loop that applies a source's snapshots to a follower, and
 //!   [`twemproxy_ketama`], the placement that puts keys exactly where the proxy does.
+//! - [`participant`]: a client-side ring that takes part in planned changes as a proxy does
+//!   ([`Participant`]: registered, dual-writing, fenced), on [`take_part`] and [`fence`], which the
+//!   proxy runs too.
 //! - [`admin`]: publish a pool, add, remove and re-weight one server (what `shardring members` runs);
 //!   publish a next membership, cut over to it and drop it, register a proxy under a lease and list
 //!   the registered ones (what `shardring migrate` and the proxy run).
@@ -47,10 +50,10 @@
 
 pub mod admin;
 mod error;
-mod fence;
+pub mod fence;
 mod follow;
 pub mod layout;
-mod participant;
+pub mod participant;
 pub mod source;
 pub mod take_part;
 
