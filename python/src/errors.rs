@@ -6,7 +6,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyLookupError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
-use shardring_proxy::ConfigErrors;
+use shardring_config::ConfigErrors;
 
 create_exception!(
     shardring,
@@ -63,7 +63,7 @@ impl ConfigProblem {
 impl std::fmt::Display for ConfigProblem {
     /// The proxy's own rendering: `line 3: alpha.hash: ...`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        shardring_proxy::config::ConfigProblem {
+        shardring_config::ConfigProblem {
             line: self.line,
             key: self.key.clone(),
             message: self.message.clone(),

@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 use shardring::compat::twemproxy::{self, Distribution, TwemproxyServer};
 use shardring::hash::TwemproxyHash;
 use shardring::membership::Member;
-use shardring_proxy::config::read_pools;
-use shardring_proxy::ProxyConfig;
+use shardring_config::read_pools;
+use shardring_config::ProxyConfig;
 
 use crate::errors::{config_error, value_error};
 use crate::recipe::Recipe;

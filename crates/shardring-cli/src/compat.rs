@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use shardring::compat::CompatMode;
 use shardring::ring::{TemplateDigest, TemplateRingBuilder, TieRule};
 use shardring::{HashFunction, Node, Placement, Ring};
-use shardring_proxy::{ConfigErrors, ProxyConfig};
+use shardring_config::{ConfigErrors, ProxyConfig};
 
 /// The `--compat` flags of `shardring lookup`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -167,7 +167,7 @@ pub fn from_config(path: &Path, pool: Option<&str>) -> Result<Box<dyn Placement>
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     // The reader alone (not the proxy's own checks): a redis pool is placed like any other.
     let config = ProxyConfig {
-        pools: shardring_proxy::config::read_pools(&text).map_err(|e| config_problems(path, &e))?,
+        pools: shardring_config::read_pools(&text).map_err(|e| config_problems(path, &e))?,
     };
     let pool = config.pool(pool).map_err(|e| config_problems(path, &e))?;
     pool.placement()

@@ -76,8 +76,11 @@ pub struct ParticipantStats {
 struct Placed {
     /// As etcd holds it (by name).
     snapshot: MembershipSnapshot,
-    /// Key → index in `snapshot.members()`.
+    /// Key → placement node.
     placement: Box<dyn Placement>,
+    /// Placement node → index in `snapshot.members()` (the placement orders its nodes by its own
+    /// rules: nutcracker's sorted order).
+    members_of_nodes: Vec<usize>,
     /// [`PlacementSpec::digest`] of it under the pool's rules.
     digest: String,
 }
@@ -92,17 +95,34 @@ impl Placed {
             hash_tag: rules.hash_tag,
             distribution: rules.distribution,
         };
+        let placement = spec.placement().map_err(|e| e.to_string())?;
+        let members_of_nodes = placement
+            .nodes()
+            .iter()
+            .map(|n| {
+                servers
+                    .iter()
+                    .position(|s| s.display_name() == n.name())
+                    .ok_or_else(|| {
+                        format!(
+                            "the placement names a server {:?} it was not given",
+                            n.name()
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Placed {
-            placement: spec.placement().map_err(|e| e.to_string())?,
+            placement,
+            members_of_nodes,
             digest: spec.digest(),
             snapshot,
         })
     }
 
     fn owner(&self, key: &[u8]) -> Option<&Member> {
-        self.placement
-            .locate(key)
-            .and_then(|i| self.snapshot.members().get(i))
+        let node = self.placement.locate(key)?;
+        let member = *self.members_of_nodes.get(node)?;
+        self.snapshot.members().get(member)
     }
 }
 
@@ -453,5 +473,49 @@ impl View {
     /// Whether the participant was fenced when this view was taken (keys that move are refused).
     pub fn fenced(&self) -> bool {
         self.unconfirmed.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The owner of every key is the server the library's placement names (nutcracker's, checked
+    /// against nutcracker's own output in the library), also where the placement orders its nodes
+    /// otherwise than etcd lists the members (by name): names of other lengths, and modula.
+    #[test]
+    fn a_key_goes_to_the_member_the_placement_names() {
+        let members: Vec<Member> = [("aa", 1), ("b", 2), ("ccc", 1), ("d", 3)]
+            .iter()
+            .enumerate()
+            .map(|(i, (name, w))| Member::new(*name, format!("10.0.0.{i}:11211"), *w).unwrap())
+            .collect();
+        let snapshot = MembershipSnapshot::new(1, members.clone()).unwrap();
+        for distribution in [Distribution::Ketama, Distribution::Modula] {
+            let rules = PoolRules {
+                distribution,
+                ..PoolRules::default()
+            };
+            let placed = Placed::new(snapshot.clone(), rules).unwrap();
+            let servers = twemproxy_servers(&members).unwrap();
+            let oracle = shardring::compat::twemproxy::placement(
+                &servers,
+                rules.hash,
+                rules.hash_tag,
+                distribution,
+            )
+            .unwrap();
+            let mut seen = std::collections::BTreeSet::new();
+            for i in 0..2000 {
+                let key = format!("key:{i}");
+                let named = oracle.nodes()[oracle.locate(key.as_bytes()).unwrap()]
+                    .name()
+                    .to_owned();
+                let owner = placed.owner(key.as_bytes()).unwrap();
+                assert_eq!(owner.name(), named, "{distribution} {key}");
+                seen.insert(owner.name().to_owned());
+            }
+            assert_eq!(seen.len(), 4, "{distribution}: every member owns keys");
+        }
     }
 }

@@ -31,7 +31,7 @@
 //! a failing server).
 //!
 //! One meaning per name:
-//! - a *pool* is one `pools:` entry served: its settings are [`config::PoolConfig`] (`config/pool.rs`); at run
+//! - a *pool* is one `pools:` entry served: its settings are [`config::PoolConfig`] (`crates/shardring-config/src/pool.rs`); at run
 //!   time it is a `Pool` of one protocol (`pool/current.rs`), whose current `PoolVersion` (the servers,
 //!   protocol value and router built from one version of its config, `pool/version.rs`) a reload
 //!   replaces whole; `ServedPool` is a pool of any protocol, as [`Proxy`] holds it (`pool/mod.rs`);
@@ -72,7 +72,13 @@ macro_rules! name_version {
 mod admission;
 mod backend;
 mod buffers;
-pub mod config;
+/// The configuration: the `shardring-config` crate (twemproxy's YAML, one [`PoolConfig`] per pool),
+/// and [`Overrides`](config::Overrides), the rules by which the proxy's flags set what twemproxy
+/// has no key for.
+pub mod config {
+    pub use crate::overrides::Overrides;
+    pub use shardring_config::*;
+}
 pub mod descriptors;
 mod drain;
 mod error;
@@ -82,6 +88,7 @@ mod hot_keys;
 pub mod membership;
 pub mod metrics;
 mod net;
+mod overrides;
 mod pool;
 pub mod protocol;
 mod proxy;

@@ -184,7 +184,7 @@ impl Proxy {
         // them all.
         let mut tls = Vec::with_capacity(config.pools.len());
         for new in &config.pools {
-            match new.load_tls() {
+            match crate::tls::PoolTls::of(new) {
                 Ok(t) => tls.push(t),
                 Err(e) => errors.problems.extend(e.problems),
             }

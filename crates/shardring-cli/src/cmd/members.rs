@@ -19,9 +19,9 @@ use shardring::hash::TwemproxyHash;
 use shardring::membership::{Member, MembershipSnapshot};
 use shardring::ring::Migration;
 use shardring::Ring;
+use shardring_config::{PoolConfig, ProxyConfig};
 use shardring_etcd::layout::{parse_value, DEFAULT_PREFIX};
 use shardring_etcd::{admin, twemproxy_ketama, EtcdSource, Update};
-use shardring_proxy::{PoolConfig, ProxyConfig};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, clap::Args)]

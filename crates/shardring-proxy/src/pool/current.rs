@@ -50,7 +50,7 @@ impl<P: Protocol> Pool<P> {
             warm_previous: Mutex::new(std::sync::Weak::new()),
             fence: Arc::default(),
         };
-        let tls = config.load_tls()?;
+        let tls = crate::tls::PoolTls::of(&config)?;
         let version = PoolVersion::build(config, None, &shared, tls)?;
         Ok(Pool {
             current: ArcSwap::from_pointee(version),
@@ -77,7 +77,7 @@ impl<P: Protocol> Pool<P> {
             None if old.config.tls == config.tls && old.config.server_tls == config.server_tls => {
                 old.tls.clone()
             }
-            None => config.load_tls()?,
+            None => crate::tls::PoolTls::of(&config)?,
         };
         let window = config.remedies().warmup_window;
         let ring_changed = old.config.servers != config.servers

@@ -1,7 +1,7 @@
 //! A served pool: one `pools:` entry of the config at run time. [`Pool`] is a pool of one protocol,
 //! its current [`PoolVersion`] swapped whole on reload; [`ServedPool`] is what [`crate::Proxy`] needs of
 //! a pool of any protocol; [`build_pool`] is the one place where a pool picks its protocol. The settings a
-//! pool is built from are [`PoolConfig`] (`config/pool.rs`).
+//! pool is built from are [`PoolConfig`] (`crates/shardring-config/src/pool.rs`).
 
 pub(crate) mod current;
 pub(crate) mod version;

@@ -1,7 +1,7 @@
 //! TLS on a pool's two sides, with rustls (no OpenSSL to build or link): [`acceptor`] terminates the
-//! clients' TLS on the pool's listener, [`connector`] speaks TLS to the pool's servers. [`settings`]
-//! holds what the flags ask for (paths and switches, in [`crate::config::PoolConfig`]); [`pem`] reads
-//! the files. Both sides read their files when a pool's config is checked (at start, by `-t`, on every
+//! clients' TLS on the pool's listener, [`connector`] speaks TLS to the pool's servers. What the
+//! flags ask for (paths and switches) is the configuration's ([`ListenerTls`], [`ServerTlsConfig`] in
+//! [`crate::config::PoolConfig`]); [`pem`] reads the files. Both sides read their files when a pool's config is checked (at start, by `-t`, on every
 //! reload: a file that cannot be used is a config problem, and a reload with one keeps the running
 //! config) and again when the pool's version is built, so a SIGHUP with the same paths picks up renewed
 //! certificates for new connections while established ones stay up.
@@ -9,9 +9,8 @@
 pub(crate) mod acceptor;
 pub(crate) mod connector;
 mod pem;
-mod settings;
 
-pub use self::settings::{ListenerTls, ServerTlsConfig};
+use crate::config::{ListenerTls, ServerTlsConfig};
 
 use self::connector::ServerTls;
 
@@ -28,6 +27,20 @@ pub struct PoolTls {
 }
 
 impl PoolTls {
+    /// The TLS of the pool `config`, read from its files (both sides; nothing when it has none).
+    ///
+    /// # Errors
+    /// Every file that cannot be used, as the pool's problems.
+    pub(crate) fn of(config: &crate::config::PoolConfig) -> Result<PoolTls, crate::ConfigErrors> {
+        PoolTls::load(config.tls.as_ref(), config.server_tls.as_ref()).map_err(|problems| {
+            let mut errors = crate::ConfigErrors::default();
+            for p in problems {
+                errors.push(&config.name, p);
+            }
+            errors
+        })
+    }
+
     /// Reads both sides' files.
     ///
     /// # Errors

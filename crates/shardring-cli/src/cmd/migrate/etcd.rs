@@ -3,8 +3,8 @@
 //! `shardring_etcd::layout`).
 
 use anyhow::{bail, Context, Result};
+use shardring_config::PoolConfig;
 use shardring_etcd::{admin, twemproxy_servers, EtcdSource};
-use shardring_proxy::PoolConfig;
 
 use super::plan::Change;
 use super::serving::Serving;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
-use shardring_proxy::ProxyConfig;
+use shardring_config::ProxyConfig;
 
 /// `text` with pool `pool`'s `servers:` items replaced by `servers` (same indentation as the old
 /// items). Checked by reading the result back: the pool must have exactly `servers`.
@@ -119,7 +119,7 @@ mod tests {
     use super::*;
 
     fn server(s: &str) -> TwemproxyServer {
-        let p = shardring_proxy::PoolConfig::new("p", "127.0.0.1:1", &[s]).unwrap();
+        let p = shardring_config::PoolConfig::new("p", "127.0.0.1:1", &[s]).unwrap();
         p.servers[0].clone()
     }
 

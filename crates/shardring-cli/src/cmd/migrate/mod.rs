@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use priority::Priority;
+use shardring_config::{PoolConfig, ProxyConfig};
 use shardring_etcd::layout::DEFAULT_PREFIX;
 use shardring_migrate::{Job, Progress, RateLimit, Report, Survey};
-use shardring_proxy::{PoolConfig, ProxyConfig};
 
 use self::plan::Change;
 use self::proxies::Proxies;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use shardring::compat::twemproxy::{ketama_ring, Distribution, TwemproxyServer};
 use shardring::Placement;
+use shardring_config::PoolConfig;
 use shardring_migrate::{Endpoint, Job, Survey};
-use shardring_proxy::PoolConfig;
 
 /// A planned change of one pool.
 #[derive(Debug)]

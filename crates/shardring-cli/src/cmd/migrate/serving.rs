@@ -2,7 +2,7 @@
 //! digests of its current and next membership, and, where a proxy's stats show them, what they are
 //! digests of, so that a proxy that lags is told apart from one that serves something else.
 
-use shardring_proxy::config::PoolConfig;
+use shardring_config::PoolConfig;
 
 /// The placements a proxy serves, as digests.
 #[derive(Debug, Clone, Default)]
@@ -62,7 +62,7 @@ impl Serving {
             let why = if let Some((_, name)) = known.iter().find(|(d, _)| d == have) {
                 format!("the {name} membership")
             } else if let (Some(h), Some(w)) = (have_text, want_text) {
-                let diff = shardring_proxy::config::placement_differences(w, h);
+                let diff = shardring_config::placement_differences(w, h);
                 format!(
                     "a placement that differs from the wanted one: {}",
                     diff.join(", ")

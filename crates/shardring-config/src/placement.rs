@@ -21,7 +21,7 @@ pub fn placement_differences(wanted: &str, served: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{NextMembership, PoolConfig};
+    use crate::{NextMembership, PoolConfig};
     use shardring::compat::twemproxy::Distribution;
     use shardring::hash::TwemproxyHash;
 
@@ -82,16 +82,16 @@ mod tests {
                 )
                 .is_empty());
                 let (a, b) = (
-                    crate::router::build_placement(base.placement_spec(), &[true; 4]).unwrap(),
-                    crate::router::build_placement(other.placement_spec(), &[true; 4]).unwrap(),
+                    base.placement_spec().placement().unwrap(),
+                    other.placement_spec().placement().unwrap(),
                 );
                 for i in 0..2000 {
                     let key = format!("key:{i}");
                     assert_eq!(
-                        a.server_for(key.as_bytes())
-                            .map(|s| base.servers[s].to_string()),
-                        b.server_for(key.as_bytes())
-                            .map(|s| other.servers[s].to_string()),
+                        a.locate(key.as_bytes())
+                            .map(|s| a.nodes()[s].name().to_owned()),
+                        b.locate(key.as_bytes())
+                            .map(|s| b.nodes()[s].name().to_owned()),
                         "{distribution} {perm:?} {key}"
                     );
                 }

@@ -34,7 +34,7 @@
 //! them all with their lines; and it does not resolve host names (nutcracker resolves `listen` at start).
 //!
 //! ```
-//! use shardring_proxy::config::read_pools;
+//! use shardring_config::read_pools;
 //!
 //! let pools = read_pools("alpha:\n  listen: 127.0.0.1:22121\n  hash: fnv1a_64\n  servers:\n   - 127.0.0.1:11211:1\n   - 127.0.0.1:11212:1 cache-b\n")?;
 //! let pool = &pools[0];
@@ -45,7 +45,7 @@
 //!
 //! let err = read_pools("alpha:\n  listen: nowhere\n  hash: sha1\n  colour: blue\n").unwrap_err();
 //! assert_eq!(err.problems.len(), 4);
-//! # Ok::<(), shardring_proxy::ConfigErrors>(())
+//! # Ok::<(), shardring_config::ConfigErrors>(())
 //! ```
 
 use super::problem::{ConfigErrors, ConfigProblem};
@@ -142,7 +142,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{Distribution, Listen, TwemproxyHash};
+    use crate::{Distribution, Listen, TwemproxyHash};
 
     fn problems(text: &str) -> Vec<ConfigProblem> {
         match read_pools(text) {
@@ -164,10 +164,7 @@ mod tests {
             (Duration::from_secs(30), 2)
         );
         assert!(!p.is_redis() && !p.preconnect && !p.auto_eject_hosts && !p.tcpkeepalive);
-        assert_eq!(
-            p.memcache(),
-            Some(&crate::config::MemcacheConfig::default())
-        );
+        assert_eq!(p.memcache(), Some(&crate::MemcacheConfig::default()));
         assert_eq!(p.line, 1);
     }
 
@@ -177,7 +174,7 @@ mod tests {
         let text =
             "p:\n  listen: 127.0.0.1:22121\n  redis_db: 3\n  servers:\n   - 127.0.0.1:11211:1\n";
         let p = read_pools(text).unwrap().remove(0);
-        assert_eq!(p.protocol, crate::config::ProtocolConfig::default());
+        assert_eq!(p.protocol, crate::ProtocolConfig::default());
         let text = text.replace("  redis_db", "  redis: true\n  redis_db");
         let p = read_pools(&text).unwrap().remove(0);
         assert_eq!(p.redis().map(|r| r.db), Some(3));
@@ -280,7 +277,7 @@ p:
         assert!(p.is_redis() && p.preconnect && p.auto_eject_hosts && p.tcpkeepalive);
         let r = p.redis().unwrap();
         assert_eq!((r.auth.as_deref(), r.db), (Some("secret"), 3));
-        assert_eq!(r.limits, crate::config::RedisLimits::default());
+        assert_eq!(r.limits, crate::RedisLimits::default());
         assert_eq!(
             (
                 p.server_connections,

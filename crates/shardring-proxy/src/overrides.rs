@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use shardring::compat::twemproxy::TwemproxyServer;
 
-use super::{
+use crate::config::{
     ConfigErrors, GutterConfig, HotKeysConfig, ListenerTls, PoolConfig, ProtocolConfig,
     ProxyConfig, Remedies, ServerTlsConfig,
 };
@@ -226,11 +226,12 @@ impl Overrides {
                     }
                     r.partial_reads = switched_on(&self.redis_partial_reads, &pool.name);
                     r.hot_keys = self.hot_keys_config();
-                    r.sentinel =
-                        for_pool(&self.sentinel, &pool.name).map(|addrs| super::SentinelConfig {
+                    r.sentinel = for_pool(&self.sentinel, &pool.name).map(|addrs| {
+                        crate::config::SentinelConfig {
                             addrs: addrs.clone(),
                             password: for_pool(&self.sentinel_auth, &pool.name).cloned(),
-                        });
+                        }
+                    });
                     if r.sentinel.is_none() && for_pool(&self.sentinel_auth, &pool.name).is_some() {
                         flag_errors.push(&pool.name, "--sentinel-auth needs --sentinel".into());
                     }
@@ -248,7 +249,7 @@ impl Overrides {
         // them, so a certificate that cannot be used is refused like a bad config.
         if errors.problems.is_empty() {
             for pool in &config.pools {
-                if let Err(e) = pool.load_tls() {
+                if let Err(e) = crate::tls::PoolTls::of(pool) {
                     errors.problems.extend(e.problems);
                 }
             }
@@ -335,7 +336,7 @@ impl Overrides {
                 None
             }
         };
-        if pool.tls.is_some() && matches!(pool.listen, super::Listen::Unix { .. }) {
+        if pool.tls.is_some() && matches!(pool.listen, crate::config::Listen::Unix { .. }) {
             problem("TLS listeners take a TCP listen address, not a unix socket");
         }
         let on = switched_on(&self.server_tls, &pool.name);

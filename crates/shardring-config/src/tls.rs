@@ -1,6 +1,6 @@
 //! A pool's TLS settings, as paths and switches: on its listener (clients) and to its servers. Proxy-only
 //! (nutcracker's YAML has no keys for them; `shardring proxy`'s `--tls-*` and `--server-*` flags set
-//! them), held in [`crate::config::PoolConfig`]; the files are read by [`super::acceptor`] and
+//! them), held in [`crate::PoolConfig`]; the files are read by [`super::acceptor`] and
 //! [`super::connector`].
 
 use std::path::PathBuf;

@@ -1,8 +1,15 @@
+//! # shardring-config
+//!
 //! The proxy's configuration: twemproxy's (nutcracker's) YAML, read with every problem reported at
 //! once and each with its line ([`read_pools`]), into one [`PoolConfig`] per pool, plus the settings
 //! twemproxy has no key for (*proxy-only*, set by flags since nutcracker refuses unknown keys: the
-//! rules of which flag sets what on which pools are [`Overrides`]). What only one protocol can use
+//! rules of which flag sets what on which pools are the proxy's `Overrides`). What only one protocol can use
 //! is in the pool's [`ProtocolConfig`].
+//!
+//! A crate of its own, below the proxy: the CLI's `lookup` and `members`, `shardring migrate` and the
+//! Python package read pool files without the proxy's runtime (tokio, rustls), and the proxy
+//! (`shardring_proxy::config` re-exports this crate) adds what runs: its flags' rules, TLS files
+//! loaded, pools built.
 //!
 //! Three lifetimes, as in shotover and linkerd: config (read and validated whole) → pools built once →
 //! per-connection sessions. Every default is resolved at load, in [`PoolConfig`].
@@ -10,11 +17,11 @@
 mod changes;
 mod limits;
 mod next;
-mod overrides;
 mod placement;
 mod pool;
 mod problem;
 mod protocol;
+mod tls;
 mod twemproxy_file;
 pub(crate) mod twemproxy_keys;
 mod yaml;
@@ -22,7 +29,6 @@ mod yaml;
 pub use self::changes::PoolChanges;
 pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN, VALUE_LEN_CEILING};
 pub use self::next::NextMembership;
-pub use self::overrides::Overrides;
 pub use self::placement::{placement_differences, PlacementSpec};
 pub use self::pool::{Listen, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 pub use self::problem::{ConfigErrors, ConfigProblem};
@@ -30,9 +36,9 @@ pub use self::protocol::{
     GutterConfig, HotKeysConfig, MemcacheConfig, ProtocolConfig, RedisConfig, Remedies,
     SentinelConfig,
 };
+pub use self::tls::{ListenerTls, ServerTlsConfig};
 pub use self::twemproxy_file::read_pools;
 pub use self::twemproxy_keys::parse_listen;
-pub use crate::tls::{ListenerTls, ServerTlsConfig};
 pub use shardring::compat::twemproxy::Distribution;
 pub use shardring::hash::TwemproxyHash;
 

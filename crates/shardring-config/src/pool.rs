@@ -15,7 +15,7 @@ use super::protocol::{
     HotKeysConfig, MemcacheConfig, ProtocolConfig, RedisConfig, Remedies, NO_REMEDIES,
 };
 use super::twemproxy_keys::parse_listen;
-use crate::tls::{ListenerTls, PoolTls, ServerTlsConfig};
+use crate::tls::{ListenerTls, ServerTlsConfig};
 
 /// Where a pool accepts clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,20 +208,6 @@ impl PoolConfig {
             server_tls: None,
             next: None,
         }
-    }
-
-    /// The pool's TLS, read from its files (both sides; nothing when it has none).
-    ///
-    /// # Errors
-    /// Every file that cannot be used, as the pool's problems.
-    pub(crate) fn load_tls(&self) -> Result<PoolTls, ConfigErrors> {
-        PoolTls::load(self.tls.as_ref(), self.server_tls.as_ref()).map_err(|problems| {
-            let mut errors = ConfigErrors::default();
-            for p in problems {
-                errors.push(&self.name, p);
-            }
-            errors
-        })
     }
 
     /// The client connection limit nutcracker 0.5.0 applies: always 0 (none), whatever the file says.
