@@ -15,8 +15,8 @@
 //! - [`follow()`]: the loop that applies a source's snapshots to a follower, and
 //!   [`twemproxy_ketama`], the placement that puts keys exactly where the proxy does.
 //! - [`participant`]: a client-side ring that takes part in planned changes as a proxy does
-//!   ([`Participant`]: registered, dual-writing, fenced), on [`take_part`] and [`fence`], which the
-//!   proxy runs too.
+//!   ([`Participant`]: registered, dual-writing, fenced), on [`take_part`] and the library's
+//!   [`Fence`], which the proxy runs too.
 //! - [`admin`]: publish a pool, add, remove and re-weight one server (what `shardring members` runs);
 //!   publish a next membership, cut over to it and drop it, register a proxy under a lease and list
 //!   the registered ones (what `shardring migrate` and the proxy run).
@@ -50,7 +50,6 @@
 
 pub mod admin;
 mod error;
-pub mod fence;
 mod follow;
 pub mod layout;
 pub mod participant;
@@ -58,8 +57,8 @@ pub mod source;
 pub mod take_part;
 
 pub use crate::error::{error_chain, ClientError, EtcdError, MalformedValue};
-pub use crate::fence::Fence;
 pub use crate::follow::{follow, twemproxy_ketama, twemproxy_servers, FollowStats};
 pub use crate::layout::Registration;
 pub use crate::participant::{Fenced, Participant, ParticipantStats, PoolRules, Route, View};
 pub use crate::source::{EtcdSource, EtcdSourceBuilder, PoolRead, Update};
+pub use shardring::fence::Fence;

@@ -1,7 +1,7 @@
 //! Fencing in the proxy: a pool that follows etcd and cannot confirm its place there refuses the
 //! keys a planned change moves (memcached `SERVER_ERROR`, Redis `-TRYAGAIN`), rather than serve them
 //! from an owner that may no longer be written. The [`Fence`] itself (when a participant fences, and
-//! why) is `shardring_etcd`'s, shared with the client-side rings; a fenced pool's routing masks the
+//! why) is the library's, shared with the client-side rings; a fenced pool's routing masks the
 //! keys that move (`crate::router`), and [`explain`] turns the missing server into the error the
 //! client gets.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::BackendError;
 
-pub use shardring_etcd::Fence;
+pub use shardring::fence::Fence;
 
 /// A failure to answer, as the client gets it: a key without a server while the proxy is fenced
 /// (`unconfirmed`: how long it has gone without a renewal, during a planned change) is refused

@@ -69,6 +69,7 @@ pub mod bounded;
 pub mod compat;
 mod decimal;
 mod error;
+pub mod fence;
 pub mod hash;
 pub mod load;
 pub mod membership;

@@ -12,8 +12,11 @@
 //! everything.
 //!
 //! During a change a renewal alone does not lift the fence: a participant coming back from a
-//! partition renews before its watch has caught up, so [`crate::take_part`] reads the pool from
-//! etcd and applies it first, and confirms the earlier of the two.
+//! partition renews before its watch has caught up, so the registration task (`shardring_etcd`'s
+//! `take_part`) reads the pool from etcd and applies it first, and confirms the earlier of the two.
+//!
+//! In the library (atomics and a clock, no I/O) so that whatever serves keys can hold one whether
+//! or not it follows etcd: one that does not is never fenced.
 //!
 //! The cost is availability, only for the keys that move and only while the participant cannot
 //! renew its registration during a change; never a stale value. Reading it is one atomic load and
