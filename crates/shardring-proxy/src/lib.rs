@@ -61,14 +61,6 @@
 
 #![warn(unreachable_pub)]
 
-/// The proxy's name and version (`shardring-proxy-0.1.0`) as a literal, for `concat!`: the one place
-/// the string is made, for the `version` reply, `stats` and the stats JSON.
-macro_rules! name_version {
-    () => {
-        concat!("shardring-proxy-", env!("CARGO_PKG_VERSION"))
-    };
-}
-
 mod admission;
 mod backend;
 mod buffers;
@@ -100,6 +92,7 @@ mod session;
 pub mod shutdown;
 pub mod signals;
 mod tls;
+mod version;
 pub mod workers;
 
 pub use crate::admission::Admission;
@@ -112,5 +105,4 @@ pub use crate::proxy::Proxy;
 pub use crate::run::{run, RunOptions};
 pub use crate::signals::LogControl;
 
-/// The proxy's name and version, as `stats`, the stats JSON and the `version` reply show it.
-pub const NAME_VERSION: &str = name_version!();
+pub use crate::version::NAME_VERSION;

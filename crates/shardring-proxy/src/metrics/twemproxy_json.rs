@@ -193,7 +193,7 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
     let mut top = Map::new();
     top.insert("service".into(), json!("nutcracker"));
     top.insert("source".into(), json!(hostname()));
-    top.insert("version".into(), json!(crate::NAME_VERSION));
+    top.insert("version".into(), json!(crate::version::NAME_VERSION));
     top.insert("uptime".into(), json!(started.elapsed().as_secs()));
     top.insert("timestamp".into(), json!(unix_time()));
     let total: u64 = pools.iter().map(|p| p.pool.total_connections.get()).sum();

@@ -38,7 +38,7 @@ use crate::router::{build_placement, Gutter, Routing};
 /// Clients read the first word as `major.minor.micro` and refuse a reply that does not start so
 /// (libmemcached's `memcached_version`, used by `memcping` and `memcstat`, fails on
 /// `VERSION shardring-proxy-…`); some enable features by it (1.6 has the meta commands).
-pub const VERSION_REPLY: &[u8] = concat!("VERSION 1.6.0 ", name_version!(), "\r\n").as_bytes();
+pub const VERSION_REPLY: &[u8] = concat!("VERSION 1.6.0 ", crate::version::name_version!(), "\r\n").as_bytes();
 
 /// The memcached text protocol for one version of a pool: its settings, and the state of its
 /// remedies (hot keys, replica lists, the gutter).
@@ -935,7 +935,7 @@ fn local_stats(ctx: &PlanContext<'_>) -> Bytes {
         std::process::id(),
         ctx.started.elapsed().as_secs(),
         crate::metrics::unix_time(),
-        crate::NAME_VERSION,
+        crate::version::NAME_VERSION,
         st.client_connections.get(),
         st.total_connections.get(),
         st.requests.get(),

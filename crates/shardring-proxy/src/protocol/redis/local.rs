@@ -358,7 +358,7 @@ fn info(flavor: Flavor, proxy: &Redis, ctx: &PlanContext<'_>) -> Step<Redis> {
          process_id:{}\r\nuptime_in_seconds:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n\
          # Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\r\n\
          # Keyspace\r\n# db:{} servers:{} live:{}\r\n",
-        crate::NAME_VERSION,
+        crate::version::NAME_VERSION,
         std::process::id(),
         ctx.started.elapsed().as_secs(),
         st.client_connections.get(),
