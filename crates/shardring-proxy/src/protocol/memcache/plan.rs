@@ -38,7 +38,8 @@ use crate::router::{build_placement, Gutter, Routing};
 /// Clients read the first word as `major.minor.micro` and refuse a reply that does not start so
 /// (libmemcached's `memcached_version`, used by `memcping` and `memcstat`, fails on
 /// `VERSION shardring-proxy-…`); some enable features by it (1.6 has the meta commands).
-pub const VERSION_REPLY: &[u8] = concat!("VERSION 1.6.0 ", crate::version::name_version!(), "\r\n").as_bytes();
+pub const VERSION_REPLY: &[u8] =
+    concat!("VERSION 1.6.0 ", crate::version::name_version!(), "\r\n").as_bytes();
 
 /// The memcached text protocol for one version of a pool: its settings, and the state of its
 /// remedies (hot keys, replica lists, the gutter).

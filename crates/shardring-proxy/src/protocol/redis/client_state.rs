@@ -2,8 +2,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::pubsub::Subscriptions;
-use super::transaction::Transaction;
+use super::pubsub::{Subscriber, Subscriptions};
+use super::transaction::{InTransaction, Transaction};
 use super::Flavor;
 
 /// Numbers client connections for `CLIENT ID` (Redis numbers them from 1).
@@ -66,6 +66,55 @@ impl ClientState {
         {
             self.rare = None;
         }
+    }
+}
+
+impl InTransaction for ClientState {
+    fn transaction(&self) -> Option<&Transaction> {
+        self.rare()?.transaction.as_ref()
+    }
+
+    fn transaction_mut(&mut self) -> Option<&mut Transaction> {
+        self.rare.as_deref_mut()?.transaction.as_mut()
+    }
+
+    fn transaction_or_new(&mut self) -> &mut Transaction {
+        self.rare_mut()
+            .transaction
+            .get_or_insert_with(Default::default)
+    }
+
+    fn end_transaction(&mut self) {
+        if let Some(r) = self.rare.as_deref_mut() {
+            r.transaction = None;
+        }
+        self.tidy();
+    }
+
+    fn authenticated(&self) -> bool {
+        self.authenticated
+    }
+}
+
+impl Subscriber for ClientState {
+    fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    fn subscriptions(&self) -> Option<&Subscriptions> {
+        self.rare()?.pubsub.as_ref()
+    }
+
+    fn subscriptions_mut(&mut self) -> Option<&mut Subscriptions> {
+        self.rare.as_deref_mut()?.pubsub.as_mut()
+    }
+
+    fn subscriptions_or_new(&mut self) -> &mut Subscriptions {
+        self.rare_mut().pubsub.get_or_insert_with(Default::default)
+    }
+
+    fn take_subscriptions(&mut self) -> Option<Subscriptions> {
+        self.rare.as_deref_mut()?.pubsub.take()
     }
 }
 

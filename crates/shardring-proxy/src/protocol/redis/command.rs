@@ -624,6 +624,9 @@ impl Routed {
     }
 }
 
+/// `-NOAUTH`, nutcracker's words for a command before `AUTH` on a pool with `redis_auth`.
+pub(crate) const NOAUTH: &[u8] = b"-NOAUTH Authentication required\r\n";
+
 /// The error for keys on different servers, in Redis Cluster's words so clients know it
 /// (redis-py raises `ClusterCrossSlotError`); a hash tag (`{user1}.a`, `{user1}.b`) puts keys together.
 pub const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same server\r\n";

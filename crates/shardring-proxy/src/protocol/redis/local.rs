@@ -13,8 +13,7 @@ use super::settings::Redis;
 use super::{parse_redis_int, Flavor};
 use crate::protocol::{Answer, PlanContext, Step};
 
-/// `-NOAUTH`, nutcracker's words for a command before `AUTH` on a pool with `redis_auth`.
-pub(crate) const NOAUTH: &[u8] = b"-NOAUTH Authentication required\r\n";
+pub(crate) use super::command::NOAUTH;
 
 /// The version the proxy reports as its server's (`HELLO`, `INFO`): clients enable features by it, and
 /// the proxy forwards to Redis 7 servers.

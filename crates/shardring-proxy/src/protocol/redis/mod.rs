@@ -33,6 +33,7 @@
 mod client_state;
 pub mod command;
 mod dual_writes;
+mod finish;
 mod hot_keys;
 mod inline;
 mod keys;
@@ -43,6 +44,7 @@ mod pubsub;
 mod replicas;
 mod reply;
 mod request;
+mod scanner;
 mod settings;
 mod transaction;
 mod writes;

@@ -9,50 +9,23 @@ use bytes::{Bytes, BytesMut};
 use super::client_state::ClientState;
 use super::command::{self, KeyArgs, Local, Merge, Route, Routed, Spec, CROSSSLOT};
 use super::dual_writes;
-use super::hot_keys::{self, HotFill, HotInvalidate, HotRead};
+use super::finish::Finish;
+use super::hot_keys::{self, HotInvalidate, HotRead};
 use super::local::{self, NOAUTH};
 use super::merge::{self, Part as MergePart};
-use super::replicas::{self, Replicated, ReplicatedValues};
+use super::replicas::{self, Next, Replicated, ReplicatedValues};
 use super::reply::{ReplyFramer, ReplyLimits};
 use super::request::{Decoded, Limits, Request, RequestCodec};
+use super::scanner::{Resp, RespScanner};
 use super::settings::Redis;
 use super::Flavor;
 use super::{pubsub, transaction};
 use crate::config::{PoolConfig, RedisConfig};
 use crate::error::BackendError;
 use crate::protocol::{
-    Answer, FrameError, Incoming, Part, PartReply, Phase, Placement, PlanContext, Protocol, Reply,
-    ReplyScanner, RequestDecoder, Round, Step,
+    Answer, Incoming, Part, PartReply, Phase, Placement, PlanContext, Protocol, Reply,
+    RequestDecoder, Round, Step,
 };
-
-/// How many replies a request's answer is, and whether it waits under the pool's `timeout`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Resp {
-    /// One reply (it frames itself).
-    Reply,
-    /// This many replies back to back (a transaction: `MULTI`, each queued command, `EXEC`).
-    Replies(u32),
-    /// One reply that may take as long as the client asked (a blocking command): no timeout.
-    Unbounded,
-}
-
-/// How a single server's reply becomes the client's answer.
-#[derive(Debug)]
-pub(crate) enum Finish {
-    /// As it is; a failure becomes `-ERR <reason>`.
-    Plain,
-    /// An `MGET` of this many keys, all on one server, in a pool whose split reads answer in part
-    /// (`--redis-partial-reads`): a failure becomes an error element per key, as when the keys are
-    /// split. Otherwise such an `MGET` finishes [`Finish::Plain`]: a failure is one error.
-    Values(usize),
-    /// A transaction of this many replies: the answer is the last, `EXEC`'s.
-    Exec(u32),
-    /// A `GET` of a hot key: its reply fills the hot-key cache (`hot_keys.rs`). Boxed, as are the
-    /// other large variants here and in [`RedisMerge`]: a finish is moved with every request.
-    Fill(Box<HotFill>),
-    /// A write of hot keys: the reply invalidates them again, then finishes as the inner finish.
-    Invalidate(Box<(HotInvalidate, Finish)>),
-}
 
 /// What a fan-out merges.
 #[derive(Debug)]
@@ -87,57 +60,22 @@ pub(crate) enum RedisMerge {
     DualSplit(Box<(RedisMerge, usize)>, Arc<crate::metrics::PoolStats>),
 }
 
-/// The reply framer of one server connection; resumes a long reply where the last read left off,
-/// and a run of replies ([`Resp::Replies`]) after the ones already whole.
-#[derive(Debug, Default)]
-pub(crate) struct RespScanner {
-    /// Frames the reply being read.
-    framer: ReplyFramer,
-    /// Of a run of replies: how many are whole, and their bytes.
-    whole: (u32, usize),
+/// A replicated command's first step: its answer, or its first round with its state as `merge`.
+fn start<S>(next: Next<S>, merge: impl FnOnce(S) -> RedisMerge) -> Step<Redis> {
+    match next {
+        Next::Answer(a) => Step::Answer(a),
+        Next::Send(parts, s) => Step::Exchange(Round::new(parts, merge(s))),
+    }
 }
 
-impl ReplyScanner for RespScanner {
-    type Kind = Resp;
-
-    // Inlined into the connection's reply loop, as the framer alone was: a call per reply otherwise.
-    #[inline(always)]
-    fn frame(
-        &mut self,
-        buf: &[u8],
-        kind: Resp,
-        _max_value_len: usize,
-    ) -> Result<Option<usize>, FrameError> {
-        let Resp::Replies(wanted) = kind else {
-            // One reply, the common case: framed as it comes.
-            return self
-                .framer
-                .frame(buf)
-                .map(|f| f.map(|f| f.len))
-                .map_err(|e| FrameError { reason: e.reason });
-        };
-        let wanted = wanted.max(1);
-        loop {
-            let (count, len) = self.whole;
-            let rest = buf.get(len..).unwrap_or_default();
-            let framed = self
-                .framer
-                .frame(rest)
-                .map_err(|e| FrameError { reason: e.reason })?;
-            let Some(f) = framed else {
-                return Ok(None);
-            };
-            if count + 1 == wanted {
-                self.whole = (0, 0);
-                return Ok(Some(len + f.len));
-            }
-            self.whole = (count + 1, len + f.len);
-        }
-    }
-
-    fn reset(&mut self) {
-        self.framer.reset();
-        self.whole = (0, 0);
+/// A replicated command after a round: its answer, or another round.
+fn again<S>(next: Next<S>, merge: impl FnOnce(S) -> RedisMerge) -> Phase<Redis> {
+    match next {
+        Next::Answer(answer) => Phase::Done {
+            answer,
+            follow_ups: Vec::new(),
+        },
+        Next::Send(parts, s) => Phase::Again(Round::new(parts, merge(s))),
     }
 }
 
@@ -342,9 +280,15 @@ impl Protocol for Redis {
 
     fn advance(&self, merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Phase<Redis> {
         let merge = match merge {
-            RedisMerge::Replicated(state) => return replicas::advance(*state, replies),
+            RedisMerge::Replicated(state) => {
+                return again(replicas::advance(*state, replies), |s| {
+                    RedisMerge::Replicated(Box::new(s))
+                })
+            }
             RedisMerge::ReplicatedValues(state) => {
-                return replicas::advance_values(*state, replies)
+                return again(replicas::advance_values(*state, replies), |s| {
+                    RedisMerge::ReplicatedValues(Box::new(s))
+                })
             }
             RedisMerge::Invalidating(boxed) => {
                 let (invalidate, inner) = *boxed;
@@ -516,7 +460,9 @@ impl Redis {
         ctx: &PlanContext<'_>,
     ) -> Step<Redis> {
         if let (Some(full), true) = (&self.full, self.replicas > 1) {
-            return replicas::plan(self, full, &req, spec, keys, ctx);
+            return start(replicas::plan(self, full, &req, spec, keys, ctx), |s| {
+                RedisMerge::Replicated(Box::new(s))
+            });
         }
         let mut owner = None;
         for k in keys.iter() {
@@ -566,7 +512,9 @@ impl Redis {
         ctx: &PlanContext<'_>,
     ) -> Step<Redis> {
         if let (Some(full), true, Merge::Values) = (&self.full, self.replicas > 1, merge) {
-            return replicas::mget(self, full, req, keys, ctx);
+            return start(replicas::mget(self, full, req, keys, ctx), |s| {
+                RedisMerge::ReplicatedValues(Box::new(s))
+            });
         }
         // Only a replicated pool, or one with a next membership, asks (a search of the write list).
         let write = (self.replicas > 1 || ctx.next.is_some()) && replicas::is_write(spec);
@@ -835,10 +783,7 @@ fn reset(client: &mut ClientState) -> Step<Redis> {
 }
 
 /// `step` with `invalidate` run again when its reply arrives (a write of hot keys).
-pub(crate) fn with_invalidation(
-    step: Step<Redis>,
-    invalidate: Option<HotInvalidate>,
-) -> Step<Redis> {
+fn with_invalidation(step: Step<Redis>, invalidate: Option<HotInvalidate>) -> Step<Redis> {
     let Some(invalidate) = invalidate else {
         return step;
     };

@@ -14,11 +14,10 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::client_state::ClientState;
 use super::command::{Local, Route, Routed, Sub};
-use super::plan::Resp;
 use super::reply::{elements, ReplyLimits};
 use super::request::{put_header, put_int, Request};
+use super::scanner::Resp;
 use super::settings::Redis;
 use super::Flavor;
 use crate::error::BackendError;
@@ -96,10 +95,25 @@ impl Subscriptions {
     }
 }
 
+/// What pub/sub keeps in the client's state (the client state implements it, so this file needs
+/// nothing else of it and the state may hold [`Subscriptions`] without a circle).
+pub(crate) trait Subscriber {
+    /// The RESP version `HELLO` chose: RESP3 confirmations are pushes.
+    fn flavor(&self) -> Flavor;
+    /// The client's subscriptions, if it has any.
+    fn subscriptions(&self) -> Option<&Subscriptions>;
+    /// The same, to change.
+    fn subscriptions_mut(&mut self) -> Option<&mut Subscriptions>;
+    /// The client's subscriptions, made when it has none.
+    fn subscriptions_or_new(&mut self) -> &mut Subscriptions;
+    /// Takes the client's subscriptions away (`RESET`).
+    fn take_subscriptions(&mut self) -> Option<Subscriptions>;
+}
+
 /// Whether `routed` is a subscriber's command, or the client has subscriptions (its requests are
 /// then checked here).
-pub(crate) fn concerns(routed: &Result<Routed, Bytes>, client: &ClientState) -> bool {
-    client.rare().is_some_and(|r| r.pubsub.is_some())
+pub(crate) fn concerns(routed: &Result<Routed, Bytes>, client: &impl Subscriber) -> bool {
+    client.subscriptions().is_some()
         || matches!(
             routed,
             Ok(Routed {
@@ -114,20 +128,14 @@ pub(crate) fn concerns(routed: &Result<Routed, Bytes>, client: &ClientState) -> 
 pub(crate) fn plan(
     req: &Request,
     routed: &Result<Routed, Bytes>,
-    client: &mut ClientState,
+    client: &mut impl Subscriber,
     ctx: &PlanContext<'_>,
 ) -> Option<Step<Redis>> {
-    let flavor = client.flavor;
-    let subscribed = client
-        .rare()
-        .and_then(|r| r.pubsub.as_ref())
-        .is_some_and(Subscriptions::active);
+    let flavor = client.flavor();
+    let subscribed = client.subscriptions().is_some_and(Subscriptions::active);
     let route = routed.as_ref().ok().map(|r| &r.route);
     if let Some(Route::PubSub(sub)) = route {
-        let subs = client
-            .rare_mut()
-            .pubsub
-            .get_or_insert_with(Default::default);
+        let subs = client.subscriptions_or_new();
         return Some(command(*sub, req, subs, flavor, ctx));
     }
     if !subscribed || flavor == Flavor::Resp3 {
@@ -350,9 +358,9 @@ fn text(element: &[u8]) -> Option<&[u8]> {
 /// What the client gets for a frame its subscription connection to `server` brought: messages as
 /// they are; confirmations with the client's own count, a pattern's once; nothing for a client
 /// without subscriptions (one that sent `RESET`).
-pub(crate) fn pushed(client: &mut ClientState, server: usize, frame: Bytes) -> Option<Bytes> {
-    let flavor = client.flavor;
-    let subs = client.rare.as_deref_mut()?.pubsub.as_mut()?;
+pub(crate) fn pushed(client: &mut impl Subscriber, server: usize, frame: Bytes) -> Option<Bytes> {
+    let flavor = client.flavor();
+    let subs = client.subscriptions_mut()?;
     let Some(parts) = elements(&frame, ReplyLimits::default()) else {
         return Some(frame);
     };
@@ -401,8 +409,8 @@ pub(crate) fn pushed(client: &mut ClientState, server: usize, frame: Bytes) -> O
 
 /// `RESET` of a subscriber: its subscriptions end (what its servers still send is dropped), and the
 /// frames that end them on every server it subscribed on.
-pub(crate) fn reset(client: &mut ClientState) -> Vec<(usize, Bytes)> {
-    let Some(subs) = client.rare.as_deref_mut().and_then(|r| r.pubsub.take()) else {
+pub(crate) fn reset(client: &mut impl Subscriber) -> Vec<(usize, Bytes)> {
+    let Some(subs) = client.take_subscriptions() else {
         return Vec::new();
     };
     let mut out = Vec::new();

@@ -22,13 +22,23 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::command::{KeyArgs, Spec};
-use super::plan::{RedisMerge, Resp};
 use super::request::Request;
+use super::scanner::Resp;
 use super::settings::Redis;
 use super::writes::WRITES;
 use crate::metrics::PoolStats;
-use crate::protocol::{Answer, Part, PartReply, Phase, Placement, PlanContext, Reply, Round, Step};
+use crate::protocol::{Answer, Part, PartReply, Placement, PlanContext, Reply};
 use crate::router::Routing;
+
+/// What a replicated command does next: answer, or send these parts and come back with the state
+/// (the planner makes the round of them; this file builds no step).
+#[derive(Debug)]
+pub(crate) enum Next<S> {
+    /// The answer.
+    Answer(Answer),
+    /// A round to send, and the state its replies are taken back with.
+    Send(Vec<Part<Redis>>, S),
+}
 
 /// Whether `spec` changes data, and so goes to every replica.
 pub(crate) fn is_write(spec: &Spec) -> bool {
@@ -69,16 +79,16 @@ pub(crate) fn plan(
     spec: &Spec,
     keys: &KeyArgs,
     ctx: &PlanContext<'_>,
-) -> Step<Redis> {
+) -> Next<Replicated> {
     let mut lists = keys
         .iter()
         .map(|k| live_replicas(full, redis.replicas, req.arg(k).unwrap_or_default(), ctx));
     let servers = lists.next().unwrap_or_default();
     if lists.any(|l| l != servers) {
-        return Step::Answer(Answer::fixed(super::command::CROSSSLOT));
+        return Next::Answer(Answer::fixed(super::command::CROSSSLOT));
     }
     let Some((&first, rest)) = servers.split_first() else {
-        return Step::Answer(Answer::Failed(crate::error::BackendError::NoServer));
+        return Next::Answer(Answer::Failed(crate::error::BackendError::NoServer));
     };
     let part = |server| Part {
         placement: Placement::Current,
@@ -92,15 +102,15 @@ pub(crate) fn plan(
     } else {
         vec![part(first)]
     };
-    Step::Exchange(Round::new(
+    Next::Send(
         parts,
-        RedisMerge::Replicated(Box::new(Replicated {
+        Replicated {
             write,
             next: if write { Vec::new() } else { rest.to_vec() },
             frame: req.frame.clone(),
             stats: Arc::clone(ctx.stats),
-        })),
-    ))
+        },
+    )
 }
 
 /// Whether a reply is a server's failure rather than its answer: the client is better served by the
@@ -113,11 +123,8 @@ fn failed(reply: &Reply) -> bool {
 }
 
 /// After a round: a write's answer, or a read's answer or its next replica.
-pub(crate) fn advance(state: Replicated, replies: Vec<PartReply<'_>>) -> Phase<Redis> {
-    let done = |answer| Phase::Done {
-        answer,
-        follow_ups: Vec::new(),
-    };
+pub(crate) fn advance(state: Replicated, replies: Vec<PartReply<'_>>) -> Next<Replicated> {
+    let done = Next::Answer;
     let answer = |reply: Reply| match reply {
         Ok(b) => Answer::Bytes(b),
         Err(e) => Answer::Failed(e),
@@ -150,10 +157,7 @@ pub(crate) fn advance(state: Replicated, replies: Vec<PartReply<'_>>) -> Phase<R
                 kind: Resp::Reply,
             };
             let next = rest.to_vec();
-            Phase::Again(Round::new(
-                vec![part],
-                RedisMerge::Replicated(Box::new(Replicated { next, ..state })),
-            ))
+            Next::Send(vec![part], Replicated { next, ..state })
         }
         _ => done(answer(reply.reply)),
     }
@@ -188,7 +192,7 @@ pub(crate) fn mget(
     req: &Request,
     keys: &[usize],
     ctx: &PlanContext<'_>,
-) -> Step<Redis> {
+) -> Next<ReplicatedValues> {
     let mut state = ReplicatedValues {
         key_count: keys.len(),
         keys: keys
@@ -207,11 +211,8 @@ pub(crate) fn mget(
     };
     let positions: Vec<usize> = (0..keys.len()).collect();
     match next_round(&mut state, positions) {
-        Some(parts) => Step::Exchange(Round::new(
-            parts,
-            RedisMerge::ReplicatedValues(Box::new(state)),
-        )),
-        None => Step::Answer(Answer::Bytes(assemble(&state))),
+        Some(parts) => Next::Send(parts, state),
+        None => Next::Answer(Answer::Bytes(assemble(&state))),
     }
 }
 
@@ -278,7 +279,7 @@ fn assemble(state: &ReplicatedValues) -> Bytes {
 pub(crate) fn advance_values(
     mut state: ReplicatedValues,
     replies: Vec<PartReply<'_>>,
-) -> Phase<Redis> {
+) -> Next<ReplicatedValues> {
     let in_flight = std::mem::take(&mut state.in_flight);
     let mut again = Vec::new();
     for (held, r) in in_flight.into_iter().zip(replies) {
@@ -295,14 +296,8 @@ pub(crate) fn advance_values(
     if !again.is_empty() {
         state.stats.replica_failovers.inc();
         if let Some(parts) = next_round(&mut state, again) {
-            return Phase::Again(Round::new(
-                parts,
-                RedisMerge::ReplicatedValues(Box::new(state)),
-            ));
+            return Next::Send(parts, state);
         }
     }
-    Phase::Done {
-        answer: Answer::Bytes(assemble(&state)),
-        follow_ups: Vec::new(),
-    }
+    Next::Answer(Answer::Bytes(assemble(&state)))
 }

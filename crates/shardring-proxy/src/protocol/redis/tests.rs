@@ -1029,7 +1029,7 @@ proptest! {
 
 #[test]
 fn a_run_of_replies_frames_whole_across_any_split_and_answers_with_the_last() {
-    use super::plan::{Resp, RespScanner};
+    use super::scanner::{Resp, RespScanner};
     use crate::protocol::{Protocol, ReplyScanner};
     let replies: [&[u8]; 5] = [
         b"+OK\r\n",
@@ -1062,7 +1062,7 @@ fn a_run_of_replies_frames_whole_across_any_split_and_answers_with_the_last() {
         );
     }
     let answer = Redis::finish(
-        super::plan::Finish::Exec(5),
+        super::finish::Finish::Exec(5),
         Ok(bytes::Bytes::from(run.clone())),
     );
     let crate::protocol::Answer::Bytes(last) = answer else {

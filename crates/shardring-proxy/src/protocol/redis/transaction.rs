@@ -23,15 +23,30 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::client_state::ClientState;
 use super::command::{self, Local, Route, Routed, Txn, CROSSSLOT};
-use super::plan::{Finish, Resp};
+use super::finish::Finish;
 use super::request::Request;
+use super::scanner::Resp;
 use super::settings::Redis;
 use crate::protocol::{Answer, PlanContext, Step};
 
 /// `EXEC` when the transaction was discarded, in Redis's words.
 const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
+
+/// What a transaction keeps in the client's state (the client state implements it, so this file
+/// needs nothing else of it and the state may hold a [`Transaction`] without a circle).
+pub(crate) trait InTransaction {
+    /// The client's transaction state, if it has one.
+    fn transaction(&self) -> Option<&Transaction>;
+    /// The same, to change.
+    fn transaction_mut(&mut self) -> Option<&mut Transaction>;
+    /// The client's transaction state, made when it has none.
+    fn transaction_or_new(&mut self) -> &mut Transaction;
+    /// Drops the client's transaction state.
+    fn end_transaction(&mut self);
+    /// Whether the client authenticated (`AUTH`, `HELLO … AUTH`).
+    fn authenticated(&self) -> bool;
+}
 
 /// What a client in a transaction, a watch or a blocking command holds; boxed in the client's state,
 /// as most clients never have one.
@@ -89,14 +104,10 @@ pub(crate) fn plan(
     redis: &Redis,
     req: &Request,
     routed: &Result<Routed, Bytes>,
-    client: &mut ClientState,
+    client: &mut impl InTransaction,
     ctx: &PlanContext<'_>,
 ) -> Option<Step<Redis>> {
-    if let Some(t) = client
-        .rare
-        .as_deref_mut()
-        .and_then(|r| r.transaction.as_mut())
-    {
+    if let Some(t) = client.transaction_mut() {
         if t.release_next {
             t.release_next = false;
             if !t.watching {
@@ -104,14 +115,10 @@ pub(crate) fn plan(
             }
         }
         if t.is_idle() {
-            client.rare_mut().transaction = None;
-            client.tidy();
+            client.end_transaction();
         }
     }
-    let queueing = client
-        .rare()
-        .and_then(|r| r.transaction.as_ref())
-        .is_some_and(|t| t.queue.is_some());
+    let queueing = client.transaction().is_some_and(|t| t.queue.is_some());
     if queueing {
         return Some(queue(redis, req, routed, client, ctx));
     }
@@ -151,15 +158,12 @@ fn outside(
     txn: Txn,
     req: &Request,
     keys: &command::KeyArgs,
-    client: &mut ClientState,
+    client: &mut impl InTransaction,
     ctx: &PlanContext<'_>,
 ) -> Step<Redis> {
     match txn {
         Txn::Multi => {
-            let t = client
-                .rare_mut()
-                .transaction
-                .get_or_insert_with(Default::default);
+            let t = client.transaction_or_new();
             t.queue = Some(Queue {
                 server: t.pinned.filter(|_| t.watching),
                 ..Queue::default()
@@ -170,11 +174,7 @@ fn outside(
         Txn::Discard => fixed(b"-ERR DISCARD without MULTI\r\n"),
         Txn::Unwatch => {
             // Closing the watch's connection drops the watch on the server.
-            if let Some(t) = client
-                .rare
-                .as_deref_mut()
-                .and_then(|r| r.transaction.as_mut())
-            {
+            if let Some(t) = client.transaction_mut() {
                 if t.watching {
                     t.unpin();
                 }
@@ -211,11 +211,8 @@ fn outside(
 
 /// The client's transaction state, pinned to `server`; `None` when a watch holds it to another
 /// server (the command is then refused with `CROSSSLOT`).
-fn pin_to(client: &mut ClientState, server: usize) -> Option<&mut Transaction> {
-    let t = client
-        .rare_mut()
-        .transaction
-        .get_or_insert_with(Default::default);
+fn pin_to(client: &mut impl InTransaction, server: usize) -> Option<&mut Transaction> {
+    let t = client.transaction_or_new();
     if t.watching && t.pinned != Some(server) {
         return None;
     }
@@ -227,7 +224,7 @@ fn pin_to(client: &mut ClientState, server: usize) -> Option<&mut Transaction> {
 fn block(
     req: &Request,
     keys: &command::KeyArgs,
-    client: &mut ClientState,
+    client: &mut impl InTransaction,
     ctx: &PlanContext<'_>,
 ) -> Step<Redis> {
     let server = match server_of(req, keys.iter(), ctx) {
@@ -254,15 +251,11 @@ fn queue(
     redis: &Redis,
     req: &Request,
     routed: &Result<Routed, Bytes>,
-    client: &mut ClientState,
+    client: &mut impl InTransaction,
     ctx: &PlanContext<'_>,
 ) -> Step<Redis> {
-    let authenticated = redis.auth.is_none() || client.authenticated;
-    let Some(t) = client
-        .rare
-        .as_deref_mut()
-        .and_then(|r| r.transaction.as_mut())
-    else {
+    let authenticated = redis.auth.is_none() || client.authenticated();
+    let Some(t) = client.transaction_mut() else {
         return fixed(b"-ERR EXEC without MULTI\r\n");
     };
     let refuse = |t: &mut Transaction, reply: Bytes| {
@@ -277,7 +270,7 @@ fn queue(
         Err(reply) => return refuse(t, reply.clone()),
     };
     if !authenticated && !matches!(routed.route, Route::Local(Local::Auth | Local::Hello)) {
-        return refuse(t, Bytes::from_static(super::local::NOAUTH));
+        return refuse(t, Bytes::from_static(super::command::NOAUTH));
     }
     let keys: Vec<usize> = match &routed.route {
         Route::Transaction(Txn::Multi, _) => {
@@ -374,15 +367,19 @@ fn exec(redis: &Redis, t: &mut Transaction, ctx: &PlanContext<'_>) -> Step<Redis
     frame.put_slice(b"*1\r\n$4\r\nEXEC\r\n");
     ctx.stats.transactions.inc();
     let replies = q.count + 2;
-    let step = Step::Forward {
-        server,
-        frame: frame.freeze(),
-        kind: Resp::Replies(replies),
-        finish: Finish::Exec(replies),
-    };
+    // The hot keys the transaction writes are invalidated again when its reply comes.
     let invalidate = redis
         .hot
         .as_ref()
         .and_then(|hot| super::hot_keys::invalidate_all(hot, q.written));
-    super::plan::with_invalidation(step, invalidate)
+    let finish = match invalidate {
+        Some(invalidate) => Finish::Invalidate(Box::new((invalidate, Finish::Exec(replies)))),
+        None => Finish::Exec(replies),
+    };
+    Step::Forward {
+        server,
+        frame: frame.freeze(),
+        kind: Resp::Replies(replies),
+        finish,
+    }
 }
