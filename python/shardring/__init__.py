@@ -9,7 +9,9 @@
 - :mod:`shardring.uhashring`: ``HashRing``, a drop-in for uhashring 2.5's (every mode and node
   configuration, the same node for every key).
 - :mod:`shardring.pymemcache`: ``Client``, a sharded memcached client that sends each key where
-  nutcracker would, optionally following membership in etcd.
+  nutcracker would, optionally following membership in etcd and taking part in a planned change
+  (``shardring migrate``) as a proxy does.
+- :func:`placement_digest`: the digest of a twemproxy pool's placement, as the proxy reports it.
 
 Errors: ``ValueError`` (with the library's message) for bad input, :class:`ConfigError` (a
 ``ValueError``) listing every problem of a bad configuration file, :class:`EmptyRingError` (a
@@ -28,6 +30,7 @@ from ._shardring import (
     Ring,
     TwemproxyPool,
     __version__,
+    placement_digest,
     read_twemproxy,
 )
 
@@ -42,5 +45,6 @@ __all__ = [
     "Ring",
     "TwemproxyPool",
     "__version__",
+    "placement_digest",
     "read_twemproxy",
 ]

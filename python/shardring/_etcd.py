@@ -1,20 +1,25 @@
-"""A pool's membership from etcd, with the proxy's key contract (``crates/shardring-etcd/src/layout.rs``)::
+"""A pool's memberships from etcd, with the proxy's key contract (``crates/shardring-etcd/src/layout.rs``)::
 
-    <prefix><pool>/servers/<name>  =  host:port[:weight]
+    <prefix><pool>/servers/<name>  =  host:port[:weight]     the current membership
+    <prefix><pool>/next/<name>     =  host:port[:weight]     the next one, during a planned change
+    <prefix><pool>/proxies/<id>    =  a participant's registration, under a lease
+    <prefix><pool>/roster/<id>     =  the same, without one
+    <prefix><pool>/cut-over        =  a mark ``shardring migrate`` leaves (ignored here)
 
 ``<prefix>`` is ``/shardring/`` unless told otherwise; ``<name>`` is the server's name, or its
 ``host:port`` for an unnamed server (placed as nutcracker places one); the weight is 1 when left out;
 an IPv6 host is in brackets, a unix socket is its path. A value that is none of these is skipped and
 logged, the rest of the pool still applies.
 
-Membership is followed as whole snapshots, as the proxy does: the pool's keys are read at a revision,
-then watched from the next one, and every change reads the whole pool again and hands it on, so a
-lost or repeated event cannot leave a wrong membership. An empty pool is refused (the servers kept)
-unless allowed, a snapshot equal to the last changes nothing, and while etcd cannot be reached the
-current servers stay and the follower reconnects with back-off.
+Memberships are followed as whole snapshots, as the proxy does: the pool's keys are read with one
+range over ``<prefix><pool>/`` (so ``servers/`` and ``next/`` come from one revision, and a cut-over,
+which swaps them in one transaction, is never seen half done), then watched from the next revision;
+every change of a server key reads the whole pool again and hands it on, so a lost or repeated event
+cannot leave a wrong membership. While etcd cannot be reached the follower reconnects with back-off.
+What a snapshot changes (and whether an empty one is refused) is the consumer's to decide.
 
-It speaks etcd's JSON gateway (``/v3/kv/range``, ``/v3/watch``, on the client port) with the standard
-library, so it needs no package of its own.
+It speaks etcd's JSON gateway (``shardring._gateway``) with the standard library, so it needs no
+package of its own.
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ import json
 import logging
 import socket
 import threading
-import urllib.parse
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
-__all__ = ["DEFAULT_PREFIX", "EtcdPool", "Member", "parse_value"]
+from ._gateway import Gateway
+
+__all__ = ["DEFAULT_PREFIX", "EtcdPool", "Member", "Planned", "PoolKeys", "parse_value"]
 
 log = logging.getLogger("shardring.etcd")
 
@@ -84,108 +90,100 @@ def parse_value(value: str) -> Tuple[str, int]:
     return f"{host}:{port}", weight
 
 
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+class PoolKeys:
+    """Where one pool's keys live (``layout::PoolKeys``)."""
+
+    def __init__(self, prefix: str, pool: str) -> None:
+        if not prefix.endswith("/"):
+            prefix += "/"  # `/cache` means `/cache/`, never `/cachealpha/...`
+        base = f"{prefix}{pool}/"
+        #: ``<prefix><pool>/``: every key of the pool.
+        self.pool = base.encode()
+        #: ``servers/``: the current membership.
+        self.servers = f"{base}servers/".encode()
+        #: ``next/``: the next membership.
+        self.next = f"{base}next/".encode()
+        #: ``proxies/``: the participants' registrations, under leases.
+        self.proxies = f"{base}proxies/".encode()
+        #: ``roster/``: the participants seen, without leases.
+        self.roster = f"{base}roster/".encode()
+
+    def concerns(self, key: bytes) -> bool:
+        """Whether ``key`` is a server of either membership (a registration's is not)."""
+        return key.startswith(self.servers) or key.startswith(self.next)
 
 
-def _prefix_end(prefix: bytes) -> bytes:
-    """The end of the key range of everything under ``prefix`` (etcd's ``--prefix``)."""
-    end = bytearray(prefix)
-    while end:
-        if end[-1] < 0xFF:
-            end[-1] += 1
-            return bytes(end)
-        end.pop()
-    return b"\0"
+class Planned(NamedTuple):
+    """A pool's memberships at one revision."""
+
+    #: ``servers/``, sorted by name.
+    current: List[Member]
+    #: ``next/``, sorted by name; ``None`` when no server there could be read (no change planned).
+    next: Optional[List[Member]]
+    #: The etcd revision they were read at.
+    revision: int
 
 
 class EtcdPool:
-    """One pool's servers in etcd at ``endpoint`` (``http://host:port``), followed in a thread.
+    """One pool's memberships in etcd, read at will and followed in a thread.
 
-    ``on_change(members)`` is called with every new membership (a list of ``(name, address,
-    weight)``, sorted by name) after :meth:`start`'s first read, from the follower's thread.
+    ``on_change()`` is called from the follower's thread whenever a server key of either
+    membership changed (and after the watch was lost and found again); it is expected to
+    :meth:`read` the pool and apply what it finds.
     """
 
-    def __init__(
-        self,
-        endpoint: str,
-        pool: str,
-        prefix: str = DEFAULT_PREFIX,
-        allow_empty: bool = False,
-        timeout: float = 5.0,
-        retry_max: float = 5.0,
-    ) -> None:
-        url = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
-        if url.scheme != "http":
-            raise ValueError(f"etcd endpoint {endpoint!r}: only http:// is supported")
-        if not url.hostname:
-            raise ValueError(f"etcd endpoint {endpoint!r} has no host")
-        self._host = url.hostname
-        self._port = url.port or 2379
-        self._servers = f"{prefix}{pool}/servers/".encode()
-        self._allow_empty = allow_empty
-        self._timeout = timeout
+    def __init__(self, gateway: Gateway, keys: PoolKeys, retry_max: float = 5.0) -> None:
+        self._gateway = gateway
+        self._keys = keys
         self._retry_max = retry_max
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._watch_conn: Optional[http.client.HTTPConnection] = None
-        self._members: Optional[List[Member]] = None
+        self._lock = threading.Lock()
+        #: The newest revision read so far: a resumed watch starts after it.
         self._revision = 0
         #: Values skipped because they are not ``host:port[:weight]``, in total.
         self.malformed = 0
 
-    def _post(self, path: str, body: dict) -> dict:
-        conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
-        try:
-            conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-            response = conn.getresponse()
-            data = response.read()
-            if response.status != 200:
-                raise OSError(f"etcd {path}: HTTP {response.status}: {data[:200]!r}")
-            return json.loads(data)
-        finally:
-            conn.close()
-
-    def read(self) -> Tuple[List[Member], int]:
-        """The pool's members now and the revision they were read at."""
-        reply = self._post(
-            "/v3/kv/range",
-            {"key": _b64(self._servers), "range_end": _b64(_prefix_end(self._servers))},
-        )
-        members: List[Member] = []
+    def read(self) -> Planned:
+        """The pool's memberships now, with one range request. Raises ``OSError`` when etcd cannot
+        be reached."""
+        reply = self._gateway.range(self._keys.pool)
+        current: List[Member] = []
+        following: List[Member] = []
         for kv in reply.get("kvs", []):
             key = base64.b64decode(kv["key"])
+            if key.startswith(self._keys.servers):
+                into, prefix = current, self._keys.servers
+            elif key.startswith(self._keys.next):
+                into, prefix = following, self._keys.next
+            else:
+                continue
             value = base64.b64decode(kv.get("value", ""))
             try:
-                name = key[len(self._servers):].decode("utf-8")
+                name = key[len(prefix):].decode("utf-8")
                 if not name:
-                    raise ValueError("the key is not <prefix><pool>/servers/<name>")
+                    raise ValueError(f"the key is not {prefix.decode()}<name>")
                 addr, weight = parse_value(value.decode("utf-8"))
             except (UnicodeDecodeError, ValueError) as e:
                 self.malformed += 1
                 log.warning("etcd key %r = %r skipped: %s", key, value, e)
                 continue
-            members.append((name, addr, weight))
-        members.sort()
-        return members, int(reply["header"]["revision"])
+            into.append((name, addr, weight))
+        revision = int(reply["header"]["revision"])
+        with self._lock:
+            self._revision = max(self._revision, revision)
+        return Planned(sorted(current), sorted(following) or None, revision)
 
-    def start(self, on_change: Callable[[List[Member]], None]) -> List[Member]:
-        """Reads the pool once (raising ``OSError`` when etcd cannot be reached, ``ValueError`` when
-        the pool is empty and that is not allowed), then follows it in a daemon thread."""
-        members, revision = self.read()
-        if not members and not self._allow_empty:
-            raise ValueError(
-                f"etcd holds no servers under {self._servers.decode()!r} (allow_empty=True to start empty)"
-            )
-        self._members, self._revision = members, revision
+    def follow(self, on_change: Callable[[], None]) -> None:
+        """Follows the pool in a daemon thread, from the revision after the newest :meth:`read`."""
         self._thread = threading.Thread(
-            target=self._follow, args=(on_change,), name="shardring-etcd", daemon=True
+            target=self._follow, args=(on_change,), name="shardring-etcd-watch", daemon=True
         )
         self._thread.start()
-        return members
 
     def stop(self) -> None:
-        """Stops following (the thread ends within the connection's timeout)."""
+        """Stops following (the thread ends within a request's timeout)."""
         self._stop.set()
         conn = self._watch_conn
         if conn is not None and conn.sock is not None:
@@ -194,54 +192,38 @@ class EtcdPool:
             except OSError:
                 pass
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(self._timeout + 1)
+            self._thread.join(self._gateway.timeout + 1)
 
-    def _apply(self, on_change: Callable[[List[Member]], None]) -> None:
-        members, revision = self.read()
-        if revision < self._revision or members == self._members:
-            return
-        if not members and not self._allow_empty:
-            log.warning("etcd pool %r is empty: keeping the current servers", self._servers.decode())
-            return
-        self._members, self._revision = members, revision
-        on_change(members)
-
-    def _follow(self, on_change: Callable[[List[Member]], None]) -> None:
+    def _follow(self, on_change: Callable[[], None]) -> None:
         backoff = 0.1
         while not self._stop.is_set():
             try:
-                # A change between the first read and the watch is caught: the watch starts at the
-                # revision after the one the members were read at.
                 self._watch(on_change)
                 backoff = 0.1
-            except (OSError, ValueError, KeyError, http.client.HTTPException) as e:
+            except (OSError, ValueError, KeyError) as e:
                 if self._stop.is_set():
                     return
                 log.warning("etcd watch failed (%s); retrying in %.1f s", e, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self._retry_max)
                 try:
-                    self._apply(on_change)
-                except (OSError, ValueError, KeyError, http.client.HTTPException):
+                    on_change()
+                except (OSError, ValueError, KeyError):
                     pass
 
-    def _watch(self, on_change: Callable[[List[Member]], None]) -> None:
-        conn = http.client.HTTPConnection(self._host, self._port, timeout=None)
+    def _watch(self, on_change: Callable[[], None]) -> None:
+        with self._lock:
+            # A change between the last read and the watch is caught: the watch starts at the
+            # revision after the newest one read.
+            start = self._revision + 1
+        conn, response = self._gateway.watch(self._keys.pool, start)
         self._watch_conn = conn
         try:
-            body = {
-                "create_request": {
-                    "key": _b64(self._servers),
-                    "range_end": _b64(_prefix_end(self._servers)),
-                    "start_revision": str(self._revision + 1),
-                }
-            }
-            conn.request("POST", "/v3/watch", json.dumps(body), {"Content-Type": "application/json"})
-            response = conn.getresponse()
-            if response.status != 200:
-                raise OSError(f"etcd /v3/watch: HTTP {response.status}")
             while not self._stop.is_set():
-                line = response.readline()
+                try:
+                    line = response.readline()
+                except http.client.HTTPException as e:
+                    raise OSError(f"etcd watch: {e!r}") from e
                 if not line:
                     raise OSError("etcd closed the watch")
                 if not line.strip():
@@ -252,8 +234,11 @@ class EtcdPool:
                 result = message.get("result", {})
                 if result.get("canceled"):
                     raise OSError(f"etcd canceled the watch: {result.get('cancel_reason', '')}")
-                if result.get("events"):
-                    self._apply(on_change)
+                events = result.get("events", [])
+                # The participants' registrations change under the same prefix: only a server
+                # key of either membership asks for a new read.
+                if any(self._keys.concerns(base64.b64decode(e["kv"]["key"])) for e in events):
+                    on_change()
         finally:
             self._watch_conn = None
             conn.close()

@@ -80,6 +80,17 @@ class TwemproxyPool:
 def read_twemproxy(path: PathLike, pool: Optional[str] = None) -> TwemproxyPool:
     """One pool of a twemproxy YAML file (``ConfigError`` listing every problem of a bad one)."""
 
+def placement_digest(
+    servers: Sequence[Union[str, Tuple[str, str, int]]],
+    *,
+    hash: str = "fnv1a_64",
+    hash_tag: Optional[str] = None,
+    distribution: str = "ketama",
+) -> str:
+    """The digest of a twemproxy pool's placement, as the proxy reports it (16 hex digits): of server
+    lines (``host:port:weight [name]``) or etcd's ``(name, address, weight)`` members, in any order,
+    with the pool's settings (``ValueError`` for a bad one)."""
+
 class Ring:
     """A consistent-hash placement of keys on named nodes."""
 

@@ -1,10 +1,13 @@
 //! The native module `shardring._shardring` of the Python package `shardring` (python/shardring/):
 //! the library's rings, algorithms and compatibility modes, and twemproxy pools read by the proxy's
-//! own configuration reader. The Python side adds the uhashring drop-in and the pymemcache client.
+//! own configuration reader, and the digest of a pool's placement (what proxies and client-side rings
+//! report while they take part in a planned change). The Python side adds the uhashring drop-in and
+//! the pymemcache client.
 //!
 //! Nothing here places a key: every placement is the library's, so Python and Rust programs (and the
 //! proxy, and the programs the compatibility modes reproduce) agree on every key.
 
+mod digest;
 mod errors;
 mod keys;
 mod pool_file;
@@ -30,6 +33,7 @@ fn _shardring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConfigError", py.get_type::<errors::ConfigError>())?;
     m.add("EmptyRingError", py.get_type::<errors::EmptyRingError>())?;
     m.add_function(wrap_pyfunction!(twemproxy::read_twemproxy, m)?)?;
+    m.add_function(wrap_pyfunction!(digest::placement_digest, m)?)?;
     let modes: Vec<&str> = shardring::compat::CompatMode::ALL
         .iter()
         .map(|m| m.name())

@@ -107,6 +107,10 @@ class Servers:
         self.start(args, listen_port)
 
     def etcd(self) -> str:
+        return self.etcd_server().url
+
+    def etcd_server(self) -> "EtcdServer":
+        """An etcd that can be killed and started again on the same ports and data."""
         client, peer = free_port(), free_port()
         data = self.dir / f"etcd-{client}"
         args = [need("etcd"), "--data-dir", str(data), "--name", "py",
@@ -115,14 +119,36 @@ class Servers:
                 "--listen-peer-urls", f"http://127.0.0.1:{peer}",
                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
                 "--initial-cluster", f"py=http://127.0.0.1:{peer}"]
-        self.start(args, client)
-        return f"http://127.0.0.1:{client}"
+        return EtcdServer(self, args, client)
 
     def stop(self) -> None:
         for proc in self.procs:
             proc.kill()
             proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class EtcdServer:
+    """One etcd of a :class:`Servers`, on the same ports and data dir across restarts."""
+
+    def __init__(self, servers: Servers, args: List[str], port: int) -> None:
+        self._servers = servers
+        self._args = args
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: Optional[subprocess.Popen] = servers.start(args, port)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: nothing flushed, no goodbye to anyone."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def restart(self) -> None:
+        """Starts it again over the data it had."""
+        self.kill()
+        self.proc = self._servers.start(self._args, self.port)
 
 
 @pytest.fixture
