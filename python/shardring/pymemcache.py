@@ -42,14 +42,13 @@ how, is the proxy's (``dual_writes.rs``):
   a change. ``cas`` goes to the owner now alone, and only when it stored the value is that value
   ``set`` (same flags and expiry) on the owner next: the owner next has its own CAS tokens.
 - reads (``get``, ``gets``, ``get_many``, ``gets_many``) stay on the owner now.
-- the owner next's answer is not the caller's, as through the proxy, and neither is its failure:
-  both are counted (:attr:`Client.dual_write_disagreements`, :attr:`Client.dual_write_failures`)
-  and logged at most every 5 s, never raised. An ``append`` or ``incr`` the owner next answers
-  ``NOT_STORED``/``NOT_FOUND`` (no copy yet) is expected, and repaired by the migration's copy,
-  which reads the source's CAS again after copying a key. An owner next that *failed* (down, timed
-  out) after the key was copied is left behind, and the cut-over then serves its older value: a
-  rising ``dual_write_failures`` during a change is a reason to stop the migration before its
-  cut-over (it stops safely) and run it again once the server is healthy.
+- the owner next's answer is not the caller's, as through the proxy: one that differs is counted
+  (:attr:`Client.dual_write_disagreements`) and logged at most every 5 s. An ``append`` or ``incr``
+  the owner next answers ``NOT_STORED``/``NOT_FOUND`` (no copy yet) is expected, and repaired by
+  the migration's copy, which reads the source's CAS again after copying a key. An owner next that
+  *failed* (down, timed out) is counted (:attr:`Client.dual_write_failures`) and its error raised,
+  as the proxy answers it: a write it did not take is not acknowledged, since once the key is
+  copied nothing would bring it there and the cut-over would serve the older value.
 - ``flush_all`` flushes the next membership's servers too, so that nothing flushed comes back
   with the cut-over.
 """
@@ -346,20 +345,26 @@ class Client:
         with self._counts_lock:
             self._counts[what] += n
 
-    def _next_leg(self, send: Callable[[Any], _R], client: Any, keys: List[Key], expected: Any) -> None:
+    def _next_leg(
+        self, send: Callable[[Any], _R], client: Any, keys: List[Key], expected: Any
+    ) -> Optional[BaseException]:
         """A dual write's second leg, to the owner next: its answer is not the caller's; it is
         counted, and logged at most every 5 s when it differs from the owner's (``expected``;
-        ``None``: the owner failed) or fails."""
+        ``None``: the owner failed). Its failure is returned, for the caller to raise: a write the
+        owner next did not take is not acknowledged."""
         self._count("dual_writes", len(keys))
         try:
             answer = send(client)
-        except Exception as e:  # noqa: BLE001 (any failure of the second leg is only counted)
+        except MemcacheClientError as e:
+            return e
+        except Exception as e:  # noqa: BLE001 (any failure of the second leg fails the write)
             self._count("dual_write_failures", len(keys))
             self._log_leg("failed", keys, client, e)
-            return
+            return e
         if expected is not None and answer != expected:
             self._count("dual_write_disagreements", len(keys))
             self._log_leg("answered otherwise", keys, client, f"{answer!r}, the owner now {expected!r}")
+        return None
 
     def _log_leg(self, what: str, keys: List[Key], client: Any, why: Any) -> None:
         now = time.monotonic()
@@ -390,7 +395,9 @@ class Client:
                 # The write may have landed (a timeout after it was sent): the owner next gets it too.
                 self._next_leg(send, nxt, [key], None)
                 raise
-            self._next_leg(send, nxt, [key], answer)
+            failed = self._next_leg(send, nxt, [key], answer)
+            if failed is not None:
+                raise failed
             return answer
         finally:
             routing.write_ends()
@@ -419,7 +426,9 @@ class Client:
             legs = ((n, k) for o, n, k in zip(owners, nexts, keys)
                     if n is not None and id(routing.clients[o]) in sent)
             for client, group in grouped(legs):
-                self._next_leg(functools.partial(_send_group, send, group), client, group, None)
+                failed = self._next_leg(functools.partial(_send_group, send, group), client, group, None)
+                if error is None:
+                    error = failed
             if error is not None:
                 raise error
             return answers
@@ -530,9 +539,11 @@ class Client:
             self._fence(routing, [key])
             stored = client.cas(key, value, cas, expire=expire, noreply=False, flags=flags)
             if stored:
-                self._next_leg(
+                failed = self._next_leg(
                     lambda c: c.set(key, value, expire=expire, noreply=False, flags=flags), nxt, [key], True
                 )
+                if failed is not None:
+                    raise failed
             return True if noreply else stored
         finally:
             routing.write_ends()

@@ -550,10 +550,17 @@ impl Registered {
             client.lease_grant(self.ttl, None),
         )
         .await?;
-        held.lease = lease.id();
-        self.lease.store(lease.id(), Ordering::Relaxed);
+        // The new lease is the registration's only once the value is written under it: a lease
+        // kept alive with nothing written under it would confirm a place the participant does not
+        // have (its fence lifted, its key absent). Until then the old lease stays, which the
+        // keep-alive task finds gone and replaces again.
+        let previous = std::mem::replace(&mut held.lease, lease.id());
         let asked = std::time::Instant::now();
-        self.put(held).await?;
+        if let Err(e) = self.put(held).await {
+            held.lease = previous;
+            return Err(e);
+        }
+        self.lease.store(lease.id(), Ordering::Relaxed);
         self.confirm(asked);
         Ok(())
     }

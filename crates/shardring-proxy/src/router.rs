@@ -101,6 +101,12 @@ impl Routing {
         }
     }
 
+    /// Whether this is a fenced proxy's routing ([`Routing::masked`]): a key it leaves without a
+    /// server is refused, never read as a miss.
+    pub(crate) fn is_masked(&self) -> bool {
+        matches!(self.how, How::Masked(_))
+    }
+
     /// Whether the placement holds server `server` (index in the pool).
     pub(crate) fn is_live(&self, server: usize) -> bool {
         self.live.get(server).copied().unwrap_or(false)

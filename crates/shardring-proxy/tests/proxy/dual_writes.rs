@@ -245,3 +245,70 @@ async fn redis_writes_of_moving_keys_reach_both_owners_split_writes_too() {
     assert_eq!(views[0].placements.next, next.placement_spec().digest());
     proxy.stop().await;
 }
+
+/// A write whose next owner cannot be reached is not acknowledged: once the copy is done nothing
+/// would bring it there, and the cut-over would lose it. Keys that stay, and reads, are served.
+#[tokio::test]
+async fn a_write_its_next_owner_did_not_take_is_not_acknowledged() {
+    let mut servers = memcacheds(4);
+    let mut config = pool_config(&servers[..3]);
+    config.hash = shardring_proxy::config::TwemproxyHash::Md5;
+    let mut next = pool_config(&servers);
+    next.hash = config.hash;
+    config.next = Some(NextMembership::of(&next));
+    let proxy = RunningProxy::start(config.clone()).await;
+    let added = next.servers[3].display_name();
+    servers[3].kill();
+    let mut c = proxy.client().await;
+    let (mut refused, mut stored) = (0, 0);
+    for i in 0..200 {
+        let key = format!("dual:{i}");
+        let (_, then) = owners(&config, &next, &key);
+        c.send(format!("set {key} 0 0 2\r\nv1\r\n").as_bytes())
+            .await;
+        let line = c.read_line().await;
+        if then == added {
+            assert!(line.starts_with("SERVER_ERROR"), "{key}: {line:?}");
+            refused += 1;
+        } else {
+            assert_eq!(line, "STORED\r\n", "{key}");
+            stored += 1;
+        }
+    }
+    assert!(
+        refused > 10 && stored > 10,
+        "{refused} refused, {stored} stored"
+    );
+    proxy.stop().await;
+
+    // Redis: the same for a one-key write and a split one.
+    let Some(mut rs) = (0..4)
+        .map(|_| RedisServer::start(&[]))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    let mut config = redis_pool(&rs[..3], "  hash: md5\n");
+    let next = redis_pool(&rs, "  hash: md5\n");
+    config.next = Some(NextMembership::of(&next));
+    let added = next.servers[3].display_name();
+    let proxy = RunningProxy::start(config.clone()).await;
+    rs[3].kill();
+    let mut c = proxy.client().await;
+    let mut refused = 0;
+    for i in 0..100 {
+        let key = format!("r:{i}");
+        let (_, then) = owners(&config, &next, &key);
+        let set = cmds(&mut c, &["SET", &key, "v"]).await;
+        let mset = cmds(&mut c, &["MSET", &key, "v", "{x}other", "w"]).await;
+        if then == added {
+            assert!(set.starts_with('-'), "{key}: {set:?}");
+            assert!(mset.starts_with('-'), "{key}: {mset:?}");
+            refused += 1;
+        } else {
+            assert_eq!(set, "+OK\r\n", "{key}");
+        }
+    }
+    assert!(refused > 5, "{refused}");
+    proxy.stop().await;
+}

@@ -170,7 +170,8 @@ impl ReplicatedWrite {
 }
 
 /// A write sent to a key's owner now and to its owner next (the pool has a next membership): the
-/// client gets the owner's reply, as it would without the next membership.
+/// client gets the owner's reply, as it would without the next membership, unless the next owner
+/// could not be reached (then its failure: the write is not acknowledged).
 #[derive(Debug)]
 pub(crate) struct DualWrite {
     /// How the owner's reply becomes the answer.
@@ -188,9 +189,13 @@ impl DualWrite {
         if dual_writes::disagree(&replies) {
             self.stats.dual_write_disagreements.inc();
         }
-        let reply = match replies.is_empty() {
-            false => replies.swap_remove(0).reply,
-            true => Err(BackendError::NoServer),
+        // A write the next owner did not take is not acknowledged: once the copy is done, nothing
+        // would bring it there, and the cut-over would lose it (`dual_writes.rs`).
+        let next_failed = replies.get(1).and_then(|r| r.reply.as_ref().err().cloned());
+        let reply = match (replies.is_empty(), next_failed) {
+            (_, Some(e)) => Err(e),
+            (false, None) => replies.swap_remove(0).reply,
+            (true, None) => Err(BackendError::NoServer),
         };
         Memcache::finish(self.finish, reply)
     }
@@ -227,10 +232,16 @@ impl DualCas {
             }
             Some(owner) => {
                 self.stats.dual_writes.inc();
-                if !matches!(&first_reply(replies), Ok(b) if &b[..] == b"STORED\r\n") {
+                let next = first_reply(replies);
+                if !matches!(&next, Ok(b) if &b[..] == b"STORED\r\n") {
                     self.stats.dual_write_disagreements.inc();
                 }
-                done(Memcache::finish(self.finish, owner))
+                // Not acknowledged unless the next owner took it (see `DualWrite::merge`).
+                let answer = match next {
+                    Err(e) => Err(e),
+                    Ok(_) => owner,
+                };
+                done(Memcache::finish(self.finish, answer))
             }
         }
     }
@@ -346,6 +357,9 @@ pub(crate) struct GetMerge {
     part_of: Vec<Option<usize>>,
     /// Fail whole when a part fails.
     all_or_nothing: bool,
+    /// Fail whole when a key has no server: the proxy is fenced and that key moves (a miss would
+    /// be a stale read).
+    fenced: bool,
 }
 
 impl Protocol for Memcache {
@@ -844,6 +858,7 @@ impl Memcache {
                 request: req,
                 part_of,
                 all_or_nothing: self.settings.all_or_nothing,
+                fenced: ctx.fenced(),
             }),
         ))
     }
@@ -866,7 +881,8 @@ fn owners_of(req: &Request, keys: &[Range<usize>], ctx: &Placer<'_>) -> Vec<Opti
 
 impl GetMerge {
     /// The `VALUE` blocks of every part in the client's key order, then `END`. A failed part's keys are
-    /// left out (they read as misses), unless `all_or_nothing` or every part failed.
+    /// left out (they read as misses), unless `all_or_nothing` or every part failed; a key without a
+    /// server fails the whole when `all_or_nothing` or fenced.
     fn merge(self, replies: Vec<PartReply<'_>>) -> Answer {
         let replies: Vec<Reply> = replies
             .into_iter()
@@ -881,7 +897,7 @@ impl GetMerge {
             }
         }
         let any_unrouted = self.part_of.contains(&None);
-        if replies.is_empty() || (self.all_or_nothing && any_unrouted) {
+        if replies.is_empty() || ((self.all_or_nothing || self.fenced) && any_unrouted) {
             return Answer::Failed(BackendError::NoServer);
         }
         let Command::Get { keys, more, .. } = &self.request.command else {

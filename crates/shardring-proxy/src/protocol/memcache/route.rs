@@ -90,6 +90,12 @@ impl<'a> Placer<'a> {
         }
     }
 
+    /// Whether the proxy is fenced (`crate::fence`): keys it leaves without a server are refused,
+    /// and a multi-get with one fails whole rather than read it as a miss.
+    pub(super) fn fenced(&self) -> bool {
+        self.routing.is_masked()
+    }
+
     /// The servers in the placement now (not ejected), for requests sent to every server.
     pub(super) fn live_servers(&self) -> &[usize] {
         self.routing.servers()

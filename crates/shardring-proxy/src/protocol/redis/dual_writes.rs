@@ -4,7 +4,8 @@
 //!
 //! - Writes are the commands redis-server flags `write`, and scripts (`writes.rs`).
 //! - A one-server command (one key, or keys sharing a hash tag): both owners in one pipelined round
-//!   trip; the client gets the owner now's reply; `dual_writes` counts it and
+//!   trip; the client gets the owner now's reply, or the next owner's failure when it could not be
+//!   reached (a write it did not take would be lost at the cut-over, so it is not acknowledged); `dual_writes` counts it and
 //!   `dual_write_disagreements` a next owner that answered otherwise (an `INCR` of a key it has no
 //!   copy of yet answers 1 where the owner says 6: expected before the copy, which then replaces the
 //!   partial value from the owner now and verifies it).
@@ -50,6 +51,12 @@ pub(crate) fn answer(stats: &Arc<PoolStats>, mut replies: Vec<PartReply<'_>>) ->
     if replies.is_empty() {
         return Answer::Failed(crate::error::BackendError::NoServer);
     }
+    // A write the next owner did not take is not acknowledged: once the copy is done, nothing
+    // would bring it there, and the cut-over would lose it. The client sees the failure and
+    // retries, as after any failed write.
+    if let Some(Err(e)) = replies.get(1).map(|r| &r.reply) {
+        return Answer::Failed(e.clone());
+    }
     match replies.swap_remove(0).reply {
         Ok(b) => Answer::Bytes(b),
         Err(e) => Answer::Failed(e),
@@ -57,8 +64,12 @@ pub(crate) fn answer(stats: &Arc<PoolStats>, mut replies: Vec<PartReply<'_>>) ->
 }
 
 /// Counts a split write's next-owner parts: one dual write, and a disagreement when one of them
-/// failed or was refused.
-pub(crate) fn count_split(stats: &PoolStats, next: &[PartReply<'_>]) {
+/// failed or was refused. The failure of the first part that failed, if one did: the write is then
+/// not acknowledged (see [`answer`]).
+pub(crate) fn count_split(
+    stats: &PoolStats,
+    next: &[PartReply<'_>],
+) -> Option<crate::error::BackendError> {
     stats.dual_writes.inc();
     if next
         .iter()
@@ -66,4 +77,5 @@ pub(crate) fn count_split(stats: &PoolStats, next: &[PartReply<'_>]) {
     {
         stats.dual_write_disagreements.inc();
     }
+    next.iter().find_map(|r| r.reply.as_ref().err().cloned())
 }

@@ -299,7 +299,12 @@ impl Protocol for Redis {
                 let (inner, owners) = *boxed;
                 let mut replies = replies;
                 let next = replies.split_off(owners.min(replies.len()));
-                dual_writes::count_split(&stats, &next);
+                if let Some(failed) = dual_writes::count_split(&stats, &next) {
+                    return Phase::Done {
+                        answer: Answer::Failed(failed),
+                        follow_ups: Vec::new(),
+                    };
+                }
                 return self.advance(inner, replies);
             }
             RedisMerge::Dual(stats) => {

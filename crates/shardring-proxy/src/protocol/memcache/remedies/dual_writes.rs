@@ -7,7 +7,9 @@
 //!   prepend/cas, delete, incr/decr, touch, `ms`, `md`, `ma`. `gat`/`gats` and `mg … T` change a
 //!   TTL while reading and are not dual-written: the copy reads the TTL from the owner now.
 //! - The client gets the owner now's reply, exactly as without a next membership (`noreply` and
-//!   quiet meta commands stay quiet); `dual_writes` counts the writes, `dual_write_disagreements`
+//!   quiet meta commands stay quiet), unless the next owner could not be reached: then the write is
+//!   not acknowledged (its failure is the answer), since once the copy is done nothing would bring
+//!   it there and the cut-over would lose it; `dual_writes` counts the writes, `dual_write_disagreements`
 //!   those whose next owner answered with another status (an `append`, `incr` or `cas` of a key
 //!   it has no copy of yet answers `NOT_STORED`/`NOT_FOUND`: expected before the copy, and why the
 //!   copy checks the key's CAS after writing it).
