@@ -299,6 +299,20 @@ impl Participant {
             stats,
         });
         shared.registered(&shared.state.load(), revision);
+        // Registered before the application routes anything, then read again: a change published
+        // meanwhile is seen here, and one published later waits for this participant.
+        let seat = take_part::Seat {
+            source,
+            id,
+            ttl: admin::DEFAULT_REGISTRATION_TTL,
+        };
+        let value = shared.serving.borrow().clone();
+        let registered = take_part::register_before_serving(seat, &value).await;
+        if registered.is_some() {
+            if let Ok(read) = source.read().await {
+                shared.apply_read(read);
+            }
+        }
         let stop = CancellationToken::new();
         let watcher = {
             let (shared, source, stop) = (Arc::clone(&shared), source.clone(), stop.clone());
@@ -312,11 +326,14 @@ impl Participant {
                 id.to_owned(),
             );
             tokio::spawn(async move {
+                let seat = take_part::Seat {
+                    source: &source,
+                    id: &id,
+                    ttl: admin::DEFAULT_REGISTRATION_TTL,
+                };
                 take_part::take_part(
-                    &source,
-                    &id,
+                    seat,
                     shared.serving.subscribe(),
-                    admin::DEFAULT_REGISTRATION_TTL,
                     &shared.fence,
                     |renewed| {
                         let planned = shared.state.load().next.is_some();
@@ -325,6 +342,7 @@ impl Participant {
                         })
                     },
                     stop,
+                    registered,
                 )
                 .await;
             })

@@ -23,40 +23,57 @@ use crate::{admin, EtcdSource, Fence, Registration};
 /// How often the registration task looks for a new renewal to confirm.
 const CONFIRM_EVERY: Duration = Duration::from_millis(250);
 
-/// Keeps the participant `id` registered for `source`'s pool with the latest value of `serving`,
-/// until `stop`, under a lease of `ttl`: registers (retrying every second while etcd cannot be
+/// Who a participant is in its pool's roster: where, under which id, with which lease.
+#[derive(Debug, Clone, Copy)]
+pub struct Seat<'a> {
+    /// The pool's source.
+    pub source: &'a EtcdSource,
+    /// The participant's id (`proxies/<id>`, `roster/<id>`).
+    pub id: &'a str,
+    /// Its registration's lease.
+    pub ttl: Duration,
+}
+
+/// Keeps the participant `seat.id` registered for the pool with the latest value of `serving`,
+/// until `stop`, under a lease of `seat.ttl`: registers (retrying every second while etcd cannot be
 /// reached), rewrites the value whenever `serving` changes, and after each renewal confirms `fence`
 /// at what `confirm` makes of it (see [`confirmation`]). At `stop` the lease is revoked and the
 /// roster entry removed (a clean stop); a process that dies leaves both to expire and to the
 /// operator.
+///
+/// `registered` is the registration when the participant made it already (before it served: see
+/// [`register_before_serving`]); otherwise this registers first.
 pub async fn take_part<C, F>(
-    source: &EtcdSource,
-    id: &str,
+    seat: Seat<'_>,
     mut serving: watch::Receiver<Registration>,
-    ttl: Duration,
     fence: &Fence,
     mut confirm: C,
     stop: CancellationToken,
+    registered: Option<admin::RegistrationHandle>,
 ) where
     C: FnMut(Instant) -> F,
     F: Future<Output = Option<Instant>>,
 {
+    let Seat { source, id, ttl } = seat;
     fence.follow(ttl);
-    let handle = loop {
-        let value = serving.borrow_and_update().clone();
-        tokio::select! {
-            () = stop.cancelled() => return,
-            r = admin::register_proxy(source, id, &value, ttl) => match r {
-                Ok(h) => break h,
-                Err(e) => {
-                    tracing::warn!(pool = %source.pool(), error = %crate::error_chain(&e), "cannot register this participant in etcd; retrying");
+    let handle = match registered {
+        Some(h) => h,
+        None => loop {
+            let value = serving.borrow_and_update().clone();
+            tokio::select! {
+                () = stop.cancelled() => return,
+                r = admin::register_proxy(source, id, &value, ttl) => match r {
+                    Ok(h) => break h,
+                    Err(e) => {
+                        tracing::warn!(pool = %source.pool(), error = %crate::error_chain(&e), "cannot register this participant in etcd; retrying");
+                    }
                 }
             }
-        }
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        },
     };
     tracing::info!(pool = %source.pool(), key = handle.key(), "registered in etcd");
     let mut confirmations = tokio::time::interval(CONFIRM_EVERY);
@@ -108,6 +125,25 @@ pub async fn confirmation(
         Ok(read) => apply(read).then(|| renewed.min(asked)),
         Err(e) => {
             tracing::debug!(pool = %source.pool(), error = %crate::error_chain(&e), "cannot read the pool from etcd to confirm this participant's place");
+            None
+        }
+    }
+}
+
+/// Registers the participant of `seat` with `value` before it serves anything, so that no change can be
+/// planned, copied and cut over between its first read of the pool and its registration without
+/// waiting for it; the caller then reads the pool again and applies it (a next membership published
+/// in between is seen there). `None` when etcd cannot take the registration now ([`take_part`] then
+/// keeps trying).
+pub async fn register_before_serving(
+    seat: Seat<'_>,
+    value: &Registration,
+) -> Option<admin::RegistrationHandle> {
+    let Seat { source, id, ttl } = seat;
+    match admin::register_proxy(source, id, value, ttl).await {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!(pool = %source.pool(), error = %crate::error_chain(&e), "cannot register this participant in etcd before serving; retrying in the background");
             None
         }
     }

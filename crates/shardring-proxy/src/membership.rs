@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shardring::membership::{Member, MembershipSnapshot};
-use shardring_etcd::{twemproxy_servers, EtcdError, EtcdSource, Registration, Update};
+use shardring_etcd::{take_part, twemproxy_servers, EtcdError, EtcdSource, Registration, Update};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{NextMembership, ProxyConfig};
@@ -375,18 +375,30 @@ pub async fn start(
                 return Err(MembershipStartError::Unreachable { pool: name, source });
             }
         }
-        followers.push((following, source));
+        // Registered before the pool serves, then read again: a change published meanwhile is
+        // seen here, and one published later waits for this proxy (`take_part`).
+        let id = proxy_id(&following.pool.config());
+        let value = following.serving.borrow().clone();
+        let registered = take_part::register_before_serving(seat(&source, &id), &value).await;
+        if registered.is_some() {
+            if let Ok(read) = source.read().await {
+                if !read.snapshot.is_empty() || settings.allow_empty {
+                    let _ = following.apply(read.snapshot, read.next);
+                }
+            }
+        }
+        followers.push((following, source, id, registered));
     }
     let mut out = Vec::with_capacity(followers.len());
-    for (following, source) in followers {
+    for (following, source, id, registered) in followers {
         out.push(Arc::clone(&following.stats));
         let stop = stop.clone();
-        let id = proxy_id(&following.pool.config());
         tokio::spawn(register(
             source.clone(),
             id,
             Arc::clone(&following),
             stop.clone(),
+            registered,
         ));
         tokio::spawn(async move {
             source.watch(|u| following.on_update(u), stop).await;
@@ -432,18 +444,27 @@ async fn register(
     id: String,
     following: Arc<Following>,
     stop: CancellationToken,
+    registered: Option<shardring_etcd::admin::RegistrationHandle>,
 ) {
     let fence = following.pool.fence();
-    shardring_etcd::take_part::take_part(
-        &source,
-        &id,
+    take_part::take_part(
+        seat(&source, &id),
         following.serving.subscribe(),
-        shardring_etcd::admin::DEFAULT_REGISTRATION_TTL,
         &fence,
         |renewed| following.confirmation(&source, renewed),
         stop,
+        registered,
     )
     .await;
+}
+
+/// This proxy's seat in the pool's roster, under the default lease.
+fn seat<'a>(source: &'a EtcdSource, id: &'a str) -> take_part::Seat<'a> {
+    take_part::Seat {
+        source,
+        id,
+        ttl: shardring_etcd::admin::DEFAULT_REGISTRATION_TTL,
+    }
 }
 
 #[cfg(test)]
