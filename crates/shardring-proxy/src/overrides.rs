@@ -12,8 +12,8 @@ use std::time::Duration;
 use shardring::compat::twemproxy::TwemproxyServer;
 
 use crate::config::{
-    ConfigErrors, GutterConfig, HotKeysConfig, ListenerTls, PoolConfig, ProtocolConfig,
-    ProxyConfig, Remedies, ServerTlsConfig,
+    ConfigErrors, GutterConfig, HotKeysConfig, ListenerTls, MemcacheConfig, PoolConfig,
+    ProtocolConfig, ProxyConfig, RedisConfig, Remedies, SentinelConfig, ServerTlsConfig,
 };
 
 /// The proxy-only settings given on the command line, one field a flag, as parsed. [`Default`] is
@@ -161,86 +161,19 @@ impl Overrides {
                 .replicas
                 .iter()
                 .rev()
-                .find(|(p, _)| p.as_deref() == Some(pool.name.as_str()));
-            let every = self.replicas.iter().rev().find(|(p, _)| p.is_none());
+                .find(|(p, _)| p.as_deref() == Some(pool.name.as_str()))
+                .map(|(_, r)| *r);
+            let every = self
+                .replicas
+                .iter()
+                .rev()
+                .find(|(p, _)| p.is_none())
+                .map(|(_, r)| *r);
             match &mut pool.protocol {
                 ProtocolConfig::Memcache(m) => {
-                    if [
-                        pools_named(&self.sentinel),
-                        pools_named(&self.sentinel_auth),
-                    ]
-                    .iter()
-                    .any(|names| names.contains(&pool.name.as_str()))
-                    {
-                        flag_errors.push(
-                            &pool.name,
-                            "--sentinel: redis pools only, and this is a memcached pool".into(),
-                        );
-                    }
-                    if self
-                        .redis_user
-                        .iter()
-                        .any(|(p, _)| p.as_deref() == Some(pool.name.as_str()))
-                    {
-                        flag_errors.push(
-                            &pool.name,
-                            "redis user: redis pools only, and this is a memcached pool".into(),
-                        );
-                    }
-                    if self
-                        .redis_partial_reads
-                        .iter()
-                        .any(|p| p.as_deref() == Some(pool.name.as_str()))
-                    {
-                        flag_errors.push(
-                            &pool.name,
-                            "--redis-partial-reads: redis pools only, and this is a memcached pool"
-                                .into(),
-                        );
-                    }
-                    if let Some(size) = self.max_value_size {
-                        m.limits.max_value_len = size;
-                        m.limits.value_len_from_servers = false;
-                    }
-                    m.multiget_all_or_nothing = self.multiget_all_or_nothing;
-                    m.remedies = self.remedies(named.or(every).map(|(_, r)| *r));
+                    self.memcache(&pool.name, m, named.or(every), &mut flag_errors);
                 }
-                ProtocolConfig::Redis(r) => {
-                    if let Some(size) = self.max_value_size {
-                        r.limits.max_bulk_len = size;
-                    }
-                    if let Some(size) = self.max_request_size {
-                        r.limits.max_request_len = size;
-                    }
-                    let user = self
-                        .redis_user
-                        .iter()
-                        .rev()
-                        .find(|(p, _)| p.as_deref() == Some(pool.name.as_str()))
-                        .or_else(|| self.redis_user.iter().rev().find(|(p, _)| p.is_none()));
-                    if let Some((_, user)) = user {
-                        r.user = Some(user.clone());
-                    }
-                    if let Some(n) = self.redis_dedicated_connections {
-                        r.dedicated_connections = n;
-                    }
-                    r.partial_reads = switched_on(&self.redis_partial_reads, &pool.name);
-                    r.hot_keys = self.hot_keys_config();
-                    r.sentinel = for_pool(&self.sentinel, &pool.name).map(|addrs| {
-                        crate::config::SentinelConfig {
-                            addrs: addrs.clone(),
-                            password: for_pool(&self.sentinel_auth, &pool.name).cloned(),
-                        }
-                    });
-                    if r.sentinel.is_none() && for_pool(&self.sentinel_auth, &pool.name).is_some() {
-                        flag_errors.push(&pool.name, "--sentinel-auth needs --sentinel".into());
-                    }
-                    // Only a pool's own count: one given for every pool is the memcached pools'
-                    // remedy, and redis pools, often stores, are named to take it.
-                    if let Some((_, n)) = named {
-                        r.replicas = usize::from(*n);
-                    }
-                }
+                ProtocolConfig::Redis(r) => self.redis(&pool.name, r, named, &mut flag_errors),
             }
         }
         let mut errors = config.validate().err().unwrap_or_default();
@@ -254,6 +187,103 @@ impl Overrides {
                 }
             }
         }
+        self.unknown_pools(&config, &mut errors);
+        errors.into_result().map(|()| config)
+    }
+
+    /// What the flags set on the memcached pool `name` (`replicas`: its count, its own or every
+    /// pool's), and the redis-only flags that name it, refused.
+    fn memcache(
+        &self,
+        name: &str,
+        m: &mut MemcacheConfig,
+        replicas: Option<u16>,
+        errors: &mut ConfigErrors,
+    ) {
+        if [
+            pools_named(&self.sentinel),
+            pools_named(&self.sentinel_auth),
+        ]
+        .iter()
+        .any(|names| names.contains(&name))
+        {
+            errors.push(
+                name,
+                "--sentinel: redis pools only, and this is a memcached pool".into(),
+            );
+        }
+        if self
+            .redis_user
+            .iter()
+            .any(|(p, _)| p.as_deref() == Some(name))
+        {
+            errors.push(
+                name,
+                "redis user: redis pools only, and this is a memcached pool".into(),
+            );
+        }
+        if self
+            .redis_partial_reads
+            .iter()
+            .any(|p| p.as_deref() == Some(name))
+        {
+            errors.push(
+                name,
+                "--redis-partial-reads: redis pools only, and this is a memcached pool".into(),
+            );
+        }
+        if let Some(size) = self.max_value_size {
+            m.limits.max_value_len = size;
+            m.limits.value_len_from_servers = false;
+        }
+        m.multiget_all_or_nothing = self.multiget_all_or_nothing;
+        m.remedies = self.remedies(replicas);
+    }
+
+    /// What the flags set on the redis pool `name` (`replicas`: its own count only: one given for
+    /// every pool is the memcached pools' remedy, and redis pools, often stores, are named to take
+    /// it).
+    fn redis(
+        &self,
+        name: &str,
+        r: &mut RedisConfig,
+        replicas: Option<u16>,
+        errors: &mut ConfigErrors,
+    ) {
+        if let Some(size) = self.max_value_size {
+            r.limits.max_bulk_len = size;
+        }
+        if let Some(size) = self.max_request_size {
+            r.limits.max_request_len = size;
+        }
+        let user = self
+            .redis_user
+            .iter()
+            .rev()
+            .find(|(p, _)| p.as_deref() == Some(name))
+            .or_else(|| self.redis_user.iter().rev().find(|(p, _)| p.is_none()));
+        if let Some((_, user)) = user {
+            r.user = Some(user.clone());
+        }
+        if let Some(n) = self.redis_dedicated_connections {
+            r.dedicated_connections = n;
+        }
+        r.partial_reads = switched_on(&self.redis_partial_reads, name);
+        r.hot_keys = self.hot_keys_config();
+        r.sentinel = for_pool(&self.sentinel, name).map(|addrs| SentinelConfig {
+            addrs: addrs.clone(),
+            password: for_pool(&self.sentinel_auth, name).cloned(),
+        });
+        if r.sentinel.is_none() && for_pool(&self.sentinel_auth, name).is_some() {
+            errors.push(name, "--sentinel-auth needs --sentinel".into());
+        }
+        if let Some(n) = replicas {
+            r.replicas = usize::from(n);
+        }
+    }
+
+    /// Every flag that names a pool the file does not have, refused.
+    fn unknown_pools(&self, config: &ProxyConfig, errors: &mut ConfigErrors) {
         let named_pools = [
             (
                 "--replicas",
@@ -309,7 +339,6 @@ impl Overrides {
                 }
             }
         }
-        errors.into_result().map(|()| config)
     }
 
     /// Sets `pool`'s TLS from the flags, pushing what does not fit together.
