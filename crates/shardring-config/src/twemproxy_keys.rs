@@ -97,36 +97,8 @@ pub(super) fn read_pool(
         }
         first_line.insert(known.to_string(), key_line);
         if known == "servers" {
-            match value {
-                Yaml::Seq(items, _) => {
-                    let mut servers = Vec::new();
-                    for item in items {
-                        match item {
-                            Yaml::Scalar(s, l) if s.is_empty() => {
-                                reader.problem(l, full.clone(), "a server must not be empty")
-                            }
-                            Yaml::Scalar(s, l) => match s.parse::<TwemproxyServer>() {
-                                Ok(server) => servers.push((server, l)),
-                                Err(message) => {
-                                    reader.problem(l, full.clone(), format!("{s:?} {message}"))
-                                }
-                            },
-                            Yaml::Refused(_) => {}
-                            other => reader.problem(
-                                other.line(),
-                                full.clone(),
-                                "a server must be a single string",
-                            ),
-                        }
-                    }
-                    seen.servers = Some(servers);
-                }
-                Yaml::Refused(_) => {}
-                other => reader.problem(
-                    other.line(),
-                    full,
-                    "must be a list of \"host:port:weight [name]\"",
-                ),
+            if let Some(servers) = read_servers(reader, &full, value) {
+                seen.servers = Some(servers);
             }
             continue;
         }
@@ -142,60 +114,134 @@ pub(super) fn read_pool(
             reader.problem(value_line, full, "has an empty value");
             continue;
         }
-        let bad = |reader: &mut Reader<'_>, message: String| {
-            reader.problem(value_line, full.clone(), message)
-        };
-        match known {
-            "listen" => match parse_listen(&value) {
-                Ok(l) => seen.listen = Some((l, value.clone())),
-                Err(m) => bad(reader, format!("{value:?} {m}")),
-            },
-            "hash" => match value.parse::<TwemproxyHash>() {
-                Ok(h) if !value.starts_with("twemproxy:") => seen.hash = Some(h),
-                _ => bad(
-                    reader,
-                    format!(
-                        "{value:?} is not a valid hash; known: {}",
-                        TwemproxyHash::known_names()
-                    ),
-                ),
-            },
-            "hash_tag" => match twemproxy::hash_tag(&value) {
-                Ok(t) => seen.hash_tag = Some(t),
-                Err(_) => bad(
-                    reader,
-                    format!("{value:?} is not a valid hash tag string with two characters"),
-                ),
-            },
-            "distribution" => match value.parse::<Distribution>() {
-                Ok(d) => seen.distribution = Some(d),
-                Err(_) => bad(
-                    reader,
-                    format!("{value:?} is not a valid distribution (ketama, modula, random)"),
-                ),
-            },
-            "redis_auth" => seen.redis_auth = Some(value),
-            "redis" | "tcpkeepalive" | "preconnect" | "auto_eject_hosts" => match value.as_str() {
-                "true" => {
-                    seen.bools.insert(known, true);
-                }
-                "false" => {
-                    seen.bools.insert(known, false);
-                }
-                _ => bad(reader, format!("{value:?} is not \"true\" or \"false\"")),
-            },
-            _ => match nc_atoi(&value) {
-                Some(n) => {
-                    seen.numbers.insert(known, n as u32);
-                }
-                None => bad(reader, format!("{value:?} is not a number")),
-            },
-        }
+        read_value(reader, &mut seen, known, value, value_line, &full);
     }
 
-    // Pool-level checks (nutcracker's conf_validate_pool / conf_validate_server).
+    let servers = check_pool(reader, &name, line, &mut seen, &first_line, ok_before);
+    let (listen, listen_as_written) = seen.listen.clone()?;
+    if reader.problems.len() != ok_before {
+        return None;
+    }
+    Some((build(name, line, listen, servers, seen), listen_as_written))
+}
+
+/// A pool's `servers:` list; `None` when it is not a list (recorded in `reader`). Each server with
+/// its line.
+fn read_servers(
+    reader: &mut Reader<'_>,
+    full: &str,
+    value: Yaml,
+) -> Option<Vec<(TwemproxyServer, usize)>> {
+    match value {
+        Yaml::Seq(items, _) => {
+            let mut servers = Vec::new();
+            for item in items {
+                match item {
+                    Yaml::Scalar(s, l) if s.is_empty() => {
+                        reader.problem(l, full.to_owned(), "a server must not be empty")
+                    }
+                    Yaml::Scalar(s, l) => match s.parse::<TwemproxyServer>() {
+                        Ok(server) => servers.push((server, l)),
+                        Err(message) => {
+                            reader.problem(l, full.to_owned(), format!("{s:?} {message}"))
+                        }
+                    },
+                    Yaml::Refused(_) => {}
+                    other => reader.problem(
+                        other.line(),
+                        full.to_owned(),
+                        "a server must be a single string",
+                    ),
+                }
+            }
+            Some(servers)
+        }
+        Yaml::Refused(_) => None,
+        other => {
+            reader.problem(
+                other.line(),
+                full.to_owned(),
+                "must be a list of \"host:port:weight [name]\"",
+            );
+            None
+        }
+    }
+}
+
+/// One scalar key of a pool (`known`, written `value` on `value_line`), into `seen`; a value it
+/// cannot take is recorded in `reader`.
+fn read_value(
+    reader: &mut Reader<'_>,
+    seen: &mut Seen,
+    known: &'static str,
+    value: String,
+    value_line: usize,
+    full: &str,
+) {
+    let bad = |reader: &mut Reader<'_>, message: String| {
+        reader.problem(value_line, full.to_owned(), message)
+    };
+    match known {
+        "listen" => match parse_listen(&value) {
+            Ok(l) => seen.listen = Some((l, value.clone())),
+            Err(m) => bad(reader, format!("{value:?} {m}")),
+        },
+        "hash" => match value.parse::<TwemproxyHash>() {
+            Ok(h) if !value.starts_with("twemproxy:") => seen.hash = Some(h),
+            _ => bad(
+                reader,
+                format!(
+                    "{value:?} is not a valid hash; known: {}",
+                    TwemproxyHash::known_names()
+                ),
+            ),
+        },
+        "hash_tag" => match twemproxy::hash_tag(&value) {
+            Ok(t) => seen.hash_tag = Some(t),
+            Err(_) => bad(
+                reader,
+                format!("{value:?} is not a valid hash tag string with two characters"),
+            ),
+        },
+        "distribution" => match value.parse::<Distribution>() {
+            Ok(d) => seen.distribution = Some(d),
+            Err(_) => bad(
+                reader,
+                format!("{value:?} is not a valid distribution (ketama, modula, random)"),
+            ),
+        },
+        "redis_auth" => seen.redis_auth = Some(value),
+        "redis" | "tcpkeepalive" | "preconnect" | "auto_eject_hosts" => match value.as_str() {
+            "true" => {
+                seen.bools.insert(known, true);
+            }
+            "false" => {
+                seen.bools.insert(known, false);
+            }
+            _ => bad(reader, format!("{value:?} is not \"true\" or \"false\"")),
+        },
+        _ => match nc_atoi(&value) {
+            Some(n) => {
+                seen.numbers.insert(known, n as u32);
+            }
+            None => bad(reader, format!("{value:?} is not a number")),
+        },
+    }
+}
+
+/// nutcracker's pool-level checks (`conf_validate_pool`, `conf_validate_server`): a listen address,
+/// servers, no two with one identity, `redis_auth` only on a redis pool. The servers, with their
+/// lines (the problems are recorded in `reader`).
+fn check_pool(
+    reader: &mut Reader<'_>,
+    name: &str,
+    line: usize,
+    seen: &mut Seen,
+    first_line: &std::collections::HashMap<String, usize>,
+    ok_before: usize,
+) -> Vec<(TwemproxyServer, usize)> {
     if seen.listen.is_none() && !first_line.contains_key("listen") {
-        reader.problem(line, name.clone(), "directive \"listen:\" is missing");
+        reader.problem(line, name.to_owned(), "directive \"listen:\" is missing");
     }
     if seen.numbers.get("server_connections") == Some(&0) {
         reader.problem(
@@ -214,7 +260,7 @@ pub(super) fn read_pool(
     }
     let servers = seen.servers.take().unwrap_or_default();
     if servers.is_empty() && !first_line.contains_key("servers") {
-        reader.problem(line, name.clone(), "pool has no servers");
+        reader.problem(line, name.to_owned(), "pool has no servers");
     } else if servers.is_empty() && reader.problems.len() == ok_before {
         reader.problem(
             first_line["servers"],
@@ -246,10 +292,18 @@ pub(super) fn read_pool(
             }
         }
     }
-    let (listen, listen_as_written) = seen.listen.clone()?;
-    if reader.problems.len() != ok_before {
-        return None;
-    }
+    servers
+}
+
+/// The pool read, every default resolved (only `seen`'s keys differ from them).
+fn build(
+    name: String,
+    line: usize,
+    listen: Listen,
+    servers: Vec<(TwemproxyServer, usize)>,
+    seen: Seen,
+) -> PoolConfig {
+    let redis = seen.bools.get("redis").copied().unwrap_or(false);
     let number = |k: &str, default: u32| seen.numbers.get(k).copied().unwrap_or(default);
     let flag = |k: &str| seen.bools.get(k).copied().unwrap_or(false);
     let ms = |n: u32| Duration::from_millis(u64::from(n));
@@ -270,7 +324,7 @@ pub(super) fn read_pool(
     } else {
         defaults.protocol.clone()
     };
-    let pool = PoolConfig {
+    PoolConfig {
         hash: seen.hash.unwrap_or(defaults.hash),
         hash_tag: seen.hash_tag,
         distribution: seen.distribution.unwrap_or(defaults.distribution),
@@ -289,8 +343,7 @@ pub(super) fn read_pool(
         server_failure_limit: number("server_failure_limit", defaults.server_failure_limit),
         tcpkeepalive: flag("tcpkeepalive"),
         ..defaults
-    };
-    Some((pool, listen_as_written))
+    }
 }
 
 /// nutcracker's `conf_set_listen`: `host:port` split at the last `:`, or `/path [permissions]`.
