@@ -193,154 +193,192 @@ fn command(
     flavor: Flavor,
     ctx: &PlanContext<'_>,
 ) -> Step<Redis> {
-    let name = req.arg(0).unwrap_or_default();
     let args: Vec<&[u8]> = req.arg_slices().skip(1).collect();
-    // Which server each named channel goes to: where it is subscribed, else where it hashes.
-    fn by_server<'n>(
-        names: &[&'n [u8]],
-        held: &HashMap<Box<[u8]>, usize>,
-        ctx: &PlanContext<'_>,
-    ) -> Option<ByServer<'n>> {
-        let mut out: ByServer<'n> = Vec::new();
-        for &n in names {
-            let server = held.get(n).copied().or_else(|| ctx.server_for(n))?;
-            match out.iter_mut().find(|(s, _)| *s == server) {
-                Some((_, v)) => v.push(n),
-                None => out.push((server, vec![n])),
-            }
-        }
-        Some(out)
-    }
-    let frames = |groups: ByServer<'_>| -> Vec<(usize, Bytes)> {
-        groups
-            .into_iter()
-            .map(|(server, names)| {
-                let mut a: Vec<&[u8]> = vec![name];
-                a.extend(names);
-                (server, Request::from_args(&a).frame)
-            })
-            .collect()
-    };
     if matches!(sub, Sub::Subscribe | Sub::SSubscribe | Sub::PSubscribe) {
         ctx.stats.subscriptions.add(args.len() as u64);
     }
-    let subscribe = |step: Vec<(usize, Bytes)>, subs: &mut Subscriptions| {
-        subs.servers.extend(step.iter().map(|(s, _)| *s));
-        Step::Subscribe {
-            sends: step,
-            kind: Resp::Reply,
-            answer: Answer::Nothing,
-        }
+    let sends = match sub {
+        Sub::Subscribe => channels(Kind::Channel, req, &args, subs, ctx),
+        Sub::SSubscribe => channels(Kind::Shard, req, &args, subs, ctx),
+        Sub::PSubscribe => patterns(req, &args, subs, ctx),
+        Sub::Unsubscribe => leave_channels(Kind::Channel, req, &args, subs, flavor, ctx),
+        Sub::SUnsubscribe => leave_channels(Kind::Shard, req, &args, subs, flavor, ctx),
+        Sub::PUnsubscribe => leave_patterns(req, &args, subs, flavor),
     };
-    match sub {
-        Sub::Subscribe | Sub::SSubscribe => {
-            let (kind, held) = if sub == Sub::Subscribe {
-                (Kind::Channel, &subs.channels)
-            } else {
-                (Kind::Shard, &subs.shard)
-            };
-            let Some(groups) = by_server(&args, held, ctx) else {
-                return Step::Answer(Answer::Failed(BackendError::NoServer));
-            };
-            for n in &args {
-                subs.expect(kind, false, n, 1);
+    match sends {
+        Ok(sends) => {
+            subs.servers.extend(sends.iter().map(|(s, _)| *s));
+            Step::Subscribe {
+                sends,
+                kind: Resp::Reply,
+                answer: Answer::Nothing,
             }
-            let sends = frames(groups);
-            subscribe(sends, subs)
         }
-        Sub::PSubscribe => {
-            let servers = ctx.live_servers();
-            if servers.is_empty() {
-                return Step::Answer(Answer::Failed(BackendError::NoServer));
-            }
-            for n in &args {
-                subs.expect(Kind::Pattern, false, n, servers.len());
-            }
-            let sends = servers.iter().map(|&s| (s, req.frame.clone())).collect();
-            subscribe(sends, subs)
-        }
-        Sub::Unsubscribe | Sub::SUnsubscribe => {
-            let (kind, word) = if sub == Sub::Unsubscribe {
-                (Kind::Channel, &b"unsubscribe"[..])
-            } else {
-                (Kind::Shard, &b"sunsubscribe"[..])
-            };
-            let held = if kind == Kind::Channel {
-                &subs.channels
-            } else {
-                &subs.shard
-            };
-            // Without names: every channel, on the servers that hold them, each sent the command
-            // without names (it ends all it holds).
-            let every: Vec<Box<[u8]>> = if args.is_empty() {
-                held.keys().cloned().collect()
-            } else {
-                Vec::new()
-            };
-            let names: Vec<&[u8]> = if args.is_empty() {
-                every.iter().map(|n| &n[..]).collect()
-            } else {
-                args.clone()
-            };
-            if names.is_empty() {
-                return Step::Answer(Answer::Bytes(
-                    confirmation(flavor, word, None, subs.count(kind)).freeze(),
-                ));
-            }
-            let Some(groups) = by_server(&names, held, ctx) else {
-                return Step::Answer(Answer::Failed(BackendError::NoServer));
-            };
-            for (_, names) in &groups {
-                for n in names {
-                    subs.expect(kind, true, n, 1);
-                }
-            }
-            let sends = if args.is_empty() {
-                groups
-                    .into_iter()
-                    .map(|(s, _)| (s, req.frame.clone()))
-                    .collect()
-            } else {
-                frames(groups)
-            };
-            subscribe(sends, subs)
-        }
-        Sub::PUnsubscribe => {
-            let servers: Vec<usize> = subs.servers.iter().copied().collect();
-            let names: Vec<Box<[u8]>> = if args.is_empty() {
-                subs.patterns.iter().cloned().collect()
-            } else {
-                args.iter().map(|&a| a.into()).collect()
-            };
-            if servers.is_empty() || names.is_empty() {
-                // Nothing subscribed anywhere: Redis's answers, one per pattern (or one with none).
-                let mut out = BytesMut::new();
-                if names.is_empty() {
-                    out.extend_from_slice(&confirmation(
-                        flavor,
-                        b"punsubscribe",
-                        None,
-                        subs.count(Kind::Pattern),
-                    ));
-                }
-                for n in &names {
-                    subs.patterns.remove(n);
-                    out.extend_from_slice(&confirmation(
-                        flavor,
-                        b"punsubscribe",
-                        Some(n),
-                        subs.count(Kind::Pattern),
-                    ));
-                }
-                return Step::Answer(Answer::Bytes(out.freeze()));
-            }
-            for n in &names {
-                subs.expect(Kind::Pattern, true, n, servers.len());
-            }
-            let sends = servers.iter().map(|&s| (s, req.frame.clone())).collect();
-            subscribe(sends, subs)
+        Err(answer) => Step::Answer(answer),
+    }
+}
+
+/// What a subscription command sends, on which servers; or the answer, when it sends nothing.
+type Sends = Result<Vec<(usize, Bytes)>, Answer>;
+
+/// Which server each named channel goes to: where it is subscribed, else where it hashes; `None`
+/// when one has no live server.
+fn by_server<'n>(
+    names: &[&'n [u8]],
+    held: &HashMap<Box<[u8]>, usize>,
+    ctx: &PlanContext<'_>,
+) -> Option<ByServer<'n>> {
+    let mut out: ByServer<'n> = Vec::new();
+    for &n in names {
+        let server = held.get(n).copied().or_else(|| ctx.server_for(n))?;
+        match out.iter_mut().find(|(s, _)| *s == server) {
+            Some((_, v)) => v.push(n),
+            None => out.push((server, vec![n])),
         }
     }
+    Some(out)
+}
+
+/// The request's command (`req`'s first word) for each server with the names it holds there.
+fn frames(req: &Request, groups: ByServer<'_>) -> Vec<(usize, Bytes)> {
+    let name = req.arg(0).unwrap_or_default();
+    groups
+        .into_iter()
+        .map(|(server, names)| {
+            let mut a: Vec<&[u8]> = vec![name];
+            a.extend(names);
+            (server, Request::from_args(&a).frame)
+        })
+        .collect()
+}
+
+/// The channels (or shard channels) a subscriber holds, by name: the server of each.
+fn held(subs: &Subscriptions, kind: Kind) -> &HashMap<Box<[u8]>, usize> {
+    if kind == Kind::Channel {
+        &subs.channels
+    } else {
+        &subs.shard
+    }
+}
+
+/// `SUBSCRIBE` / `SSUBSCRIBE`: each channel on its server.
+fn channels(
+    kind: Kind,
+    req: &Request,
+    args: &[&[u8]],
+    subs: &mut Subscriptions,
+    ctx: &PlanContext<'_>,
+) -> Sends {
+    let groups =
+        by_server(args, held(subs, kind), ctx).ok_or(Answer::Failed(BackendError::NoServer))?;
+    for n in args {
+        subs.expect(kind, false, n, 1);
+    }
+    Ok(frames(req, groups))
+}
+
+/// `PSUBSCRIBE`: on every live server (a pattern matches channels anywhere).
+fn patterns(
+    req: &Request,
+    args: &[&[u8]],
+    subs: &mut Subscriptions,
+    ctx: &PlanContext<'_>,
+) -> Sends {
+    let servers = ctx.live_servers();
+    if servers.is_empty() {
+        return Err(Answer::Failed(BackendError::NoServer));
+    }
+    for n in args {
+        subs.expect(Kind::Pattern, false, n, servers.len());
+    }
+    Ok(servers.iter().map(|&s| (s, req.frame.clone())).collect())
+}
+
+/// `UNSUBSCRIBE` / `SUNSUBSCRIBE`: each channel on the server that holds it; without names, every
+/// channel, each server sent the command without names (it ends all it holds).
+fn leave_channels(
+    kind: Kind,
+    req: &Request,
+    args: &[&[u8]],
+    subs: &mut Subscriptions,
+    flavor: Flavor,
+    ctx: &PlanContext<'_>,
+) -> Sends {
+    let word: &[u8] = if kind == Kind::Channel {
+        b"unsubscribe"
+    } else {
+        b"sunsubscribe"
+    };
+    let every: Vec<Box<[u8]>> = if args.is_empty() {
+        held(subs, kind).keys().cloned().collect()
+    } else {
+        Vec::new()
+    };
+    let names: Vec<&[u8]> = if args.is_empty() {
+        every.iter().map(|n| &n[..]).collect()
+    } else {
+        args.to_vec()
+    };
+    if names.is_empty() {
+        let none = confirmation(flavor, word, None, subs.count(kind));
+        return Err(Answer::Bytes(none.freeze()));
+    }
+    let groups =
+        by_server(&names, held(subs, kind), ctx).ok_or(Answer::Failed(BackendError::NoServer))?;
+    for (_, names) in &groups {
+        for n in names {
+            subs.expect(kind, true, n, 1);
+        }
+    }
+    Ok(if args.is_empty() {
+        groups
+            .into_iter()
+            .map(|(s, _)| (s, req.frame.clone()))
+            .collect()
+    } else {
+        frames(req, groups)
+    })
+}
+
+/// `PUNSUBSCRIBE`: on every server the client subscribed on; answered here when it subscribed
+/// nowhere (Redis's answers, one per pattern, or one with none).
+fn leave_patterns(
+    req: &Request,
+    args: &[&[u8]],
+    subs: &mut Subscriptions,
+    flavor: Flavor,
+) -> Sends {
+    let servers: Vec<usize> = subs.servers.iter().copied().collect();
+    let names: Vec<Box<[u8]>> = if args.is_empty() {
+        subs.patterns.iter().cloned().collect()
+    } else {
+        args.iter().map(|&a| a.into()).collect()
+    };
+    if servers.is_empty() || names.is_empty() {
+        let mut out = BytesMut::new();
+        if names.is_empty() {
+            out.extend_from_slice(&confirmation(
+                flavor,
+                b"punsubscribe",
+                None,
+                subs.count(Kind::Pattern),
+            ));
+        }
+        for n in &names {
+            subs.patterns.remove(n);
+            out.extend_from_slice(&confirmation(
+                flavor,
+                b"punsubscribe",
+                Some(n),
+                subs.count(Kind::Pattern),
+            ));
+        }
+        return Err(Answer::Bytes(out.freeze()));
+    }
+    for n in &names {
+        subs.expect(Kind::Pattern, true, n, servers.len());
+    }
+    Ok(servers.iter().map(|&s| (s, req.frame.clone())).collect())
 }
 
 /// The text of a bulk or simple string element; `None` for a null or anything else.
