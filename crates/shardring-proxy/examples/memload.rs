@@ -395,8 +395,10 @@ async fn main() {
     for _ in 0..conns {
         opened.push(open(&addr, tls.as_ref()).await);
     }
+    // Empty is unset: scripts pass `MEMLOAD_RATE=$LOAD_RATE` whether or not a rate was asked for.
     let rate: Option<f64> = std::env::var("MEMLOAD_RATE")
         .ok()
+        .filter(|r| !r.is_empty())
         .map(|r| r.parse().expect("MEMLOAD_RATE: round trips a second"));
     let toggled: Option<rustix::process::Pid> = std::env::var("MEMLOAD_TOGGLE").ok().map(|p| {
         rustix::process::Pid::from_raw(p.parse().expect("MEMLOAD_TOGGLE: a process id"))
