@@ -3,8 +3,8 @@
 # measurement starts the same way. Callers define `work` (a scratch folder) and `pids` (an array of
 # what to stop on exit) before sourcing.
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "nothing on port $1" >&2; cat "$work"/*.log >&2 2>/dev/null; exit 1; }
+# shellcheck source=scripts/lib/ports.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/ports.sh"
 
 # start_servers memcache|redis: 4 servers of that kind on free ports. Sets `servers` (the pool's
 # `servers:` lines), `redis_key` (the pool's `redis: true` line, or nothing), `prefix` (memload's op
