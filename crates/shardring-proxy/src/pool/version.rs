@@ -95,53 +95,18 @@ impl<P: Protocol> PoolVersion<P> {
                     .collect()
             })
             .unwrap_or_default();
-        let backends: Vec<Arc<Backend<P>>> = config
+        let servers: Vec<&TwemproxyServer> = config
             .servers
             .iter()
             .chain(gutter_servers)
             .chain(&next_only)
-            .map(|s| {
-                let settings = BackendSettings {
-                    addr: s.address(),
-                    timeout: config.timeout,
-                    connections: config.server_connections,
-                    max_value_len: config
-                        .memcache()
-                        .map_or(VALUE_LEN_CEILING, |m| m.limits.max_value_len),
-                    keepalive: config.tcpkeepalive,
-                    own_connections: config.redis().map_or(0, |r| r.dedicated_connections),
-                    tls: tls.servers.clone(),
-                };
-                let reuse = previous.and_then(|p| {
-                    p.backends.iter().find(|b| {
-                        b.settings() == &settings
-                            && b.greets_with(&handshakes)
-                            && b.stats.name == s.display_name()
-                            && b.health.policy() == policy
-                    })
-                });
-                match reuse {
-                    Some(b) => Arc::clone(b),
-                    None => {
-                        let stats = Arc::new(ServerStats::new(&s.display_name()));
-                        let health = Arc::new(ServerHealth::new(
-                            policy,
-                            Arc::clone(&shared.changed),
-                            Arc::clone(&shared.stats),
-                        ));
-                        Arc::new(Backend::spawn(
-                            settings,
-                            stats,
-                            health,
-                            config.preconnect,
-                            handshakes.clone(),
-                            introductions.clone(),
-                            &shared.workers,
-                        ))
-                    }
-                }
-            })
             .collect();
+        let greeting = Greeting {
+            handshakes: &handshakes,
+            introductions: &introductions,
+            policy,
+        };
+        let backends = backends(&servers, &config, previous, shared, &tls, &greeting);
         let live: Vec<bool> = backends.iter().map(|b| !b.health.is_ejected()).collect();
         let routing =
             build_placement(config.placement_spec(), &live).map_err(|e| ProxyError::Placement {
@@ -306,4 +271,72 @@ pub(crate) struct PoolShared<P: Protocol> {
     pub warm_previous: Mutex<std::sync::Weak<PoolVersion<P>>>,
     /// Whether the proxy's place in etcd is confirmed ([`crate::fence`]).
     pub fence: Arc<crate::Fence>,
+}
+
+/// How a version's servers are greeted and ejected: what a running backend must share to be reused.
+struct Greeting<'a, P: Protocol> {
+    /// The handshakes each new connection sends ([`Protocol::handshakes`]).
+    handshakes: &'a [Vec<(bytes::Bytes, P::ReplyKind)>],
+    /// What a new connection introduces itself with ([`Protocol::introductions`]).
+    introductions: &'a [(bytes::Bytes, P::ReplyKind)],
+    /// When a failing server is ejected.
+    policy: EjectPolicy,
+}
+
+/// A version's backends, in `servers`' order: the previous version's where one has the same
+/// settings, greeting, name and policy (its connections stay up), a new one spawned otherwise.
+fn backends<P: Protocol>(
+    servers: &[&TwemproxyServer],
+    config: &PoolConfig,
+    previous: Option<&PoolVersion<P>>,
+    shared: &PoolShared<P>,
+    tls: &PoolTls,
+    greeting: &Greeting<'_, P>,
+) -> Vec<Arc<Backend<P>>> {
+    let (handshakes, introductions, policy) =
+        (greeting.handshakes, greeting.introductions, greeting.policy);
+    servers
+        .iter()
+        .map(|s| {
+            let settings = BackendSettings {
+                addr: s.address(),
+                timeout: config.timeout,
+                connections: config.server_connections,
+                max_value_len: config
+                    .memcache()
+                    .map_or(VALUE_LEN_CEILING, |m| m.limits.max_value_len),
+                keepalive: config.tcpkeepalive,
+                own_connections: config.redis().map_or(0, |r| r.dedicated_connections),
+                tls: tls.servers.clone(),
+            };
+            let reuse = previous.and_then(|p| {
+                p.backends.iter().find(|b| {
+                    b.settings() == &settings
+                        && b.greets_with(handshakes)
+                        && b.stats.name == s.display_name()
+                        && b.health.policy() == policy
+                })
+            });
+            match reuse {
+                Some(b) => Arc::clone(b),
+                None => {
+                    let stats = Arc::new(ServerStats::new(&s.display_name()));
+                    let health = Arc::new(ServerHealth::new(
+                        policy,
+                        Arc::clone(&shared.changed),
+                        Arc::clone(&shared.stats),
+                    ));
+                    Arc::new(Backend::spawn(
+                        settings,
+                        stats,
+                        health,
+                        config.preconnect,
+                        handshakes.to_vec(),
+                        introductions.to_vec(),
+                        &shared.workers,
+                    ))
+                }
+            }
+        })
+        .collect()
 }
