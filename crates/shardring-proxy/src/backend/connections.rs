@@ -82,7 +82,7 @@ pub(crate) struct Backend<P: Protocol> {
     pub stats: Arc<ServerStats>,
     /// Failure counting and ejection state.
     pub health: Arc<ServerHealth>,
-    /// What the server said about itself ([`Protocol::introductions`]).
+    /// What the server said about itself ([`Dialect::introductions`](crate::protocol::Dialect::introductions)).
     facts: Arc<ServerFacts>,
     /// Each lane's handshake, for the connections of a client's own.
     handshakes: Vec<Vec<(Bytes, P::ReplyKind)>>,
@@ -388,7 +388,7 @@ struct InFlight<P: Protocol> {
     /// When the connection task took it (one clock read per batch, not per request): the start of its
     /// latency and of its timeout.
     queued: Instant,
-    /// The pool's `timeout` applies to its reply ([`Protocol::reply_timed`]).
+    /// The pool's `timeout` applies to its reply ([`Dialect::reply_timed`](crate::protocol::Dialect::reply_timed)).
     timed: bool,
 }
 
@@ -397,12 +397,12 @@ struct InFlight<P: Protocol> {
 struct Connection<P: Protocol> {
     /// Where and how.
     settings: BackendSettings,
-    /// Requests sent first on every new connection (the protocol's [`Protocol::handshake`]).
+    /// Requests sent first on every new connection (the protocol's [`Dialect::handshakes`](crate::protocol::Dialect::handshakes)).
     handshake: Vec<(Bytes, P::ReplyKind)>,
     /// Requests sent and answered before a new connection carries the clients' requests, whose
-    /// replies go to [`Protocol::introduced`] (the protocol's [`Protocol::introductions`]).
+    /// replies go to [`Dialect::introduced`](crate::protocol::Dialect::introduced) (the protocol's [`Dialect::introductions`](crate::protocol::Dialect::introductions)).
     introductions: Vec<(Bytes, P::ReplyKind)>,
-    /// Where [`Protocol::introduced`] records what the server said.
+    /// Where [`Dialect::introduced`](crate::protocol::Dialect::introduced) records what the server said.
     facts: Arc<ServerFacts>,
     /// Tallies.
     stats: Arc<ServerStats>,
@@ -907,7 +907,7 @@ mod tests {
     use crate::metrics::PoolStats;
     use crate::protocol::memcache::Memcache;
 
-    type Kind = <Memcache as Protocol>::ReplyKind;
+    type Kind = <Memcache as crate::protocol::Dialect>::ReplyKind;
 
     /// A request takes its own worker's connection, which runs on that worker's runtime alone: with
     /// worker 1's runtime never driven, its requests wait while worker 0's are answered.

@@ -275,9 +275,9 @@ pub(crate) struct PoolShared<P: Protocol> {
 
 /// How a version's servers are greeted and ejected: what a running backend must share to be reused.
 struct Greeting<'a, P: Protocol> {
-    /// The handshakes each new connection sends ([`Protocol::handshakes`]).
+    /// The handshakes each new connection sends ([`Dialect::handshakes`](crate::protocol::Dialect::handshakes)).
     handshakes: &'a [Vec<(bytes::Bytes, P::ReplyKind)>],
-    /// What a new connection introduces itself with ([`Protocol::introductions`]).
+    /// What a new connection introduces itself with ([`Dialect::introductions`](crate::protocol::Dialect::introductions)).
     introductions: &'a [(bytes::Bytes, P::ReplyKind)],
     /// When a failing server is ejected.
     policy: EjectPolicy,

@@ -19,8 +19,11 @@
 //!
 //! Everything here is pure: no I/O, no tasks. Incomplete input is a normal state (`Ok(None)`).
 
+mod dialect;
 pub mod memcache;
 pub mod redis;
+
+pub(crate) use self::dialect::Dialect;
 
 use std::fmt;
 use std::io;
@@ -42,15 +45,11 @@ pub(crate) type Reply = Result<Bytes, BackendError>;
 ///
 /// One value per pool version (built from its config by [`Protocol::new`]); requests are planned against
 /// it, so settings such as limits or auth live in it.
-pub(crate) trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
+pub(crate) trait Protocol: Dialect + Sized + Send + Sync + fmt::Debug + 'static {
     /// The per-connection request decoder.
     type Decoder: RequestDecoder<Request = Self::Request>;
     /// A decoded client request.
     type Request: Send;
-    /// How a server's reply to one forwarded request is framed (chosen by the plan, per request).
-    type ReplyKind: Copy + Send + Sync + fmt::Debug + 'static;
-    /// The per-server-connection reply framer; it may keep state across reads of one reply.
-    type ReplyScanner: ReplyScanner<Kind = Self::ReplyKind>;
     /// How a single server's reply becomes the client's answer (for example, hidden for `noreply`).
     /// Not `Copy`: a finish may carry what a reply must update (e.g. a cache to fill).
     type Finish: Send + Unpin + fmt::Debug + 'static;
@@ -81,7 +80,7 @@ pub(crate) trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     ) -> Step<Self>;
 
     /// Which set of server connections serves a client in this state: each server has one set of
-    /// connections per entry of [`Protocol::handshakes`] (Redis: RESP2 ones, and RESP3 ones for clients
+    /// connections per entry of [`Dialect::handshakes`] (Redis: RESP2 ones, and RESP3 ones for clients
     /// that said `HELLO 3`, so replies keep the shape the client asked for). When it changes, the
     /// session waits for the client's answers in flight before sending more, so no request overtakes an
     /// earlier one on another connection. By default, 0.
@@ -105,12 +104,6 @@ pub(crate) trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     /// with the failure.
     fn pin_refused(_client: &mut Self::ClientState) {}
 
-    /// Whether a reply of this kind must come within the pool's `timeout` (a blocking command's takes
-    /// as long as the client asked). By default, every reply.
-    fn reply_timed(_kind: Self::ReplyKind) -> bool {
-        true
-    }
-
     /// What the client gets for a frame its subscription connection to `server` brought
     /// ([`Step::Subscribe`]): the frame, rewritten, or nothing. By default, the frame.
     fn pushed(_client: &mut Self::ClientState, _server: usize, frame: Bytes) -> Option<Bytes> {
@@ -123,45 +116,6 @@ pub(crate) trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
     /// Writes the client's answer for a request its server failed (`SERVER_ERROR …`, `-ERR …`).
     fn encode_failure(error: &BackendError, out: &mut BytesMut);
 
-    /// What the health probe sends on a fresh server connection.
-    fn probe_request(&self) -> &'static [u8];
-
-    /// Whether `reply`, the bytes read so far after a probe, is a healthy answer (`Some(true)`), a
-    /// failed one (`Some(false)`), or needs more bytes (`None`).
-    fn probe_answered(reply: &[u8]) -> Option<bool>;
-
-    /// Requests sent on every new server connection before any client request (authentication, database
-    /// selection), each with the framing of its reply; an error reply fails the connection. By default,
-    /// none.
-    fn handshake(&self) -> Vec<(Bytes, Self::ReplyKind)> {
-        Vec::new()
-    }
-
-    /// The handshake of each set of server connections ([`Protocol::lane`]); the first set is the one
-    /// `preconnect` opens. By default, one set with [`Protocol::handshake`].
-    fn handshakes(&self) -> Vec<Vec<(Bytes, Self::ReplyKind)>> {
-        vec![self.handshake()]
-    }
-
-    /// Requests sent on every new server connection before the clients' requests, whose replies tell
-    /// the protocol about the server: each goes to [`Protocol::introduced`]. Unlike the handshake's,
-    /// any reply is accepted, an error included, and a server that closes the connection on them or
-    /// does not answer is served as before, without them (see [`ServerFacts`]). By default, none.
-    fn introductions(&self) -> Vec<(Bytes, Self::ReplyKind)> {
-        Vec::new()
-    }
-
-    /// Reads a server's reply to one of [`Protocol::introductions`] into what is known of it.
-    fn introduced(reply: &[u8], facts: &ServerFacts) {
-        let _ = (reply, facts);
-    }
-
-    /// Gives the protocol what is known of each server of the pool (the pool's servers, then its
-    /// gutter's, as indexed by plans), as it is learned. By default, ignored.
-    fn attach_facts(&mut self, facts: Vec<std::sync::Arc<ServerFacts>>) {
-        let _ = facts;
-    }
-
     /// The commands whose latency the pool tallies (the `command` label of
     /// `shardring_proxy_command_latency_seconds`). By default, none.
     fn command_names() -> &'static [&'static str] {
@@ -170,16 +124,6 @@ pub(crate) trait Protocol: Sized + Send + Sync + fmt::Debug + 'static {
 
     /// Which of [`Protocol::command_names`] `request` is; `None` when it is not tallied. By default, none.
     fn command_index(_request: &Self::Request) -> Option<usize> {
-        None
-    }
-
-    /// Whether a framed reply is an error reply (a failed handshake step, a refused fan-out part).
-    fn is_error_reply(reply: &[u8]) -> bool;
-
-    /// Whether an error reply to a handshake step still lets the connection serve, and why (for the
-    /// log): Redis's answer to `AUTH` when the server has no password. By default, none does.
-    fn handshake_error_tolerated(reply: &[u8]) -> Option<&'static str> {
-        let _ = reply;
         None
     }
 
@@ -203,7 +147,7 @@ pub(crate) struct PoolState<'a> {
     pub(crate) hot: Option<&'a Arc<HotKeys>>,
 }
 
-/// What a server said about itself in reply to the protocol's [`Protocol::introductions`], kept with the
+/// What a server said about itself in reply to the protocol's [`Dialect::introductions`], kept with the
 /// server (a reload that keeps the server keeps them) and updated each time a connection to it opens.
 #[derive(Debug, Default)]
 pub(crate) struct ServerFacts {

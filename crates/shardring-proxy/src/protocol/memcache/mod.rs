@@ -23,6 +23,7 @@
 //! meta commands' errors are shown even with `q`, as memcached shows them.
 
 mod codec;
+mod dialect;
 mod parse;
 mod plan;
 mod remedies;

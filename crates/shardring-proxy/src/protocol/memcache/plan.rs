@@ -20,9 +20,7 @@ use super::remedies::gutter;
 use super::remedies::hot_keys::{self, HotFill, HotInvalidate, HotRead};
 use super::remedies::{dual_writes, replicas};
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
-use super::response::{
-    is_error_reply, item_size_max, status_code, ResponseKind, ResponseScanner, ValueBlocks,
-};
+use super::response::{is_error_reply, status_code, ResponseKind, ValueBlocks};
 use super::route::{Placer, Route};
 use crate::config::{GutterConfig, MemcacheConfig, PoolConfig};
 use crate::error::{BackendError, ProxyError};
@@ -46,11 +44,11 @@ pub const VERSION_REPLY: &[u8] =
 #[derive(Debug)]
 pub(crate) struct Memcache {
     /// The pool's memcached settings.
-    settings: MemcacheSettings,
+    pub(super) settings: MemcacheSettings,
     /// What the pool's servers said of themselves, when the value limit is theirs
     /// ([`Limits::value_len_from_servers`]): each client connection's decoder reads the largest
     /// `item_size_max` from it.
-    servers: Option<Arc<[Arc<ServerFacts>]>>,
+    pub(super) servers: Option<Arc<[Arc<ServerFacts>]>>,
     /// The pool's hot-key detection and cache, when on (shared by the pool's versions).
     hot: Option<Arc<HotKeys>>,
     /// The placement over every server, ejected or not, when keys have replicas or a gutter: replica
@@ -64,7 +62,7 @@ pub(crate) struct Memcache {
 #[derive(Debug, Clone)]
 pub(super) struct MemcacheSettings {
     /// Key, value and line limits.
-    limits: Limits,
+    pub(super) limits: Limits,
     /// A multi-get fails whole when one of its servers fails (twemproxy's behaviour).
     all_or_nothing: bool,
     /// How many servers hold each key (1: no replicas).
@@ -365,8 +363,6 @@ pub(crate) struct GetMerge {
 impl Protocol for Memcache {
     type Decoder = RequestCodec;
     type Request = Request;
-    type ReplyKind = ResponseKind;
-    type ReplyScanner = ResponseScanner;
     type Finish = Finish;
     type Exchange = Merge;
     type ClientState = ();
@@ -410,29 +406,6 @@ impl Protocol for Memcache {
                 RequestCodec::with_server_limits(self.settings.limits, Arc::clone(servers))
             }
             None => RequestCodec::new(self.settings.limits),
-        }
-    }
-
-    fn introductions(&self) -> Vec<(Bytes, ResponseKind)> {
-        if self.settings.limits.value_len_from_servers {
-            vec![(
-                Bytes::from_static(b"stats settings\r\n"),
-                ResponseKind::Stats,
-            )]
-        } else {
-            Vec::new()
-        }
-    }
-
-    fn introduced(reply: &[u8], facts: &ServerFacts) {
-        if let Some(len) = item_size_max(reply) {
-            facts.set_max_value_len(len);
-        }
-    }
-
-    fn attach_facts(&mut self, facts: Vec<Arc<ServerFacts>>) {
-        if self.settings.limits.value_len_from_servers {
-            self.servers = Some(facts.into());
         }
     }
 
@@ -532,22 +505,6 @@ impl Protocol for Memcache {
         out.extend_from_slice(b"SERVER_ERROR ");
         out.extend_from_slice(error.to_string().as_bytes());
         out.extend_from_slice(b"\r\n");
-    }
-
-    fn probe_request(&self) -> &'static [u8] {
-        b"version\r\n"
-    }
-
-    fn probe_answered(reply: &[u8]) -> Option<bool> {
-        if reply.ends_with(b"\r\n") || reply.len() >= 128 {
-            Some(reply.starts_with(b"VERSION "))
-        } else {
-            None
-        }
-    }
-
-    fn is_error_reply(reply: &[u8]) -> bool {
-        is_error_reply(reply)
     }
 
     fn advance(&self, merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {

@@ -16,7 +16,7 @@ use super::merge::{self, Part as MergePart};
 use super::replicas::{self, Next, Replicated, ReplicatedValues};
 use super::reply::{ReplyFramer, ReplyLimits};
 use super::request::{Decoded, Limits, Request, RequestCodec};
-use super::scanner::{Resp, RespScanner};
+use super::scanner::Resp;
 use super::settings::Redis;
 use super::Flavor;
 use super::{pubsub, transaction};
@@ -86,8 +86,6 @@ fn answer(reply: Bytes) -> Step<Redis> {
 impl Protocol for Redis {
     type Decoder = RequestCodec;
     type Request = Request;
-    type ReplyKind = Resp;
-    type ReplyScanner = RespScanner;
     type Finish = Finish;
     type Exchange = RedisMerge;
     type ClientState = ClientState;
@@ -236,10 +234,6 @@ impl Protocol for Redis {
         }
     }
 
-    fn reply_timed(kind: Resp) -> bool {
-        kind != Resp::Unbounded
-    }
-
     fn pushed(client: &mut ClientState, server: usize, frame: Bytes) -> Option<Bytes> {
         pubsub::pushed(client, server, frame)
     }
@@ -332,40 +326,6 @@ impl Protocol for Redis {
         out.extend_from_slice(&merge::failure(&error.to_string()));
     }
 
-    fn probe_request(&self) -> &'static [u8] {
-        b"PING\r\n"
-    }
-
-    fn probe_answered(reply: &[u8]) -> Option<bool> {
-        if reply.ends_with(b"\r\n") || reply.len() >= 128 {
-            // `-NOAUTH` (a pool with `redis_auth`: the probe does not authenticate) is a live server too.
-            Some(reply.starts_with(b"+PONG") || reply.starts_with(b"-NOAUTH"))
-        } else {
-            None
-        }
-    }
-
-    fn handshake(&self) -> Vec<(Bytes, Resp)> {
-        self.greeting(false)
-    }
-
-    fn handshakes(&self) -> Vec<Vec<(Bytes, Resp)>> {
-        vec![self.greeting(false), self.greeting(true)]
-    }
-
-    fn is_error_reply(reply: &[u8]) -> bool {
-        matches!(reply.first(), Some(b'-' | b'!'))
-    }
-
-    fn handshake_error_tolerated(reply: &[u8]) -> Option<&'static str> {
-        // Redis 5's words, then Redis 6 and 7's: the server has no password. nutcracker sends AUTH
-        // and ignores the reply, so operators set the proxy's password before the servers'.
-        let text = reply.strip_prefix(b"-ERR ").unwrap_or_default();
-        (text.starts_with(b"Client sent AUTH, but no password is set")
-            || text.starts_with(b"AUTH <password> called without any password configured"))
-        .then_some("the server has no password: redis_auth is not needed there yet")
-    }
-
     fn command_names() -> &'static [&'static str] {
         static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
         NAMES.get_or_init(|| command::TABLE.iter().map(|s| s.name).collect())
@@ -427,7 +387,7 @@ impl Redis {
     /// A server connection's first requests: `AUTH` (when `redis_auth`), `HELLO 3` (RESP3 connections),
     /// then `SELECT` (when `redis_db` is not 0) — after `AUTH`, since an unauthenticated `SELECT` fails
     /// (nutcracker sends it first, and so silently writes to db 0).
-    fn greeting(&self, resp3: bool) -> Vec<(Bytes, Resp)> {
+    pub(super) fn greeting(&self, resp3: bool) -> Vec<(Bytes, Resp)> {
         let mut out = Vec::new();
         match (&self.user, &self.auth) {
             (Some(user), Some(pass)) => out.push((
