@@ -18,6 +18,24 @@
 //! `migrate` then waits for the application's acknowledgement as for a proxy's, and a participant cut
 //! off from etcd neither blocks the change forever (an operator can `shardring members forget` it
 //! once it is gone) nor serves a value the change made stale.
+//!
+//! ```no_run
+//! use shardring_etcd::{EtcdSource, Participant, PoolRules};
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let source = EtcdSource::builder(&["http://127.0.0.1:2379"], "cache").with_next(true).build();
+//! let ring = Participant::start(&source, "web-7", PoolRules::default()).await?; // the pool's hash, tag, distribution
+//! let view = ring.view(); // one per request: lock-free
+//! match view.route(b"user:42")? {
+//!     // Err(Fenced): retry later
+//!     Some(route) => {
+//!         // get: route.owner.addr(); set/delete/incr…: every m in route.writes(), in order
+//!         let _ = (route.owner.addr(), route.writes().count());
+//!     }
+//!     None => { /* the pool has no servers */ }
+//! }
+//! ring.stop().await; // a clean stop: lease revoked, roster entry removed
+//! # Ok(()) }
+//! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
