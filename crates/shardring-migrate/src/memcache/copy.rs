@@ -278,6 +278,10 @@ impl<'j> Copier<'j> {
             }
         }
         if !changed.is_empty() {
+            // The keys' budget is taken before the source is read, not between the read and the
+            // write: a key written more often than the rate allows would otherwise change again
+            // during every wait and never settle (given up after MAX_ROUNDS).
+            self.acquire(changed.len() as u64, 0).await;
             let (replies, clock) = self.read_source(changed.iter().map(|s| &s.key[..])).await?;
             for (s, reply) in changed.into_iter().zip(replies) {
                 match fetched(s.key.clone(), s.target, reply, clock) {
@@ -288,11 +292,14 @@ impl<'j> Copier<'j> {
                     }
                 }
             }
-            let (keys, bytes) = ops.iter().fold((0, 0), |(k, b), op| match op {
-                Op::Replace(f, _) => (k + 1, b + f.value.len() as u64),
-                _ => (k, b),
-            });
-            self.acquire(keys, bytes).await;
+            let bytes = ops
+                .iter()
+                .map(|op| match op {
+                    Op::Replace(f, _) => f.value.len() as u64,
+                    _ => 0,
+                })
+                .sum();
+            self.acquire_bytes(bytes).await;
         }
         let mut again = Vec::new();
         let mut compare = Vec::new();
@@ -435,6 +442,13 @@ impl<'j> Copier<'j> {
     async fn acquire(&self, keys: u64, bytes: u64) {
         if let (Some(rate), true) = (&self.job.rate, keys > 0) {
             rate.acquire(keys, bytes).await;
+        }
+    }
+
+    /// Takes `bytes` from the byte budget alone (the keys' taken already).
+    async fn acquire_bytes(&self, bytes: u64) {
+        if let (Some(rate), true) = (&self.job.rate, bytes > 0) {
+            rate.acquire(0, bytes).await;
         }
     }
 
