@@ -312,3 +312,87 @@ async fn a_write_its_next_owner_did_not_take_is_not_acknowledged() {
     assert!(refused > 5, "{refused}");
     proxy.stop().await;
 }
+
+/// Transactions and blocking commands run on one server and are not dual-written: while a change is
+/// planned, one that writes a key the change moves is refused with `-TRYAGAIN` (it would be lost at
+/// the cut-over), and the same commands on keys that stay are served.
+#[tokio::test]
+async fn a_transaction_or_blocking_pop_of_a_moving_key_is_refused_during_a_change() {
+    let Some(rs) = (0..4)
+        .map(|_| RedisServer::start(&[]))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    let mut config = redis_pool(&rs, "  hash: md5\n");
+    let next = redis_pool(&rs[..3], "  hash: md5\n");
+    config.next = Some(NextMembership::of(&next));
+    let proxy = RunningProxy::start(config.clone()).await;
+    let mut c = proxy.client().await;
+    let (mut moving, mut staying) = (None, None);
+    for i in 0..200 {
+        let key = format!("t:{i}");
+        let (now, then) = owners(&config, &next, &key);
+        if now != then {
+            moving.get_or_insert(key);
+        } else {
+            staying.get_or_insert(key);
+        }
+    }
+    let (moving, staying) = (moving.unwrap(), staying.unwrap());
+    // A transaction writing a key that stays: served.
+    assert_eq!(cmds(&mut c, &["MULTI"]).await, "+OK\r\n");
+    assert_eq!(cmds(&mut c, &["SET", &staying, "1"]).await, "+QUEUED\r\n");
+    assert_eq!(cmds(&mut c, &["EXEC"]).await, "*1\r\n+OK\r\n");
+    // One writing a key that moves: refused, nothing applied.
+    assert_eq!(cmds(&mut c, &["MULTI"]).await, "+OK\r\n");
+    assert_eq!(cmds(&mut c, &["SET", &moving, "1"]).await, "+QUEUED\r\n");
+    let exec = cmds(&mut c, &["EXEC"]).await;
+    assert!(exec.starts_with("-TRYAGAIN"), "{exec:?}");
+    assert_eq!(cmds(&mut c, &["EXISTS", &moving]).await, ":0\r\n");
+    // A blocking pop of a key that moves: refused; of one that stays: served.
+    assert_eq!(cmds(&mut c, &["RPUSH", &moving, "x"]).await, ":1\r\n");
+    let pop = cmds(&mut c, &["BLPOP", &moving, "1"]).await;
+    assert!(pop.starts_with("-TRYAGAIN"), "{pop:?}");
+    assert_eq!(cmds(&mut c, &["DEL", &staying]).await, ":1\r\n");
+    assert_eq!(cmds(&mut c, &["RPUSH", &staying, "y"]).await, ":1\r\n");
+    let popped = cmds(&mut c, &["BLPOP", &staying, "1"]).await;
+    assert!(popped.starts_with("*2\r\n"), "{popped:?}");
+    proxy.stop().await;
+}
+
+/// A write whose keys share a server now but not next cannot be dual-written as one command: refused
+/// during the change; keys that stay together are served.
+#[tokio::test]
+async fn a_write_whose_keys_a_change_moves_apart_is_refused_during_it() {
+    let Some(rs) = (0..4)
+        .map(|_| RedisServer::start(&[]))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    let mut config = redis_pool(&rs, "  hash: md5\n");
+    let next = redis_pool(&rs[..3], "  hash: md5\n");
+    config.next = Some(NextMembership::of(&next));
+    let proxy = RunningProxy::start(config.clone()).await;
+    let mut c = proxy.client().await;
+    // Two keys on one server now, whose owners next differ (one moves, one stays there).
+    let keys: Vec<String> = (0..400).map(|i| format!("a:{i}")).collect();
+    let mut pair = None;
+    'outer: for a in &keys {
+        for b in &keys {
+            let ((na, xa), (nb, xb)) = (owners(&config, &next, a), owners(&config, &next, b));
+            if na == nb && xa != xb {
+                pair = Some((a.clone(), b.clone()));
+                break 'outer;
+            }
+        }
+    }
+    let (a, b) = pair.expect("two keys together now and apart next");
+    let reply = cmds(&mut c, &["RENAME", &a, &b]).await;
+    assert!(reply.starts_with("-TRYAGAIN"), "{reply:?}");
+    // With one hash tag they stay together: served (here, no such key: Redis's own error).
+    let tagged = cmds(&mut c, &["RENAME", "{t}a", "{t}b"]).await;
+    assert!(tagged.starts_with("-ERR no such key"), "{tagged:?}");
+    proxy.stop().await;
+}

@@ -13,12 +13,17 @@
 //!   next owner, split by server, as further parts of the same round (the client's answer merges
 //!   the owners' parts only): counted in `dual_writes`, and a next owner's part that failed or
 //!   was refused in `dual_write_disagreements`.
-//! - Not dual-written: a command whose keys have different next owners (they share a server now
-//!   but not next: without a hash tag), transactions and blocking commands (they run on the client's
-//!   own connection to one server). `shardring migrate`'s verify pass copies such keys again when
-//!   their values differ, so the copy is not lost; writes made by them after the copy are.
+//! - Not dual-written, so refused with `-TRYAGAIN` while the change is under way when they write a
+//!   key it moves (they would be lost at the cut-over): a command whose keys have different next
+//!   owners (they share a server now but not next: without a hash tag), transactions and blocking
+//!   commands (they run on the client's own connection to one server: `transaction.rs`). The same
+//!   commands on keys that stay are served.
 
 use std::sync::Arc;
+
+/// The answer to a write whose keys share a server now but not next, while a planned change is
+/// under way: it cannot be dual-written as one command.
+pub(crate) const APART: &[u8] = b"-TRYAGAIN a planned membership change moves this command's keys apart; retry once it is over, or give them one hash tag\r\n";
 
 use crate::metrics::PoolStats;
 use crate::protocol::{Answer, PartReply, PlanContext};

@@ -456,6 +456,13 @@ impl Redis {
                     RedisMerge::Dual(Arc::clone(ctx.stats)),
                 ));
             }
+            // Keys that share a server now but not next (no hash tag) cannot be dual-written as
+            // one command: refused while the change is under way, as it would be lost at the
+            // cut-over (`dual_writes.rs`).
+            let mut names = keys.iter().map(|k| req.arg(k).unwrap_or_default());
+            if owner.is_some() && names.any(|k| ctx.next_owner(k, owner).is_some()) {
+                return Step::Answer(Answer::fixed(dual_writes::APART));
+            }
         }
         Step::Forward {
             server: owner,

@@ -76,6 +76,25 @@ struct Queue {
     refused: bool,
     /// The keys of the queued writes, when the pool caches hot keys: `EXEC` invalidates them.
     written: Vec<Bytes>,
+    /// A queued write has a key whose owner a planned change moves: `EXEC` refuses the transaction
+    /// (see [`MOVING`]).
+    moves: bool,
+}
+
+/// A transaction or a blocking command is not dual-written (it runs on one server, on the client's
+/// own connection), so one that writes a key a planned change moves would be lost at the cut-over
+/// (or, for a blocking pop, come back with the copy): refused while the change is under way, in
+/// Redis Cluster's word for "retry" (`-TRYAGAIN`, which cluster clients retry). Keys that do not
+/// move are served as usual.
+const MOVING: &[u8] = b"-TRYAGAIN a planned membership change moves a key this command writes; retry once it is over\r\n";
+
+/// Whether the change under way moves one of `keys` (argument positions of `req`) off `server`.
+fn moves(req: &Request, keys: &[usize], server: Option<usize>, ctx: &PlanContext<'_>) -> bool {
+    ctx.next.is_some()
+        && keys.iter().any(|&k| {
+            ctx.next_owner(req.arg(k).unwrap_or_default(), server)
+                .is_some()
+        })
 }
 
 impl Transaction {
@@ -125,7 +144,13 @@ pub(crate) fn plan(
     let routed = routed.as_ref().ok()?;
     match &routed.route {
         Route::Transaction(txn, keys) => Some(outside(*txn, req, keys, client, ctx)),
-        Route::Block(keys) => Some(block(req, keys, client, ctx)),
+        Route::Block(keys) => Some(block(
+            req,
+            keys,
+            super::replicas::is_write(routed.spec),
+            client,
+            ctx,
+        )),
         _ => None,
     }
 }
@@ -220,10 +245,12 @@ fn pin_to(client: &mut impl InTransaction, server: usize) -> Option<&mut Transac
     Some(t)
 }
 
-/// A blocking command outside `MULTI`: to its keys' server, on a connection of the client's own.
+/// A blocking command outside `MULTI`: to its keys' server, on a connection of the client's own
+/// (`write`: it changes them, as `BLPOP` does; refused while a planned change moves one).
 fn block(
     req: &Request,
     keys: &command::KeyArgs,
+    write: bool,
     client: &mut impl InTransaction,
     ctx: &PlanContext<'_>,
 ) -> Step<Redis> {
@@ -232,6 +259,10 @@ fn block(
         Ok(s) => s,
     };
     if let Some(server) = server {
+        let keys: Vec<usize> = keys.iter().collect();
+        if write && moves(req, &keys, Some(server), ctx) {
+            return fixed(MOVING);
+        }
         let Some(t) = pin_to(client, server) else {
             return fixed(CROSSSLOT);
         };
@@ -310,6 +341,7 @@ fn queue(
                 .map(|&k| Bytes::copy_from_slice(req.arg(k).unwrap_or_default())),
         );
     }
+    let keys_of_write = keys.clone();
     match server_of(req, keys.into_iter(), ctx) {
         Err(()) => {
             q.refused = true;
@@ -324,6 +356,9 @@ fn queue(
         },
         // No live server for the key: EXEC will say so.
         Ok(None) => {}
+    }
+    if super::replicas::is_write(routed.spec) && moves(req, &keys_of_write, q.server, ctx) {
+        q.moves = true;
     }
     if q.frames.len() + req.frame.len() > redis.limits.max_request_len {
         q.refused = true;
@@ -348,12 +383,12 @@ fn exec(redis: &Redis, t: &mut Transaction, ctx: &PlanContext<'_>) -> Step<Redis
         t.watching = false;
         t.release_next = true;
     }
-    if q.refused {
+    if q.refused || q.moves {
         ctx.stats.transactions_aborted.inc();
         if watching {
             t.unpin();
         }
-        return fixed(EXECABORT);
+        return fixed(if q.refused { EXECABORT } else { MOVING });
     }
     let server = match (t.pinned.filter(|_| watching), q.server) {
         (Some(p), _) => Some(p),
