@@ -18,9 +18,14 @@ use std::task::{ready, Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
+mod modes;
+mod pending;
+
+use self::modes::{poll_push, Parked, Pinned};
+use self::pending::Pending;
 use crate::admission::Admitted;
-use crate::backend::subscription::{Push, SubscriptionConnection, PUSH_QUEUE};
-use crate::backend::{Backend, ConnectionRoute, OwnConnection, ReplyQueue, ReplyTo};
+use crate::backend::subscription::Push;
+use crate::backend::{ConnectionRoute, ReplyQueue};
 use crate::buffers;
 use crate::drain::Drain;
 use crate::error::BackendError;
@@ -28,8 +33,7 @@ use crate::net::ClientStream;
 use crate::pool::current::Pool;
 use crate::pool::version::PoolVersion;
 use crate::protocol::{
-    Answer, FollowUp, Incoming, PartReply, Phase, Placement, PlanContext, PreviousRouting,
-    Protocol, RequestDecoder, Round, Step,
+    Answer, Incoming, PlanContext, PreviousRouting, Protocol, RequestDecoder, Step,
 };
 
 /// The most requests one client may have in flight; past it the proxy stops reading from that client
@@ -90,110 +94,12 @@ enum Outgoing {
 /// What an answer's latency is tallied under: its command's index and when its request was decoded.
 type Timing = Option<(usize, std::time::Instant)>;
 
-/// An answer on its way, in the client's request order.
-enum Pending<P: Protocol> {
-    /// Known already.
-    Ready(Option<Answer>),
-    /// One server's reply in the session's reply slot of this number, and how it becomes the answer.
-    Slot(u64, Option<P::Finish>),
-    /// An exchange's answer, once its rounds are done.
-    Joined(Pin<Box<dyn Future<Output = Answer> + Send>>),
-}
-
-impl<P: Protocol> Pending<P> {
-    /// The answer, once known; `replies` is the session's reply queue (for [`Pending::Slot`]). Polled
-    /// again after completing, it answers nothing.
-    fn poll_answer(&mut self, replies: &ReplyQueue, cx: &mut Context<'_>) -> Poll<Answer> {
-        let (reply, finish) = match self {
-            Pending::Ready(a) => return Poll::Ready(a.take().unwrap_or(Answer::Nothing)),
-            Pending::Joined(f) => return f.as_mut().poll(cx),
-            Pending::Slot(_, None) => return Poll::Ready(Answer::Nothing),
-            Pending::Slot(number, finish) => match replies.poll_take(*number, cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(reply) => (reply, finish),
-            },
-        };
-        Poll::Ready(match finish.take() {
-            Some(finish) => P::finish(finish, reply),
-            None => Answer::Nothing,
-        })
-    }
-}
-
-/// What a client pinned to a server ([`Protocol::pinned`]) or subscribed ([`Step::Subscribe`])
-/// holds; boxed, as most clients never are.
-struct Pinned<P: Protocol> {
-    /// Its connection of its own, to the server it is pinned to.
-    own: Option<Own<P>>,
-    /// A request planned while the pin changed, waiting for the answers before it to be in.
-    parked: Option<Parked<P>>,
-    /// Its subscription connections and what they bring.
-    subscriber: Option<Subscriber<P>>,
-    /// A subscription connection could not be opened: the client is answered, then closed (it
-    /// cannot be left subscribed on some servers only).
-    failed: bool,
-}
-
-impl<P: Protocol> Pinned<P> {
-    fn new() -> Box<Pinned<P>> {
-        Box::new(Pinned {
-            own: None,
-            parked: None,
-            subscriber: None,
-            failed: false,
-        })
-    }
-
-    /// The connection of its own for a request to `server` (`backend`), when it holds one there.
-    fn own_to(&self, server: usize, backend: &Arc<Backend<P>>) -> Option<&OwnConnection<P>> {
-        self.own
-            .as_ref()
-            .filter(|o| o.server == server && Arc::ptr_eq(&o.backend, backend))
-            .map(|o| &o.connection)
-    }
-
-    /// Nothing held: the box can go.
-    fn is_idle(&self) -> bool {
-        self.own.is_none() && self.parked.is_none() && self.subscriber.is_none()
-    }
-}
-
-/// A subscriber's connections, one per server it subscribed on, and the frames they bring.
-struct Subscriber<P: Protocol> {
-    /// Each server's connection, with the server (a reload may renumber the pool).
-    connections: Vec<(usize, Arc<Backend<P>>, SubscriptionConnection)>,
-    /// What a new connection sends its frames with.
-    pushes_to: tokio::sync::mpsc::Sender<Push>,
-    /// The frames, in each server's order.
-    pushes: tokio::sync::mpsc::Receiver<Push>,
-}
-
 /// What woke the session: the front answer, or a subscription connection's frame.
 enum Woke {
     /// The front answer is ready.
     Answer(Answer),
     /// A subscription connection brought this.
     Push(Push),
-}
-
-/// A client's connection of its own to one server.
-struct Own<P: Protocol> {
-    /// The server's index, as the plan numbered it.
-    server: usize,
-    /// The server (a reload may renumber the pool: requests for another server never take it).
-    backend: Arc<Backend<P>>,
-    /// The connection.
-    connection: OwnConnection<P>,
-}
-
-/// A planned request waiting to be sent.
-struct Parked<P: Protocol> {
-    /// The pool version it was planned against.
-    version: Arc<PoolVersion<P>>,
-    /// What to do with it.
-    step: Step<P>,
-    /// What its latency is tallied under.
-    timed: Timing,
 }
 
 /// One client connection's state.
@@ -261,98 +167,8 @@ impl<P: Protocol> Session<P> {
         let stopped = drain.watch();
         tokio::pin!(stopped);
         loop {
-            while !closing && self.pending.len() < MAX_PIPELINE {
-                // After a change of connection set, nothing is sent until the answers in flight on the
-                // old set are in: a request must not overtake an earlier one on another connection.
-                if P::lane(&self.state) != self.lane as usize {
-                    if !self.pending.is_empty() {
-                        break;
-                    }
-                    self.lane = u32::try_from(P::lane(&self.state)).unwrap_or(u32::MAX);
-                }
-                if self.held {
-                    if !self.pending.is_empty() {
-                        break;
-                    }
-                    self.held = false;
-                }
-                // A pinned client's requests go one at a time, so one on its own connection and one
-                // on a shared connection are never both in flight; a request parked while the pin
-                // changed goes once the answers before it are in.
-                if let Some(pin) = self.pin.as_deref_mut() {
-                    if !self.pending.is_empty() {
-                        break;
-                    }
-                    if let Some(parked) = pin.parked.take() {
-                        let Parked {
-                            version,
-                            step,
-                            timed,
-                        } = parked;
-                        let p = self.repin_and_start(&version, step);
-                        self.push(p, timed);
-                        continue;
-                    }
-                }
-                // Nothing buffered is always "more bytes needed": skip the decoder's call (twice per
-                // request otherwise, once after the answer and once after the read).
-                if self.rbuf.is_empty() {
-                    break;
-                }
-                match self.decoder.decode(&mut self.rbuf)? {
-                    None => break,
-                    Some(Incoming::Request(req)) => {
-                        self.pool.shared.stats.requests.inc();
-                        let timed = P::command_index(&req).map(|i| (i, std::time::Instant::now()));
-                        let version = self.pool.current.load();
-                        let step = self.plan(&version, req);
-                        if let Step::Close(answer) = step {
-                            self.push(Pending::Ready(Some(answer)), timed);
-                            closing = true;
-                            break;
-                        }
-                        if let Step::Exchange(round) = &step {
-                            self.held = version.protocol.in_order(&round.exchange);
-                        }
-                        let subscribing = matches!(step, Step::Subscribe { .. });
-                        if self.pin.is_some() || subscribing || P::pinned(&self.state).is_some() {
-                            if !self.pending.is_empty() {
-                                let parked = Parked {
-                                    version: Arc::clone(&version),
-                                    step,
-                                    timed,
-                                };
-                                let pin = self.pin.get_or_insert_with(Pinned::new);
-                                pin.parked = Some(parked);
-                                break;
-                            }
-                            let p = self.repin_and_start(&version, step);
-                            self.push(p, timed);
-                            if self.pin.as_ref().is_some_and(|p| p.failed) {
-                                closing = true;
-                                break;
-                            }
-                            continue;
-                        }
-                        let p = self.start(&version, step);
-                        self.push(p, timed);
-                    }
-                    Some(Incoming::Refused {
-                        reply,
-                        reason,
-                        close,
-                    }) => {
-                        self.pool.shared.stats.client_errors.inc();
-                        self.push(Pending::Ready(Some(Answer::Bytes(reply))), None);
-                        if close {
-                            tracing::info!(
-                                %reason,
-                                "closing a client connection: its input cannot be resynchronised"
-                            );
-                            closing = true;
-                        }
-                    }
-                }
+            if !closing {
+                closing = self.take_requests()?;
             }
             if closing && self.pending.is_empty() {
                 self.stream.flush().await?;
@@ -427,6 +243,104 @@ impl<P: Protocol> Session<P> {
                 buffers::give(buf);
             }
         }
+    }
+
+    /// Decodes, plans and sends the requests buffered, while the pipeline has room and nothing in
+    /// flight must come first (a change of connection set, an exchange held in order, a pinned
+    /// client's one request at a time). `Ok(true)` once the client is to be closed.
+    fn take_requests(&mut self) -> io::Result<bool> {
+        while self.pending.len() < MAX_PIPELINE {
+            // After a change of connection set, nothing is sent until the answers in flight on the
+            // old set are in: a request must not overtake an earlier one on another connection.
+            if P::lane(&self.state) != self.lane as usize {
+                if !self.pending.is_empty() {
+                    return Ok(false);
+                }
+                self.lane = u32::try_from(P::lane(&self.state)).unwrap_or(u32::MAX);
+            }
+            if self.held {
+                if !self.pending.is_empty() {
+                    return Ok(false);
+                }
+                self.held = false;
+            }
+            // A pinned client's requests go one at a time, so one on its own connection and one
+            // on a shared connection are never both in flight; a request parked while the pin
+            // changed goes once the answers before it are in.
+            if let Some(pin) = self.pin.as_deref_mut() {
+                if !self.pending.is_empty() {
+                    return Ok(false);
+                }
+                if let Some(parked) = pin.parked.take() {
+                    let Parked {
+                        version,
+                        step,
+                        timed,
+                    } = parked;
+                    let p = self.repin_and_start(&version, step);
+                    self.push(p, timed);
+                    continue;
+                }
+            }
+            // Nothing buffered is always "more bytes needed": skip the decoder's call (twice per
+            // request otherwise, once after the answer and once after the read).
+            if self.rbuf.is_empty() {
+                return Ok(false);
+            }
+            match self.decoder.decode(&mut self.rbuf)? {
+                None => break,
+                Some(Incoming::Request(req)) => {
+                    self.pool.shared.stats.requests.inc();
+                    let timed = P::command_index(&req).map(|i| (i, std::time::Instant::now()));
+                    let version = self.pool.current.load();
+                    let step = self.plan(&version, req);
+                    if let Step::Close(answer) = step {
+                        self.push(Pending::Ready(Some(answer)), timed);
+                        return Ok(true);
+                    }
+                    if let Step::Exchange(round) = &step {
+                        self.held = version.protocol.in_order(&round.exchange);
+                    }
+                    let subscribing = matches!(step, Step::Subscribe { .. });
+                    if self.pin.is_some() || subscribing || P::pinned(&self.state).is_some() {
+                        if !self.pending.is_empty() {
+                            let parked = Parked {
+                                version: Arc::clone(&version),
+                                step,
+                                timed,
+                            };
+                            let pin = self.pin.get_or_insert_with(Pinned::new);
+                            pin.parked = Some(parked);
+                            return Ok(false);
+                        }
+                        let p = self.repin_and_start(&version, step);
+                        self.push(p, timed);
+                        if self.pin.as_ref().is_some_and(|p| p.failed) {
+                            return Ok(true);
+                        }
+                        continue;
+                    }
+                    let p = self.start(&version, step);
+                    self.push(p, timed);
+                }
+                Some(Incoming::Refused {
+                    reply,
+                    reason,
+                    close,
+                }) => {
+                    self.pool.shared.stats.client_errors.inc();
+                    self.push(Pending::Ready(Some(Answer::Bytes(reply))), None);
+                    if close {
+                        tracing::info!(
+                            %reason,
+                            "closing a client connection: its input cannot be resynchronised"
+                        );
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// The front answer `first` and the answers ready behind it, to go out in one write: `first`'s
@@ -529,170 +443,6 @@ impl<P: Protocol> Session<P> {
         }
     }
 
-    /// Takes, keeps or gives back the connection of its own the client's pin asks for now
-    /// ([`Protocol::pinned`]), with nothing in flight, then sends `step`. When no connection can be
-    /// had, the protocol forgets the pin and `step` is answered with why.
-    fn repin_and_start(&mut self, version: &Arc<PoolVersion<P>>, step: Step<P>) -> Pending<P> {
-        let wanted = P::pinned(&self.state);
-        let pin = self.pin.get_or_insert_with(Pinned::new);
-        let kept = match (&pin.own, wanted) {
-            (Some(own), Some(server)) => {
-                own.server == server
-                    && version
-                        .backends
-                        .get(server)
-                        .is_some_and(|b| Arc::ptr_eq(b, &own.backend))
-            }
-            _ => false,
-        };
-        if !kept {
-            // Dropped first: a server's bound counts the connection given back.
-            pin.own = None;
-            if let Some(server) = wanted {
-                let opened = match version.backends.get(server) {
-                    Some(backend) => backend
-                        .own_connection(self.lane as usize)
-                        .map(|connection| Own {
-                            server,
-                            backend: Arc::clone(backend),
-                            connection,
-                        }),
-                    None => Err(BackendError::Removed),
-                };
-                match opened {
-                    Ok(own) => pin.own = Some(own),
-                    Err(e) => {
-                        P::pin_refused(&mut self.state);
-                        if pin.is_idle() {
-                            self.pin = None;
-                        }
-                        return Pending::Ready(Some(Answer::Failed(e)));
-                    }
-                }
-            }
-        }
-        if let Step::Subscribe {
-            sends,
-            kind,
-            answer,
-        } = step
-        {
-            return self.subscribe(version, sends, kind, answer);
-        }
-        if pin.is_idle() {
-            self.pin = None;
-        }
-        self.start(version, step)
-    }
-
-    /// Sends a subscriber's frames on its subscription connections, opening those it lacks, and
-    /// answers `answer`. When one cannot be opened, the client gets why and is closed.
-    fn subscribe(
-        &mut self,
-        version: &PoolVersion<P>,
-        sends: Vec<(usize, Bytes)>,
-        kind: P::ReplyKind,
-        answer: Answer,
-    ) -> Pending<P> {
-        let lane = self.lane as usize;
-        let pin = self.pin.get_or_insert_with(Pinned::new);
-        let sub = pin.subscriber.get_or_insert_with(|| {
-            let (pushes_to, pushes) = tokio::sync::mpsc::channel(PUSH_QUEUE);
-            Subscriber {
-                connections: Vec::new(),
-                pushes_to,
-                pushes,
-            }
-        });
-        for (server, frame) in sends {
-            let Some(backend) = version.backends.get(server) else {
-                continue;
-            };
-            let open = sub
-                .connections
-                .iter()
-                .position(|(s, b, _)| *s == server && Arc::ptr_eq(b, backend));
-            let at = match open {
-                Some(at) => at,
-                None => match backend.subscription(server, lane, kind, sub.pushes_to.clone()) {
-                    Ok(c) => {
-                        sub.connections.push((server, Arc::clone(backend), c));
-                        sub.connections.len() - 1
-                    }
-                    Err(e) => {
-                        pin.failed = true;
-                        return Pending::Ready(Some(Answer::Failed(e)));
-                    }
-                },
-            };
-            sub.connections[at].2.send(frame);
-        }
-        Pending::Ready(Some(answer))
-    }
-
-    /// Sends a planned request on its way: a forwarded one into a slot of the reply queue, an
-    /// exchange's first round at once (pipelined with the client's other requests), its later rounds
-    /// when [`Protocol::advance`] asks for them.
-    fn start(&self, version: &Arc<PoolVersion<P>>, step: Step<P>) -> Pending<P> {
-        match step {
-            // A subscriber's step is sent by `subscribe`; here only its answer is left.
-            Step::Answer(a) | Step::Close(a) | Step::Subscribe { answer: a, .. } => {
-                Pending::Ready(Some(a))
-            }
-            // Through the finish, as a server's failure is: a `noreply` command stays silent.
-            Step::Forward {
-                server: None,
-                finish,
-                ..
-            } => Pending::Ready(Some(P::finish(finish, Err(BackendError::NoServer)))),
-            Step::Forward {
-                server: Some(server),
-                frame,
-                kind,
-                finish,
-            } => {
-                let (number, slot) = self.replies.slot();
-                let backend = &version.backends[server];
-                let reply = ReplyTo::Slot(slot);
-                match self.pin.as_deref().and_then(|p| p.own_to(server, backend)) {
-                    None => backend.send_to(self.connection_route(), frame, kind, reply),
-                    Some(own) => own.send_to(frame, kind, reply),
-                }
-                Pending::Slot(number, Some(finish))
-            }
-            Step::Exchange(round) => {
-                let (replies, to) = (self.replies.clone(), self.connection_route());
-                let (mut sent, mut exchange) = send_round(&replies, version, to, round);
-                let version = Arc::clone(version);
-                Pending::Joined(Box::pin(async move {
-                    loop {
-                        // Each part's reply in turn: the next move needs them all.
-                        let mut replies_in = Vec::with_capacity(sent.len());
-                        for (number, server) in &sent {
-                            replies_in.push(PartReply {
-                                reply: poll_fn(|cx| replies.poll_take(*number, cx)).await,
-                                server: server
-                                    .as_ref()
-                                    .map_or("a server of the previous ring", |s| {
-                                        &s.settings().addr
-                                    }),
-                            });
-                        }
-                        match version.protocol.advance(exchange, replies_in) {
-                            Phase::Done { answer, follow_ups } => {
-                                send_follow_ups(&version, to, follow_ups);
-                                return answer;
-                            }
-                            Phase::Again(round) => {
-                                (sent, exchange) = send_round(&replies, &version, to, round);
-                            }
-                        }
-                    }
-                }))
-            }
-        }
-    }
-
     fn write_answer(&self, a: Answer, out: &mut BytesMut) {
         match a {
             Answer::Bytes(b) => out.extend_from_slice(&b),
@@ -711,18 +461,6 @@ impl<P: Protocol> Session<P> {
                 P::encode_failure(&crate::fence::explain(e, fence, unconfirmed, stats), out);
             }
         }
-    }
-}
-
-/// The next frame of the client's subscription connections (pending while it has none).
-fn poll_push<P: Protocol>(pin: &mut Option<Box<Pinned<P>>>, cx: &mut Context<'_>) -> Poll<Push> {
-    match pin.as_deref_mut().and_then(|p| p.subscriber.as_mut()) {
-        // The session holds a sender: the queue never ends while it polls.
-        Some(s) => s
-            .pushes
-            .poll_recv(cx)
-            .map(|p| p.unwrap_or(Push::Lost("subscription queue closed".into()))),
-        None => Poll::Pending,
     }
 }
 
@@ -754,74 +492,6 @@ fn poll_read(
         rbuf.reserve(buffers::BUFFER_CAPACITY);
     }
     tokio_util::io::poll_read_buf(Pin::new(stream), cx, rbuf)
-}
-
-/// A part sent: its reply slot, and its server (as the plan numbered them; `None` for a previous-ring
-/// server whose version is gone).
-type Sent<P> = (u64, Option<Arc<Backend<P>>>);
-
-/// Sends a round of an exchange: its follow-ups, then each part to its server with a slot of the
-/// session's reply queue. Gives the parts sent and what reads their replies.
-///
-/// Every round sends alike. A part's server is an index into `version`, the snapshot its plan was made
-/// against, as a forwarded request's is, or into that snapshot's previous version
-/// ([`Placement::Previous`]).
-fn send_round<P: Protocol>(
-    replies: &ReplyQueue,
-    version: &PoolVersion<P>,
-    to: ConnectionRoute,
-    round: Round<P>,
-) -> (Vec<Sent<P>>, P::Exchange) {
-    send_follow_ups(version, to, round.follow_ups);
-    let sent = round
-        .parts
-        .into_iter()
-        .map(|part| {
-            let (number, slot) = replies.slot();
-            let backend = backend_of(version, part.placement, part.server);
-            match &backend {
-                Some(b) => b.send_to(to, part.frame, part.kind, ReplyTo::Slot(slot)),
-                // The window closed since the plan: the part reads as a server gone.
-                None => slot.send(Err(BackendError::Removed)),
-            }
-            (number, backend)
-        })
-        .collect();
-    (sent, round.exchange)
-}
-
-/// Sends requests whose replies nobody waits for: each is awaited by a task of its own (a channel,
-/// not a slot of the session), goes through its finish, and is dropped.
-fn send_follow_ups<P: Protocol>(
-    version: &PoolVersion<P>,
-    to: ConnectionRoute,
-    follow_ups: Vec<FollowUp<P>>,
-) {
-    for (part, finish) in follow_ups {
-        let Some(b) = backend_of(version, part.placement, part.server) else {
-            continue;
-        };
-        let rx = b.send(to, part.frame, part.kind);
-        tokio::spawn(async move {
-            let reply = rx.await.unwrap_or(Err(BackendError::Removed));
-            drop(P::finish(finish, reply));
-        });
-    }
-}
-
-/// The server a part goes to: `server` of `version`, or of its previous version while that is kept.
-fn backend_of<P: Protocol>(
-    version: &PoolVersion<P>,
-    placement: Placement,
-    server: usize,
-) -> Option<Arc<Backend<P>>> {
-    match placement {
-        Placement::Current => version.backends.get(server).map(Arc::clone),
-        Placement::Previous => version
-            .previous
-            .load_full()
-            .and_then(|old| old.backends.get(server).map(Arc::clone)),
-    }
 }
 
 #[cfg(test)]

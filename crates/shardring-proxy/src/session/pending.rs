@@ -1,0 +1,181 @@
+//! A request on its way, as the session sends it and waits for its answer: a forwarded request
+//! in a slot of the session's reply queue, an exchange's rounds (each part to its server with a slot,
+//! the follow-ups whose replies nobody waits for), and the answer they become ([`Pending`]).
+
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use super::Session;
+use crate::backend::{Backend, ConnectionRoute, ReplyQueue, ReplyTo};
+use crate::error::BackendError;
+use crate::pool::version::PoolVersion;
+use crate::protocol::{Answer, FollowUp, PartReply, Phase, Placement, Protocol, Round, Step};
+
+/// An answer on its way, in the client's request order.
+pub(super) enum Pending<P: Protocol> {
+    /// Known already.
+    Ready(Option<Answer>),
+    /// One server's reply in the session's reply slot of this number, and how it becomes the answer.
+    Slot(u64, Option<P::Finish>),
+    /// An exchange's answer, once its rounds are done.
+    Joined(Pin<Box<dyn Future<Output = Answer> + Send>>),
+}
+
+impl<P: Protocol> Pending<P> {
+    /// The answer, once known; `replies` is the session's reply queue (for [`Pending::Slot`]). Polled
+    /// again after completing, it answers nothing.
+    pub(super) fn poll_answer(
+        &mut self,
+        replies: &ReplyQueue,
+        cx: &mut Context<'_>,
+    ) -> Poll<Answer> {
+        let (reply, finish) = match self {
+            Pending::Ready(a) => return Poll::Ready(a.take().unwrap_or(Answer::Nothing)),
+            Pending::Joined(f) => return f.as_mut().poll(cx),
+            Pending::Slot(_, None) => return Poll::Ready(Answer::Nothing),
+            Pending::Slot(number, finish) => match replies.poll_take(*number, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(reply) => (reply, finish),
+            },
+        };
+        Poll::Ready(match finish.take() {
+            Some(finish) => P::finish(finish, reply),
+            None => Answer::Nothing,
+        })
+    }
+}
+
+impl<P: Protocol> Session<P> {
+    /// Sends a planned request on its way: a forwarded one into a slot of the reply queue, an
+    /// exchange's first round at once (pipelined with the client's other requests), its later rounds
+    /// when [`Protocol::advance`] asks for them.
+    pub(super) fn start(&self, version: &Arc<PoolVersion<P>>, step: Step<P>) -> Pending<P> {
+        match step {
+            // A subscriber's step is sent by `subscribe`; here only its answer is left.
+            Step::Answer(a) | Step::Close(a) | Step::Subscribe { answer: a, .. } => {
+                Pending::Ready(Some(a))
+            }
+            // Through the finish, as a server's failure is: a `noreply` command stays silent.
+            Step::Forward {
+                server: None,
+                finish,
+                ..
+            } => Pending::Ready(Some(P::finish(finish, Err(BackendError::NoServer)))),
+            Step::Forward {
+                server: Some(server),
+                frame,
+                kind,
+                finish,
+            } => {
+                let (number, slot) = self.replies.slot();
+                let backend = &version.backends[server];
+                let reply = ReplyTo::Slot(slot);
+                match self.pin.as_deref().and_then(|p| p.own_to(server, backend)) {
+                    None => backend.send_to(self.connection_route(), frame, kind, reply),
+                    Some(own) => own.send_to(frame, kind, reply),
+                }
+                Pending::Slot(number, Some(finish))
+            }
+            Step::Exchange(round) => {
+                let (replies, to) = (self.replies.clone(), self.connection_route());
+                let (mut sent, mut exchange) = send_round(&replies, version, to, round);
+                let version = Arc::clone(version);
+                Pending::Joined(Box::pin(async move {
+                    loop {
+                        // Each part's reply in turn: the next move needs them all.
+                        let mut replies_in = Vec::with_capacity(sent.len());
+                        for (number, server) in &sent {
+                            replies_in.push(PartReply {
+                                reply: poll_fn(|cx| replies.poll_take(*number, cx)).await,
+                                server: server
+                                    .as_ref()
+                                    .map_or("a server of the previous ring", |s| {
+                                        &s.settings().addr
+                                    }),
+                            });
+                        }
+                        match version.protocol.advance(exchange, replies_in) {
+                            Phase::Done { answer, follow_ups } => {
+                                send_follow_ups(&version, to, follow_ups);
+                                return answer;
+                            }
+                            Phase::Again(round) => {
+                                (sent, exchange) = send_round(&replies, &version, to, round);
+                            }
+                        }
+                    }
+                }))
+            }
+        }
+    }
+}
+
+/// A part sent: its reply slot, and its server (as the plan numbered them; `None` for a previous-ring
+/// server whose version is gone).
+type Sent<P> = (u64, Option<Arc<Backend<P>>>);
+
+/// Sends a round of an exchange: its follow-ups, then each part to its server with a slot of the
+/// session's reply queue. Gives the parts sent and what reads their replies.
+///
+/// Every round sends alike. A part's server is an index into `version`, the snapshot its plan was made
+/// against, as a forwarded request's is, or into that snapshot's previous version
+/// ([`Placement::Previous`]).
+fn send_round<P: Protocol>(
+    replies: &ReplyQueue,
+    version: &PoolVersion<P>,
+    to: ConnectionRoute,
+    round: Round<P>,
+) -> (Vec<Sent<P>>, P::Exchange) {
+    send_follow_ups(version, to, round.follow_ups);
+    let sent = round
+        .parts
+        .into_iter()
+        .map(|part| {
+            let (number, slot) = replies.slot();
+            let backend = backend_of(version, part.placement, part.server);
+            match &backend {
+                Some(b) => b.send_to(to, part.frame, part.kind, ReplyTo::Slot(slot)),
+                // The window closed since the plan: the part reads as a server gone.
+                None => slot.send(Err(BackendError::Removed)),
+            }
+            (number, backend)
+        })
+        .collect();
+    (sent, round.exchange)
+}
+
+/// Sends requests whose replies nobody waits for: each is awaited by a task of its own (a channel,
+/// not a slot of the session), goes through its finish, and is dropped.
+fn send_follow_ups<P: Protocol>(
+    version: &PoolVersion<P>,
+    to: ConnectionRoute,
+    follow_ups: Vec<FollowUp<P>>,
+) {
+    for (part, finish) in follow_ups {
+        let Some(b) = backend_of(version, part.placement, part.server) else {
+            continue;
+        };
+        let rx = b.send(to, part.frame, part.kind);
+        tokio::spawn(async move {
+            let reply = rx.await.unwrap_or(Err(BackendError::Removed));
+            drop(P::finish(finish, reply));
+        });
+    }
+}
+
+/// The server a part goes to: `server` of `version`, or of its previous version while that is kept.
+fn backend_of<P: Protocol>(
+    version: &PoolVersion<P>,
+    placement: Placement,
+    server: usize,
+) -> Option<Arc<Backend<P>>> {
+    match placement {
+        Placement::Current => version.backends.get(server).map(Arc::clone),
+        Placement::Previous => version
+            .previous
+            .load_full()
+            .and_then(|old| old.backends.get(server).map(Arc::clone)),
+    }
+}
