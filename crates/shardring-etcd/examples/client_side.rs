@@ -18,13 +18,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+
+#[path = "common/memcached.rs"]
+mod memcached;
 use shardring::hash::TwemproxyHash;
 use shardring::membership::{Follower, Member};
 use shardring::shared::SharedRing;
 use shardring::Ring;
 use shardring_etcd::{follow, twemproxy_ketama, EtcdSource, FollowStats};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 /// What the command line asked for.
@@ -72,8 +73,8 @@ struct Client {
     ring: Arc<SharedRing<Ring>>,
     /// Server name → address, as of the latest snapshot (names are what the ring reports).
     addrs: Arc<Mutex<HashMap<String, String>>>,
-    /// Open connections by address.
-    conns: HashMap<String, BufReader<TcpStream>>,
+    /// The servers' connections.
+    servers: memcached::Servers,
 }
 
 impl Client {
@@ -93,52 +94,14 @@ impl Client {
         Ok((name, addr))
     }
 
-    async fn conn(&mut self, addr: &str) -> Result<&mut BufReader<TcpStream>> {
-        if !self.conns.contains_key(addr) {
-            let s = TcpStream::connect(addr)
-                .await
-                .with_context(|| format!("connecting to {addr}"))?;
-            self.conns.insert(addr.to_string(), BufReader::new(s));
-        }
-        self.conns
-            .get_mut(addr)
-            .ok_or_else(|| anyhow!("no connection"))
-    }
-
     async fn set(&mut self, key: &str, value: &[u8]) -> Result<String> {
         let (_, addr) = self.route(key)?;
-        let c = self.conn(&addr).await?;
-        let mut req = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
-        req.extend_from_slice(value);
-        req.extend_from_slice(b"\r\n");
-        c.get_mut().write_all(&req).await?;
-        let mut line = String::new();
-        c.read_line(&mut line).await?;
-        Ok(line.trim_end().to_string())
+        self.servers.set(&addr, key, value).await
     }
 
     async fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>> {
         let (_, addr) = self.route(key)?;
-        let c = self.conn(&addr).await?;
-        c.get_mut()
-            .write_all(format!("get {key}\r\n").as_bytes())
-            .await?;
-        let mut line = String::new();
-        c.read_line(&mut line).await?;
-        if line.starts_with("END") {
-            return Ok(None);
-        }
-        let len: usize = line
-            .split_whitespace()
-            .nth(3)
-            .and_then(|l| l.parse().ok())
-            .ok_or_else(|| anyhow!("unexpected reply {line:?}"))?;
-        let mut data = vec![0; len + 2];
-        c.read_exact(&mut data).await?;
-        data.truncate(len);
-        line.clear();
-        c.read_line(&mut line).await?; // END
-        Ok(Some(data))
+        self.servers.get(&addr, key).await
     }
 }
 
@@ -178,7 +141,7 @@ async fn main() -> Result<()> {
     let mut client = Client {
         ring: Arc::clone(&ring),
         addrs,
-        conns: HashMap::new(),
+        servers: memcached::Servers::default(),
     };
     let args: Vec<&str> = o.command.iter().map(String::as_str).collect();
     match args.as_slice() {

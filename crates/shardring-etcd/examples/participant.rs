@@ -16,14 +16,15 @@
 //! (required: the participant's name in the roster, kept across restarts), `--prefix P`, `--hash H`,
 //! `--hash-tag XY`.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+
+#[path = "common/memcached.rs"]
+mod memcached;
+use memcached::Servers;
 use shardring::compat::twemproxy::hash_tag;
 use shardring_etcd::{EtcdSource, Participant, PoolRules};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 
 struct Options {
     etcd: String,
@@ -65,63 +66,6 @@ fn options() -> Result<Options> {
     Ok(o)
 }
 
-/// Connections to the memcached servers, by address.
-#[derive(Default)]
-struct Servers {
-    conns: HashMap<String, BufReader<TcpStream>>,
-}
-
-impl Servers {
-    async fn conn(&mut self, addr: &str) -> Result<&mut BufReader<TcpStream>> {
-        if !self.conns.contains_key(addr) {
-            let s = TcpStream::connect(addr)
-                .await
-                .with_context(|| format!("connecting to {addr}"))?;
-            self.conns.insert(addr.to_string(), BufReader::new(s));
-        }
-        self.conns
-            .get_mut(addr)
-            .ok_or_else(|| anyhow!("no connection"))
-    }
-
-    async fn set(&mut self, addr: &str, key: &str, value: &[u8]) -> Result<()> {
-        let c = self.conn(addr).await?;
-        let mut req = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
-        req.extend_from_slice(value);
-        req.extend_from_slice(b"\r\n");
-        c.get_mut().write_all(&req).await?;
-        let mut line = String::new();
-        c.read_line(&mut line).await?;
-        match line.trim_end() {
-            "STORED" => Ok(()),
-            other => bail!("{addr}: {other}"),
-        }
-    }
-
-    async fn get(&mut self, addr: &str, key: &str) -> Result<Option<Vec<u8>>> {
-        let c = self.conn(addr).await?;
-        c.get_mut()
-            .write_all(format!("get {key}\r\n").as_bytes())
-            .await?;
-        let mut line = String::new();
-        c.read_line(&mut line).await?;
-        if line.starts_with("END") {
-            return Ok(None);
-        }
-        let len: usize = line
-            .split_whitespace()
-            .nth(3)
-            .and_then(|l| l.parse().ok())
-            .ok_or_else(|| anyhow!("{addr}: unexpected reply {line:?}"))?;
-        let mut data = vec![0; len + 2];
-        c.read_exact(&mut data).await?;
-        data.truncate(len);
-        line.clear();
-        c.read_line(&mut line).await?; // END
-        Ok(Some(data))
-    }
-}
-
 /// A write: to the owner now, and to the next owner while the key moves; acknowledged once both
 /// took it.
 async fn set(p: &Participant, servers: &mut Servers, key: &str, value: &[u8]) -> Result<()> {
@@ -130,7 +74,10 @@ async fn set(p: &Participant, servers: &mut Servers, key: &str, value: &[u8]) ->
         .route(key.as_bytes())?
         .ok_or_else(|| anyhow!("the pool has no servers"))?;
     for m in route.writes() {
-        servers.set(m.addr(), key, value).await?;
+        let status = servers.set(m.addr(), key, value).await?;
+        if status != "STORED" {
+            bail!("{}: {status}", m.addr());
+        }
     }
     Ok(())
 }
@@ -213,7 +160,7 @@ async fn demo(p: &Participant, servers: &mut Servers, seconds: u64) {
                 fenced += 1;
             } else {
                 errors += 1;
-                servers.conns.clear();
+                servers.reset();
             }
         }
         let now = p.registration();
