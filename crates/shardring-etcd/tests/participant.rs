@@ -4,6 +4,8 @@
 //! blackholed during a change. Skipped with a loud message when etcd is not installed and `CI` is
 //! unset.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use shardring::compat::twemproxy::{Distribution, PlacementSpec};
@@ -18,13 +20,7 @@ const POOL: &str = "alpha";
 const PATIENCE: Duration = Duration::from_secs(30);
 
 fn source(url: &str) -> EtcdSource {
-    EtcdSource::builder(&[url], POOL)
-        .debounce(Duration::ZERO)
-        .retry_min(Duration::from_millis(50))
-        .retry_max(Duration::from_millis(400))
-        .request_timeout(Duration::from_secs(1))
-        .with_next(true)
-        .build()
+    common::test_source(url, POOL, true)
 }
 
 fn servers(range: std::ops::Range<u32>) -> Vec<Member> {

@@ -2,6 +2,8 @@
 //! `etcd-server`), as `shardring migrate` and the proxies use them. Skipped with a loud message when etcd
 //! is not installed and `CI` is unset.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,22 +18,11 @@ const POOL: &str = "alpha";
 const PATIENCE: Duration = Duration::from_secs(30);
 
 fn source(url: &str) -> EtcdSource {
-    EtcdSource::builder(&[url], POOL)
-        .debounce(Duration::ZERO)
-        .retry_min(Duration::from_millis(50))
-        .retry_max(Duration::from_millis(400))
-        .request_timeout(Duration::from_secs(1))
-        .build()
+    common::test_source(url, POOL, false)
 }
 
 fn planned_source(url: &str) -> EtcdSource {
-    EtcdSource::builder(&[url], POOL)
-        .debounce(Duration::ZERO)
-        .retry_min(Duration::from_millis(50))
-        .retry_max(Duration::from_millis(400))
-        .request_timeout(Duration::from_secs(1))
-        .with_next(true)
-        .build()
+    common::test_source(url, POOL, true)
 }
 
 fn server(i: u32) -> Member {
