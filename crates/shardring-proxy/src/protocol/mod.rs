@@ -20,10 +20,12 @@
 //! Everything here is pure: no I/O, no tasks. Incomplete input is a normal state (`Ok(None)`).
 
 mod dialect;
+mod handoff;
 pub mod memcache;
 pub mod redis;
 
 pub(crate) use self::dialect::Dialect;
+pub(crate) use self::handoff::{Back, Event, Handed};
 
 use std::fmt;
 use std::io;
@@ -56,6 +58,9 @@ pub(crate) trait Protocol: Dialect + Sized + Send + Sync + fmt::Debug + 'static 
     /// What an [`Step::Exchange`] keeps between its rounds and reads its replies with (a fan-out's
     /// merge, a warm-up's stage).
     type Exchange: Send + fmt::Debug + 'static;
+    /// A connection mode a client enters ([`Leave::Enter`]), as the request that enters it was
+    /// planned: what [`Protocol::serve_mode`] starts from. Memcached has none.
+    type Mode: Send + fmt::Debug + 'static;
     /// What the protocol remembers about one client connection between its requests (Redis: the RESP
     /// version `HELLO` chose, whether it authenticated, its name); `()` when nothing.
     type ClientState: Default + Send + 'static;
@@ -88,27 +93,18 @@ pub(crate) trait Protocol: Dialect + Sized + Send + Sync + fmt::Debug + 'static 
         0
     }
 
-    /// The server (its index in the pool, as plans number them) whose requests from this client take
-    /// a connection of the client's own rather than the shared ones, read after each plan: the request
-    /// just planned is the first to go there, or the first to go back to the shared ones (Redis: a
-    /// `WATCH`, whose `EXEC` must come on the same server connection, and a blocking command, which
-    /// would stall the clients sharing one). When it changes, the session waits for the client's
-    /// answers in flight first, as for a change of lane; while it is set, the client's requests go
-    /// one at a time. By default, none.
-    fn pinned(_client: &Self::ClientState) -> Option<usize> {
-        None
-    }
-
-    /// The session could not open the connection of its own that [`Protocol::pinned`] asked for (the
-    /// server has its bound of them open): the protocol forgets the pin, and the request is answered
-    /// with the failure.
-    fn pin_refused(_client: &mut Self::ClientState) {}
-
-    /// What the client gets for a frame its subscription connection to `server` brought
-    /// ([`Step::Subscribe`]): the frame, rewritten, or nothing. By default, the frame.
-    fn pushed(_client: &mut Self::ClientState, _server: usize, frame: Bytes) -> Option<Bytes> {
-        Some(frame)
-    }
+    /// Serves a client the session handed over for a connection mode of this protocol
+    /// ([`Leave::Enter`]: Redis's subscribers, a client inside `WATCH` or blocked in `BLPOP`), through
+    /// what the session lends it ([`Handed`]), until the mode ends ([`Back::Session`]) or the client
+    /// is to be closed ([`Back::Close`]). The session writes every answer in flight before, so the
+    /// mode's task starts with the client's request order kept.
+    ///
+    /// # Errors
+    /// Writing to, or reading from, the client failed.
+    fn serve_mode<H: Handed<Self> + Send>(
+        mode: Self::Mode,
+        client: &mut H,
+    ) -> impl std::future::Future<Output = io::Result<Back>> + Send;
 
     /// The client's answer from the single server a [`Step::Forward`] went to.
     fn finish(finish: Self::Finish, reply: Reply) -> Answer;
@@ -275,8 +271,6 @@ pub(crate) enum Incoming<R> {
 pub(crate) enum Step<P: Protocol> {
     /// Answer here, in order, without a server.
     Answer(Answer),
-    /// Answer (in order), then close the connection.
-    Close(Answer),
     /// Send `frame` to one server and answer with [`Protocol::finish`] of its reply.
     Forward {
         /// The server's index in the pool; `None` when no server is live for the key.
@@ -288,23 +282,24 @@ pub(crate) enum Step<P: Protocol> {
         /// How the reply becomes the answer.
         finish: P::Finish,
     },
-    /// A subscriber's command: send each frame on the client's subscription connection to its server
-    /// (opened when it has none), once the client's answers in flight are in, and answer `answer`
-    /// now. What the servers send back reaches the client as it comes, through
-    /// [`Protocol::pushed`], not as this request's answer.
-    Subscribe {
-        /// Each server's frame.
-        sends: Vec<(usize, Bytes)>,
-        /// How the servers' frames are framed.
-        kind: P::ReplyKind,
-        /// The client's answer now (Redis: none, the confirmations being pushes; `+RESET`).
-        answer: Answer,
-    },
     /// An exchange with servers of one or more rounds: send the round's parts (each to a server of
     /// the current placement, or of the previous one while a warm-up window keeps it), then
     /// [`Protocol::advance`] with their replies answers or sends the next round. A fan-out and its
     /// merge, a replicated read that tries the next replica, a warm-up's copy are all exchanges.
     Exchange(Round<P>),
+    /// The session stops serving the client itself, once the answers before are written: it closes
+    /// the connection, or hands the client to the protocol for a connection mode.
+    Leave(Leave<P>),
+}
+
+/// How the session stops serving a client itself ([`Step::Leave`]).
+#[derive(Debug)]
+pub(crate) enum Leave<P: Protocol> {
+    /// Answer (in order), then close the connection.
+    Close(Answer),
+    /// Hand the client to [`Protocol::serve_mode`] for this mode; the session takes it back when the
+    /// mode ends.
+    Enter(P::Mode),
 }
 
 /// One server's share of an exchange's round.

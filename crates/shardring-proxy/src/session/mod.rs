@@ -18,13 +18,12 @@ use std::task::{ready, Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
-mod modes;
+mod handoff;
 mod pending;
 
-use self::modes::{poll_push, Parked, Pinned};
+use self::handoff::Handoff;
 use self::pending::Pending;
 use crate::admission::Admitted;
-use crate::backend::subscription::Push;
 use crate::backend::{ConnectionRoute, ReplyQueue};
 use crate::buffers;
 use crate::drain::Drain;
@@ -33,7 +32,7 @@ use crate::net::ClientStream;
 use crate::pool::current::Pool;
 use crate::pool::version::PoolVersion;
 use crate::protocol::{
-    Answer, Incoming, PlanContext, PreviousRouting, Protocol, RequestDecoder, Step,
+    Answer, Back, Incoming, Leave, PlanContext, PreviousRouting, Protocol, RequestDecoder, Step,
 };
 
 /// The most requests one client may have in flight; past it the proxy stops reading from that client
@@ -75,7 +74,7 @@ pub(crate) fn serve_client<P: Protocol>(
         state: P::ClientState::default(),
         lane: 0,
         held: false,
-        pin: None,
+        entering: None,
         // Worker and lane numbers are small (at most the workers and server connections configured).
         worker: u32::try_from(worker).unwrap_or(u32::MAX),
         _admitted: admitted,
@@ -94,13 +93,10 @@ enum Outgoing {
 /// What an answer's latency is tallied under: its command's index and when its request was decoded.
 type Timing = Option<(usize, std::time::Instant)>;
 
-/// What woke the session: the front answer, or a subscription connection's frame.
-enum Woke {
-    /// The front answer is ready.
-    Answer(Answer),
-    /// A subscription connection brought this.
-    Push(Push),
-}
+/// A client entering a connection mode ([`Leave::Enter`]), handed to its protocol once the answers
+/// before it are written: the mode, the pool version its request was planned against, and what that
+/// request is tallied under.
+type Entering<P> = Box<(<P as Protocol>::Mode, Arc<PoolVersion<P>>, Timing)>;
 
 /// One client connection's state.
 struct Session<P: Protocol> {
@@ -129,9 +125,9 @@ struct Session<P: Protocol> {
     /// The last request started is an exchange that later requests must not overtake
     /// ([`Protocol::in_order`]): nothing more is sent until the answers in flight are in.
     held: bool,
-    /// The connection of its own a pinned client holds ([`Protocol::pinned`]), and a request waiting
-    /// for the pin to change.
-    pin: Option<Box<Pinned<P>>>,
+    /// The client enters a connection mode once its answers in flight are written; nothing more is
+    /// decoded until the protocol gives it back.
+    entering: Option<Entering<P>>,
     /// The worker serving this client: its requests take that worker's server connections, on this
     /// thread.
     worker: u32,
@@ -175,6 +171,16 @@ impl<P: Protocol> Session<P> {
                 let _ = self.stream.shutdown().await;
                 return Ok(());
             }
+            if self.pending.is_empty() {
+                if let Some(entering) = self.entering.take() {
+                    if self.hand_over(entering, stopped.as_mut()).await? == Back::Close {
+                        let _ = self.stream.flush().await;
+                        let _ = self.stream.shutdown().await;
+                        return Ok(());
+                    }
+                    continue;
+                }
+            }
             // Nothing partial and nothing in flight: the read buffer goes back to the worker's list,
             // so an idle session holds none. Kept while answers are awaited: the requests split off
             // it are still alive then, so it could not be made whole again once short of room.
@@ -185,49 +191,25 @@ impl<P: Protocol> Session<P> {
                 && self.pending.len() < MAX_PIPELINE
                 && self.rbuf.len() < self.decoder.max_buffer();
             // In a block, so that what the `select!` gave is not kept while the write below waits.
-            let subscribed = self.pin.as_ref().is_some_and(|p| p.subscriber.is_some());
             let out = {
-                let woke = tokio::select! {
+                let answer = tokio::select! {
                     biased;
                     answer = poll_fn(|cx| match self.pending.front_mut() {
                         Some((p, _)) => p.poll_answer(&self.replies, cx),
                         None => Poll::Pending,
-                    }), if !self.pending.is_empty() => Some(Woke::Answer(answer)),
-                    push = poll_fn(|cx| poll_push(&mut self.pin, cx)), if subscribed => {
-                        Some(Woke::Push(push))
-                    }
+                    }), if !self.pending.is_empty() => Some(answer),
                     read = poll_fn(|cx| poll_read(&mut self.stream, &mut self.rbuf, cx)), if can_read => {
                         if read? == 0 {
-                            // A client that leaves in a blocking command is not waited for: its
-                            // reply may never come, and its connection of its own goes back now.
-                            if self.pin.is_some() {
-                                return Ok(());
-                            }
                             closing = true;
                         }
                         None
                     }
                     () = &mut stopped, if !closing => {
-                        // A blocking command's reply may never come: a drain does not wait for it.
-                        if self.pin.is_some() {
-                            return Ok(());
-                        }
                         closing = true;
                         None
                     }
                 };
-                match woke {
-                    Some(Woke::Answer(a)) => Some(self.answers_ready(a)),
-                    Some(Woke::Push(Push::Frame(server, frame))) => {
-                        P::pushed(&mut self.state, server, frame).map(Outgoing::Answer)
-                    }
-                    Some(Woke::Push(Push::Lost(why))) => {
-                        // Its subscriptions there are gone: closed, as the server would close it.
-                        tracing::info!(%why, "closing a subscriber: a subscription connection ended");
-                        return Ok(());
-                    }
-                    None => None,
-                }
+                answer.map(|a| self.answers_ready(a))
             };
             // Borrowed for the write, so the future keeps one `Outgoing` across it, not a copy per
             // arm of a match.
@@ -246,10 +228,10 @@ impl<P: Protocol> Session<P> {
     }
 
     /// Decodes, plans and sends the requests buffered, while the pipeline has room and nothing in
-    /// flight must come first (a change of connection set, an exchange held in order, a pinned
-    /// client's one request at a time). `Ok(true)` once the client is to be closed.
+    /// flight must come first (a change of connection set, an exchange held in order, a client about
+    /// to enter a connection mode). `Ok(true)` once the client is to be closed.
     fn take_requests(&mut self) -> io::Result<bool> {
-        while self.pending.len() < MAX_PIPELINE {
+        while self.pending.len() < MAX_PIPELINE && self.entering.is_none() {
             // After a change of connection set, nothing is sent until the answers in flight on the
             // old set are in: a request must not overtake an earlier one on another connection.
             if P::lane(&self.state) != self.lane as usize {
@@ -264,24 +246,6 @@ impl<P: Protocol> Session<P> {
                 }
                 self.held = false;
             }
-            // A pinned client's requests go one at a time, so one on its own connection and one
-            // on a shared connection are never both in flight; a request parked while the pin
-            // changed goes once the answers before it are in.
-            if let Some(pin) = self.pin.as_deref_mut() {
-                if !self.pending.is_empty() {
-                    return Ok(false);
-                }
-                if let Some(parked) = pin.parked.take() {
-                    let Parked {
-                        version,
-                        step,
-                        timed,
-                    } = parked;
-                    let p = self.repin_and_start(&version, step);
-                    self.push(p, timed);
-                    continue;
-                }
-            }
             // Nothing buffered is always "more bytes needed": skip the decoder's call (twice per
             // request otherwise, once after the answer and once after the read).
             if self.rbuf.is_empty() {
@@ -293,35 +257,22 @@ impl<P: Protocol> Session<P> {
                     self.pool.shared.stats.requests.inc();
                     let timed = P::command_index(&req).map(|i| (i, std::time::Instant::now()));
                     let version = self.pool.current.load();
-                    let step = self.plan(&version, req);
-                    if let Step::Close(answer) = step {
-                        self.push(Pending::Ready(Some(answer)), timed);
-                        return Ok(true);
-                    }
-                    if let Step::Exchange(round) = &step {
-                        self.held = version.protocol.in_order(&round.exchange);
-                    }
-                    let subscribing = matches!(step, Step::Subscribe { .. });
-                    if self.pin.is_some() || subscribing || P::pinned(&self.state).is_some() {
-                        if !self.pending.is_empty() {
-                            let parked = Parked {
-                                version: Arc::clone(&version),
-                                step,
-                                timed,
-                            };
-                            let pin = self.pin.get_or_insert_with(Pinned::new);
-                            pin.parked = Some(parked);
-                            return Ok(false);
-                        }
-                        let p = self.repin_and_start(&version, step);
-                        self.push(p, timed);
-                        if self.pin.as_ref().is_some_and(|p| p.failed) {
+                    match self.plan(&version, req) {
+                        Step::Leave(Leave::Close(answer)) => {
+                            self.push(Pending::Ready(Some(answer)), timed);
                             return Ok(true);
                         }
-                        continue;
+                        Step::Leave(Leave::Enter(mode)) => {
+                            self.entering = Some(Box::new((mode, Arc::clone(&version), timed)));
+                        }
+                        step => {
+                            if let Step::Exchange(round) = &step {
+                                self.held = version.protocol.in_order(&round.exchange);
+                            }
+                            let p = self.start(&version, step);
+                            self.push(p, timed);
+                        }
                     }
-                    let p = self.start(&version, step);
-                    self.push(p, timed);
                 }
                 Some(Incoming::Refused {
                     reply,
@@ -341,6 +292,19 @@ impl<P: Protocol> Session<P> {
             }
         }
         Ok(false)
+    }
+
+    /// Hands the client to its protocol for the connection mode it enters, with nothing in flight;
+    /// done when the protocol gives it back. Boxed, handoff and all: a mode is rare, and its state
+    /// would otherwise make every session's future larger.
+    fn hand_over<'s>(
+        &'s mut self,
+        entering: Entering<P>,
+        stopped: Pin<&'s mut crate::drain::Watch<'_>>,
+    ) -> Pin<Box<dyn Future<Output = io::Result<Back>> + Send + 's>> {
+        let (mode, version, timed) = *entering;
+        let mut handoff = Handoff::new(self, stopped, version, timed);
+        Box::pin(async move { P::serve_mode(mode, &mut handoff).await })
     }
 
     /// The front answer `first` and the answers ready behind it, to go out in one write: `first`'s

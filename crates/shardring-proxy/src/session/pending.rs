@@ -8,10 +8,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::Session;
-use crate::backend::{Backend, ConnectionRoute, ReplyQueue, ReplyTo};
+use crate::backend::{Backend, ConnectionRoute, OwnConnection, ReplyQueue, ReplyTo};
 use crate::error::BackendError;
 use crate::pool::version::PoolVersion;
-use crate::protocol::{Answer, FollowUp, PartReply, Phase, Placement, Protocol, Round, Step};
+use crate::protocol::{
+    Answer, FollowUp, Leave, PartReply, Phase, Placement, Protocol, Round, Step,
+};
 
 /// An answer on its way, in the client's request order.
 pub(super) enum Pending<P: Protocol> {
@@ -52,11 +54,22 @@ impl<P: Protocol> Session<P> {
     /// exchange's first round at once (pipelined with the client's other requests), its later rounds
     /// when [`Protocol::advance`] asks for them.
     pub(super) fn start(&self, version: &Arc<PoolVersion<P>>, step: Step<P>) -> Pending<P> {
+        self.start_on(version, self.connection_route(), step, None)
+    }
+
+    /// [`Session::start`] on the server connections of `to`; a forward goes on `own` when given (a
+    /// connection of the client's own to the forward's server: `handoff.rs`).
+    pub(super) fn start_on(
+        &self,
+        version: &Arc<PoolVersion<P>>,
+        to: ConnectionRoute,
+        step: Step<P>,
+        own: Option<&OwnConnection<P>>,
+    ) -> Pending<P> {
         match step {
-            // A subscriber's step is sent by `subscribe`; here only its answer is left.
-            Step::Answer(a) | Step::Close(a) | Step::Subscribe { answer: a, .. } => {
-                Pending::Ready(Some(a))
-            }
+            // What leaves the session is answered by it: here only its answer is left.
+            Step::Answer(a) | Step::Leave(Leave::Close(a)) => Pending::Ready(Some(a)),
+            Step::Leave(Leave::Enter(_)) => Pending::Ready(None),
             // Through the finish, as a server's failure is: a `noreply` command stays silent.
             Step::Forward {
                 server: None,
@@ -72,14 +85,14 @@ impl<P: Protocol> Session<P> {
                 let (number, slot) = self.replies.slot();
                 let backend = &version.backends[server];
                 let reply = ReplyTo::Slot(slot);
-                match self.pin.as_deref().and_then(|p| p.own_to(server, backend)) {
-                    None => backend.send_to(self.connection_route(), frame, kind, reply),
+                match own {
+                    None => backend.send_to(to, frame, kind, reply),
                     Some(own) => own.send_to(frame, kind, reply),
                 }
                 Pending::Slot(number, Some(finish))
             }
             Step::Exchange(round) => {
-                let (replies, to) = (self.replies.clone(), self.connection_route());
+                let replies = self.replies.clone();
                 let (mut sent, mut exchange) = send_round(&replies, version, to, round);
                 let version = Arc::clone(version);
                 Pending::Joined(Box::pin(async move {

@@ -27,8 +27,8 @@ use crate::error::{BackendError, ProxyError};
 use crate::hot_keys::HotKeys;
 use crate::metrics::PoolStats;
 use crate::protocol::{
-    Answer, Part, PartReply, Phase, Placement, PlanContext, PoolState, Protocol, Reply, Round,
-    ServerFacts, Step,
+    Answer, Back, Handed, Leave, Part, PartReply, Phase, Placement, PlanContext, PoolState,
+    Protocol, Reply, Round, ServerFacts, Step,
 };
 use crate::router::{build_placement, Gutter, Routing};
 
@@ -366,6 +366,8 @@ impl Protocol for Memcache {
     type Finish = Finish;
     type Exchange = Merge;
     type ClientState = ();
+    /// memcached has no connection modes.
+    type Mode = std::convert::Infallible;
 
     fn new(config: &PoolConfig, pool: &PoolState<'_>) -> Result<Memcache, ProxyError> {
         let settings = MemcacheSettings::from_pool(config);
@@ -441,7 +443,7 @@ impl Protocol for Memcache {
             }
             Command::MetaNoop => Step::Answer(Answer::fixed(b"MN\r\n")),
             Command::Version => Step::Answer(Answer::fixed(VERSION_REPLY)),
-            Command::Quit => Step::Close(Answer::Nothing),
+            Command::Quit => Step::Leave(Leave::Close(Answer::Nothing)),
             Command::Verbosity { noreply: true } => Step::Answer(Answer::Nothing),
             Command::Verbosity { noreply: false } => Step::Answer(Answer::fixed(b"OK\r\n")),
             Command::FlushAll { noreply } => {
@@ -467,6 +469,13 @@ impl Protocol for Memcache {
                 StatsRequest::PerServer => Answer::fixed(b"END\r\n"),
             }),
         }
+    }
+
+    async fn serve_mode<H: Handed<Memcache> + Send>(
+        mode: std::convert::Infallible,
+        _client: &mut H,
+    ) -> std::io::Result<Back> {
+        match mode {}
     }
 
     fn finish(finish: Finish, reply: Reply) -> Answer {

@@ -11,7 +11,7 @@ use super::command::{self, wrong_arity, Local, Spec, TABLE};
 use super::request::{put_header, put_int, Request};
 use super::settings::Redis;
 use super::{parse_redis_int, Flavor};
-use crate::protocol::{Answer, PlanContext, Step};
+use crate::protocol::{Answer, Leave, PlanContext, Step};
 
 pub(crate) use super::command::NOAUTH;
 
@@ -84,7 +84,7 @@ pub(crate) fn answer(
             put_bulk(&mut out, arg(1));
             done(out)
         }
-        Local::Quit => Step::Close(Answer::fixed(b"+OK\r\n")),
+        Local::Quit => Step::Leave(Leave::Close(Answer::fixed(b"+OK\r\n"))),
         Local::Select => match parse_redis_int(arg(1)) {
             None => error("ERR value is not an integer or out of range"),
             Some(db) if db == i64::from(proxy.db) => fixed(b"+OK\r\n"),

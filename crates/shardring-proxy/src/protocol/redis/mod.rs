@@ -32,6 +32,7 @@
 
 mod client_state;
 pub mod command;
+mod connection_mode;
 mod dialect;
 mod dual_writes;
 mod finish;

@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::client_state::ClientState;
 use super::command::{self, KeyArgs, Local, Merge, Route, Routed, Spec, CROSSSLOT};
+use super::connection_mode::{self, Mode};
 use super::dual_writes;
 use super::finish::Finish;
 use super::hot_keys::{self, HotInvalidate, HotRead};
@@ -23,8 +24,8 @@ use super::{pubsub, transaction};
 use crate::config::{PoolConfig, RedisConfig};
 use crate::error::BackendError;
 use crate::protocol::{
-    Answer, Incoming, Part, PartReply, Phase, Placement, PlanContext, Protocol, Reply,
-    RequestDecoder, Round, Step,
+    Answer, Back, Handed, Incoming, Leave, Part, PartReply, Phase, Placement, PlanContext,
+    Protocol, Reply, RequestDecoder, Round, Step,
 };
 
 /// What a fan-out merges.
@@ -89,6 +90,7 @@ impl Protocol for Redis {
     type Finish = Finish;
     type Exchange = RedisMerge;
     type ClientState = ClientState;
+    type Mode = Mode;
 
     fn new(
         config: &PoolConfig,
@@ -220,22 +222,11 @@ impl Protocol for Redis {
         }
     }
 
-    fn pinned(client: &ClientState) -> Option<usize> {
-        client.rare()?.transaction.as_ref()?.pinned
-    }
-
-    fn pin_refused(client: &mut ClientState) {
-        if let Some(t) = client
-            .rare
-            .as_deref_mut()
-            .and_then(|r| r.transaction.as_mut())
-        {
-            t.unpin();
-        }
-    }
-
-    fn pushed(client: &mut ClientState, server: usize, frame: Bytes) -> Option<Bytes> {
-        pubsub::pushed(client, server, frame)
+    async fn serve_mode<H: Handed<Redis> + Send>(
+        mode: Mode,
+        client: &mut H,
+    ) -> std::io::Result<Back> {
+        connection_mode::serve(mode, client).await
     }
 
     fn lane(client: &ClientState) -> usize {
@@ -375,6 +366,15 @@ impl Redis {
         }
         if in_transaction || routed.as_ref().is_ok_and(Routed::in_transaction) {
             if let Some(step) = transaction::plan(self, req, routed, client, ctx) {
+                // Pinned to a server (`WATCH`, a blocking command): served on a connection of its
+                // own, in a mode of its own (`connection_mode.rs`).
+                if client
+                    .rare()
+                    .and_then(|r| r.transaction.as_ref()?.pinned)
+                    .is_some()
+                {
+                    return Some(Step::Leave(Leave::Enter(Mode::Pinned(Box::new(step)))));
+                }
                 return Some(step);
             }
         }
@@ -747,11 +747,7 @@ fn reset(client: &mut ClientState) -> Step<Redis> {
     if sends.is_empty() {
         return Step::Answer(answer);
     }
-    Step::Subscribe {
-        sends,
-        kind: Resp::Reply,
-        answer,
-    }
+    Step::Leave(Leave::Enter(Mode::Subscribe { sends, answer }))
 }
 
 /// `step` with `invalidate` run again when its reply arrives (a write of hot keys).

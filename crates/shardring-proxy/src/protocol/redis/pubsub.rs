@@ -15,13 +15,13 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::command::{Local, Route, Routed, Sub};
+use super::connection_mode::Mode;
 use super::reply::{elements, ReplyLimits};
 use super::request::{put_header, put_int, Request};
-use super::scanner::Resp;
 use super::settings::Redis;
 use super::Flavor;
 use crate::error::BackendError;
-use crate::protocol::{Answer, PlanContext, Step};
+use crate::protocol::{Answer, Leave, PlanContext, Step};
 
 /// Names grouped by the server each goes to, in the order the servers first appear.
 type ByServer<'n> = Vec<(usize, Vec<&'n [u8]>)>;
@@ -108,6 +108,19 @@ pub(crate) trait Subscriber {
     fn subscriptions_or_new(&mut self) -> &mut Subscriptions;
     /// Takes the client's subscriptions away (`RESET`).
     fn take_subscriptions(&mut self) -> Option<Subscriptions>;
+}
+
+/// Whether the client holds subscriptions, or awaits the confirmation of one or of its end.
+pub(crate) fn subscribed(client: &impl Subscriber) -> bool {
+    client.subscriptions().is_some_and(Subscriptions::active)
+}
+
+/// Forgets the subscriptions of a client that holds none any more (its subscription connections are
+/// closing): a later `SUBSCRIBE` starts anew.
+pub(crate) fn forget(client: &mut impl Subscriber) {
+    if !subscribed(client) {
+        client.take_subscriptions();
+    }
 }
 
 /// Whether `routed` is a subscriber's command, or the client has subscriptions (its requests are
@@ -208,11 +221,10 @@ fn command(
     match sends {
         Ok(sends) => {
             subs.servers.extend(sends.iter().map(|(s, _)| *s));
-            Step::Subscribe {
+            Step::Leave(Leave::Enter(Mode::Subscribe {
                 sends,
-                kind: Resp::Reply,
                 answer: Answer::Nothing,
-            }
+            }))
         }
         Err(answer) => Step::Answer(answer),
     }

@@ -28,7 +28,7 @@ use super::finish::Finish;
 use super::request::Request;
 use super::scanner::Resp;
 use super::settings::Redis;
-use crate::protocol::{Answer, PlanContext, Step};
+use crate::protocol::{Answer, Leave, PlanContext, Step};
 
 /// `EXEC` when the transaction was discarded, in Redis's words.
 const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
@@ -321,7 +321,7 @@ fn queue(
         Route::Transaction(Txn::Exec, _) => return exec(redis, t, ctx),
         Route::Transaction(Txn::Unwatch, _) | Route::AnyServer => Vec::new(),
         Route::Local(Local::Ping | Local::Echo) => Vec::new(),
-        Route::Local(Local::Quit) => return Step::Close(Answer::fixed(b"+OK\r\n")),
+        Route::Local(Local::Quit) => return Step::Leave(Leave::Close(Answer::fixed(b"+OK\r\n"))),
         Route::Keys(keys) | Route::Block(keys) => keys.iter().collect(),
         Route::Split { keys, .. } => keys.clone(),
         Route::Local(_) | Route::Broadcast(_) | Route::PubSub(_) => {

@@ -236,8 +236,7 @@ pub(super) fn write(key: &[u8], previous: usize, step: Step<Memcache>) -> Step<M
             Merge::One(finish),
         ),
         Step::Exchange(round) => round,
-        // memcached has no subscriptions: a subscriber's step passes as it is.
-        answered @ (Step::Answer(_) | Step::Close(_) | Step::Subscribe { .. }) => return answered,
+        answered @ (Step::Answer(_) | Step::Leave(_)) => return answered,
     };
     round.follow_ups.insert(0, delete);
     Step::Exchange(round)
