@@ -266,3 +266,56 @@ async fn a_subscriber_whose_server_dies_is_closed_as_redis_would() {
     sub.expect_closed().await;
     proxy.stop().await;
 }
+
+/// The connections `server` has open (its `CLIENT LIST`, this probe's own left out).
+async fn connections(server: &RedisServer) -> usize {
+    let mut probe = direct(server).await;
+    let list = cmds(&mut probe, &["CLIENT", "LIST"]).await;
+    list.lines().filter(|l| l.contains("addr=")).count() - 1
+}
+
+/// Waits until `server` has `want` connections open; their count then.
+async fn connections_settle(server: &RedisServer, want: usize) -> usize {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let now = connections(server).await;
+        if now == want || Instant::now() > deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_leaves_every_channel_is_served_as_before_and_its_connection_closes() {
+    let Some(servers) = redises(1, &[]) else {
+        return;
+    };
+    let proxy = RunningProxy::start(pool(&servers, "")).await;
+    let mut c = proxy.client().await;
+    // The shared connections, opened by a first request.
+    assert_eq!(cmds(&mut c, &["SET", "k", "v"]).await, "+OK\r\n");
+    let shared = connections(&servers[0]).await;
+    send_each(&mut c, &[&["SUBSCRIBE", "news"]]).await;
+    let want = b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n";
+    assert_eq!(read_until(&mut c, want.len()).await, want);
+    assert_eq!(connections(&servers[0]).await, shared + 1, "a subscription connection");
+    send_each(&mut c, &[&["UNSUBSCRIBE"]]).await;
+    let want = b"*3\r\n$11\r\nunsubscribe\r\n$4\r\nnews\r\n:0\r\n";
+    assert_eq!(read_until(&mut c, want.len()).await, want);
+    // No longer a subscriber: anything goes, pipelined, and its subscription connection is closed.
+    let mut both = Request::from_args(&["GET", "k"]).frame.to_vec();
+    both.extend_from_slice(&Request::from_args(&["DEL", "k"]).frame);
+    c.send(&both).await;
+    assert_eq!(read_until(&mut c, 11).await, b"$1\r\nv\r\n:1\r\n");
+    assert_eq!(connections_settle(&servers[0], shared).await, shared);
+    // And it may subscribe again.
+    send_each(&mut c, &[&["SUBSCRIBE", "news"]]).await;
+    let want = b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n";
+    assert_eq!(read_until(&mut c, want.len()).await, want);
+    let mut publisher = proxy.client().await;
+    assert_eq!(cmds(&mut publisher, &["PUBLISH", "news", "hi"]).await, ":1\r\n");
+    let want = b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n";
+    assert_eq!(read_until(&mut c, want.len()).await, want);
+    proxy.stop().await;
+}
