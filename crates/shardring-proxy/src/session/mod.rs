@@ -173,7 +173,7 @@ impl<P: Protocol> Session<P> {
             }
             if self.pending.is_empty() {
                 if let Some(entering) = self.entering.take() {
-                    if self.hand_over(entering, stopped.as_mut()).await? == Back::Close {
+                    if self.hand_over(*entering, stopped.as_mut()).await? == Back::Close {
                         let _ = self.stream.flush().await;
                         let _ = self.stream.shutdown().await;
                         return Ok(());
@@ -299,10 +299,9 @@ impl<P: Protocol> Session<P> {
     /// would otherwise make every session's future larger.
     fn hand_over<'s>(
         &'s mut self,
-        entering: Entering<P>,
+        (mode, version, timed): (P::Mode, Arc<PoolVersion<P>>, Timing),
         stopped: Pin<&'s mut crate::drain::Watch<'_>>,
     ) -> Pin<Box<dyn Future<Output = io::Result<Back>> + Send + 's>> {
-        let (mode, version, timed) = *entering;
         let mut handoff = Handoff::new(self, stopped, version, timed);
         Box::pin(async move { P::serve_mode(mode, &mut handoff).await })
     }

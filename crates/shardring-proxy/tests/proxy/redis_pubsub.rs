@@ -299,7 +299,11 @@ async fn a_subscriber_that_leaves_every_channel_is_served_as_before_and_its_conn
     send_each(&mut c, &[&["SUBSCRIBE", "news"]]).await;
     let want = b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n";
     assert_eq!(read_until(&mut c, want.len()).await, want);
-    assert_eq!(connections(&servers[0]).await, shared + 1, "a subscription connection");
+    assert_eq!(
+        connections(&servers[0]).await,
+        shared + 1,
+        "a subscription connection"
+    );
     send_each(&mut c, &[&["UNSUBSCRIBE"]]).await;
     let want = b"*3\r\n$11\r\nunsubscribe\r\n$4\r\nnews\r\n:0\r\n";
     assert_eq!(read_until(&mut c, want.len()).await, want);
@@ -314,7 +318,10 @@ async fn a_subscriber_that_leaves_every_channel_is_served_as_before_and_its_conn
     let want = b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n";
     assert_eq!(read_until(&mut c, want.len()).await, want);
     let mut publisher = proxy.client().await;
-    assert_eq!(cmds(&mut publisher, &["PUBLISH", "news", "hi"]).await, ":1\r\n");
+    assert_eq!(
+        cmds(&mut publisher, &["PUBLISH", "news", "hi"]).await,
+        ":1\r\n"
+    );
     let want = b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n";
     assert_eq!(read_until(&mut c, want.len()).await, want);
     proxy.stop().await;

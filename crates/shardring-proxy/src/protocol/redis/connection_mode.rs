@@ -51,7 +51,10 @@ fn subscribed(client: &ClientState) -> bool {
 /// Serves a client in a connection mode, starting with the request that entered it, until the mode
 /// ends ([`Back::Session`]) or the client is to be closed.
 pub(crate) async fn serve(mode: Mode, client: &mut impl Handed<Redis>) -> std::io::Result<Back> {
-    let mut next = Some(Step::Leave(Leave::Enter(mode)));
+    if !enter(mode, client).await? {
+        return Ok(Back::Close);
+    }
+    let mut next = None;
     loop {
         if let Some(step) = next.take() {
             if !take(step, client).await? {
@@ -82,32 +85,15 @@ pub(crate) async fn serve(mode: Mode, client: &mut impl Handed<Redis>) -> std::i
     }
 }
 
-/// Takes one planned step: a subscriber's frames to their connections, anything else on its way,
-/// on the client's own connection when it is for the server the client is pinned to. `Ok(false)`
-/// once the client is to be closed.
+/// Takes one planned step, on the client's own connection when it is for the server the client is
+/// pinned to. `Ok(false)` once the client is to be closed.
 async fn take(step: Step<Redis>, client: &mut impl Handed<Redis>) -> std::io::Result<bool> {
     let step = match step {
         Step::Leave(Leave::Close(answer)) => {
             client.write(answer).await?;
             return Ok(false);
         }
-        Step::Leave(Leave::Enter(Mode::Subscribe { sends, answer })) => {
-            for (server, frame) in sends {
-                if let Err(e) = client.subscribe(server, frame, Resp::Reply) {
-                    // It cannot be left subscribed on some servers only: answered, then closed.
-                    client.write(Answer::Failed(e)).await?;
-                    return Ok(false);
-                }
-            }
-            if !subscribed(client.state()) {
-                // `RESET`, or the last subscription ended: what its connections still hold ends
-                // with them.
-                client.unsubscribe();
-            }
-            client.write(answer).await?;
-            return Ok(true);
-        }
-        Step::Leave(Leave::Enter(Mode::Pinned(step))) => *step,
+        Step::Leave(Leave::Enter(mode)) => return enter(mode, client).await,
         step => step,
     };
     let server = pinned(client.state());
@@ -126,5 +112,27 @@ async fn take(step: Step<Redis>, client: &mut impl Handed<Redis>) -> std::io::Re
             client.write(Answer::Failed(e)).await?;
         }
     }
+    Ok(true)
+}
+
+/// Takes a request that enters a mode, or one planned inside it: a subscriber's frames to their
+/// connections, a pinned client's request as any other. `Ok(false)` once the client is to be closed.
+async fn enter(mode: Mode, client: &mut impl Handed<Redis>) -> std::io::Result<bool> {
+    let (sends, answer) = match mode {
+        Mode::Pinned(step) => return Box::pin(take(*step, client)).await,
+        Mode::Subscribe { sends, answer } => (sends, answer),
+    };
+    for (server, frame) in sends {
+        if let Err(e) = client.subscribe(server, frame, Resp::Reply) {
+            // It cannot be left subscribed on some servers only: answered, then closed.
+            client.write(Answer::Failed(e)).await?;
+            return Ok(false);
+        }
+    }
+    if !subscribed(client.state()) {
+        // `RESET`, or the last subscription ended: what its connections still hold ends with them.
+        client.unsubscribe();
+    }
+    client.write(answer).await?;
     Ok(true)
 }

@@ -11,7 +11,7 @@ use super::command::{self, wrong_arity, Local, Spec, TABLE};
 use super::request::{put_header, put_int, Request};
 use super::settings::Redis;
 use super::{parse_redis_int, Flavor};
-use crate::protocol::{Answer, Leave, PlanContext, Step};
+use crate::protocol::{Answer, PlanContext};
 
 pub(crate) use super::command::NOAUTH;
 
@@ -19,15 +19,15 @@ pub(crate) use super::command::NOAUTH;
 /// the proxy forwards to Redis 7 servers.
 const REDIS_VERSION: &str = "7.0.0";
 
-fn done(out: BytesMut) -> Step<Redis> {
-    Step::Answer(Answer::Bytes(out.freeze()))
+fn done(out: BytesMut) -> Answer {
+    Answer::Bytes(out.freeze())
 }
 
-fn fixed(reply: &'static [u8]) -> Step<Redis> {
-    Step::Answer(Answer::fixed(reply))
+fn fixed(reply: &'static [u8]) -> Answer {
+    Answer::fixed(reply)
 }
 
-fn error(text: &str) -> Step<Redis> {
+fn error(text: &str) -> Answer {
     let mut out = BytesMut::with_capacity(text.len() + 3);
     out.put_u8(b'-');
     out.put_slice(text.as_bytes());
@@ -66,7 +66,7 @@ pub(crate) fn answer(
     s: &mut ClientState,
     proxy: &Redis,
     ctx: &PlanContext<'_>,
-) -> Step<Redis> {
+) -> Answer {
     let argc = req.argc();
     let arg = |i: usize| req.arg(i).unwrap_or_default();
     match local {
@@ -77,14 +77,15 @@ pub(crate) fn answer(
                 put_bulk(&mut out, arg(1));
                 done(out)
             }
-            _ => Step::Answer(Answer::Bytes(wrong_arity("ping"))),
+            _ => Answer::Bytes(wrong_arity("ping")),
         },
         Local::Echo => {
             let mut out = BytesMut::new();
             put_bulk(&mut out, arg(1));
             done(out)
         }
-        Local::Quit => Step::Leave(Leave::Close(Answer::fixed(b"+OK\r\n"))),
+        // The planner closes the connection after it.
+        Local::Quit => fixed(b"+OK\r\n"),
         Local::Select => match parse_redis_int(arg(1)) {
             None => error("ERR value is not an integer or out of range"),
             Some(db) if db == i64::from(proxy.db) => fixed(b"+OK\r\n"),
@@ -148,7 +149,7 @@ fn check_auth(proxy: &Redis, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'s
 
 /// `HELLO [protover [AUTH user pass] [SETNAME name]]`, as Redis 7 checks it; the reply is in the new
 /// version.
-fn hello(req: &Request, s: &mut ClientState, proxy: &Redis) -> Step<Redis> {
+fn hello(req: &Request, s: &mut ClientState, proxy: &Redis) -> Answer {
     let arg = |i: usize| req.arg(i).unwrap_or_default();
     let mut flavor = s.flavor;
     if req.argc() >= 2 {
@@ -221,12 +222,12 @@ fn valid_name(name: &[u8]) -> bool {
 }
 
 /// `CLIENT` subcommands: the ones clients send at connect are answered, the rest refused by name.
-fn client(req: &Request, s: &mut ClientState, proxy: &Redis) -> Step<Redis> {
+fn client(req: &Request, s: &mut ClientState, proxy: &Redis) -> Answer {
     let arg = |i: usize| req.arg(i).unwrap_or_default();
     let sub = arg(1).to_ascii_lowercase();
     let argc = req.argc();
-    let arity = |n: usize, name: &str| -> Option<Step<Redis>> {
-        (argc != n).then(|| Step::Answer(Answer::Bytes(wrong_arity(&format!("client|{name}")))))
+    let arity = |n: usize, name: &str| -> Option<Answer> {
+        (argc != n).then(|| Answer::Bytes(wrong_arity(&format!("client|{name}"))))
     };
     match &sub[..] {
         b"setname" => {
@@ -317,7 +318,7 @@ fn put_command(out: &mut BytesMut, spec: &Spec) {
 }
 
 /// `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name…`, `COMMAND DOCS`: the proxy's table.
-fn command_info(req: &Request, flavor: Flavor) -> Step<Redis> {
+fn command_info(req: &Request, flavor: Flavor) -> Answer {
     let sub = req.arg(1).map(<[u8]>::to_ascii_lowercase);
     let mut out = BytesMut::new();
     match sub.as_deref() {
@@ -350,7 +351,7 @@ fn command_info(req: &Request, flavor: Flavor) -> Step<Redis> {
 }
 
 /// `INFO`: the proxy's own facts, under Redis's field names where they exist.
-fn info(flavor: Flavor, proxy: &Redis, ctx: &PlanContext<'_>) -> Step<Redis> {
+fn info(flavor: Flavor, proxy: &Redis, ctx: &PlanContext<'_>) -> Answer {
     let st = ctx.stats;
     let text = format!(
         "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\nproxy:{}\r\n\
@@ -384,7 +385,7 @@ fn info(flavor: Flavor, proxy: &Redis, ctx: &PlanContext<'_>) -> Step<Redis> {
 /// `CONFIG GET` of what clients probe at connect (redis-benchmark asks `save` and `appendonly`): the
 /// proxy keeps nothing itself, so persistence reads as off; other parameters are left out, as Redis
 /// leaves out unknown ones. Other `CONFIG` subcommands go to each server directly.
-fn config(req: &Request, flavor: Flavor) -> Step<Redis> {
+fn config(req: &Request, flavor: Flavor) -> Answer {
     let sub = req.arg(1).unwrap_or_default().to_ascii_lowercase();
     if sub != b"get" {
         return error(&format!(
@@ -393,7 +394,7 @@ fn config(req: &Request, flavor: Flavor) -> Step<Redis> {
         ));
     }
     if req.argc() < 3 {
-        return Step::Answer(Answer::Bytes(wrong_arity("config|get")));
+        return Answer::Bytes(wrong_arity("config|get"));
     }
     let mut pairs: Vec<(&str, &str)> = Vec::new();
     for p in req.arg_slices().skip(2) {

@@ -14,13 +14,14 @@ use super::finish::Finish;
 use super::hot_keys::{self, HotInvalidate, HotRead};
 use super::local::{self, NOAUTH};
 use super::merge::{self, Part as MergePart};
+use super::pubsub;
 use super::replicas::{self, Next, Replicated, ReplicatedValues};
 use super::reply::{ReplyFramer, ReplyLimits};
 use super::request::{Decoded, Limits, Request, RequestCodec};
 use super::scanner::Resp;
 use super::settings::Redis;
+use super::transaction::{self, Outcome};
 use super::Flavor;
-use super::{pubsub, transaction};
 use crate::config::{PoolConfig, RedisConfig};
 use crate::error::BackendError;
 use crate::protocol::{
@@ -171,7 +172,14 @@ impl Protocol for Redis {
             return Step::Answer(Answer::fixed(NOAUTH));
         }
         match routed.route {
-            Route::Local(l) => local::answer(l, &req, client, self, ctx),
+            Route::Local(Local::Quit) => Step::Leave(Leave::Close(local::answer(
+                Local::Quit,
+                &req,
+                client,
+                self,
+                ctx,
+            ))),
+            Route::Local(l) => Step::Answer(local::answer(l, &req, client, self, ctx)),
             Route::Keys(keys) => {
                 if let Some(hot) = &self.hot {
                     return self.hot_keys(hot, req, routed.spec, &keys, ctx);
@@ -365,7 +373,22 @@ impl Redis {
             return Some(Step::Answer(Answer::fixed(NOAUTH)));
         }
         if in_transaction || routed.as_ref().is_ok_and(Routed::in_transaction) {
-            if let Some(step) = transaction::plan(self, req, routed, client, ctx) {
+            if let Some(outcome) = transaction::plan(self, req, routed, client, ctx) {
+                let step = match outcome {
+                    Outcome::Answer(a) => Step::Answer(a),
+                    Outcome::Close(a) => Step::Leave(Leave::Close(a)),
+                    Outcome::Send {
+                        server,
+                        frame,
+                        kind,
+                        finish,
+                    } => Step::Forward {
+                        server,
+                        frame,
+                        kind,
+                        finish,
+                    },
+                };
                 // Pinned to a server (`WATCH`, a blocking command): served on a connection of its
                 // own, in a mode of its own (`connection_mode.rs`).
                 if client
@@ -379,7 +402,13 @@ impl Redis {
             }
         }
         if pubsub::concerns(routed, client) {
-            return pubsub::plan(req, routed, client, ctx);
+            return pubsub::plan(req, routed, client, ctx).map(|sends| match sends {
+                Ok(sends) => Step::Leave(Leave::Enter(Mode::Subscribe {
+                    sends,
+                    answer: Answer::Nothing,
+                })),
+                Err(answer) => Step::Answer(answer),
+            });
         }
         None
     }

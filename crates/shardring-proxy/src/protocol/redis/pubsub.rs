@@ -15,13 +15,11 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::command::{Local, Route, Routed, Sub};
-use super::connection_mode::Mode;
 use super::reply::{elements, ReplyLimits};
 use super::request::{put_header, put_int, Request};
-use super::settings::Redis;
 use super::Flavor;
 use crate::error::BackendError;
-use crate::protocol::{Answer, Leave, PlanContext, Step};
+use crate::protocol::{Answer, PlanContext};
 
 /// Names grouped by the server each goes to, in the order the servers first appear.
 type ByServer<'n> = Vec<(usize, Vec<&'n [u8]>)>;
@@ -136,14 +134,14 @@ pub(crate) fn concerns(routed: &Result<Routed, Bytes>, client: &impl Subscriber)
         )
 }
 
-/// What the plan does with a request of a subscriber, or a subscriber's command: `None` to plan it
-/// as usual.
+/// What the plan does with a request of a subscriber, or a subscriber's command: frames for the
+/// subscription connections, or an answer; `None` to plan it as usual.
 pub(crate) fn plan(
     req: &Request,
     routed: &Result<Routed, Bytes>,
     client: &mut impl Subscriber,
     ctx: &PlanContext<'_>,
-) -> Option<Step<Redis>> {
+) -> Option<Sends> {
     let flavor = client.flavor();
     let subscribed = client.subscriptions().is_some_and(Subscriptions::active);
     let route = routed.as_ref().ok().map(|r| &r.route);
@@ -161,12 +159,12 @@ pub(crate) fn plan(
             put_header(&mut out, b'*', 2);
             put_bulk(&mut out, b"pong");
             put_bulk(&mut out, req.arg(1).unwrap_or_default());
-            Some(Step::Answer(Answer::Bytes(out.freeze())))
+            Some(Err(Answer::Bytes(out.freeze())))
         }
         Some(Route::Local(Local::Quit | Local::Reset)) => None,
         // An unknown command's error is the same in any mode.
         None => None,
-        Some(_) => Some(Step::Answer(Answer::Bytes(Bytes::from(format!(
+        Some(_) => Some(Err(Answer::Bytes(Bytes::from(format!(
             "-ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n",
             String::from_utf8_lossy(req.arg(0).unwrap_or_default()).to_ascii_lowercase()
         ))))),
@@ -205,7 +203,7 @@ fn command(
     subs: &mut Subscriptions,
     flavor: Flavor,
     ctx: &PlanContext<'_>,
-) -> Step<Redis> {
+) -> Sends {
     let args: Vec<&[u8]> = req.arg_slices().skip(1).collect();
     if matches!(sub, Sub::Subscribe | Sub::SSubscribe | Sub::PSubscribe) {
         ctx.stats.subscriptions.add(args.len() as u64);
@@ -218,20 +216,15 @@ fn command(
         Sub::SUnsubscribe => leave_channels(Kind::Shard, req, &args, subs, flavor, ctx),
         Sub::PUnsubscribe => leave_patterns(req, &args, subs, flavor),
     };
-    match sends {
-        Ok(sends) => {
-            subs.servers.extend(sends.iter().map(|(s, _)| *s));
-            Step::Leave(Leave::Enter(Mode::Subscribe {
-                sends,
-                answer: Answer::Nothing,
-            }))
-        }
-        Err(answer) => Step::Answer(answer),
+    if let Ok(sends) = &sends {
+        subs.servers.extend(sends.iter().map(|(s, _)| *s));
     }
+    sends
 }
 
-/// What a subscription command sends, on which servers; or the answer, when it sends nothing.
-type Sends = Result<Vec<(usize, Bytes)>, Answer>;
+/// What a subscription command sends, on which servers (the client's answer being the
+/// confirmations the servers push); or the answer, when it sends nothing.
+pub(crate) type Sends = Result<Vec<(usize, Bytes)>, Answer>;
 
 /// Which server each named channel goes to: where it is subscribed, else where it hashes; `None`
 /// when one has no live server.

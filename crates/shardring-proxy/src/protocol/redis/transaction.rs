@@ -28,10 +28,31 @@ use super::finish::Finish;
 use super::request::Request;
 use super::scanner::Resp;
 use super::settings::Redis;
-use crate::protocol::{Answer, Leave, PlanContext, Step};
+use crate::protocol::{Answer, PlanContext};
 
 /// `EXEC` when the transaction was discarded, in Redis's words.
 const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
+
+/// What a transaction's command comes to (the planner makes it a step).
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Answered here.
+    Answer(Answer),
+    /// Answered here, then the client is closed (`QUIT` inside `MULTI`).
+    Close(Answer),
+    /// Sent to one server (`None`: no server is live for its keys), on the client's connection of
+    /// its own when it is pinned there.
+    Send {
+        /// The server.
+        server: Option<usize>,
+        /// The bytes sent.
+        frame: Bytes,
+        /// How its reply is framed.
+        kind: Resp,
+        /// How its reply becomes the answer.
+        finish: Finish,
+    },
+}
 
 /// What a transaction keeps in the client's state (the client state implements it, so this file
 /// needs nothing else of it and the state may hold a [`Transaction`] without a circle).
@@ -125,7 +146,7 @@ pub(crate) fn plan(
     routed: &Result<Routed, Bytes>,
     client: &mut impl InTransaction,
     ctx: &PlanContext<'_>,
-) -> Option<Step<Redis>> {
+) -> Option<Outcome> {
     if let Some(t) = client.transaction_mut() {
         if t.release_next {
             t.release_next = false;
@@ -174,8 +195,8 @@ fn server_of(
     Ok(owner)
 }
 
-fn fixed(reply: &'static [u8]) -> Step<Redis> {
-    Step::Answer(Answer::fixed(reply))
+fn fixed(reply: &'static [u8]) -> Outcome {
+    Outcome::Answer(Answer::fixed(reply))
 }
 
 /// A transaction command outside `MULTI`.
@@ -185,7 +206,7 @@ fn outside(
     keys: &command::KeyArgs,
     client: &mut impl InTransaction,
     ctx: &PlanContext<'_>,
-) -> Step<Redis> {
+) -> Outcome {
     match txn {
         Txn::Multi => {
             let t = client.transaction_or_new();
@@ -210,7 +231,7 @@ fn outside(
             let server = match server_of(req, keys.iter(), ctx) {
                 Err(()) => return fixed(CROSSSLOT),
                 Ok(None) => {
-                    return Step::Forward {
+                    return Outcome::Send {
                         server: None,
                         frame: req.frame.clone(),
                         kind: Resp::Reply,
@@ -224,7 +245,7 @@ fn outside(
             };
             t.watching = true;
             t.release_next = false;
-            Step::Forward {
+            Outcome::Send {
                 server: Some(server),
                 frame: req.frame.clone(),
                 kind: Resp::Reply,
@@ -253,7 +274,7 @@ fn block(
     write: bool,
     client: &mut impl InTransaction,
     ctx: &PlanContext<'_>,
-) -> Step<Redis> {
+) -> Outcome {
     let server = match server_of(req, keys.iter(), ctx) {
         Err(()) => return fixed(CROSSSLOT),
         Ok(s) => s,
@@ -269,7 +290,7 @@ fn block(
         t.release_next = !t.watching;
         ctx.stats.blocking_requests.inc();
     }
-    Step::Forward {
+    Outcome::Send {
         server,
         frame: req.frame.clone(),
         kind: Resp::Unbounded,
@@ -284,7 +305,7 @@ fn queue(
     routed: &Result<Routed, Bytes>,
     client: &mut impl InTransaction,
     ctx: &PlanContext<'_>,
-) -> Step<Redis> {
+) -> Outcome {
     let authenticated = redis.auth.is_none() || client.authenticated();
     let Some(t) = client.transaction_mut() else {
         return fixed(b"-ERR EXEC without MULTI\r\n");
@@ -293,7 +314,7 @@ fn queue(
         if let Some(q) = t.queue.as_mut() {
             q.refused = true;
         }
-        Step::Answer(Answer::Bytes(reply))
+        Outcome::Answer(Answer::Bytes(reply))
     };
     let routed = match routed {
         Ok(r) => r,
@@ -321,7 +342,7 @@ fn queue(
         Route::Transaction(Txn::Exec, _) => return exec(redis, t, ctx),
         Route::Transaction(Txn::Unwatch, _) | Route::AnyServer => Vec::new(),
         Route::Local(Local::Ping | Local::Echo) => Vec::new(),
-        Route::Local(Local::Quit) => return Step::Leave(Leave::Close(Answer::fixed(b"+OK\r\n"))),
+        Route::Local(Local::Quit) => return Outcome::Close(Answer::fixed(b"+OK\r\n")),
         Route::Keys(keys) | Route::Block(keys) => keys.iter().collect(),
         Route::Split { keys, .. } => keys.clone(),
         Route::Local(_) | Route::Broadcast(_) | Route::PubSub(_) => {
@@ -362,7 +383,7 @@ fn queue(
     }
     if q.frames.len() + req.frame.len() > redis.limits.max_request_len {
         q.refused = true;
-        return Step::Answer(Answer::Bytes(Bytes::from(format!(
+        return Outcome::Answer(Answer::Bytes(Bytes::from(format!(
             "-ERR the transaction is over the proxy's limit of {} bytes\r\n",
             redis.limits.max_request_len
         ))));
@@ -373,7 +394,7 @@ fn queue(
 }
 
 /// `EXEC`: the queued commands to their server, between `MULTI` and `EXEC`, in one frame.
-fn exec(redis: &Redis, t: &mut Transaction, ctx: &PlanContext<'_>) -> Step<Redis> {
+fn exec(redis: &Redis, t: &mut Transaction, ctx: &PlanContext<'_>) -> Outcome {
     let Some(q) = t.queue.take() else {
         return fixed(b"-ERR EXEC without MULTI\r\n");
     };
@@ -411,7 +432,7 @@ fn exec(redis: &Redis, t: &mut Transaction, ctx: &PlanContext<'_>) -> Step<Redis
         Some(invalidate) => Finish::Invalidate(Box::new((invalidate, Finish::Exec(replies)))),
         None => Finish::Exec(replies),
     };
-    Step::Forward {
+    Outcome::Send {
         server,
         frame: frame.freeze(),
         kind: Resp::Replies(replies),
