@@ -1,7 +1,7 @@
 //! What a request does with the hot keys, whatever its protocol: a read of one key answered from the
 //! cache or filling it, a write invalidating its keys now and again when answered. The protocols say
 //! which of their requests are which, and which replies are hits (`protocol/memcache/remedies/
-//! hot_keys.rs`, `protocol/redis/hot_keys.rs`).
+//! hot_keys.rs`, `protocol/redis/features/hot_keys.rs`).
 
 use std::sync::Arc;
 

@@ -2,8 +2,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::pubsub::{Subscriber, Subscriptions};
-use super::transaction::{InTransaction, Transaction};
+use super::features::pubsub::{Subscriber, Subscriptions};
+use super::features::transaction::{InTransaction, Transaction};
 use super::Flavor;
 
 /// Numbers client connections for `CLIENT ID` (Redis numbers them from 1).
@@ -28,9 +28,9 @@ pub(crate) struct ClientState {
 pub(crate) struct Rare {
     /// `CLIENT SETNAME`'s name.
     pub(crate) name: Option<Box<[u8]>>,
-    /// Inside `MULTI`, `WATCH` or a blocking command: what that holds (`transaction.rs`).
+    /// Inside `MULTI`, `WATCH` or a blocking command: what that holds (`features/transaction.rs`).
     pub(crate) transaction: Option<Transaction>,
-    /// A subscriber's subscriptions (`pubsub.rs`).
+    /// A subscriber's subscriptions (`features/pubsub.rs`).
     pub(crate) pubsub: Option<Subscriptions>,
 }
 

@@ -11,9 +11,9 @@
 //! | to any one server | `LOLWUT`, `TIME`; and a keyed command whose key arguments are malformed (`EVAL s x`), so Redis's own error answers |
 //! | by the proxy | `PING` `ECHO` `QUIT` `SELECT` `AUTH` `HELLO` `RESET` `CLIENT SETNAME/GETNAME/ID/SETINFO/INFO` `COMMAND` `INFO` `CONFIG GET` |
 //! | to the one server all keys are on, on a connection of the client's own | blocking commands: `BLPOP` `BRPOP` `BLMOVE` `BLMPOP` `BRPOPLPUSH` `BZPOPMIN` `BZPOPMAX` `BZMPOP`, `XREAD`/`XREADGROUP … BLOCK` |
-//! | a transaction on one server (`transaction.rs`) | `MULTI` `EXEC` `DISCARD` `WATCH` `UNWATCH` |
+//! | a transaction on one server (`features/transaction.rs`) | `MULTI` `EXEC` `DISCARD` `WATCH` `UNWATCH` |
 //! | to the channel's server, as a key | `PUBLISH` `SPUBLISH` |
-//! | a subscriber's, on connections of its own (`pubsub.rs`) | `SUBSCRIBE` `SSUBSCRIBE` `UNSUBSCRIBE` `SUNSUBSCRIBE` on the channel's server; `PSUBSCRIBE` `PUNSUBSCRIBE` on every server |
+//! | a subscriber's, on connections of its own (`features/pubsub.rs`) | `SUBSCRIBE` `SSUBSCRIBE` `UNSUBSCRIBE` `SUNSUBSCRIBE` on the channel's server; `PSUBSCRIBE` `PUNSUBSCRIBE` on every server |
 //! | refused, naming the command | no sound meaning across servers (`KEYS` `SCAN` `RANDOMKEY` `FLUSHALL` `PUBSUB` …), scripts without keys (`EVAL` with numkeys 0), administration |
 //!
 //! Names are matched without regard to case; arities follow Redis 7 (a positive arity is exact, a negative
@@ -82,13 +82,13 @@ pub enum Action {
     Block,
     /// One of the commands of a transaction.
     Transaction(Txn),
-    /// A subscriber's command (`pubsub.rs`).
+    /// A subscriber's command (`features/pubsub.rs`).
     PubSub(Sub),
     /// Refused with an error naming the command and this reason.
     Refuse(&'static str),
 }
 
-/// A subscriber's commands (`protocol/redis/pubsub.rs` says what each does).
+/// A subscriber's commands (`protocol/redis/features/pubsub.rs` says what each does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Sub {
     /// `SUBSCRIBE channel…`: on each channel's server.
@@ -105,7 +105,7 @@ pub enum Sub {
     PUnsubscribe,
 }
 
-/// The commands of a transaction (`protocol/redis/transaction.rs` says what each does).
+/// The commands of a transaction (`protocol/redis/features/transaction.rs` says what each does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Txn {
     /// `MULTI`: the commands that follow are queued until `EXEC`.
@@ -618,7 +618,7 @@ pub struct Routed {
 }
 
 impl Routed {
-    /// Whether the request is a transaction's or a blocking command (`transaction.rs` plans it).
+    /// Whether the request is a transaction's or a blocking command (`features/transaction.rs` plans it).
     pub fn in_transaction(&self) -> bool {
         matches!(self.route, Route::Transaction(..) | Route::Block(_))
     }

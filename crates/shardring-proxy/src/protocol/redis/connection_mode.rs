@@ -4,9 +4,9 @@
 //!
 //! - **pinned**: inside `WATCH` (whose `EXEC` must come on the watch's server connection) or blocked
 //!   in `BLPOP` and friends (which would stall the clients sharing a connection), the client's
-//!   requests to that server take a connection of its own (`transaction.rs` says which server);
+//!   requests to that server take a connection of its own (`features/transaction.rs` says which server);
 //! - **subscribed**: its subscriber commands go on subscription connections, one per server it
-//!   subscribed on, and what those servers send reaches it as it comes (`pubsub.rs` rewrites the
+//!   subscribed on, and what those servers send reaches it as it comes (`features/pubsub.rs` rewrites the
 //!   confirmations).
 //!
 //! The task serves one request at a time, so a request on the client's own connection and one on a
@@ -17,17 +17,25 @@
 use bytes::Bytes;
 
 use super::client_state::ClientState;
-use super::pubsub;
-use super::scanner::Resp;
-use super::settings::Redis;
-use crate::protocol::{Answer, Back, Event, Handed, Leave, Step};
+use super::features::pubsub;
+use super::reply::Resp;
+use crate::protocol::{Answer, Back, Event, Handed, Leave, Protocol, Step};
+
+/// What a protocol is to this file: Redis, whose client state and modes these are. Generic, so that
+/// the mode's task takes the protocol value's type without importing the planner that holds it.
+pub(crate) trait RedisLike:
+    Protocol<ClientState = ClientState, Mode = Mode<Self>, ReplyKind = Resp>
+{
+}
+
+impl<P: Protocol<ClientState = ClientState, Mode = Mode<P>, ReplyKind = Resp>> RedisLike for P {}
 
 /// How a client enters a connection mode: the request that entered it, as planned.
 #[derive(Debug)]
-pub(crate) enum Mode {
+pub(crate) enum Mode<P: Protocol> {
     /// A request for the server the client is pinned to now (`WATCH`, a blocking command), or the
     /// first to go back to the shared connections.
-    Pinned(Box<Step<Redis>>),
+    Pinned(Box<Step<P>>),
     /// A subscriber's command: each frame for its server's subscription connection, and the
     /// client's answer now (none: the confirmations are pushes; `+RESET`).
     Subscribe {
@@ -50,7 +58,10 @@ fn subscribed(client: &ClientState) -> bool {
 
 /// Serves a client in a connection mode, starting with the request that entered it, until the mode
 /// ends ([`Back::Session`]) or the client is to be closed.
-pub(crate) async fn serve(mode: Mode, client: &mut impl Handed<Redis>) -> std::io::Result<Back> {
+pub(crate) async fn serve<P: RedisLike>(
+    mode: Mode<P>,
+    client: &mut impl Handed<P>,
+) -> std::io::Result<Back> {
     if !enter(mode, client).await? {
         return Ok(Back::Close);
     }
@@ -87,7 +98,7 @@ pub(crate) async fn serve(mode: Mode, client: &mut impl Handed<Redis>) -> std::i
 
 /// Takes one planned step, on the client's own connection when it is for the server the client is
 /// pinned to. `Ok(false)` once the client is to be closed.
-async fn take(step: Step<Redis>, client: &mut impl Handed<Redis>) -> std::io::Result<bool> {
+async fn take<P: RedisLike>(step: Step<P>, client: &mut impl Handed<P>) -> std::io::Result<bool> {
     let step = match step {
         Step::Leave(Leave::Close(answer)) => {
             client.write(answer).await?;
@@ -117,7 +128,7 @@ async fn take(step: Step<Redis>, client: &mut impl Handed<Redis>) -> std::io::Re
 
 /// Takes a request that enters a mode, or one planned inside it: a subscriber's frames to their
 /// connections, a pinned client's request as any other. `Ok(false)` once the client is to be closed.
-async fn enter(mode: Mode, client: &mut impl Handed<Redis>) -> std::io::Result<bool> {
+async fn enter<P: RedisLike>(mode: Mode<P>, client: &mut impl Handed<P>) -> std::io::Result<bool> {
     let (sends, answer) = match mode {
         Mode::Pinned(step) => return Box::pin(take(*step, client)).await,
         Mode::Subscribe { sends, answer } => (sends, answer),

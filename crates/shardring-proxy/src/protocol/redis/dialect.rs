@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 
-use super::scanner::{Resp, RespScanner};
-use super::settings::Redis;
+use super::plan::Redis;
+use super::reply::{Resp, RespScanner};
 use crate::protocol::Dialect;
 
 impl Dialect for Redis {

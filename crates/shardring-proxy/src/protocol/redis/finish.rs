@@ -1,7 +1,14 @@
-//! How a single server's reply becomes the client's answer ([`Finish`]): a plain type on the
-//! protocol's low floor, built by the planner and the features, applied by the planner's `finish`.
+//! How servers' replies become the client's answer: one reply's [`Finish`], an exchange's
+//! [`RedisMerge`]. Plain types on the protocol's low floor, built by the planner and the features,
+//! applied by the planner's `finish` and `advance`.
 
-use super::hot_keys::{HotFill, HotInvalidate};
+use std::sync::Arc;
+
+use super::features::hot_keys::{HotFill, HotInvalidate};
+use super::features::replicas::{Replicated, ReplicatedValues};
+use super::merge::PartialReads;
+use super::reply::ReplyLimits;
+use crate::metrics::PoolStats;
 
 /// How a single server's reply becomes the client's answer.
 #[derive(Debug)]
@@ -14,9 +21,42 @@ pub(crate) enum Finish {
     Values(usize),
     /// A transaction of this many replies: the answer is the last, `EXEC`'s.
     Exec(u32),
-    /// A `GET` of a hot key: its reply fills the hot-key cache (`hot_keys.rs`). Boxed, as are the
+    /// A `GET` of a hot key: its reply fills the hot-key cache (`features/hot_keys.rs`). Boxed, as are the
     /// other large variants here and in the planner's `RedisMerge`: a finish is moved with every request.
     Fill(Box<HotFill>),
     /// A write of hot keys: the reply invalidates them again, then finishes as the inner finish.
     Invalidate(Box<(HotInvalidate, Finish)>),
+}
+
+/// What a fan-out merges.
+#[derive(Debug)]
+pub(crate) enum RedisMerge {
+    /// A split `MGET`.
+    Values {
+        /// The request's number of keys.
+        key_count: usize,
+        /// For each part, the positions of the keys it holds.
+        held: Vec<Vec<usize>>,
+        /// Keys no live server holds: an error element each.
+        unrouted: Vec<usize>,
+        /// The reply framer's limits.
+        limits: ReplyLimits,
+        /// Whether a failed part fails the whole command.
+        partial: PartialReads,
+    },
+    /// A split `MSET`.
+    AllOk,
+    /// A split `DEL`/`UNLINK`/`TOUCH`/`EXISTS`, or `DBSIZE` on every server.
+    Sum,
+    /// A command of a replicated pool (`features/replicas.rs`).
+    Replicated(Box<Replicated>),
+    /// An `MGET` of a replicated pool (`features/replicas.rs`).
+    ReplicatedValues(Box<ReplicatedValues>),
+    /// A write of hot keys: the replies invalidate them again, then merge as the inner merge.
+    Invalidating(Box<(HotInvalidate, RedisMerge)>),
+    /// A write sent to its keys' owner now and owner next (`features/dual_writes.rs`).
+    Dual(Arc<PoolStats>),
+    /// A split write whose round ends with the next owners' parts (`features/dual_writes.rs`): the first
+    /// `owners` replies merge as the inner merge, the rest are the next owners'.
+    DualSplit(Box<(RedisMerge, usize)>, Arc<PoolStats>),
 }

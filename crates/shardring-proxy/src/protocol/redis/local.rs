@@ -9,7 +9,7 @@ use bytes::{BufMut, BytesMut};
 use super::client_state::ClientState;
 use super::command::{self, wrong_arity, Local, Spec, TABLE};
 use super::request::{put_header, put_int, Request};
-use super::settings::Redis;
+use super::settings::Settings;
 use super::{parse_redis_int, Flavor};
 use crate::protocol::{Answer, PlanContext};
 
@@ -64,7 +64,7 @@ pub(crate) fn answer(
     local: Local,
     req: &Request,
     s: &mut ClientState,
-    proxy: &Redis,
+    settings: &Settings,
     ctx: &PlanContext<'_>,
 ) -> Answer {
     let argc = req.argc();
@@ -88,10 +88,10 @@ pub(crate) fn answer(
         Local::Quit => fixed(b"+OK\r\n"),
         Local::Select => match parse_redis_int(arg(1)) {
             None => error("ERR value is not an integer or out of range"),
-            Some(db) if db == i64::from(proxy.db) => fixed(b"+OK\r\n"),
+            Some(db) if db == i64::from(settings.db) => fixed(b"+OK\r\n"),
             Some(_) => error(&format!(
                 "ERR SELECT is not supported by the proxy: this pool serves db {} (redis_db)",
-                proxy.db
+                settings.db
             )),
         },
         Local::Auth => {
@@ -103,7 +103,7 @@ pub(crate) fn answer(
             } else {
                 (None, arg(1))
             };
-            match check_auth(proxy, user, pass) {
+            match check_auth(settings, user, pass) {
                 Ok(()) => {
                     s.authenticated = true;
                     fixed(b"+OK\r\n")
@@ -111,16 +111,16 @@ pub(crate) fn answer(
                 Err(e) => fixed(e),
             }
         }
-        Local::Hello => hello(req, s, proxy),
+        Local::Hello => hello(req, s, settings),
         Local::Reset => {
             s.flavor = Flavor::Resp2;
             s.set_name(None);
             s.authenticated = false;
             fixed(b"+RESET\r\n")
         }
-        Local::Client => client(req, s, proxy),
+        Local::Client => client(req, s, settings),
         Local::Command => command_info(req, s.flavor),
-        Local::Info => info(s.flavor, proxy, ctx),
+        Local::Info => info(s.flavor, settings, ctx),
         Local::Config => config(req, s.flavor),
     }
 }
@@ -129,8 +129,8 @@ pub(crate) fn answer(
 /// one-argument form, Redis 6's `WRONGPASS` in the form that names a user. The proxy holds one
 /// credential per pool: `redis_auth`, under the pool's user (`--redis-user`) or Redis's `default`
 /// (what a client that knows only the password names); any other user is refused.
-fn check_auth(proxy: &Redis, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'static [u8]> {
-    let Some(expected) = &proxy.auth else {
+fn check_auth(settings: &Settings, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'static [u8]> {
+    let Some(expected) = &settings.auth else {
         return Err(b"-ERR Client sent AUTH, but no password is set\r\n");
     };
     let pass_ok = pass == expected.as_bytes();
@@ -139,7 +139,7 @@ fn check_auth(proxy: &Redis, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'s
         None => Err(b"-ERR invalid password\r\n"),
         Some(u)
             if pass_ok
-                && (u == b"default" || Some(u) == proxy.user.as_deref().map(str::as_bytes)) =>
+                && (u == b"default" || Some(u) == settings.user.as_deref().map(str::as_bytes)) =>
         {
             Ok(())
         }
@@ -149,7 +149,7 @@ fn check_auth(proxy: &Redis, user: Option<&[u8]>, pass: &[u8]) -> Result<(), &'s
 
 /// `HELLO [protover [AUTH user pass] [SETNAME name]]`, as Redis 7 checks it; the reply is in the new
 /// version.
-fn hello(req: &Request, s: &mut ClientState, proxy: &Redis) -> Answer {
+fn hello(req: &Request, s: &mut ClientState, settings: &Settings) -> Answer {
     let arg = |i: usize| req.arg(i).unwrap_or_default();
     let mut flavor = s.flavor;
     if req.argc() >= 2 {
@@ -180,12 +180,12 @@ fn hello(req: &Request, s: &mut ClientState, proxy: &Redis) -> Answer {
         }
     }
     if let Some((user, pass)) = auth {
-        if let Err(e) = check_auth(proxy, Some(user), pass) {
+        if let Err(e) = check_auth(settings, Some(user), pass) {
             return fixed(e);
         }
         s.authenticated = true;
     }
-    if proxy.auth.is_some() && !s.authenticated {
+    if settings.auth.is_some() && !s.authenticated {
         return fixed(NOAUTH);
     }
     if let Some(name) = name {
@@ -222,7 +222,7 @@ fn valid_name(name: &[u8]) -> bool {
 }
 
 /// `CLIENT` subcommands: the ones clients send at connect are answered, the rest refused by name.
-fn client(req: &Request, s: &mut ClientState, proxy: &Redis) -> Answer {
+fn client(req: &Request, s: &mut ClientState, settings: &Settings) -> Answer {
     let arg = |i: usize| req.arg(i).unwrap_or_default();
     let sub = arg(1).to_ascii_lowercase();
     let argc = req.argc();
@@ -281,7 +281,7 @@ fn client(req: &Request, s: &mut ClientState, proxy: &Redis) -> Answer {
             let text = format!(
                 "id={} name={name} db={} resp={}\n",
                 s.id,
-                proxy.db,
+                settings.db,
                 if s.flavor == Flavor::Resp3 { 3 } else { 2 }
             );
             let mut out = BytesMut::new();
@@ -351,7 +351,7 @@ fn command_info(req: &Request, flavor: Flavor) -> Answer {
 }
 
 /// `INFO`: the proxy's own facts, under Redis's field names where they exist.
-fn info(flavor: Flavor, proxy: &Redis, ctx: &PlanContext<'_>) -> Answer {
+fn info(flavor: Flavor, settings: &Settings, ctx: &PlanContext<'_>) -> Answer {
     let st = ctx.stats;
     let text = format!(
         "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\nproxy:{}\r\n\
@@ -364,7 +364,7 @@ fn info(flavor: Flavor, proxy: &Redis, ctx: &PlanContext<'_>) -> Answer {
         st.client_connections.get(),
         st.total_connections.get(),
         st.requests.get(),
-        proxy.db,
+        settings.db,
         ctx.servers(),
         ctx.live_servers().len(),
     );

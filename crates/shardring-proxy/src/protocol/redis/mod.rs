@@ -31,81 +31,31 @@
 //! construction; the nesting limit is the reply framer's ([`ReplyLimits::max_depth`]).
 
 mod client_state;
+mod codec;
 pub mod command;
 mod connection_mode;
 mod dialect;
-mod dual_writes;
+mod exchange;
+mod features;
 mod finish;
-mod hot_keys;
+mod flavor;
 mod inline;
 mod keys;
 mod local;
 pub mod merge;
+mod number;
 mod plan;
-mod pubsub;
-mod replicas;
 mod reply;
 mod request;
-mod scanner;
 mod settings;
-mod transaction;
 mod writes;
 
+pub use codec::{Decoded, RequestCodec};
+pub use flavor::Flavor;
+pub(crate) use number::parse_redis_int;
+pub(crate) use plan::Redis;
 pub use reply::{elements, reply_len, Framed, ReplyError, ReplyFramer, ReplyLimits};
-pub use request::{
-    Args, Decoded, Limits, Request, RequestCodec, RequestError, RequestErrorKind, RequestScanner,
-    Scanned,
-};
-pub(crate) use settings::Redis;
-
-/// Which RESP version a connection speaks: `HELLO 3` switches a client to RESP3, and a RESP3 client is
-/// served over backend connections that said `HELLO 3` too, so replies keep the shape the client asked for
-/// (`HGETALL` is a map, `ZSCORE` a double) and the proxy's own replies use that version's null.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Flavor {
-    /// RESP2, every connection's version until it says `HELLO 3`.
-    #[default]
-    Resp2,
-    /// RESP3.
-    Resp3,
-}
-
-impl Flavor {
-    /// This version's null: `$-1\r\n` (RESP2's null bulk string) or `_\r\n`.
-    pub fn null(self) -> &'static [u8] {
-        match self {
-            Flavor::Resp2 => b"$-1\r\n",
-            Flavor::Resp3 => b"_\r\n",
-        }
-    }
-}
-
-/// Redis's `string2ll` on a whole field: an optional `-`, then digits without a leading zero (`0` alone
-/// is fine, `-0` and `007` are not), within `i64`. Requests are held to exactly what Redis accepts.
-pub(crate) fn parse_redis_int(b: &[u8]) -> Option<i64> {
-    let (negative, digits) = match b.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, b),
-    };
-    match digits {
-        [] => return None,
-        [b'0'] if !negative => return Some(0),
-        [b'1'..=b'9', ..] => {}
-        _ => return None,
-    }
-    if digits.len() > 19 {
-        return None;
-    }
-    let mut v: i128 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v * 10 + i128::from(c - b'0');
-    }
-    let v = if negative { -v } else { v };
-    i64::try_from(v).ok()
-}
+pub use request::{Args, Limits, Request, RequestError, RequestErrorKind, RequestScanner, Scanned};
 
 #[cfg(test)]
 mod tests;

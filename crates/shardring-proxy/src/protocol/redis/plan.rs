@@ -7,66 +7,49 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::client_state::ClientState;
+use super::codec::RequestCodec;
 use super::command::{self, KeyArgs, Local, Merge, Route, Routed, Spec, CROSSSLOT};
 use super::connection_mode::{self, Mode};
-use super::dual_writes;
-use super::finish::Finish;
-use super::hot_keys::{self, HotInvalidate, HotRead};
+use super::exchange::{last_reply, merge_replies};
+use super::features::dual_writes;
+use super::features::hot_keys::{self, HotInvalidate, HotRead};
+use super::features::pubsub;
+use super::features::replicas::{self, Next};
+use super::features::transaction::{self, Outcome};
+use super::finish::{Finish, RedisMerge};
 use super::local::{self, NOAUTH};
 use super::merge::{self, Part as MergePart};
-use super::pubsub;
-use super::replicas::{self, Next, Replicated, ReplicatedValues};
-use super::reply::{ReplyFramer, ReplyLimits};
-use super::request::{Decoded, Limits, Request, RequestCodec};
-use super::scanner::Resp;
-use super::settings::Redis;
-use super::transaction::{self, Outcome};
+use super::reply::ReplyLimits;
+use super::reply::Resp;
+use super::request::Request;
+use super::settings::Settings;
 use super::Flavor;
-use crate::config::{PoolConfig, RedisConfig};
+use crate::config::PoolConfig;
 use crate::error::BackendError;
 use crate::protocol::{
-    Answer, Back, Handed, Incoming, Leave, Part, PartReply, Phase, Placement, PlanContext,
-    Protocol, Reply, RequestDecoder, Round, Step,
+    Answer, Back, Handed, Leave, Part, PartReply, Phase, Placement, PlanContext, Protocol, Reply,
+    Round, Step,
 };
-
-/// What a fan-out merges.
-#[derive(Debug)]
-pub(crate) enum RedisMerge {
-    /// A split `MGET`.
-    Values {
-        /// The request's number of keys.
-        key_count: usize,
-        /// For each part, the positions of the keys it holds.
-        held: Vec<Vec<usize>>,
-        /// Keys no live server holds: an error element each.
-        unrouted: Vec<usize>,
-        /// The reply framer's limits.
-        limits: ReplyLimits,
-        /// Whether a failed part fails the whole command.
-        partial: merge::PartialReads,
-    },
-    /// A split `MSET`.
-    AllOk,
-    /// A split `DEL`/`UNLINK`/`TOUCH`/`EXISTS`, or `DBSIZE` on every server.
-    Sum,
-    /// A command of a replicated pool (`replicas.rs`).
-    Replicated(Box<Replicated>),
-    /// An `MGET` of a replicated pool (`replicas.rs`).
-    ReplicatedValues(Box<ReplicatedValues>),
-    /// A write of hot keys: the replies invalidate them again, then merge as the inner merge.
-    Invalidating(Box<(HotInvalidate, RedisMerge)>),
-    /// A write sent to its keys' owner now and owner next (`dual_writes.rs`).
-    Dual(Arc<crate::metrics::PoolStats>),
-    /// A split write whose round ends with the next owners' parts (`dual_writes.rs`): the first
-    /// `owners` replies merge as the inner merge, the rest are the next owners'.
-    DualSplit(Box<(RedisMerge, usize)>, Arc<crate::metrics::PoolStats>),
-}
+use crate::router::Routing;
 
 /// A replicated command's first step: its answer, or its first round with its state as `merge`.
+/// Each frame to its server of the current placement, as a part of an exchange's round.
+fn parts(sends: Vec<(usize, Bytes)>) -> Vec<Part<Redis>> {
+    sends
+        .into_iter()
+        .map(|(server, frame)| Part {
+            placement: Placement::Current,
+            server,
+            frame,
+            kind: Resp::Reply,
+        })
+        .collect()
+}
+
 fn start<S>(next: Next<S>, merge: impl FnOnce(S) -> RedisMerge) -> Step<Redis> {
     match next {
         Next::Answer(a) => Step::Answer(a),
-        Next::Send(parts, s) => Step::Exchange(Round::new(parts, merge(s))),
+        Next::Send(sends, s) => Step::Exchange(Round::new(parts(sends), merge(s))),
     }
 }
 
@@ -77,12 +60,24 @@ fn again<S>(next: Next<S>, merge: impl FnOnce(S) -> RedisMerge) -> Phase<Redis> 
             answer,
             follow_ups: Vec::new(),
         },
-        Next::Send(parts, s) => Phase::Again(Round::new(parts, merge(s))),
+        Next::Send(sends, s) => Phase::Again(Round::new(parts(sends), merge(s))),
     }
 }
 
 fn answer(reply: Bytes) -> Step<Redis> {
     Step::Answer(Answer::Bytes(reply))
+}
+
+/// The Redis protocol, with one pool's settings, hot keys and replica placement.
+#[derive(Debug, Clone)]
+pub(crate) struct Redis {
+    /// The pool's settings (`redis_auth`, `redis_db`, limits, replicas).
+    pub(crate) settings: Settings,
+    /// The pool's hot-key detection and cache (`--hot-keys`), when on.
+    pub(crate) hot: Option<Arc<crate::hot_keys::HotKeys>>,
+    /// The placement over every server, ejected or not, when keys have replicas: where a key's
+    /// replica list comes from.
+    pub(crate) full: Option<Arc<Routing>>,
 }
 
 impl Protocol for Redis {
@@ -91,51 +86,34 @@ impl Protocol for Redis {
     type Finish = Finish;
     type Exchange = RedisMerge;
     type ClientState = ClientState;
-    type Mode = Mode;
+    type Mode = Mode<Redis>;
 
     fn new(
         config: &PoolConfig,
         pool: &crate::protocol::PoolState<'_>,
     ) -> Result<Redis, crate::error::ProxyError> {
-        // Only a redis pool is served by this protocol (`pool/mod.rs` picks it by the pool's
-        // protocol); the defaults stand in rather than a panic.
-        let defaults = RedisConfig::default();
-        let settings = config.redis().unwrap_or(&defaults);
-        Ok(Redis {
-            auth: settings.auth.clone(),
-            user: settings.user.clone(),
-            hot: pool.hot.map(Arc::clone),
-            replicas: settings.replicas,
-            full: if settings.replicas > 1 {
+        let settings = Settings::from_pool(config);
+        let full =
+            if settings.replicas > 1 {
                 let all = vec![true; config.servers.len()];
-                Some(Arc::new(
-                    crate::router::build_placement(config.placement_spec(), &all).map_err(|e| {
-                        crate::error::ProxyError::Placement {
-                            pool: config.name.clone(),
-                            reason: e.to_string(),
-                        }
-                    })?,
-                ))
+                let placement = crate::router::build_placement(config.placement_spec(), &all)
+                    .map_err(|e| crate::error::ProxyError::Placement {
+                        pool: config.name.clone(),
+                        reason: e.to_string(),
+                    })?;
+                Some(Arc::new(placement))
             } else {
                 None
-            },
-            db: settings.db,
-            limits: Limits {
-                max_bulk_len: settings.limits.max_bulk_len,
-                max_request_len: settings.limits.max_request_len,
-                ..Limits::default()
-            },
-            reply_limits: ReplyLimits::default(),
-            partial_reads: if settings.partial_reads {
-                merge::PartialReads::Answered
-            } else {
-                merge::PartialReads::Refused
-            },
+            };
+        Ok(Redis {
+            settings,
+            hot: pool.hot.map(Arc::clone),
+            full,
         })
     }
 
     fn decoder(&self) -> RequestCodec {
-        RequestCodec::new(self.limits)
+        RequestCodec::new(self.settings.limits)
     }
 
     fn plan(&self, req: Request, client: &mut ClientState, ctx: &PlanContext<'_>) -> Step<Redis> {
@@ -162,7 +140,7 @@ impl Protocol for Redis {
             Ok(r) => r,
             Err(reply) => return answer(reply),
         };
-        if self.auth.is_some()
+        if self.settings.auth.is_some()
             && !client.authenticated
             && !matches!(
                 routed.route,
@@ -176,10 +154,10 @@ impl Protocol for Redis {
                 Local::Quit,
                 &req,
                 client,
-                self,
+                &self.settings,
                 ctx,
             ))),
-            Route::Local(l) => Step::Answer(local::answer(l, &req, client, self, ctx)),
+            Route::Local(l) => Step::Answer(local::answer(l, &req, client, &self.settings, ctx)),
             Route::Keys(keys) => {
                 if let Some(hot) = &self.hot {
                     return self.hot_keys(hot, req, routed.spec, &keys, ctx);
@@ -231,7 +209,7 @@ impl Protocol for Redis {
     }
 
     async fn serve_mode<H: Handed<Redis> + Send>(
-        mode: Mode,
+        mode: Mode<Redis>,
         client: &mut H,
     ) -> std::io::Result<Back> {
         connection_mode::serve(mode, client).await
@@ -360,7 +338,7 @@ impl Redis {
             .rare()
             .and_then(|r| r.transaction.as_ref())
             .is_some_and(transaction::Transaction::queueing);
-        if self.auth.is_some()
+        if self.settings.auth.is_some()
             && !client.authenticated
             && !queueing
             && routed.as_ref().is_ok_and(|r| {
@@ -373,7 +351,9 @@ impl Redis {
             return Some(Step::Answer(Answer::fixed(NOAUTH)));
         }
         if in_transaction || routed.as_ref().is_ok_and(Routed::in_transaction) {
-            if let Some(outcome) = transaction::plan(self, req, routed, client, ctx) {
+            if let Some(outcome) =
+                transaction::plan(&self.settings, self.hot.as_ref(), req, routed, client, ctx)
+            {
                 let step = match outcome {
                     Outcome::Answer(a) => Step::Answer(a),
                     Outcome::Close(a) => Step::Leave(Leave::Close(a)),
@@ -418,7 +398,7 @@ impl Redis {
     /// (nutcracker sends it first, and so silently writes to db 0).
     pub(super) fn greeting(&self, resp3: bool) -> Vec<(Bytes, Resp)> {
         let mut out = Vec::new();
-        match (&self.user, &self.auth) {
+        match (&self.settings.user, &self.settings.auth) {
             (Some(user), Some(pass)) => out.push((
                 Request::from_args(&["AUTH", user.as_str(), pass.as_str()]).frame,
                 Resp::Reply,
@@ -434,9 +414,9 @@ impl Redis {
         if resp3 {
             out.push((Request::from_args(&["HELLO", "3"]).frame, Resp::Reply));
         }
-        if self.db != 0 {
+        if self.settings.db != 0 {
             out.push((
-                Request::from_args(&["SELECT".to_string(), self.db.to_string()]).frame,
+                Request::from_args(&["SELECT".to_string(), self.settings.db.to_string()]).frame,
                 Resp::Reply,
             ));
         }
@@ -453,10 +433,11 @@ impl Redis {
         keys: &KeyArgs,
         ctx: &PlanContext<'_>,
     ) -> Step<Redis> {
-        if let (Some(full), true) = (&self.full, self.replicas > 1) {
-            return start(replicas::plan(self, full, &req, spec, keys, ctx), |s| {
-                RedisMerge::Replicated(Box::new(s))
-            });
+        if let (Some(full), true) = (&self.full, self.settings.replicas > 1) {
+            return start(
+                replicas::plan(&self.settings, full, &req, spec, keys, ctx),
+                |s| RedisMerge::Replicated(Box::new(s)),
+            );
         }
         let mut owner = None;
         for k in keys.iter() {
@@ -487,7 +468,7 @@ impl Redis {
             }
             // Keys that share a server now but not next (no hash tag) cannot be dual-written as
             // one command: refused while the change is under way, as it would be lost at the
-            // cut-over (`dual_writes.rs`).
+            // cut-over (`features/dual_writes.rs`).
             let mut names = keys.iter().map(|k| req.arg(k).unwrap_or_default());
             if owner.is_some() && names.any(|k| ctx.next_owner(k, owner).is_some()) {
                 return Step::Answer(Answer::fixed(dual_writes::APART));
@@ -512,18 +493,18 @@ impl Redis {
         step: usize,
         ctx: &PlanContext<'_>,
     ) -> Step<Redis> {
-        if let (Some(full), true, Merge::Values) = (&self.full, self.replicas > 1, merge) {
-            return start(replicas::mget(self, full, req, keys, ctx), |s| {
+        if let (Some(full), true, Merge::Values) = (&self.full, self.settings.replicas > 1, merge) {
+            return start(replicas::mget(&self.settings, full, req, keys, ctx), |s| {
                 RedisMerge::ReplicatedValues(Box::new(s))
             });
         }
         // Only a replicated pool, or one with a next membership, asks (a search of the write list).
-        let write = (self.replicas > 1 || ctx.next.is_some()) && replicas::is_write(spec);
+        let write = (self.settings.replicas > 1 || ctx.next.is_some()) && replicas::is_write(spec);
         self.split(req, merge, keys, step, write, ctx)
     }
 
     /// [`Redis::keyed`] in a pool with hot-key detection: a `GET` of a top key from the cache, a
-    /// write invalidating (`hot_keys.rs`).
+    /// write invalidating (`features/hot_keys.rs`).
     #[cold]
     fn hot_keys(
         &self,
@@ -615,7 +596,7 @@ impl Redis {
         let positions: Vec<usize> = (0..keys.len()).filter(|&p| owners[p].is_some()).collect();
         let mut next = positions.iter().map(|&p| owners[p].unwrap_or(0));
         let mut subs = merge::split(req, &routed_keys, step, |_| next.next().unwrap_or(0));
-        let follow_ups = match (&self.full, write && self.replicas > 1) {
+        let follow_ups = match (&self.full, write && self.settings.replicas > 1) {
             (Some(full), true) => {
                 self.replica_writes(full, req, &routed_keys, &positions, &owners, step, ctx)
             }
@@ -637,7 +618,7 @@ impl Redis {
                 server: Some(sub.server),
                 frame: sub.frame,
                 kind: Resp::Reply,
-                finish: match (merge, self.partial_reads) {
+                finish: match (merge, self.settings.partial_reads) {
                     (Merge::Values, merge::PartialReads::Answered) => Finish::Values(keys.len()),
                     _ => Finish::Plain,
                 },
@@ -664,8 +645,8 @@ impl Redis {
                 key_count: keys.len(),
                 held,
                 unrouted,
-                limits: self.reply_limits,
-                partial: self.partial_reads,
+                limits: self.settings.reply_limits,
+                partial: self.settings.partial_reads,
             },
             Merge::AllOk => RedisMerge::AllOk,
             Merge::Sum => RedisMerge::Sum,
@@ -702,7 +683,7 @@ impl Redis {
             .map(|(&k, &p)| {
                 let mut list = replicas::live_replicas(
                     full,
-                    self.replicas,
+                    self.settings.replicas,
                     req.arg(k).unwrap_or_default(),
                     ctx,
                 );
@@ -711,7 +692,7 @@ impl Redis {
             })
             .collect();
         let mut out = Vec::new();
-        for layer in 0..self.replicas.saturating_sub(1) {
+        for layer in 0..self.settings.replicas.saturating_sub(1) {
             let (keys, servers): (Vec<usize>, Vec<usize>) = routed_keys
                 .iter()
                 .zip(&others)
@@ -733,7 +714,7 @@ impl Redis {
 }
 
 /// A split write's copies for the keys whose owner changes (the pool has a next membership): the
-/// keys of each next owner, split by server, as parts of the same round (`dual_writes.rs`).
+/// keys of each next owner, split by server, as parts of the same round (`features/dual_writes.rs`).
 fn next_owner_writes(
     req: &Request,
     routed_keys: &[usize],
@@ -802,89 +783,5 @@ fn with_invalidation(step: Step<Redis>, invalidate: Option<HotInvalidate>) -> St
         }
         // Answered here (refused, or no server): the invalidation at plan time stands.
         step => step,
-    }
-}
-
-/// The last of a run of `replies` replies (a transaction's, whose answer is `EXEC`'s reply).
-fn last_reply(run: Bytes, replies: u32) -> Bytes {
-    let mut framer = ReplyFramer::default();
-    let mut start = 0;
-    for _ in 1..replies {
-        match framer.frame(&run[start..]) {
-            Ok(Some(f)) => start += f.len,
-            // The connection framed the whole run already; it cannot come apart here.
-            _ => break,
-        }
-    }
-    run.slice(start..)
-}
-
-/// A fan-out's answer from its parts' replies, in the order of its parts.
-fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Answer {
-    let reasons: Vec<String> = replies
-        .iter()
-        .map(|r| {
-            r.reply
-                .as_ref()
-                .err()
-                .map(ToString::to_string)
-                .unwrap_or_default()
-        })
-        .collect();
-    let parts: Vec<MergePart<'_>> = replies
-        .iter()
-        .zip(&reasons)
-        .map(|(r, why)| match &r.reply {
-            Ok(b) => MergePart::Reply(b),
-            Err(_) => MergePart::Failed(why),
-        })
-        .collect();
-    Answer::Bytes(match merge {
-        RedisMerge::AllOk => merge::merge_all_ok(&parts),
-        RedisMerge::Sum => merge::merge_sum(&parts),
-        RedisMerge::Values {
-            key_count,
-            held,
-            unrouted,
-            limits,
-            partial,
-        } => {
-            let mut with: Vec<(&[usize], MergePart<'_>)> =
-                held.iter().map(Vec::as_slice).zip(parts).collect();
-            if !unrouted.is_empty() {
-                with.push((&unrouted, MergePart::Failed("no server available")));
-            }
-            merge::merge_values(key_count, &with, limits, partial)
-        }
-        // `advance` gives these to `replicas::advance`; the first reply stands in.
-        RedisMerge::Replicated(_)
-        | RedisMerge::ReplicatedValues(_)
-        | RedisMerge::Dual(_)
-        | RedisMerge::DualSplit(..)
-        | RedisMerge::Invalidating(..) => match parts.first() {
-            Some(MergePart::Reply(b)) => Bytes::copy_from_slice(b),
-            _ => merge::failure("no server available"),
-        },
-    })
-}
-
-impl RequestDecoder for RequestCodec {
-    type Request = Request;
-
-    fn decode(&mut self, buf: &mut BytesMut) -> std::io::Result<Option<Incoming<Request>>> {
-        Ok(
-            tokio_util::codec::Decoder::decode(self, buf)?.map(|d| match d {
-                Decoded::Request(r) => Incoming::Request(r),
-                Decoded::Refused(err) => Incoming::Refused {
-                    reply: err.kind.reply(),
-                    reason: err.kind.to_string(),
-                    close: err.close,
-                },
-            }),
-        )
-    }
-
-    fn max_buffer(&self) -> usize {
-        self.limits().max_request_len
     }
 }

@@ -17,6 +17,7 @@
 
 use super::parse_redis_int;
 use super::request::{find_crlf, LineEnd};
+use crate::protocol::{FrameError, ReplyScanner};
 
 /// Bounds on what one server reply can make the proxy buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -409,4 +410,69 @@ pub fn elements(reply: &[u8], limits: ReplyLimits) -> Option<Vec<std::ops::Range
         at += len;
     }
     Some(out)
+}
+
+/// How many replies a request's answer is, and whether it waits under the pool's `timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resp {
+    /// One reply (it frames itself).
+    Reply,
+    /// This many replies back to back (a transaction: `MULTI`, each queued command, `EXEC`).
+    Replies(u32),
+    /// One reply that may take as long as the client asked (a blocking command): no timeout.
+    Unbounded,
+}
+
+/// The reply framer of one server connection; resumes a long reply where the last read left off,
+/// and a run of replies ([`Resp::Replies`]) after the ones already whole.
+#[derive(Debug, Default)]
+pub(crate) struct RespScanner {
+    /// Frames the reply being read.
+    framer: ReplyFramer,
+    /// Of a run of replies: how many are whole, and their bytes.
+    whole: (u32, usize),
+}
+
+impl ReplyScanner for RespScanner {
+    type Kind = Resp;
+
+    // Inlined into the connection's reply loop, as the framer alone was: a call per reply otherwise.
+    #[inline(always)]
+    fn frame(
+        &mut self,
+        buf: &[u8],
+        kind: Resp,
+        _max_value_len: usize,
+    ) -> Result<Option<usize>, FrameError> {
+        let Resp::Replies(wanted) = kind else {
+            // One reply, the common case: framed as it comes.
+            return self
+                .framer
+                .frame(buf)
+                .map(|f| f.map(|f| f.len))
+                .map_err(|e| FrameError { reason: e.reason });
+        };
+        let wanted = wanted.max(1);
+        loop {
+            let (count, len) = self.whole;
+            let rest = buf.get(len..).unwrap_or_default();
+            let framed = self
+                .framer
+                .frame(rest)
+                .map_err(|e| FrameError { reason: e.reason })?;
+            let Some(f) = framed else {
+                return Ok(None);
+            };
+            if count + 1 == wanted {
+                self.whole = (0, 0);
+                return Ok(Some(len + f.len));
+            }
+            self.whole = (count + 1, len + f.len);
+        }
+    }
+
+    fn reset(&mut self) {
+        self.framer.reset();
+        self.whole = (0, 0);
+    }
 }

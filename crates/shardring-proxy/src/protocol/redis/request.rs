@@ -2,8 +2,7 @@
 
 use std::ops::Range;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tokio_util::codec::Decoder;
+use bytes::{BufMut, Bytes, BytesMut};
 
 use super::inline::split_inline;
 use super::parse_redis_int;
@@ -482,79 +481,4 @@ pub(crate) fn put_int(out: &mut BytesMut, n: i64) {
         out.put_u8(b'-');
     }
     out.put_slice(&buf[at..]);
-}
-
-/// One item out of the request decoder.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decoded {
-    /// A request to serve.
-    Request(Request),
-    /// A refused request: reply this, and close afterwards when `close`.
-    Refused(RequestError),
-}
-
-/// The request scanner as a [`Decoder`]: frames requests, refuses bad ones, swallows empty ones
-/// (`*0`, blank lines) as Redis does, and gives nothing more after a refusal that closes.
-#[derive(Debug, Clone, Default)]
-pub struct RequestCodec {
-    /// The scanner, with its place in the current request.
-    scanner: RequestScanner,
-    /// A refusal that closes the stream was returned: give nothing more.
-    closed: bool,
-}
-
-impl RequestCodec {
-    /// A codec enforcing `limits`.
-    pub fn new(limits: Limits) -> RequestCodec {
-        RequestCodec {
-            scanner: RequestScanner::new(limits),
-            closed: false,
-        }
-    }
-
-    /// The limits it enforces.
-    pub fn limits(&self) -> &Limits {
-        self.scanner.limits()
-    }
-}
-
-impl Decoder for RequestCodec {
-    type Item = Decoded;
-    type Error = std::io::Error;
-
-    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, std::io::Error> {
-        loop {
-            if self.closed {
-                buf.clear();
-                return Ok(None);
-            }
-            match self.scanner.scan(buf) {
-                Ok(None) => return Ok(None),
-                Ok(Some(Scanned::Array { len, args })) => {
-                    let frame = buf.split_to(len).freeze();
-                    if !args.is_empty() {
-                        return Ok(Some(Decoded::Request(Request {
-                            frame,
-                            args,
-                            command: std::cell::OnceCell::new(),
-                        })));
-                    }
-                }
-                Ok(Some(Scanned::Inline { len, args })) => {
-                    buf.advance(len);
-                    if !args.is_empty() {
-                        return Ok(Some(Decoded::Request(Request::from_args(&args))));
-                    }
-                }
-                Err(err) => {
-                    buf.advance(err.consumed.min(buf.len()));
-                    if err.close {
-                        self.closed = true;
-                        buf.clear();
-                    }
-                    return Ok(Some(Decoded::Refused(err)));
-                }
-            }
-        }
-    }
 }

@@ -1,33 +1,55 @@
-//! The [`Redis`] protocol value: one pool's Redis settings, its `redis_auth`, `redis_db` and limits.
-//! How it serves requests (its [`Protocol`](crate::protocol::Protocol) methods) is in `plan.rs`; the
-//! commands it answers itself, which read these settings, in `local.rs`.
+//! One Redis pool's settings as its requests are planned with them: `redis_auth`, `redis_db`, the
+//! limits, replicas and what a split read answers. Plain values, read by the planner, the commands
+//! the proxy answers itself (`local.rs`) and the features (`features/`); the protocol value that
+//! holds them is in `plan.rs`.
 
-use std::sync::Arc;
-
+use super::merge::PartialReads;
 use super::reply::ReplyLimits;
 use super::request::Limits;
-use crate::router::Routing;
+use crate::config::{PoolConfig, RedisConfig};
 
-/// The Redis protocol, with a pool's `redis_auth`, `redis_db` and limits.
+/// A Redis pool's settings.
 #[derive(Debug, Clone)]
-pub(crate) struct Redis {
+pub(crate) struct Settings {
     /// `redis_auth`: what clients must AUTH with, and what the proxy AUTHs its connections with.
     pub(crate) auth: Option<String>,
     /// The ACL user `redis_auth` is the password of (`--redis-user`); `None` for Redis's `default`.
     pub(crate) user: Option<String>,
     /// `redis_db`: the database every server connection SELECTs.
     pub(crate) db: u32,
-    /// The pool's hot-key detection and cache (`--hot-keys`), when on.
-    pub(crate) hot: Option<Arc<crate::hot_keys::HotKeys>>,
     /// How many servers hold each key (`--replicas`; 1: no replicas).
     pub(crate) replicas: usize,
-    /// The placement over every server, ejected or not, when keys have replicas: where a key's
-    /// replica list comes from.
-    pub(crate) full: Option<Arc<Routing>>,
     /// Client request limits.
-    pub(super) limits: Limits,
+    pub(crate) limits: Limits,
     /// Server reply limits.
-    pub(super) reply_limits: ReplyLimits,
+    pub(crate) reply_limits: ReplyLimits,
     /// What a split read answers when a server fails (`--redis-partial-reads`).
-    pub(super) partial_reads: super::merge::PartialReads,
+    pub(crate) partial_reads: PartialReads,
+}
+
+impl Settings {
+    /// The settings of `config`'s pool.
+    pub(crate) fn from_pool(config: &PoolConfig) -> Settings {
+        // Only a redis pool is served by this protocol (`pool/mod.rs` picks it by the pool's
+        // protocol); the defaults stand in rather than a panic.
+        let defaults = RedisConfig::default();
+        let settings = config.redis().unwrap_or(&defaults);
+        Settings {
+            auth: settings.auth.clone(),
+            user: settings.user.clone(),
+            db: settings.db,
+            replicas: settings.replicas,
+            limits: Limits {
+                max_bulk_len: settings.limits.max_bulk_len,
+                max_request_len: settings.limits.max_request_len,
+                ..Limits::default()
+            },
+            reply_limits: ReplyLimits::default(),
+            partial_reads: if settings.partial_reads {
+                PartialReads::Answered
+            } else {
+                PartialReads::Refused
+            },
+        }
+    }
 }

@@ -1029,7 +1029,7 @@ proptest! {
 
 #[test]
 fn a_run_of_replies_frames_whole_across_any_split_and_answers_with_the_last() {
-    use super::scanner::{Resp, RespScanner};
+    use super::reply::{Resp, RespScanner};
     use crate::protocol::{Protocol, ReplyScanner};
     let replies: [&[u8]; 5] = [
         b"+OK\r\n",

@@ -14,11 +14,11 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::command::{Local, Route, Routed, Sub};
-use super::reply::{elements, ReplyLimits};
-use super::request::{put_header, put_int, Request};
-use super::Flavor;
 use crate::error::BackendError;
+use crate::protocol::redis::command::{Local, Route, Routed, Sub};
+use crate::protocol::redis::reply::{elements, ReplyLimits};
+use crate::protocol::redis::request::{put_header, put_int, Request};
+use crate::protocol::redis::Flavor;
 use crate::protocol::{Answer, PlanContext};
 
 /// Names grouped by the server each goes to, in the order the servers first appear.

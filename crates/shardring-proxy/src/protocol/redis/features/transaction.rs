@@ -21,13 +21,16 @@
 //! are errors that leave the transaction as it was; `PING` and `ECHO` are queued and answered in
 //! `EXEC`'s reply; a blocking command is queued (inside a transaction, Redis does not block).
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::command::{self, Local, Route, Routed, Txn, CROSSSLOT};
-use super::finish::Finish;
-use super::request::Request;
-use super::scanner::Resp;
-use super::settings::Redis;
+use crate::hot_keys::HotKeys;
+use crate::protocol::redis::command::{self, Local, Route, Routed, Txn, CROSSSLOT};
+use crate::protocol::redis::finish::Finish;
+use crate::protocol::redis::reply::Resp;
+use crate::protocol::redis::request::Request;
+use crate::protocol::redis::settings::Settings;
 use crate::protocol::{Answer, PlanContext};
 
 /// `EXEC` when the transaction was discarded, in Redis's words.
@@ -141,7 +144,8 @@ impl Transaction {
 /// transaction decides it, `None` to plan it as usual. Called first for every request; a client
 /// without transaction state and a request that is not a transaction's command costs a branch.
 pub(crate) fn plan(
-    redis: &Redis,
+    settings: &Settings,
+    hot: Option<&Arc<HotKeys>>,
     req: &Request,
     routed: &Result<Routed, Bytes>,
     client: &mut impl InTransaction,
@@ -160,7 +164,7 @@ pub(crate) fn plan(
     }
     let queueing = client.transaction().is_some_and(|t| t.queue.is_some());
     if queueing {
-        return Some(queue(redis, req, routed, client, ctx));
+        return Some(queue(settings, hot, req, routed, client, ctx));
     }
     let routed = routed.as_ref().ok()?;
     match &routed.route {
@@ -300,13 +304,14 @@ fn block(
 
 /// A request inside `MULTI`.
 fn queue(
-    redis: &Redis,
+    settings: &Settings,
+    hot: Option<&Arc<HotKeys>>,
     req: &Request,
     routed: &Result<Routed, Bytes>,
     client: &mut impl InTransaction,
     ctx: &PlanContext<'_>,
 ) -> Outcome {
-    let authenticated = redis.auth.is_none() || client.authenticated();
+    let authenticated = settings.auth.is_none() || client.authenticated();
     let Some(t) = client.transaction_mut() else {
         return fixed(b"-ERR EXEC without MULTI\r\n");
     };
@@ -322,7 +327,10 @@ fn queue(
         Err(reply) => return refuse(t, reply.clone()),
     };
     if !authenticated && !matches!(routed.route, Route::Local(Local::Auth | Local::Hello)) {
-        return refuse(t, Bytes::from_static(super::command::NOAUTH));
+        return refuse(
+            t,
+            Bytes::from_static(crate::protocol::redis::command::NOAUTH),
+        );
     }
     let keys: Vec<usize> = match &routed.route {
         Route::Transaction(Txn::Multi, _) => {
@@ -339,7 +347,7 @@ fn queue(
             }
             return fixed(b"+OK\r\n");
         }
-        Route::Transaction(Txn::Exec, _) => return exec(redis, t, ctx),
+        Route::Transaction(Txn::Exec, _) => return exec(hot, t, ctx),
         Route::Transaction(Txn::Unwatch, _) | Route::AnyServer => Vec::new(),
         Route::Local(Local::Ping | Local::Echo) => Vec::new(),
         Route::Local(Local::Quit) => return Outcome::Close(Answer::fixed(b"+OK\r\n")),
@@ -356,7 +364,7 @@ fn queue(
     let Some(q) = t.queue.as_mut() else {
         return fixed(b"-ERR EXEC without MULTI\r\n");
     };
-    if redis.hot.is_some() && super::replicas::is_write(routed.spec) {
+    if hot.is_some() && super::replicas::is_write(routed.spec) {
         q.written.extend(
             keys.iter()
                 .map(|&k| Bytes::copy_from_slice(req.arg(k).unwrap_or_default())),
@@ -381,11 +389,11 @@ fn queue(
     if super::replicas::is_write(routed.spec) && moves(req, &keys_of_write, q.server, ctx) {
         q.moves = true;
     }
-    if q.frames.len() + req.frame.len() > redis.limits.max_request_len {
+    if q.frames.len() + req.frame.len() > settings.limits.max_request_len {
         q.refused = true;
         return Outcome::Answer(Answer::Bytes(Bytes::from(format!(
             "-ERR the transaction is over the proxy's limit of {} bytes\r\n",
-            redis.limits.max_request_len
+            settings.limits.max_request_len
         ))));
     }
     q.frames.put_slice(&req.frame);
@@ -394,7 +402,7 @@ fn queue(
 }
 
 /// `EXEC`: the queued commands to their server, between `MULTI` and `EXEC`, in one frame.
-fn exec(redis: &Redis, t: &mut Transaction, ctx: &PlanContext<'_>) -> Outcome {
+fn exec(hot: Option<&Arc<HotKeys>>, t: &mut Transaction, ctx: &PlanContext<'_>) -> Outcome {
     let Some(q) = t.queue.take() else {
         return fixed(b"-ERR EXEC without MULTI\r\n");
     };
@@ -424,10 +432,7 @@ fn exec(redis: &Redis, t: &mut Transaction, ctx: &PlanContext<'_>) -> Outcome {
     ctx.stats.transactions.inc();
     let replies = q.count + 2;
     // The hot keys the transaction writes are invalidated again when its reply comes.
-    let invalidate = redis
-        .hot
-        .as_ref()
-        .and_then(|hot| super::hot_keys::invalidate_all(hot, q.written));
+    let invalidate = hot.and_then(|hot| super::hot_keys::invalidate_all(hot, q.written));
     let finish = match invalidate {
         Some(invalidate) => Finish::Invalidate(Box::new((invalidate, Finish::Exec(replies)))),
         None => Finish::Exec(replies),

@@ -21,13 +21,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::command::{KeyArgs, Spec};
-use super::request::Request;
-use super::scanner::Resp;
-use super::settings::Redis;
-use super::writes::WRITES;
 use crate::metrics::PoolStats;
-use crate::protocol::{Answer, Part, PartReply, Placement, PlanContext, Reply};
+use crate::protocol::redis::command::{KeyArgs, Spec};
+use crate::protocol::redis::request::Request;
+use crate::protocol::redis::settings::Settings;
+use crate::protocol::redis::writes::WRITES;
+use crate::protocol::{Answer, PartReply, PlanContext, Reply};
 use crate::router::Routing;
 
 /// What a replicated command does next: answer, or send these parts and come back with the state
@@ -37,7 +36,7 @@ pub(crate) enum Next<S> {
     /// The answer.
     Answer(Answer),
     /// A round to send, and the state its replies are taken back with.
-    Send(Vec<Part<Redis>>, S),
+    Send(Vec<(usize, Bytes)>, S),
 }
 
 /// Whether `spec` changes data, and so goes to every replica.
@@ -73,7 +72,7 @@ pub(crate) fn live_replicas(
 
 /// A one-server command (one key, or keys that share a replica list) in a replicated pool.
 pub(crate) fn plan(
-    redis: &Redis,
+    settings: &Settings,
     full: &Routing,
     req: &Request,
     spec: &Spec,
@@ -82,20 +81,15 @@ pub(crate) fn plan(
 ) -> Next<Replicated> {
     let mut lists = keys
         .iter()
-        .map(|k| live_replicas(full, redis.replicas, req.arg(k).unwrap_or_default(), ctx));
+        .map(|k| live_replicas(full, settings.replicas, req.arg(k).unwrap_or_default(), ctx));
     let servers = lists.next().unwrap_or_default();
     if lists.any(|l| l != servers) {
-        return Next::Answer(Answer::fixed(super::command::CROSSSLOT));
+        return Next::Answer(Answer::fixed(crate::protocol::redis::command::CROSSSLOT));
     }
     let Some((&first, rest)) = servers.split_first() else {
         return Next::Answer(Answer::Failed(crate::error::BackendError::NoServer));
     };
-    let part = |server| Part {
-        placement: Placement::Current,
-        server,
-        frame: req.frame.clone(),
-        kind: Resp::Reply,
-    };
+    let part = |server| (server, req.frame.clone());
     let write = is_write(spec);
     let parts = if write {
         servers.iter().map(|&s| part(s)).collect()
@@ -150,12 +144,7 @@ pub(crate) fn advance(state: Replicated, replies: Vec<PartReply<'_>>) -> Next<Re
     match state.next.split_first() {
         Some((&server, rest)) if failed(&reply.reply) => {
             state.stats.replica_failovers.inc();
-            let part = Part {
-                placement: Placement::Current,
-                server,
-                frame: state.frame.clone(),
-                kind: Resp::Reply,
-            };
+            let part = (server, state.frame.clone());
             let next = rest.to_vec();
             Next::Send(vec![part], Replicated { next, ..state })
         }
@@ -178,16 +167,16 @@ pub(crate) struct ReplicatedValues {
     /// The parts answered for good: their positions and reply, or why they failed.
     settled: Vec<(Vec<usize>, Result<Bytes, String>)>,
     /// The reply framer's limits.
-    limits: super::reply::ReplyLimits,
+    limits: crate::protocol::redis::reply::ReplyLimits,
     /// Whether a key no replica could read fails the whole command.
-    partial: super::merge::PartialReads,
+    partial: crate::protocol::redis::merge::PartialReads,
     /// The pool's tallies.
     stats: Arc<PoolStats>,
 }
 
 /// `MGET` in a replicated pool: the keys split by their first live replica.
 pub(crate) fn mget(
-    redis: &Redis,
+    settings: &Settings,
     full: &Routing,
     req: &Request,
     keys: &[usize],
@@ -201,12 +190,12 @@ pub(crate) fn mget(
             .collect(),
         untried: keys
             .iter()
-            .map(|&k| live_replicas(full, redis.replicas, req.arg(k).unwrap_or_default(), ctx))
+            .map(|&k| live_replicas(full, settings.replicas, req.arg(k).unwrap_or_default(), ctx))
             .collect(),
         in_flight: Vec::new(),
         settled: Vec::new(),
-        limits: redis.reply_limits,
-        partial: redis.partial_reads,
+        limits: settings.reply_limits,
+        partial: settings.partial_reads,
         stats: Arc::clone(ctx.stats),
     };
     let positions: Vec<usize> = (0..keys.len()).collect();
@@ -218,7 +207,7 @@ pub(crate) fn mget(
 
 /// The parts that read `positions` on each key's next untried replica (a key without one settles as
 /// failed); `None` when there is nothing to send.
-fn next_round(state: &mut ReplicatedValues, positions: Vec<usize>) -> Option<Vec<Part<Redis>>> {
+fn next_round(state: &mut ReplicatedValues, positions: Vec<usize>) -> Option<Vec<(usize, Bytes)>> {
     let mut by_server: Vec<(usize, Vec<usize>)> = Vec::new();
     let mut stranded = Vec::new();
     for p in positions {
@@ -241,19 +230,14 @@ fn next_round(state: &mut ReplicatedValues, positions: Vec<usize>) -> Option<Vec
             .push((stranded, Err("no server available".into())));
     }
     state.in_flight.clear();
-    let parts: Vec<Part<Redis>> = by_server
+    let parts: Vec<(usize, Bytes)> = by_server
         .into_iter()
         .map(|(server, held)| {
             let mut args: Vec<&[u8]> = vec![b"MGET"];
             args.extend(held.iter().map(|&p| &state.keys[p][..]));
             let frame = Request::from_args(&args).frame;
             state.in_flight.push(held);
-            Part {
-                placement: Placement::Current,
-                server,
-                frame,
-                kind: Resp::Reply,
-            }
+            (server, frame)
         })
         .collect();
     (!parts.is_empty()).then_some(parts)
@@ -261,18 +245,23 @@ fn next_round(state: &mut ReplicatedValues, positions: Vec<usize>) -> Option<Vec
 
 /// The values in request order, from every settled part.
 fn assemble(state: &ReplicatedValues) -> Bytes {
-    let parts: Vec<(&[usize], super::merge::Part<'_>)> = state
+    let parts: Vec<(&[usize], crate::protocol::redis::merge::Part<'_>)> = state
         .settled
         .iter()
         .map(|(held, r)| {
             let part = match r {
-                Ok(b) => super::merge::Part::Reply(b),
-                Err(why) => super::merge::Part::Failed(why),
+                Ok(b) => crate::protocol::redis::merge::Part::Reply(b),
+                Err(why) => crate::protocol::redis::merge::Part::Failed(why),
             };
             (&held[..], part)
         })
         .collect();
-    super::merge::merge_values(state.key_count, &parts, state.limits, state.partial)
+    crate::protocol::redis::merge::merge_values(
+        state.key_count,
+        &parts,
+        state.limits,
+        state.partial,
+    )
 }
 
 /// After an `MGET` round: the failed parts' keys read on their next replicas, or the answer.

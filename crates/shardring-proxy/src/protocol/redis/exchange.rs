@@ -1,0 +1,72 @@
+//! What an exchange's replies come to: a fan-out's merged answer ([`merge_replies`]), and a
+//! transaction's answer out of the run of replies its server sent ([`last_reply`]).
+
+use bytes::Bytes;
+
+use super::finish::RedisMerge;
+use super::merge::{self, Part as MergePart};
+use super::reply::ReplyFramer;
+use crate::protocol::{Answer, PartReply};
+
+/// The last of a run of `replies` replies (a transaction's, whose answer is `EXEC`'s reply).
+pub(super) fn last_reply(run: Bytes, replies: u32) -> Bytes {
+    let mut framer = ReplyFramer::default();
+    let mut start = 0;
+    for _ in 1..replies {
+        match framer.frame(&run[start..]) {
+            Ok(Some(f)) => start += f.len,
+            // The connection framed the whole run already; it cannot come apart here.
+            _ => break,
+        }
+    }
+    run.slice(start..)
+}
+
+/// A fan-out's answer from its parts' replies, in the order of its parts.
+pub(super) fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Answer {
+    let reasons: Vec<String> = replies
+        .iter()
+        .map(|r| {
+            r.reply
+                .as_ref()
+                .err()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        })
+        .collect();
+    let parts: Vec<MergePart<'_>> = replies
+        .iter()
+        .zip(&reasons)
+        .map(|(r, why)| match &r.reply {
+            Ok(b) => MergePart::Reply(b),
+            Err(_) => MergePart::Failed(why),
+        })
+        .collect();
+    Answer::Bytes(match merge {
+        RedisMerge::AllOk => merge::merge_all_ok(&parts),
+        RedisMerge::Sum => merge::merge_sum(&parts),
+        RedisMerge::Values {
+            key_count,
+            held,
+            unrouted,
+            limits,
+            partial,
+        } => {
+            let mut with: Vec<(&[usize], MergePart<'_>)> =
+                held.iter().map(Vec::as_slice).zip(parts).collect();
+            if !unrouted.is_empty() {
+                with.push((&unrouted, MergePart::Failed("no server available")));
+            }
+            merge::merge_values(key_count, &with, limits, partial)
+        }
+        // `advance` gives these to `replicas::advance`; the first reply stands in.
+        RedisMerge::Replicated(_)
+        | RedisMerge::ReplicatedValues(_)
+        | RedisMerge::Dual(_)
+        | RedisMerge::DualSplit(..)
+        | RedisMerge::Invalidating(..) => match parts.first() {
+            Some(MergePart::Reply(b)) => Bytes::copy_from_slice(b),
+            _ => merge::failure("no server available"),
+        },
+    })
+}
