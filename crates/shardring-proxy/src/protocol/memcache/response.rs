@@ -66,7 +66,6 @@ pub fn parse_response_from(
     max_value_len: usize,
     resume: &mut usize,
 ) -> Result<Option<usize>, ResponseError> {
-    const MAX_RESPONSE_LINE: usize = 8 << 10;
     let mut at = if kind == ResponseKind::Values {
         (*resume).min(buf.len())
     } else {
@@ -74,29 +73,15 @@ pub fn parse_response_from(
     };
     loop {
         let rest = &buf[at..];
-        let Some(nl) = memchr::memchr(b'\n', rest) else {
-            if rest.len() > MAX_RESPONSE_LINE {
-                return Err(ResponseError {
-                    reason: "line too long",
-                });
-            }
+        let Some((line, line_len)) = next_line(rest)? else {
             return Ok(None);
         };
-        if nl == 0 || rest[nl - 1] != b'\r' {
-            return Err(ResponseError {
-                reason: "line not ended by \\r\\n",
-            });
-        }
-        let line = &rest[..nl - 1];
-        let line_len = nl + 1;
         if is_error_line(line) {
             // An error ends any reply, also in the middle of a multi-get? Only at its start.
             if at == 0 {
                 return Ok(Some(line_len));
             }
-            return Err(ResponseError {
-                reason: "error line inside a value list",
-            });
+            return Err(bad("error line inside a value list"));
         }
         match kind {
             ResponseKind::Line => return Ok(Some(line_len)),
@@ -110,77 +95,108 @@ pub fn parse_response_from(
                     if at == 0 {
                         return Ok(Some(line_len));
                     }
-                    return Err(ResponseError {
-                        reason: "expected STAT or END",
-                    });
+                    return Err(bad("expected STAT or END"));
                 }
                 if at + line_len > MAX_REPLY_LEN {
-                    return Err(ResponseError {
-                        reason: "reply too large",
-                    });
+                    return Err(bad("reply too large"));
                 }
                 at += line_len;
             }
-            ResponseKind::Meta => {
-                if let Some(args) = line.strip_prefix(b"VA ") {
-                    let len = args
-                        .split(|&c| c == b' ')
-                        .next()
-                        .and_then(parse_u64)
-                        .ok_or(ResponseError {
-                            reason: "bad VA length",
-                        })?;
-                    if len > max_value_len as u64 {
-                        return Err(ResponseError {
-                            reason: "value too large",
-                        });
-                    }
-                    let total = line_len + len as usize + 2;
-                    if rest.len() < total {
-                        return Ok(None);
-                    }
-                    if &rest[total - 2..total] != b"\r\n" {
-                        return Err(ResponseError {
-                            reason: "bad data block",
-                        });
-                    }
-                    return Ok(Some(total));
-                }
-                return Ok(Some(line_len));
-            }
+            ResponseKind::Meta => return meta_reply(rest, line, line_len, max_value_len),
             ResponseKind::Values => {
                 if line == b"END" {
                     return Ok(Some(at + line_len));
                 }
-                let Some(header) = parse_value_header(line) else {
-                    return Err(ResponseError {
-                        reason: "expected VALUE or END",
-                    });
-                };
-                if header.len > max_value_len as u64 {
-                    return Err(ResponseError {
-                        reason: "value too large",
-                    });
-                }
-                let total = line_len + header.len as usize + 2;
-                if at + total > MAX_REPLY_LEN {
-                    return Err(ResponseError {
-                        reason: "reply too large",
-                    });
-                }
-                if rest.len() < total {
+                let Some(total) = value_item(rest, line, line_len, at, max_value_len)? else {
                     return Ok(None);
-                }
-                if &rest[total - 2..total] != b"\r\n" {
-                    return Err(ResponseError {
-                        reason: "bad data block",
-                    });
-                }
+                };
                 at += total;
                 *resume = at;
             }
         }
     }
+}
+
+/// The longest line a reply's header may be before its `\r\n`.
+const MAX_RESPONSE_LINE: usize = 8 << 10;
+
+/// The reply's first line without its `\r\n`, and the line's length with it; `None` until the
+/// line is whole.
+#[inline]
+fn next_line(rest: &[u8]) -> Result<Option<(&[u8], usize)>, ResponseError> {
+    let Some(nl) = memchr::memchr(b'\n', rest) else {
+        if rest.len() > MAX_RESPONSE_LINE {
+            return Err(bad("line too long"));
+        }
+        return Ok(None);
+    };
+    if nl == 0 || rest[nl - 1] != b'\r' {
+        return Err(bad("line not ended by \\r\\n"));
+    }
+    Ok(Some((&rest[..nl - 1], nl + 1)))
+}
+
+/// A meta command's reply whose first line is `line` (of `line_len` bytes): that line, or with
+/// `VA <len>` the value block after it too; `None` until the block is whole.
+#[inline]
+fn meta_reply(
+    rest: &[u8],
+    line: &[u8],
+    line_len: usize,
+    max_value_len: usize,
+) -> Result<Option<usize>, ResponseError> {
+    let Some(args) = line.strip_prefix(b"VA ") else {
+        return Ok(Some(line_len));
+    };
+    let len = args
+        .split(|&c| c == b' ')
+        .next()
+        .and_then(parse_u64)
+        .ok_or(bad("bad VA length"))?;
+    if len > max_value_len as u64 {
+        return Err(bad("value too large"));
+    }
+    data_block(rest, line_len + len as usize + 2)
+}
+
+/// One `VALUE` item of a retrieval's reply (`line` is its header, of `line_len` bytes, `at` bytes
+/// into the reply): the item's length with its data block; `None` until the block is whole.
+#[inline]
+fn value_item(
+    rest: &[u8],
+    line: &[u8],
+    line_len: usize,
+    at: usize,
+    max_value_len: usize,
+) -> Result<Option<usize>, ResponseError> {
+    let Some(header) = parse_value_header(line) else {
+        return Err(bad("expected VALUE or END"));
+    };
+    if header.len > max_value_len as u64 {
+        return Err(bad("value too large"));
+    }
+    let total = line_len + header.len as usize + 2;
+    if at + total > MAX_REPLY_LEN {
+        return Err(bad("reply too large"));
+    }
+    data_block(rest, total)
+}
+
+/// `total`, once `rest` holds that many bytes and they end with a data block's `\r\n`.
+#[inline]
+fn data_block(rest: &[u8], total: usize) -> Result<Option<usize>, ResponseError> {
+    if rest.len() < total {
+        return Ok(None);
+    }
+    if &rest[total - 2..total] != b"\r\n" {
+        return Err(bad("bad data block"));
+    }
+    Ok(Some(total))
+}
+
+/// A reply the connection cannot stay in step after.
+fn bad(reason: &'static str) -> ResponseError {
+    ResponseError { reason }
 }
 
 /// A `VALUE <key> <flags> <bytes> [<cas>]` line's key (a range of the line) and data length.

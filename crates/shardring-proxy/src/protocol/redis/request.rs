@@ -1,6 +1,6 @@
 //! The resumable request scanner: RESP arrays of bulk strings and inline commands, as Redis 7 reads them.
 
-use std::ops::Range;
+use std::ops::{ControlFlow, Range};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -121,6 +121,10 @@ pub struct RequestError {
 /// A request's argument ranges: three are kept inline, so `GET key` and `SET key value` are decoded
 /// without a heap allocation (it was the one allocation left on a proxied `GET`).
 pub type Args = smallvec::SmallVec<[Range<usize>; 3]>;
+
+/// What one state of the scanner came to: go on to the next state, or stop with what
+/// [`RequestScanner::scan`] returns (`None`: more bytes are needed).
+type Turn = ControlFlow<Option<Scanned>>;
 
 /// A whole request found by [`RequestScanner::scan`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,146 +258,163 @@ impl RequestScanner {
     /// # Errors
     /// A [`RequestError`] saying what to reply and how much input to drop.
     pub fn scan(&mut self, buf: &[u8]) -> Result<Option<Scanned>, RequestError> {
-        use RequestErrorKind as E;
         loop {
-            match self.state {
-                State::Start => {
-                    let Some(&first) = buf.first() else {
-                        return Ok(None);
-                    };
-                    if first != b'*' {
-                        self.state = State::Inline;
-                        continue;
-                    }
-                    let cr = match find_crlf(buf, 1, self.limits.max_inline_len) {
-                        LineEnd::At(cr) => cr,
-                        LineEnd::Incomplete => return Ok(None),
-                        LineEnd::TooLong => {
-                            return Err(self.refuse(E::MultibulkHeaderTooLong, buf.len(), true))
-                        }
-                        LineEnd::BareCr => {
-                            return Err(self.refuse(E::ExpectedCrlf, buf.len(), true))
-                        }
-                    };
-                    let count = match parse_redis_int(&buf[1..cr]) {
-                        Some(n) if n <= i64::from(i32::MAX) => n,
-                        _ => return Err(self.refuse(E::InvalidMultibulkLength, buf.len(), true)),
-                    };
-                    let header = cr + 2;
-                    if count <= 0 {
-                        self.reset();
-                        return Ok(Some(Scanned::Array {
-                            len: header,
-                            args: Args::new(),
-                        }));
-                    }
-                    let count = count as usize;
-                    if count > self.limits.max_args {
-                        let limit = self.limits.max_args;
-                        return Err(self.refuse(
-                            E::TooManyArgs {
-                                count: count as i64,
-                                limit,
-                            },
-                            buf.len(),
-                            true,
-                        ));
-                    }
-                    // Each argument takes at least 6 bytes (`$0\r\n\r\n`): a count that cannot fit is
-                    // refused now.
-                    if header.saturating_add(count.saturating_mul(6)) > self.limits.max_request_len
-                    {
-                        let limit = self.limits.max_request_len;
-                        return Err(self.refuse(E::RequestTooLong { limit }, buf.len(), true));
-                    }
-                    self.args.clear();
-                    self.args.reserve(count.min(4096));
-                    self.pos = header;
-                    self.state = State::Array { remaining: count };
-                }
-                State::Array { remaining } => {
-                    if remaining == 0 {
-                        let len = self.pos;
-                        let args = std::mem::take(&mut self.args);
-                        self.reset();
-                        return Ok(Some(Scanned::Array { len, args }));
-                    }
-                    let Some(&c) = buf.get(self.pos) else {
-                        return Ok(None);
-                    };
-                    if c != b'$' {
-                        return Err(self.refuse(E::ExpectedBulk(c), buf.len(), true));
-                    }
-                    let cr = match find_crlf(buf, self.pos + 1, self.limits.max_inline_len) {
-                        LineEnd::At(cr) => cr,
-                        LineEnd::Incomplete => return Ok(None),
-                        LineEnd::TooLong => {
-                            return Err(self.refuse(E::BulkHeaderTooLong, buf.len(), true))
-                        }
-                        LineEnd::BareCr => {
-                            return Err(self.refuse(E::ExpectedCrlf, buf.len(), true))
-                        }
-                    };
-                    let len = match parse_redis_int(&buf[self.pos + 1..cr]) {
-                        Some(n) if n >= 0 => n,
-                        _ => return Err(self.refuse(E::InvalidBulkLength, buf.len(), true)),
-                    };
-                    if len as u64 > self.limits.max_bulk_len as u64 {
-                        let limit = self.limits.max_bulk_len;
-                        return Err(self.refuse(E::BulkTooLong { len, limit }, buf.len(), true));
-                    }
-                    let len = len as usize;
-                    let data = cr + 2;
-                    // What is still to come is at least this bulk and 6 bytes for each later argument.
-                    let least = (data + len + 2).saturating_add((remaining - 1).saturating_mul(6));
-                    if least > self.limits.max_request_len {
-                        let limit = self.limits.max_request_len;
-                        return Err(self.refuse(E::RequestTooLong { limit }, buf.len(), true));
-                    }
-                    self.pos = data;
-                    self.state = State::Bulk {
-                        remaining: remaining - 1,
-                        len,
-                    };
-                }
-                State::Bulk { remaining, len } => {
-                    let end = self.pos + len + 2;
-                    if buf.len() < end {
-                        return Ok(None);
-                    }
-                    if &buf[end - 2..end] != b"\r\n" {
-                        return Err(self.refuse(E::ExpectedCrlf, buf.len(), true));
-                    }
-                    self.args.push(self.pos..self.pos + len);
-                    self.pos = end;
-                    self.state = State::Array { remaining };
-                }
-                State::Inline => {
-                    let from = self.pos.min(buf.len());
-                    let Some(nl) = memchr::memchr(b'\n', &buf[from..]).map(|i| from + i) else {
-                        if buf.len() > self.limits.max_inline_len {
-                            return Err(self.refuse(E::InlineTooLong, buf.len(), true));
-                        }
-                        self.pos = buf.len();
-                        return Ok(None);
-                    };
-                    if nl > self.limits.max_inline_len {
-                        return Err(self.refuse(E::InlineTooLong, buf.len(), true));
-                    }
-                    let line = match buf[..nl].strip_suffix(b"\r") {
-                        Some(line) => line,
-                        None => &buf[..nl],
-                    };
-                    let len = nl + 1;
-                    return match split_inline(line) {
-                        Some(args) => {
-                            self.reset();
-                            Ok(Some(Scanned::Inline { len, args }))
-                        }
-                        None => Err(self.refuse(E::UnbalancedQuotes, len, false)),
-                    };
-                }
+            let turn = match self.state {
+                State::Start => self.array_header(buf)?,
+                State::Array { remaining } => self.bulk_header(buf, remaining)?,
+                State::Bulk { remaining, len } => self.bulk(buf, remaining, len)?,
+                State::Inline => return self.inline(buf),
+            };
+            if let ControlFlow::Break(scanned) = turn {
+                return Ok(scanned);
             }
+        }
+    }
+
+    /// A request's first line: `*<count>` starts an array (refused when its count cannot be
+    /// served), anything else an inline command.
+    #[inline]
+    fn array_header(&mut self, buf: &[u8]) -> Result<Turn, RequestError> {
+        use RequestErrorKind as E;
+        let Some(&first) = buf.first() else {
+            return Ok(ControlFlow::Break(None));
+        };
+        if first != b'*' {
+            self.state = State::Inline;
+            return Ok(ControlFlow::Continue(()));
+        }
+        let cr = match find_crlf(buf, 1, self.limits.max_inline_len) {
+            LineEnd::At(cr) => cr,
+            LineEnd::Incomplete => return Ok(ControlFlow::Break(None)),
+            LineEnd::TooLong => {
+                return Err(self.refuse(E::MultibulkHeaderTooLong, buf.len(), true))
+            }
+            LineEnd::BareCr => return Err(self.refuse(E::ExpectedCrlf, buf.len(), true)),
+        };
+        let count = match parse_redis_int(&buf[1..cr]) {
+            Some(n) if n <= i64::from(i32::MAX) => n,
+            _ => return Err(self.refuse(E::InvalidMultibulkLength, buf.len(), true)),
+        };
+        let header = cr + 2;
+        if count <= 0 {
+            self.reset();
+            return Ok(ControlFlow::Break(Some(Scanned::Array {
+                len: header,
+                args: Args::new(),
+            })));
+        }
+        let count = count as usize;
+        if count > self.limits.max_args {
+            let limit = self.limits.max_args;
+            return Err(self.refuse(
+                E::TooManyArgs {
+                    count: count as i64,
+                    limit,
+                },
+                buf.len(),
+                true,
+            ));
+        }
+        // Each argument takes at least 6 bytes (`$0\r\n\r\n`): a count that cannot fit is refused now.
+        if header.saturating_add(count.saturating_mul(6)) > self.limits.max_request_len {
+            let limit = self.limits.max_request_len;
+            return Err(self.refuse(E::RequestTooLong { limit }, buf.len(), true));
+        }
+        self.args.clear();
+        self.args.reserve(count.min(4096));
+        self.pos = header;
+        self.state = State::Array { remaining: count };
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// The next argument's `$<len>` line, `remaining` arguments to go (the request is whole at 0);
+    /// a length that cannot be served is refused before its bytes are buffered.
+    #[inline]
+    fn bulk_header(&mut self, buf: &[u8], remaining: usize) -> Result<Turn, RequestError> {
+        use RequestErrorKind as E;
+        if remaining == 0 {
+            let len = self.pos;
+            let args = std::mem::take(&mut self.args);
+            self.reset();
+            return Ok(ControlFlow::Break(Some(Scanned::Array { len, args })));
+        }
+        let Some(&c) = buf.get(self.pos) else {
+            return Ok(ControlFlow::Break(None));
+        };
+        if c != b'$' {
+            return Err(self.refuse(E::ExpectedBulk(c), buf.len(), true));
+        }
+        let cr = match find_crlf(buf, self.pos + 1, self.limits.max_inline_len) {
+            LineEnd::At(cr) => cr,
+            LineEnd::Incomplete => return Ok(ControlFlow::Break(None)),
+            LineEnd::TooLong => return Err(self.refuse(E::BulkHeaderTooLong, buf.len(), true)),
+            LineEnd::BareCr => return Err(self.refuse(E::ExpectedCrlf, buf.len(), true)),
+        };
+        let len = match parse_redis_int(&buf[self.pos + 1..cr]) {
+            Some(n) if n >= 0 => n,
+            _ => return Err(self.refuse(E::InvalidBulkLength, buf.len(), true)),
+        };
+        if len as u64 > self.limits.max_bulk_len as u64 {
+            let limit = self.limits.max_bulk_len;
+            return Err(self.refuse(E::BulkTooLong { len, limit }, buf.len(), true));
+        }
+        let len = len as usize;
+        let data = cr + 2;
+        // What is still to come is at least this bulk and 6 bytes for each later argument.
+        let least = (data + len + 2).saturating_add((remaining - 1).saturating_mul(6));
+        if least > self.limits.max_request_len {
+            let limit = self.limits.max_request_len;
+            return Err(self.refuse(E::RequestTooLong { limit }, buf.len(), true));
+        }
+        self.pos = data;
+        self.state = State::Bulk {
+            remaining: remaining - 1,
+            len,
+        };
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// An argument's `len` bytes and their `\r\n`, once all are in.
+    #[inline]
+    fn bulk(&mut self, buf: &[u8], remaining: usize, len: usize) -> Result<Turn, RequestError> {
+        let end = self.pos + len + 2;
+        if buf.len() < end {
+            return Ok(ControlFlow::Break(None));
+        }
+        if &buf[end - 2..end] != b"\r\n" {
+            return Err(self.refuse(RequestErrorKind::ExpectedCrlf, buf.len(), true));
+        }
+        self.args.push(self.pos..self.pos + len);
+        self.pos = end;
+        self.state = State::Array { remaining };
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// An inline command (a line a person typed), once its `\n` is in.
+    fn inline(&mut self, buf: &[u8]) -> Result<Option<Scanned>, RequestError> {
+        use RequestErrorKind as E;
+        let from = self.pos.min(buf.len());
+        let Some(nl) = memchr::memchr(b'\n', &buf[from..]).map(|i| from + i) else {
+            if buf.len() > self.limits.max_inline_len {
+                return Err(self.refuse(E::InlineTooLong, buf.len(), true));
+            }
+            self.pos = buf.len();
+            return Ok(None);
+        };
+        if nl > self.limits.max_inline_len {
+            return Err(self.refuse(E::InlineTooLong, buf.len(), true));
+        }
+        let line = match buf[..nl].strip_suffix(b"\r") {
+            Some(line) => line,
+            None => &buf[..nl],
+        };
+        let len = nl + 1;
+        match split_inline(line) {
+            Some(args) => {
+                self.reset();
+                Ok(Some(Scanned::Inline { len, args }))
+            }
+            None => Err(self.refuse(E::UnbalancedQuotes, len, false)),
         }
     }
 }
