@@ -12,6 +12,44 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+/// Where Debian's nutcracker writes its pid when it daemonizes (`-d`) without `-p`.
+const DEFAULT_PID_FILE: &str = "/run/nutcracker/nutcracker.pid";
+
+/// nutcracker's `-d` and `-p`.
+#[derive(Debug, clap::Args)]
+pub struct DaemonFlags {
+    /// Run as a daemon: detach from the terminal, work in /, stdin, stdout and stderr to /dev/null
+    /// (log with -o FILE). The configuration and flags are checked first, on the terminal.
+    #[arg(long, short = 'd')]
+    pub daemonize: bool,
+    /// Write the proxy's pid to FILE (after -d detaches) and remove it on exit. With -d and no -p:
+    /// /run/nutcracker/nutcracker.pid when /run/nutcracker exists, as Debian's nutcracker does.
+    #[arg(long, short = 'p', value_name = "FILE")]
+    pid_file: Option<PathBuf>,
+}
+
+impl DaemonFlags {
+    /// The pid file to write, made absolute before [`detach`] moves the process to `/`: `-p`'s, else
+    /// with `-d` Debian's nutcracker's when its directory exists (its init script makes the
+    /// directory, then reads the file with `start-stop-daemon --pidfile`), else none.
+    ///
+    /// # Errors
+    /// When `-p`'s path cannot be made absolute.
+    pub fn pid_path(&self) -> Result<Option<PathBuf>> {
+        match &self.pid_file {
+            Some(path) => absolute(path).map(Some),
+            None if self.daemonize
+                && Path::new(DEFAULT_PID_FILE)
+                    .parent()
+                    .is_some_and(Path::is_dir) =>
+            {
+                Ok(Some(DEFAULT_PID_FILE.into()))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
 /// Detaches from the terminal (daemon(3)): the caller goes on in the child; the parent has exited.
 ///
 /// # Errors

@@ -22,6 +22,37 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Layer, Registry};
 
+/// The log's flags: nutcracker's `-o` and `-v`, and ours.
+#[derive(Debug, clap::Args)]
+pub struct LogFlags {
+    /// Log to FILE (appended; SIGHUP reopens it, for logrotate) instead of stderr.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// nutcracker's log level, 0 to 11 (5, notice, its default): 0-3 mean error, 4 warn, 5-6 info,
+    /// 7 debug, 8-11 trace.
+    #[arg(long, short = 'v', value_name = "N", conflicts_with = "log_level",
+          value_parser = clap::value_parser!(u8).range(0..=11))]
+    verbose: Option<u8>,
+    /// The log level: error, warn, info, debug or trace. RUST_LOG's directives (RUST_LOG=
+    /// shardring_proxy=debug) apply on top; SIGTTIN and SIGTTOU move it one step. [default: info]
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<Level>,
+    /// The log's form: text, or json (one object a line).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl LogFlags {
+    /// The level asked for: `--log-level`, else `-v N` as nutcracker's, else info.
+    pub fn level(&self) -> Level {
+        match (self.log_level, self.verbose) {
+            (Some(level), _) => level,
+            (None, Some(n)) => nutcracker_level(n),
+            (None, None) => Level::INFO,
+        }
+    }
+}
+
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LogFormat {
@@ -33,7 +64,7 @@ pub enum LogFormat {
 }
 
 /// nutcracker's `-v N` (0 = emergencies only … 5 = notice, its default … 11 = everything) as ours.
-pub fn nutcracker_level(n: u8) -> Level {
+fn nutcracker_level(n: u8) -> Level {
     match n {
         0..=3 => Level::ERROR,
         4 => Level::WARN,

@@ -2,9 +2,9 @@
 //!
 //! The proxy's configuration: twemproxy's (nutcracker's) YAML, read with every problem reported at
 //! once and each with its line ([`read_pools`]), into one [`PoolConfig`] per pool, plus the settings
-//! twemproxy has no key for (*proxy-only*, set by flags since nutcracker refuses unknown keys: the
-//! rules of which flag sets what on which pools are the proxy's `Overrides`). What only one protocol can use
-//! is in the pool's [`ProtocolConfig`].
+//! twemproxy has no key for (*proxy-only*, set by flags since nutcracker refuses unknown keys: which
+//! flag sets what on which pools is the proxy's `flags`, each feature's group beside the feature).
+//! What only one protocol can use is in the pool's [`ProtocolConfig`].
 //!
 //! A crate of its own, below the proxy: the CLI's `lookup` and `members`, `shardring migrate` and the
 //! Python package read pool files without the proxy's runtime (tokio, rustls), and the proxy

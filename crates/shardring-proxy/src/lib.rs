@@ -23,7 +23,8 @@
 //! client: decode, plan, answer in order) → [`protocol`] (the seam, and [`protocol::memcache`] and
 //! [`protocol::redis`]: pure decoder, planner, reply framer) → `router` (key → server) → `backend` (each server's pipelined
 //! connections, health probes, ejection) → back through the protocol's framer and merge to the session.
-//! Around it: [`config`] (twemproxy's YAML, one type per pool), `pool` (a pool at run time, its
+//! Around it: [`config`] (twemproxy's YAML, one type per pool), [`flags`] (what the command line
+//! sets that twemproxy has no key for: each feature's flags, beside it), `pool` (a pool at run time, its
 //! versions swapped whole on reload), [`Proxy`], [`metrics`], [`run`] (the process:
 //! stats listeners, the operator's [`signals`], SIGTERM drain), [`workers`] (thread per core: each worker accepts
 //! and serves its own clients with its own server connections), [`Admission`] (which worker takes
@@ -64,23 +65,21 @@
 mod admission;
 mod backend;
 mod buffers;
-/// The configuration: the `shardring-config` crate (twemproxy's YAML, one [`PoolConfig`] per pool),
-/// and [`Overrides`](config::Overrides), the rules by which the proxy's flags set what twemproxy
-/// has no key for.
+/// The configuration: the `shardring-config` crate (twemproxy's YAML, one [`PoolConfig`] per pool).
+/// What twemproxy has no key for, the proxy's flags set ([`flags`]).
 pub mod config {
-    pub use crate::overrides::Overrides;
     pub use shardring_config::*;
 }
 pub mod descriptors;
 mod drain;
 mod error;
 mod fence;
+pub mod flags;
 mod hot_keys;
 #[cfg(feature = "etcd")]
 pub mod membership;
 pub mod metrics;
 mod net;
-mod overrides;
 mod pool;
 pub mod protocol;
 mod proxy;

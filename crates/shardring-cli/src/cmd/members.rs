@@ -35,7 +35,7 @@ pub struct Args {
     etcd: String,
     /// The key prefix pools live under (a trailing / is added when missing).
     #[arg(long, default_value = DEFAULT_PREFIX, value_name = "P",
-          value_parser = crate::cmd::proxy::parse_prefix)]
+          value_parser = shardring_proxy::membership::parse_prefix)]
     etcd_prefix: String,
     /// The pool (required unless --config has exactly one).
     #[arg(long, value_name = "NAME")]

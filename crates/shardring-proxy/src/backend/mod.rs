@@ -1,7 +1,9 @@
-//! Servers: each one's connections ([`connections`]), health ([`health`]), sockets ([`stream`]), the
-//! queue of requests to a connection ([`queue`]) and where replies go ([`reply`]).
+//! Servers: each one's connections ([`connections`]), health ([`health`]) and how often it is probed
+//! ([`flags`]), sockets ([`stream`]), the queue of requests to a connection ([`queue`]) and where
+//! replies go ([`reply`]).
 
 pub(crate) mod connections;
+pub(crate) mod flags;
 pub(crate) mod health;
 pub(crate) mod queue;
 pub(crate) mod reply;

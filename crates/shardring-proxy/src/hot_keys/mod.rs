@@ -6,7 +6,8 @@
 //! - `tracker`: the top K, re-ranked by the ticker and published as an arc-swap snapshot;
 //! - `cache`: the replies of the top K keys, bounded in bytes and in staleness;
 //! - `clock`: the coarse clock the request path reads instead of `Instant::now()`;
-//! - `requests`: what a read or a write does with them, whatever its protocol.
+//! - `requests`: what a read or a write does with them, whatever its protocol;
+//! - `flags`: `--hot-keys` and the cache's flags, and how they set each pool's hot-key settings.
 //!
 //! Nothing here knows a wire protocol: the protocol decides which requests are reads of one key (and may
 //! be served from the cache), which are writes (and invalidate), and what a cacheable reply is
@@ -19,6 +20,7 @@
 
 mod cache;
 mod clock;
+pub(crate) mod flags;
 pub(crate) mod requests;
 mod sketch;
 mod tracker;

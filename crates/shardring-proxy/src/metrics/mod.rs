@@ -15,11 +15,13 @@
 //! - `hot_keys`: the `/hotkeys` endpoint ([`hot_keys_endpoint`], [`hot_keys_json`]): each pool's
 //!   heaviest keys as JSON;
 //! - `command_latency`: the `/command-latency` endpoint ([`command_latency_endpoint`],
-//!   [`command_latency_json`]): each command's latency in Redis pools as JSON.
+//!   [`command_latency_json`]): each command's latency in Redis pools as JSON;
+//! - `flags`: `--metrics-addr`, where the HTTP server listens.
 
 mod command_latency;
 mod counters;
 mod families;
+pub(crate) mod flags;
 mod hot_keys;
 mod http;
 mod prometheus;

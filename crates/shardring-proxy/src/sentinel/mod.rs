@@ -12,6 +12,8 @@
 //!   each (re)connect (a switch announced while a subscription was down is still seen) and
 //!   periodically as a safety net.
 //!
+//! A pool's Sentinels are given by `shardring proxy --sentinel` ([`crate::flags::SentinelFlags`]).
+//!
 //! The client speaks RESP2 only (no `HELLO`), sends `AUTH <password>` first when a password is set, and
 //! opens connections through a [`Connect`] it is given ([`tcp_connect`] by default), so Sentinels over
 //! TLS need only another connector. A Sentinel's replies are read through the proxy's reply framer with
@@ -20,6 +22,7 @@
 
 mod conn;
 mod connect;
+pub(crate) mod flags;
 pub mod follow;
 mod resp;
 mod stats;

@@ -1,13 +1,14 @@
 //! TLS on a pool's two sides, with rustls (no OpenSSL to build or link): [`acceptor`] terminates the
 //! clients' TLS on the pool's listener, [`connector`] speaks TLS to the pool's servers. What the
-//! flags ask for (paths and switches) is the configuration's ([`ListenerTls`], [`ServerTlsConfig`] in
-//! [`crate::config::PoolConfig`]); [`pem`] reads the files. Both sides read their files when a pool's config is checked (at start, by `-t`, on every
+//! flags ask for (paths and switches, [`flags`]) is the configuration's ([`ListenerTls`],
+//! [`ServerTlsConfig`] in [`crate::config::PoolConfig`]); [`pem`] reads the files. Both sides read their files when a pool's config is checked (at start, by `-t`, on every
 //! reload: a file that cannot be used is a config problem, and a reload with one keeps the running
 //! config) and again when the pool's version is built, so a SIGHUP with the same paths picks up renewed
 //! certificates for new connections while established ones stay up.
 
 pub(crate) mod acceptor;
 pub(crate) mod connector;
+pub(crate) mod flags;
 mod pem;
 
 use crate::config::{ListenerTls, ServerTlsConfig};

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
-use shardring_proxy::config::Overrides;
+use shardring_proxy::flags::ProxyFlags;
 use shardring_proxy::{metrics, ProxyConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -291,10 +291,8 @@ async fn an_exporter_walks_our_stats_json_as_it_walks_nutcrackers() {
         &rd,
     ))
     .expect("the config reads");
-    let flags = Overrides {
-        hot_keys: Some(10),
-        ..Overrides::default()
-    };
+    let mut flags = ProxyFlags::default();
+    flags.hot_keys.hot_keys = Some(10);
     let ours = flags.apply(ours).expect("--hot-keys applies");
     let proxy = RunningProxy::start_pools(ours.pools).await;
     let stop = CancellationToken::new();

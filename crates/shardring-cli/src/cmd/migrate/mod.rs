@@ -69,7 +69,7 @@ pub struct Args {
     etcd: Option<String>,
     /// The etcd key prefix pools live under.
     #[arg(long, default_value = DEFAULT_PREFIX, value_name = "P",
-          value_parser = crate::cmd::proxy::parse_prefix)]
+          value_parser = shardring_proxy::membership::parse_prefix)]
     etcd_prefix: String,
     /// The proxies' stats endpoints (HOST:PORT, comma-separated): each must dual-write before the
     /// copy and serve the next membership before the cut-over is done. Needed without --etcd.

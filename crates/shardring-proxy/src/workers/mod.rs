@@ -30,10 +30,12 @@
 //! half is left to the kernel's network work and the neighbours), at most 32. CPUs are counted as
 //! [`std::thread::available_parallelism`] counts them, so cgroup quotas and CPU affinity (containers,
 //! `taskset`) are taken into account. `shardring proxy --threads N` overrides it
-//! ([`crate::RunOptions::workers`]).
+//! ([`crate::flags::WorkerFlags`], [`crate::RunOptions::workers`]).
 //!
 //! One worker is the calling thread's runtime itself ([`Workers::current`]): no thread is started,
 //! and the control plane shares the thread, as it always did.
+
+pub(crate) mod flags;
 
 use std::io;
 use std::num::NonZeroUsize;

@@ -17,6 +17,10 @@
 //! Each pool's [`MembershipStats`] (revision, last update time, errors, malformed values) are the pool's
 //! own tallies: the stats JSON shows them as `membership_*` fields and `/metrics` as
 //! `shardring_proxy_pool_membership_*`.
+//!
+//! `shardring proxy`'s etcd flags are in `flags` ([`crate::flags::MembershipFlags`]).
+
+pub(crate) mod flags;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,6 +32,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{NextMembership, ProxyConfig};
 use crate::metrics::PoolStats;
 use crate::pool::ServedPool;
+
+pub use self::flags::parse_prefix;
 
 /// What `--etcd`, `--etcd-prefix`, `--etcd-fallback` and `--allow-empty` ask for.
 #[derive(Debug, Clone)]
