@@ -1,7 +1,7 @@
 //! The memcached remedies' flags (`--replicas`, `--replica-read-miss`, `--gutter`, `--gutter-ttl`,
 //! `--warmup-window`): fewer misses when servers fail or move (`protocol/memcache/remedies/`). Given
 //! for every pool they set the memcached pools, and the user is told for each redis pool that it is
-//! left alone; a redis pool takes a replica count that names it (`protocol/redis/replicas.rs`).
+//! left alone; a redis pool takes a replica count that names it (`protocol/redis/features/replicas.rs`).
 
 use std::time::Duration;
 
