@@ -1,0 +1,52 @@
+//! # shardring-resp
+//!
+//! Redis's replies (RESP2 and RESP3) read as shardring's proxy reads them: a resumable [`ReplyFramer`]
+//! that finds where a reply ends without building it.
+//!
+//! The proxy only needs to know where each server reply ends, to forward it: [`ReplyFramer::frame`]
+//! looks at each byte once however the reply is split into reads, allocates nothing but its nesting
+//! stack, and enforces [`ReplyLimits`] before buffering what a length announces.
+//!
+//! Nothing here does I/O, and incomplete input is a normal state (`Ok(None)`: read more and call again),
+//! never an error. Bytes that are not RESP, or a reply over the limits, are a [`ReplyError`]: the
+//! connection is out of step and must be closed.
+//!
+//! ```
+//! use shardring_resp::{ReplyFramer, ReplyLimits};
+//!
+//! // A reply arriving in two reads: the second call carries on where the first stopped.
+//! let reply = b"*2\r\n$5\r\nhello\r\n:42\r\n";
+//! let mut framer = ReplyFramer::new(ReplyLimits::default());
+//! assert_eq!(framer.frame(&reply[..9]), Ok(None));
+//! assert_eq!(framer.frame(reply).unwrap().unwrap().len, reply.len());
+//! ```
+//!
+//! ## Why a crate of its own
+//! The proxy and `shardring migrate` both talk to Redis, and `shardring-migrate` must not depend on the
+//! proxy (nor its runtime: TLS, the metrics server, etcd). One reader below both means one set of rules
+//! for what a reply is, one fuzz target and one differential test against a maintained codec
+//! (`redis-protocol`).
+//!
+//! What Redis accepts and sends is what is read: integers and lengths as Redis's `string2ll` reads them
+//! ([`parse_redis_int`]: no `+`, no leading zero), lines ended by `\r\n` only ([`find_crlf`]). The
+//! proxy's request scanner uses both.
+//!
+//! This crate has no cargo features.
+
+mod error;
+mod framer;
+mod limits;
+mod line;
+mod number;
+
+pub use error::ReplyError;
+pub use framer::{elements, reply_len, Framed, ReplyFramer};
+pub use limits::ReplyLimits;
+pub use line::{find_crlf, LineEnd};
+pub use number::parse_redis_int;
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod oracle_tests;
