@@ -1,5 +1,6 @@
 //! Differential tests against `redis-protocol`, a maintained RESP2/RESP3 codec: what it encodes, the
-//! framer frames whole, and on any bytes both accept, they agree on the length.
+//! framer frames whole and the reader reads back to the same value, and on any bytes both accept, they
+//! agree on the length.
 //!
 //! Where they may differ, by design: the oracle does not check the `\r\n` after bulk data (it takes any
 //! two bytes), and reads numbers with Rust's `parse` (`+5`, `007`), both of which Redis never sends and
@@ -157,20 +158,81 @@ fn our_reply_len(input: &[u8]) -> Result<Option<usize>, ReplyError> {
     reply_len(input, ReplyLimits::default())
 }
 
+fn our_value(input: &[u8]) -> Result<Option<(Value, usize)>, ReplyError> {
+    Value::read(input, ReplyLimits::default())
+}
+
+/// The value a RESP2 frame is read into.
+fn resp2_value(frame: &Resp2) -> Value {
+    match frame {
+        Resp2::SimpleString(s) => Value::Simple(s.clone()),
+        Resp2::Error(e) => Value::Error(e.clone()),
+        Resp2::Integer(n) => Value::Integer(*n),
+        Resp2::BulkString(b) => Value::Bulk(b.clone()),
+        Resp2::Array(values) => Value::Array(values.iter().map(resp2_value).collect()),
+        Resp2::Null => Value::Null,
+    }
+}
+
+/// The value a RESP3 frame is read into. Its maps, sets and attributes are walked in the order they
+/// were encoded in (the same hashed collections, iterated again).
+fn resp3_value(frame: &Resp3) -> Value {
+    let pairs = |map: &redis_protocol::resp3::types::FrameMap<Resp3, Resp3>| {
+        map.iter()
+            .map(|(k, v)| (resp3_value(k), resp3_value(v)))
+            .collect()
+    };
+    let value = match frame {
+        Resp3::BlobString { data, .. } => Value::Bulk(data.clone()),
+        Resp3::BlobError { data, .. } => Value::Error(String::from_utf8_lossy(data).into_owned()),
+        Resp3::SimpleString { data, .. } => Value::Simple(data.clone()),
+        Resp3::SimpleError { data, .. } => Value::Error(data.clone()),
+        Resp3::Boolean { data, .. } => Value::Boolean(*data),
+        Resp3::Null => Value::Null,
+        Resp3::Number { data, .. } => Value::Integer(*data),
+        Resp3::Double { data, .. } => Value::Double(*data),
+        Resp3::BigNumber { data, .. } => {
+            Value::BigNumber(String::from_utf8_lossy(data).into_owned())
+        }
+        Resp3::VerbatimString { data, format, .. } => Value::Verbatim {
+            format: match format {
+                VerbatimStringFormat::Text => *b"txt",
+                VerbatimStringFormat::Markdown => *b"mkd",
+            },
+            text: data.clone(),
+        },
+        Resp3::Array { data, .. } => Value::Array(data.iter().map(resp3_value).collect()),
+        Resp3::Map { data, .. } => Value::Map(pairs(data)),
+        Resp3::Set { data, .. } => Value::Set(data.iter().map(resp3_value).collect()),
+        Resp3::Push { data, .. } => Value::Push(data.iter().map(resp3_value).collect()),
+        other => panic!("not generated: {other:?}"),
+    };
+    match frame.attributes() {
+        Some(attributes) => Value::Attributed {
+            attributes: pairs(attributes),
+            value: Box::new(value),
+        },
+        None => value,
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
-    /// Every RESP2 reply the oracle encodes, we frame whole; every strict prefix is incomplete.
+    /// Every RESP2 reply the oracle encodes, we frame whole and read into the value it encoded; every
+    /// strict prefix is incomplete.
     #[test]
     fn resp2_replies_agree_with_the_oracle(frame in resp2_frame()) {
         let bytes = encode2(&frame);
         prop_assert_eq!(our_reply_len(&bytes), Ok(Some(bytes.len())));
         let cut = bytes.len() / 2;
         prop_assert_eq!(our_reply_len(&bytes[..cut]), Ok(None));
+        prop_assert_eq!(our_value(&bytes), Ok(Some((resp2_value(&frame), bytes.len()))));
     }
 
     /// Every RESP3 reply the oracle encodes (attributes, maps, sets, pushes, doubles, big numbers,
-    /// verbatim strings included), we frame whole, alone or followed by another.
+    /// verbatim strings included), we frame whole, alone or followed by another, and read into the value
+    /// it encoded.
     #[test]
     fn resp3_replies_agree_with_the_oracle(frame in resp3_frame(), cut in any::<prop::sample::Index>()) {
         let bytes = encode3(&frame);
@@ -178,6 +240,7 @@ proptest! {
         let (back, n) = redis_protocol::resp3::decode::complete::decode(&bytes).unwrap().unwrap();
         prop_assert_eq!(n, bytes.len());
         prop_assert_eq!(back.kind(), frame.kind());
+        prop_assert_eq!(our_value(&bytes), Ok(Some((resp3_value(&frame), bytes.len()))));
         let two = [&bytes[..], b"+NEXT\r\n"].concat();
         prop_assert_eq!(our_reply_len(&two), Ok(Some(bytes.len())));
         let cut = cut.index(bytes.len());
