@@ -15,6 +15,8 @@
 //! [`ReplyLimits`], and a reply over them, or bytes that are not RESP, make a [`ReplyError`]: the server
 //! connection is out of step and must be closed.
 
+use std::ops::ControlFlow;
+
 use crate::error::{bad, ReplyError};
 use crate::limits::ReplyLimits;
 use crate::line::{find_crlf, LineEnd};
@@ -67,6 +69,10 @@ enum Next {
     ChunkHeader,
 }
 
+/// What one step of the framer came to: go on at `pos` with what `next` says, or stop with what
+/// [`ReplyFramer::frame`] returns (`None`: more bytes are needed; `Some(len)`: the reply is whole).
+type Turn = ControlFlow<Option<usize>>;
+
 /// The reply framer. It keeps its place across calls: the caller passes the same input, grown by what it
 /// read since (the input always starts at the current reply's first byte), and only new bytes are looked
 /// at, so a large `MGET` reply arriving in many reads is framed once.
@@ -115,6 +121,10 @@ impl ReplyFramer {
     ///
     /// # Errors
     /// A [`ReplyError`] when the bytes are not RESP or pass the limits; the framer is reset.
+    // Not `#[inline]`: one out-of-line call per reply, as when the framer was the proxy's own. `step`
+    // and its pieces are inlined into it, as the single `step` was: the pieces every reply goes through
+    // (and `value_done`, `push`) are `#[inline(always)]`, since with `#[inline]` alone LLVM kept
+    // `value_done` and `one_line` out of line, a call per value (scripts/proxy-instructions).
     pub fn frame(&mut self, buf: &[u8]) -> Result<Option<Framed>, ReplyError> {
         match self.step(buf) {
             Ok(Some(len)) => {
@@ -141,6 +151,7 @@ impl ReplyFramer {
 
     /// One value ended at `self.pos`: count it in the aggregates it closes. `true` when the reply is
     /// whole.
+    #[inline(always)]
     fn value_done(&mut self) -> bool {
         while let Some(top) = self.stack.last_mut() {
             match top {
@@ -158,6 +169,7 @@ impl ReplyFramer {
         true
     }
 
+    #[inline(always)]
     fn push(&mut self, level: Level) -> Result<(), ReplyError> {
         if self.stack.len() >= self.limits.max_depth {
             return Err(bad("nested too deep"));
@@ -173,180 +185,223 @@ impl ReplyFramer {
         Ok(())
     }
 
+    /// Frames from `self.pos` on, one thing at a time as [`Next`] says, until the reply is whole or the
+    /// input ends.
     fn step(&mut self, buf: &[u8]) -> Result<Option<usize>, ReplyError> {
         loop {
-            match self.next {
-                Next::Data(end) => {
-                    if buf.len() < end {
-                        return Ok(None);
-                    }
-                    if &buf[end - 2..end] != b"\r\n" {
-                        return Err(bad("bulk data not ended by \\r\\n"));
-                    }
-                    self.pos = end;
-                    self.next = Next::Value;
-                    // A chunk of a streamed string is followed by the next chunk's header.
-                    if self.stack.last() == Some(&Level::Chunks) {
-                        self.next = Next::ChunkHeader;
-                        continue;
-                    }
-                    if self.value_done() {
-                        return Ok(Some(self.pos));
-                    }
-                }
-                Next::ChunkHeader => {
-                    let Some(&c) = buf.get(self.pos) else {
-                        return Ok(None);
-                    };
-                    if c != b';' {
-                        return Err(bad("expected a ';' chunk in a streamed string"));
-                    }
-                    let Some(cr) = self.line(buf, self.pos + 1)? else {
-                        return Ok(None);
-                    };
-                    let len = parse_redis_int(&buf[self.pos + 1..cr])
-                        .filter(|&n| n >= 0)
-                        .ok_or(bad("bad chunk length"))? as u64;
-                    self.pos = cr + 2;
-                    if len == 0 {
-                        // `;0` ends the string, which is one value of what holds it.
-                        self.stack.pop();
-                        self.next = Next::Value;
-                        if self.value_done() {
-                            return Ok(Some(self.pos));
-                        }
-                        continue;
-                    }
-                    if len > self.limits.max_bulk_len as u64 {
-                        return Err(bad("bulk too long"));
-                    }
-                    let end = self.pos + len as usize + 2;
-                    self.check_len(end)?;
-                    self.next = Next::Data(end);
-                }
-                Next::Value => {
-                    let Some(&kind) = buf.get(self.pos) else {
-                        return Ok(None);
-                    };
-                    let Some(cr) = self.line(buf, self.pos + 1)? else {
-                        return Ok(None);
-                    };
-                    let line = &buf[self.pos + 1..cr];
-                    let after = cr + 2;
-                    self.check_len(after)?;
-                    match kind {
-                        b'+' | b'-' => {}
-                        b':' => {
-                            parse_redis_int(line).ok_or(bad("bad integer"))?;
-                        }
-                        b'_' => {
-                            if !line.is_empty() {
-                                return Err(bad("bad null"));
-                            }
-                        }
-                        b'#' => {
-                            if line != b"t" && line != b"f" {
-                                return Err(bad("bad boolean"));
-                            }
-                        }
-                        b',' => {
-                            if line.is_empty() {
-                                return Err(bad("bad double"));
-                            }
-                        }
-                        b'(' => {
-                            let digits = line.strip_prefix(b"-").unwrap_or(line);
-                            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-                                return Err(bad("bad big number"));
-                            }
-                        }
-                        b'$' | b'!' | b'=' => {
-                            self.pos = after;
-                            if kind == b'$' && line == b"?" {
-                                self.push(Level::Chunks)?;
-                                self.next = Next::ChunkHeader;
-                                continue;
-                            }
-                            let len = match parse_redis_int(line) {
-                                Some(-1) if kind == b'$' => {
-                                    if self.value_done() {
-                                        return Ok(Some(self.pos));
-                                    }
-                                    continue;
-                                }
-                                Some(n) if n >= 0 => n as u64,
-                                _ => return Err(bad("bad bulk length")),
-                            };
-                            if len > self.limits.max_bulk_len as u64 {
-                                return Err(bad("bulk too long"));
-                            }
-                            if kind == b'=' && len < 4 {
-                                return Err(bad("verbatim string without its format"));
-                            }
-                            let end = after + len as usize + 2;
-                            self.check_len(end)?;
-                            self.next = Next::Data(end);
-                            continue;
-                        }
-                        b'*' | b'~' | b'>' | b'%' | b'|' => {
-                            self.pos = after;
-                            if line == b"?" && kind != b'|' {
-                                self.push(Level::Streamed)?;
-                                continue;
-                            }
-                            let n = match parse_redis_int(line) {
-                                Some(-1) if kind == b'*' => {
-                                    if self.value_done() {
-                                        return Ok(Some(self.pos));
-                                    }
-                                    continue;
-                                }
-                                Some(n) if n >= 0 => n as u64,
-                                _ => return Err(bad("bad aggregate length")),
-                            };
-                            // Each value takes at least 3 bytes: a count that cannot fit is refused now.
-                            let values = match kind {
-                                b'%' => n.saturating_mul(2),
-                                // The attribute's pairs, then the value they describe.
-                                b'|' => n.saturating_mul(2).saturating_add(1),
-                                _ => n,
-                            };
-                            self.check_len(
-                                usize::try_from(values.saturating_mul(3))
-                                    .unwrap_or(usize::MAX)
-                                    .saturating_add(after),
-                            )?;
-                            if values == 0 {
-                                if self.value_done() {
-                                    return Ok(Some(self.pos));
-                                }
-                                continue;
-                            }
-                            self.push(Level::Counted(values))?;
-                            continue;
-                        }
-                        b'.' => {
-                            if !line.is_empty() || self.stack.last() != Some(&Level::Streamed) {
-                                return Err(bad("'.' outside a streamed aggregate"));
-                            }
-                            self.pos = after;
-                            self.stack.pop();
-                            if self.value_done() {
-                                return Ok(Some(self.pos));
-                            }
-                            continue;
-                        }
-                        _ => return Err(bad("unknown type byte")),
-                    }
-                    // A one-line value.
-                    self.pos = after;
-                    if self.value_done() {
-                        return Ok(Some(self.pos));
-                    }
-                }
+            let turn = match self.next {
+                Next::Value => self.value(buf)?,
+                Next::Data(end) => self.bulk_data(buf, end)?,
+                Next::ChunkHeader => self.chunk_header(buf)?,
+            };
+            if let ControlFlow::Break(whole) = turn {
+                return Ok(whole);
             }
         }
     }
+
+    /// A value ended at `self.pos`: the reply is whole when it closes every aggregate it is in, and
+    /// the next value comes otherwise.
+    #[inline(always)]
+    fn ended(&mut self) -> Turn {
+        if self.value_done() {
+            ControlFlow::Break(Some(self.pos))
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
+    /// A value's type byte and the line after it, handed to its type's family: one-line values here,
+    /// bulk headers, aggregate headers, the end of a streamed aggregate. The whole line is read before
+    /// the type byte is judged, so an unknown one is refused once its line is in.
+    #[inline(always)]
+    fn value(&mut self, buf: &[u8]) -> Result<Turn, ReplyError> {
+        let Some(&kind) = buf.get(self.pos) else {
+            return Ok(ControlFlow::Break(None));
+        };
+        let Some(cr) = self.line(buf, self.pos + 1)? else {
+            return Ok(ControlFlow::Break(None));
+        };
+        let line = &buf[self.pos + 1..cr];
+        let after = cr + 2;
+        self.check_len(after)?;
+        match kind {
+            b'$' | b'!' | b'=' => self.bulk_header(kind, line, after),
+            b'*' | b'~' | b'>' | b'%' | b'|' => self.aggregate_header(kind, line, after),
+            b'.' => self.streamed_end(line, after),
+            _ => {
+                one_line(kind, line)?;
+                self.pos = after;
+                Ok(self.ended())
+            }
+        }
+    }
+
+    /// The header of a bulk string, bulk error or verbatim string (`$<n>`, `!<n>`, `=<n>`): its data
+    /// comes next, bounded before any of it is buffered. `$-1` (RESP2's null) is a whole value, and `$?`
+    /// starts a streamed string, whose chunks come next.
+    #[inline(always)]
+    fn bulk_header(&mut self, kind: u8, line: &[u8], after: usize) -> Result<Turn, ReplyError> {
+        self.pos = after;
+        if kind == b'$' && line == b"?" {
+            self.push(Level::Chunks)?;
+            self.next = Next::ChunkHeader;
+            return Ok(ControlFlow::Continue(()));
+        }
+        let len = match parse_redis_int(line) {
+            Some(-1) if kind == b'$' => return Ok(self.ended()),
+            Some(n) if n >= 0 => n as u64,
+            _ => return Err(bad("bad bulk length")),
+        };
+        if len > self.limits.max_bulk_len as u64 {
+            return Err(bad("bulk too long"));
+        }
+        if kind == b'=' && len < 4 {
+            return Err(bad("verbatim string without its format"));
+        }
+        let end = after + len as usize + 2;
+        self.check_len(end)?;
+        self.next = Next::Data(end);
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// The header of an aggregate (`*`, `~`, `>`, `%`, `|` and a count): that many values come next
+    /// (twice that for a map, and one more for an attribute: the value it describes), refused at once
+    /// when they could not fit in the longest reply. `*-1` (RESP2's null array) and an empty aggregate
+    /// are whole values; `?` instead of a count starts a streamed aggregate, ended by `.`.
+    #[inline(always)]
+    fn aggregate_header(
+        &mut self,
+        kind: u8,
+        line: &[u8],
+        after: usize,
+    ) -> Result<Turn, ReplyError> {
+        self.pos = after;
+        if line == b"?" && kind != b'|' {
+            self.push(Level::Streamed)?;
+            return Ok(ControlFlow::Continue(()));
+        }
+        let n = match parse_redis_int(line) {
+            Some(-1) if kind == b'*' => return Ok(self.ended()),
+            Some(n) if n >= 0 => n as u64,
+            _ => return Err(bad("bad aggregate length")),
+        };
+        // Each value takes at least 3 bytes: a count that cannot fit is refused now.
+        let values = match kind {
+            b'%' => n.saturating_mul(2),
+            // The attribute's pairs, then the value they describe.
+            b'|' => n.saturating_mul(2).saturating_add(1),
+            _ => n,
+        };
+        self.check_len(
+            usize::try_from(values.saturating_mul(3))
+                .unwrap_or(usize::MAX)
+                .saturating_add(after),
+        )?;
+        if values == 0 {
+            return Ok(self.ended());
+        }
+        self.push(Level::Counted(values))?;
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// `.`: the end of the streamed aggregate the framer is in (and nowhere else), which is one value
+    /// of what holds it.
+    #[inline]
+    fn streamed_end(&mut self, line: &[u8], after: usize) -> Result<Turn, ReplyError> {
+        if !line.is_empty() || self.stack.last() != Some(&Level::Streamed) {
+            return Err(bad("'.' outside a streamed aggregate"));
+        }
+        self.pos = after;
+        self.stack.pop();
+        Ok(self.ended())
+    }
+
+    /// The data of a bulk value, ending with `\r\n` at `end`: a whole value, or a chunk of a streamed
+    /// string, which the next chunk's header follows.
+    #[inline(always)]
+    fn bulk_data(&mut self, buf: &[u8], end: usize) -> Result<Turn, ReplyError> {
+        if buf.len() < end {
+            return Ok(ControlFlow::Break(None));
+        }
+        if &buf[end - 2..end] != b"\r\n" {
+            return Err(bad("bulk data not ended by \\r\\n"));
+        }
+        self.pos = end;
+        self.next = Next::Value;
+        if self.stack.last() == Some(&Level::Chunks) {
+            self.next = Next::ChunkHeader;
+            return Ok(ControlFlow::Continue(()));
+        }
+        Ok(self.ended())
+    }
+
+    /// A streamed string's `;<n>` chunk header: that chunk's data comes next, bounded as a bulk
+    /// string's; `;0` ends the string, which is one value of what holds it.
+    #[inline]
+    fn chunk_header(&mut self, buf: &[u8]) -> Result<Turn, ReplyError> {
+        let Some(&c) = buf.get(self.pos) else {
+            return Ok(ControlFlow::Break(None));
+        };
+        if c != b';' {
+            return Err(bad("expected a ';' chunk in a streamed string"));
+        }
+        let Some(cr) = self.line(buf, self.pos + 1)? else {
+            return Ok(ControlFlow::Break(None));
+        };
+        let len = parse_redis_int(&buf[self.pos + 1..cr])
+            .filter(|&n| n >= 0)
+            .ok_or(bad("bad chunk length"))? as u64;
+        self.pos = cr + 2;
+        if len == 0 {
+            self.stack.pop();
+            self.next = Next::Value;
+            return Ok(self.ended());
+        }
+        if len > self.limits.max_bulk_len as u64 {
+            return Err(bad("bulk too long"));
+        }
+        let end = self.pos + len as usize + 2;
+        self.check_len(end)?;
+        self.next = Next::Data(end);
+        Ok(ControlFlow::Continue(()))
+    }
+}
+
+/// Checks a one-line value (`+`, `-`, `:`, `_`, `#`, `,`, `(`) as far as framing needs: an integer as
+/// Redis writes it, a null with nothing after `_`, a boolean `t` or `f`, a double with something in it
+/// (its meaning is the client's), a big number's digits. Any other type byte is not RESP.
+#[inline(always)]
+fn one_line(kind: u8, line: &[u8]) -> Result<(), ReplyError> {
+    match kind {
+        b'+' | b'-' => {}
+        b':' => {
+            parse_redis_int(line).ok_or(bad("bad integer"))?;
+        }
+        b'_' => {
+            if !line.is_empty() {
+                return Err(bad("bad null"));
+            }
+        }
+        b'#' => {
+            if line != b"t" && line != b"f" {
+                return Err(bad("bad boolean"));
+            }
+        }
+        b',' => {
+            if line.is_empty() {
+                return Err(bad("bad double"));
+            }
+        }
+        b'(' => {
+            let digits = line.strip_prefix(b"-").unwrap_or(line);
+            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                return Err(bad("bad big number"));
+            }
+        }
+        _ => return Err(bad("unknown type byte")),
+    }
+    Ok(())
 }
 
 /// The length of the first whole reply in `buf` (a fresh framer; for replies already in memory).
