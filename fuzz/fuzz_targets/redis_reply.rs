@@ -1,6 +1,8 @@
-//! The RESP reply framer on arbitrary bytes: no panic, lengths within the input, a framing resumed across
-//! growing prefixes (as a server connection reads) agreeing with a fresh one, the elements of a framed
-//! aggregate tiling it, and MGET merges of whatever was framed never panicking.
+//! The RESP reply framer and reader (`shardring-resp`, which the proxy and `shardring migrate` share) on
+//! arbitrary bytes: no panic, lengths within the input, a framing resumed across growing prefixes (as a
+//! server connection reads) agreeing with a fresh one, the elements of a framed aggregate tiling it, a
+//! framed reply read into a value of the same length (or refused for its meaning, never for its
+//! framing), and MGET merges of whatever was framed never panicking.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -8,6 +10,7 @@ use shardring_proxy::protocol::redis::merge::{
     merge_all_ok, merge_sum, merge_values, Part, PartialReads,
 };
 use shardring_proxy::protocol::redis::{elements, reply_len, ReplyFramer, ReplyLimits};
+use shardring_resp::Value;
 
 fuzz_target!(|data: &[u8]| {
     let limits = ReplyLimits {
@@ -20,6 +23,19 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(Some(len)) = whole {
         assert!(len > 0 && len <= data.len());
         let reply = &data[..len];
+        // Framed whole, it reads whole: reading refuses only what framing leaves to the client.
+        match Value::read(data, limits) {
+            Ok(read) => assert_eq!(read.map(|(_, n)| n), Some(len)),
+            Err(e) => assert!(
+                [
+                    "bad double",
+                    "verbatim string without its format",
+                    "a map key without its value"
+                ]
+                .contains(&e.reason),
+                "{e}"
+            ),
+        }
         if let Some(values) = elements(reply, limits) {
             let mut at = None;
             for v in &values {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shardring_migrate::redis::conn::{Conn, Pipeline};
-use shardring_migrate::redis::resp::Reply;
+use shardring_migrate::redis::Value;
 use shardring_migrate::redis::{self, Transfer};
 use shardring_migrate::{Endpoint, Job, MigrateError, Report, Route};
 use test_support::RedisServer;
@@ -34,7 +34,7 @@ async fn conn(ep: &Endpoint) -> Conn {
     Conn::connect(ep, Duration::from_secs(5)).await.unwrap()
 }
 
-async fn cmd(c: &mut Conn, args: &[&str]) -> Reply {
+async fn cmd(c: &mut Conn, args: &[&str]) -> Value {
     let r = c.call(args).await.unwrap();
     let shown: Vec<&str> = args.iter().map(|a| &a[..a.len().min(40)]).collect();
     assert!(r.error().is_none(), "{shown:?}: {r:?}");
@@ -59,7 +59,7 @@ async fn value(c: &mut Conn, key: &str) -> (String, i64) {
         "stream" => format!("{:?}", cmd(c, &["XRANGE", key, "-", "+"]).await),
         "hash" | "set" => {
             let r = cmd(c, &[if ty == "hash" { "HGETALL" } else { "SMEMBERS" }, key]).await;
-            let Reply::Array(items) = r else { panic!() };
+            let Value::Array(items) = r else { panic!() };
             let mut items: Vec<String> = if ty == "hash" {
                 items.chunks(2).map(|p| format!("{p:?}")).collect()
             } else {
@@ -91,7 +91,7 @@ async fn assert_same(src: &mut Conn, dst: &mut Conn, key: &str) {
 /// How many `DUMP`s the server ran since its statistics were reset (`INFO commandstats`).
 async fn dump_calls(c: &mut Conn) -> u64 {
     let info = cmd(c, &["INFO", "commandstats"]).await;
-    let Reply::Bulk(text) = info else {
+    let Value::Bulk(text) = info else {
         panic!("INFO: {info:?}")
     };
     String::from_utf8_lossy(&text)
@@ -234,7 +234,7 @@ async fn one_value_in_two_encodings_is_equal_not_copied_again() {
             &["HSET", "grown0", "f0", "v", "f1", "v", "f2", "v"],
         )
         .await;
-        let encoding = |r: Reply| String::from_utf8_lossy(r.bytes().unwrap()).into_owned();
+        let encoding = |r: Value| String::from_utf8_lossy(r.bytes().unwrap()).into_owned();
         assert_eq!(
             encoding(cmd(&mut ca, &["OBJECT", "ENCODING", "grown0"]).await),
             "hashtable"
@@ -414,7 +414,7 @@ async fn throughput(transfer: Transfer, batch: usize) -> (Report, f64) {
     if std::env::var_os("SHOW_STATS").is_some() {
         for s in [&a, &b] {
             let mut c = conn(&ep(s, None, 0)).await;
-            let Reply::Bulk(info) = cmd(&mut c, &["INFO", "commandstats"]).await else {
+            let Value::Bulk(info) = cmd(&mut c, &["INFO", "commandstats"]).await else {
                 panic!()
             };
             println!("{}", String::from_utf8_lossy(&info));
@@ -508,7 +508,7 @@ async fn a_key_that_never_settles_is_given_up_as_failed() {
     };
     // The writer is at it before the copy starts (its values never equal the source's).
     let mut cb = conn(&sb).await;
-    while cmd(&mut cb, &["EXISTS", "hot0"]).await != redis::resp::Reply::Integer(1) {
+    while cmd(&mut cb, &["EXISTS", "hot0"]).await != redis::Value::Integer(1) {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     let r = redis::copy(&job(sa, sb)).await.unwrap();

@@ -1,6 +1,9 @@
 //! One connection to a Redis server: TCP or a unix socket, `AUTH` and `SELECT` on connecting, and
 //! pipelines (write every command of a batch, then read as many replies) under the job's timeout.
 //!
+//! Commands are written as RESP arrays of bulk strings; replies are read with `shardring-resp`'s
+//! [`ReplyReader`], the reply framer the proxy uses, so a reply arriving in many reads is framed once.
+//!
 //! Refusals that concern the connection rather than a key (`NOAUTH`, `WRONGPASS`, `NOPERM`) become a
 //! [`MigrateError`]: going on would fail every key the same way. Every other error reply is handed to
 //! the caller, which decides whether it concerns one key.
@@ -8,9 +11,9 @@
 use std::io;
 use std::time::Duration;
 
+use shardring_resp::{ReplyLimits, ReplyReader, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::resp::{self, Reply};
 use crate::dial::{dial, Stream};
 use crate::{Endpoint, MigrateError};
 
@@ -29,7 +32,7 @@ impl Pipeline {
 
     /// Adds the command `args`.
     pub fn cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> &mut Pipeline {
-        resp::encode(&mut self.buf, args);
+        encode(&mut self.buf, args);
         self.count += 1;
         self
     }
@@ -45,6 +48,34 @@ impl Pipeline {
     }
 }
 
+/// Appends the command `args` to `out` as an array of bulk strings.
+fn encode<A: AsRef<[u8]>>(out: &mut Vec<u8>, args: &[A]) {
+    header(out, b'*', args.len());
+    for a in args {
+        let a = a.as_ref();
+        header(out, b'$', a.len());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Appends `*n\r\n` or `$n\r\n`.
+fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
+    out.push(kind);
+    out.extend_from_slice(n.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The bounds on one reply: the reader's defaults (a bulk string up to Redis's own 512 MiB
+/// `proto-max-bulk-len`, so any `DUMP` payload `RESTORE` would take), nested at most 32 deep (the replies
+/// read here nest at most 3 deep; a broken or hostile peer must not make us recurse).
+fn reply_limits() -> ReplyLimits {
+    ReplyLimits {
+        max_depth: 32,
+        ..ReplyLimits::default()
+    }
+}
+
 /// A connection to one server.
 #[derive(Debug)]
 pub struct Conn {
@@ -52,6 +83,8 @@ pub struct Conn {
     /// Bytes read and not parsed yet start at `rbuf[rpos]`.
     rbuf: Vec<u8>,
     rpos: usize,
+    /// Reads the reply at `rbuf[rpos..]`, resuming where the last read left it.
+    reader: ReplyReader,
     name: String,
     timeout: Duration,
     /// The digest script's SHA-1 once loaded on this connection's server (see `verify`).
@@ -71,6 +104,7 @@ impl Conn {
             stream,
             rbuf: Vec::with_capacity(64 * 1024),
             rpos: 0,
+            reader: ReplyReader::new(reply_limits()),
             name: ep.name.clone(),
             timeout,
             script_sha: None,
@@ -107,7 +141,7 @@ impl Conn {
     ///
     /// # Errors
     /// See [`Conn::run`].
-    pub async fn call<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Reply, MigrateError> {
+    pub async fn call<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Value, MigrateError> {
         let mut p = Pipeline::new();
         p.cmd(args);
         let mut replies = self.run(&p).await?;
@@ -119,8 +153,9 @@ impl Conn {
     /// Sends every command of `p` and reads their replies, in order, within the timeout.
     ///
     /// # Errors
-    /// A connection failure or timeout, bytes that are not RESP2, or an authentication refusal.
-    pub async fn run(&mut self, p: &Pipeline) -> Result<Vec<Reply>, MigrateError> {
+    /// A connection failure or timeout, bytes that are not RESP (or a reply over the reader's limits), or
+    /// an authentication refusal.
+    pub async fn run(&mut self, p: &Pipeline) -> Result<Vec<Value>, MigrateError> {
         let timeout = self.timeout;
         let replies = match tokio::time::timeout(timeout, self.round_trip(p)).await {
             Ok(r) => r?,
@@ -144,7 +179,7 @@ impl Conn {
         Ok(replies)
     }
 
-    async fn round_trip(&mut self, p: &Pipeline) -> Result<Vec<Reply>, MigrateError> {
+    async fn round_trip(&mut self, p: &Pipeline) -> Result<Vec<Value>, MigrateError> {
         let name = &self.name;
         let io_err = |source| MigrateError::Io {
             server: name.clone(),
@@ -156,7 +191,7 @@ impl Conn {
         self.stream.flush().await.map_err(io_err)?;
         let mut replies = Vec::with_capacity(p.count);
         while replies.len() < p.count {
-            match resp::parse(&self.rbuf[self.rpos..]) {
+            match self.reader.read(&self.rbuf[self.rpos..]) {
                 Ok(Some((r, used))) => {
                     self.rpos += used;
                     replies.push(r);
@@ -188,5 +223,21 @@ impl Conn {
             self.rpos = 0;
         }
         Ok(replies)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_commands_as_arrays_of_bulk_strings() {
+        let mut out = Vec::new();
+        encode(&mut out, &["SET", "k", ""]);
+        encode(&mut out, &[b"GET".as_slice(), b"a\r\nb"]);
+        assert_eq!(
+            out,
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n*2\r\n$3\r\nGET\r\n$4\r\na\r\nb\r\n"
+        );
     }
 }

@@ -50,9 +50,9 @@
 use std::time::{Duration, Instant};
 
 use super::conn::{Conn, Pipeline};
-use super::resp::Reply;
 use super::verify::{compare, dumps, settle, Digest};
 use crate::{Endpoint, Job, MigrateError, Progress};
+use shardring_resp::Value;
 
 /// Batches in flight at once per job (each on its own connections): enough to keep the source busy
 /// while a batch's replies travel, few enough to leave the live traffic its share of the servers.
@@ -413,8 +413,8 @@ impl Engine {
         args.extend(which.iter().map(|&i| keys[i].as_slice()));
         let reply = self.source.call(&args).await?;
         match reply {
-            Reply::Simple(_) => Ok(None),
-            Reply::Error(e) => {
+            Value::Simple(_) => Ok(None),
+            Value::Error(e) => {
                 let fatal = e.starts_with("IOERR")
                     || ["NOAUTH", "WRONGPASS", "NOPERM", "invalid password", "AUTH"]
                         .iter()
@@ -455,8 +455,8 @@ impl Engine {
         for (&i, pair) in which.iter().zip(replies.chunks_exact(2)) {
             let [ttl, dump] = pair else { continue };
             let payload = match dump {
-                Reply::Bulk(b) => b,
-                Reply::Nil => {
+                Value::Bulk(b) => b,
+                Value::Null => {
                     ok.push(i); // gone on the source: the next pass counts it.
                     continue;
                 }

@@ -2,8 +2,9 @@
 //! the keys that move in batches per target, and verify each copy against the source by a digest of
 //! its value and expiry, copying again what differs (see [`copy`](mod@copy) for the reasoning).
 //!
-//! Files: [`resp`] (the protocol), [`conn`] (a connection and its pipelines), [`scan`] (enumeration),
-//! [`verify`] (the digest script), [`copy`](mod@copy) (the passes of one batch).
+//! Files: [`conn`] (a connection and its pipelines), [`scan`] (enumeration), [`verify`] (the digest
+//! script), [`copy`](mod@copy) (the passes of one batch). Replies are read by `shardring-resp`, the
+//! reader the proxy frames its server replies with, into [`Value`]s.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,11 +15,12 @@ use tokio::task::JoinSet;
 
 pub mod conn;
 pub mod copy;
-pub mod resp;
 pub mod scan;
 pub mod verify;
 
 pub use copy::Transfer;
+/// A server's reply, as [`Conn::call`](conn::Conn::call) and [`Conn::run`](conn::Conn::run) return it.
+pub use shardring_resp::Value;
 
 use conn::{Conn, Pipeline};
 use copy::{route_error, Engine, WORKERS};

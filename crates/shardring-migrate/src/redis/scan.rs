@@ -9,8 +9,8 @@
 //! limit) scan in small steps.
 
 use super::conn::Conn;
-use super::resp::Reply;
 use crate::MigrateError;
+use shardring_resp::Value;
 
 /// The `SCAN` count for a job copying `batch` keys a round trip: five batches' worth, between 50
 /// and 1000 (a hint: Redis returns about that many keys a call, fewer when most of them do not move).
@@ -50,16 +50,16 @@ impl Scan {
             .call(&[&b"SCAN"[..], &self.cursor, b"COUNT", &self.count])
             .await?;
         let bad = |why: &str| conn.refused(format!("SCAN: {why}: {reply:?}"));
-        let Reply::Array(parts) = &reply else {
+        let Value::Array(parts) = &reply else {
             return Err(bad("not an array"));
         };
-        let [Reply::Bulk(cursor), Reply::Array(keys)] = parts.as_slice() else {
+        let [Value::Bulk(cursor), Value::Array(keys)] = parts.as_slice() else {
             return Err(bad("not a cursor and keys"));
         };
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
             match k {
-                Reply::Bulk(k) => out.push(k.clone()),
+                Value::Bulk(k) => out.push(k.clone()),
                 _ => return Err(bad("a key that is not a bulk string")),
             }
         }

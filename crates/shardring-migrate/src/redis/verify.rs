@@ -32,8 +32,8 @@
 //! comes back as that key's error, not as the batch's.
 
 use super::conn::{Conn, Pipeline};
-use super::resp::Reply;
 use crate::MigrateError;
+use shardring_resp::Value;
 
 /// The script (see the module's documentation).
 pub const DIGEST_LUA: &str = r#"
@@ -141,14 +141,14 @@ pub async fn digests(conn: &mut Conn, keys: &[&[u8]]) -> Result<Vec<Digest>, Mig
         args.extend_from_slice(keys);
         let mut p = Pipeline::new();
         p.cmd(&args);
-        let reply = conn.run(&p).await?.pop().unwrap_or(Reply::Nil);
+        let reply = conn.run(&p).await?.pop().unwrap_or(Value::Null);
         match reply {
-            Reply::Error(e) if e.starts_with("NOSCRIPT") && !reloaded => {
+            Value::Error(e) if e.starts_with("NOSCRIPT") && !reloaded => {
                 conn.script_sha = None;
                 reloaded = true;
             }
-            Reply::Error(e) => return Err(conn.refused(format!("the digest script failed: {e}"))),
-            Reply::Array(items) if items.len() == keys.len() * 2 => {
+            Value::Error(e) => return Err(conn.refused(format!("the digest script failed: {e}"))),
+            Value::Array(items) if items.len() == keys.len() * 2 => {
                 return items
                     .chunks_exact(2)
                     .map(|c| {
@@ -188,9 +188,9 @@ pub async fn dumps(conn: &mut Conn, keys: &[&[u8]]) -> Result<Vec<Digest>, Migra
                 return Err(conn.refused("DUMP/PTTL: a reply is missing"));
             };
             let (value, error) = match dump {
-                Reply::Bulk(v) => (Some(v.clone()), None),
-                Reply::Nil => (None, None),
-                Reply::Error(e) => (None, Some(format!("DUMP: {e}"))),
+                Value::Bulk(v) => (Some(v.clone()), None),
+                Value::Null => (None, None),
+                Value::Error(e) => (None, Some(format!("DUMP: {e}"))),
                 other => return Err(conn.refused(format!("DUMP answered {other:?}"))),
             };
             let pttl = pttl
@@ -249,21 +249,21 @@ pub async fn settle(
 }
 
 /// One key's two values.
-fn decode(c: &[Reply]) -> Option<Digest> {
+fn decode(c: &[Value]) -> Option<Digest> {
     let [value, pttl] = c else { return None };
     let pttl = pttl.integer()?;
     Some(match value {
-        Reply::Nil => Digest {
+        Value::Null => Digest {
             value: None,
             pttl,
             error: None,
         },
-        Reply::Bulk(v) if v.first() == Some(&b'!') => Digest {
+        Value::Bulk(v) if v.first() == Some(&b'!') => Digest {
             value: None,
             pttl,
             error: Some(String::from_utf8_lossy(&v[1..]).into_owned()),
         },
-        Reply::Bulk(v) => Digest {
+        Value::Bulk(v) => Digest {
             value: Some(v.clone()),
             pttl,
             error: None,
@@ -309,16 +309,16 @@ mod tests {
 
     #[test]
     fn decodes_a_keys_two_values() {
-        let r = |v: Reply| decode(&[v, Reply::Integer(-1)]);
-        assert_eq!(r(Reply::Nil).unwrap().value, None);
+        let r = |v: Value| decode(&[v, Value::Integer(-1)]);
+        assert_eq!(r(Value::Null).unwrap().value, None);
         assert_eq!(
-            r(Reply::Bulk(b"ab".to_vec())).unwrap().value,
+            r(Value::Bulk(b"ab".to_vec())).unwrap().value,
             Some(b"ab".to_vec())
         );
         assert_eq!(
-            r(Reply::Bulk(b"!boom".to_vec())).unwrap().error.as_deref(),
+            r(Value::Bulk(b"!boom".to_vec())).unwrap().error.as_deref(),
             Some("boom")
         );
-        assert_eq!(r(Reply::Integer(3)), None);
+        assert_eq!(r(Value::Integer(3)), None);
     }
 }

@@ -2,10 +2,10 @@
 //! transaction's answer out of the run of replies its server sent ([`last_reply`]).
 
 use bytes::Bytes;
+use shardring_resp::ReplyFramer;
 
 use super::finish::RedisMerge;
 use super::merge::{self, Part as MergePart};
-use super::reply::ReplyFramer;
 use crate::protocol::{Answer, PartReply};
 
 /// The last of a run of `replies` replies (a transaction's, whose answer is `EXEC`'s reply).

@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
+use shardring_resp::ReplyLimits;
+
 use super::features::hot_keys::{HotFill, HotInvalidate};
 use super::features::replicas::{Replicated, ReplicatedValues};
 use super::merge::PartialReads;
-use super::reply::ReplyLimits;
 use crate::metrics::PoolStats;
 
 /// How a single server's reply becomes the client's answer.

@@ -11,8 +11,8 @@
 //! RESP3) gets RESP3 nulls (`_`) and a RESP2 one `$-1`.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use shardring_resp::{elements, ReplyLimits};
 
-use super::reply::{elements, ReplyLimits};
 use super::request::{put_header, put_int, Request};
 
 /// The part of a split request one server gets.

@@ -1,6 +1,7 @@
-//! The Redis protocol (RESP2 and RESP3): a resumable request scanner (what clients send), a resumable reply
-//! framer (what servers send back), the command table that says how each command is routed, and the merge
-//! functions for commands split across servers.
+//! The Redis protocol (RESP2 and RESP3): a resumable request scanner (what clients send), the command table
+//! that says how each command is routed, and the merge functions for commands split across servers. What
+//! servers send back is framed by `shardring-resp`'s resumable reply framer, re-exported here
+//! ([`ReplyFramer`], shared with `shardring migrate`).
 //!
 //! Nothing here does I/O. Incomplete input is a normal state (`Ok(None)`), never an error: the caller reads
 //! more and asks again, and the scanners carry on from where they stopped, so a 10,000-key `MGET` arriving
@@ -43,7 +44,6 @@ mod inline;
 mod keys;
 mod local;
 pub mod merge;
-mod number;
 mod plan;
 mod reply;
 mod request;
@@ -52,10 +52,10 @@ mod writes;
 
 pub use codec::{Decoded, RequestCodec};
 pub use flavor::Flavor;
-pub(crate) use number::parse_redis_int;
 pub(crate) use plan::Redis;
-pub use reply::{elements, reply_len, Framed, ReplyError, ReplyFramer, ReplyLimits};
 pub use request::{Args, Limits, Request, RequestError, RequestErrorKind, RequestScanner, Scanned};
+pub(crate) use shardring_resp::parse_redis_int;
+pub use shardring_resp::{elements, reply_len, Framed, ReplyError, ReplyFramer, ReplyLimits};
 
 #[cfg(test)]
 mod tests;

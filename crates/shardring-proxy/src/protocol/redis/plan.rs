@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use shardring_resp::ReplyLimits;
 
 use super::client_state::ClientState;
 use super::codec::RequestCodec;
@@ -19,7 +20,6 @@ use super::features::transaction::{self, Outcome};
 use super::finish::{Finish, RedisMerge};
 use super::local::{self, NOAUTH};
 use super::merge::{self, Part as MergePart};
-use super::reply::ReplyLimits;
 use super::reply::Resp;
 use super::request::Request;
 use super::settings::Settings;

@@ -4,6 +4,8 @@ use std::ops::{ControlFlow, Range};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use shardring_resp::{find_crlf, LineEnd};
+
 use super::inline::split_inline;
 use super::parse_redis_int;
 
@@ -182,34 +184,6 @@ pub struct RequestScanner {
     pos: usize,
     /// The arguments of the current array found so far.
     args: Args,
-}
-
-/// What [`find_crlf`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LineEnd {
-    /// The line ends with the `\r` at this index, followed by `\n`.
-    At(usize),
-    /// Not yet: more input may bring it.
-    Incomplete,
-    /// No `\r` within the allowed length.
-    TooLong,
-    /// A `\r` followed by something other than `\n`.
-    BareCr,
-}
-
-/// Looks for the `\r\n` ending a line that starts at `from` and is at most `max` bytes long.
-pub(crate) fn find_crlf(buf: &[u8], from: usize, max: usize) -> LineEnd {
-    let from = from.min(buf.len());
-    let window = &buf[from..buf.len().min(from.saturating_add(max).saturating_add(1))];
-    match memchr::memchr(b'\r', window) {
-        Some(i) => match buf.get(from + i + 1) {
-            None => LineEnd::Incomplete,
-            Some(b'\n') => LineEnd::At(from + i),
-            Some(_) => LineEnd::BareCr,
-        },
-        None if buf.len() - from > max => LineEnd::TooLong,
-        None => LineEnd::Incomplete,
-    }
 }
 
 impl RequestScanner {

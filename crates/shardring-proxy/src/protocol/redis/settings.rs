@@ -3,8 +3,9 @@
 //! the proxy answers itself (`local.rs`) and the features (`features/`); the protocol value that
 //! holds them is in `plan.rs`.
 
+use shardring_resp::ReplyLimits;
+
 use super::merge::PartialReads;
-use super::reply::ReplyLimits;
 use super::request::Limits;
 use crate::config::{PoolConfig, RedisConfig};
 

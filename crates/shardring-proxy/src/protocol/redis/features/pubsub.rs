@@ -13,10 +13,10 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use shardring_resp::{elements, ReplyLimits};
 
 use crate::error::BackendError;
 use crate::protocol::redis::command::{Local, Route, Routed, Sub};
-use crate::protocol::redis::reply::{elements, ReplyLimits};
 use crate::protocol::redis::request::{put_header, put_int, Request};
 use crate::protocol::redis::Flavor;
 use crate::protocol::{Answer, PlanContext};

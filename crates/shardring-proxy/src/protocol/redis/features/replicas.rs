@@ -167,7 +167,7 @@ pub(crate) struct ReplicatedValues {
     /// The parts answered for good: their positions and reply, or why they failed.
     settled: Vec<(Vec<usize>, Result<Bytes, String>)>,
     /// The reply framer's limits.
-    limits: crate::protocol::redis::reply::ReplyLimits,
+    limits: shardring_resp::ReplyLimits,
     /// Whether a key no replica could read fails the whole command.
     partial: crate::protocol::redis::merge::PartialReads,
     /// The pool's tallies.

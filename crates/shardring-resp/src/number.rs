@@ -1,8 +1,11 @@
-//! Integers in requests, read as Redis reads them.
+//! Integers read as Redis reads them.
 
 /// Redis's `string2ll` on a whole field: an optional `-`, then digits without a leading zero (`0` alone
-/// is fine, `-0` and `007` are not), within `i64`. Requests are held to exactly what Redis accepts.
-pub(crate) fn parse_redis_int(b: &[u8]) -> Option<i64> {
+/// is fine, `-0` and `007` are not), within `i64`. Requests are held to exactly what Redis accepts, and
+/// replies to what it sends.
+// `#[inline]`: the proxy's request scanner calls it for every `*<n>` and `$<n>` from another crate.
+#[inline]
+pub fn parse_redis_int(b: &[u8]) -> Option<i64> {
     let (negative, digits) = match b.split_first() {
         Some((b'-', rest)) => (true, rest),
         _ => (false, b),
