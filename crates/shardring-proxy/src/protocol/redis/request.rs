@@ -232,6 +232,8 @@ impl RequestScanner {
     /// # Errors
     /// A [`RequestError`] saying what to reply and how much input to drop.
     pub fn scan(&mut self, buf: &[u8]) -> Result<Option<Scanned>, RequestError> {
+        // Each state's step is inlined here (`#[inline(always)]`): the scanner runs once per
+        // request, and a call per argument showed as +2 % instructions per Redis request.
         loop {
             let turn = match self.state {
                 State::Start => self.array_header(buf)?,
@@ -247,7 +249,7 @@ impl RequestScanner {
 
     /// A request's first line: `*<count>` starts an array (refused when its count cannot be
     /// served), anything else an inline command.
-    #[inline]
+    #[inline(always)]
     fn array_header(&mut self, buf: &[u8]) -> Result<Turn, RequestError> {
         use RequestErrorKind as E;
         let Some(&first) = buf.first() else {
@@ -303,7 +305,7 @@ impl RequestScanner {
 
     /// The next argument's `$<len>` line, `remaining` arguments to go (the request is whole at 0);
     /// a length that cannot be served is refused before its bytes are buffered.
-    #[inline]
+    #[inline(always)]
     fn bulk_header(&mut self, buf: &[u8], remaining: usize) -> Result<Turn, RequestError> {
         use RequestErrorKind as E;
         if remaining == 0 {
@@ -349,7 +351,7 @@ impl RequestScanner {
     }
 
     /// An argument's `len` bytes and their `\r\n`, once all are in.
-    #[inline]
+    #[inline(always)]
     fn bulk(&mut self, buf: &[u8], remaining: usize, len: usize) -> Result<Turn, RequestError> {
         let end = self.pos + len + 2;
         if buf.len() < end {
