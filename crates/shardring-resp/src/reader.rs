@@ -48,3 +48,18 @@ impl ReplyReader {
         self.framer.reset();
     }
 }
+
+/// Reading a reply already in memory, beside the reader that does it (so `value.rs` needs nothing
+/// of this file).
+impl Value {
+    /// Reads the first whole reply of `buf` (a fresh [`ReplyReader`]; for replies already in memory).
+    ///
+    /// Returns `Ok(None)` when `buf` holds only the start of one, `Ok(Some((value, len)))` for a whole
+    /// one (`buf[..len]`).
+    ///
+    /// # Errors
+    /// See [`ReplyReader::read`].
+    pub fn read(buf: &[u8], limits: ReplyLimits) -> Result<Option<(Value, usize)>, ReplyError> {
+        ReplyReader::new(limits).read(buf)
+    }
+}

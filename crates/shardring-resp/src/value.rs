@@ -10,10 +10,8 @@
 use std::fmt;
 
 use crate::error::{bad, ReplyError};
-use crate::limits::ReplyLimits;
 use crate::line::{find_crlf, LineEnd};
 use crate::number::parse_redis_int;
-use crate::reader::ReplyReader;
 
 /// One RESP2 or RESP3 value.
 ///
@@ -95,17 +93,6 @@ impl Value {
     /// Whether it is the simple string `s` (`OK`, `NOKEY`).
     pub fn is_simple(&self, s: &str) -> bool {
         matches!(self, Value::Simple(b) if b == s.as_bytes())
-    }
-
-    /// Reads the first whole reply of `buf` (a fresh [`ReplyReader`]; for replies already in memory).
-    ///
-    /// Returns `Ok(None)` when `buf` holds only the start of one, `Ok(Some((value, len)))` for a whole
-    /// one (`buf[..len]`).
-    ///
-    /// # Errors
-    /// See [`ReplyReader::read`].
-    pub fn read(buf: &[u8], limits: ReplyLimits) -> Result<Option<(Value, usize)>, ReplyError> {
-        ReplyReader::new(limits).read(buf)
     }
 
     /// Reads `reply`, one whole reply as a [`ReplyFramer`](crate::ReplyFramer) framed it.

@@ -45,6 +45,12 @@ impl ClientState {
         self.rare.get_or_insert_with(Box::default)
     }
 
+    /// The server the client's requests take a connection of its own to (inside `WATCH`, after a
+    /// blocking command), if any.
+    pub(crate) fn pinned(&self) -> Option<usize> {
+        self.rare()?.transaction.as_ref()?.pinned
+    }
+
     /// The client's name (`CLIENT SETNAME`).
     pub(crate) fn name(&self) -> Option<&[u8]> {
         self.rare()?.name.as_deref()

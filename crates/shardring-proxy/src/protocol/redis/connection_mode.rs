@@ -46,16 +46,6 @@ pub(crate) enum Mode<P: Protocol> {
     },
 }
 
-/// The server the client's requests take a connection of its own to, if any.
-fn pinned(client: &ClientState) -> Option<usize> {
-    client.rare()?.transaction.as_ref()?.pinned
-}
-
-/// Whether the client holds subscriptions (or awaits their confirmations).
-fn subscribed(client: &ClientState) -> bool {
-    pubsub::subscribed(client)
-}
-
 /// Serves a client in a connection mode, starting with the request that entered it, until the mode
 /// ends ([`Back::Session`]) or the client is to be closed.
 pub(crate) async fn serve<P: RedisLike>(
@@ -72,7 +62,10 @@ pub(crate) async fn serve<P: RedisLike>(
                 return Ok(Back::Close);
             }
         }
-        if !client.in_flight() && pinned(client.state()).is_none() && !subscribed(client.state()) {
+        if !client.in_flight()
+            && client.state().pinned().is_none()
+            && !pubsub::subscribed(client.state())
+        {
             // Its connections close with the handoff, ending the watch or subscriptions there.
             pubsub::forget(client.state());
             client.state().tidy();
@@ -107,7 +100,7 @@ async fn take<P: RedisLike>(step: Step<P>, client: &mut impl Handed<P>) -> std::
         Step::Leave(Leave::Enter(mode)) => return enter(mode, client).await,
         step => step,
     };
-    let server = pinned(client.state());
+    let server = client.state().pinned();
     match client.pin(server) {
         Ok(()) => client.send(step),
         Err(e) => {
@@ -140,7 +133,7 @@ async fn enter<P: RedisLike>(mode: Mode<P>, client: &mut impl Handed<P>) -> std:
             return Ok(false);
         }
     }
-    if !subscribed(client.state()) {
+    if !pubsub::subscribed(client.state()) {
         // `RESET`, or the last subscription ended: what its connections still hold ends with them.
         client.unsubscribe();
     }

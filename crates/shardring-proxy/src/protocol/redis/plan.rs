@@ -371,11 +371,7 @@ impl Redis {
                 };
                 // Pinned to a server (`WATCH`, a blocking command): served on a connection of its
                 // own, in a mode of its own (`connection_mode.rs`).
-                if client
-                    .rare()
-                    .and_then(|r| r.transaction.as_ref()?.pinned)
-                    .is_some()
-                {
+                if client.pinned().is_some() {
                     return Some(Step::Leave(Leave::Enter(Mode::Pinned(Box::new(step)))));
                 }
                 return Some(step);
