@@ -147,7 +147,8 @@ async fn every_type_arrives_equal_with_its_ttl_and_keys_that_stay_do_not() {
             .unwrap();
         assert_eq!(r.moving, moving.len() as u64, "{transfer:?} {r:?}");
         // DUMP/RESTORE's first pass restores without reading the target first: its only reading
-        // is the verify pass's, one DUMP a key. MIGRATE's reads it before and after.
+        // is the one once the copy has settled (`copy::SETTLE`), one DUMP a key. MIGRATE's reads
+        // it before too.
         let reads = if transfer == Transfer::DumpRestore {
             1
         } else {
@@ -292,6 +293,52 @@ async fn a_key_deleted_on_the_source_during_the_copy_is_removed_from_the_target(
     );
     assert!(!exists(&mut cb, "race0").await);
     assert!(exists(&mut cb, "keep2").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dual_write_whose_source_half_lands_after_the_copy_verified_is_copied_before_the_end() {
+    for transfer in [Transfer::Migrate, Transfer::DumpRestore] {
+        let Some((a, b)) = servers(&[]) else { return };
+        let (sa, sb) = (ep(&a, None, 0), ep(&b, None, 0));
+        let mut ca = conn(&sa).await;
+        cmd(&mut ca, &["HSET", "count0", "a", "1"]).await;
+        // The late half of a dual write: an `HINCRBY` whose target half the copy erased (or that
+        // had not reached the target yet) reaches the source only once the copy is on the target,
+        // as a proxy's does when the source is slow (`MIGRATE` blocks it). On a thread and
+        // runtime of its own, so it is not waiting for the copy's turns.
+        let late = {
+            let (source, target) = (sa.clone(), sb.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    let (mut cs, mut ct) = (conn(&source).await, conn(&target).await);
+                    while cmd(&mut ct, &["EXISTS", "count0"]).await != Value::Integer(1) {}
+                    cmd(&mut cs, &["HINCRBY", "count0", "a", "1"]).await;
+                })
+            })
+        };
+        let r = redis::copy_with(&job(sa.clone(), sb.clone()), transfer)
+            .await
+            .unwrap();
+        late.join().unwrap();
+        // Equal right after the copy is not done: the key is compared again once it has settled,
+        // finds the source's increment, and is copied again before the run ends.
+        assert_eq!(
+            (r.moving, r.copied, r.failed),
+            (1, 1, 0),
+            "{transfer:?} {r:?}"
+        );
+        assert!(r.recopied >= 1, "{transfer:?} {r:?}");
+        let mut cb = conn(&sb).await;
+        assert_eq!(
+            cmd(&mut cb, &["HGET", "count0", "a"]).await,
+            Value::Bulk(b"2".to_vec()),
+            "{transfer:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -20,10 +20,18 @@
 //! the source is copied again; one missing on the source is unlinked from the target. The keys
 //! acted on are verified again in the next pass, until a pass finds them equal (an unlinked key
 //! too: if the difference was a dual write in flight, the source has the key by the next pass and
-//! it is copied); after [`MAX_PASSES`] a key still different is counted failed and logged. A race
-//! can only happen while a write is in flight, so a pass after the write lands finds the two sides
-//! equal; the passes after the second wait a little longer each time for the in-flight writes to
-//! land.
+//! it is copied); after [`MAX_PASSES`] a key still different is counted failed and logged.
+//!
+//! The next pass waits until the key has **settled**: it begins at least [`SETTLE`] after this
+//! run's write. Equal is not done while a dual write may still be in flight across our own write.
+//! A proxy sends a dual write to both servers at once, and they apply it at different moments. Say
+//! the target applied an `HINCRBY` just before our `RESTORE … REPLACE` erased it there, and the
+//! source gets it only after an immediate verify has read both sides equal. Then the source holds
+//! one more increment than the target, for good. (`MIGRATE` makes this likely: it blocks the source
+//! while the target takes the proxy's half at once.) The same goes for an `UNLINK` of ours and a
+//! dual write that creates the key. So a key this run writes is parked ([`Engine::recheck`]), and
+//! is compared once it has settled. The worker does that after each later batch, so it does not
+//! wait, and at the end of the run it waits for the last keys only (one [`SETTLE`]).
 //!
 //! The first pass must not overwrite a key the target already holds without comparing it first: on
 //! a rerun (or a target dual writes already completed) the keys already equal are left alone
@@ -47,6 +55,7 @@
 //! - `recopied` counts the extra writes (each copy of a key after its first), not keys;
 //! - `bytes`: per write, `MEMORY USAGE` on the source (`MIGRATE`) or the `DUMP` payload's length.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::conn::{Conn, Pipeline};
@@ -59,6 +68,11 @@ use shardring_resp::Value;
 pub const WORKERS: usize = 4;
 /// Verify passes per batch before a key still different is given up (failed).
 pub const MAX_PASSES: usize = 20;
+/// How long after this run's last write of a key (a copy, or an unlink) a comparison must begin for
+/// an equal key to be done: longer than a proxy's dual write takes to reach its second server (see
+/// the module's documentation). 200 ms is ~1,000 times that on a healthy loopback, and the keys
+/// waiting it out are parked, not waited for (the end of a run waits it once).
+pub const SETTLE: Duration = Duration::from_millis(200);
 /// How far apart the two `PTTL`s may be and still count as the same expiry (they are read at
 /// different instants, and `MIGRATE`'s relative TTL drifts by its round trip).
 pub const TTL_SLACK_MS: i64 = 2000;
@@ -96,6 +110,8 @@ enum Restore {
 struct State {
     /// This run wrote it at least once.
     written: bool,
+    /// When this run's last write of it (a copy, or an unlink) was answered.
+    last_write: Option<Instant>,
     /// Its size on the source (`MEMORY USAGE`, read by the first pass for `MIGRATE`'s rate limit
     /// and byte tally; `DUMP`/`RESTORE` counts the dump's length instead).
     bytes: u64,
@@ -134,6 +150,28 @@ pub struct Engine {
     /// The source's connection.
     pub source: Conn,
     targets: Vec<Option<Conn>>,
+    /// Keys this run wrote (or found equal too soon after it wrote them), in the order written: each
+    /// compared once it has settled.
+    parked: VecDeque<Parked>,
+}
+
+/// A key waiting out [`SETTLE`] after this run's last write of it.
+#[derive(Debug)]
+struct Parked {
+    target: usize,
+    key: Vec<u8>,
+    state: State,
+    /// The pass that wrote it (or found it equal too soon).
+    pass: usize,
+}
+
+impl Parked {
+    /// When a comparison may count it done.
+    fn settled_at(&self) -> Instant {
+        self.state
+            .last_write
+            .map_or_else(Instant::now, |w| w + SETTLE)
+    }
 }
 
 impl Engine {
@@ -149,6 +187,7 @@ impl Engine {
             transfer,
             source,
             targets,
+            parked: VecDeque::new(),
         })
     }
 
@@ -173,29 +212,89 @@ impl Engine {
     /// When a server fails or refuses the connection's credentials; keys refused one by one are
     /// counted failed instead.
     pub async fn move_batch(&mut self, t: usize, keys: &[Vec<u8>]) -> Result<(), MigrateError> {
+        let state = vec![State::default(); keys.len()];
+        self.passes(t, keys, state, 0).await?;
+        self.recheck(false).await
+    }
+
+    /// Compares the parked keys that have settled (every parked key when `all`, waiting for the
+    /// last to settle and for those it copies again: the end of a run).
+    ///
+    /// # Errors
+    /// As [`Engine::move_batch`].
+    pub async fn recheck(&mut self, all: bool) -> Result<(), MigrateError> {
+        loop {
+            if all {
+                let Some(last) = self.parked.iter().map(Parked::settled_at).max() else {
+                    return Ok(());
+                };
+                tokio::time::sleep_until(last.into()).await;
+            }
+            // Parked about in the order written, so the first not settled ends the ready ones.
+            let now = Instant::now();
+            let ready = self
+                .parked
+                .iter()
+                .take_while(|k| k.settled_at() <= now)
+                .count();
+            if ready == 0 {
+                return Ok(());
+            }
+            let mut by_target: Vec<Vec<Parked>> = Vec::new();
+            for k in self.parked.drain(..ready) {
+                if by_target.len() <= k.target {
+                    by_target.resize_with(k.target + 1, Vec::new);
+                }
+                by_target[k.target].push(k);
+            }
+            for (t, group) in by_target.into_iter().enumerate() {
+                for chunk in group.chunks(self.job.batch.max(1)) {
+                    let Some(pass) = chunk.iter().map(|k| k.pass).max() else {
+                        continue;
+                    };
+                    let keys: Vec<Vec<u8>> = chunk.iter().map(|k| k.key.clone()).collect();
+                    let state = chunk.iter().map(|k| k.state).collect();
+                    self.passes(t, &keys, state, (pass + 1).min(MAX_PASSES))
+                        .await?;
+                }
+            }
+        }
+    }
+
+    /// The passes of `keys` to target `t` from pass `from` (0: a new batch), their states so far
+    /// in `state`: each key ends with an outcome, or is parked when this run writes it (to be
+    /// compared once it has settled, by the next pass: [`Engine::recheck`]).
+    async fn passes(
+        &mut self,
+        t: usize,
+        keys: &[Vec<u8>],
+        mut state: Vec<State>,
+        from: usize,
+    ) -> Result<(), MigrateError> {
         let progress = self.job.progress.clone();
         let p = &*progress;
-        let mut state = vec![State::default(); keys.len()];
         let mut todo: Vec<usize> = (0..keys.len()).collect();
-        for pass in 0..=MAX_PASSES {
+        for pass in from..=MAX_PASSES {
             if todo.is_empty() {
                 break;
             }
-            if pass >= 2 {
-                tokio::time::sleep(Duration::from_millis(5 * pass as u64)).await;
-            }
             if pass == 0 && self.transfer == Transfer::DumpRestore {
                 let (written, held) = self.dump_restore(t, keys, &todo, Restore::IfAbsent).await?;
+                let at = Instant::now();
                 for &i in &written {
                     state[i].written = true;
+                    state[i].last_write = Some(at);
                 }
-                todo = written;
-                todo.extend(held);
+                self.park(t, keys, &state, &written, pass);
+                // Nothing written, so compared at once.
+                todo = held;
                 continue;
             }
             let batch: Vec<&[u8]> = todo.iter().map(|&i| keys[i].as_slice()).collect();
+            let read_at = Instant::now();
             let (src, dst) = self.read_pass(t, &batch, pass == 0).await?;
-            let (mut copy, mut unlink) = (Vec::new(), Vec::new());
+            let (mut copy, mut unlink, mut early) = (Vec::new(), Vec::new(), Vec::new());
+            let settled = |s: &State| s.last_write.is_none_or(|w| w + SETTLE <= read_at);
             for (((&i, s), d), &size) in todo.iter().zip(&src).zip(&dst.digests).zip(&dst.sizes) {
                 if size > 0 {
                     state[i].bytes = size;
@@ -215,19 +314,16 @@ impl Engine {
                     continue;
                 };
                 match (&s.value, &d.value) {
-                    (None, None) => Progress::add(&p.gone, 1),
                     (None, Some(_)) => unlink.push(i),
-                    _ if s.same_as(d, TTL_SLACK_MS) => {
-                        let done = if state[i].written {
-                            &p.copied
-                        } else {
-                            &p.skipped
-                        };
-                        Progress::add(done, 1);
-                    }
-                    _ => copy.push(i),
+                    _ if !s.same_as(d, TTL_SLACK_MS) => copy.push(i),
+                    // Equal (or gone on both), but read before it settled: not done yet.
+                    _ if !settled(&state[i]) => early.push(i),
+                    (None, None) => Progress::add(&p.gone, 1),
+                    _ if state[i].written => Progress::add(&p.copied, 1),
+                    _ => Progress::add(&p.skipped, 1),
                 }
             }
+            self.park(t, keys, &state, &early, pass);
             if pass == MAX_PASSES {
                 for &i in copy.iter().chain(&unlink) {
                     tracing::warn!(key = %show(&keys[i]), passes = MAX_PASSES,
@@ -244,6 +340,10 @@ impl Engine {
                 if let Some(e) = r.error() {
                     return Err(target.refused(format!("UNLINK: {e}")));
                 }
+                let at = Instant::now();
+                for &i in &unlink {
+                    state[i].last_write = Some(at);
+                }
             }
             let copied = if copy.is_empty() {
                 Vec::new()
@@ -251,16 +351,29 @@ impl Engine {
                 self.copy(t, keys, &copy, &mut state).await?
             };
             // `copied` is a key's outcome, counted when it verifies equal: here only the extra writes.
+            let at = Instant::now();
             for &i in &copied {
                 if state[i].written {
                     Progress::add(&p.recopied, 1);
                 }
                 state[i].written = true;
+                state[i].last_write = Some(at);
             }
-            todo = copied;
-            todo.extend(unlink);
+            self.park(t, keys, &state, &copied, pass);
+            self.park(t, keys, &state, &unlink, pass);
+            break;
         }
         Ok(())
+    }
+
+    /// Parks `keys[i]` for each `i` of `which`, found or written by pass `pass`.
+    fn park(&mut self, t: usize, keys: &[Vec<u8>], state: &[State], which: &[usize], pass: usize) {
+        self.parked.extend(which.iter().map(|&i| Parked {
+            target: t,
+            key: keys[i].clone(),
+            state: state[i],
+            pass,
+        }));
     }
 
     /// One pass's reading of `batch` on the source and target `t` ([`compare`]): the source's

@@ -137,7 +137,13 @@ pub async fn copy_with(job: &Job, transfer: Transfer) -> Result<Report, MigrateE
                     return Err(e);
                 }
             }
-            Ok(())
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            // The keys still parked: each is done only once compared after it settled.
+            engine.recheck(true).await.inspect_err(|_| {
+                stop.store(true, Ordering::Relaxed);
+            })
         });
     }
     let scanned = scan_moving(job, &mut scanner, &tx, &stop).await;
