@@ -33,6 +33,17 @@ pub use error::MigrateError;
 pub use progress::{Progress, Report};
 pub use rate::RateLimit;
 
+/// How long after the copy's own write of a key (a copy, a replace, an unlink or delete) the read
+/// that checks it may begin: longer than a proxy's dual write takes to reach its second server.
+///
+/// A proxy sends a dual write to both owners at once, and they apply it at different moments. A
+/// check that reads the source before the source applies it can find nothing changed, then the
+/// source changes. Say the target missed the write (an `incr` found no copy there yet, or our
+/// `RESTORE … REPLACE` erased it): the source is then one write ahead for good, and the cut-over
+/// loses that write. 200 ms is ~1,000 times a dual write's spread on a healthy loopback. The keys
+/// waiting it out are parked, not waited for, so a run ends one `SETTLE` later than without it.
+pub const SETTLE: Duration = Duration::from_millis(200);
+
 /// Where a key found on the source goes next: the index of its target in [`Job::targets`], or `None`
 /// when it stays (its owner does not change, or the source is not its owner now: a stray copy).
 pub type Route = Arc<dyn Fn(&[u8]) -> Option<usize> + Send + Sync>;

@@ -386,6 +386,38 @@ async fn an_append_the_target_missed_is_copied_again() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incr_whose_source_half_lands_after_the_add_is_copied_before_the_end() {
+    let (src, dst) = (Memcached::start(), Memcached::start());
+    let mut s = Client::new(&src.addr).await;
+    s.set(b"move:n0", 0, 0, b"10").await;
+    // The late half of a dual `incr`: its target half found no copy there (`NOT_FOUND`), and it
+    // reaches the source only once our copy is on the target, as a proxy's does when the source is
+    // slow. On a thread and runtime of its own, so it is not waiting for the copy's turns.
+    let late = {
+        let (source, target) = (src.addr.clone(), dst.addr.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let (mut s, mut d) = (Client::new(&source).await, Client::new(&target).await);
+                while d.value(b"move:n0").await.is_none() {}
+                assert_eq!(s.cmd(b"incr move:n0 5\r\n").await, "15");
+            })
+        })
+    };
+    let job = job(&src, &[&dst], prefix_route());
+    let r = memcache::copy(&job).await.unwrap();
+    late.join().unwrap();
+    // The add is checked once it has settled: the source's new CAS is seen and copied.
+    let mut d = Client::new(&dst.addr).await;
+    assert_eq!(d.value(b"move:n0").await.as_deref(), Some(&b"15"[..]));
+    assert_eq!((r.moving, r.copied, r.failed), (1, 1, 0), "{r:?}");
+    assert!(r.recopied >= 1, "{r:?}");
+}
+
 #[tokio::test]
 async fn an_append_before_the_add_ends_up_on_the_target() {
     let (src, dst) = (Memcached::start(), Memcached::start());

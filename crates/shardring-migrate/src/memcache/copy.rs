@@ -19,12 +19,20 @@
 //!   append for good.
 //! - **A key gone from the source after the read** (deleted or expired): our copy is deleted from the
 //!   target by CAS against our copy, so a value a dual write put there since is kept.
+//! - **Checked once settled**: a check round reads the source at least [`SETTLE`] after our write
+//!   it checks. A proxy's dual write reaches its two servers at different moments: an `incr` the
+//!   target answered `NOT_FOUND` (no copy yet) may reach the source only after a check read at
+//!   once, and the source would then stay one write ahead for good. The keys waiting are parked,
+//!   and the copier checks them after its later batches ([`Copier::finish`] waits for the last).
 //!
 //! Every round trip is one pipelined batch per server (never one per key).
 
+use std::collections::VecDeque;
+use std::time::Instant;
+
 use bytes::Bytes;
 
-use crate::{Job, MigrateError, Progress};
+use crate::{Job, MigrateError, Progress, SETTLE};
 
 use super::conn::{Conn, Reply};
 
@@ -61,6 +69,10 @@ struct Stored {
     /// copy: if the source stays unchanged for a round, the target missed a write (an append or
     /// incr before it had a copy) and is set to the source's value by CAS.
     diverged: bool,
+    /// When a check may read it ([`SETTLE`] after our write).
+    settles: Instant,
+    /// The check rounds it has been through.
+    rounds: usize,
 }
 
 /// What one batch of a target's pipeline does.
@@ -68,18 +80,18 @@ struct Stored {
 enum Op {
     /// `ms … ME`: add, unless the target holds the key.
     Add(Fetched),
-    /// `ms … C<cas>`: replace our copy (the CAS it had) with a newer value.
-    Replace(Fetched, u64),
+    /// `ms … C<cas>`: replace our copy (the CAS it had) with a newer value; the key's rounds so far.
+    Replace(Fetched, u64, usize),
     /// `md … C<cas>`: delete our copy, unless it was replaced since.
     Delete(Stored),
-    /// `mg … v c`: the target's value, to compare with the source's (held here).
-    Compare(Fetched),
+    /// `mg … v c`: the target's value, to compare with the source's (held here); the key's rounds.
+    Compare(Fetched, usize),
 }
 
 impl Op {
     fn target(&self) -> usize {
         match self {
-            Op::Add(f) | Op::Replace(f, _) | Op::Compare(f) => f.target,
+            Op::Add(f) | Op::Replace(f, _, _) | Op::Compare(f, _) => f.target,
             Op::Delete(s) => s.target,
         }
     }
@@ -138,6 +150,8 @@ pub struct Copier<'j> {
     targets: Vec<Option<Conn>>,
     /// The request being built (kept to reuse its allocation).
     req: Vec<u8>,
+    /// Keys written and not checked yet, about in the order written: each checked once settled.
+    parked: VecDeque<Stored>,
 }
 
 impl<'j> Copier<'j> {
@@ -151,6 +165,7 @@ impl<'j> Copier<'j> {
             source: Conn::connect(&job.source, job.timeout).await?,
             targets: job.targets.iter().map(|_| None).collect(),
             req: Vec::new(),
+            parked: VecDeque::new(),
         })
     }
 
@@ -158,14 +173,25 @@ impl<'j> Copier<'j> {
         &self.job.progress
     }
 
-    /// Copies a batch of keys (each with its target's index): read, write, check.
+    /// Copies a batch of keys (each with its target's index): read, write, and park them to be
+    /// checked once settled; then checks the keys of earlier batches that have settled. Call
+    /// [`Copier::finish`] after the last batch.
     ///
     /// # Errors
     /// When a server fails, times out or answers out of protocol.
     pub async fn copy_keys(&mut self, keys: Vec<(Vec<u8>, usize)>) -> Result<(), MigrateError> {
         let read = self.read(keys).await?;
         let written = self.write(read).await?;
-        self.check(written).await
+        self.parked.extend(written.stored);
+        self.check_settled(false).await
+    }
+
+    /// Checks every key still parked, waiting for each to settle.
+    ///
+    /// # Errors
+    /// When a server fails, times out or answers out of protocol.
+    pub async fn finish(&mut self) -> Result<(), MigrateError> {
+        self.check_settled(true).await
     }
 
     /// Reads the keys' values, flags, TTLs and CASes from the source (`mg <key> v f t c`): a key not
@@ -220,6 +246,8 @@ impl<'j> Copier<'j> {
                         src_cas: f.cas,
                         tgt_cas: cas,
                         diverged: false,
+                        settles: Instant::now() + SETTLE,
+                        rounds: 0,
                     });
                 }
                 (b"NS", _) => Progress::add(&self.progress().skipped, 1),
@@ -229,33 +257,53 @@ impl<'j> Copier<'j> {
         Ok(WrittenBatch { stored })
     }
 
-    /// Reads the source's CAS of the keys added (`mg <key> c`): unchanged, the key is `copied`;
-    /// gone, our copy is deleted by CAS and the key counted `gone`; changed, the new value is read and
-    /// set on the target by CAS against our copy (`recopied`), and checked again, up to 20 rounds
-    /// (then `failed`).
+    /// Checks the keys added (with the keys still parked), each once it has settled, waiting
+    /// for it: reads the source's CAS (`mg <key> c`). Unchanged, the key is `copied`; gone, our
+    /// copy is deleted by CAS and the key counted `gone`; changed, the new value is read and set on
+    /// the target by CAS against our copy (`recopied`), and checked again once settled, up to 20
+    /// rounds (then `failed`).
     ///
     /// # Errors
     /// When a server fails, times out or answers out of protocol.
     pub async fn check(&mut self, batch: WrittenBatch) -> Result<(), MigrateError> {
-        let mut pending = batch.stored;
-        for _ in 0..MAX_ROUNDS {
-            if pending.is_empty() {
-                return Ok(());
-            }
-            pending = self.check_round(pending).await?;
-        }
-        for s in &pending {
-            tracing::warn!(
-                server = self.job.source.name,
-                key = %String::from_utf8_lossy(&s.key),
-                "the key kept changing on the source through {MAX_ROUNDS} copies; given up (its dual writes keep the target current)"
-            );
-        }
-        Progress::add(&self.progress().failed, pending.len() as u64);
-        Ok(())
+        self.parked.extend(batch.stored);
+        self.check_settled(true).await
     }
 
-    /// One round of [`Copier::check`]; the keys to check once more.
+    /// Runs a check round on the parked keys that have settled (on every parked key when `all`,
+    /// waiting for them, until none is left), in batches of the job's size.
+    async fn check_settled(&mut self, all: bool) -> Result<(), MigrateError> {
+        loop {
+            if all {
+                let Some(last) = self.parked.iter().map(|s| s.settles).max() else {
+                    return Ok(());
+                };
+                tokio::time::sleep_until(last.into()).await;
+            }
+            let now = Instant::now();
+            let ready = self.parked.iter().take_while(|s| s.settles <= now).count();
+            if ready == 0 {
+                return Ok(());
+            }
+            let ready: Vec<Stored> = self.parked.drain(..ready).collect();
+            for chunk in ready.chunks(self.job.batch.max(1)) {
+                for s in self.check_round(chunk.to_vec()).await? {
+                    if s.rounds < MAX_ROUNDS {
+                        self.parked.push_back(s);
+                        continue;
+                    }
+                    tracing::warn!(
+                        server = self.job.source.name,
+                        key = %String::from_utf8_lossy(&s.key),
+                        "the key kept changing on the source through {MAX_ROUNDS} copies; given up (its dual writes keep the target current)"
+                    );
+                    Progress::add(&self.progress().failed, 1);
+                }
+            }
+        }
+    }
+
+    /// One check round ([`Copier::check`]); the keys to check once more, each once settled.
     async fn check_round(&mut self, pending: Vec<Stored>) -> Result<Vec<Stored>, MigrateError> {
         self.req.clear();
         for s in &pending {
@@ -285,7 +333,7 @@ impl<'j> Copier<'j> {
             let (replies, clock) = self.read_source(changed.iter().map(|s| &s.key[..])).await?;
             for (s, reply) in changed.into_iter().zip(replies) {
                 match fetched(s.key.clone(), s.target, reply, clock) {
-                    Ok(f) => ops.push(Op::Replace(f, s.tgt_cas)),
+                    Ok(f) => ops.push(Op::Replace(f, s.tgt_cas, s.rounds)),
                     Err(Missing::Gone) => ops.push(Op::Delete(s)),
                     Err(Missing::Failed(key, reply)) => {
                         self.failed(&self.job.source.name, &key, &reply)
@@ -295,7 +343,7 @@ impl<'j> Copier<'j> {
             let bytes = ops
                 .iter()
                 .map(|op| match op {
-                    Op::Replace(f, _) => f.value.len() as u64,
+                    Op::Replace(f, _, _) => f.value.len() as u64,
                     _ => 0,
                 })
                 .sum();
@@ -317,7 +365,7 @@ impl<'j> Copier<'j> {
                     }
                     Progress::add(&self.progress().gone, 1);
                 }
-                Op::Replace(f, _) => match (reply.status(), reply.flag::<u64>(b'c')) {
+                Op::Replace(f, _, rounds) => match (reply.status(), reply.flag::<u64>(b'c')) {
                     (b"HD", Some(cas)) => {
                         Progress::add(&self.progress().recopied, 1);
                         Progress::add(&self.progress().bytes, f.value.len() as u64);
@@ -327,20 +375,22 @@ impl<'j> Copier<'j> {
                             src_cas: f.cas,
                             tgt_cas: cas,
                             diverged: false,
+                            settles: Instant::now() + SETTLE,
+                            rounds: rounds + 1,
                         });
                     }
                     // A dual write replaced our copy since: if the target now holds the source's
                     // value it is as new as the source; compared below.
-                    (b"EX", _) => compare.push(Op::Compare(f)),
+                    (b"EX", _) => compare.push(Op::Compare(f, rounds)),
                     // A dual delete removed our copy.
                     (b"NF", _) => Progress::add(&self.progress().gone, 1),
                     _ => self.failed(self.target_name(f.target), &f.key, &reply),
                 },
-                Op::Add(_) | Op::Compare(_) => {}
+                Op::Add(_) | Op::Compare(..) => {}
             }
         }
         for (op, reply) in self.on_targets(compare).await? {
-            let Op::Compare(f) = op else { continue };
+            let Op::Compare(f, rounds) = op else { continue };
             match (reply.status(), reply.flag::<u64>(b'c'), &reply.value) {
                 (b"VA", _, Some(v)) if *v == f.value => Progress::add(&self.progress().copied, 1),
                 // Different: a write the source has not seen yet (it will change the source's CAS
@@ -352,6 +402,8 @@ impl<'j> Copier<'j> {
                     src_cas: f.cas,
                     tgt_cas: cas,
                     diverged: true,
+                    settles: Instant::now() + SETTLE,
+                    rounds: rounds + 1,
                 }),
                 (b"EN", _, _) => Progress::add(&self.progress().gone, 1),
                 _ => self.failed(self.target_name(f.target), &f.key, &reply),
@@ -515,9 +567,9 @@ fn unix_now() -> i64 {
 fn write_op(req: &mut Vec<u8>, op: &Op) {
     match op {
         Op::Add(f) => set(req, f, b" ME c"),
-        Op::Replace(f, cas) => set(req, f, format!(" C{cas} c").as_bytes()),
+        Op::Replace(f, cas, _) => set(req, f, format!(" C{cas} c").as_bytes()),
         Op::Delete(s) => meta(req, b"md", &s.key, format!(" C{}", s.tgt_cas).as_bytes()),
-        Op::Compare(f) => meta(req, b"mg", &f.key, b" v c"),
+        Op::Compare(f, _) => meta(req, b"mg", &f.key, b" v c"),
     }
 }
 

@@ -90,6 +90,7 @@ pub async fn copy(job: &Job) -> Result<Report, MigrateError> {
         let keys = batch.into_iter().map(|(key, t, _)| (key, t)).collect();
         copier.copy_keys(keys).await?;
     }
+    copier.finish().await?;
     Ok(job.progress.report())
 }
 

@@ -22,7 +22,7 @@
 //! too: if the difference was a dual write in flight, the source has the key by the next pass and
 //! it is copied); after [`MAX_PASSES`] a key still different is counted failed and logged.
 //!
-//! The next pass waits until the key has **settled**: it begins at least [`SETTLE`] after this
+//! The next pass waits until the key has **settled**: it begins at least [`SETTLE`](crate::SETTLE) after this
 //! run's write. Equal is not done while a dual write may still be in flight across our own write.
 //! A proxy sends a dual write to both servers at once, and they apply it at different moments. Say
 //! the target applied an `HINCRBY` just before our `RESTORE … REPLACE` erased it there, and the
@@ -31,7 +31,7 @@
 //! while the target takes the proxy's half at once.) The same goes for an `UNLINK` of ours and a
 //! dual write that creates the key. So a key this run writes is parked ([`Engine::recheck`]), and
 //! is compared once it has settled. The worker does that after each later batch, so it does not
-//! wait, and at the end of the run it waits for the last keys only (one [`SETTLE`]).
+//! wait, and at the end of the run it waits for the last keys only (one [`SETTLE`](crate::SETTLE)).
 //!
 //! The first pass must not overwrite a key the target already holds without comparing it first: on
 //! a rerun (or a target dual writes already completed) the keys already equal are left alone
@@ -56,11 +56,11 @@
 //! - `bytes`: per write, `MEMORY USAGE` on the source (`MIGRATE`) or the `DUMP` payload's length.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::conn::{Conn, Pipeline};
 use super::verify::{compare, dumps, settle, Digest};
-use crate::{Endpoint, Job, MigrateError, Progress};
+use crate::{Endpoint, Job, MigrateError, Progress, SETTLE};
 use shardring_resp::Value;
 
 /// Batches in flight at once per job (each on its own connections): enough to keep the source busy
@@ -68,11 +68,6 @@ use shardring_resp::Value;
 pub const WORKERS: usize = 4;
 /// Verify passes per batch before a key still different is given up (failed).
 pub const MAX_PASSES: usize = 20;
-/// How long after this run's last write of a key (a copy, or an unlink) a comparison must begin for
-/// an equal key to be done: longer than a proxy's dual write takes to reach its second server (see
-/// the module's documentation). 200 ms is ~1,000 times that on a healthy loopback, and the keys
-/// waiting it out are parked, not waited for (the end of a run waits it once).
-pub const SETTLE: Duration = Duration::from_millis(200);
 /// How far apart the two `PTTL`s may be and still count as the same expiry (they are read at
 /// different instants, and `MIGRATE`'s relative TTL drifts by its round trip).
 pub const TTL_SLACK_MS: i64 = 2000;
@@ -155,7 +150,7 @@ pub struct Engine {
     parked: VecDeque<Parked>,
 }
 
-/// A key waiting out [`SETTLE`] after this run's last write of it.
+/// A key waiting out [`SETTLE`](crate::SETTLE) after this run's last write of it.
 #[derive(Debug)]
 struct Parked {
     target: usize,
