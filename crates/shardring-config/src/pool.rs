@@ -284,6 +284,14 @@ impl PoolConfig {
         self.memcache().map_or(&NO_REMEDIES, |m| &m.remedies)
     }
 
+    /// How many servers hold each key, memcached or redis (`--replicas`; 1: no replicas).
+    pub fn replicas(&self) -> usize {
+        match &self.protocol {
+            ProtocolConfig::Memcache(m) => m.remedies.replicas,
+            ProtocolConfig::Redis(r) => r.replicas,
+        }
+    }
+
     /// The pool's hot-key settings, memcached or redis: `None` when detection is off.
     pub fn hot_keys(&self) -> Option<&HotKeysConfig> {
         match &self.protocol {

@@ -23,6 +23,7 @@ mod dialect;
 mod handoff;
 pub mod memcache;
 pub mod redis;
+pub(crate) mod route;
 
 pub(crate) use self::dialect::Dialect;
 pub(crate) use self::handoff::{Back, Event, Handed};
@@ -385,7 +386,8 @@ pub struct FrameError {
     pub reason: &'static str,
 }
 
-/// What [`Protocol::plan`] may look at: the pool's placement and tallies.
+/// What [`Protocol::plan`] may look at: the pool's placement and tallies. Keys are placed through a
+/// [`route::Placer`] made of it and the pool's [`route::Remedies`].
 #[derive(Debug)]
 pub(crate) struct PlanContext<'a> {
     /// Key → server over the live servers.
@@ -394,17 +396,11 @@ pub(crate) struct PlanContext<'a> {
     pub(crate) previous: Option<PreviousRouting<'a>>,
     /// The next membership's placement while the pool has one that places keys differently
     /// (indices into the pool's servers, as `routing`'s): writes of a key whose owner there
-    /// differs go to both owners ([`PlanContext::next_owner`]).
+    /// differs go to both owners ([`route::Placer::next_owner`]).
     pub(crate) next: Option<&'a Routing>,
     /// The pool's tallies (`stats` answers, fragment counts), shared: merges and finishes that count after
     /// the plan keep a handle.
     pub stats: &'a Arc<PoolStats>,
-    /// The pool's config.
-    #[allow(
-        dead_code,
-        reason = "no protocol plans by the pool's config today (each keeps what it needs from it when built), but a new one may"
-    )]
-    pub(crate) config: &'a PoolConfig,
     /// When the pool started, for uptime.
     pub started: std::time::Instant,
 }
@@ -416,38 +412,4 @@ pub(crate) struct PreviousRouting<'a> {
     pub routing: &'a Routing,
     /// For each server of the previous ring, its index now (`None` when it left the pool).
     pub now: &'a [Option<usize>],
-}
-
-impl PlanContext<'_> {
-    /// The server (index in the pool) that owns `key`; `None` when no server is live. Inlined: the
-    /// plans of several files call it, and out of line it is a call on every request.
-    #[inline(always)]
-    pub(crate) fn server_for(&self, key: &[u8]) -> Option<usize> {
-        self.routing.server_for(key)
-    }
-
-    /// While the pool has a next membership: `key`'s owner there when it is not `now` (its owner
-    /// now), where a write of it goes too (a dual write). `None` without a next membership, or
-    /// when the owner does not change.
-    #[inline]
-    pub(crate) fn next_owner(&self, key: &[u8], now: Option<usize>) -> Option<usize> {
-        let next = self.next?.server_for(key)?;
-        (Some(next) != now).then_some(next)
-    }
-
-    /// The owners of many keys at once (`out[i]` for `keys[i]`): one batch through the placement,
-    /// which overlaps the keys' cache misses.
-    pub(crate) fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
-        self.routing.servers_for(keys, out);
-    }
-
-    /// The servers in the placement now (not ejected), for requests sent to every server.
-    pub(crate) fn live_servers(&self) -> &[usize] {
-        self.routing.servers()
-    }
-
-    /// How many servers the pool has, live or not.
-    pub(crate) fn servers(&self) -> usize {
-        self.routing.total_servers()
-    }
 }

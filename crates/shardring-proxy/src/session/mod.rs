@@ -377,7 +377,6 @@ impl<P: Protocol> Session<P> {
             }),
             next: version.next.as_deref(),
             stats: &self.pool.shared.stats,
-            config: &version.config,
             started: self.pool.shared.started,
         };
         // Only during a planned change: a fenced proxy plans over a routing without the keys that

@@ -29,7 +29,6 @@ mod plan;
 mod remedies;
 mod request;
 mod response;
-mod route;
 mod tokens;
 
 pub use self::codec::{Decoded, RequestCodec};

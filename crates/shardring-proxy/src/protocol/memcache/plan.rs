@@ -21,16 +21,15 @@ use super::remedies::hot_keys::{self, HotFill, HotInvalidate, HotRead};
 use super::remedies::{dual_writes, replicas};
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{is_error_reply, status_code, ResponseKind, ValueBlocks};
-use super::route::{Placer, Route};
-use crate::config::{GutterConfig, MemcacheConfig, PoolConfig};
+use crate::config::{MemcacheConfig, PoolConfig};
 use crate::error::{BackendError, ProxyError};
-use crate::hot_keys::HotKeys;
+use crate::protocol::route::{Placer, Remedies, Route};
+
 use crate::metrics::PoolStats;
 use crate::protocol::{
     Answer, Back, Handed, Leave, Part, PartReply, Phase, Placement, PlanContext, PoolState,
     Protocol, Reply, Round, ServerFacts, Step,
 };
-use crate::router::{build_placement, Gutter, Routing};
 
 /// The reply to `version`: the memcached protocol level the proxy speaks, then its own name and version.
 /// Clients read the first word as `major.minor.micro` and refuse a reply that does not start so
@@ -49,13 +48,8 @@ pub(crate) struct Memcache {
     /// ([`Limits::value_len_from_servers`]): each client connection's decoder reads the largest
     /// `item_size_max` from it.
     pub(super) servers: Option<Arc<[Arc<ServerFacts>]>>,
-    /// The pool's hot-key detection and cache, when on (shared by the pool's versions).
-    hot: Option<Arc<HotKeys>>,
-    /// The placement over every server, ejected or not, when keys have replicas or a gutter: replica
-    /// lists stay put while servers come and go (only which of them are live changes).
-    full: Option<Routing>,
-    /// The gutter pool's placement, when the pool has one; its servers follow the pool's.
-    gutter: Option<Gutter>,
+    /// What the pool adds to placing keys: hot keys, replicas, the gutter.
+    remedies: Remedies,
 }
 
 /// What the memcached protocol reads of a pool's config, read in one place.
@@ -65,12 +59,8 @@ pub(super) struct MemcacheSettings {
     pub(super) limits: Limits,
     /// A multi-get fails whole when one of its servers fails (twemproxy's behaviour).
     all_or_nothing: bool,
-    /// How many servers hold each key (1: no replicas).
-    replicas: usize,
     /// With replicas, a read that misses tries the next replica too.
     replica_read_miss: bool,
-    /// The gutter pool, when the pool has one.
-    gutter: Option<GutterConfig>,
 }
 
 impl MemcacheSettings {
@@ -83,9 +73,7 @@ impl MemcacheSettings {
         MemcacheSettings {
             limits: memcache.limits,
             all_or_nothing: memcache.multiget_all_or_nothing,
-            replicas: memcache.remedies.replicas,
             replica_read_miss: memcache.remedies.replica_read_miss,
-            gutter: memcache.remedies.gutter.clone(),
         }
     }
 }
@@ -371,34 +359,11 @@ impl Protocol for Memcache {
 
     fn new(config: &PoolConfig, pool: &PoolState<'_>) -> Result<Memcache, ProxyError> {
         let settings = MemcacheSettings::from_pool(config);
-        let placement = |reason: String| ProxyError::Placement {
-            pool: config.name.clone(),
-            reason,
-        };
-        let gutter = match &settings.gutter {
-            Some(g) => Some(
-                Gutter::build(config.placement_spec(), g)
-                    .map_err(|e| placement(format!("gutter: {e}")))?,
-            ),
-            None => None,
-        };
-        let full = if settings.replicas > 1 || gutter.is_some() {
-            let servers =
-                config.servers.len() + settings.gutter.as_ref().map_or(0, |g| g.servers.len());
-            let all = vec![true; servers];
-            Some(
-                build_placement(config.placement_spec(), &all)
-                    .map_err(|e| placement(e.to_string()))?,
-            )
-        } else {
-            None
-        };
+        let remedies = Remedies::build(config, pool)?;
         Ok(Memcache {
             settings,
             servers: None,
-            hot: pool.hot.map(Arc::clone),
-            full,
-            gutter,
+            remedies,
         })
     }
 
@@ -412,13 +377,7 @@ impl Protocol for Memcache {
     }
 
     fn plan(&self, req: Request, _session: &mut (), plan: &PlanContext<'_>) -> Step<Memcache> {
-        let ctx = &Placer::new(
-            plan,
-            self.hot.as_ref(),
-            self.full.as_ref(),
-            self.gutter.as_ref(),
-            self.settings.replicas,
-        );
+        let ctx = &Placer::new(plan, &self.remedies);
         match &req.command {
             Command::Get { .. } => self.get(req, ctx),
             Command::Keyed { key, noreply } => {
@@ -463,7 +422,7 @@ impl Protocol for Memcache {
                 Step::Exchange(Round::new(parts, Merge::FlushAll { noreply }))
             }
             Command::Stats(request) => Step::Answer(match request {
-                StatsRequest::Proxy => Answer::Bytes(local_stats(plan)),
+                StatsRequest::Proxy => Answer::Bytes(local_stats(ctx)),
                 StatsRequest::Reset => Answer::fixed(b"RESET\r\n"),
                 StatsRequest::Toggle => Answer::fixed(b"OK\r\n"),
                 StatsRequest::PerServer => Answer::fixed(b"END\r\n"),
@@ -906,7 +865,7 @@ fn refused(server: &str, reply: &[u8]) -> BackendError {
 }
 
 /// `stats` answered by the proxy: its own counters, memcached's names where they exist.
-fn local_stats(ctx: &PlanContext<'_>) -> Bytes {
+fn local_stats(ctx: &Placer<'_>) -> Bytes {
     use std::fmt::Write as _;
     let st = ctx.stats;
     let mut s = String::new();

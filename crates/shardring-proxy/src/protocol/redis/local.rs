@@ -11,7 +11,8 @@ use super::command::{self, wrong_arity, Local, Spec, TABLE};
 use super::request::{put_header, put_int, Request};
 use super::settings::Settings;
 use super::{parse_redis_int, Flavor};
-use crate::protocol::{Answer, PlanContext};
+use crate::protocol::route::Placer;
+use crate::protocol::Answer;
 
 pub(crate) use super::command::NOAUTH;
 
@@ -65,7 +66,7 @@ pub(crate) fn answer(
     req: &Request,
     s: &mut ClientState,
     settings: &Settings,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Answer {
     let argc = req.argc();
     let arg = |i: usize| req.arg(i).unwrap_or_default();
@@ -351,7 +352,7 @@ fn command_info(req: &Request, flavor: Flavor) -> Answer {
 }
 
 /// `INFO`: the proxy's own facts, under Redis's field names where they exist.
-fn info(flavor: Flavor, settings: &Settings, ctx: &PlanContext<'_>) -> Answer {
+fn info(flavor: Flavor, settings: &Settings, ctx: &Placer<'_>) -> Answer {
     let st = ctx.stats;
     let text = format!(
         "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\nproxy:{}\r\n\

@@ -26,11 +26,11 @@ use super::settings::Settings;
 use super::Flavor;
 use crate::config::PoolConfig;
 use crate::error::BackendError;
+use crate::protocol::route::{Placer, Remedies};
 use crate::protocol::{
     Answer, Back, Handed, Leave, Part, PartReply, Phase, Placement, PlanContext, Protocol, Reply,
     Round, Step,
 };
-use crate::router::Routing;
 
 /// A replicated command's first step: its answer, or its first round with its state as `merge`.
 /// Each frame to its server of the current placement, as a part of an exchange's round.
@@ -73,11 +73,8 @@ fn answer(reply: Bytes) -> Step<Redis> {
 pub(crate) struct Redis {
     /// The pool's settings (`redis_auth`, `redis_db`, limits, replicas).
     pub(crate) settings: Settings,
-    /// The pool's hot-key detection and cache (`--hot-keys`), when on.
-    pub(crate) hot: Option<Arc<crate::hot_keys::HotKeys>>,
-    /// The placement over every server, ejected or not, when keys have replicas: where a key's
-    /// replica list comes from.
-    pub(crate) full: Option<Arc<Routing>>,
+    /// What the pool adds to placing keys: hot keys (`--hot-keys`) and replicas.
+    pub(crate) remedies: Remedies,
 }
 
 impl Protocol for Redis {
@@ -93,23 +90,8 @@ impl Protocol for Redis {
         pool: &crate::protocol::PoolState<'_>,
     ) -> Result<Redis, crate::error::ProxyError> {
         let settings = Settings::from_pool(config);
-        let full =
-            if settings.replicas > 1 {
-                let all = vec![true; config.servers.len()];
-                let placement = crate::router::build_placement(config.placement_spec(), &all)
-                    .map_err(|e| crate::error::ProxyError::Placement {
-                        pool: config.name.clone(),
-                        reason: e.to_string(),
-                    })?;
-                Some(Arc::new(placement))
-            } else {
-                None
-            };
-        Ok(Redis {
-            settings,
-            hot: pool.hot.map(Arc::clone),
-            full,
-        })
+        let remedies = Remedies::build(config, pool)?;
+        Ok(Redis { settings, remedies })
     }
 
     fn decoder(&self) -> RequestCodec {
@@ -117,6 +99,7 @@ impl Protocol for Redis {
     }
 
     fn plan(&self, req: Request, client: &mut ClientState, ctx: &PlanContext<'_>) -> Step<Redis> {
+        let ctx = &Placer::new(ctx, &self.remedies);
         // Redis's order: unknown command and arity first, then authentication.
         let routed = command::route(&req);
         // What needs a client's state beyond its flavor and name, or a connection of its own, is
@@ -159,13 +142,13 @@ impl Protocol for Redis {
             ))),
             Route::Local(l) => Step::Answer(local::answer(l, &req, client, &self.settings, ctx)),
             Route::Keys(keys) => {
-                if let Some(hot) = &self.hot {
+                if let Some(hot) = ctx.hot {
                     return self.hot_keys(hot, req, routed.spec, &keys, ctx);
                 }
                 self.keyed(req, routed.spec, &keys, ctx)
             }
             Route::Split { merge, keys, step } => {
-                if let Some(hot) = &self.hot {
+                if let Some(hot) = ctx.hot {
                     return self.hot_split(hot, &req, routed.spec, merge, &keys, step, ctx);
                 }
                 self.split_keys(&req, routed.spec, merge, &keys, step, ctx)
@@ -322,7 +305,7 @@ impl Redis {
         req: &Request,
         routed: &Result<Routed, Bytes>,
         client: &mut ClientState,
-        ctx: &PlanContext<'_>,
+        ctx: &Placer<'_>,
     ) -> Option<Step<Redis>> {
         if let Ok(Routed {
             route: Route::Local(Local::Reset),
@@ -352,7 +335,7 @@ impl Redis {
         }
         if in_transaction || routed.as_ref().is_ok_and(Routed::in_transaction) {
             if let Some(outcome) =
-                transaction::plan(&self.settings, self.hot.as_ref(), req, routed, client, ctx)
+                transaction::plan(&self.settings, ctx.hot, req, routed, client, ctx)
             {
                 let step = match outcome {
                     Outcome::Answer(a) => Step::Answer(a),
@@ -422,18 +405,11 @@ impl Redis {
     /// A command to the one server of its keys (`-CROSSSLOT` when they are on several). Inlined: the
     /// request is moved in, which out of line is a copy of it per request.
     #[inline(always)]
-    fn keyed(
-        &self,
-        req: Request,
-        spec: &Spec,
-        keys: &KeyArgs,
-        ctx: &PlanContext<'_>,
-    ) -> Step<Redis> {
-        if let (Some(full), true) = (&self.full, self.settings.replicas > 1) {
-            return start(
-                replicas::plan(&self.settings, full, &req, spec, keys, ctx),
-                |s| RedisMerge::Replicated(Box::new(s)),
-            );
+    fn keyed(&self, req: Request, spec: &Spec, keys: &KeyArgs, ctx: &Placer<'_>) -> Step<Redis> {
+        if ctx.replicas() > 1 {
+            return start(replicas::plan(&req, spec, keys, ctx), |s| {
+                RedisMerge::Replicated(Box::new(s))
+            });
         }
         let mut owner = None;
         for k in keys.iter() {
@@ -448,7 +424,7 @@ impl Redis {
                 _ => {}
             }
         }
-        if ctx.next.is_some() && replicas::is_write(spec) {
+        if ctx.changing() && replicas::is_write(spec) {
             let names = keys.iter().map(|k| req.arg(k).unwrap_or_default());
             if let (Some(now), Some(next)) = (owner, dual_writes::next_owner(names, owner, ctx)) {
                 let part = |server| Part {
@@ -487,15 +463,15 @@ impl Redis {
         merge: Merge,
         keys: &[usize],
         step: usize,
-        ctx: &PlanContext<'_>,
+        ctx: &Placer<'_>,
     ) -> Step<Redis> {
-        if let (Some(full), true, Merge::Values) = (&self.full, self.settings.replicas > 1, merge) {
-            return start(replicas::mget(&self.settings, full, req, keys, ctx), |s| {
+        if let (true, Merge::Values) = (ctx.replicas() > 1, merge) {
+            return start(replicas::mget(&self.settings, req, keys, ctx), |s| {
                 RedisMerge::ReplicatedValues(Box::new(s))
             });
         }
         // Only a replicated pool, or one with a next membership, asks (a search of the write list).
-        let write = (self.settings.replicas > 1 || ctx.next.is_some()) && replicas::is_write(spec);
+        let write = (ctx.replicas() > 1 || ctx.changing()) && replicas::is_write(spec);
         self.split(req, merge, keys, step, write, ctx)
     }
 
@@ -508,7 +484,7 @@ impl Redis {
         req: Request,
         spec: &Spec,
         keys: &KeyArgs,
-        ctx: &PlanContext<'_>,
+        ctx: &Placer<'_>,
     ) -> Step<Redis> {
         let names = || keys.iter().map(|k| req.arg(k).unwrap_or_default());
         if spec.name == "get" {
@@ -550,7 +526,7 @@ impl Redis {
         merge: Merge,
         keys: &[usize],
         step: usize,
-        ctx: &PlanContext<'_>,
+        ctx: &Placer<'_>,
     ) -> Step<Redis> {
         let names = || keys.iter().map(|&k| req.arg(k).unwrap_or_default());
         if !replicas::is_write(spec) {
@@ -573,7 +549,7 @@ impl Redis {
         keys: &[usize],
         step: usize,
         write: bool,
-        ctx: &PlanContext<'_>,
+        ctx: &Placer<'_>,
     ) -> Step<Redis> {
         let key_bytes: Vec<&[u8]> = keys
             .iter()
@@ -592,13 +568,12 @@ impl Redis {
         let positions: Vec<usize> = (0..keys.len()).filter(|&p| owners[p].is_some()).collect();
         let mut next = positions.iter().map(|&p| owners[p].unwrap_or(0));
         let mut subs = merge::split(req, &routed_keys, step, |_| next.next().unwrap_or(0));
-        let follow_ups = match (&self.full, write && self.settings.replicas > 1) {
-            (Some(full), true) => {
-                self.replica_writes(full, req, &routed_keys, &positions, &owners, step, ctx)
-            }
-            _ => Vec::new(),
+        let follow_ups = if write && ctx.replicas() > 1 {
+            replica_writes(req, &routed_keys, &positions, &owners, step, ctx)
+        } else {
+            Vec::new()
         };
-        let next_parts = if write && ctx.next.is_some() {
+        let next_parts = if write && ctx.changing() {
             next_owner_writes(req, &routed_keys, &positions, &owners, step, ctx)
         } else {
             Vec::new()
@@ -659,54 +634,46 @@ impl Redis {
             follow_ups,
         })
     }
+}
 
-    /// A split write's copies for the keys' other live replicas (the owners' parts answer the
-    /// client): the keys of each further replica in turn, split by server, sent without waiting.
-    #[allow(clippy::too_many_arguments)] // the split's own inputs, passed through
-    fn replica_writes(
-        &self,
-        full: &crate::router::Routing,
-        req: &Request,
-        routed_keys: &[usize],
-        positions: &[usize],
-        owners: &[Option<usize>],
-        step: usize,
-        ctx: &PlanContext<'_>,
-    ) -> Vec<crate::protocol::FollowUp<Redis>> {
-        let others: Vec<Vec<usize>> = routed_keys
+/// A split write's copies for the keys' other live replicas (the owners' parts answer the
+/// client): the keys of each further replica in turn, split by server, sent without waiting.
+fn replica_writes(
+    req: &Request,
+    routed_keys: &[usize],
+    positions: &[usize],
+    owners: &[Option<usize>],
+    step: usize,
+    ctx: &Placer<'_>,
+) -> Vec<crate::protocol::FollowUp<Redis>> {
+    let others: Vec<Vec<usize>> = routed_keys
+        .iter()
+        .zip(positions)
+        .map(|(&k, &p)| {
+            let mut list = ctx.live_replicas(req.arg(k).unwrap_or_default());
+            list.retain(|&s| Some(s) != owners[p]);
+            list
+        })
+        .collect();
+    let mut out = Vec::new();
+    for layer in 0..ctx.replicas().saturating_sub(1) {
+        let (keys, servers): (Vec<usize>, Vec<usize>) = routed_keys
             .iter()
-            .zip(positions)
-            .map(|(&k, &p)| {
-                let mut list = replicas::live_replicas(
-                    full,
-                    self.settings.replicas,
-                    req.arg(k).unwrap_or_default(),
-                    ctx,
-                );
-                list.retain(|&s| Some(s) != owners[p]);
-                list
-            })
-            .collect();
-        let mut out = Vec::new();
-        for layer in 0..self.settings.replicas.saturating_sub(1) {
-            let (keys, servers): (Vec<usize>, Vec<usize>) = routed_keys
-                .iter()
-                .zip(&others)
-                .filter_map(|(&k, list)| list.get(layer).map(|&s| (k, s)))
-                .unzip();
-            let mut next = servers.iter().copied();
-            for sub in merge::split(req, &keys, step, |_| next.next().unwrap_or(0)) {
-                let part = Part {
-                    placement: Placement::Current,
-                    server: sub.server,
-                    frame: sub.frame,
-                    kind: Resp::Reply,
-                };
-                out.push((part, Finish::Plain));
-            }
+            .zip(&others)
+            .filter_map(|(&k, list)| list.get(layer).map(|&s| (k, s)))
+            .unzip();
+        let mut next = servers.iter().copied();
+        for sub in merge::split(req, &keys, step, |_| next.next().unwrap_or(0)) {
+            let part = Part {
+                placement: Placement::Current,
+                server: sub.server,
+                frame: sub.frame,
+                kind: Resp::Reply,
+            };
+            out.push((part, Finish::Plain));
         }
-        out
     }
+    out
 }
 
 /// A split write's copies for the keys whose owner changes (the pool has a next membership): the
@@ -717,7 +684,7 @@ fn next_owner_writes(
     positions: &[usize],
     owners: &[Option<usize>],
     step: usize,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Vec<Part<Redis>> {
     let (keys, servers): (Vec<usize>, Vec<usize>) = routed_keys
         .iter()

@@ -1,5 +1,6 @@
 //! One Redis pool's settings as its requests are planned with them: `redis_auth`, `redis_db`, the
-//! limits, replicas and what a split read answers. Plain values, read by the planner, the commands
+//! limits and what a split read answers (its replicas and hot keys are the pool's
+//! [`Remedies`](crate::protocol::route::Remedies), as a memcached pool's are). Plain values, read by the planner, the commands
 //! the proxy answers itself (`local.rs`) and the features (`features/`); the protocol value that
 //! holds them is in `plan.rs`.
 
@@ -18,8 +19,6 @@ pub(crate) struct Settings {
     pub(crate) user: Option<String>,
     /// `redis_db`: the database every server connection SELECTs.
     pub(crate) db: u32,
-    /// How many servers hold each key (`--replicas`; 1: no replicas).
-    pub(crate) replicas: usize,
     /// Client request limits.
     pub(crate) limits: Limits,
     /// Server reply limits.
@@ -39,7 +38,6 @@ impl Settings {
             auth: settings.auth.clone(),
             user: settings.user.clone(),
             db: settings.db,
-            replicas: settings.replicas,
             limits: Limits {
                 max_bulk_len: settings.limits.max_bulk_len,
                 max_request_len: settings.limits.max_request_len,

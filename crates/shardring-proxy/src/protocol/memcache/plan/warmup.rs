@@ -55,7 +55,7 @@ use crate::protocol::memcache::remedies::warmup::{
 use crate::protocol::memcache::request::{Command, GetKind, Request};
 use crate::protocol::memcache::response::ResponseKind;
 use crate::protocol::memcache::response::{MetaReply, ValueBlocks};
-use crate::protocol::memcache::route::{Placer, Route};
+use crate::protocol::route::{Placer, Route};
 use crate::protocol::{Answer, Part, PartReply, Phase, Placement, Protocol, Reply, Round, Step};
 
 /// A warm-up `get`: the key, to turn meta replies back into `VALUE` replies and to copy.

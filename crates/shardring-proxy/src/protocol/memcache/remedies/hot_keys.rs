@@ -17,7 +17,7 @@
 use crate::hot_keys::requests::{self, HotRead as Decided};
 pub(crate) use crate::hot_keys::requests::{HotFill, HotInvalidate};
 use crate::protocol::memcache::request::{Command, GetKind, Request};
-use crate::protocol::memcache::route::Placer;
+use crate::protocol::route::Placer;
 use crate::protocol::Answer;
 
 /// What the hot-key rules decide for a `get` before it is placed.

@@ -18,7 +18,7 @@
 
 use crate::protocol::memcache::request::{Command, MetaKind};
 use crate::protocol::memcache::response::status_code;
-use crate::protocol::memcache::route::Route;
+use crate::protocol::route::Route;
 use crate::protocol::{PartReply, Reply};
 
 /// Whether `command` changes the item (and so goes to every replica).

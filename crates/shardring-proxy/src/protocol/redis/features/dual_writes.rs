@@ -26,14 +26,15 @@ use std::sync::Arc;
 pub(crate) const APART: &[u8] = b"-TRYAGAIN a planned membership change moves this command's keys apart; retry once it is over, or give them one hash tag\r\n";
 
 use crate::metrics::PoolStats;
-use crate::protocol::{Answer, PartReply, PlanContext};
+use crate::protocol::route::Placer;
+use crate::protocol::{Answer, PartReply};
 
 /// The owner next of a one-server command's keys (`now`: their owner now), when it differs from
 /// `now` and is the same for every key; `None` otherwise (no dual write).
 pub(crate) fn next_owner<'k>(
     mut keys: impl Iterator<Item = &'k [u8]>,
     now: Option<usize>,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Option<usize> {
     let first = ctx.next_owner(keys.next()?, now)?;
     keys.all(|k| ctx.next_owner(k, now) == Some(first))

@@ -19,7 +19,8 @@ use crate::error::BackendError;
 use crate::protocol::redis::command::{Local, Route, Routed, Sub};
 use crate::protocol::redis::request::{put_header, put_int, Request};
 use crate::protocol::redis::Flavor;
-use crate::protocol::{Answer, PlanContext};
+use crate::protocol::route::Placer;
+use crate::protocol::Answer;
 
 /// Names grouped by the server each goes to, in the order the servers first appear.
 type ByServer<'n> = Vec<(usize, Vec<&'n [u8]>)>;
@@ -140,7 +141,7 @@ pub(crate) fn plan(
     req: &Request,
     routed: &Result<Routed, Bytes>,
     client: &mut impl Subscriber,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Option<Sends> {
     let flavor = client.flavor();
     let subscribed = client.subscriptions().is_some_and(Subscriptions::active);
@@ -202,7 +203,7 @@ fn command(
     req: &Request,
     subs: &mut Subscriptions,
     flavor: Flavor,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Sends {
     let args: Vec<&[u8]> = req.arg_slices().skip(1).collect();
     if matches!(sub, Sub::Subscribe | Sub::SSubscribe | Sub::PSubscribe) {
@@ -231,7 +232,7 @@ pub(crate) type Sends = Result<Vec<(usize, Bytes)>, Answer>;
 fn by_server<'n>(
     names: &[&'n [u8]],
     held: &HashMap<Box<[u8]>, usize>,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Option<ByServer<'n>> {
     let mut out: ByServer<'n> = Vec::new();
     for &n in names {
@@ -272,7 +273,7 @@ fn channels(
     req: &Request,
     args: &[&[u8]],
     subs: &mut Subscriptions,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Sends {
     let groups =
         by_server(args, held(subs, kind), ctx).ok_or(Answer::Failed(BackendError::NoServer))?;
@@ -283,12 +284,7 @@ fn channels(
 }
 
 /// `PSUBSCRIBE`: on every live server (a pattern matches channels anywhere).
-fn patterns(
-    req: &Request,
-    args: &[&[u8]],
-    subs: &mut Subscriptions,
-    ctx: &PlanContext<'_>,
-) -> Sends {
+fn patterns(req: &Request, args: &[&[u8]], subs: &mut Subscriptions, ctx: &Placer<'_>) -> Sends {
     let servers = ctx.live_servers();
     if servers.is_empty() {
         return Err(Answer::Failed(BackendError::NoServer));
@@ -307,7 +303,7 @@ fn leave_channels(
     args: &[&[u8]],
     subs: &mut Subscriptions,
     flavor: Flavor,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Sends {
     let word: &[u8] = if kind == Kind::Channel {
         b"unsubscribe"

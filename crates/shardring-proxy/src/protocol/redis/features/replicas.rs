@@ -26,8 +26,8 @@ use crate::protocol::redis::command::{KeyArgs, Spec};
 use crate::protocol::redis::request::Request;
 use crate::protocol::redis::settings::Settings;
 use crate::protocol::redis::writes::WRITES;
-use crate::protocol::{Answer, PartReply, PlanContext, Reply};
-use crate::router::Routing;
+use crate::protocol::route::Placer;
+use crate::protocol::{Answer, PartReply, Reply};
 
 /// What a replicated command does next: answer, or send these parts and come back with the state
 /// (the planner makes the round of them; this file builds no step).
@@ -57,31 +57,16 @@ pub(crate) struct Replicated {
     stats: Arc<PoolStats>,
 }
 
-/// The live servers of `key`'s replica list, owner first.
-pub(crate) fn live_replicas(
-    full: &Routing,
-    replicas: usize,
-    key: &[u8],
-    ctx: &PlanContext<'_>,
-) -> Vec<usize> {
-    let mut out = Vec::with_capacity(replicas);
-    full.replicas_into(key, replicas, &mut out);
-    out.retain(|&s| ctx.routing.is_live(s));
-    out
-}
-
 /// A one-server command (one key, or keys that share a replica list) in a replicated pool.
 pub(crate) fn plan(
-    settings: &Settings,
-    full: &Routing,
     req: &Request,
     spec: &Spec,
     keys: &KeyArgs,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Next<Replicated> {
     let mut lists = keys
         .iter()
-        .map(|k| live_replicas(full, settings.replicas, req.arg(k).unwrap_or_default(), ctx));
+        .map(|k| ctx.live_replicas(req.arg(k).unwrap_or_default()));
     let servers = lists.next().unwrap_or_default();
     if lists.any(|l| l != servers) {
         return Next::Answer(Answer::fixed(crate::protocol::redis::command::CROSSSLOT));
@@ -177,10 +162,9 @@ pub(crate) struct ReplicatedValues {
 /// `MGET` in a replicated pool: the keys split by their first live replica.
 pub(crate) fn mget(
     settings: &Settings,
-    full: &Routing,
     req: &Request,
     keys: &[usize],
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Next<ReplicatedValues> {
     let mut state = ReplicatedValues {
         key_count: keys.len(),
@@ -190,7 +174,7 @@ pub(crate) fn mget(
             .collect(),
         untried: keys
             .iter()
-            .map(|&k| live_replicas(full, settings.replicas, req.arg(k).unwrap_or_default(), ctx))
+            .map(|&k| ctx.live_replicas(req.arg(k).unwrap_or_default()))
             .collect(),
         in_flight: Vec::new(),
         settled: Vec::new(),

@@ -31,7 +31,8 @@ use crate::protocol::redis::finish::Finish;
 use crate::protocol::redis::reply::Resp;
 use crate::protocol::redis::request::Request;
 use crate::protocol::redis::settings::Settings;
-use crate::protocol::{Answer, PlanContext};
+use crate::protocol::route::Placer;
+use crate::protocol::Answer;
 
 /// `EXEC` when the transaction was discarded, in Redis's words.
 const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
@@ -113,8 +114,8 @@ struct Queue {
 const MOVING: &[u8] = b"-TRYAGAIN a planned membership change moves a key this command writes; retry once it is over\r\n";
 
 /// Whether the change under way moves one of `keys` (argument positions of `req`) off `server`.
-fn moves(req: &Request, keys: &[usize], server: Option<usize>, ctx: &PlanContext<'_>) -> bool {
-    ctx.next.is_some()
+fn moves(req: &Request, keys: &[usize], server: Option<usize>, ctx: &Placer<'_>) -> bool {
+    ctx.changing()
         && keys.iter().any(|&k| {
             ctx.next_owner(req.arg(k).unwrap_or_default(), server)
                 .is_some()
@@ -149,7 +150,7 @@ pub(crate) fn plan(
     req: &Request,
     routed: &Result<Routed, Bytes>,
     client: &mut impl InTransaction,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Option<Outcome> {
     if let Some(t) = client.transaction_mut() {
         if t.release_next {
@@ -185,7 +186,7 @@ pub(crate) fn plan(
 fn server_of(
     req: &Request,
     keys: impl Iterator<Item = usize>,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Result<Option<usize>, ()> {
     let mut owner = None;
     for k in keys {
@@ -209,7 +210,7 @@ fn outside(
     req: &Request,
     keys: &command::KeyArgs,
     client: &mut impl InTransaction,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Outcome {
     match txn {
         Txn::Multi => {
@@ -277,7 +278,7 @@ fn block(
     keys: &command::KeyArgs,
     write: bool,
     client: &mut impl InTransaction,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Outcome {
     let server = match server_of(req, keys.iter(), ctx) {
         Err(()) => return fixed(CROSSSLOT),
@@ -309,7 +310,7 @@ fn queue(
     req: &Request,
     routed: &Result<Routed, Bytes>,
     client: &mut impl InTransaction,
-    ctx: &PlanContext<'_>,
+    ctx: &Placer<'_>,
 ) -> Outcome {
     let authenticated = settings.auth.is_none() || client.authenticated();
     let Some(t) = client.transaction_mut() else {
@@ -402,7 +403,7 @@ fn queue(
 }
 
 /// `EXEC`: the queued commands to their server, between `MULTI` and `EXEC`, in one frame.
-fn exec(hot: Option<&Arc<HotKeys>>, t: &mut Transaction, ctx: &PlanContext<'_>) -> Outcome {
+fn exec(hot: Option<&Arc<HotKeys>>, t: &mut Transaction, ctx: &Placer<'_>) -> Outcome {
     let Some(q) = t.queue.take() else {
         return fixed(b"-ERR EXEC without MULTI\r\n");
     };

@@ -1,26 +1,85 @@
-//! Where a memcached key goes: the pool's placement now, and what the remedies add to it (each key's
-//! replica list, the gutter server of a key whose server is ejected and the TTL cap there, the key's
-//! server on the previous ring while a warm-up window is open).
+//! Where a key goes, for every protocol: the pool's placement now, and what the remedies add to it
+//! (each key's replica list, the gutter server of a key whose server is ejected and the TTL cap
+//! there, its owner next while a planned change is under way, its server on the previous ring while a
+//! warm-up window is open).
 //!
-//! The planner places keys through a [`Placer`] built per request from the seam's [`PlanContext`] and
-//! the protocol's own placements: one [`Route`] per key, computed once, which the remedies read.
+//! A protocol's planner places keys through a [`Placer`], built per request from the seam's
+//! [`PlanContext`] and the pool's [`Remedies`]: one [`Route`] per key, computed once, which the
+//! protocol's features read and turn into frames. memcached and Redis place keys the same way here;
+//! what differs between them is only which remedies a pool of each may have.
 
 use std::sync::Arc;
 
+use crate::config::PoolConfig;
+use crate::error::ProxyError;
 use crate::hot_keys::HotKeys;
 use crate::metrics::PoolStats;
-use crate::protocol::{PlanContext, PreviousRouting};
-use crate::router::{Gutter, Routing};
+use crate::protocol::{PlanContext, PoolState, PreviousRouting};
+use crate::router::{build_placement, Gutter, Routing};
 
-/// What the memcached protocol places keys with, for one request.
+/// What a pool adds to placing keys, whatever its protocol: built once per pool version.
+#[derive(Debug, Clone)]
+pub(crate) struct Remedies {
+    /// The pool's hot-key detection and cache, when on (shared by the pool's versions).
+    hot: Option<Arc<HotKeys>>,
+    /// The placement over every server, ejected or not, when keys have replicas or a gutter:
+    /// replica lists stay put while servers come and go (only which of them are live changes).
+    full: Option<Arc<Routing>>,
+    /// The gutter pool's placement, when the pool has one; its servers follow the pool's.
+    gutter: Option<Arc<Gutter>>,
+    /// How many servers hold each key (1: no replicas).
+    replicas: usize,
+}
+
+impl Remedies {
+    /// The remedies of `config`'s pool, whatever its protocol: its replicas, its gutter pool
+    /// (memcached's), its hot keys (`pool`'s, shared by the pool's versions).
+    ///
+    /// # Errors
+    /// When the full placement or the gutter's cannot be built.
+    pub(crate) fn build(config: &PoolConfig, pool: &PoolState<'_>) -> Result<Remedies, ProxyError> {
+        let replicas = config.replicas();
+        let gutter = config.remedies().gutter.as_ref();
+        let placement = |reason: String| ProxyError::Placement {
+            pool: config.name.clone(),
+            reason,
+        };
+        let gutter_placement = match gutter {
+            Some(g) => Some(
+                Gutter::build(config.placement_spec(), g)
+                    .map_err(|e| placement(format!("gutter: {e}")))?,
+            ),
+            None => None,
+        };
+        let full = if replicas > 1 || gutter_placement.is_some() {
+            let servers = config.servers.len() + gutter.map_or(0, |g| g.servers.len());
+            let all = vec![true; servers];
+            Some(Arc::new(
+                build_placement(config.placement_spec(), &all)
+                    .map_err(|e| placement(e.to_string()))?,
+            ))
+        } else {
+            None
+        };
+        Ok(Remedies {
+            hot: pool.hot.map(Arc::clone),
+            full,
+            gutter: gutter_placement.map(Arc::new),
+            replicas: replicas.max(1),
+        })
+    }
+}
+
+/// What a protocol places keys with, for one request: the seam's placements and the pool's
+/// remedies.
 #[derive(Debug)]
-pub(super) struct Placer<'a> {
+pub(crate) struct Placer<'a> {
     /// Key → server over the live servers.
     routing: &'a Routing,
     /// The pool's tallies.
-    pub(super) stats: &'a Arc<PoolStats>,
+    pub(crate) stats: &'a Arc<PoolStats>,
     /// The pool's hot-key detection and cache, when on.
-    pub(super) hot: Option<&'a Arc<HotKeys>>,
+    pub(crate) hot: Option<&'a Arc<HotKeys>>,
     /// The placement over every server, ejected or not, when keys have replicas or a gutter: where
     /// a key's replica list and its owner while ejected come from.
     full: Option<&'a Routing>,
@@ -29,36 +88,46 @@ pub(super) struct Placer<'a> {
     /// How many servers hold each key (1 without replicas).
     replicas: usize,
     /// The previous ring while a warm-up window is open.
-    pub(super) previous: Option<PreviousRouting<'a>>,
+    pub(crate) previous: Option<PreviousRouting<'a>>,
     /// The next membership's placement while the pool has one (dual writes).
     next: Option<&'a Routing>,
+    /// When the pool started, for uptime.
+    pub(crate) started: std::time::Instant,
 }
 
 impl<'a> Placer<'a> {
-    /// The placements of one request: the seam's, and the protocol's own.
-    pub(super) fn new(
-        ctx: &PlanContext<'a>,
-        hot: Option<&'a Arc<HotKeys>>,
-        full: Option<&'a Routing>,
-        gutter: Option<&'a Gutter>,
-        replicas: usize,
-    ) -> Placer<'a> {
+    /// The placements of one request: the seam's, and the pool's remedies. Inlined: it is a few
+    /// references copied, on every request.
+    #[inline(always)]
+    pub(crate) fn new(ctx: &PlanContext<'a>, remedies: &'a Remedies) -> Placer<'a> {
         Placer {
             routing: ctx.routing,
             stats: ctx.stats,
-            hot,
-            full,
-            gutter,
-            replicas,
+            hot: remedies.hot.as_ref(),
+            full: remedies.full.as_deref(),
+            gutter: remedies.gutter.as_deref(),
+            replicas: remedies.replicas,
             previous: ctx.previous,
             next: ctx.next,
+            started: ctx.started,
         }
     }
 
     /// The server (index in the pool) that owns `key`; `None` when no server is live. With a gutter, a
     /// key whose server is ejected goes to its gutter server rather than to the next live server.
-    pub(super) fn server_for(&self, key: &[u8]) -> Option<usize> {
-        if let (Some(gutter), Some(full)) = (self.gutter, self.full) {
+    /// Inlined: the plans of several files call it, and out of line it is a call on every request.
+    #[inline(always)]
+    pub(crate) fn server_for(&self, key: &[u8]) -> Option<usize> {
+        if let Some(gutter) = self.gutter {
+            return self.server_or_gutter(gutter, key);
+        }
+        self.routing.server_for(key)
+    }
+
+    /// [`Placer::server_for`] in a pool with a gutter.
+    #[cold]
+    fn server_or_gutter(&self, gutter: &Gutter, key: &[u8]) -> Option<usize> {
+        if let Some(full) = self.full {
             match full.server_for(key) {
                 Some(owner) if self.routing.is_live(owner) => return Some(owner),
                 _ => {
@@ -74,13 +143,13 @@ impl<'a> Placer<'a> {
 
     /// The gutter's TTL cap when `server` is a gutter server: what a write sent there must cap its
     /// TTL to.
-    pub(super) fn gutter_ttl_cap(&self, server: usize) -> Option<u32> {
+    pub(crate) fn gutter_ttl_cap(&self, server: usize) -> Option<u32> {
         self.gutter.filter(|g| g.holds(server)).map(|g| g.ttl_cap)
     }
 
     /// The owners of many keys at once (`out[i]` for `keys[i]`): one batch through the placement,
     /// which overlaps the keys' cache misses (key by key when a gutter may take some of them).
-    pub(super) fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
+    pub(crate) fn servers_for(&self, keys: &[&[u8]], out: &mut [Option<usize>]) {
         if self.gutter.is_some() {
             for (key, o) in keys.iter().zip(out.iter_mut()) {
                 *o = self.server_for(key);
@@ -92,42 +161,67 @@ impl<'a> Placer<'a> {
 
     /// Whether the proxy is fenced (`crate::fence`): keys it leaves without a server are refused,
     /// and a multi-get with one fails whole rather than read it as a miss.
-    pub(super) fn fenced(&self) -> bool {
+    pub(crate) fn fenced(&self) -> bool {
         self.routing.is_masked()
     }
 
     /// The servers in the placement now (not ejected), for requests sent to every server.
-    pub(super) fn live_servers(&self) -> &[usize] {
+    pub(crate) fn live_servers(&self) -> &[usize] {
         self.routing.servers()
     }
 
-    /// Where `key` goes, placed once: its server now, its live replica list when keys have
-    /// replicas (the owner placed as nutcracker places it over all the pool's servers, then the ring's
-    /// next distinct servers, dead ones left out; the server now when all of them are dead), the TTL
-    /// cap when that server is a gutter server, and its server on the previous ring when it moved.
-    pub(super) fn route(&self, key: &[u8]) -> Route {
-        let server = self.server_for(key);
-        let replicas = match (self.full, self.replicas > 1) {
-            (Some(full), true) => {
-                let mut out = Vec::with_capacity(self.replicas);
-                full.replicas_into(key, self.replicas, &mut out);
-                out.retain(|&s| self.routing.is_live(s));
-                if out.is_empty() {
-                    out.extend(server);
-                }
-                Some(out)
-            }
-            _ => None,
+    /// How many servers the pool has, live or not.
+    pub(crate) fn servers(&self) -> usize {
+        self.routing.total_servers()
+    }
+
+    /// Whether a planned change is under way (the pool has a next membership that places keys
+    /// differently): writes of the keys it moves go to both owners.
+    pub(crate) fn changing(&self) -> bool {
+        self.next.is_some()
+    }
+
+    /// While the pool has a next membership: `key`'s owner there when it is not `now` (its owner
+    /// now), where a write of it goes too (a dual write). `None` without a next membership, or
+    /// when the owner does not change.
+    #[inline]
+    pub(crate) fn next_owner(&self, key: &[u8], now: Option<usize>) -> Option<usize> {
+        let next = self.next?.server_for(key)?;
+        (Some(next) != now).then_some(next)
+    }
+
+    /// The live servers of `key`'s replica list, owner first (the owner placed as nutcracker places
+    /// it over all the pool's servers, then the ring's next distinct servers, dead ones left out);
+    /// empty when the pool has no replicas or every replica is dead.
+    pub(crate) fn live_replicas(&self, key: &[u8]) -> Vec<usize> {
+        let Some(full) = self.full.filter(|_| self.replicas > 1) else {
+            return Vec::new();
         };
+        let mut out = Vec::with_capacity(self.replicas);
+        full.replicas_into(key, self.replicas, &mut out);
+        out.retain(|&s| self.routing.is_live(s));
+        out
+    }
+
+    /// Where `key` goes, placed once: its server now, its live replica list when keys have
+    /// replicas ([`Placer::live_replicas`]; the server now when all of them are dead), the TTL cap
+    /// when that server is a gutter server, its owner next while a planned change moves it, and its
+    /// server on the previous ring when it moved.
+    pub(crate) fn route(&self, key: &[u8]) -> Route {
+        let server = self.server_for(key);
+        let replicas = (self.replicas > 1 && self.full.is_some()).then(|| {
+            let mut out = self.live_replicas(key);
+            if out.is_empty() {
+                out.extend(server);
+            }
+            out
+        });
         Route {
             server,
             replicas,
             ttl_cap: server.and_then(|s| self.gutter_ttl_cap(s)),
             previous: self.moved_from(key, server),
-            next: self
-                .next
-                .and_then(|n| n.server_for(key))
-                .filter(|&n| Some(n) != server),
+            next: self.next_owner(key, server),
         }
     }
 
@@ -144,30 +238,30 @@ impl<'a> Placer<'a> {
     }
 
     /// How many servers hold each key (1 when the pool has no replicas).
-    pub(super) fn replicas(&self) -> usize {
+    pub(crate) fn replicas(&self) -> usize {
         self.replicas
     }
 }
 
-/// Where one key goes, as [`Placer::route`] places it: what the planner and the remedies read.
+/// Where one key goes, as [`Placer::route`] places it: what the planners and the features read.
 #[derive(Debug)]
-pub(super) struct Route {
+pub(crate) struct Route {
     /// Its server now (a gutter server while its own is ejected); `None` when no server is live.
-    pub(super) server: Option<usize>,
+    pub(crate) server: Option<usize>,
     /// The live servers of its replica list, owner first, when keys have replicas.
-    pub(super) replicas: Option<Vec<usize>>,
+    pub(crate) replicas: Option<Vec<usize>>,
     /// `server` is a gutter server: what a write sent there caps its TTL to.
-    pub(super) ttl_cap: Option<u32>,
+    pub(crate) ttl_cap: Option<u32>,
     /// While a warm-up window is open and the key moved: its server on the previous ring.
-    pub(super) previous: Option<usize>,
+    pub(crate) previous: Option<usize>,
     /// While the pool has a next membership and the key's owner there is not `server`: that owner,
     /// where its writes go too.
-    pub(super) next: Option<usize>,
+    pub(crate) next: Option<usize>,
 }
 
 impl Route {
     /// The server a read goes to first: the first live replica, or the server now.
-    pub(super) fn first(&self) -> Option<usize> {
+    pub(crate) fn first(&self) -> Option<usize> {
         match &self.replicas {
             Some(replicas) => replicas.first().copied(),
             None => self.server,
@@ -178,8 +272,6 @@ impl Route {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PoolConfig;
-    use crate::router::build_placement;
 
     /// A pool of `n` servers (none of them started: only placed).
     fn pool(n: usize) -> PoolConfig {
@@ -201,22 +293,24 @@ mod tests {
         routing: &'a Routing,
         previous: Option<PreviousRouting<'a>>,
         stats: &'a Arc<PoolStats>,
-        config: &'a PoolConfig,
     ) -> PlanContext<'a> {
         PlanContext {
             routing,
             previous,
             next: None,
             stats,
-            config,
             started: std::time::Instant::now(),
         }
     }
 
     #[test]
     fn a_replicated_keys_route_lists_its_live_replicas_owner_first_and_reads_from_the_first() {
-        let config = pool(4);
+        let mut config = pool(4);
+        if let Some(m) = config.memcache_mut() {
+            m.remedies.replicas = 3;
+        }
         let full = placed(&config, &[true; 4]);
+        let remedies = Remedies::build(&config, &PoolState { hot: None }).unwrap();
         let stats = Arc::new(PoolStats::new("p"));
         for key in (0..50).map(|i| format!("key{i}")) {
             let mut replicas = Vec::new();
@@ -225,8 +319,8 @@ mod tests {
             let mut live = [true; 4];
             live[replicas[0]] = false;
             let routing = placed(&config, &live);
-            let ctx = context(&routing, None, &stats, &config);
-            let placer = Placer::new(&ctx, None, Some(&full), None, 3);
+            let ctx = context(&routing, None, &stats);
+            let placer = Placer::new(&ctx, &remedies);
             let route = placer.route(key.as_bytes());
             assert_eq!(route.replicas.as_deref(), Some(&replicas[1..]), "{key}");
             assert_eq!(route.first(), Some(replicas[1]));
@@ -246,8 +340,9 @@ mod tests {
             now: &now,
         };
         let stats = Arc::new(PoolStats::new("p"));
-        let ctx = context(&routing, Some(previous), &stats, &config);
-        let placer = Placer::new(&ctx, None, None, None, 1);
+        let ctx = context(&routing, Some(previous), &stats);
+        let remedies = Remedies::build(&config, &PoolState { hot: None }).unwrap();
+        let placer = Placer::new(&ctx, &remedies);
         let (mut moved, mut stayed) = (0, 0);
         for key in (0..200).map(|i| format!("key{i}")) {
             let route = placer.route(key.as_bytes());
