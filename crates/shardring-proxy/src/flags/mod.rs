@@ -5,10 +5,11 @@
 //! protocols' pools it serves and how it sets them ([`ApplyToPools`]): [`HotKeyFlags`] in
 //! `hot_keys/`, [`TlsFlags`] in `tls/`, [`SentinelFlags`] in `sentinel/`, [`HealthCheckFlags`] in
 //! `backend/`, `MembershipFlags` in `membership/`, [`MetricsFlags`] in `metrics/`, [`WorkerFlags`] in
-//! `workers/`. The groups of what the protocols serve, whose code is in `protocol/`, are in this
-//! folder: [`LimitFlags`] (both protocols' request limits), [`MemcacheFlags`], [`RemedyFlags`] (the
-//! memcached remedies) and [`RedisFlags`]. A new flag goes into its feature's group and changes nothing
-//! else. [`ProxyFlags`] gathers the groups for `shardring proxy` to flatten after nutcracker's own
+//! `workers/`; the protocols' own beside their code: [`MemcacheFlags`] in `protocol/memcache/`,
+//! [`RemedyFlags`] (the memcached remedies) in `protocol/memcache/remedies/`, [`RedisFlags`] in
+//! `protocol/redis/`. This folder keeps [`LimitFlags`] (both protocols' request limits) and what
+//! the groups share (`per_pool`: `[POOL=]VALUE` lists; `size`: byte sizes). A new flag goes into
+//! its feature's group and changes nothing else. [`ProxyFlags`] gathers the groups for `shardring proxy` to flatten after nutcracker's own
 //! flags: a new feature's group is one field there (and, when it sets pools, one entry of the groups
 //! [`ProxyFlags::apply`] applies).
 //!
@@ -16,23 +17,20 @@
 //! pools as the file gives them.
 
 mod limits;
-mod memcache;
 pub(crate) mod per_pool;
-mod redis;
-mod remedies;
 pub(crate) mod size;
 #[cfg(test)]
 mod tests;
 
 pub use self::limits::LimitFlags;
-pub use self::memcache::MemcacheFlags;
-pub use self::redis::RedisFlags;
-pub use self::remedies::RemedyFlags;
 pub use crate::backend::flags::HealthCheckFlags;
 pub use crate::hot_keys::flags::HotKeyFlags;
 #[cfg(feature = "etcd")]
 pub use crate::membership::flags::MembershipFlags;
 pub use crate::metrics::flags::MetricsFlags;
+pub use crate::protocol::memcache::flags::MemcacheFlags;
+pub use crate::protocol::memcache::remedies::flags::RemedyFlags;
+pub use crate::protocol::redis::flags::RedisFlags;
 pub use crate::sentinel::flags::SentinelFlags;
 pub use crate::tls::flags::TlsFlags;
 pub use crate::workers::flags::WorkerFlags;

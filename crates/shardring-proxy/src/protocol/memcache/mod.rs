@@ -24,9 +24,10 @@
 
 mod codec;
 mod dialect;
+pub(crate) mod flags;
 mod parse;
 mod plan;
-mod remedies;
+pub(crate) mod remedies;
 mod request;
 mod response;
 mod tokens;

@@ -39,6 +39,7 @@ mod dialect;
 mod exchange;
 mod features;
 mod finish;
+pub(crate) mod flags;
 mod flavor;
 mod inline;
 mod keys;

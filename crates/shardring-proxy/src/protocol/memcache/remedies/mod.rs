@@ -20,6 +20,7 @@
 pub(in crate::protocol::memcache) const THIRTY_DAYS: i64 = 30 * 24 * 3600;
 
 pub(super) mod dual_writes;
+pub(crate) mod flags;
 pub(super) mod gutter;
 pub(super) mod hot_keys;
 pub(super) mod replicas;

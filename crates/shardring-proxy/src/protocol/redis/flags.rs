@@ -5,10 +5,10 @@
 
 use crate::config::{ConfigErrors, PoolConfig, ProtocolConfig};
 
-use super::per_pool::{
+use crate::flags::per_pool::{
     for_pool, named, parse_pool_switch, refuse_unknown, switched_on, switches_named,
 };
-use super::ApplyToPools;
+use crate::flags::ApplyToPools;
 
 /// The redis pools' own settings. [`Default`]: none given, nutcracker's behaviour.
 #[derive(Debug, Clone, Default, PartialEq, clap::Args)]

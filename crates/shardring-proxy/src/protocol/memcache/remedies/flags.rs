@@ -9,8 +9,8 @@ use shardring::compat::twemproxy::TwemproxyServer;
 
 use crate::config::{ConfigErrors, GutterConfig, PoolConfig, ProtocolConfig};
 
-use super::per_pool::{for_pool, named, own, refuse_unknown};
-use super::ApplyToPools;
+use crate::flags::per_pool::{for_pool, named, own, refuse_unknown};
+use crate::flags::ApplyToPools;
 
 /// `--gutter-ttl`'s default, in seconds: the gutter holds a dead server's hot keys for moments, not its
 /// data set.

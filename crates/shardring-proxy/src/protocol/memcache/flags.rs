@@ -3,7 +3,7 @@
 
 use crate::config::{ConfigErrors, PoolConfig};
 
-use super::ApplyToPools;
+use crate::flags::ApplyToPools;
 
 /// How memcached pools answer. [`Default`]: none given, a multi-get returns the keys it could fetch.
 #[derive(Debug, Clone, Default, PartialEq, clap::Args)]
