@@ -79,9 +79,9 @@ pub enum Transfer {
     /// trip a batch, the source serialising each key atomically with its TTL and restoring it on the
     /// target itself. The source must reach the target at the target's `addr` (TCP only), with the
     /// target's password. It holds the source until the target has restored the batch (~250 µs
-    /// for 20 small keys, where their dumps take ~20: BENCHMARKS.md, "migrate: where the servers'
-    /// time goes"), a pause the live traffic on the source waits out; the values do not pass
-    /// through this command, which matters when it runs far from the servers.
+    /// for 20 small keys, where their dumps take ~20: BENCHMARKS.md, "migrate (redis): where the
+    /// servers' time goes"), a pause the live traffic on the source waits out; the values do not
+    /// pass through this command, which matters when it runs far from the servers.
     Migrate,
     /// `PTTL` and `DUMP` pipelined on the source, then `RESTORE … REPLACE` pipelined on the target
     /// through our own connections, the expiry relative like `MIGRATE`'s (the `PTTL` less the time

@@ -4,8 +4,8 @@
 //!
 //! - [`dumps`]: `DUMP` and `PTTL` of each key, pipelined. Native commands, about a microsecond a
 //!   small key on the server, where the digest script below costs five to six (its `EVALSHA` holds
-//!   the server ~130 µs for 20 keys of 32 bytes: BENCHMARKS.md, "migrate: where the servers' time
-//!   goes"); each reading of a verify pass is a pause of a live server. Two equal dumps are the same
+//!   the server ~130 µs for 20 keys of 32 bytes: BENCHMARKS.md, "migrate (redis): where the
+//!   servers' time goes"); each reading of a verify pass is a pause of a live server. Two equal dumps are the same
 //!   value. Two different ones need not be different values: a dump is the server's encoding of
 //!   the value (a small hash the source holds as a hashtable since it once grew is restored as a
 //!   listpack), so
