@@ -272,6 +272,17 @@ fn every_resp3_reply_reads_into_its_value() {
     assert_eq!(value(b"~?\r\n.\r\n"), Value::Set(vec![]));
 }
 
+#[test]
+fn text_is_a_strings_utf8_and_nothing_else() {
+    assert_eq!(value(b"+OK\r\n").text(), Some("OK"));
+    assert_eq!(value(b"$4\r\n6379\r\n").text(), Some("6379"));
+    assert_eq!(value(b"$2\r\n\xff\xfe\r\n").text(), None);
+    assert_eq!(value(b"+\xc3\r\n").text(), None);
+    assert_eq!(value(b":1\r\n").text(), None);
+    assert_eq!(value(b"-ERR x\r\n").text(), None);
+    assert_eq!(value(b"$-1\r\n").text(), None);
+}
+
 /// Every reply the framer frames whole reads into a value of the same length, except where reading
 /// checks what framing leaves to the client.
 #[test]

@@ -90,6 +90,13 @@ impl Value {
         }
     }
 
+    /// The text of a bulk or simple string, when it is UTF-8: for a client that compares or parses a
+    /// string as text (a Sentinel's field names, addresses and epochs), where bytes that are not UTF-8
+    /// are no name or number at all rather than one with `U+FFFD` in it.
+    pub fn text(&self) -> Option<&str> {
+        self.bytes().and_then(|b| std::str::from_utf8(b).ok())
+    }
+
     /// Whether it is the simple string `s` (`OK`, `NOKEY`).
     pub fn is_simple(&self, s: &str) -> bool {
         matches!(self, Value::Simple(b) if b == s.as_bytes())
