@@ -16,15 +16,15 @@
 //!
 //! The client speaks RESP2 only (no `HELLO`), sends `AUTH <password>` first when a password is set, and
 //! opens connections through a [`Connect`] it is given ([`tcp_connect`] by default), so Sentinels over
-//! TLS need only another connector. A Sentinel's replies are read through the proxy's reply framer with
-//! a 64 KiB bound: a malformed, hostile or endless reply is an error for that Sentinel, never a panic
+//! TLS need only another connector. A Sentinel's replies are read by the workspace's RESP reader
+//! (`shardring-resp`, as the proxy's reply framer and `shardring migrate` read theirs) with a 64 KiB
+//! bound, RESP2 only: a malformed, hostile or endless reply is an error for that Sentinel, never a panic
 //! or an unbounded buffer.
 
 mod conn;
 mod connect;
 pub(crate) mod flags;
 pub mod follow;
-mod resp;
 mod stats;
 mod watch;
 
@@ -34,9 +34,10 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
+use shardring_resp::Value;
+
 use self::conn::Conn;
 pub use self::connect::{tcp_connect, AsyncReadWrite, Connect, Connecting, SentinelStream};
-use self::resp::Value;
 pub use self::stats::SentinelStats;
 pub use crate::error::{SentinelCause, SentinelError, SentinelFailure};
 
@@ -311,7 +312,7 @@ pub(crate) fn refused(error: String) -> SentinelCause {
 /// no password).
 fn auth_reply(reply: Value) -> Result<(), SentinelCause> {
     match reply {
-        Value::Simple(ok) if ok == "OK" => Ok(()),
+        ok if ok.is_simple("OK") => Ok(()),
         Value::Error(e) => Err(SentinelCause::AuthRefused(e)),
         other => Err(SentinelCause::Malformed(format!(
             "{other:?} in answer to AUTH"
@@ -324,16 +325,37 @@ fn auth_reply(reply: Value) -> Result<(), SentinelCause> {
 fn master_reply(reply: Value) -> Result<String, SentinelCause> {
     match reply {
         Value::Array(v) if v.len() == 2 => match (v[0].text(), v[1].text()) {
-            (Some(host), Some(port)) => resp::host_port(host, port)
+            (Some(host), Some(port)) => host_port(host, port)
                 .map_err(|why| SentinelCause::Malformed(format!("{why} in the master's address"))),
             _ => Err(SentinelCause::Malformed(
                 "a master address that is not two strings".into(),
             )),
         },
-        Value::Nil => Err(SentinelCause::UnknownGroup),
+        Value::Null => Err(SentinelCause::UnknownGroup),
         Value::Error(e) => Err(refused(e)),
         other => Err(SentinelCause::Malformed(format!(
             "{other:?} where a master address was expected"
         ))),
+    }
+}
+
+/// `host:port` for an address a Sentinel names as an IP (or hostname) and a port, with an IPv6
+/// address in brackets (`[::1]:6379`), as a connect takes it.
+///
+/// # Errors
+/// What is wrong, when the host is empty or has spaces, or the port is not 1 to 65535.
+pub(crate) fn host_port(host: &str, port: &str) -> Result<String, &'static str> {
+    if host.is_empty()
+        || host
+            .bytes()
+            .any(|c| c.is_ascii_whitespace() || c.is_ascii_control())
+    {
+        return Err("bad host");
+    }
+    let port: u16 = port.parse().ok().filter(|&p| p != 0).ok_or("bad port")?;
+    if host.contains(':') && !host.starts_with('[') {
+        Ok(format!("[{host}]:{port}"))
+    } else {
+        Ok(format!("{host}:{port}"))
     }
 }

@@ -7,12 +7,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use shardring_resp::Value;
 use test_support::{child_listening, free_port, wait_until, RedisServer, TempDir};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::conn::Conn;
-use super::resp::Value;
 use super::*;
 
 /// A redis-server in Sentinel mode on a free port, with its config (which it rewrites) in a
@@ -520,4 +520,23 @@ fn the_password_is_never_in_debug_output() {
         !text.contains("s3cret") && text.contains("<redacted>"),
         "{text}"
     );
+}
+
+#[test]
+fn addresses_are_host_port_with_ipv6_in_brackets() {
+    assert_eq!(
+        host_port("10.0.0.1", "6380").as_deref(),
+        Ok("10.0.0.1:6380")
+    );
+    assert_eq!(host_port("::1", "6380").as_deref(), Ok("[::1]:6380"));
+    assert_eq!(host_port("redis-a", "1").as_deref(), Ok("redis-a:1"));
+    for (host, port) in [
+        ("", "1"),
+        ("a b", "1"),
+        ("h", "0"),
+        ("h", "65536"),
+        ("h", "x"),
+    ] {
+        assert!(host_port(host, port).is_err(), "{host} {port}");
+    }
 }

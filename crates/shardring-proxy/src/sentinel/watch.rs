@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use shardring_resp::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::conn::Conn;
-use super::resp::{self, Value};
-use super::{refused, SentinelStats, Sentinels, FIRST_RETRY};
+use super::{host_port, refused, SentinelStats, Sentinels, FIRST_RETRY};
 use crate::error::{SentinelCause, SentinelError, SentinelFailure};
 
 /// What a watch knows of one group.
@@ -346,7 +346,7 @@ fn switch_master(payload: &str) -> Option<(&str, String)> {
     if group.is_empty() {
         return None;
     }
-    Some((group, resp::host_port(new_ip, new_port).ok()?))
+    Some((group, host_port(new_ip, new_port).ok()?))
 }
 
 /// `SENTINEL MASTER`'s reply, a flat array of field names and values: the master's `ip`, `port` and
@@ -355,7 +355,7 @@ fn master_state(reply: Value) -> Result<(String, u64), SentinelCause> {
     let fields = match reply {
         Value::Array(fields) => fields,
         Value::Error(e) => return Err(refused(e)),
-        Value::Nil => return Err(SentinelCause::UnknownGroup),
+        Value::Null => return Err(SentinelCause::UnknownGroup),
         other => {
             return Err(SentinelCause::Malformed(format!(
                 "{other:?} where a master's state was expected"
@@ -369,7 +369,7 @@ fn master_state(reply: Value) -> Result<(String, u64), SentinelCause> {
             .and_then(|pair| pair[1].text())
             .ok_or_else(|| SentinelCause::Malformed(format!("a master's state without {name}")))
     };
-    let master = resp::host_port(field("ip")?, field("port")?)
+    let master = host_port(field("ip")?, field("port")?)
         .map_err(|why| SentinelCause::Malformed(format!("{why} in the master's address")))?;
     let epoch = field("config-epoch")?
         .parse()
