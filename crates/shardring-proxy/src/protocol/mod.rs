@@ -23,6 +23,7 @@ mod dialect;
 mod handoff;
 pub mod memcache;
 pub mod redis;
+pub(crate) mod replicated;
 pub(crate) mod route;
 
 pub(crate) use self::dialect::Dialect;

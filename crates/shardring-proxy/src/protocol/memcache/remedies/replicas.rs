@@ -53,24 +53,12 @@ pub(in crate::protocol::memcache) fn retry(read_miss: bool, reply: &Reply) -> bo
     }
 }
 
-/// Which of a replicated write's replies the client gets: the first that is not a server failure
-/// (else the first); `None` when there are none. With it, whether the replies' statuses differ (a
-/// disagreement, counted by the caller).
+/// Which of a replicated write's replies the client gets, and whether their statuses differ (a
+/// disagreement, counted by the caller): [`crate::protocol::replicated::chosen`], with
+/// `SERVER_ERROR` a server failure.
 pub(in crate::protocol::memcache) fn chosen(replies: &[PartReply<'_>]) -> (Option<usize>, bool) {
-    let status = |r: &Reply| -> Option<Vec<u8>> {
-        match r {
-            Ok(b) if !b.starts_with(b"SERVER_ERROR") => Some(status_code(b).to_vec()),
-            _ => None,
-        }
-    };
-    let first = replies.first().map(|r| status(&r.reply));
-    let disagree = replies.iter().any(|r| Some(status(&r.reply)) != first);
-    if replies.is_empty() {
-        return (None, disagree);
-    }
-    let chosen = replies
-        .iter()
-        .position(|r| status(&r.reply).is_some())
-        .unwrap_or(0);
-    (Some(chosen), disagree)
+    crate::protocol::replicated::chosen(replies, |r| match r {
+        Ok(b) if !b.starts_with(b"SERVER_ERROR") => Some(status_code(b)),
+        _ => None,
+    })
 }

@@ -109,16 +109,14 @@ pub(crate) fn advance(state: Replicated, replies: Vec<PartReply<'_>>) -> Next<Re
         Err(e) => Answer::Failed(e),
     };
     if state.write {
-        let first = replies.first().map(|r| &r.reply);
-        let disagree = replies.iter().any(|r| match (&r.reply, first) {
-            (Ok(a), Some(Ok(b))) => a != b,
-            _ => true,
+        let (chosen, disagree) = crate::protocol::replicated::chosen(&replies, |r| match r {
+            Ok(b) if !failed(r) => Some(&b[..]),
+            _ => None,
         });
-        if disagree && replies.len() > 1 {
+        if disagree {
             state.stats.replica_disagreements.inc();
         }
-        let chosen = replies.iter().position(|r| !failed(&r.reply)).unwrap_or(0);
-        return match replies.into_iter().nth(chosen) {
+        return match chosen.and_then(|i| replies.into_iter().nth(i)) {
             Some(r) => done(answer(r.reply)),
             None => done(Answer::Failed(crate::error::BackendError::NoServer)),
         };
