@@ -1,6 +1,6 @@
 //! The resumable request scanner: RESP arrays of bulk strings and inline commands, as Redis 7 reads them.
 
-use std::ops::{ControlFlow, Range};
+use std::ops::Range;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -124,9 +124,16 @@ pub struct RequestError {
 /// without a heap allocation (it was the one allocation left on a proxied `GET`).
 pub type Args = smallvec::SmallVec<[Range<usize>; 3]>;
 
-/// What one state of the scanner came to: go on to the next state, or stop with what
-/// [`RequestScanner::scan`] returns (`None`: more bytes are needed).
-type Turn = ControlFlow<Option<Scanned>>;
+/// What one state of the scanner came to: it moved on to its next state, or it needs more bytes.
+/// Small on purpose: a whole request is taken in [`RequestScanner::scan`] itself, so no step
+/// returns one (a step that did cost ~2 % instructions per Redis request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// The state moved on: scan on.
+    Next,
+    /// More bytes are needed.
+    Wait,
+}
 
 /// A whole request found by [`RequestScanner::scan`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,12 +244,18 @@ impl RequestScanner {
         loop {
             let turn = match self.state {
                 State::Start => self.array_header(buf)?,
+                State::Array { remaining: 0 } => {
+                    let len = self.pos;
+                    let args = std::mem::take(&mut self.args);
+                    self.reset();
+                    return Ok(Some(Scanned::Array { len, args }));
+                }
                 State::Array { remaining } => self.bulk_header(buf, remaining)?,
                 State::Bulk { remaining, len } => self.bulk(buf, remaining, len)?,
                 State::Inline => return self.inline(buf),
             };
-            if let ControlFlow::Break(scanned) = turn {
-                return Ok(scanned);
+            if turn == Turn::Wait {
+                return Ok(None);
             }
         }
     }
@@ -253,15 +266,15 @@ impl RequestScanner {
     fn array_header(&mut self, buf: &[u8]) -> Result<Turn, RequestError> {
         use RequestErrorKind as E;
         let Some(&first) = buf.first() else {
-            return Ok(ControlFlow::Break(None));
+            return Ok(Turn::Wait);
         };
         if first != b'*' {
             self.state = State::Inline;
-            return Ok(ControlFlow::Continue(()));
+            return Ok(Turn::Next);
         }
         let cr = match find_crlf(buf, 1, self.limits.max_inline_len) {
             LineEnd::At(cr) => cr,
-            LineEnd::Incomplete => return Ok(ControlFlow::Break(None)),
+            LineEnd::Incomplete => return Ok(Turn::Wait),
             LineEnd::TooLong => {
                 return Err(self.refuse(E::MultibulkHeaderTooLong, buf.len(), true))
             }
@@ -273,11 +286,11 @@ impl RequestScanner {
         };
         let header = cr + 2;
         if count <= 0 {
-            self.reset();
-            return Ok(ControlFlow::Break(Some(Scanned::Array {
-                len: header,
-                args: Args::new(),
-            })));
+            // An empty array: whole at its header.
+            self.args.clear();
+            self.pos = header;
+            self.state = State::Array { remaining: 0 };
+            return Ok(Turn::Next);
         }
         let count = count as usize;
         if count > self.limits.max_args {
@@ -300,29 +313,23 @@ impl RequestScanner {
         self.args.reserve(count.min(4096));
         self.pos = header;
         self.state = State::Array { remaining: count };
-        Ok(ControlFlow::Continue(()))
+        Ok(Turn::Next)
     }
 
-    /// The next argument's `$<len>` line, `remaining` arguments to go (the request is whole at 0);
-    /// a length that cannot be served is refused before its bytes are buffered.
+    /// The next argument's `$<len>` line, `remaining` (at least one) arguments to go; a length that
+    /// cannot be served is refused before its bytes are buffered.
     #[inline(always)]
     fn bulk_header(&mut self, buf: &[u8], remaining: usize) -> Result<Turn, RequestError> {
         use RequestErrorKind as E;
-        if remaining == 0 {
-            let len = self.pos;
-            let args = std::mem::take(&mut self.args);
-            self.reset();
-            return Ok(ControlFlow::Break(Some(Scanned::Array { len, args })));
-        }
         let Some(&c) = buf.get(self.pos) else {
-            return Ok(ControlFlow::Break(None));
+            return Ok(Turn::Wait);
         };
         if c != b'$' {
             return Err(self.refuse(E::ExpectedBulk(c), buf.len(), true));
         }
         let cr = match find_crlf(buf, self.pos + 1, self.limits.max_inline_len) {
             LineEnd::At(cr) => cr,
-            LineEnd::Incomplete => return Ok(ControlFlow::Break(None)),
+            LineEnd::Incomplete => return Ok(Turn::Wait),
             LineEnd::TooLong => return Err(self.refuse(E::BulkHeaderTooLong, buf.len(), true)),
             LineEnd::BareCr => return Err(self.refuse(E::ExpectedCrlf, buf.len(), true)),
         };
@@ -347,7 +354,7 @@ impl RequestScanner {
             remaining: remaining - 1,
             len,
         };
-        Ok(ControlFlow::Continue(()))
+        Ok(Turn::Next)
     }
 
     /// An argument's `len` bytes and their `\r\n`, once all are in.
@@ -355,7 +362,7 @@ impl RequestScanner {
     fn bulk(&mut self, buf: &[u8], remaining: usize, len: usize) -> Result<Turn, RequestError> {
         let end = self.pos + len + 2;
         if buf.len() < end {
-            return Ok(ControlFlow::Break(None));
+            return Ok(Turn::Wait);
         }
         if &buf[end - 2..end] != b"\r\n" {
             return Err(self.refuse(RequestErrorKind::ExpectedCrlf, buf.len(), true));
@@ -363,7 +370,7 @@ impl RequestScanner {
         self.args.push(self.pos..self.pos + len);
         self.pos = end;
         self.state = State::Array { remaining };
-        Ok(ControlFlow::Continue(()))
+        Ok(Turn::Next)
     }
 
     /// An inline command (a line a person typed), once its `\n` is in.
