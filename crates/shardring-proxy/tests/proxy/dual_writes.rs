@@ -396,3 +396,94 @@ async fn a_write_whose_keys_a_change_moves_apart_is_refused_during_it() {
     assert!(tagged.starts_with("-ERR no such key"), "{tagged:?}");
     proxy.stop().await;
 }
+
+/// The TTL a server gives `key` (`mg <key> t`): `None` when it does not hold it, -1 for none.
+async fn ttl(d: &mut Client, key: &str) -> Option<i64> {
+    d.send(format!("mg {key} t\r\n").as_bytes()).await;
+    let line = d.read_line().await;
+    let ttl = line.trim_end().strip_prefix("HD t")?;
+    Some(ttl.parse().unwrap())
+}
+
+#[tokio::test]
+async fn memcached_gat_and_gats_of_moving_keys_touch_their_next_owner() {
+    let servers = memcacheds(4);
+    let mut config = pool_config(&servers[..3]);
+    config.hash = shardring_proxy::config::TwemproxyHash::Md5;
+    let mut next = pool_config(&servers);
+    next.hash = config.hash;
+    config.next = Some(NextMembership::of(&next));
+    let names: Vec<String> = next.servers.iter().map(|s| s.display_name()).collect();
+    let proxy = RunningProxy::start(config.clone()).await;
+    let mut c = proxy.client().await;
+    let mut direct_clients = Vec::new();
+    for s in &servers {
+        direct_clients.push(Client::connect(&s.addr).await);
+    }
+    let owner = |key: &str| {
+        let (now, then) = owners(&config, &next, key);
+        (
+            names.iter().position(|n| *n == now).unwrap(),
+            names.iter().position(|n| *n == then).unwrap(),
+        )
+    };
+    // Every key on its owner now and (as a copy would have put it) on its owner next, without a TTL.
+    let keys: Vec<String> = (0..60).map(|i| format!("gat:{i}")).collect();
+    for key in &keys {
+        let (now, then) = owner(key);
+        for s in [now, then] {
+            direct_clients[s]
+                .check(
+                    format!("set {key} 3 0 1\r\nv\r\n").as_bytes(),
+                    b"STORED\r\n",
+                )
+                .await;
+        }
+    }
+    // `gat` one key at a time, then `gats` of the rest at once: the new TTL on both owners.
+    let (one, rest) = keys.split_at(30);
+    for key in one {
+        c.check(
+            format!("gat 1000 {key}\r\n").as_bytes(),
+            format!("VALUE {key} 3 1\r\nv\r\nEND\r\n").as_bytes(),
+        )
+        .await;
+    }
+    c.send(format!("gats 2000 {}\r\n", rest.join(" ")).as_bytes())
+        .await;
+    for _ in rest {
+        assert!(c.read_line().await.starts_with("VALUE "));
+        c.read_line().await;
+    }
+    assert_eq!(c.read_line().await, "END\r\n");
+    let mut moving = 0;
+    for (i, key) in keys.iter().enumerate() {
+        let want = if i < 30 { 1000 } else { 2000 };
+        let (now, then) = owner(key);
+        let at_now = ttl(&mut direct_clients[now], key).await.unwrap();
+        assert!(
+            (want - 5..=want).contains(&at_now),
+            "{key} on its owner now: {at_now}"
+        );
+        if now == then {
+            continue;
+        }
+        moving += 1;
+        // The touch goes beside the read, without waiting: it lands at once, not before the answer.
+        let mut at_next = None;
+        for _ in 0..100 {
+            at_next = ttl(&mut direct_clients[then], key).await;
+            if at_next != Some(-1) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let at_next = at_next.unwrap();
+        assert!(
+            (want - 5..=want).contains(&at_next),
+            "{key} on its next owner: {at_next}"
+        );
+    }
+    assert!(moving >= 5, "{moving} moving keys");
+    proxy.stop().await;
+}

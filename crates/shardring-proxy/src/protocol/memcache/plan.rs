@@ -307,6 +307,32 @@ impl Failover {
     }
 }
 
+/// `step` with `follow_ups` sent beside its first round, without waiting for them: a forward
+/// becomes a round of its one part ([`Merge::One`]); an answer has no round to go with.
+pub(super) fn with_follow_ups(
+    step: Step<Memcache>,
+    follow_ups: impl IntoIterator<Item = crate::protocol::FollowUp<Memcache>>,
+) -> Step<Memcache> {
+    let mut round = match step {
+        Step::Forward {
+            server,
+            frame,
+            kind,
+            finish,
+        } => Round::new(
+            server
+                .map(|s| current_part(s, frame, kind))
+                .into_iter()
+                .collect(),
+            Merge::One(finish),
+        ),
+        Step::Exchange(round) => round,
+        answered @ (Step::Answer(_) | Step::Leave(_)) => return answered,
+    };
+    round.follow_ups.extend(follow_ups);
+    Step::Exchange(round)
+}
+
 /// A part to a server of the current placement.
 fn current_part(server: usize, frame: Bytes, kind: ResponseKind) -> Part<Memcache> {
     Part {
@@ -630,6 +656,24 @@ impl Memcache {
 
     /// get/gets/gat/gats: as received when every key lives on one server, else one request per server.
     fn get(&self, req: Request, ctx: &Placer<'_>) -> Step<Memcache> {
+        let touches = dual_writes::touches(&req, ctx);
+        let step = self.get_placed(req, ctx);
+        if touches.is_empty() {
+            return step;
+        }
+        ctx.stats.dual_writes.add(touches.len() as u64);
+        let follow_ups = touches.into_iter().map(|(server, frame)| {
+            // Dropped: the read's reply answers; the copy reads the TTL of a key not there yet.
+            (
+                current_part(server, frame, ResponseKind::Line),
+                Finish::NoReply,
+            )
+        });
+        with_follow_ups(step, follow_ups)
+    }
+
+    /// [`Memcache::get`] without the dual writes' touches.
+    fn get_placed(&self, req: Request, ctx: &Placer<'_>) -> Step<Memcache> {
         let Command::Get { keys, more, .. } = &req.command else {
             unreachable!("get() is only called for retrieval commands")
         };

@@ -222,24 +222,7 @@ pub(super) fn write(key: &[u8], previous: usize, step: Step<Memcache>) -> Step<M
         // Dropped: the invalidation is best effort, the write's own reply counts.
         Finish::NoReply,
     );
-    let mut round = match step {
-        Step::Forward {
-            server,
-            frame,
-            kind,
-            finish,
-        } => Round::new(
-            server
-                .map(|s| part(Placement::Current, s, frame, kind))
-                .into_iter()
-                .collect(),
-            Merge::One(finish),
-        ),
-        Step::Exchange(round) => round,
-        answered @ (Step::Answer(_) | Step::Leave(_)) => return answered,
-    };
-    round.follow_ups.insert(0, delete);
-    Step::Exchange(round)
+    super::with_follow_ups(step, [delete])
 }
 
 /// Where a [`WarmKeyed`] exchange is.

@@ -4,8 +4,11 @@
 //! write; reads stay on the owner now.
 //!
 //! - Writes are the replicated pools' ([`super::replicas::is_write`]): set/add/replace/append/
-//!   prepend/cas, delete, incr/decr, touch, `ms`, `md`, `ma`. `gat`/`gats` and `mg … T` change a
-//!   TTL while reading and are not dual-written: the copy reads the TTL from the owner now.
+//!   prepend/cas, delete, incr/decr, touch, `ms`, `md`, `ma`. `gat`/`gats` change a TTL while
+//!   reading: the read stays on the owner now, and each of their keys that moves is touched on its
+//!   next owner with the same exptime ([`touches`], sent beside the read without waiting: a key the
+//!   next owner has no copy of yet gets the new TTL from the copy, which reads it from the owner
+//!   now). `mg … T` is not dual-written.
 //! - The client gets the owner now's reply, exactly as without a next membership (`noreply` and
 //!   quiet meta commands stay quiet), unless the next owner could not be reached: then the write is
 //!   not acknowledged (its failure is the answer), since once the copy is done nothing would bring
@@ -15,8 +18,46 @@
 //!   copy checks the key's CAS after writing it).
 //! - With replicas, the next owner is added to the key's replica list when it is not on it.
 
+use bytes::{Bytes, BytesMut};
+
+use crate::protocol::memcache::request::{Command, GetKind, Request};
 use crate::protocol::memcache::response::status_code;
+use crate::protocol::route::Placer;
 use crate::protocol::PartReply;
+
+/// For a `gat`/`gats` while a planned change is under way: `touch <key> <exptime>` for each of its
+/// keys whose owner changes, with that next owner; empty for anything else.
+pub(in crate::protocol::memcache) fn touches(
+    req: &Request,
+    ctx: &Placer<'_>,
+) -> Vec<(usize, Bytes)> {
+    let Command::Get {
+        kind: GetKind::Gat | GetKind::Gats,
+        exptime: Some(exptime),
+        keys,
+        ..
+    } = &req.command
+    else {
+        return Vec::new();
+    };
+    if !ctx.changing() {
+        return Vec::new();
+    }
+    let exptime = req.bytes(exptime);
+    keys.iter()
+        .filter_map(|k| {
+            let key = req.bytes(k);
+            let next = ctx.next_owner(key, ctx.server_for(key))?;
+            let mut frame = BytesMut::with_capacity(key.len() + exptime.len() + 9);
+            frame.extend_from_slice(b"touch ");
+            frame.extend_from_slice(key);
+            frame.extend_from_slice(b" ");
+            frame.extend_from_slice(exptime);
+            frame.extend_from_slice(b"\r\n");
+            Some((next, frame.freeze()))
+        })
+        .collect()
+}
 
 /// Whether the next owner's reply (the second) has another status than the owner's (the first), or
 /// either failed.
