@@ -33,8 +33,8 @@ pub use self::placement::{placement_differences, PlacementSpec};
 pub use self::pool::{Listen, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
 pub use self::problem::{ConfigErrors, ConfigProblem};
 pub use self::protocol::{
-    GutterConfig, HotKeysConfig, MemcacheConfig, ProtocolConfig, RedisConfig, Remedies,
-    SentinelConfig,
+    GutterConfig, HotKeysConfig, MemcacheConfig, MemcacheRemedies, ProtocolConfig, RedisConfig,
+    Remedies, SentinelConfig,
 };
 pub use self::tls::{ListenerTls, ServerTlsConfig};
 pub use self::twemproxy_file::read_pools;

@@ -12,7 +12,8 @@ use super::next::NextMembership;
 use super::placement::PlacementSpec;
 use super::problem::ConfigErrors;
 use super::protocol::{
-    HotKeysConfig, MemcacheConfig, ProtocolConfig, RedisConfig, Remedies, NO_REMEDIES,
+    HotKeysConfig, MemcacheConfig, MemcacheRemedies, ProtocolConfig, RedisConfig, Remedies,
+    NO_MEMCACHE_REMEDIES,
 };
 use super::twemproxy_keys::parse_listen;
 use crate::tls::{ListenerTls, ServerTlsConfig};
@@ -108,6 +109,9 @@ pub struct PoolConfig {
     /// differently, writes of the keys whose owner changes go to both owners ([`NextMembership`]).
     /// By default, none. `shardring proxy --next-config FILE` and etcd's `next/` set it.
     pub next: Option<NextMembership>,
+    /// *proxy-only*: the remedies of both protocols (replicas, hot keys); a memcached pool's own
+    /// are in its [`MemcacheConfig`]. By default, none is on.
+    pub remedies: Remedies,
 }
 
 impl NextMembership {
@@ -207,6 +211,7 @@ impl PoolConfig {
             tls: None,
             server_tls: None,
             next: None,
+            remedies: Remedies::default(),
         }
     }
 
@@ -278,26 +283,21 @@ impl PoolConfig {
         }
     }
 
-    /// The pool's remedies: a memcached pool's own; for a Redis pool, which has none to set, every
-    /// one off. Code that only asks "is a gutter on?" need not ask the protocol first.
-    pub fn remedies(&self) -> &Remedies {
-        self.memcache().map_or(&NO_REMEDIES, |m| &m.remedies)
+    /// A memcached pool's own remedies; for a Redis pool, which has none to set, every one off.
+    /// Code that only asks "is a gutter on?" need not ask the protocol first.
+    pub fn memcache_remedies(&self) -> &MemcacheRemedies {
+        self.memcache()
+            .map_or(&NO_MEMCACHE_REMEDIES, |m| &m.remedies)
     }
 
-    /// How many servers hold each key, memcached or redis (`--replicas`; 1: no replicas).
+    /// How many servers hold each key (`--replicas`; 1: no replicas).
     pub fn replicas(&self) -> usize {
-        match &self.protocol {
-            ProtocolConfig::Memcache(m) => m.remedies.replicas,
-            ProtocolConfig::Redis(r) => r.replicas,
-        }
+        self.remedies.replicas
     }
 
-    /// The pool's hot-key settings, memcached or redis: `None` when detection is off.
+    /// The pool's hot-key settings: `None` when detection is off.
     pub fn hot_keys(&self) -> Option<&HotKeysConfig> {
-        match &self.protocol {
-            ProtocolConfig::Memcache(m) => m.remedies.hot_keys.as_ref(),
-            ProtocolConfig::Redis(r) => r.hot_keys.as_ref(),
-        }
+        self.remedies.hot_keys.as_ref()
     }
 
     /// Every problem with this pool that the file's reader does not see (settings made in code or by
@@ -319,8 +319,11 @@ impl PoolConfig {
         if self.health_check_interval.is_zero() {
             errors.push(n, "the health check interval must be greater than 0".into());
         }
+        self.remedies.validate(n, self.placement_spec(), errors);
         match &self.protocol {
-            ProtocolConfig::Memcache(m) => m.validate(n, self.placement_spec(), errors),
+            ProtocolConfig::Memcache(m) => {
+                m.validate(n, self.placement_spec(), self.remedies.replicas, errors)
+            }
             ProtocolConfig::Redis(r) => r.validate(n, self.placement_spec(), errors),
         }
         let mut seen = std::collections::HashSet::new();

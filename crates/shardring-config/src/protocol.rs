@@ -1,7 +1,8 @@
 //! The settings that belong to one protocol: a pool is either a memcached pool, with memcached's limits,
-//! multi-get policy and miss-storm remedies, or a Redis pool, with Redis's authentication, database and
+//! multi-get policy and own miss-storm remedies, or a Redis pool, with Redis's authentication, database and
 //! limits. Each protocol's settings live in its own variant, so a combination neither protocol can serve
 //! (a Redis pool with a gutter, say) cannot be written down, and no check has to refuse it at run time.
+//! What both protocols have (replicas, hot keys: [`Remedies`]) is the pool's, one type for both.
 
 use std::time::Duration;
 
@@ -36,13 +37,14 @@ pub struct MemcacheConfig {
     /// A multi-get fails whole when one server fails (twemproxy's behaviour). By default, false: the
     /// keys that could be fetched are returned. `shardring proxy --multiget-all-or-nothing`.
     pub multiget_all_or_nothing: bool,
-    /// The miss-storm remedies. By default, none is on.
-    pub remedies: Remedies,
+    /// The memcached pool's own miss-storm remedies (those of both protocols are the pool's
+    /// [`Remedies`]). By default, none is on.
+    pub remedies: MemcacheRemedies,
 }
 
-/// A memcached pool's remedies for misses when servers fail or move: they read and write memcached's
-/// own commands and TTLs, which is why only memcached pools have them. With [`Remedies::default`],
-/// every one is off and the pool places and serves keys exactly as nutcracker does.
+/// A pool's remedies that both protocols have: how many servers hold each key, and hot-key
+/// detection. With [`Remedies::default`], both are off and the pool places and serves keys exactly
+/// as nutcracker does.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Remedies {
     /// Hot-key detection and the hot-key cache. By default, off.
@@ -50,10 +52,52 @@ pub struct Remedies {
     /// not change it.
     pub hot_keys: Option<HotKeysConfig>,
     /// How many servers hold each key: the owner (placed exactly as nutcracker places it) then the
-    /// ring's next distinct servers. Writes go to every live one; reads go to the first live one and
-    /// fail over to the next on an error. By default, this is 1 (no replicas).
-    /// `shardring proxy --replicas R`.
+    /// ring's next distinct servers. Writes go to every live one (a Redis pool's writes are the
+    /// commands Redis flags `write`); reads go to the first live one and fail over to the next on an
+    /// error. By default, this is 1 (no replicas). `shardring proxy --replicas [POOL=]R`.
     pub replicas: usize,
+}
+
+impl Default for Remedies {
+    fn default() -> Remedies {
+        Remedies {
+            hot_keys: None,
+            replicas: 1,
+        }
+    }
+}
+
+impl Remedies {
+    /// Every problem with these settings in pool `n`, placed by `pool`: a replica count between 1
+    /// and the servers, with a placement that can name each key's next servers.
+    pub(super) fn validate(&self, n: &str, pool: PlacementSpec<'_>, errors: &mut ConfigErrors) {
+        let replicas = self.replicas;
+        if replicas == 0 || replicas > pool.servers.len().max(1) {
+            errors.push(
+                n,
+                format!(
+                    "replicas must be between 1 and the number of servers ({}), not {replicas}",
+                    pool.servers.len(),
+                ),
+            );
+        }
+        if replicas > 1 && pool.distribution == Distribution::Random {
+            errors.push(
+                n,
+                "replicas need a reproducible distribution (ketama or modula), not random".into(),
+            );
+        }
+        if let Some(h) = &self.hot_keys {
+            h.validate(n, errors);
+        }
+    }
+}
+
+/// A memcached pool's own remedies for misses when servers fail or move: they read and write
+/// memcached's own commands and TTLs, which is why only memcached pools have them. With
+/// [`MemcacheRemedies::default`], every one is off.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemcacheRemedies {
     /// With replicas, a read that misses on one replica also tries the next (a restarted, empty
     /// replica then still reads the data its peers kept). By default, false.
     /// `shardring proxy --replica-read-miss`.
@@ -69,22 +113,20 @@ pub struct Remedies {
     pub warmup_window: Option<Duration>,
 }
 
-/// No remedy on: what a Redis pool has, and what a memcached pool has by default.
-pub(crate) static NO_REMEDIES: Remedies = Remedies {
-    hot_keys: None,
-    replicas: 1,
+/// No memcached remedy on: what a Redis pool has, and what a memcached pool has by default.
+pub(crate) static NO_MEMCACHE_REMEDIES: MemcacheRemedies = MemcacheRemedies {
     replica_read_miss: false,
     gutter: None,
     warmup_window: None,
 };
 
-impl Default for Remedies {
-    fn default() -> Remedies {
-        NO_REMEDIES.clone()
+impl Default for MemcacheRemedies {
+    fn default() -> MemcacheRemedies {
+        NO_MEMCACHE_REMEDIES.clone()
     }
 }
 
-/// A gutter pool (see [`Remedies::gutter`]).
+/// A gutter pool (see [`MemcacheRemedies::gutter`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GutterConfig {
     /// The gutter servers, `host:port:weight [name]` as in `servers`.
@@ -171,14 +213,6 @@ pub struct RedisConfig {
     /// that needs one past this gets an error and nothing is sent. `shardring proxy
     /// --redis-dedicated-connections N`. By default, this is 64.
     pub dedicated_connections: u32,
-    /// *proxy-only*: how many servers hold each key: its owner (placed as nutcracker places it) and
-    /// the ring's next distinct servers. Write commands go to every live one, reads to the first live
-    /// one and on to the next on a failure. `shardring proxy --replicas [POOL=]R`. By default, 1.
-    pub replicas: usize,
-    /// *proxy-only*: hot-key detection, and the cache of the top keys' `GET` replies. `shardring
-    /// proxy --hot-keys K` (and `--hot-keys-window`, `--hot-cache-ttl`, `--hot-cache-size`). By
-    /// default, none (off).
-    pub hot_keys: Option<HotKeysConfig>,
     /// *proxy-only*: the Redis Sentinels that know each server's master. Each server line's name is
     /// its master group; the proxy connects to the master the Sentinels name and follows their
     /// `+switch-master`. `shardring proxy --sentinel POOL=HOST:PORT,…` (and `--sentinel-auth`). By
@@ -209,48 +243,31 @@ impl Default for RedisConfig {
             limits: RedisLimits::default(),
             user: None,
             dedicated_connections: 64,
-            replicas: 1,
-            hot_keys: None,
             sentinel: None,
             partial_reads: false,
         }
     }
 }
 
-/// A replica count's problems in pool `n` (either protocol's): between 1 and the servers, and a
-/// placement that can name each key's next servers.
-fn validate_replicas(n: &str, replicas: usize, pool: PlacementSpec<'_>, errors: &mut ConfigErrors) {
-    if replicas == 0 || replicas > pool.servers.len().max(1) {
-        errors.push(
-            n,
-            format!(
-                "replicas must be between 1 and the number of servers ({}), not {replicas}",
-                pool.servers.len(),
-            ),
-        );
-    }
-    if replicas > 1 && pool.distribution == Distribution::Random {
-        errors.push(
-            n,
-            "replicas need a reproducible distribution (ketama or modula), not random".into(),
-        );
-    }
-}
-
 impl MemcacheConfig {
-    /// Every problem with these settings in pool `n`, placed by `pool` (replicas and a gutter need
-    /// a reproducible placement and enough servers).
-    pub(super) fn validate(&self, n: &str, pool: PlacementSpec<'_>, errors: &mut ConfigErrors) {
+    /// Every problem with these settings in pool `n`, placed by `pool`, whose keys are on
+    /// `replicas` servers each (a gutter needs a reproducible placement, and no replicas).
+    pub(super) fn validate(
+        &self,
+        n: &str,
+        pool: PlacementSpec<'_>,
+        replicas: usize,
+        errors: &mut ConfigErrors,
+    ) {
         if self.limits.max_key_len == 0 || self.limits.max_key_len > 250 {
             errors.push(n, "the key limit must be between 1 and 250".into());
         }
         let r = &self.remedies;
-        validate_replicas(n, r.replicas, pool, errors);
         if let Some(g) = &r.gutter {
             if g.servers.is_empty() {
                 errors.push(n, "the gutter needs at least one server".into());
             }
-            if r.replicas > 1 {
+            if replicas > 1 {
                 errors.push(
                     n,
                     "a gutter is for pools without replicas: use --replicas or --gutter, not both"
@@ -280,16 +297,12 @@ impl MemcacheConfig {
                 }
             }
         }
-        if let Some(h) = &r.hot_keys {
-            h.validate(n, errors);
-        }
     }
 }
 
 impl RedisConfig {
     /// Every problem with these settings, keyed by pool `name`, placed by `pool`.
     pub(super) fn validate(&self, name: &str, pool: PlacementSpec<'_>, errors: &mut ConfigErrors) {
-        validate_replicas(name, self.replicas, pool, errors);
         if self.limits.max_bulk_len == 0 || self.limits.max_request_len == 0 {
             errors.push(
                 name,
@@ -311,9 +324,6 @@ impl RedisConfig {
                 name,
                 "a redis user name cannot be empty or contain spaces".into(),
             );
-        }
-        if let Some(h) = &self.hot_keys {
-            h.validate(name, errors);
         }
         if self.dedicated_connections == 0 {
             errors.push(

@@ -102,7 +102,7 @@ pub fn needed(pools: &[PoolConfig], workers: usize, stats_listeners: usize) -> D
         ..DescriptorNeed::default()
     };
     for p in pools {
-        let gutter = p.remedies().gutter.as_ref();
+        let gutter = p.memcache_remedies().gutter.as_ref();
         let servers = p.servers.len() + gutter.map_or(0, |g| g.servers.len());
         let servers = servers as u64;
         let lanes = if p.is_redis() { 2 } else { 1 };

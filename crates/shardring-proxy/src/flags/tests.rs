@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Parser;
 
 use super::*;
-use crate::config::{Limits, RedisLimits, Remedies};
+use crate::config::{Limits, MemcacheRemedies, RedisLimits};
 
 /// A memcached pool `mc` (two servers) and a redis pool `rd` (one).
 const TWO_POOLS: &str =
@@ -217,9 +217,10 @@ fn remedy_flags_reach_memcached_pools_and_leave_redis_pools_alone() {
     let config = overridden(&flags).unwrap();
     let (mc, rd) = (&config.pools[0], &config.pools[1]);
     assert!(!mc.is_redis() && rd.is_redis());
-    let r = mc.remedies();
-    assert!(r.warmup_window.is_some() && r.gutter.is_some() && r.hot_keys.is_some());
-    assert_eq!(rd.remedies(), &Remedies::default());
+    let r = mc.memcache_remedies();
+    assert!(r.warmup_window.is_some() && r.gutter.is_some() && mc.hot_keys().is_some());
+    assert_eq!(rd.memcache_remedies(), &MemcacheRemedies::default());
+    assert_eq!(rd.replicas(), 1);
     // Hot keys are both protocols'.
     assert_eq!(rd.hot_keys(), mc.hot_keys());
     assert!(rd.hot_keys().is_some());
@@ -248,9 +249,9 @@ fn a_redis_pool_takes_the_replica_count_that_names_it_and_no_pool_of_the_file_is
     }
     let one = flags(|f| f.remedies.replicas = vec![(Some("rd".to_owned()), 1), (None, 2)]);
     let config = overridden(&one).unwrap();
-    assert_eq!(config.pools[1].redis().unwrap().replicas, 1);
+    assert_eq!(config.pools[1].replicas(), 1);
     // The plain count is the memcached pools'.
-    assert_eq!(config.pools[0].remedies().replicas, 2);
+    assert_eq!(config.pools[0].replicas(), 2);
     let three = TWO_POOLS.replace(
         "   - 127.0.0.1:4:1\n",
         "   - 127.0.0.1:4:1\n   - 127.0.0.1:6:1\n",
@@ -259,7 +260,7 @@ fn a_redis_pool_takes_the_replica_count_that_names_it_and_no_pool_of_the_file_is
     let config = flags
         .apply(ProxyConfig::from_yaml(&three).unwrap())
         .unwrap();
-    assert_eq!(config.pools[1].redis().unwrap().replicas, 2);
+    assert_eq!(config.pools[1].replicas(), 2);
 }
 
 #[test]
@@ -334,7 +335,7 @@ fn partial_reads_are_off_unless_asked_for_and_for_redis_pools_only() {
 #[test]
 fn a_pools_own_replica_count_wins_over_the_plain_one_and_is_checked_like_the_files() {
     let own = flags(|f| f.remedies.replicas = vec![(Some("mc".to_owned()), 2), (None, 1)]);
-    assert_eq!(overridden(&own).unwrap().pools[0].remedies().replicas, 2);
+    assert_eq!(overridden(&own).unwrap().pools[0].replicas(), 2);
     // More replicas than servers is refused as the file's settings are (`-t` says so).
     let too_many = flags(|f| f.remedies.replicas = vec![(None, 3)]);
     let errors = overridden(&too_many).unwrap_err();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::{ConfigErrors, HotKeysConfig, PoolConfig, ProtocolConfig};
+use crate::config::{ConfigErrors, HotKeysConfig, PoolConfig};
 use crate::flags::size::parse_size;
 use crate::flags::ApplyToPools;
 
@@ -62,10 +62,7 @@ impl ApplyToPools for HotKeyFlags {
     fn apply(&self, pools: &mut [PoolConfig]) -> Result<(), ConfigErrors> {
         let config = self.config();
         for pool in pools {
-            match &mut pool.protocol {
-                ProtocolConfig::Memcache(m) => m.remedies.hot_keys.clone_from(&config),
-                ProtocolConfig::Redis(r) => r.hot_keys.clone_from(&config),
-            }
+            pool.remedies.hot_keys.clone_from(&config);
         }
         Ok(())
     }

@@ -79,7 +79,7 @@ impl<P: Protocol> Pool<P> {
             }
             None => crate::tls::PoolTls::of(&config)?,
         };
-        let window = config.remedies().warmup_window;
+        let window = config.memcache_remedies().warmup_window;
         let ring_changed = old.config.servers != config.servers
             || old.config.hash != config.hash
             || old.config.hash_tag != config.hash_tag

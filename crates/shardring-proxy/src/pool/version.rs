@@ -79,7 +79,7 @@ impl<P: Protocol> PoolVersion<P> {
             retry_timeout: config.server_retry_timeout,
         };
         let gutter_servers = config
-            .remedies()
+            .memcache_remedies()
             .gutter
             .as_ref()
             .map_or(&[][..], |g| &g.servers[..]);

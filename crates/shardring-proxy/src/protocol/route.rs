@@ -39,7 +39,7 @@ impl Remedies {
     /// When the full placement or the gutter's cannot be built.
     pub(crate) fn build(config: &PoolConfig, pool: &PoolState<'_>) -> Result<Remedies, ProxyError> {
         let replicas = config.replicas();
-        let gutter = config.remedies().gutter.as_ref();
+        let gutter = config.memcache_remedies().gutter.as_ref();
         let placement = |reason: String| ProxyError::Placement {
             pool: config.name.clone(),
             reason,
@@ -306,9 +306,7 @@ mod tests {
     #[test]
     fn a_replicated_keys_route_lists_its_live_replicas_owner_first_and_reads_from_the_first() {
         let mut config = pool(4);
-        if let Some(m) = config.memcache_mut() {
-            m.remedies.replicas = 3;
-        }
+        config.remedies.replicas = 3;
         let full = placed(&config, &[true; 4]);
         let remedies = Remedies::build(&config, &PoolState { hot: None }).unwrap();
         let stats = Arc::new(PoolStats::new("p"));

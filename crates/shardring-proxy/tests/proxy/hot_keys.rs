@@ -176,7 +176,7 @@ async fn a_zipf_load_finds_the_true_top_ten_and_the_hot_cache_evens_out_the_serv
     let mut config = named_pool(&servers);
     let mut hot = HotKeysConfig::new(100);
     hot.window = Duration::from_secs(600);
-    config.memcache_mut().unwrap().remedies.hot_keys = Some(hot.clone());
+    config.remedies.hot_keys = Some(hot.clone());
     let proxy = RunningProxy::start(config).await;
     fill(&proxy.addr).await;
     let before = server_requests(&proxy);
@@ -215,7 +215,7 @@ async fn a_zipf_load_finds_the_true_top_ten_and_the_hot_cache_evens_out_the_serv
     // With the cache: the top keys' reads stay in the proxy.
     let mut config = named_pool(&servers);
     hot.cache_ttl = Some(Duration::from_millis(100));
-    config.memcache_mut().unwrap().remedies.hot_keys = Some(hot);
+    config.remedies.hot_keys = Some(hot);
     let proxy = RunningProxy::start(config).await;
     load(&proxy.addr, ranks[..20_000].to_vec(), 4).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -265,7 +265,7 @@ async fn a_write_through_the_proxy_is_visible_on_the_next_read() {
     let mut hot = HotKeysConfig::new(4);
     // A long TTL, so a stale read would show.
     hot.cache_ttl = Some(Duration::from_secs(30));
-    config.memcache_mut().unwrap().remedies.hot_keys = Some(hot);
+    config.remedies.hot_keys = Some(hot);
     let proxy = RunningProxy::start(config).await;
     let mut c = proxy.client().await;
     c.check(b"set hot 5 0 3\r\none\r\n", b"STORED\r\n").await;
@@ -301,7 +301,7 @@ async fn a_write_behind_the_proxys_back_is_seen_within_the_ttl() {
     let mut config = pool_config(&servers);
     let mut hot = HotKeysConfig::new(4);
     hot.cache_ttl = Some(Duration::from_millis(100));
-    config.memcache_mut().unwrap().remedies.hot_keys = Some(hot);
+    config.remedies.hot_keys = Some(hot);
     let proxy = RunningProxy::start(config).await;
     let mut c = proxy.client().await;
     c.check(b"set k 0 0 3\r\nold\r\n", b"STORED\r\n").await;
@@ -334,7 +334,7 @@ async fn a_write_behind_the_proxys_back_is_seen_within_the_ttl() {
 async fn hot_keys_are_served_at_slash_hotkeys_and_kept_out_of_the_stats_json() {
     let servers = memcacheds(2);
     let mut config = pool_config(&servers);
-    config.memcache_mut().unwrap().remedies.hot_keys = Some(HotKeysConfig::new(2));
+    config.remedies.hot_keys = Some(HotKeysConfig::new(2));
     let proxy = RunningProxy::start(config).await;
     let mut c = proxy.client().await;
     for (key, n) in [("a", 30), ("b", 20), ("c", 10), ("d", 1)] {

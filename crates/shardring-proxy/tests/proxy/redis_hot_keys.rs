@@ -28,10 +28,8 @@ fn hot_pool(servers: &[RedisServer], hot: HotKeysConfig) -> PoolConfig {
     let refs: Vec<&str> = specs.iter().map(String::as_str).collect();
     let mut config = PoolConfig::new("alpha", "127.0.0.1:0", &refs).expect("a pool");
     config.hash = shardring_proxy::config::TwemproxyHash::Md5;
-    config.protocol = ProtocolConfig::Redis(shardring_proxy::config::RedisConfig {
-        hot_keys: Some(hot),
-        ..Default::default()
-    });
+    config.protocol = ProtocolConfig::Redis(shardring_proxy::config::RedisConfig::default());
+    config.remedies.hot_keys = Some(hot);
     config
 }
 

@@ -6,15 +6,13 @@ use std::time::Duration;
 
 use crate::common::RunningProxy;
 use crate::redis_common::{cmds, direct, pool};
-use shardring_proxy::config::{PoolConfig, ProtocolConfig};
+use shardring_proxy::config::PoolConfig;
 use test_support::redis::{bulk, redises, RedisServer};
 
 /// A pool over `servers` keeping each key on `replicas` of them.
 fn replicated(servers: &[RedisServer], replicas: usize, extra: &str) -> PoolConfig {
     let mut config = pool(servers, extra);
-    if let ProtocolConfig::Redis(r) = &mut config.protocol {
-        r.replicas = replicas;
-    }
+    config.remedies.replicas = replicas;
     config
 }
 

@@ -21,7 +21,7 @@ fn key(i: usize) -> String {
 /// A pool that ejects a dead server after one failure and probes often.
 fn config(servers: &[Memcached], replicas: usize) -> PoolConfig {
     let mut c = pool_config(servers);
-    c.memcache_mut().unwrap().remedies.replicas = replicas;
+    c.remedies.replicas = replicas;
     c.auto_eject_hosts = true;
     c.server_failure_limit = 1;
     c.server_retry_timeout = Duration::from_millis(300);

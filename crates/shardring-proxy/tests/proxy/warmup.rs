@@ -858,14 +858,14 @@ async fn moved_after(
     let servers = memcacheds(5);
     let window = Some(Duration::from_secs(60));
     let mut before = pool(&servers[..4], window);
-    before.memcache_mut().unwrap().remedies.replicas = replicas;
+    before.remedies.replicas = replicas;
     let proxy = RunningProxy::start(before).await;
     let four = pool(&servers[..4], None).placement().unwrap();
     let specs: Vec<String> = after.iter().map(|&i| servers[i].server_spec()).collect();
     let refs: Vec<&str> = specs.iter().map(String::as_str).collect();
     let mut changed = PoolConfig::new("alpha", "127.0.0.1:0", &refs).unwrap();
     changed.memcache_mut().unwrap().remedies.warmup_window = window;
-    changed.memcache_mut().unwrap().remedies.replicas = replicas;
+    changed.remedies.replicas = replicas;
     let later = changed.placement().unwrap();
     // When a server leaves, keys that were on it.
     let left: Vec<usize> = (0..4).filter(|i| !after.contains(i)).collect();

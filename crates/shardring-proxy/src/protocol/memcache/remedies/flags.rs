@@ -68,9 +68,9 @@ impl ApplyToPools for RemedyFlags {
         for pool in pools.iter_mut() {
             match &mut pool.protocol {
                 ProtocolConfig::Memcache(m) => {
-                    let r = &mut m.remedies;
-                    r.replicas =
+                    pool.remedies.replicas =
                         for_pool(&self.replicas, &pool.name).map_or(1, |n| usize::from(*n));
+                    let r = &mut m.remedies;
                     r.replica_read_miss = self.replica_read_miss;
                     r.gutter = (!self.gutter.is_empty()).then(|| GutterConfig {
                         servers: self.gutter.clone(),
@@ -78,9 +78,9 @@ impl ApplyToPools for RemedyFlags {
                     });
                     r.warmup_window = self.warmup_window.map(Duration::from_millis);
                 }
-                ProtocolConfig::Redis(r) => {
+                ProtocolConfig::Redis(_) => {
                     if let Some(n) = own(&self.replicas, &pool.name) {
-                        r.replicas = usize::from(*n);
+                        pool.remedies.replicas = usize::from(*n);
                     }
                 }
             }
