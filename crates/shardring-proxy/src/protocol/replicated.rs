@@ -1,9 +1,37 @@
-//! What a replicated write's replies become, for every protocol: a write goes to every live
-//! replica of its key at once ([`super::route::Route::replicas`]), and the client gets one answer.
-//! The protocols differ only in what a server failure looks like and which part of a reply they
-//! compare; the rule is one.
+//! The rules of replicated keys, for every protocol. A write goes to every live replica of its key
+//! at once ([`super::route::Route::replicas`]), and the client gets one answer ([`chosen`]); a read
+//! goes to the first live replica, and on to the next while a reply says to ([`Untried`]). The
+//! protocols differ only in what a server failure looks like and which part of a reply they
+//! compare; the rules are one.
 
 use super::{PartReply, Reply};
+use crate::metrics::PoolStats;
+
+/// The replicas a replicated read has not tried yet, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Untried(std::vec::IntoIter<usize>);
+
+impl Untried {
+    /// A read of a key held by `servers` (its live replicas, owner first): the one to send to now,
+    /// and the rest; `None` when there is none.
+    pub(crate) fn start(servers: Vec<usize>) -> Option<(usize, Untried)> {
+        let mut rest = servers.into_iter();
+        let first = rest.next()?;
+        Some((first, Untried(rest)))
+    }
+
+    /// After a reply: the next replica to try when `retry` (the protocol's reading of the reply: a
+    /// server failure, or a miss the pool retries), counted in `replica_failovers`; `None` when the
+    /// reply answers (or no replica is left).
+    pub(crate) fn next(&mut self, retry: bool, stats: &PoolStats) -> Option<usize> {
+        if !retry {
+            return None;
+        }
+        let next = self.0.next()?;
+        stats.replica_failovers.inc();
+        Some(next)
+    }
+}
 
 /// Which of a replicated write's replies the client gets, and whether the replicas disagreed.
 ///

@@ -23,6 +23,7 @@ use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{is_error_reply, status_code, ResponseKind, ValueBlocks};
 use crate::config::{MemcacheConfig, PoolConfig};
 use crate::error::{BackendError, ProxyError};
+use crate::protocol::replicated::Untried;
 use crate::protocol::route::{Placer, Remedies, Route};
 
 use crate::metrics::PoolStats;
@@ -246,7 +247,7 @@ fn invalidating(req: &Request, key: &Range<usize>, finish: Finish, ctx: &Placer<
 #[derive(Debug)]
 pub(crate) struct Failover {
     /// The replicas not tried yet, in order.
-    rest: std::vec::IntoIter<usize>,
+    rest: Untried,
     /// The request.
     frame: Bytes,
     /// How its replies are framed.
@@ -270,8 +271,7 @@ impl Failover {
         read_miss: bool,
         stats: &Arc<PoolStats>,
     ) -> Step<Memcache> {
-        let mut rest = servers.into_iter();
-        let Some(first) = rest.next() else {
+        let Some((first, rest)) = Untried::start(servers) else {
             return Step::Forward {
                 server: None,
                 frame,
@@ -296,12 +296,10 @@ impl Failover {
     /// After a replica's reply: the next replica, or the answer.
     fn advance(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
         let reply = first_reply(replies);
-        if replicas::retry(self.read_miss, &reply) {
-            if let Some(next) = self.rest.next() {
-                self.stats.replica_failovers.inc();
-                let part = current_part(next, self.frame.clone(), self.kind);
-                return Phase::Again(Round::new(vec![part], Merge::Failover(self)));
-            }
+        let retry = replicas::retry(self.read_miss, &reply);
+        if let Some(next) = self.rest.next(retry, &self.stats) {
+            let part = current_part(next, self.frame.clone(), self.kind);
+            return Phase::Again(Round::new(vec![part], Merge::Failover(self)));
         }
         done(Memcache::finish(self.finish, reply))
     }

@@ -26,6 +26,7 @@ use crate::protocol::redis::command::{KeyArgs, Spec};
 use crate::protocol::redis::request::Request;
 use crate::protocol::redis::settings::Settings;
 use crate::protocol::redis::writes::WRITES;
+use crate::protocol::replicated::Untried;
 use crate::protocol::route::Placer;
 use crate::protocol::{Answer, PartReply, Reply};
 
@@ -50,7 +51,7 @@ pub(crate) struct Replicated {
     /// A write: every part is a replica's copy of it.
     write: bool,
     /// A read: the replicas still to try, in order.
-    next: Vec<usize>,
+    untried: Untried,
     /// The request, for the next replica.
     frame: Bytes,
     /// The pool's tallies.
@@ -71,21 +72,25 @@ pub(crate) fn plan(
     if lists.any(|l| l != servers) {
         return Next::Answer(Answer::fixed(crate::protocol::redis::command::CROSSSLOT));
     }
-    let Some((&first, rest)) = servers.split_first() else {
-        return Next::Answer(Answer::Failed(crate::error::BackendError::NoServer));
-    };
     let part = |server| (server, req.frame.clone());
     let write = is_write(spec);
-    let parts = if write {
-        servers.iter().map(|&s| part(s)).collect()
+    let (parts, untried) = if write {
+        let parts: Vec<_> = servers.iter().map(|&s| part(s)).collect();
+        (parts, Untried::default())
     } else {
-        vec![part(first)]
+        match Untried::start(servers) {
+            Some((first, rest)) => (vec![part(first)], rest),
+            None => (Vec::new(), Untried::default()),
+        }
     };
+    if parts.is_empty() {
+        return Next::Answer(Answer::Failed(crate::error::BackendError::NoServer));
+    }
     Next::Send(
         parts,
         Replicated {
             write,
-            next: if write { Vec::new() } else { rest.to_vec() },
+            untried,
             frame: req.frame.clone(),
             stats: Arc::clone(ctx.stats),
         },
@@ -102,7 +107,7 @@ fn failed(reply: &Reply) -> bool {
 }
 
 /// After a round: a write's answer, or a read's answer or its next replica.
-pub(crate) fn advance(state: Replicated, replies: Vec<PartReply<'_>>) -> Next<Replicated> {
+pub(crate) fn advance(mut state: Replicated, replies: Vec<PartReply<'_>>) -> Next<Replicated> {
     let done = Next::Answer;
     let answer = |reply: Reply| match reply {
         Ok(b) => Answer::Bytes(b),
@@ -124,14 +129,12 @@ pub(crate) fn advance(state: Replicated, replies: Vec<PartReply<'_>>) -> Next<Re
     let Some(reply) = replies.into_iter().next() else {
         return done(Answer::Failed(crate::error::BackendError::NoServer));
     };
-    match state.next.split_first() {
-        Some((&server, rest)) if failed(&reply.reply) => {
-            state.stats.replica_failovers.inc();
+    match state.untried.next(failed(&reply.reply), &state.stats) {
+        Some(server) => {
             let part = (server, state.frame.clone());
-            let next = rest.to_vec();
-            Next::Send(vec![part], Replicated { next, ..state })
+            Next::Send(vec![part], state)
         }
-        _ => done(answer(reply.reply)),
+        None => done(answer(reply.reply)),
     }
 }
 
