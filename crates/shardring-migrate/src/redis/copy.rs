@@ -22,7 +22,7 @@
 //! too: if the difference was a dual write in flight, the source has the key by the next pass and
 //! it is copied); after [`MAX_PASSES`] a key still different is counted failed and logged.
 //!
-//! The next pass waits until the key has **settled**: it begins at least [`SETTLE`](crate::SETTLE) after this
+//! The next pass waits until the key has **settled**: it begins at least [`SETTLE`] after this
 //! run's write. Equal is not done while a dual write may still be in flight across our own write.
 //! A proxy sends a dual write to both servers at once, and they apply it at different moments. Say
 //! the target applied an `HINCRBY` just before our `RESTORE … REPLACE` erased it there, and the
@@ -31,7 +31,7 @@
 //! while the target takes the proxy's half at once.) The same goes for an `UNLINK` of ours and a
 //! dual write that creates the key. So a key this run writes is parked ([`Engine::recheck`]), and
 //! is compared once it has settled. The worker does that after each later batch, so it does not
-//! wait, and at the end of the run it waits for the last keys only (one [`SETTLE`](crate::SETTLE)).
+//! wait, and at the end of the run it waits for the last keys only (one [`SETTLE`]).
 //!
 //! The first pass must not overwrite a key the target already holds without comparing it first: on
 //! a rerun (or a target dual writes already completed) the keys already equal are left alone
@@ -150,7 +150,7 @@ pub struct Engine {
     parked: VecDeque<Parked>,
 }
 
-/// A key waiting out [`SETTLE`](crate::SETTLE) after this run's last write of it.
+/// A key waiting out [`SETTLE`] after this run's last write of it.
 #[derive(Debug)]
 struct Parked {
     target: usize,
