@@ -515,9 +515,32 @@ impl World {
             if p.len() == n && p.iter().all(|(_, live)| *live) {
                 return;
             }
-            assert!(Instant::now() < deadline, "participants: {p:?}");
+            assert!(
+                Instant::now() < deadline,
+                "participants: {p:?}\n{}",
+                self.proxy_logs()
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// Each proxy's ports and the end of its log: what a test that timed out waiting for them says.
+    fn proxy_logs(&self) -> String {
+        self.proxies
+            .iter()
+            .map(|p| {
+                let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!(
+                    "proxy on {} (stats {}), its log's end:\n{}",
+                    p.addr(),
+                    p.stats,
+                    tail.join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     fn participant_count(&self) -> usize {
