@@ -41,6 +41,19 @@ async fn cmd(c: &mut Conn, args: &[&str]) -> Value {
     r
 }
 
+/// Runs `work` on a thread and runtime of its own, so a copy under test never starves it of turns.
+fn on_own_runtime(
+    work: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(work)
+    })
+}
+
 fn servers(extra: &[&str]) -> Option<(RedisServer, RedisServer)> {
     Some((RedisServer::start(extra)?, RedisServer::start(extra)?))
 }
@@ -304,22 +317,13 @@ async fn a_dual_write_whose_source_half_lands_after_the_copy_verified_is_copied_
         cmd(&mut ca, &["HSET", "count0", "a", "1"]).await;
         // The late half of a dual write: an `HINCRBY` whose target half the copy erased (or that
         // had not reached the target yet) reaches the source only once the copy is on the target,
-        // as a proxy's does when the source is slow (`MIGRATE` blocks it). On a thread and
-        // runtime of its own, so it is not waiting for the copy's turns.
-        let late = {
-            let (source, target) = (sa.clone(), sb.clone());
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async move {
-                    let (mut cs, mut ct) = (conn(&source).await, conn(&target).await);
-                    while cmd(&mut ct, &["EXISTS", "count0"]).await != Value::Integer(1) {}
-                    cmd(&mut cs, &["HINCRBY", "count0", "a", "1"]).await;
-                })
-            })
-        };
+        // as a proxy's does when the source is slow (`MIGRATE` blocks it).
+        let (source, target) = (sa.clone(), sb.clone());
+        let late = on_own_runtime(async move {
+            let (mut cs, mut ct) = (conn(&source).await, conn(&target).await);
+            while cmd(&mut ct, &["EXISTS", "count0"]).await != Value::Integer(1) {}
+            cmd(&mut cs, &["HINCRBY", "count0", "a", "1"]).await;
+        });
         let r = redis::copy_with(&job(sa.clone(), sb.clone()), transfer)
             .await
             .unwrap();
@@ -535,22 +539,15 @@ async fn a_key_that_never_settles_is_given_up_as_failed() {
     cmd(&mut ca, &["SET", "calm2", "1"]).await;
     // Something keeps changing the target's copy (as no dual write would).
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // On a thread and runtime of its own, so the copy's tasks never starve it of turns.
     let writer = {
         let (stop, target) = (stop.clone(), sb.clone());
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let mut cb = conn(&target).await;
-                let mut n = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    n += 1;
-                    cb.call(&["SET", "hot0", &n.to_string()]).await.unwrap();
-                }
-            })
+        on_own_runtime(async move {
+            let mut cb = conn(&target).await;
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                cb.call(&["SET", "hot0", &n.to_string()]).await.unwrap();
+            }
         })
     };
     // The writer is at it before the copy starts (its values never equal the source's).

@@ -27,23 +27,35 @@ async fn first_line(d: &mut Client, key: &str) -> String {
     d.read_line().await
 }
 
-#[tokio::test]
-async fn memcached_writes_of_moving_keys_reach_both_owners_and_reads_stay() {
-    let servers = memcacheds(4);
-    // Now: the first three; next: all four (one added).
+/// Four memcached servers, a pool of the first three whose next membership is all four (one
+/// added), and the next membership's server names (owners are indexes among them).
+fn one_added(servers: &[test_support::Memcached]) -> (PoolConfig, PoolConfig, Vec<String>) {
     // md5 spreads these similar keys evenly over so few servers.
     let mut config = pool_config(&servers[..3]);
     config.hash = shardring_proxy::config::TwemproxyHash::Md5;
-    let mut next = pool_config(&servers);
+    let mut next = pool_config(servers);
     next.hash = config.hash;
     config.next = Some(NextMembership::of(&next));
-    let names: Vec<String> = next.servers.iter().map(|s| s.display_name()).collect();
+    let names = next.servers.iter().map(|s| s.display_name()).collect();
+    (config, next, names)
+}
+
+/// A client straight to each of `servers`.
+async fn direct_clients(servers: &[test_support::Memcached]) -> Vec<Client> {
+    let mut clients = Vec::new();
+    for s in servers {
+        clients.push(Client::connect(&s.addr).await);
+    }
+    clients
+}
+
+#[tokio::test]
+async fn memcached_writes_of_moving_keys_reach_both_owners_and_reads_stay() {
+    let servers = memcacheds(4);
+    let (config, next, names) = one_added(&servers);
     let proxy = RunningProxy::start(config.clone()).await;
     let mut c = proxy.client().await;
-    let mut direct_clients = Vec::new();
-    for s in &servers {
-        direct_clients.push(Client::connect(&s.addr).await);
-    }
+    let mut direct_clients = direct_clients(&servers).await;
     let (mut moving, mut staying) = (0, 0);
     for i in 0..300 {
         let key = format!("dual:{i}");
@@ -408,18 +420,10 @@ async fn ttl(d: &mut Client, key: &str) -> Option<i64> {
 #[tokio::test]
 async fn memcached_gat_and_gats_of_moving_keys_touch_their_next_owner() {
     let servers = memcacheds(4);
-    let mut config = pool_config(&servers[..3]);
-    config.hash = shardring_proxy::config::TwemproxyHash::Md5;
-    let mut next = pool_config(&servers);
-    next.hash = config.hash;
-    config.next = Some(NextMembership::of(&next));
-    let names: Vec<String> = next.servers.iter().map(|s| s.display_name()).collect();
+    let (config, next, names) = one_added(&servers);
     let proxy = RunningProxy::start(config.clone()).await;
     let mut c = proxy.client().await;
-    let mut direct_clients = Vec::new();
-    for s in &servers {
-        direct_clients.push(Client::connect(&s.addr).await);
-    }
+    let mut direct_clients = direct_clients(&servers).await;
     let owner = |key: &str| {
         let (now, then) = owners(&config, &next, key);
         (

@@ -662,16 +662,7 @@ fn replica_writes(
             .zip(&others)
             .filter_map(|(&k, list)| list.get(layer).map(|&s| (k, s)))
             .unzip();
-        let mut next = servers.iter().copied();
-        for sub in merge::split(req, &keys, step, |_| next.next().unwrap_or(0)) {
-            let part = Part {
-                placement: Placement::Current,
-                server: sub.server,
-                frame: sub.frame,
-                kind: Resp::Reply,
-            };
-            out.push((part, Finish::Plain));
-        }
+        out.extend(parts_to(req, &keys, &servers, step).map(|part| (part, Finish::Plain)));
     }
     out
 }
@@ -697,8 +688,19 @@ fn next_owner_writes(
     if keys.is_empty() {
         return Vec::new();
     }
+    parts_to(req, &keys, &servers, step).collect()
+}
+
+/// A split write's copies of `keys` (argument indexes), `keys[i]` to `servers[i]`: one part per
+/// server, each a command of the keys it takes.
+fn parts_to<'a>(
+    req: &'a Request,
+    keys: &[usize],
+    servers: &[usize],
+    step: usize,
+) -> impl Iterator<Item = Part<Redis>> + 'a {
     let mut next = servers.iter().copied();
-    merge::split(req, &keys, step, |_| next.next().unwrap_or(0))
+    merge::split(req, keys, step, |_| next.next().unwrap_or(0))
         .into_iter()
         .map(|sub| Part {
             placement: Placement::Current,
@@ -706,7 +708,6 @@ fn next_owner_writes(
             frame: sub.frame,
             kind: Resp::Reply,
         })
-        .collect()
 }
 
 /// `RESET`: the connection as new (RESP2, no name, not authenticated), its transaction, watch and
