@@ -40,8 +40,12 @@ pub use rate::RateLimit;
 /// check that reads the source before the source applies it can find nothing changed, then the
 /// source changes. Say the target missed the write (an `incr` found no copy there yet, or our
 /// `RESTORE … REPLACE` erased it): the source is then one write ahead for good, and the cut-over
-/// loses that write. 200 ms is ~1,000 times a dual write's spread on a healthy loopback. The keys
-/// waiting it out are parked, not waited for, so a run ends one `SETTLE` later than without it.
+/// loses that write. The two halves go out in one pipelined round trip, so they land within that
+/// round trip of each other plus whatever holds the source (a `MIGRATE` batch holds it ~250 µs:
+/// BENCHMARKS.md, "migrate (redis): where the servers' time goes"); 200 ms leaves room for a
+/// loaded machine's scheduling delays (the test that lost a write under CPU load passed 22 runs
+/// of 22 with it). The keys waiting it out are parked, not waited for, so a run ends one `SETTLE`
+/// later than without it.
 pub const SETTLE: Duration = Duration::from_millis(200);
 
 /// Where a key found on the source goes next: the index of its target in [`Job::targets`], or `None`
