@@ -94,7 +94,9 @@ impl PoolChanges {
             server_retry_timeout,
             server_failure_limit,
             tcpkeepalive,
-            health_check_interval
+            health_check_interval,
+            breakers,
+            rate_limits
         );
         if old.protocol != new.protocol {
             // The protocol's own settings (redis_auth, redis_db, limits, remedies) as one entry: their

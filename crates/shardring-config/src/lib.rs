@@ -14,6 +14,7 @@
 //! Three lifetimes, as in shotover and linkerd: config (read and validated whole) → pools built once →
 //! per-connection sessions. Every default is resolved at load, in [`PoolConfig`].
 
+mod breakers;
 mod changes;
 mod limits;
 mod next;
@@ -21,11 +22,13 @@ mod placement;
 mod pool;
 mod problem;
 mod protocol;
+mod rate_limits;
 mod tls;
 mod twemproxy_file;
 pub(crate) mod twemproxy_keys;
 mod yaml;
 
+pub use self::breakers::BreakerConfig;
 pub use self::changes::PoolChanges;
 pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN, VALUE_LEN_CEILING};
 pub use self::next::NextMembership;
@@ -36,6 +39,7 @@ pub use self::protocol::{
     GutterConfig, HotKeysConfig, MemcacheConfig, MemcacheRemedies, ProtocolConfig, RedisConfig,
     Remedies, SentinelConfig,
 };
+pub use self::rate_limits::RateLimits;
 pub use self::tls::{ListenerTls, ServerTlsConfig};
 pub use self::twemproxy_file::read_pools;
 pub use self::twemproxy_keys::parse_listen;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use shardring::compat::twemproxy::{Distribution, TwemproxyServer};
 use shardring::hash::TwemproxyHash;
 
+use super::breakers::BreakerConfig;
 use super::next::NextMembership;
 use super::placement::PlacementSpec;
 use super::problem::ConfigErrors;
@@ -15,6 +16,7 @@ use super::protocol::{
     HotKeysConfig, MemcacheConfig, MemcacheRemedies, ProtocolConfig, RedisConfig, Remedies,
     NO_MEMCACHE_REMEDIES,
 };
+use super::rate_limits::RateLimits;
 use super::twemproxy_keys::parse_listen;
 use crate::tls::{ListenerTls, ServerTlsConfig};
 
@@ -112,6 +114,13 @@ pub struct PoolConfig {
     /// *proxy-only*: the remedies of both protocols (replicas, hot keys); a memcached pool's own
     /// are in its [`MemcacheConfig`]. By default, none is on.
     pub remedies: Remedies,
+    /// *proxy-only*: each server's circuit breakers (a cap on pending requests, outlier
+    /// ejection). By default, none: a slow server's requests wait as nutcracker's do.
+    /// `shardring proxy --circuit-breakers` and its tuning flags.
+    pub breakers: Option<BreakerConfig>,
+    /// *proxy-only*: requests a second per hot key and per pool. By default, none.
+    /// `shardring proxy --key-rate-limit`, `--pool-rate-limit`.
+    pub rate_limits: RateLimits,
 }
 
 impl NextMembership {
@@ -212,6 +221,8 @@ impl PoolConfig {
             server_tls: None,
             next: None,
             remedies: Remedies::default(),
+            breakers: None,
+            rate_limits: RateLimits::default(),
         }
     }
 
@@ -320,6 +331,11 @@ impl PoolConfig {
             errors.push(n, "the health check interval must be greater than 0".into());
         }
         self.remedies.validate(n, self.placement_spec(), errors);
+        if let Some(b) = &self.breakers {
+            b.validate(n, errors);
+        }
+        self.rate_limits
+            .validate(n, self.remedies.hot_keys.is_some(), errors);
         match &self.protocol {
             ProtocolConfig::Memcache(m) => {
                 m.validate(n, self.placement_spec(), self.remedies.replicas, errors)

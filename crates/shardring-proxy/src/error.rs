@@ -121,6 +121,25 @@ pub enum BackendError {
         /// How long the registration has gone unconfirmed.
         unconfirmed_ms: u64,
     },
+    /// The server's circuit breaker is open (`--circuit-breakers`): it was ejected for failing or
+    /// answering slowly, and is refused until a probe passes, so its keys fail fast instead of
+    /// waiting for a timeout.
+    #[error("circuit open for {addr}: {reason}")]
+    CircuitOpen {
+        /// The server.
+        addr: String,
+        /// Why, and for how long (`ejected for 812 ms more after 5 consecutive failures …`).
+        reason: String,
+    },
+    /// The server has its cap of requests pending (`--max-pending`): this one is refused at once
+    /// rather than queued behind them.
+    #[error("{addr} has {pending} requests pending, the most allowed (--max-pending)")]
+    Overloaded {
+        /// The server.
+        addr: String,
+        /// The cap.
+        pending: u32,
+    },
     /// The server was removed by a reload while the request waited.
     #[error("server removed")]
     Removed,
@@ -154,6 +173,8 @@ impl BackendError {
                 | BackendError::Fenced { .. }
                 | BackendError::Removed
                 | BackendError::OwnConnectionsExhausted { .. }
+                | BackendError::CircuitOpen { .. }
+                | BackendError::Overloaded { .. }
         )
     }
 

@@ -91,6 +91,16 @@ fn stop(child: &mut Option<Child>) {
     }
 }
 
+/// Sends `signal` (`-STOP`, `-CONT`) to `child`, if it still runs: a server paused as a stalled
+/// one is (swapping, stopped by a debugger), then resumed.
+fn signal(child: &Option<Child>, signal: &str) {
+    if let Some(c) = child {
+        let _ = std::process::Command::new("kill")
+            .args([signal, &c.id().to_string()])
+            .status();
+    }
+}
+
 /// For a program that could not be spawned: says the test is skipped on a developer's machine, and
 /// panics in CI, where `.ci/run` installs every server the tests use.
 fn skip_missing(program: &str, err: &std::io::Error) {

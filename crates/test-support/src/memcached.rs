@@ -103,6 +103,17 @@ impl Memcached {
         crate::stop(&mut self.child);
     }
 
+    /// Pauses the server (SIGSTOP): connections stay open and nothing is answered, as a stalled
+    /// server behaves.
+    pub fn pause(&self) {
+        crate::signal(&self.child, "-STOP");
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) {
+        crate::signal(&self.child, "-CONT");
+    }
+
     /// The server as a twemproxy config names it: `addr:1` (weight 1).
     pub fn server_spec(&self) -> String {
         format!("{}:1", self.addr)

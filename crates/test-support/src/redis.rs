@@ -73,6 +73,17 @@ impl RedisServer {
         crate::stop(&mut self.child);
     }
 
+    /// Pauses the server (SIGSTOP): connections stay open and nothing is answered, as a stalled
+    /// server behaves.
+    pub fn pause(&self) {
+        crate::signal(&self.child, "-STOP");
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) {
+        crate::signal(&self.child, "-CONT");
+    }
+
     /// Kills the server and starts it again, empty, on its port with its arguments.
     pub fn restart(&mut self) {
         self.kill();

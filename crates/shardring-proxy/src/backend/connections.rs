@@ -162,6 +162,8 @@ impl<P: Protocol> Backend<P> {
         Ok(OwnConnection {
             queue: tx,
             stats: Arc::clone(&self.stats),
+            health: Arc::clone(&self.health),
+            addr: self.settings.addr.clone(),
             _slot: slot,
         })
     }
@@ -320,6 +322,10 @@ impl<P: Protocol> Backend<P> {
         let queues = worker.get(to.lane).unwrap_or(&worker[0]);
         let client_id = to.client_id;
         let i = (client_id % queues.len() as u64) as usize;
+        if let Err(refused) = self.health.admit(&self.stats, &self.settings.addr) {
+            reply.send(Err(refused));
+            return;
+        }
         self.stats.in_queue.inc();
         let job = Job { frame, kind, reply };
         if let Err(job) = queues[i].send(job) {
@@ -336,6 +342,10 @@ pub(crate) struct OwnConnection<P: Protocol> {
     queue: Sender<Job<P>>,
     /// The server's tallies.
     stats: Arc<ServerStats>,
+    /// The server's health (its circuit breaker admits each request).
+    health: Arc<ServerHealth>,
+    /// The server's address, for the breaker's errors.
+    addr: String,
     /// Its place in the server's bound.
     _slot: OwnSlot,
 }
@@ -358,6 +368,10 @@ impl<P: Protocol> OwnConnection<P> {
     /// Queues `frame`, its reply going to `reply`. Out of line: few requests take one.
     #[inline(never)]
     pub(crate) fn send_to(&self, frame: Bytes, kind: P::ReplyKind, reply: ReplyTo) {
+        if let Err(refused) = self.health.admit(&self.stats, &self.addr) {
+            reply.send(Err(refused));
+            return;
+        }
         self.stats.in_queue.inc();
         if let Err(job) = self.queue.send(Job { frame, kind, reply }) {
             self.stats.in_queue.dec();
@@ -390,6 +404,9 @@ struct InFlight<P: Protocol> {
     queued: Instant,
     /// The pool's `timeout` applies to its reply ([`Dialect::reply_timed`](crate::protocol::Dialect::reply_timed)).
     timed: bool,
+    /// Its wait was reported to the circuit breaker as a stall ([`ServerHealth::stall_after`]):
+    /// its reply, when it comes, is not counted again.
+    stalled: bool,
 }
 
 /// One server connection's state, owned by its task.
@@ -443,7 +460,8 @@ impl<P: Protocol> Connection<P> {
                 }
             }
             try_now = false;
-            let stream = match self.connect().await {
+            let waiting = first.is_some();
+            let stream = match self.watched(waiting, self.connect()).await {
                 Ok(s) => s,
                 Err(err) => {
                     // Everything queued now fails with this error: a burst toward a dead server is
@@ -475,7 +493,8 @@ impl<P: Protocol> Connection<P> {
             };
             self.tls_retry = Duration::ZERO;
             let mut stream = stream;
-            if !self.introduce(&mut stream).await {
+            let introduced = self.watched(waiting, self.introduce(&mut stream)).await;
+            if !introduced {
                 // A fresh connection without them, at once, the queued request kept: the server is
                 // not failing, it just does not know the introduction.
                 try_now = true;
@@ -511,6 +530,28 @@ impl<P: Protocol> Connection<P> {
                         }
                         return;
                     }
+                }
+            }
+        }
+    }
+
+    /// `step` (a connect, an introduction) awaited: when a request waits on it (`waiting`) and a
+    /// circuit breaker watches for stalls, each `slow` the step takes is one stall, as a request
+    /// waiting that long for its reply is (a paused or overloaded server accepts connections in its
+    /// kernel and answers nothing; the requests queued meanwhile are not in flight yet, so this is
+    /// what shows their wait, a half-open probe's included).
+    async fn watched<T>(&self, waiting: bool, step: impl std::future::Future<Output = T>) -> T {
+        let Some(after) = self.health.stall_after().filter(|_| waiting) else {
+            return step.await;
+        };
+        tokio::pin!(step);
+        let mut waited = Duration::ZERO;
+        loop {
+            tokio::select! {
+                out = &mut step => return out,
+                () = tokio::time::sleep(after) => {
+                    waited += after;
+                    self.health.record_stall(&self.stats, waited);
                 }
             }
         }
@@ -751,6 +792,7 @@ impl<P: Protocol> Connection<P> {
             kind: job.kind,
             reply: job.reply,
             queued: now,
+            stalled: false,
         });
     }
 
@@ -789,6 +831,7 @@ impl<P: Protocol> Connection<P> {
                 (Some(t), Some(f)) if f.timed => Some(f.queued + t),
                 _ => None,
             };
+            let stall = self.next_stall();
             let room = self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER;
             tokio::select! {
                 biased;
@@ -842,8 +885,44 @@ impl<P: Protocol> Connection<P> {
                     self.stats.server_timedout.inc();
                     return End::Failed(BackendError::Timeout { addr });
                 }
+                () = sleep_until(stall.map(|(_, at)| at)), if stall.is_some() => {
+                    if let Some((i, _)) = stall {
+                        self.report_stall(i);
+                    }
+                }
             }
         }
+    }
+
+    /// With a circuit breaker watching for stalls: the oldest timed request not yet reported whose
+    /// wait will pass the breaker's `slow`, and when (its index in flight, the instant).
+    fn next_stall(&self) -> Option<(usize, Instant)> {
+        let after = self.health.stall_after()?;
+        let (i, f) = self
+            .in_flight
+            .iter()
+            .enumerate()
+            .find(|(_, f)| f.timed && !f.stalled)?;
+        Some((i, f.queued + after))
+    }
+
+    /// Reports the request at `i` in flight as stalled, and marks every later one written at the
+    /// same instant (one batch, one write): one failure for the breaker per batch, so a server that
+    /// stops answering is ejected while it stalls, and one slow command with a few pipelined
+    /// requests behind it is not five failures at once.
+    #[cold]
+    fn report_stall(&mut self, i: usize) {
+        let Some(first) = self.in_flight.get(i).map(|f| f.queued) else {
+            return;
+        };
+        for f in self.in_flight.iter_mut().skip(i) {
+            if f.queued != first {
+                break;
+            }
+            f.stalled = true;
+        }
+        let waited = Instant::now().saturating_duration_since(first);
+        self.health.record_stall(&self.stats, waited);
     }
 
     /// Frames every complete reply in the read buffer and hands each to its request.
@@ -864,10 +943,11 @@ impl<P: Protocol> Connection<P> {
                     self.stats.in_queue.dec();
                     self.stats.responses.inc();
                     let now = *now.get_or_insert_with(Instant::now);
-                    self.stats
-                        .latency
-                        .observe(now.saturating_duration_since(f.queued));
-                    self.health.record_success();
+                    let latency = now.saturating_duration_since(f.queued);
+                    self.stats.latency.observe(latency);
+                    if !f.stalled {
+                        self.health.record_reply(&self.stats, latency);
+                    }
                     f.reply.send(Ok(reply));
                 }
                 Err(e) => {
@@ -944,6 +1024,7 @@ mod tests {
             auto_eject: false,
             failure_limit: 2,
             retry_timeout: Duration::from_secs(30),
+            breakers: None,
         };
         let health = Arc::new(ServerHealth::new(
             policy,

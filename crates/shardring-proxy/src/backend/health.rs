@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::breaker::Breaker;
 use super::stream::{ConnectError, ServerStream};
+use crate::config::BreakerConfig;
+use crate::error::BackendError;
 use crate::tls::connector::ServerTls;
 use tokio::sync::Notify;
 
@@ -37,6 +40,9 @@ pub(crate) struct EjectPolicy {
     pub failure_limit: u32,
     /// `server_retry_timeout`.
     pub retry_timeout: Duration,
+    /// The circuit breakers (`--circuit-breakers`): fast errors while the server is out, which
+    /// keep the placement as it is.
+    pub breakers: Option<BreakerConfig>,
 }
 
 /// One server's failure count and ejection state.
@@ -52,6 +58,8 @@ pub(crate) struct ServerHealth {
     changed: Arc<Notify>,
     /// The pool's tallies (`server_ejects`).
     pool_stats: Arc<PoolStats>,
+    /// The server's circuit breaker, when the pool has them.
+    breaker: Option<Breaker>,
 }
 
 impl ServerHealth {
@@ -67,6 +75,7 @@ impl ServerHealth {
             ejected_since: Mutex::new(None),
             changed,
             pool_stats,
+            breaker: policy.breakers.map(Breaker::new),
         }
     }
 
@@ -88,12 +97,50 @@ impl ServerHealth {
             .unwrap_or(false)
     }
 
-    /// A request (or probe) succeeded.
-    pub(crate) fn record_success(&self) {
+    /// Whether a request may be sent to the server (`addr`) now: always, unless its circuit
+    /// breaker holds it out or it has its cap of requests pending ([`Breaker::admit`]).
+    #[inline]
+    pub(crate) fn admit(&self, stats: &ServerStats, addr: &str) -> Result<(), BackendError> {
+        match &self.breaker {
+            Some(b) => b.admit(stats, addr),
+            None => Ok(()),
+        }
+    }
+
+    /// A probe succeeded.
+    pub(crate) fn record_success(&self, stats: &ServerStats) {
         // Relaxed: the count is this value alone; nothing else is published through it. Read first so
         // the common case (no failures) does not write a cache line shared with other threads.
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
+        }
+        if let Some(b) = &self.breaker {
+            b.success(stats, &self.pool_stats.name);
+        }
+    }
+
+    /// A reply arrived `latency` after its request was written.
+    #[inline]
+    pub(crate) fn record_reply(&self, stats: &ServerStats, latency: Duration) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+        if let Some(b) = &self.breaker {
+            b.reply(stats, &self.pool_stats.name, latency);
+        }
+    }
+
+    /// How long a request may wait for its reply before its wait counts against the server now
+    /// (the breaker's `slow`); `None` when nothing watches.
+    pub(crate) fn stall_after(&self) -> Option<Duration> {
+        self.breaker.as_ref().and_then(Breaker::slow)
+    }
+
+    /// A request has waited `waited` (past [`ServerHealth::stall_after`]) for its reply: a failure
+    /// for the breaker, not for `auto_eject_hosts` (which counts errors, as nutcracker does).
+    pub(crate) fn record_stall(&self, stats: &ServerStats, waited: Duration) {
+        if let Some(b) = &self.breaker {
+            b.stalled(stats, &self.pool_stats.name, waited);
         }
     }
 
@@ -101,6 +148,9 @@ impl ServerHealth {
     /// server's address): ejects the server when the policy says so. A shortage of the proxy's own
     /// descriptors is never recorded here.
     pub(crate) fn record_failure(&self, stats: &ServerStats, cause: &dyn fmt::Display) {
+        if let Some(b) = &self.breaker {
+            b.failure(stats, &self.pool_stats.name, cause);
+        }
         let n = self
             .failures
             .fetch_add(1, Ordering::Relaxed)

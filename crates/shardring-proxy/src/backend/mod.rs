@@ -1,7 +1,9 @@
-//! Servers: each one's connections ([`connections`]), health ([`health`]) and how often it is probed
+//! Servers: each one's connections ([`connections`]), health ([`health`]) and circuit breaker
+//! ([`breaker`]), and how often it is probed
 //! ([`flags`]), sockets ([`stream`]), the queue of requests to a connection ([`queue`]) and where
 //! replies go ([`reply`]).
 
+pub(crate) mod breaker;
 pub(crate) mod connections;
 pub(crate) mod flags;
 pub(crate) mod health;

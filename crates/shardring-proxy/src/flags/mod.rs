@@ -4,7 +4,7 @@
 //! Each feature's flags are a [`clap::Args`] group defined beside the feature, knowing which
 //! protocols' pools it serves and how it sets them ([`ApplyToPools`]): [`HotKeyFlags`] in
 //! `hot_keys/`, [`TlsFlags`] in `tls/`, [`SentinelFlags`] in `sentinel/`, [`HealthCheckFlags`] in
-//! `backend/`, `MembershipFlags` in `membership/`, [`MetricsFlags`] in `metrics/`, [`WorkerFlags`] in
+//! `backend/`, [`BreakerFlags`] in `backend/breaker/`, `MembershipFlags` in `membership/`, [`MetricsFlags`] in `metrics/`, [`WorkerFlags`] in
 //! `workers/`; the protocols' own beside their code: [`MemcacheFlags`] in `protocol/memcache/`,
 //! [`RemedyFlags`] (the memcached remedies) in `protocol/memcache/remedies/`, [`RedisFlags`] in
 //! `protocol/redis/`. This folder keeps [`LimitFlags`] (both protocols' request limits) and what
@@ -23,6 +23,7 @@ pub(crate) mod size;
 mod tests;
 
 pub use self::limits::LimitFlags;
+pub use crate::backend::breaker::flags::BreakerFlags;
 pub use crate::backend::flags::HealthCheckFlags;
 pub use crate::hot_keys::flags::HotKeyFlags;
 #[cfg(feature = "etcd")]
@@ -85,6 +86,9 @@ pub struct ProxyFlags {
     /// `--health-check-interval`: every pool's server probes.
     #[command(flatten)]
     pub health: HealthCheckFlags,
+    /// `--circuit-breakers` and its tuning: every pool's servers.
+    #[command(flatten)]
+    pub breakers: BreakerFlags,
     /// `--etcd` and its companions: where the pools' servers come from.
     #[cfg(feature = "etcd")]
     #[command(flatten)]
@@ -108,11 +112,12 @@ pub struct ProxyFlags {
 
 impl ProxyFlags {
     /// The groups that set the pools' settings, in the order they apply.
-    fn pool_groups(&self) -> [&dyn ApplyToPools; 8] {
+    fn pool_groups(&self) -> [&dyn ApplyToPools; 9] {
         [
             &self.limits,
             &self.memcache,
             &self.health,
+            &self.breakers,
             &self.hot_keys,
             &self.remedies,
             &self.redis,

@@ -28,6 +28,22 @@ pub(crate) fn parse_pool_path(text: &str) -> Result<(Option<String>, PathBuf), S
     Ok((pool, PathBuf::from(path)))
 }
 
+/// `N` or `POOL=N` → (pool, N), N a whole number from `min` to `max` (`what` names it in the error).
+pub(crate) fn parse_pool_number(
+    text: &str,
+    what: &str,
+    min: u64,
+    max: u64,
+) -> Result<(Option<String>, u64), String> {
+    let (pool, number) = pool_prefixed(text);
+    match number.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok((pool, n)),
+        _ => Err(format!(
+            "not {what} from {min} to {max}: {text:?} (N or POOL=N)"
+        )),
+    }
+}
+
 /// A switch's value: empty (given bare) → every pool, else the pool's name.
 pub(crate) fn parse_pool_switch(text: &str) -> Result<Option<String>, String> {
     Ok((!text.is_empty()).then(|| text.to_owned()))
@@ -113,6 +129,16 @@ mod tests {
             Ok((Some("mc".into()), "/etc/tls/mc.key".into()))
         );
         assert!(parse_pool_path("mc=").is_err());
+    }
+
+    #[test]
+    fn a_number_names_a_pool_or_every_pool() {
+        let parse = |t| parse_pool_number(t, "a count", 1, 10);
+        assert_eq!(parse("3"), Ok((None, 3)));
+        assert_eq!(parse("mc=10"), Ok((Some("mc".into()), 10)));
+        for bad in ["0", "11", "x", "mc=", "mc=-1", ""] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -109,6 +109,9 @@ fn every_flag_reaches_its_group() {
         "--sentinel-auth",
         "rd=s3cret",
         "--redis-partial-reads=rd",
+        "--circuit-breakers=rd",
+        "--outlier-slow",
+        "rd=50",
     ]);
     assert_eq!(
         flags,
@@ -126,6 +129,11 @@ fn every_flag_reaches_its_group() {
             },
             health: HealthCheckFlags {
                 health_check_interval: 250,
+            },
+            breakers: BreakerFlags {
+                circuit_breakers: vec![Some("rd".into())],
+                outlier_slow: vec![(Some("rd".into()), 50)],
+                ..BreakerFlags::default()
             },
             #[cfg(feature = "etcd")]
             membership: MembershipFlags {

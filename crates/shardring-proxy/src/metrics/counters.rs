@@ -119,6 +119,14 @@ pub struct ServerStats {
     pub dedicated_refused: Counter,
     /// Connections and probes whose TLS handshake with the server failed (`--server-tls`).
     pub tls_handshake_errors: Counter,
+    /// Times its circuit breaker ejected it (`--circuit-breakers`).
+    pub outlier_ejections: Counter,
+    /// Whether its circuit breaker holds it out now (ejected or half-open).
+    pub outlier_ejected: AtomicBool,
+    /// Requests answered with a fast error while its breaker held it out.
+    pub breaker_rejected: Counter,
+    /// Requests answered with a fast error because it had its cap of requests pending.
+    pub pending_overflows: Counter,
 }
 
 impl ServerStats {

@@ -222,7 +222,7 @@ pub(super) type ServerFamily = (
 );
 
 /// The server-level families, one sample per server, labelled `pool` and `server`.
-pub(super) const SERVER_FAMILIES: [ServerFamily; 14] = [
+pub(super) const SERVER_FAMILIES: [ServerFamily; 18] = [
     (
         "shardring_proxy_server_requests",
         false,
@@ -320,5 +320,33 @@ pub(super) const SERVER_FAMILIES: [ServerFamily; 14] = [
         Kind::Counter,
         "Connections and probes whose TLS handshake with the server failed.",
         |s| s.tls_handshake_errors.get(),
+    ),
+    (
+        "shardring_proxy_server_outlier_ejections",
+        false,
+        Kind::Counter,
+        "Times the server's circuit breaker ejected it (--circuit-breakers).",
+        |s| s.outlier_ejections.get(),
+    ),
+    (
+        "shardring_proxy_server_outlier_ejected",
+        false,
+        Kind::Gauge,
+        "1 while the server's circuit breaker holds it out (ejected or half-open).",
+        |s| u64::from(s.outlier_ejected.load(std::sync::atomic::Ordering::Relaxed)),
+    ),
+    (
+        "shardring_proxy_server_breaker_rejected",
+        false,
+        Kind::Counter,
+        "Requests answered with a fast error while the server's breaker held it out.",
+        |s| s.breaker_rejected.get(),
+    ),
+    (
+        "shardring_proxy_server_pending_overflows",
+        false,
+        Kind::Counter,
+        "Requests answered with a fast error: the server had its cap of requests pending.",
+        |s| s.pending_overflows.get(),
     ),
 ];

@@ -175,6 +175,22 @@ pub const SERVER_STATS: &[(&str, &str)] = &[
         "tls_handshake_errors",
         "# connections and probes whose TLS handshake with the server failed",
     ),
+    (
+        "outlier_ejections",
+        "# times its circuit breaker ejected it (--circuit-breakers)",
+    ),
+    (
+        "outlier_ejected",
+        "1 while its circuit breaker holds it out (ejected or half-open)",
+    ),
+    (
+        "breaker_rejected",
+        "# requests answered with a fast error while its breaker held it out",
+    ),
+    (
+        "pending_overflows",
+        "# requests answered with a fast error: it had its cap of requests pending",
+    ),
 ];
 
 /// twemproxy's stats JSON: `service, source, version, uptime, timestamp, total_connections,
@@ -298,6 +314,10 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
                 "dedicated_refused": s.dedicated_refused.get(),
                 "handshake_errors_tolerated": s.handshake_errors_tolerated.get(),
                 "tls_handshake_errors": s.tls_handshake_errors.get(),
+                "outlier_ejections": s.outlier_ejections.get(),
+                "outlier_ejected": u64::from(s.outlier_ejected.load(std::sync::atomic::Ordering::Relaxed)),
+                "breaker_rejected": s.breaker_rejected.get(),
+                "pending_overflows": s.pending_overflows.get(),
             });
             pool.insert(s.name.clone(), server);
         }

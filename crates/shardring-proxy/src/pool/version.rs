@@ -77,6 +77,7 @@ impl<P: Protocol> PoolVersion<P> {
             auto_eject: config.auto_eject_hosts,
             failure_limit: config.server_failure_limit,
             retry_timeout: config.server_retry_timeout,
+            breakers: config.breakers,
         };
         let gutter_servers = config
             .memcache_remedies()
@@ -202,7 +203,7 @@ impl<P: Protocol> PoolVersion<P> {
                     &e,
                 ),
                 Ok(()) if ejected => b.health.rejoin_result(true, &b.stats),
-                Ok(()) => b.health.record_success(),
+                Ok(()) => b.health.record_success(&b.stats),
                 Err(_) if ejected => b.health.rejoin_result(false, &b.stats),
                 Err(failure) => {
                     tracing::debug!(

@@ -5,6 +5,7 @@
 
 mod common;
 
+mod breakers;
 mod commands;
 mod dual_writes;
 #[cfg(feature = "etcd")]
