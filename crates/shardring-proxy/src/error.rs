@@ -140,6 +140,17 @@ pub enum BackendError {
         /// The cap.
         pending: u32,
     },
+    /// A key of the request, or the pool, is over its rate limit (`--key-rate-limit`,
+    /// `--pool-rate-limit`): refused at once, never sent.
+    #[error("rate limited: {what} is over its limit of {rate} requests a second ({flag})")]
+    RateLimited {
+        /// `a key` or `the pool`.
+        what: &'static str,
+        /// The limit.
+        rate: u32,
+        /// The flag that set it.
+        flag: &'static str,
+    },
     /// The server was removed by a reload while the request waited.
     #[error("server removed")]
     Removed,
@@ -175,6 +186,7 @@ impl BackendError {
                 | BackendError::OwnConnectionsExhausted { .. }
                 | BackendError::CircuitOpen { .. }
                 | BackendError::Overloaded { .. }
+                | BackendError::RateLimited { .. }
         )
     }
 

@@ -83,6 +83,7 @@ mod net;
 mod pool;
 pub mod protocol;
 mod proxy;
+mod rate_limit;
 mod router;
 mod run;
 pub mod sentinel;

@@ -4,7 +4,8 @@
 //! Each feature's flags are a [`clap::Args`] group defined beside the feature, knowing which
 //! protocols' pools it serves and how it sets them ([`ApplyToPools`]): [`HotKeyFlags`] in
 //! `hot_keys/`, [`TlsFlags`] in `tls/`, [`SentinelFlags`] in `sentinel/`, [`HealthCheckFlags`] in
-//! `backend/`, [`BreakerFlags`] in `backend/breaker/`, `MembershipFlags` in `membership/`, [`MetricsFlags`] in `metrics/`, [`WorkerFlags`] in
+//! `backend/`, [`BreakerFlags`] in `backend/breaker/`,
+//! [`RateLimitFlags`] in `rate_limit/`, `MembershipFlags` in `membership/`, [`MetricsFlags`] in `metrics/`, [`WorkerFlags`] in
 //! `workers/`; the protocols' own beside their code: [`MemcacheFlags`] in `protocol/memcache/`,
 //! [`RemedyFlags`] (the memcached remedies) in `protocol/memcache/remedies/`, [`RedisFlags`] in
 //! `protocol/redis/`. This folder keeps [`LimitFlags`] (both protocols' request limits) and what
@@ -32,6 +33,7 @@ pub use crate::metrics::flags::MetricsFlags;
 pub use crate::protocol::memcache::flags::MemcacheFlags;
 pub use crate::protocol::memcache::remedies::flags::RemedyFlags;
 pub use crate::protocol::redis::flags::RedisFlags;
+pub use crate::rate_limit::flags::RateLimitFlags;
 pub use crate::sentinel::flags::SentinelFlags;
 pub use crate::tls::flags::TlsFlags;
 pub use crate::workers::flags::WorkerFlags;
@@ -96,6 +98,9 @@ pub struct ProxyFlags {
     /// `--hot-keys` and the hot-key cache: both protocols' pools.
     #[command(flatten)]
     pub hot_keys: HotKeyFlags,
+    /// `--key-rate-limit`, `--pool-rate-limit`: both protocols' pools.
+    #[command(flatten)]
+    pub rate_limits: RateLimitFlags,
     /// `--replicas`, `--gutter`, `--warmup-window`: the memcached remedies.
     #[command(flatten)]
     pub remedies: RemedyFlags,
@@ -112,13 +117,14 @@ pub struct ProxyFlags {
 
 impl ProxyFlags {
     /// The groups that set the pools' settings, in the order they apply.
-    fn pool_groups(&self) -> [&dyn ApplyToPools; 9] {
+    fn pool_groups(&self) -> [&dyn ApplyToPools; 10] {
         [
             &self.limits,
             &self.memcache,
             &self.health,
             &self.breakers,
             &self.hot_keys,
+            &self.rate_limits,
             &self.remedies,
             &self.redis,
             &self.tls,

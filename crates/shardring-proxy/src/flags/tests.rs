@@ -130,6 +130,7 @@ fn every_flag_reaches_its_group() {
             health: HealthCheckFlags {
                 health_check_interval: 250,
             },
+            rate_limits: RateLimitFlags::default(),
             breakers: BreakerFlags {
                 circuit_breakers: vec![Some("rd".into())],
                 outlier_slow: vec![(Some("rd".into()), 50)],

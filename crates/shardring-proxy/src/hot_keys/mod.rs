@@ -88,6 +88,23 @@ impl HotKeys {
         self.tracker.offer(hash, key, estimate)
     }
 
+    /// The hash `key` is tracked by, for [`HotKeys::tracks`].
+    pub(crate) fn hash(key: &[u8]) -> u64 {
+        key_hash(key)
+    }
+
+    /// Whether the key of `hash` is tracked now (one of the top K or just below them): the keys a
+    /// per-key rate limit applies to.
+    pub(crate) fn tracks(&self, hash: u64) -> bool {
+        self.tracker.tracks(hash)
+    }
+
+    /// Ranks the offered keys now, as the ticker does every [`REFRESH`].
+    #[cfg(test)]
+    pub(crate) fn rank_now(&self) {
+        self.tracker.refresh(&self.sketch);
+    }
+
     /// Whether `key` is one of the top K now, without counting it.
     pub(crate) fn is_top(&self, key: &[u8]) -> bool {
         self.tracker.current().is_top(key_hash(key))

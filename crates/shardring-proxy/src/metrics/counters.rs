@@ -209,6 +209,10 @@ pub struct PoolStats {
     pub hot_cache_fills: Counter,
     /// Hot-key cache entries dropped by a write through the proxy.
     pub hot_cache_invalidations: Counter,
+    /// Requests refused because a key of theirs was over its rate limit (`--key-rate-limit`).
+    pub key_rate_limited: Counter,
+    /// Requests refused because the pool was over its rate limit (`--pool-rate-limit`).
+    pub pool_rate_limited: Counter,
     /// Redis transactions (`MULTI` … `EXEC`) sent to a server.
     pub transactions: Counter,
     /// Redis transactions the proxy discarded because a command in them was refused (`EXECABORT`).

@@ -16,7 +16,7 @@ pub(super) enum Kind {
 pub(super) type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-pub(super) const POOL_FAMILIES: [PoolFamily; 32] = [
+pub(super) const POOL_FAMILIES: [PoolFamily; 34] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -184,6 +184,18 @@ pub(super) const POOL_FAMILIES: [PoolFamily; 32] = [
         Kind::Counter,
         "Hot-key cache entries dropped by a write through the proxy.",
         |p| p.hot_cache_invalidations.get(),
+    ),
+    (
+        "shardring_proxy_pool_key_rate_limited",
+        Kind::Counter,
+        "Requests refused: a key of theirs was over its rate limit (--key-rate-limit).",
+        |p| p.key_rate_limited.get(),
+    ),
+    (
+        "shardring_proxy_pool_pool_rate_limited",
+        Kind::Counter,
+        "Requests refused: the pool was over its rate limit (--pool-rate-limit).",
+        |p| p.pool_rate_limited.get(),
     ),
     (
         "shardring_proxy_pool_transactions",

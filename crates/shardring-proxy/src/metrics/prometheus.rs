@@ -438,6 +438,8 @@ mod tests {
             "shardring_proxy_pool_hot_cache_hits_total",
             "shardring_proxy_pool_hot_cache_fills_total",
             "shardring_proxy_pool_hot_cache_invalidations_total",
+            "shardring_proxy_pool_key_rate_limited_total",
+            "shardring_proxy_pool_pool_rate_limited_total",
             "shardring_proxy_pool_transactions_total",
             "shardring_proxy_pool_transactions_aborted_total",
             "shardring_proxy_pool_blocking_requests_total",

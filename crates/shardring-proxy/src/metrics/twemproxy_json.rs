@@ -118,6 +118,14 @@ pub const POOL_STATS: &[(&str, &str)] = &[
         "# hot-key cache entries dropped by a write",
     ),
     (
+        "key_rate_limited",
+        "# requests refused: a key of theirs was over --key-rate-limit",
+    ),
+    (
+        "pool_rate_limited",
+        "# requests refused: the pool was over --pool-rate-limit",
+    ),
+    (
         "transactions",
         "# redis MULTI/EXEC transactions sent to a server",
     ),
@@ -288,6 +296,8 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
             "hot_cache_invalidations".into(),
             json!(p.hot_cache_invalidations.get()),
         );
+        pool.insert("key_rate_limited".into(), json!(p.key_rate_limited.get()));
+        pool.insert("pool_rate_limited".into(), json!(p.pool_rate_limited.get()));
         pool.insert("transactions".into(), json!(p.transactions.get()));
         pool.insert(
             "transactions_aborted".into(),

@@ -11,10 +11,12 @@
 use std::sync::Arc;
 
 use crate::config::PoolConfig;
+use crate::error::BackendError;
 use crate::error::ProxyError;
 use crate::hot_keys::HotKeys;
 use crate::metrics::PoolStats;
 use crate::protocol::{PlanContext, PoolState, PreviousRouting};
+use crate::rate_limit::RateLimiter;
 use crate::router::{build_placement, Gutter, Routing};
 
 /// What a pool adds to placing keys, whatever its protocol: built once per pool version.
@@ -29,6 +31,8 @@ pub(crate) struct Remedies {
     gutter: Option<Arc<Gutter>>,
     /// How many servers hold each key (1: no replicas).
     replicas: usize,
+    /// The pool's rate limits, when it has any (this version's: a reload starts them full).
+    limits: Option<Arc<RateLimiter>>,
 }
 
 impl Remedies {
@@ -66,6 +70,7 @@ impl Remedies {
             full,
             gutter: gutter_placement.map(Arc::new),
             replicas: replicas.max(1),
+            limits: RateLimiter::new(&config.name, config.rate_limits).map(Arc::new),
         })
     }
 }
@@ -93,6 +98,8 @@ pub(crate) struct Placer<'a> {
     next: Option<&'a Routing>,
     /// When the pool started, for uptime.
     pub(crate) started: std::time::Instant,
+    /// The pool's rate limits, when it has any.
+    limits: Option<&'a RateLimiter>,
 }
 
 impl<'a> Placer<'a> {
@@ -110,6 +117,27 @@ impl<'a> Placer<'a> {
             previous: ctx.previous,
             next: ctx.next,
             started: ctx.started,
+            limits: remedies.limits.as_deref(),
+        }
+    }
+
+    /// Whether the pool has rate limits: only then does a request ask [`Placer::admit`].
+    #[inline(always)]
+    pub(crate) fn limited(&self) -> bool {
+        self.limits.is_some()
+    }
+
+    /// Whether a request for `keys` (none for a request of the whole pool) may go on: always,
+    /// unless the pool has rate limits and it, or one of the keys, is over its own
+    /// ([`RateLimiter::admit`]). The refusal is the request's answer.
+    #[inline]
+    pub(crate) fn admit<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Result<(), BackendError> {
+        match self.limits {
+            Some(limits) => limits.admit(self.hot, keys, self.stats),
+            None => Ok(()),
         }
     }
 

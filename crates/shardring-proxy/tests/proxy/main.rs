@@ -21,6 +21,7 @@ mod memcached_value_limit;
 mod metrics_http;
 mod nutcracker;
 mod nutcracker_stats;
+mod rate_limits;
 mod redis;
 mod redis_common;
 mod redis_hot_keys;

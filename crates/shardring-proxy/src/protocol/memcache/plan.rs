@@ -18,6 +18,7 @@ use self::warmup::{CopyResult, WarmKeyed, WarmMulti, WarmOne};
 use super::codec::RequestCodec;
 use super::remedies::gutter;
 use super::remedies::hot_keys::{self, HotFill, HotInvalidate, HotRead};
+use super::remedies::rate_limits;
 use super::remedies::{dual_writes, replicas};
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{is_error_reply, status_code, ResponseKind, ValueBlocks};
@@ -402,6 +403,11 @@ impl Protocol for Memcache {
 
     fn plan(&self, req: Request, _session: &mut (), plan: &PlanContext<'_>) -> Step<Memcache> {
         let ctx = &Placer::new(plan, &self.remedies);
+        if ctx.limited() {
+            if let Some(refused) = rate_limits::refused(&req, ctx) {
+                return refused;
+            }
+        }
         match &req.command {
             Command::Get { .. } => self.get(req, ctx),
             Command::Keyed { key, noreply } => {

@@ -15,6 +15,7 @@ use super::exchange::{last_reply, merge_replies};
 use super::features::dual_writes;
 use super::features::hot_keys::{self, HotInvalidate, HotRead};
 use super::features::pubsub;
+use super::features::rate_limits;
 use super::features::replicas::{self, Next};
 use super::features::transaction::{self, Outcome};
 use super::finish::{Finish, RedisMerge};
@@ -131,6 +132,11 @@ impl Protocol for Redis {
             )
         {
             return Step::Answer(Answer::fixed(NOAUTH));
+        }
+        if ctx.limited() {
+            if let Err(refused) = rate_limits::admit(&req, &routed.route, ctx) {
+                return Step::Answer(Answer::Failed(refused));
+            }
         }
         match routed.route {
             Route::Local(Local::Quit) => Step::Leave(Leave::Close(local::answer(

@@ -6,6 +6,7 @@
 //! - [`dual_writes`]: while the pool has a next membership, which replies of a write sent to a
 //!   key's owner now and next disagree;
 //! - [`hot_keys`]: the hot-key cache's reads, fills and invalidations;
+//! - [`rate_limits`]: which keys of a request count against the rate limits, and the refusal;
 //! - [`replicas`]: which commands are writes, which servers a replicated read or write goes to, when
 //!   a read tries the next replica, which replica's reply the client gets;
 //! - [`gutter`]: the TTL cap of a write sent to a gutter server;
@@ -23,5 +24,6 @@ pub(super) mod dual_writes;
 pub(crate) mod flags;
 pub(super) mod gutter;
 pub(super) mod hot_keys;
+pub(super) mod rate_limits;
 pub(super) mod replicas;
 pub(super) mod warmup;

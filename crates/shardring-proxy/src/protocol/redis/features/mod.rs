@@ -1,10 +1,11 @@
 //! What a Redis pool does beyond placing keys, as leaves the planner calls: transactions and
-//! blocking commands, publish/subscribe, replicas, hot keys and dual writes. Each takes the request,
+//! blocking commands, publish/subscribe, replicas, hot keys, rate limits and dual writes. Each takes the request,
 //! its route and what it needs of the pool's settings, and returns its own types (an outcome, the
 //! frames to send, a merge state); only the planner turns them into steps.
 
 pub(crate) mod dual_writes;
 pub(crate) mod hot_keys;
 pub(crate) mod pubsub;
+pub(crate) mod rate_limits;
 pub(crate) mod replicas;
 pub(crate) mod transaction;
