@@ -29,6 +29,12 @@
 //! slice's p99, `"paused_p99s":[…]` and `"running_p99s":[…]`: what the process costs the load,
 //! told apart from the machine's drift by slices seconds apart instead of runs minutes apart.
 //!
+//! With `MEMLOAD_KEYS_FILE=PATH` the keys are the file's, one a line, each optionally followed by a
+//! space and a group's name (the server a script found it on, say); KEYS is then the file's count.
+//! With groups and a one-key op, the JSON line also carries each group's figures,
+//! `"groups":{"NAME":{"requests":…,"errors":…,"p50_us":…,"p99_us":…},…}`: how the keys of one
+//! server fared beside the others' on the same connections.
+//!
 //! With `MEMLOAD_TLS_CA=ca.pem` every connection is a TLS one, the server's certificate checked
 //! against that CA for the name `127.0.0.1` (connections are made before the timed loop, so the
 //! handshakes are not in the figures).
@@ -227,6 +233,27 @@ fn stopped_in(k: u32) -> bool {
     matches!(k % 4, 0 | 3)
 }
 
+/// `MEMLOAD_KEYS_FILE`'s keys, each line's group (an index into the names, in order of first
+/// appearance; 0 for a line without one) and the groups' names.
+fn keys_file(path: &std::ffi::OsStr) -> (Vec<String>, Vec<u8>, Vec<String>) {
+    let text = std::fs::read_to_string(path).expect("MEMLOAD_KEYS_FILE");
+    let (mut keys, mut groups, mut names) = (Vec::new(), Vec::new(), Vec::<String>::new());
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (key, group) = line.split_once(' ').unwrap_or((line, ""));
+        let g = match names.iter().position(|n| n == group) {
+            Some(g) => g,
+            None => {
+                names.push(group.to_owned());
+                names.len() - 1
+            }
+        };
+        keys.push(key.to_owned());
+        groups.push(u8::try_from(g).expect("at most 256 groups"));
+    }
+    assert!(!keys.is_empty(), "MEMLOAD_KEYS_FILE has no keys");
+    (keys, groups, names)
+}
+
 /// `MEMLOAD_TOGGLE`'s thread: stops and continues `pid` at each slice's start, then continues it.
 fn toggle(pid: rustix::process::Pid, started: Instant, slice: Duration, stop: &AtomicBool) {
     use rustix::process::{kill_process, Signal};
@@ -267,9 +294,20 @@ async fn main() {
     let conns: usize = args[2].parse().expect("CONNS");
     let seconds: f64 = args[3].parse().expect("SECONDS");
     let op = args[4].clone();
-    let nkeys: usize = args.get(5).map_or(10_000, |k| k.parse().expect("KEYS"));
+    let mut nkeys: usize = args.get(5).map_or(10_000, |k| k.parse().expect("KEYS"));
     let vlen: usize = args.get(6).map_or(100, |v| v.parse().expect("VALUE_BYTES"));
-    let keys: Arc<Vec<String>> = Arc::new((0..nkeys).map(|i| format!("memload:{i:08}")).collect());
+    let (keys, key_groups, group_names) = match std::env::var_os("MEMLOAD_KEYS_FILE") {
+        None => (
+            (0..nkeys).map(|i| format!("memload:{i:08}")).collect(),
+            Vec::new(),
+            Vec::new(),
+        ),
+        Some(path) => keys_file(&path),
+    };
+    if std::env::var_os("MEMLOAD_KEYS_FILE").is_some() {
+        nkeys = keys.len();
+    }
+    let keys: Arc<Vec<String>> = Arc::new(keys);
     let value = vec![b'v'; vlen];
 
     let tls = tls_connector();
@@ -427,8 +465,12 @@ async fn main() {
         std::thread::spawn(move || pace(started, rate, &senders, &stop));
     }
     let mut tasks = Vec::new();
+    // Each request's key group, for one-key ops (a multi-key request has several).
+    let one_key = matches!(op.as_str(), "get" | "set" | "redis-get" | "redis-set");
+    let groups: Arc<Vec<u8>> = Arc::new(if one_key { key_groups } else { Vec::new() });
     for ((c, mut s), mut schedule) in opened.into_iter().enumerate().zip(schedules) {
         let requests = Arc::clone(&requests);
+        let groups = Arc::clone(&groups);
         let stop = Arc::clone(&stop);
         let (addr, tls) = (addr.clone(), tls.clone());
         tasks.push(tokio::spawn(async move {
@@ -454,16 +496,22 @@ async fn main() {
                     s = open(&addr, tls.as_ref()).await;
                 }
                 s.write_all(req).await.expect("write");
-                match read_reply(&mut s, &mut buf, wire).await {
-                    Ok(true) => {}
-                    Ok(false) => errors += 1,
+                let answered = match read_reply(&mut s, &mut buf, wire).await {
+                    Ok(true) => true,
+                    Ok(false) => {
+                        errors += 1;
+                        false
+                    }
                     Err(e) => panic!("connection failed: {e}"),
-                }
+                };
                 last_reply = Instant::now();
                 let k = ((t - started).as_secs_f64() / slice.as_secs_f64()) as u32;
+                let group = groups.get((i - 1) % requests.len()).copied().unwrap_or(0);
                 lat.push((
                     u32::try_from((last_reply - t).as_micros()).unwrap_or(u32::MAX),
                     k,
+                    group,
+                    !answered,
                 ));
             }
             (lat, errors)
@@ -482,7 +530,7 @@ async fn main() {
         t.join().expect("toggle thread");
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let mut all: Vec<u32> = samples.iter().map(|&(l, _)| l).collect();
+    let mut all: Vec<u32> = samples.iter().map(|&(l, ..)| l).collect();
     all.sort_unstable();
     let rate = rate.map_or(String::new(), |r| format!("\"rate\":{r},"));
     let slices = if toggled.is_some() {
@@ -490,7 +538,7 @@ async fn main() {
         // that came in after it).
         let whole = (seconds / slice.as_secs_f64()) as u32;
         let mut by_slice: Vec<Vec<u32>> = vec![Vec::new(); whole as usize];
-        for &(l, k) in &samples {
+        for &(l, k, ..) in &samples {
             if let Some(v) = by_slice.get_mut(k as usize) {
                 v.push(l);
             }
@@ -509,8 +557,35 @@ async fn main() {
     } else {
         String::new()
     };
+    let by_group = if groups.is_empty() {
+        String::new()
+    } else {
+        let parts: Vec<String> = group_names
+            .iter()
+            .enumerate()
+            .map(|(g, name)| {
+                let mut v: Vec<u32> = samples
+                    .iter()
+                    .filter(|s| usize::from(s.2) == g)
+                    .map(|s| s.0)
+                    .collect();
+                let errors = samples
+                    .iter()
+                    .filter(|s| usize::from(s.2) == g && s.3)
+                    .count();
+                v.sort_unstable();
+                format!(
+                    "\"{name}\":{{\"requests\":{},\"errors\":{errors},\"p50_us\":{},\"p99_us\":{}}}",
+                    v.len(),
+                    percentile(&v, 0.50),
+                    percentile(&v, 0.99)
+                )
+            })
+            .collect();
+        format!(",\"groups\":{{{}}}", parts.join(","))
+    };
     println!(
-        "{{{rate}\"op\":\"{label}\",\"conns\":{conns},\"seconds\":{elapsed:.3},\"requests\":{},\"errors\":{errors},\"rps\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{}{slices}}}",
+        "{{{rate}\"op\":\"{label}\",\"conns\":{conns},\"seconds\":{elapsed:.3},\"requests\":{},\"errors\":{errors},\"rps\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{}{slices}{by_group}}}",
         all.len() * per_trip,
         (all.len() * per_trip) as f64 / elapsed,
         percentile(&all, 0.50),

@@ -49,6 +49,9 @@ struct Job<P: Protocol> {
     kind: P::ReplyKind,
     /// Where the reply goes.
     reply: ReplyTo,
+    /// The circuit breaker's ejections when it was admitted ([`ServerHealth::admit`]): an ejection
+    /// after that fails it while it waits, as it fails the requests in flight.
+    admitted: u64,
 }
 
 /// How a server's connections behave; from the pool's config.
@@ -200,6 +203,7 @@ impl<P: Protocol> Backend<P> {
             facts: Arc::clone(&self.facts),
             stats: Arc::clone(&self.stats),
             health: Arc::clone(&self.health),
+            ejections: self.health.ejections(),
             in_flight: VecDeque::new(),
             rbuf: BytesMut::new(),
             wbuf: BytesMut::new(),
@@ -268,6 +272,7 @@ impl<P: Protocol> Spawn<'_, P> {
                             facts: Arc::clone(self.facts),
                             stats: Arc::clone(stats),
                             health: Arc::clone(health),
+                            ejections: health.ejections(),
                             in_flight: VecDeque::new(),
                             rbuf: BytesMut::with_capacity(16 << 10),
                             wbuf: BytesMut::with_capacity(16 << 10),
@@ -322,12 +327,20 @@ impl<P: Protocol> Backend<P> {
         let queues = worker.get(to.lane).unwrap_or(&worker[0]);
         let client_id = to.client_id;
         let i = (client_id % queues.len() as u64) as usize;
-        if let Err(refused) = self.health.admit(&self.stats, &self.settings.addr) {
-            reply.send(Err(refused));
-            return;
-        }
+        let admitted = match self.health.admit(&self.stats, &self.settings.addr) {
+            Ok(ejections) => ejections,
+            Err(refused) => {
+                reply.send(Err(refused));
+                return;
+            }
+        };
         self.stats.in_queue.inc();
-        let job = Job { frame, kind, reply };
+        let job = Job {
+            frame,
+            kind,
+            reply,
+            admitted,
+        };
         if let Err(job) = queues[i].send(job) {
             self.stats.in_queue.dec();
             job.reply.send(Err(BackendError::Removed));
@@ -368,12 +381,21 @@ impl<P: Protocol> OwnConnection<P> {
     /// Queues `frame`, its reply going to `reply`. Out of line: few requests take one.
     #[inline(never)]
     pub(crate) fn send_to(&self, frame: Bytes, kind: P::ReplyKind, reply: ReplyTo) {
-        if let Err(refused) = self.health.admit(&self.stats, &self.addr) {
-            reply.send(Err(refused));
-            return;
-        }
+        let admitted = match self.health.admit(&self.stats, &self.addr) {
+            Ok(ejections) => ejections,
+            Err(refused) => {
+                reply.send(Err(refused));
+                return;
+            }
+        };
         self.stats.in_queue.inc();
-        if let Err(job) = self.queue.send(Job { frame, kind, reply }) {
+        let job = Job {
+            frame,
+            kind,
+            reply,
+            admitted,
+        };
+        if let Err(job) = self.queue.send(job) {
             self.stats.in_queue.dec();
             job.reply.send(Err(BackendError::Removed));
         }
@@ -407,6 +429,8 @@ struct InFlight<P: Protocol> {
     /// Its wait was reported to the circuit breaker as a stall ([`ServerHealth::stall_after`]):
     /// its reply, when it comes, is not counted again.
     stalled: bool,
+    /// [`Job::admitted`].
+    admitted: u64,
 }
 
 /// One server connection's state, owned by its task.
@@ -425,6 +449,8 @@ struct Connection<P: Protocol> {
     stats: Arc<ServerStats>,
     /// Failure counting.
     health: Arc<ServerHealth>,
+    /// The circuit breaker's ejections, when the server has one ([`ServerHealth::ejections`]).
+    ejections: Option<tokio::sync::watch::Receiver<(u64, Arc<str>)>>,
     /// Requests written (or buffered for writing), oldest first: replies come back in this order.
     in_flight: VecDeque<InFlight<P>>,
     /// Reply bytes read and not yet framed.
@@ -460,8 +486,8 @@ impl<P: Protocol> Connection<P> {
                 }
             }
             try_now = false;
-            let waiting = first.is_some();
-            let stream = match self.watched(waiting, self.connect()).await {
+            let waiting = first.as_ref().map(|job| job.admitted);
+            let stream = match self.watched(waiting, self.connect()).await.and_then(|r| r) {
                 Ok(s) => s,
                 Err(err) => {
                     // Everything queued now fails with this error: a burst toward a dead server is
@@ -493,7 +519,17 @@ impl<P: Protocol> Connection<P> {
             };
             self.tls_retry = Duration::ZERO;
             let mut stream = stream;
-            let introduced = self.watched(waiting, self.introduce(&mut stream)).await;
+            let introduced = match self.watched(waiting, self.introduce(&mut stream)).await {
+                Ok(introduced) => introduced,
+                Err(ejected) => {
+                    // Ejected while the first request waited for the introduction: it fails, as
+                    // the requests in flight do; the next request reconnects.
+                    if let Some(job) = first.take() {
+                        self.fail_job(job, &ejected);
+                    }
+                    continue;
+                }
+            };
             if !introduced {
                 // A fresh connection without them, at once, the queued request kept: the server is
                 // not failing, it just does not know the introduction.
@@ -522,7 +558,10 @@ impl<P: Protocol> Connection<P> {
                         self.stats.in_queue.dec();
                         f.reply.send(Err(err.clone()));
                     }
-                    self.health.record_failure(&self.stats, &err.cause());
+                    // A breaker's ejection ended it: the failures that caused it were counted.
+                    if err.counts_against_server() {
+                        self.health.record_failure(&self.stats, &err.cause());
+                    }
                     if self.own {
                         // A new connection would have lost what the server held for the client.
                         while let Some(job) = rx.recv().await {
@@ -539,18 +578,28 @@ impl<P: Protocol> Connection<P> {
     /// circuit breaker watches for stalls, each `slow` the step takes is one stall, as a request
     /// waiting that long for its reply is (a paused or overloaded server accepts connections in its
     /// kernel and answers nothing; the requests queued meanwhile are not in flight yet, so this is
-    /// what shows their wait, a half-open probe's included).
-    async fn watched<T>(&self, waiting: bool, step: impl std::future::Future<Output = T>) -> T {
-        let Some(after) = self.health.stall_after().filter(|_| waiting) else {
-            return step.await;
+    /// what shows their wait, a half-open probe's included). An ejection meanwhile abandons the
+    /// step with the breaker's error: the waiting request gets it at once, as those in flight do.
+    async fn watched<T>(
+        &self,
+        waiting: Option<u64>,
+        step: impl std::future::Future<Output = T>,
+    ) -> Result<T, BackendError> {
+        let (Some(admitted), Some(ejections)) = (waiting, &self.ejections) else {
+            return Ok(step.await);
         };
+        let mut ejections = ejections.clone();
+        let after = self.health.stall_after();
         tokio::pin!(step);
         let mut waited = Duration::ZERO;
         loop {
             tokio::select! {
-                out = &mut step => return out,
-                () = tokio::time::sleep(after) => {
-                    waited += after;
+                out = &mut step => return Ok(out),
+                why = ejected_after(Some(&mut ejections), admitted) => {
+                    return Err(self.ejected_error(&why));
+                }
+                () = sleep_for(after), if after.is_some() => {
+                    waited += after.unwrap_or_default();
                     self.health.record_stall(&self.stats, waited);
                 }
             }
@@ -784,6 +833,10 @@ impl<P: Protocol> Connection<P> {
     }
 
     fn enqueue(&mut self, job: Job<P>, now: Instant) {
+        if let Some(ejected) = self.ejected_since(job.admitted) {
+            self.fail_job(job, &ejected);
+            return;
+        }
         self.stats.requests.inc();
         self.stats.request_bytes.add(job.frame.len() as u64);
         self.wbuf.extend_from_slice(&job.frame);
@@ -793,7 +846,26 @@ impl<P: Protocol> Connection<P> {
             reply: job.reply,
             queued: now,
             stalled: false,
+            admitted: job.admitted,
         });
+    }
+
+    /// The breaker's error for a request admitted at `admitted` ejections, when the server has been
+    /// ejected since: it is failed at once rather than sent to a server judged failing.
+    fn ejected_since(&self, admitted: u64) -> Option<BackendError> {
+        if self.health.ejections_now() <= admitted {
+            return None;
+        }
+        let why = Arc::clone(&self.ejections.as_ref()?.borrow().1);
+        Some(self.ejected_error(&why))
+    }
+
+    /// A request's error when the server is ejected while it waits.
+    fn ejected_error(&self, why: &str) -> BackendError {
+        BackendError::CircuitOpen {
+            addr: self.settings.addr.clone(),
+            reason: format!("ejected while the request waited, after {why}"),
+        }
     }
 
     async fn serve(&mut self, stream: ServerStream, rx: &mut Receiver<Job<P>>) -> End {
@@ -832,6 +904,7 @@ impl<P: Protocol> Connection<P> {
                 _ => None,
             };
             let stall = self.next_stall();
+            let oldest = self.in_flight.front().map(|f| f.admitted);
             let room = self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER;
             tokio::select! {
                 biased;
@@ -884,6 +957,9 @@ impl<P: Protocol> Connection<P> {
                 () = sleep_until(deadline), if deadline.is_some() => {
                     self.stats.server_timedout.inc();
                     return End::Failed(BackendError::Timeout { addr });
+                }
+                why = ejected_after(self.ejections.as_mut(), oldest.unwrap_or(u64::MAX)), if oldest.is_some() => {
+                    return End::Failed(self.ejected_error(&why));
                 }
                 () = sleep_until(stall.map(|(_, at)| at)), if stall.is_some() => {
                     if let Some((i, _)) = stall {
@@ -965,6 +1041,27 @@ impl<P: Protocol> Connection<P> {
             });
         }
         Ok(())
+    }
+}
+
+/// The reason of the first ejection after the `admitted`th; never, without a breaker (or once the
+/// breaker is gone).
+async fn ejected_after(
+    ejections: Option<&mut tokio::sync::watch::Receiver<(u64, Arc<str>)>>,
+    admitted: u64,
+) -> Arc<str> {
+    if let Some(rx) = ejections {
+        if let Ok(now) = rx.wait_for(|(n, _)| *n > admitted).await {
+            return Arc::clone(&now.1);
+        }
+    }
+    std::future::pending().await
+}
+
+async fn sleep_for(wait: Option<Duration>) {
+    match wait {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -98,13 +98,20 @@ impl ServerHealth {
     }
 
     /// Whether a request may be sent to the server (`addr`) now: always, unless its circuit
-    /// breaker holds it out or it has its cap of requests pending ([`Breaker::admit`]).
+    /// breaker holds it out or it has its cap of requests pending ([`Breaker::admit`]). Admitted,
+    /// the breaker's ejections so far ([`ServerHealth::ejections_now`]).
     #[inline]
-    pub(crate) fn admit(&self, stats: &ServerStats, addr: &str) -> Result<(), BackendError> {
+    pub(crate) fn admit(&self, stats: &ServerStats, addr: &str) -> Result<u64, BackendError> {
         match &self.breaker {
             Some(b) => b.admit(stats, addr),
-            None => Ok(()),
+            None => Ok(0),
         }
+    }
+
+    /// How many times the breaker has ejected the server (0 without one): a request admitted at a
+    /// lower count is failed where it waits ([`Breaker::ejections_now`]).
+    pub(crate) fn ejections_now(&self) -> u64 {
+        self.breaker.as_ref().map_or(0, Breaker::ejections_now)
     }
 
     /// A probe succeeded.
@@ -134,6 +141,12 @@ impl ServerHealth {
     /// (the breaker's `slow`); `None` when nothing watches.
     pub(crate) fn stall_after(&self) -> Option<Duration> {
         self.breaker.as_ref().and_then(Breaker::slow)
+    }
+
+    /// The breaker's ejections, when the server has one: its connections fail what they have in
+    /// flight when it is ejected.
+    pub(crate) fn ejections(&self) -> Option<tokio::sync::watch::Receiver<(u64, Arc<str>)>> {
+        self.breaker.as_ref().map(Breaker::ejections)
     }
 
     /// A request has waited `waited` (past [`ServerHealth::stall_after`]) for its reply: a failure

@@ -24,9 +24,11 @@
 pub(crate) mod flags;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
 
 use crate::config::BreakerConfig;
 use crate::error::BackendError;
@@ -43,6 +45,13 @@ pub(crate) struct Breaker {
     out: AtomicBool,
     /// Where the server stands; locked only off the fast path.
     state: Mutex<State>,
+    /// Each ejection's reason, numbered: the server's connections watch it and fail what they
+    /// have in flight when it is ejected (those requests would otherwise wait for the pool's
+    /// `timeout`, and every client pipelining behind them with them).
+    ejected: watch::Sender<(u64, Arc<str>)>,
+    /// The ejections so far, read on the fast path: each request carries the count it was admitted
+    /// at ([`Breaker::admit`]) and fails where it waits when the count has grown.
+    ejections: AtomicU64,
 }
 
 /// Where a server stands with its breaker.
@@ -79,14 +88,28 @@ impl Breaker {
                 ejections: 0,
                 since: None,
             }),
+            ejected: watch::Sender::new((0, Arc::from(""))),
+            ejections: AtomicU64::new(0),
         }
+    }
+
+    /// The ejections, for a connection to fail its requests in flight when one happens.
+    pub(crate) fn ejections(&self) -> watch::Receiver<(u64, Arc<str>)> {
+        self.ejected.subscribe()
+    }
+
+    /// How many times the server has been ejected.
+    pub(crate) fn ejections_now(&self) -> u64 {
+        self.ejections.load(Relaxed)
     }
 
     /// Whether a request may be sent to the server (`addr`) now: not while it is ejected, nor while
     /// a probe is under way, nor beyond the pending cap. The refusal is the error to answer with,
     /// counted in `stats`.
     #[inline]
-    pub(crate) fn admit(&self, stats: &ServerStats, addr: &str) -> Result<(), BackendError> {
+    pub(crate) fn admit(&self, stats: &ServerStats, addr: &str) -> Result<u64, BackendError> {
+        // Read before the flag: a request that races an ejection counts as admitted before it.
+        let ejections = self.ejections.load(Relaxed);
         if self.out.load(Relaxed) {
             self.admit_while_out(stats, addr)?;
         }
@@ -98,7 +121,7 @@ impl Breaker {
                 pending: self.config.max_pending,
             });
         }
-        Ok(())
+        Ok(ejections)
     }
 
     /// [`Breaker::admit`] while the server is out or half-open: the first request after the
@@ -221,11 +244,19 @@ impl Breaker {
             ejected_ms = length.as_millis() as u64,
             "circuit breaker open: the server's keys get a fast error until a probe passes"
         );
+        let shared: Arc<str> = Arc::from(reason.as_str());
         *state = State::Open {
             until: now + length,
             ejections,
             reason,
         };
+        // The count before the flag: a request admitted with the old count while the flag was
+        // still clear fails where it waits.
+        let n = self.ejections.fetch_add(1, Relaxed) + 1;
+        self.ejected.send_modify(|(count, why)| {
+            *count = n;
+            *why = shared;
+        });
         self.failures.store(0, Relaxed);
         self.out.store(true, Relaxed);
         stats.outlier_ejected.store(true, Relaxed);
