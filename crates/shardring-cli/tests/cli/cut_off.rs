@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cut_off_load::{
-    check, holds, key, moved_keys, on_first, yaml, Backends, Conn, Endpoint, Load, Migrated, Proto,
+    holds, key, moved_keys, on_first, yaml, Backends, Conn, Endpoint, Load, Migrated, Proto, Scene,
     FILLER, KEYS,
 };
 use crate::support::{shardring, Kill};
@@ -266,23 +266,21 @@ impl World {
     }
 
     /// Ends the load, reads every key through every participant and checks the history
-    /// ([`check`]).
+    /// ([`Scene::check`]).
     fn finish(&self, load: Load, name: &str, fenced: &[usize]) {
         let proxies: Vec<(u16, PathBuf)> = self
             .proxies
             .iter()
             .map(|p| (p.stats, p.log.clone()))
             .collect();
-        check(
-            &self.history,
-            &self.endpoints(),
-            self.proto,
-            load,
-            name,
-            &self.moved,
-            fenced,
-            &proxies,
-        );
+        Scene {
+            history: &self.history,
+            endpoints: self.endpoints(),
+            proto: self.proto,
+            moved: &self.moved,
+            proxies,
+        }
+        .check(load, name, fenced);
     }
 }
 

@@ -4,7 +4,7 @@
 //! taking the pool from four servers to three while one proxy's stats port (what `migrate` asks
 //! each proxy through) is unreachable (blackholed: connections hang), its process is paused
 //! (SIGSTOP) or killed and restarted, at a chosen moment of the change. The recorded history is
-//! then checked as in [`crate::cut_off`] ([`crate::cut_off_load::check`]): no read older than a
+//! then checked as in [`crate::cut_off`] ([`crate::cut_off_load::Scene::check`]): no read older than a
 //! write acknowledged before it began, no acknowledged write lost; and `migrate` never exits 0
 //! while a proxy has not been confirmed.
 //!
@@ -22,12 +22,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cut_off_load::{
-    check, holds, key, moved_keys, on_first, yaml, Backends, Conn, Endpoint, Load, Migrated, Proto,
+    holds, key, moved_keys, on_first, yaml, Backends, Conn, Endpoint, Load, Migrated, Proto, Scene,
     FILLER, KEYS,
 };
 use crate::support::Kill;
 use test_support::history::History;
 use test_support::{free_port, wait_listening, Relay, TempDir};
+
+/// Filler key `i`: spread over the ring as the load's keys are ([`key`]), so that some are on the
+/// server that leaves whatever its port (`filler:{i}` may all land elsewhere under fnv1a_64).
+fn filler(i: usize) -> String {
+    format!(
+        "{:016x}:filler",
+        (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    )
+}
 
 /// One proxy: its files, ports and process.
 struct Proxy {
@@ -169,7 +178,7 @@ impl World {
     fn fill(&self) {
         let mut c = Conn::new(self.proxies[0].addr(), self.proto);
         for i in 0..FILLER {
-            c.set(&format!("filler:{i}"), 1).unwrap();
+            c.set(&filler(i), 1).unwrap();
         }
         for k in 0..KEYS {
             c.set(&key(k), 1).unwrap();
@@ -269,16 +278,14 @@ impl World {
             .iter()
             .map(|p| (p.stats, p.log.clone()))
             .collect();
-        let checked = check(
-            &self.history,
-            &self.endpoints(),
-            self.proto,
-            load,
-            name,
-            &self.moved,
-            &[],
-            &proxies,
-        );
+        let checked = Scene {
+            history: &self.history,
+            endpoints: self.endpoints(),
+            proto: self.proto,
+            moved: &self.moved,
+            proxies,
+        }
+        .check(load, name, &[]);
         eprintln!(
             "cut-off-files check\t{name}\t{:?}\tstale={}\tlost={}\treads={}\twrites={}",
             self.proto, checked.stale, checked.lost, checked.reads, checked.writes
@@ -420,7 +427,7 @@ fn paused_at_the_cut_over(proto: Proto) {
     // leaves shows that the first run deleted nothing.
     let leaving = &w.servers[3];
     assert!(
-        (0..FILLER).any(|i| holds(proto, leaving, &format!("filler:{i}"))),
+        (0..FILLER).any(|i| holds(proto, leaving, &filler(i))),
         "nothing deleted by the first run: {}",
         first.stderr
     );

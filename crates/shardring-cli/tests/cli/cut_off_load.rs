@@ -378,7 +378,7 @@ pub fn moved_keys(now: &Path, next: &Path) -> BTreeSet<usize> {
     moved
 }
 
-/// What [`check`] found, for a suite's own report.
+/// What [`Scene::check`] found, for a suite's own report.
 #[derive(Debug, Clone, Copy)]
 pub struct Checked {
     /// Reads older than a write acknowledged before they began.
@@ -391,86 +391,101 @@ pub struct Checked {
     pub writes: u64,
 }
 
-/// Ends the load, reads every key through every participant (the final phase: a lost write shows
-/// as a stale read there), checks the history and prints its table and summary line: no stale
-/// read, no lost write, the load ran, only keys in `moved` were fenced, and each participant in
-/// `fenced` fenced some. `proxies` (stats port, log) are printed with `SHARDRING_CUT_OFF_LOGS`.
-pub fn check(
-    history: &History,
-    endpoints: &[Endpoint],
-    proto: Proto,
-    load: Load,
-    name: &str,
-    moved: &BTreeSet<usize>,
-    fenced: &[usize],
-    proxies: &[(u16, PathBuf)],
-) -> Checked {
-    load.stop();
-    history.phase("final");
-    for (p, endpoint) in endpoints.iter().enumerate() {
-        let mut c = Client::new(endpoint, proto);
-        for k in 0..KEYS {
-            let start = history.now();
-            let outcome = match c.get(&key(k)) {
-                Ok(v) => Outcome::Read(v),
-                Err(e) => Outcome::Failed(e),
-            };
-            assert!(
-                !matches!(&outcome, Outcome::Failed(_)),
-                "final read of {} through participant {p}: {outcome:?}",
-                key(k)
-            );
-            history.record(p, k, None, start, outcome);
-        }
-    }
-    let report = history.check();
-    let phases: Vec<String> = history
-        .phases()
-        .iter()
-        .map(|(at, p)| format!("{p} at {:.1} s", at.as_secs_f64()))
-        .collect();
-    eprintln!("{name} ({proto:?}): {}\n{report}", phases.join(", "));
-    if std::env::var_os("SHARDRING_CUT_OFF_LOGS").is_some() {
-        for (stats_port, log) in proxies {
-            let mut stats = String::new();
-            if let Ok(mut c) = TcpStream::connect(("127.0.0.1", *stats_port)) {
-                let _ = c.read_to_string(&mut stats);
+/// What [`Scene::check`] checks a history against: the participants and what the change moves.
+pub struct Scene<'a> {
+    /// The recorded history.
+    pub history: &'a History,
+    /// Every participant, in the history's order.
+    pub endpoints: Vec<Endpoint>,
+    /// Their protocol.
+    pub proto: Proto,
+    /// The load's keys that move (the only ones that may be fenced).
+    pub moved: &'a BTreeSet<usize>,
+    /// Each proxy's stats port and log, printed with `SHARDRING_CUT_OFF_LOGS`.
+    pub proxies: Vec<(u16, PathBuf)>,
+}
+
+impl Scene<'_> {
+    /// Ends the load, reads every key through every participant (the final phase: a lost write
+    /// shows as a stale read there), checks the history and prints its table and summary line: no
+    /// stale read, no lost write, the load ran, only keys that move were fenced, and each
+    /// participant in `fenced` fenced some.
+    pub fn check(&self, load: Load, name: &str, fenced: &[usize]) -> Checked {
+        let Scene {
+            history,
+            endpoints,
+            proto,
+            moved,
+            proxies,
+        } = self;
+        let (history, proto, moved) = (*history, *proto, *moved);
+        load.stop();
+        history.phase("final");
+        for (p, endpoint) in endpoints.iter().enumerate() {
+            let mut c = Client::new(endpoint, proto);
+            for k in 0..KEYS {
+                let start = history.now();
+                let outcome = match c.get(&key(k)) {
+                    Ok(v) => Outcome::Read(v),
+                    Err(e) => Outcome::Failed(e),
+                };
+                assert!(
+                    !matches!(&outcome, Outcome::Failed(_)),
+                    "final read of {} through participant {p}: {outcome:?}",
+                    key(k)
+                );
+                history.record(p, k, None, start, outcome);
             }
-            eprintln!("--- stats {stats}");
-            let log_text = std::fs::read_to_string(log).unwrap_or_default();
-            eprintln!("--- {}\n{log_text}", log.display());
         }
-    }
-    let (stale, lost) = report.violations();
-    let sum = |f: fn(&test_support::history::Tally) -> u64| -> u64 {
-        report.tallies.iter().map(|(_, t)| f(t)).sum()
-    };
-    // One line per run for scripts/soak-cut-off to add up.
-    eprintln!(
-        "cut-off summary\t{name}\t{proto:?}\treads={}\twrites={}\tfenced={}\terrors={}\tstale={stale}\tlost={lost}",
-        sum(|t| t.reads),
-        sum(|t| t.writes),
-        sum(|t| t.fenced),
-        sum(|t| t.errors),
-    );
-    assert_eq!((stale, lost), (0, 0), "stale reads, lost writes: {report}");
-    let reads = sum(|t| t.reads);
-    assert!(reads > 200, "the load ran: {report}");
-    assert!(
-        report.fenced_keys.is_subset(moved),
-        "only keys that move are fenced: {:?} of {moved:?}",
-        report.fenced_keys,
-    );
-    for &p in fenced {
-        assert!(
-            report.fenced(p) > 0,
-            "proxy {p} fenced the keys that move: {report}"
+        let report = history.check();
+        let phases: Vec<String> = history
+            .phases()
+            .iter()
+            .map(|(at, p)| format!("{p} at {:.1} s", at.as_secs_f64()))
+            .collect();
+        eprintln!("{name} ({proto:?}): {}\n{report}", phases.join(", "));
+        if std::env::var_os("SHARDRING_CUT_OFF_LOGS").is_some() {
+            for (stats_port, log) in proxies {
+                let mut stats = String::new();
+                if let Ok(mut c) = TcpStream::connect(("127.0.0.1", *stats_port)) {
+                    let _ = c.read_to_string(&mut stats);
+                }
+                eprintln!("--- stats {stats}");
+                let log_text = std::fs::read_to_string(log).unwrap_or_default();
+                eprintln!("--- {}\n{log_text}", log.display());
+            }
+        }
+        let (stale, lost) = report.violations();
+        let sum = |f: fn(&test_support::history::Tally) -> u64| -> u64 {
+            report.tallies.iter().map(|(_, t)| f(t)).sum()
+        };
+        // One line per run for scripts/soak-cut-off to add up.
+        eprintln!(
+            "cut-off summary\t{name}\t{proto:?}\treads={}\twrites={}\tfenced={}\terrors={}\tstale={stale}\tlost={lost}",
+            sum(|t| t.reads),
+            sum(|t| t.writes),
+            sum(|t| t.fenced),
+            sum(|t| t.errors),
         );
-    }
-    Checked {
-        stale,
-        lost,
-        reads,
-        writes: sum(|t| t.writes),
+        assert_eq!((stale, lost), (0, 0), "stale reads, lost writes: {report}");
+        let reads = sum(|t| t.reads);
+        assert!(reads > 200, "the load ran: {report}");
+        assert!(
+            report.fenced_keys.is_subset(moved),
+            "only keys that move are fenced: {:?} of {moved:?}",
+            report.fenced_keys,
+        );
+        for &p in fenced {
+            assert!(
+                report.fenced(p) > 0,
+                "proxy {p} fenced the keys that move: {report}"
+            );
+        }
+        Checked {
+            stale,
+            lost,
+            reads,
+            writes: sum(|t| t.writes),
+        }
     }
 }
