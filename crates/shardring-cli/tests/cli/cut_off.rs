@@ -16,319 +16,20 @@
 //! embedding a client-side ring ([`shardring_etcd::Participant`]) that speaks to the servers
 //! itself: it is cut off, fenced and waited for exactly as a proxy is.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command as StdCommand, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::{Command as StdCommand, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cut_off_load::{
+    holds, key, moved_keys, on_first, yaml, Backends, Conn, Endpoint, Load, Migrated, Proto, Scene,
+    FILLER, KEYS,
+};
 use crate::support::{shardring, Kill};
 use shardring_etcd::{Participant, PoolRules};
-use test_support::history::{History, Outcome};
-use test_support::{free_port, wait_listening, Etcd, Memcached, RedisServer, Relay, TempDir};
-
-/// The keys the load writes and reads.
-const KEYS: usize = 48;
-/// Keys written before the change and never touched by the load (they give the copy its length).
-const FILLER: usize = 600;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Proto {
-    Memcache,
-    Redis,
-}
-
-/// The backends of either protocol.
-enum Backends {
-    Memcache(Vec<Memcached>),
-    Redis(Vec<RedisServer>),
-}
-
-impl Backends {
-    fn start(proto: Proto) -> Option<Backends> {
-        Some(match proto {
-            Proto::Memcache => Backends::Memcache((0..4).map(|_| Memcached::start()).collect()),
-            Proto::Redis => Backends::Redis(
-                (0..4)
-                    .map(|_| RedisServer::start(&[]))
-                    .collect::<Option<Vec<_>>>()?,
-            ),
-        })
-    }
-
-    fn addrs(&self) -> Vec<String> {
-        match self {
-            Backends::Memcache(s) => s.iter().map(|m| m.addr.clone()).collect(),
-            Backends::Redis(s) => s.iter().map(|r| r.addr.clone()).collect(),
-        }
-    }
-}
-
-/// A pool file over `servers` listening on `listen`.
-fn yaml(proto: Proto, listen: u16, servers: &[String]) -> String {
-    let mut y = format!(
-        "alpha:\n  listen: 127.0.0.1:{listen}\n  hash: fnv1a_64\n  distribution: ketama\n  timeout: 2000\n  redis: {}\n  servers:\n",
-        proto == Proto::Redis
-    );
-    for s in servers {
-        y.push_str(&format!("   - {s}:1\n"));
-    }
-    y
-}
-
-/// One connection to a proxy, opened again after a failure.
-struct Conn {
-    addr: String,
-    proto: Proto,
-    io: Option<BufReader<TcpStream>>,
-}
-
-impl Conn {
-    fn new(addr: String, proto: Proto) -> Conn {
-        Conn {
-            addr,
-            proto,
-            io: None,
-        }
-    }
-
-    /// Sends `request` and reads one answer with `read`; a failure of the connection is an error
-    /// (and the next call connects again).
-    fn call<T>(
-        &mut self,
-        request: &[u8],
-        read: impl FnOnce(&mut BufReader<TcpStream>) -> std::io::Result<T>,
-    ) -> Result<T, String> {
-        if self.io.is_none() {
-            let s = TcpStream::connect(&self.addr).map_err(|e| format!("connect: {e}"))?;
-            s.set_read_timeout(Some(Duration::from_secs(4))).ok();
-            s.set_nodelay(true).ok();
-            self.io = Some(BufReader::new(s));
-        }
-        let io = self.io.as_mut().ok_or("no connection")?;
-        let r = io.get_mut().write_all(request).and_then(|()| read(io));
-        r.map_err(|e| {
-            self.io = None;
-            format!("io: {e}")
-        })
-    }
-
-    fn line(io: &mut BufReader<TcpStream>) -> std::io::Result<String> {
-        let mut l = String::new();
-        if io.read_line(&mut l)? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        Ok(l.trim_end().to_owned())
-    }
-
-    fn set(&mut self, key: &str, version: u64) -> Result<(), String> {
-        let value = format!("v{version}");
-        let (request, ok) = match self.proto {
-            Proto::Memcache => (
-                format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()),
-                "STORED",
-            ),
-            Proto::Redis => (test_support::redis::resp(&["SET", key, &value]), "+OK"),
-        };
-        let line = self.call(request.as_bytes(), Conn::line)?;
-        if line == ok {
-            Ok(())
-        } else {
-            Err(line)
-        }
-    }
-
-    fn get(&mut self, key: &str) -> Result<Option<u64>, String> {
-        let proto = self.proto;
-        let request = match proto {
-            Proto::Memcache => format!("get {key}\r\n"),
-            Proto::Redis => test_support::redis::resp(&["GET", key]),
-        };
-        let answer = self.call(request.as_bytes(), |io| {
-            let head = Conn::line(io)?;
-            let len = match proto {
-                Proto::Memcache if head.starts_with("VALUE ") => head.rsplit(' ').next(),
-                Proto::Redis if head.starts_with('$') && head != "$-1" => head.get(1..),
-                _ => return Ok(Err(head)),
-            };
-            let len: usize = len.and_then(|l| l.parse().ok()).unwrap_or(0);
-            let mut data = vec![0; len + 2];
-            io.read_exact(&mut data)?;
-            if proto == Proto::Memcache {
-                let end = Conn::line(io)?;
-                if end != "END" {
-                    return Ok(Err(end));
-                }
-            }
-            Ok(Ok(String::from_utf8_lossy(&data[..len]).into_owned()))
-        })?;
-        match answer {
-            Ok(value) => value
-                .strip_prefix('v')
-                .and_then(|v| v.parse().ok())
-                .map(Some)
-                .ok_or_else(|| format!("not a version: {value:?}")),
-            Err(line) if line == "END" || line == "$-1" => Ok(None),
-            Err(line) => Err(line),
-        }
-    }
-}
-
-/// A client-side ring's application: the keys placed by a [`Participant`], each server spoken to
-/// directly; a write goes to the owner and, during a change, to the next owner, and is
-/// acknowledged once both took it.
-struct RingClient {
-    participant: Arc<Participant>,
-    proto: Proto,
-    conns: std::collections::HashMap<String, Conn>,
-}
-
-impl RingClient {
-    fn conn(&mut self, addr: &str) -> &mut Conn {
-        let proto = self.proto;
-        self.conns
-            .entry(addr.to_owned())
-            .or_insert_with(|| Conn::new(addr.to_owned(), proto))
-    }
-
-    fn set(&mut self, key: &str, version: u64) -> Result<(), String> {
-        let view = self.participant.view();
-        let route = view
-            .route(key.as_bytes())
-            .map_err(|e| e.to_string())?
-            .ok_or("no server")?;
-        let writes: Vec<String> = route.writes().map(|m| m.addr().to_owned()).collect();
-        for addr in writes {
-            self.conn(&addr).set(key, version)?;
-        }
-        Ok(())
-    }
-
-    fn get(&mut self, key: &str) -> Result<Option<u64>, String> {
-        let view = self.participant.view();
-        let route = view
-            .route(key.as_bytes())
-            .map_err(|e| e.to_string())?
-            .ok_or("no server")?;
-        let owner = route.owner.addr().to_owned();
-        self.conn(&owner).get(key)
-    }
-}
-
-/// Where the load sends a participant's requests: a proxy, or a client-side ring.
-#[derive(Clone)]
-enum Endpoint {
-    Proxy(String),
-    Ring(Arc<Participant>),
-}
-
-/// One client of an [`Endpoint`].
-enum Client {
-    Proxy(Conn),
-    Ring(RingClient),
-}
-
-impl Client {
-    fn new(endpoint: &Endpoint, proto: Proto) -> Client {
-        match endpoint {
-            Endpoint::Proxy(addr) => Client::Proxy(Conn::new(addr.clone(), proto)),
-            Endpoint::Ring(participant) => Client::Ring(RingClient {
-                participant: Arc::clone(participant),
-                proto,
-                conns: Default::default(),
-            }),
-        }
-    }
-
-    fn set(&mut self, key: &str, version: u64) -> Result<(), String> {
-        match self {
-            Client::Proxy(c) => c.set(key, version),
-            Client::Ring(c) => c.set(key, version),
-        }
-    }
-
-    fn get(&mut self, key: &str) -> Result<Option<u64>, String> {
-        match self {
-            Client::Proxy(c) => c.get(key),
-            Client::Ring(c) => c.get(key),
-        }
-    }
-}
-
-/// The load's key `i`: spread over the ring (keys that differ only in their last bytes may all
-/// land on one server under fnv1a_64, as in nutcracker).
-fn key(i: usize) -> String {
-    format!(
-        "{:016x}:cut-off",
-        (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-    )
-}
-
-/// The load: one writer per participant (each owns every n-th key, and sends each write through
-/// the participants in turn), one reader per participant; everything recorded.
-struct Load {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Load {
-    fn start(history: &Arc<History>, endpoints: &[Endpoint], proto: Proto) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        let n = endpoints.len();
-        for w in 0..n {
-            let (history, stop, endpoints) =
-                (Arc::clone(history), Arc::clone(&stop), endpoints.to_vec());
-            threads.push(std::thread::spawn(move || {
-                let mut conns: Vec<Client> =
-                    endpoints.iter().map(|e| Client::new(e, proto)).collect();
-                let mut versions = vec![1u64; KEYS];
-                let mut turn = 0usize;
-                while !stop.load(Ordering::Relaxed) {
-                    for k in (w..KEYS).step_by(n) {
-                        versions[k] += 1;
-                        let p = turn % conns.len();
-                        turn += 1;
-                        let start = history.now();
-                        let outcome = match conns[p].set(&key(k), versions[k]) {
-                            Ok(()) => Outcome::Written,
-                            Err(e) => Outcome::Failed(e),
-                        };
-                        history.record(p, k, Some(versions[k]), start, outcome);
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }));
-        }
-        for (p, endpoint) in endpoints.iter().enumerate() {
-            let (history, stop) = (Arc::clone(history), Arc::clone(&stop));
-            let mut conn = Client::new(endpoint, proto);
-            threads.push(std::thread::spawn(move || {
-                let mut k = p;
-                while !stop.load(Ordering::Relaxed) {
-                    k = (k + 7) % KEYS;
-                    let start = history.now();
-                    let outcome = match conn.get(&key(k)) {
-                        Ok(v) => Outcome::Read(v),
-                        Err(e) => Outcome::Failed(e),
-                    };
-                    history.record(p, k, None, start, outcome);
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }));
-        }
-        Load { stop, threads }
-    }
-
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads {
-            let _ = t.join();
-        }
-    }
-}
+use test_support::history::History;
+use test_support::{free_port, wait_listening, Etcd, Relay, TempDir};
 
 /// One proxy, following etcd through its own relay.
 struct Proxy {
@@ -362,13 +63,6 @@ struct Ring {
     relay: Relay,
     participant: Arc<Participant>,
     id: String,
-}
-
-/// What a run of `shardring migrate` did.
-struct Migrated {
-    status: ExitStatus,
-    stderr: String,
-    took: Duration,
 }
 
 /// The world of one scenario.
@@ -424,22 +118,7 @@ impl World {
             moved: Default::default(),
             runtime,
         };
-        let owners = |file: &Path| -> Vec<String> {
-            let out = shardring()
-                .args(["lookup", "--config"])
-                .arg(file)
-                .args((0..KEYS).map(key))
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .map(|l| l.split('\t').nth(1).unwrap_or_default().to_owned())
-                .collect()
-        };
-        let (before, after) = (owners(&world.now_file), owners(&next_file));
-        assert_eq!(before.len(), KEYS);
-        world.moved = (0..KEYS).filter(|&k| before[k] != after[k]).collect();
-        assert!(!world.moved.is_empty(), "some of the load's keys move");
+        world.moved = moved_keys(&world.now_file, &next_file);
         world.publish(&[]);
         for p in 0..2 {
             let listen = free_port();
@@ -586,74 +265,22 @@ impl World {
         run_migrate(&self.etcd.url(), &self.now_file, extra, on)
     }
 
-    /// Ends the load, reads every key through every proxy (the final phase: a lost write shows
-    /// as a stale read there), checks the history and prints its table.
+    /// Ends the load, reads every key through every participant and checks the history
+    /// ([`Scene::check`]).
     fn finish(&self, load: Load, name: &str, fenced: &[usize]) {
-        load.stop();
-        self.history.phase("final");
-        for (p, endpoint) in self.endpoints().iter().enumerate() {
-            let mut c = Client::new(endpoint, self.proto);
-            for k in 0..KEYS {
-                let start = self.history.now();
-                let outcome = match c.get(&key(k)) {
-                    Ok(v) => Outcome::Read(v),
-                    Err(e) => Outcome::Failed(e),
-                };
-                assert!(
-                    !matches!(&outcome, Outcome::Failed(_)),
-                    "final read of {} through participant {p}: {outcome:?}",
-                    key(k)
-                );
-                self.history.record(p, k, None, start, outcome);
-            }
-        }
-        let report = self.history.check();
-        let phases: Vec<String> = self
-            .history
-            .phases()
+        let proxies: Vec<(u16, PathBuf)> = self
+            .proxies
             .iter()
-            .map(|(at, p)| format!("{p} at {:.1} s", at.as_secs_f64()))
+            .map(|p| (p.stats, p.log.clone()))
             .collect();
-        eprintln!("{name} ({:?}): {}\n{report}", self.proto, phases.join(", "));
-        if std::env::var_os("SHARDRING_CUT_OFF_LOGS").is_some() {
-            for proxy in &self.proxies {
-                let mut stats = String::new();
-                if let Ok(mut c) = TcpStream::connect(("127.0.0.1", proxy.stats)) {
-                    let _ = c.read_to_string(&mut stats);
-                }
-                eprintln!("--- stats {stats}");
-                let log = std::fs::read_to_string(&proxy.log).unwrap_or_default();
-                eprintln!("--- {}\n{log}", proxy.log.display());
-            }
+        Scene {
+            history: &self.history,
+            endpoints: self.endpoints(),
+            proto: self.proto,
+            moved: &self.moved,
+            proxies,
         }
-        let (stale, lost) = report.violations();
-        let sum = |f: fn(&test_support::history::Tally) -> u64| -> u64 {
-            report.tallies.iter().map(|(_, t)| f(t)).sum()
-        };
-        // One line per run for scripts/soak-cut-off to add up.
-        eprintln!(
-            "cut-off summary\t{name}\t{:?}\treads={}\twrites={}\tfenced={}\terrors={}\tstale={stale}\tlost={lost}",
-            self.proto,
-            sum(|t| t.reads),
-            sum(|t| t.writes),
-            sum(|t| t.fenced),
-            sum(|t| t.errors),
-        );
-        assert_eq!((stale, lost), (0, 0), "stale reads, lost writes: {report}");
-        let reads: u64 = report.tallies.iter().map(|(_, t)| t.reads).sum();
-        assert!(reads > 200, "the load ran: {report}");
-        assert!(
-            report.fenced_keys.is_subset(&self.moved),
-            "only keys that move are fenced: {:?} of {:?}",
-            report.fenced_keys,
-            self.moved
-        );
-        for &p in fenced {
-            assert!(
-                report.fenced(p) > 0,
-                "proxy {p} fenced the keys that move: {report}"
-            );
-        }
+        .check(load, name, fenced);
     }
 }
 
@@ -753,12 +380,6 @@ fn redis_cut_off_during_the_copy() {
 #[test]
 fn redis_cut_off_at_the_cut_over() {
     blackhole_at(Proto::Redis, "cut over in etcd", "cut off at the cut-over");
-}
-
-/// Reads `key` straight from a server: whether it holds it.
-fn holds(proto: Proto, server: &str, key: &str) -> bool {
-    let mut c = Conn::new(server.to_owned(), proto);
-    matches!(c.get(key), Ok(Some(_)))
 }
 
 /// `--delete-moved` with a participant cut off and taken out of the roster by the operator: the
@@ -880,21 +501,6 @@ fn spawn_proxy(file: &Path, stats: u16, log: &Path, etcd: &str, listen: u16) -> 
         .unwrap();
     wait_listening(&format!("127.0.0.1:{listen}"));
     Kill(child)
-}
-
-/// A `migrate` line callback that sends once, on the first line containing `pattern`, and the
-/// receiver of that signal.
-fn on_first(pattern: &'static str) -> (std::sync::mpsc::Receiver<()>, impl FnMut(&str)) {
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let mut tx = Some(tx);
-    let on = move |line: &str| {
-        if line.contains(pattern) {
-            if let Some(tx) = tx.take() {
-                let _ = tx.send(());
-            }
-        }
-    };
-    (rx, on)
 }
 
 #[test]

@@ -8,6 +8,8 @@ mod compat;
 mod compat_java_go;
 mod contract;
 mod cut_off;
+mod cut_off_files;
+mod cut_off_load;
 mod descriptors;
 mod fatal_signals;
 mod install;

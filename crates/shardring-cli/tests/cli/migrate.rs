@@ -724,3 +724,42 @@ fn with_etcd_the_proxies_register_dual_write_and_cut_over_together() {
         .unwrap();
     assert!(String::from_utf8_lossy(&again.stderr).contains("has no next membership"));
 }
+
+/// Issue #43: a cut-over mark in the `--to` file that records another change than the files show
+/// (here: other placements) is refused with exit code 2 before anything is touched: no file
+/// rewritten, no proxy reloaded, nothing copied.
+#[test]
+fn a_cut_over_mark_that_does_not_match_the_files_is_refused_and_nothing_is_touched() {
+    let servers: Vec<Memcached> = (0..3).map(|_| Memcached::start()).collect();
+    let now: Vec<&Memcached> = servers.iter().collect();
+    let fleet = Fleet::start(|l| yaml(l, &now), &[]);
+    let mark = format!(
+        "# shardring migrate cut over: pool=alpha from=00000000000000aa to=00000000000000bb \
+         servers={}:1,{}:1\n",
+        servers[0].addr, servers[1].addr
+    );
+    fleet.plan(&format!("{mark}{}", yaml(free_port(), &now[..2])));
+    let before: Vec<String> = fleet
+        .files
+        .iter()
+        .chain([&fleet.next])
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    let out = fleet.migrate(&[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("was cut over from 00000000000000aa to 00000000000000bb")
+            && stderr.contains("nothing was changed")
+            && stderr.contains("remove the mark line"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "no plan, no copy");
+    let after: Vec<String> = fleet
+        .files
+        .iter()
+        .chain([&fleet.next])
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    assert_eq!(before, after, "no file rewritten");
+}

@@ -1,13 +1,181 @@
-//! The cut-over without etcd: the `servers:` list of one pool rewritten in the proxies' YAML files,
-//! everything else of each file (its listen line, comments, other pools) kept byte for byte, and the
-//! file replaced atomically (written beside it, then renamed over it), so a proxy reloading at any
-//! moment reads the old file or the new one, never half of one.
+//! The migration without etcd, in the proxies' YAML files: the change they describe (the pool now in
+//! the proxies' files, next in the `--to` file), the cut-over (the new servers written into the
+//! proxies' files, the old ones into the `--to` file with the cut-over [`Mark`]), and the end of
+//! the change (the `--to` file given the new servers, its mark removed).
+//!
+//! Only one pool's `servers:` list changes in each file: everything else of it (its listen line,
+//! comments, other pools) is kept byte for byte, and the file is replaced atomically (written beside
+//! it, then renamed over it), so a proxy reloading at any moment reads the old file or the new one,
+//! never half of one.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
-use shardring_config::ProxyConfig;
+use shardring_config::{PoolConfig, ProxyConfig};
+
+use super::mark::Mark;
+use super::plan::Change;
+
+/// The change the files describe for `now`'s pool (`now`: the first of `configs`), and whether it
+/// was already cut over. Only the placement comes from the `--to` file (`to`): its servers, hash,
+/// hash tag and distribution.
+///
+/// After a cut-over the files read "now the new servers, next the old ones", which is also what a
+/// change back would look like: the `--to` file's [`Mark`] tells them apart. A mark that matches
+/// the files (the `--to` file lists the servers it was cut over from, each proxy's file those or
+/// the ones it was cut over to) makes the change the one it records, resumed; one that does not is
+/// refused before anything is touched.
+///
+/// # Errors
+/// When a file cannot be read, the proxies' files disagree (no mark), the mark does not match the
+/// files, or the change is not one to migrate ([`Change::new`]).
+pub(super) fn change(
+    configs: &[PathBuf],
+    to: &Path,
+    now: PoolConfig,
+    all_keys: bool,
+) -> Result<(Change, bool)> {
+    let pool = now.name.clone();
+    let text = std::fs::read_to_string(to).with_context(|| format!("reading {}", to.display()))?;
+    let target = super::pool_in(to, Some(&pool))?;
+    let mut next = now.clone();
+    (next.servers, next.hash, next.hash_tag, next.distribution) = (
+        target.servers.clone(),
+        target.hash,
+        target.hash_tag,
+        target.distribution,
+    );
+    let mark = Mark::find(&text, &pool).with_context(|| {
+        format!(
+            "{}: its cut-over mark of pool {pool} (left by a migration stopped after its \
+             cut-over) cannot be read; nothing was changed",
+            to.display()
+        )
+    })?;
+    let Some(mark) = mark else {
+        super::agree(configs, &now)?;
+        return Ok((Change::new(now, next, all_keys)?, false));
+    };
+    let with = |base: &PoolConfig, servers: &[TwemproxyServer]| {
+        let mut p = base.clone();
+        p.servers = servers.to_vec();
+        p
+    };
+    let digest = |p: &PoolConfig| p.placement_spec().digest();
+    // The change the mark records: from the `--to` file's servers, to the mark's.
+    let (old, new) = (with(&now, &target.servers), with(&next, &mark.servers));
+    let mut problems = Vec::new();
+    if digest(&old) != mark.from {
+        problems.push(format!(
+            "{} lists servers placed as {}, not {} (the placement cut over from)",
+            to.display(),
+            digest(&old),
+            mark.from
+        ));
+    }
+    if digest(&new) != mark.to {
+        problems.push(format!(
+            "the mark's servers are placed as {}, not {}",
+            digest(&new),
+            mark.to
+        ));
+    }
+    for path in configs {
+        let p = super::pool_in(path, Some(&pool))?;
+        let d = digest(&p);
+        if d != digest(&with(&p, &old.servers)) && d != digest(&with(&p, &new.servers)) {
+            problems.push(format!(
+                "{} places the pool as {d}, neither the placement cut over from nor the one cut \
+                 over to",
+                path.display()
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        bail!(
+            "{}: pool {pool} was cut over from {} to {} (its mark says), but the files no longer \
+             match that change: {}; nothing was changed. Finish that migration with the files it \
+             left, or, if they were changed on purpose since, remove the mark line from {} first",
+            to.display(),
+            mark.from,
+            mark.to,
+            problems.join("; "),
+            to.display()
+        );
+    }
+    eprintln!(
+        "shardring: pool {pool} was cut over in the files (from {} to {}, marked in {}) and its \
+         change not finished: resuming it (every proxy must serve the new membership; then the old \
+         one is dropped)",
+        mark.from,
+        mark.to,
+        to.display()
+    );
+    Ok((Change::new(old, new, all_keys)?, true))
+}
+
+/// The cut-over: the `--to` file gets the old servers (the pool's next ones from now on: proxies
+/// that switched keep writing to them while others have not) and the [`Mark`] that says so, then
+/// each proxy's file the new servers. Every file's new text is made and read back before any file
+/// is written; a file that already has it is left alone (a resumed change writes again only what
+/// a run stopped between the writes did not).
+///
+/// The `--to` file goes first: until the proxies' files are written, it holds the only record of
+/// the new servers (in its mark).
+///
+/// # Errors
+/// When a file cannot be read, rewritten or replaced.
+pub(super) fn cut_over(configs: &[PathBuf], to: &Path, change: &Change) -> Result<()> {
+    let pool = &change.now.name;
+    let digest = |p: &PoolConfig| p.placement_spec().digest();
+    let mark = Mark {
+        pool: pool.clone(),
+        from: digest(&change.now),
+        to: digest(&change.next),
+        servers: change.next.servers.clone(),
+    };
+    let mut writes = vec![(to.to_path_buf(), {
+        let text = rewritten(to, pool, &change.now.servers)?;
+        mark.put(&text)
+    })];
+    for path in configs {
+        writes.push((path.clone(), rewritten(path, pool, &change.next.servers)?));
+    }
+    for (path, text) in &writes {
+        if std::fs::read_to_string(path).ok().as_deref() != Some(text.as_str()) {
+            install(path, text)?;
+        }
+    }
+    let names: Vec<String> = configs.iter().map(|p| p.display().to_string()).collect();
+    eprintln!(
+        "shardring: cut over in the files: {} serve placement {} (the new servers), {} has the old \
+         ones ({}) as next, and the mark",
+        names.join(", "),
+        mark.to,
+        to.display(),
+        mark.from
+    );
+    Ok(())
+}
+
+/// The end of the change: the `--to` file gets the new servers (the proxies' next membership is
+/// their current one: no more dual writes) and loses the mark, in one replacement.
+///
+/// # Errors
+/// When the file cannot be read, rewritten or replaced.
+pub(super) fn drop_next(to: &Path, change: &Change) -> Result<()> {
+    let pool = &change.now.name;
+    let text = rewritten(to, pool, &change.next.servers)?;
+    install(to, &Mark::without(&text, pool))
+}
+
+/// The file at `path` with pool `pool`'s servers replaced by `servers`.
+fn rewritten(path: &Path, pool: &str, servers: &[TwemproxyServer]) -> Result<String> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    replace_servers(&text, pool, servers).with_context(|| format!("rewriting {}", path.display()))
+}
 
 /// `text` with pool `pool`'s `servers:` items replaced by `servers` (same indentation as the old
 /// items). Checked by reading the result back: the pool must have exactly `servers`.
@@ -15,11 +183,7 @@ use shardring_config::ProxyConfig;
 /// # Errors
 /// When the file has no such pool, or no `servers:` list under it in block style, or the result
 /// does not read back as expected.
-pub(super) fn replace_servers(
-    text: &str,
-    pool: &str,
-    servers: &[TwemproxyServer],
-) -> Result<String> {
+fn replace_servers(text: &str, pool: &str, servers: &[TwemproxyServer]) -> Result<String> {
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
     let indent = |l: &str| l.len() - l.trim_start().len();
     let is_content = |l: &str| {
@@ -95,7 +259,7 @@ pub(super) fn replace_servers(
 ///
 /// # Errors
 /// When the file cannot be written or renamed.
-pub(super) fn install(path: &Path, text: &str) -> Result<()> {
+fn install(path: &Path, text: &str) -> Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     let name = path
         .file_name()

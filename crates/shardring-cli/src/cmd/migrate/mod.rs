@@ -14,10 +14,13 @@
 //!    deleted from their old servers.
 //!
 //! An abort before step 4 leaves the ring as it was: the copies are extra keys on their next
-//! owners, which a rerun skips.
+//! owners, which a rerun skips. A run stopped after the cut-over (a proxy that could not be
+//! confirmed) leaves a mark (etcd's, or a comment line in the `--to` file: `mark.rs`), and a rerun
+//! resumes that change from the cut-over rather than taking the swapped files for a change back.
 
 mod etcd;
 mod files;
+mod mark;
 mod plan;
 mod priority;
 mod progress;
@@ -52,7 +55,9 @@ pub struct Args {
     #[arg(long, short = 'c', value_name = "FILE", required = true)]
     config: Vec<PathBuf>,
     /// The next membership's YAML file (the proxies' --next-config): the pool of the same name
-    /// gives the servers (and hash, hash tag, distribution) next.
+    /// gives the servers (and hash, hash tag, distribution) next. The cut-over gives it the old
+    /// servers and a `# shardring migrate cut over: …` line until the change is done: a rerun of the
+    /// same command then resumes the change.
     #[arg(
         long,
         value_name = "FILE",
@@ -187,38 +192,35 @@ fn pool_in(path: &std::path::Path, pool: Option<&str>) -> Result<PoolConfig> {
         .map_err(|e| config_problems(path, &e))
 }
 
-async fn migrate(args: Args) -> Result<()> {
-    let now = pool_in(&args.config[0], args.pool.as_deref())?;
-    let pool = now.name.clone();
-    for other in &args.config[1..] {
-        let p = pool_in(other, Some(&pool))?;
+/// Checks that every one of `configs` places `now`'s pool as `now` does.
+fn agree(configs: &[PathBuf], now: &PoolConfig) -> Result<()> {
+    for other in &configs[1..] {
+        let p = pool_in(other, Some(&now.name))?;
         if p.placement_spec().digest() != now.placement_spec().digest() {
             bail!(
-                "{} places pool {pool} otherwise than {}: the proxies must agree on the pool now",
+                "{} places pool {} otherwise than {}: the proxies must agree on the pool now",
                 other.display(),
-                args.config[0].display()
+                now.name,
+                configs[0].display()
             );
         }
     }
+    Ok(())
+}
+
+async fn migrate(args: Args) -> Result<()> {
+    let now = pool_in(&args.config[0], args.pool.as_deref())?;
+    let pool = now.name.clone();
     let (change, proxies, resumed) = match (&args.etcd, &args.to) {
         (Some(urls), _) => {
+            agree(&args.config, &now)?;
             let source = etcd::source(urls, &args.etcd_prefix, &pool);
             let (change, resumed) = etcd::change(&source, now, args.all_keys).await?;
             (change, Proxies::Etcd(Box::new(source)), resumed)
         }
         (None, Some(to)) => {
-            let mut next = pool_in(to, Some(&pool))?;
-            // Only the placement comes from the next file.
-            let placement = (
-                next.servers.clone(),
-                next.hash,
-                next.hash_tag,
-                next.distribution,
-            );
-            next = now.clone();
-            (next.servers, next.hash, next.hash_tag, next.distribution) = placement;
-            let change = Change::new(now, next, args.all_keys)?;
-            (change, Proxies::Stats(args.proxies.clone()), false)
+            let (change, resumed) = files::change(&args.config, to, now, args.all_keys)?;
+            (change, Proxies::Stats(args.proxies.clone()), resumed)
         }
         (None, None) => bail!("--to FILE or --etcd URL says what the pool is next"),
     };
@@ -263,15 +265,13 @@ async fn migrate(args: Args) -> Result<()> {
         }
         Proxies::Stats(_) => {
             let to = args.to.as_deref().context("--to FILE")?;
-            for path in &args.config {
-                rewrite(path, &pool, &change.next)?;
-            }
-            rewrite(to, &pool, &change.now)?;
+            // Resumed too: a run stopped between the files' writes left some unwritten.
+            files::cut_over(&args.config, to, &change)?;
             reload(args.reload_command.as_deref())?;
             proxies
                 .wait_for(&pool, &swapped, &known, wait, "serve the next membership")
                 .await?;
-            rewrite(to, &pool, &change.next)?;
+            files::drop_next(to, &change)?;
             reload(args.reload_command.as_deref())?;
         }
     }
@@ -374,15 +374,6 @@ async fn copy(
         return Ok(false);
     }
     Ok(true)
-}
-
-/// Rewrites pool `pool`'s servers in `path` to `to`'s.
-fn rewrite(path: &std::path::Path, pool: &str, to: &PoolConfig) -> Result<()> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let new = files::replace_servers(&text, pool, &to.servers)
-        .with_context(|| format!("rewriting {}", path.display()))?;
-    files::install(path, &new)
 }
 
 /// Runs `--reload-command`, or asks for the reload.

@@ -1,0 +1,179 @@
+//! The cut-over mark of a migration without etcd: one comment line at the top of the `--to` file,
+//! written in the same replacement of that file that makes the old servers its pool's next ones,
+//! and removed in the one that drops them.
+//!
+//! Why a mark: after the cut-over the files say "now: the new servers, next: the old ones", which
+//! is exactly what a migration back would look like. A rerun (the operator's answer to a first
+//! run that exited non-zero because a proxy could not be confirmed) must tell the two apart, or it
+//! copies the keys back and reverses the change. etcd keeps the same mark under the pool's prefix
+//! (`shardring_etcd::admin::cut_over_pending`); a file has no other place for it.
+//!
+//! The mark names the pool and the digests of both placements (what the rerun checks it against),
+//! and lists the new servers: the `--to` file is replaced before the proxies' files, so a run that
+//! stops between those writes leaves the new servers written nowhere else.
+
+use std::str::FromStr;
+
+use anyhow::{bail, Context, Result};
+use shardring::compat::twemproxy::TwemproxyServer;
+
+/// What every mark line starts with.
+const PREFIX: &str = "# shardring migrate cut over: ";
+
+/// A cut-over of one pool, recorded in the `--to` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Mark {
+    /// The pool that was cut over (a file may hold several pools, each with its own change).
+    pub pool: String,
+    /// The digest of the placement the pool had before the cut-over.
+    pub from: String,
+    /// The digest of the placement it has after.
+    pub to: String,
+    /// The servers after (the `--to` file's own list is the old one until `next` is dropped).
+    pub servers: Vec<TwemproxyServer>,
+}
+
+impl Mark {
+    /// The comment line, with its newline.
+    pub fn line(&self) -> String {
+        let servers: Vec<String> = self.servers.iter().map(ToString::to_string).collect();
+        format!(
+            "{PREFIX}pool={} from={} to={} servers={}\n",
+            self.pool,
+            self.from,
+            self.to,
+            servers.join(",")
+        )
+    }
+
+    /// The mark of `pool` in `text`, if any.
+    ///
+    /// # Errors
+    /// When a mark line of `pool` does not parse (a hand edit), or there are two: guessing could
+    /// reverse the change.
+    pub fn find(text: &str, pool: &str) -> Result<Option<Mark>> {
+        let mut found = None;
+        for line in text.lines() {
+            let Some(rest) = line.trim_end().strip_prefix(PREFIX) else {
+                continue;
+            };
+            let mark = Mark::from_str(rest).with_context(|| format!("the mark {line:?}"))?;
+            if mark.pool != pool {
+                continue;
+            }
+            if found.is_some() {
+                bail!("two cut-over marks of pool {pool}");
+            }
+            found = Some(mark);
+        }
+        Ok(found)
+    }
+
+    /// `text` with pool `pool`'s mark removed.
+    pub fn without(text: &str, pool: &str) -> String {
+        text.split_inclusive('\n')
+            .filter(|line| {
+                let of_pool = line
+                    .trim_end()
+                    .strip_prefix(PREFIX)
+                    .and_then(|rest| Mark::from_str(rest).ok())
+                    .is_some_and(|m| m.pool == pool);
+                !of_pool
+            })
+            .collect()
+    }
+
+    /// `text` with this mark as its first line (and no other of its pool).
+    pub fn put(&self, text: &str) -> String {
+        let mut out = self.line();
+        if text.contains("\r\n") {
+            out = out.replace('\n', "\r\n");
+        }
+        out.push_str(&Mark::without(text, &self.pool));
+        out
+    }
+}
+
+impl FromStr for Mark {
+    type Err = anyhow::Error;
+
+    /// `pool=P from=D to=D servers=S,S` (the line after its prefix), in that order.
+    fn from_str(rest: &str) -> Result<Mark> {
+        let mut words = rest.trim().splitn(4, ' ');
+        let mut field = |name: &str| -> Result<String> {
+            words
+                .next()
+                .and_then(|w| w.strip_prefix(name)?.strip_prefix('='))
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+                .with_context(|| format!("no {name}="))
+        };
+        let (pool, from, to) = (field("pool")?, field("from")?, field("to")?);
+        // Last, as a server's name follows its address after a space.
+        let list = field("servers")?;
+        let servers = list
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse::<TwemproxyServer>()
+                    .map_err(|e| anyhow::anyhow!("server {s:?}: {e}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Mark {
+            pool,
+            from,
+            to,
+            servers,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(pool: &str) -> Mark {
+        Mark {
+            pool: pool.to_owned(),
+            from: "aa11".to_owned(),
+            to: "bb22".to_owned(),
+            servers: ["127.0.0.1:11211:1 mc-a", "127.0.0.1:11212:2"]
+                .iter()
+                .map(|s| s.parse().unwrap())
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_mark_reads_back_as_written() {
+        let text = mark("alpha").put("alpha:\n  servers:\n   - 127.0.0.1:11213:1\n");
+        assert!(text.starts_with(
+            "# shardring migrate cut over: pool=alpha from=aa11 to=bb22 servers=127.0.0.1:11211:1 mc-a,127.0.0.1:11212:2\nalpha:\n"
+        ));
+        assert_eq!(Mark::find(&text, "alpha").unwrap(), Some(mark("alpha")));
+        assert_eq!(Mark::find(&text, "beta").unwrap(), None);
+        assert_eq!(
+            Mark::without(&text, "alpha"),
+            "alpha:\n  servers:\n   - 127.0.0.1:11213:1\n"
+        );
+    }
+
+    #[test]
+    fn each_pool_has_its_own_mark_and_putting_one_replaces_it() {
+        let text = mark("beta").put(&mark("alpha").put("alpha:\n"));
+        let mut again = mark("alpha");
+        again.to = "cc33".to_owned();
+        let text = again.put(&text);
+        assert_eq!(Mark::find(&text, "alpha").unwrap(), Some(again));
+        assert_eq!(Mark::find(&text, "beta").unwrap(), Some(mark("beta")));
+        assert_eq!(text.matches(PREFIX).count(), 2, "{text}");
+    }
+
+    #[test]
+    fn a_mark_that_does_not_parse_is_an_error_not_ignored() {
+        let text = "# shardring migrate cut over: pool=alpha from=aa11\nalpha:\n";
+        assert!(Mark::find(text, "alpha").is_err());
+        let two = format!("{}{}", mark("alpha").line(), mark("alpha").line());
+        assert!(Mark::find(&two, "alpha").is_err());
+    }
+}
