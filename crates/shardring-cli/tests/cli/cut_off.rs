@@ -16,7 +16,6 @@
 //! embedding a client-side ring ([`shardring_etcd::Participant`]) that speaks to the servers
 //! itself: it is cut off, fenced and waited for exactly as a proxy is.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command as StdCommand, Stdio};
 use std::sync::Arc;
@@ -550,31 +549,14 @@ fn etcd_down_longer_than_a_lease(proto: Proto) {
 
 /// Runs `shardring migrate --etcd URL` (at a rate that makes the copy last a few seconds), calling
 /// `on` with each line it writes to stderr as it writes it.
-fn run_migrate(url: &str, now_file: &Path, extra: &[&str], mut on: impl FnMut(&str)) -> Migrated {
-    let started = Instant::now();
-    let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
-        .args([
-            "migrate", "--etcd", url, "--pool", "alpha", "--nice", "0", "--rate", "150", "-c",
-        ])
-        .arg(now_file)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = String::new();
-    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-        let line = line.unwrap_or_default();
-        on(&line);
-        stderr.push_str(&line);
-        stderr.push('\n');
-    }
-    let status = child.wait().unwrap();
-    Migrated {
-        status,
-        stderr,
-        took: started.elapsed(),
-    }
+fn run_migrate(url: &str, now_file: &Path, extra: &[&str], on: impl FnMut(&str)) -> Migrated {
+    let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"));
+    cmd.args([
+        "migrate", "--etcd", url, "--pool", "alpha", "--nice", "0", "--rate", "150", "-c",
+    ])
+    .arg(now_file)
+    .args(extra);
+    crate::cut_off_load::watch_migrate(&mut cmd, on)
 }
 
 #[test]

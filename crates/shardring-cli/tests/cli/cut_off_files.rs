@@ -15,11 +15,10 @@
 //! Each proxy's stats port is reached through a [`Relay`] of its own, so that one can be made
 //! unreachable while the proxy itself keeps serving (and reloading on SIGHUP).
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command as StdCommand, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::cut_off_load::{
     holds, key, moved_keys, on_first, yaml, Backends, Conn, Endpoint, Load, Migrated, Proto, Scene,
@@ -209,8 +208,7 @@ impl World {
     /// (through their relays) and a reload command that signals every proxy whose pid file exists
     /// (at a rate that makes the copy last a second or so), calling `on` with each line it writes
     /// to stderr as it writes it.
-    fn migrate(&self, extra: &[&str], mut on: impl FnMut(&str)) -> Migrated {
-        let started = Instant::now();
+    fn migrate(&self, extra: &[&str], on: impl FnMut(&str)) -> Migrated {
         let proxies: Vec<String> = self.proxies.iter().map(Proxy::name).collect();
         let pid_files: Vec<String> = self
             .proxies
@@ -223,30 +221,13 @@ impl World {
         for p in &self.proxies {
             cmd.arg("-c").arg(&p.file);
         }
-        let mut child = cmd
-            .arg("--to")
+        cmd.arg("--to")
             .arg(&self.next_file)
             .args(["--pool", "alpha", "--proxies", &proxies.join(",")])
             .args(["--reload-command", &reload])
             .args(["--nice", "0", "--rate", "150"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = String::new();
-        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-            let line = line.unwrap_or_default();
-            on(&line);
-            stderr.push_str(&line);
-            stderr.push('\n');
-        }
-        let status = child.wait().unwrap();
-        Migrated {
-            status,
-            stderr,
-            took: started.elapsed(),
-        }
+            .args(extra);
+        crate::cut_off_load::watch_migrate(&mut cmd, on)
     }
 
     /// Every file names the three servers and not the fourth, and the next file has no mark.

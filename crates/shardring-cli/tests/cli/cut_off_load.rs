@@ -489,3 +489,26 @@ impl Scene<'_> {
         }
     }
 }
+
+/// Runs `shardring migrate` as `cmd` sets it up, handing each line of its stderr to `on` as it comes.
+pub fn watch_migrate(cmd: &mut std::process::Command, mut on: impl FnMut(&str)) -> Migrated {
+    let started = std::time::Instant::now();
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap_or_default();
+        on(&line);
+        stderr.push_str(&line);
+        stderr.push('\n');
+    }
+    let status = child.wait().unwrap();
+    Migrated {
+        status,
+        stderr,
+        took: started.elapsed(),
+    }
+}

@@ -405,7 +405,7 @@ impl Protocol for Memcache {
         let ctx = &Placer::new(plan, &self.remedies);
         if ctx.limited() {
             if let Some(refused) = rate_limits::refused(&req, ctx) {
-                return refused;
+                return Step::Answer(refused);
             }
         }
         match &req.command {
