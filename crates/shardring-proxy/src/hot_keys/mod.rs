@@ -88,21 +88,15 @@ impl HotKeys {
         self.tracker.offer(hash, key, estimate)
     }
 
-    /// The hash `key` is tracked by, for [`HotKeys::tracks`].
+    /// The hash `key` is counted by, for [`HotKeys::estimate`].
     pub(crate) fn hash(key: &[u8]) -> u64 {
         key_hash(key)
     }
 
-    /// Whether the key of `hash` is tracked now (one of the top K or just below them): the keys a
-    /// per-key rate limit applies to.
-    pub(crate) fn tracks(&self, hash: u64) -> bool {
-        self.tracker.tracks(hash)
-    }
-
-    /// Ranks the offered keys now, as the ticker does every [`REFRESH`].
-    #[cfg(test)]
-    pub(crate) fn rank_now(&self) {
-        self.tracker.refresh(&self.sketch);
+    /// The requests counted for the key of `hash` over the window (between half of it and all of
+    /// it), without counting one: how a per-key rate limit tells which keys could be over it.
+    pub(crate) fn estimate(&self, hash: u64) -> u32 {
+        self.sketch.estimate(hash)
     }
 
     /// Whether `key` is one of the top K now, without counting it.

@@ -104,12 +104,6 @@ impl Tracker {
         false
     }
 
-    /// Whether `hash` is tracked in the latest ranking (no reference count taken: the request path's
-    /// read).
-    pub(crate) fn tracks(&self, hash: u64) -> bool {
-        self.published.load().is_tracked(hash)
-    }
-
     /// The latest ranking.
     pub(crate) fn current(&self) -> Arc<HotSet> {
         self.published.load_full()

@@ -33,6 +33,14 @@ impl Gcra {
         }
     }
 
+    /// A bucket for `rate` requests a second whose burst was spent just before `now`: for a key
+    /// that reached its limit's mark, having already taken that many requests in the window.
+    pub(crate) fn spent(rate: u32, now: u64) -> Gcra {
+        let g = Gcra::new(rate);
+        g.tat.store(now.saturating_add(g.burst), Relaxed);
+        g
+    }
+
     /// Whether a request at `now` (nanoseconds after the clock's epoch) is within the limit; if so
     /// it is counted.
     pub(crate) fn admit(&self, now: u64) -> bool {
@@ -88,6 +96,14 @@ mod tests {
         assert_eq!(admitted(1000, 500, 4), 2000);
         // A slow limit: one a second, no burst beyond one.
         assert_eq!(admitted(1, 100, 5), 5);
+    }
+
+    #[test]
+    fn a_spent_bucket_paces_at_once() {
+        let g = Gcra::spent(1000, 5_000_000_000);
+        let at_once = (0..1000).filter(|_| g.admit(5_000_000_000)).count();
+        assert_eq!(at_once, 1);
+        assert!(g.admit(5_001_000_000));
     }
 
     #[test]
