@@ -103,7 +103,12 @@ async fn span_scan_returns_every_key_present_throughout_while_others_come_and_go
     };
     let proxy = RunningProxy::start(pool(&servers, SPREAD)).await;
     let mut c = proxy.client().await;
-    let stay: Vec<String> = (0..20_000).map(|i| format!("stay:{i}")).collect();
+    // 20,000 keys by default; SPAN_SCAN_KEYS=100000 for the size.
+    let n: usize = std::env::var("SPAN_SCAN_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let stay: Vec<String> = (0..n).map(|i| format!("stay:{i}")).collect();
     let churn: Vec<String> = (0..4_000).map(|i| format!("churn:{i}")).collect();
     load(&mut c, &stay).await;
     load(&mut c, &churn).await;
