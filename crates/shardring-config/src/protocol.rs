@@ -224,6 +224,12 @@ pub struct RedisConfig {
     /// application as the key's value. `shardring proxy --redis-partial-reads[=POOL]`. By default,
     /// false: one error naming the server, as nutcracker answers.
     pub partial_reads: bool,
+    /// *proxy-only*: the most keys a `KEYS` answer may hold, counted over every server's reply; a
+    /// `KEYS` that would answer more gets an error telling the client to use `SCAN`. The proxy holds
+    /// every server's reply before it answers, so this bounds what one client's `KEYS` costs its
+    /// memory. `shardring proxy --redis-keys-limit N`. By default, this is
+    /// [`RedisConfig::DEFAULT_KEYS_LIMIT`] (1,000,000).
+    pub keys_limit: u64,
 }
 
 /// A redis pool's Sentinels.
@@ -245,6 +251,7 @@ impl Default for RedisConfig {
             dedicated_connections: 64,
             sentinel: None,
             partial_reads: false,
+            keys_limit: RedisConfig::DEFAULT_KEYS_LIMIT,
         }
     }
 }
@@ -301,6 +308,10 @@ impl MemcacheConfig {
 }
 
 impl RedisConfig {
+    /// The default of [`RedisConfig::keys_limit`]: a million keys, some tens of megabytes of
+    /// answer for typical key names; past that, `SCAN` is the way to list a keyspace.
+    pub const DEFAULT_KEYS_LIMIT: u64 = 1_000_000;
+
     /// Every problem with these settings, keyed by pool `name`, placed by `pool`.
     pub(super) fn validate(&self, name: &str, pool: PlacementSpec<'_>, errors: &mut ConfigErrors) {
         if self.limits.max_bulk_len == 0 || self.limits.max_request_len == 0 {
@@ -324,6 +335,9 @@ impl RedisConfig {
                 name,
                 "a redis user name cannot be empty or contain spaces".into(),
             );
+        }
+        if self.keys_limit == 0 {
+            errors.push(name, "the KEYS limit must be at least 1 key".into());
         }
         if self.dedicated_connections == 0 {
             errors.push(

@@ -142,9 +142,9 @@ impl Routing {
     }
 }
 
-/// A cheap, well-mixed per-call number for `distribution: random` (the library's SplitMix64 over a
-/// shared counter); nothing here needs unpredictability.
-fn random_u64() -> u64 {
+/// A cheap, well-mixed per-call number for `distribution: random` and `RANDOMKEY`'s pick of a
+/// server (the library's SplitMix64 over a shared counter); nothing here needs unpredictability.
+pub(crate) fn random_u64() -> u64 {
     static STATE: AtomicU64 = AtomicU64::new(0x853c_49e6_748f_ea9b);
     // Relaxed: each caller only needs a distinct counter value, nothing is published through it.
     let state = STATE

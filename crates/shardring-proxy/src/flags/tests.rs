@@ -89,6 +89,8 @@ fn every_flag_reaches_its_group() {
         "rd=ops",
         "--redis-dedicated-connections",
         "8",
+        "--redis-keys-limit",
+        "5000",
         "--tls-cert",
         "/etc/tls/proxy.pem",
         "--tls-key",
@@ -164,6 +166,7 @@ fn every_flag_reaches_its_group() {
                 redis_user: vec![(None, "app".into()), (Some("rd".into()), "ops".into())],
                 redis_dedicated_connections: Some(8),
                 redis_partial_reads: vec![Some("rd".into())],
+                redis_keys_limit: Some(5000),
             },
             tls: TlsFlags {
                 tls_cert: vec![(None, "/etc/tls/proxy.pem".into())],
@@ -277,6 +280,7 @@ fn redis_flags_reach_redis_pools_and_a_user_needs_a_password() {
     let with_user = flags(|f| {
         f.redis.redis_user = vec![(None, "app".into())];
         f.redis.redis_dedicated_connections = Some(8);
+        f.redis.redis_keys_limit = Some(5000);
     });
     // The file's redis pool has no redis_auth: a user without a password is refused.
     let errors = overridden(&with_user).unwrap_err();
@@ -293,6 +297,7 @@ fn redis_flags_reach_redis_pools_and_a_user_needs_a_password() {
     let rd = config.pools[1].redis().unwrap();
     assert_eq!(rd.user.as_deref(), Some("app"));
     assert_eq!(rd.dedicated_connections, 8);
+    assert_eq!(rd.keys_limit, 5000);
     for (pool, problem) in [
         (
             "mc",

@@ -30,6 +30,7 @@ mod redis_replicas;
 mod redis_transactions;
 mod replicas;
 mod sentinel;
+mod span;
 mod tls;
 mod twemproxy_config;
 mod warmup;

@@ -8,13 +8,14 @@
 //! | split by server, merged | `MGET` (values in request order), `MSET` (`+OK`), `DEL` `UNLINK` `TOUCH` `EXISTS` (sums) |
 //! | to the one server all keys are on, else `-CROSSSLOT` | `SINTER` `SUNIONSTORE` `RPOPLPUSH` `LMOVE` `SMOVE` `PFCOUNT` `PFMERGE` `COPY` `RENAME` `Z*STORE` `EVAL`/`EVALSHA`/`FCALL` with keys, `MSETNX`, `BITOP`, `XREAD`, … |
 //! | to every server, summed | `DBSIZE` |
+//! | across every server (`features/span/`) | `SCAN` (a cursor that names the server and its own cursor), `KEYS` (concatenated, `--redis-keys-limit`), `RANDOMKEY` (a random non-empty server's), `FLUSHDB` `FLUSHALL` (`+OK` when every server says so), `INFO keyspace`/`all`/`everything` (the `db` lines summed) |
 //! | to any one server | `LOLWUT`, `TIME`; and a keyed command whose key arguments are malformed (`EVAL s x`), so Redis's own error answers |
-//! | by the proxy | `PING` `ECHO` `QUIT` `SELECT` `AUTH` `HELLO` `RESET` `CLIENT SETNAME/GETNAME/ID/SETINFO/INFO` `COMMAND` `INFO` `CONFIG GET` |
+//! | by the proxy | `PING` `ECHO` `QUIT` `SELECT` (the pool's `redis_db` only: the server connections are shared, so a client cannot switch them) `AUTH` `HELLO` `RESET` `CLIENT SETNAME/GETNAME/ID/SETINFO/INFO` `COMMAND` `INFO` (other sections than the keyspace) `CONFIG GET` |
 //! | to the one server all keys are on, on a connection of the client's own | blocking commands: `BLPOP` `BRPOP` `BLMOVE` `BLMPOP` `BRPOPLPUSH` `BZPOPMIN` `BZPOPMAX` `BZMPOP`, `XREAD`/`XREADGROUP … BLOCK` |
 //! | a transaction on one server (`features/transaction.rs`) | `MULTI` `EXEC` `DISCARD` `WATCH` `UNWATCH` |
 //! | to the channel's server, as a key | `PUBLISH` `SPUBLISH` |
 //! | a subscriber's, on connections of its own (`features/pubsub.rs`) | `SUBSCRIBE` `SSUBSCRIBE` `UNSUBSCRIBE` `SUNSUBSCRIBE` on the channel's server; `PSUBSCRIBE` `PUNSUBSCRIBE` on every server |
-//! | refused, naming the command | no sound meaning across servers (`KEYS` `SCAN` `RANDOMKEY` `FLUSHALL` `PUBSUB` …), scripts without keys (`EVAL` with numkeys 0), administration |
+//! | refused, naming the command | no sound meaning across servers (`SWAPDB` `PUBSUB` …), scripts without keys (`EVAL` with numkeys 0), administration; and the commands that span servers inside `MULTI` (a transaction runs on one server) |
 //!
 //! Names are matched without regard to case; arities follow Redis 7 (a positive arity is exact, a negative
 //! one a minimum, the command name counted), so `wrong number of arguments` is answered here, in Redis's
@@ -84,8 +85,27 @@ pub enum Action {
     Transaction(Txn),
     /// A subscriber's command (`features/pubsub.rs`).
     PubSub(Sub),
+    /// A command of the whole keyspace, across every server (`features/span/`).
+    Span(Span),
     /// Refused with an error naming the command and this reason.
     Refuse(&'static str),
+}
+
+/// The commands of the whole keyspace that go across every server (`protocol/redis/features/span/`
+/// says what each does and why its answer keeps Redis's promises).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Span {
+    /// `SCAN cursor [MATCH p] [COUNT n] [TYPE t]`: one server at a time, the cursor naming it.
+    Scan,
+    /// `KEYS pattern`: every server's, concatenated, under the pool's size guard.
+    Keys,
+    /// `RANDOMKEY`: a random key of a random non-empty server.
+    RandomKey,
+    /// `FLUSHDB`/`FLUSHALL [ASYNC|SYNC]`: every server; `+OK` only when all say so.
+    Flush,
+    /// `INFO [section…]`: the keyspace section summed over the servers when asked for; the rest
+    /// the proxy answers itself.
+    Info,
 }
 
 /// A subscriber's commands (`protocol/redis/features/pubsub.rs` says what each does).
@@ -253,6 +273,15 @@ const fn pubsub(name: &'static str, arity: i8, sub: Sub) -> Spec {
     }
 }
 
+const fn span(name: &'static str, arity: i8, span: Span) -> Spec {
+    Spec {
+        name,
+        arity,
+        keys: Keys::None,
+        action: Action::Span(span),
+    }
+}
+
 const fn any(name: &'static str, arity: i8) -> Spec {
     Spec {
         name,
@@ -320,8 +349,8 @@ pub static TABLE: &[Spec] = &[
     refuse("failover", -1, CLUSTER),
     fwd("fcall", -3, NK2),
     fwd("fcall_ro", -3, NK2),
-    refuse("flushall", -1, NO_SHARD),
-    refuse("flushdb", -1, NO_SHARD),
+    span("flushall", -1, Span::Flush),
+    span("flushdb", -1, Span::Flush),
     refuse("function", -2, ADMIN),
     k1("geoadd", -5),
     k1("geodist", -4),
@@ -359,8 +388,8 @@ pub static TABLE: &[Spec] = &[
     k1("incr", 2),
     k1("incrby", 3),
     k1("incrbyfloat", 3),
-    local("info", -1, Local::Info),
-    refuse("keys", 2, NO_SHARD),
+    span("info", -1, Span::Info),
+    span("keys", 2, Span::Keys),
     refuse("lastsave", 1, ADMIN),
     refuse("latency", -2, ADMIN),
     fwd("lcs", -3, K12),
@@ -406,7 +435,7 @@ pub static TABLE: &[Spec] = &[
     refuse("pubsub", -2, PUBSUB),
     pubsub("punsubscribe", -1, Sub::PUnsubscribe),
     local("quit", -1, Local::Quit),
-    refuse("randomkey", 1, NO_SHARD),
+    span("randomkey", 1, Span::RandomKey),
     refuse("readonly", 1, CLUSTER),
     refuse("readwrite", 1, CLUSTER),
     fwd("rename", 3, K12),
@@ -423,7 +452,7 @@ pub static TABLE: &[Spec] = &[
     k1("rpushx", -3),
     k1("sadd", -3),
     refuse("save", 1, ADMIN),
-    refuse("scan", -2, NO_SHARD),
+    span("scan", -2, Span::Scan),
     k1("scard", 2),
     refuse("script", -2, ADMIN),
     fwd("sdiff", -2, KALL),
@@ -606,6 +635,8 @@ pub enum Route {
     Transaction(Txn, KeyArgs),
     /// A subscriber's command.
     PubSub(Sub),
+    /// A command of the whole keyspace, across every server.
+    Span(Span),
 }
 
 /// A routed request: its table entry and where it goes.
@@ -718,6 +749,7 @@ pub fn route(req: &Request) -> Result<Routed, Bytes> {
             None => return Err(wrong_arity(spec.name)),
         },
         Action::PubSub(sub) => Route::PubSub(sub),
+        Action::Span(span) => Route::Span(span),
         Action::Block => match find_keys(req, spec.keys) {
             Some(keys) if !keys.is_empty() => Route::Block(keys),
             // `BLMPOP 0 9 k`: Redis refuses it at once, without blocking.

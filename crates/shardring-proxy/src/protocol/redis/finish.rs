@@ -8,6 +8,7 @@ use shardring_resp::ReplyLimits;
 
 use super::features::hot_keys::{HotFill, HotInvalidate};
 use super::features::replicas::{Replicated, ReplicatedValues};
+use super::features::span::Spanning;
 use super::merge::PartialReads;
 use crate::metrics::PoolStats;
 
@@ -57,6 +58,8 @@ pub(crate) enum RedisMerge {
     Invalidating(Box<(HotInvalidate, RedisMerge)>),
     /// A write sent to its keys' owner now and owner next (`features/dual_writes.rs`).
     Dual(Arc<PoolStats>),
+    /// A command across every server (`features/span/`).
+    Span(Box<Spanning>),
     /// A split write whose round ends with the next owners' parts (`features/dual_writes.rs`): the first
     /// `owners` replies merge as the inner merge, the rest are the next owners'.
     DualSplit(Box<(RedisMerge, usize)>, Arc<PoolStats>),

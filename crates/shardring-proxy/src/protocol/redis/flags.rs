@@ -1,7 +1,8 @@
 //! The redis pools' own flags (`--redis-user`, `--redis-dedicated-connections`,
-//! `--redis-partial-reads`): how the proxy authenticates to Redis servers, how many connections
-//! of their own its clients may pin, and how a split read answers when a server fails
-//! (`protocol/redis/`). A memcached pool named by one is refused.
+//! `--redis-partial-reads`, `--redis-keys-limit`): how the proxy authenticates to Redis servers,
+//! how many connections of their own its clients may pin, how a split read answers when a server
+//! fails, and how many keys a `KEYS` across the servers may answer (`protocol/redis/`). A memcached
+//! pool named by one is refused.
 
 use crate::config::{ConfigErrors, PoolConfig, ProtocolConfig};
 
@@ -31,6 +32,11 @@ pub struct RedisFlags {
     #[arg(long, value_name = "POOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "", value_parser = parse_pool_switch)]
     pub redis_partial_reads: Vec<Option<String>>,
+    /// Redis pools: the most keys a KEYS answer may hold, counted over every server's reply; a KEYS
+    /// that would answer more gets an error naming this flag (use SCAN, which pages through every
+    /// server). Every redis pool. [default: 1000000]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub redis_keys_limit: Option<u64>,
 }
 
 impl ApplyToPools for RedisFlags {
@@ -63,6 +69,9 @@ impl ApplyToPools for RedisFlags {
                         r.dedicated_connections = n;
                     }
                     r.partial_reads = switched_on(&self.redis_partial_reads, name);
+                    if let Some(n) = self.redis_keys_limit {
+                        r.keys_limit = n;
+                    }
                 }
             }
         }

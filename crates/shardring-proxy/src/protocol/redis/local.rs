@@ -351,24 +351,38 @@ fn command_info(req: &Request, flavor: Flavor) -> Answer {
     done(out)
 }
 
-/// `INFO`: the proxy's own facts, under Redis's field names where they exist.
-fn info(flavor: Flavor, settings: &Settings, ctx: &Placer<'_>) -> Answer {
+/// `INFO`: the proxy's own facts, under Redis's field names where they exist; the keyspace section
+/// says which servers the pool has (`INFO keyspace` sums theirs: `features/span/info.rs`).
+pub(super) fn info(flavor: Flavor, settings: &Settings, ctx: &Placer<'_>) -> Answer {
+    let mut text = info_text(ctx);
+    text.push_str(&format!(
+        "# db:{} servers:{} live:{}\r\n",
+        settings.db,
+        ctx.servers(),
+        ctx.live_servers().len()
+    ));
+    text_reply(flavor, &text)
+}
+
+/// The text of the proxy's `INFO`, up to its keyspace section's header: the section's lines follow.
+pub(super) fn info_text(ctx: &Placer<'_>) -> String {
     let st = ctx.stats;
-    let text = format!(
+    format!(
         "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\nproxy:{}\r\n\
          process_id:{}\r\nuptime_in_seconds:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n\
          # Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\r\n\
-         # Keyspace\r\n# db:{} servers:{} live:{}\r\n",
+         # Keyspace\r\n",
         crate::version::NAME_VERSION,
         std::process::id(),
         ctx.started.elapsed().as_secs(),
         st.client_connections.get(),
         st.total_connections.get(),
         st.requests.get(),
-        settings.db,
-        ctx.servers(),
-        ctx.live_servers().len(),
-    );
+    )
+}
+
+/// `text` as Redis sends `INFO`'s answer: a bulk string in RESP2, a verbatim string in RESP3.
+pub(super) fn text_reply(flavor: Flavor, text: &str) -> Answer {
     let mut out = BytesMut::with_capacity(text.len() + 16);
     match flavor {
         Flavor::Resp2 => put_bulk(&mut out, text.as_bytes()),

@@ -17,6 +17,7 @@ use super::features::hot_keys::{self, HotInvalidate, HotRead};
 use super::features::pubsub;
 use super::features::rate_limits;
 use super::features::replicas::{self, Next};
+use super::features::span;
 use super::features::transaction::{self, Outcome};
 use super::finish::{Finish, RedisMerge};
 use super::local::{self, NOAUTH};
@@ -194,6 +195,10 @@ impl Protocol for Redis {
                 kind: Resp::Reply,
                 finish: Finish::Plain,
             },
+            Route::Span(s) => start(
+                span::plan(s, &req, client.flavor, &self.settings, ctx),
+                |state| RedisMerge::Span(Box::new(state)),
+            ),
         }
     }
 
@@ -248,6 +253,11 @@ impl Protocol for Redis {
             RedisMerge::ReplicatedValues(state) => {
                 return again(replicas::advance_values(*state, replies), |s| {
                     RedisMerge::ReplicatedValues(Box::new(s))
+                })
+            }
+            RedisMerge::Span(state) => {
+                return again(span::advance(*state, replies), |s| {
+                    RedisMerge::Span(Box::new(s))
                 })
             }
             RedisMerge::Invalidating(boxed) => {

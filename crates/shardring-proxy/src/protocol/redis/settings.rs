@@ -25,6 +25,41 @@ pub(crate) struct Settings {
     pub(crate) reply_limits: ReplyLimits,
     /// What a split read answers when a server fails (`--redis-partial-reads`).
     pub(crate) partial_reads: PartialReads,
+    /// What the commands across every server (`SCAN`, `KEYS`, …) need of the pool.
+    pub(crate) span: SpanScope,
+}
+
+/// What the commands across every server (`features/span/`) need of the pool: which servers hold
+/// its keys, an identity of that list for `SCAN`'s cursors, and `KEYS`'s guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SpanScope {
+    /// How many servers hold the pool's keys: the file's servers, indexes `0..servers` (those a
+    /// planned change adds come after them, and hold copies only).
+    pub(crate) servers: usize,
+    /// A digest of those servers' addresses, in order, and of `redis_db`: a `SCAN` cursor carries
+    /// part of it, so a cursor made before the list changed is refused, not misread.
+    pub(crate) membership: u64,
+    /// The most keys a `KEYS` answer may hold (`--redis-keys-limit`).
+    pub(crate) keys_limit: u64,
+}
+
+impl SpanScope {
+    /// The scope of `config`'s pool, whose redis settings are `redis`.
+    fn of(config: &PoolConfig, redis: &RedisConfig) -> SpanScope {
+        // xxh3: deterministic, so every proxy with the same server list makes the same cursors and
+        // a client's scan may go on through any of them.
+        let mut digest = xxhash_rust::xxh3::Xxh3::new();
+        for server in &config.servers {
+            digest.update(server.address().as_bytes());
+            digest.update(b"\n");
+        }
+        digest.update(&redis.db.to_le_bytes());
+        SpanScope {
+            servers: config.servers.len(),
+            membership: digest.digest(),
+            keys_limit: redis.keys_limit,
+        }
+    }
 }
 
 impl Settings {
@@ -49,6 +84,7 @@ impl Settings {
             } else {
                 PartialReads::Refused
             },
+            span: SpanScope::of(config, settings),
         }
     }
 }

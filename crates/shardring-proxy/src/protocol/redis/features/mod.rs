@@ -1,5 +1,6 @@
 //! What a Redis pool does beyond placing keys, as leaves the planner calls: transactions and
-//! blocking commands, publish/subscribe, replicas, hot keys, rate limits and dual writes. Each takes the request,
+//! blocking commands, publish/subscribe, replicas, hot keys, rate limits, dual writes, and the
+//! commands across every server (`SCAN`, `KEYS`, …). Each takes the request,
 //! its route and what it needs of the pool's settings, and returns its own types (an outcome, the
 //! frames to send, a merge state); only the planner turns them into steps.
 
@@ -8,4 +9,5 @@ pub(crate) mod hot_keys;
 pub(crate) mod pubsub;
 pub(crate) mod rate_limits;
 pub(crate) mod replicas;
+pub(crate) mod span;
 pub(crate) mod transaction;
