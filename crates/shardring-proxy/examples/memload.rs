@@ -33,7 +33,10 @@
 //! space and a group's name (the server a script found it on, say); KEYS is then the file's count.
 //! With groups and a one-key op, the JSON line also carries each group's figures,
 //! `"groups":{"NAME":{"requests":…,"errors":…,"p50_us":…,"p99_us":…},…}`: how the keys of one
-//! server fared beside the others' on the same connections.
+//! server fared beside the others' on the same connections. With `MEMLOAD_GROUP_CONNS=1` each
+//! connection carries one group's keys only, the connections dealt to the groups in proportion to
+//! their keys (at least one each): a client whose connections to one server's keys wait does not
+//! hold up the others' (as clients with a connection per shard, or a multiplexing client, see it).
 //!
 //! With `MEMLOAD_TLS_CA=ca.pem` every connection is a TLS one, the server's certificate checked
 //! against that CA for the name `127.0.0.1` (connections are made before the timed loop, so the
@@ -231,6 +234,53 @@ fn pace(
 /// stopped, …).
 fn stopped_in(k: u32) -> bool {
     matches!(k % 4, 0 | 3)
+}
+
+/// The requests each of `conns` connections sends, by index: every one (in turn from a different
+/// place), or with `grouped` only its group's, the connections dealt to the groups in proportion to
+/// their requests, at least one each.
+fn conn_requests(
+    groups: &[u8],
+    ngroups: usize,
+    conns: usize,
+    grouped: bool,
+    nrequests: usize,
+) -> Vec<Arc<Vec<usize>>> {
+    if !grouped || ngroups < 2 {
+        let all = Arc::new((0..nrequests).collect::<Vec<_>>());
+        return (0..conns).map(|_| Arc::clone(&all)).collect();
+    }
+    assert!(
+        conns >= ngroups,
+        "MEMLOAD_GROUP_CONNS: fewer connections than groups"
+    );
+    let members: Vec<Arc<Vec<usize>>> = (0..ngroups)
+        .map(|g| {
+            Arc::new(
+                (0..nrequests)
+                    .filter(|&i| usize::from(groups[i]) == g)
+                    .collect(),
+            )
+        })
+        .collect();
+    // Largest remainder, with at least one connection a group.
+    let mut share: Vec<usize> = members
+        .iter()
+        .map(|m| (m.len() * conns / nrequests).max(1))
+        .collect();
+    while share.iter().sum::<usize>() > conns {
+        let g = (0..ngroups).max_by_key(|&g| share[g]).expect("groups");
+        share[g] -= 1;
+    }
+    while share.iter().sum::<usize>() < conns {
+        let g = (0..ngroups)
+            .max_by_key(|&g| (members[g].len() * conns).saturating_sub(share[g] * nrequests))
+            .expect("groups");
+        share[g] += 1;
+    }
+    (0..ngroups)
+        .flat_map(|g| std::iter::repeat_n(Arc::clone(&members[g]), share[g]))
+        .collect()
 }
 
 /// `MEMLOAD_KEYS_FILE`'s keys, each line's group (an index into the names, in order of first
@@ -468,8 +518,11 @@ async fn main() {
     // Each request's key group, for one-key ops (a multi-key request has several).
     let one_key = matches!(op.as_str(), "get" | "set" | "redis-get" | "redis-set");
     let groups: Arc<Vec<u8>> = Arc::new(if one_key { key_groups } else { Vec::new() });
+    let grouped = one_key && std::env::var("MEMLOAD_GROUP_CONNS").is_ok_and(|v| v == "1");
+    let owned = conn_requests(&groups, group_names.len(), conns, grouped, requests.len());
     for ((c, mut s), mut schedule) in opened.into_iter().enumerate().zip(schedules) {
         let requests = Arc::clone(&requests);
+        let mine = Arc::clone(&owned[c]);
         let groups = Arc::clone(&groups);
         let stop = Arc::clone(&stop);
         let (addr, tls) = (addr.clone(), tls.clone());
@@ -480,7 +533,8 @@ async fn main() {
             let mut i = c * 7919;
             let mut last_reply = started;
             while !stop.load(Ordering::Relaxed) {
-                let req = &requests[i % requests.len()];
+                let at = mine[i % mine.len()];
+                let req = &requests[at];
                 i += 1;
                 let t = match schedule.as_mut() {
                     None => Instant::now(),
@@ -506,7 +560,7 @@ async fn main() {
                 };
                 last_reply = Instant::now();
                 let k = ((t - started).as_secs_f64() / slice.as_secs_f64()) as u32;
-                let group = groups.get((i - 1) % requests.len()).copied().unwrap_or(0);
+                let group = groups.get(at).copied().unwrap_or(0);
                 lat.push((
                     u32::try_from((last_reply - t).as_micros()).unwrap_or(u32::MAX),
                     k,

@@ -426,9 +426,10 @@ struct InFlight<P: Protocol> {
     queued: Instant,
     /// The pool's `timeout` applies to its reply ([`Dialect::reply_timed`](crate::protocol::Dialect::reply_timed)).
     timed: bool,
-    /// Its wait was reported to the circuit breaker as a stall ([`ServerHealth::stall_after`]):
-    /// its reply, when it comes, is not counted again.
-    stalled: bool,
+    /// How many times its wait was reported to the circuit breaker as a stall
+    /// ([`ServerHealth::stall_after`]): once it passed `slow`, and again for each further `slow`
+    /// while it is the oldest. Its reply, when it comes, is not counted again.
+    stalls: u32,
     /// [`Job::admitted`].
     admitted: u64,
 }
@@ -845,7 +846,7 @@ impl<P: Protocol> Connection<P> {
             kind: job.kind,
             reply: job.reply,
             queued: now,
-            stalled: false,
+            stalls: 0,
             admitted: job.admitted,
         });
     }
@@ -970,22 +971,41 @@ impl<P: Protocol> Connection<P> {
         }
     }
 
-    /// With a circuit breaker watching for stalls: the oldest timed request not yet reported whose
-    /// wait will pass the breaker's `slow`, and when (its index in flight, the instant).
+    /// With a circuit breaker watching for stalls: the next wait to report and when (its index in
+    /// flight, the instant). That is the oldest timed request not yet reported, when its wait passes
+    /// the breaker's `slow`; or the oldest request of all, again each further `slow` it waits. The
+    /// second matters when few requests are out: with one or two clients, each waiting on its one
+    /// request, no fifth request comes to stall, and without it a stopped server would be found out
+    /// only by the timeout.
     fn next_stall(&self) -> Option<(usize, Instant)> {
         let after = self.health.stall_after()?;
-        let (i, f) = self
+        let fresh = self
             .in_flight
             .iter()
             .enumerate()
-            .find(|(_, f)| f.timed && !f.stalled)?;
-        Some((i, f.queued + after))
+            .find(|(_, f)| f.timed && f.stalls == 0)
+            .map(|(i, f)| (i, f.queued + after));
+        let again = self
+            .in_flight
+            .front()
+            .filter(|f| f.timed && f.stalls > 0)
+            .map(|f| {
+                (
+                    0,
+                    f.queued + after.saturating_mul(f.stalls.saturating_add(1)),
+                )
+            });
+        match (fresh, again) {
+            (Some(a), Some(b)) => Some(if b.1 < a.1 { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Reports the request at `i` in flight as stalled, and marks every later one written at the
-    /// same instant (one batch, one write): one failure for the breaker per batch, so a server that
-    /// stops answering is ejected while it stalls, and one slow command with a few pipelined
-    /// requests behind it is not five failures at once.
+    /// Reports the wait of the request at `i` in flight as a stall, one failure for the breaker. A
+    /// first report marks every later request written at the same instant too (one batch, one
+    /// write), so one slow command with a few pipelined requests behind it is not five failures at
+    /// once; a server that stops answering is ejected while it stalls: after `slow` when five
+    /// batches wait, after five times `slow` when one does.
     #[cold]
     fn report_stall(&mut self, i: usize) {
         let Some(first) = self.in_flight.get(i).map(|f| f.queued) else {
@@ -995,7 +1015,7 @@ impl<P: Protocol> Connection<P> {
             if f.queued != first {
                 break;
             }
-            f.stalled = true;
+            f.stalls = f.stalls.saturating_add(1);
         }
         let waited = Instant::now().saturating_duration_since(first);
         self.health.record_stall(&self.stats, waited);
@@ -1021,7 +1041,7 @@ impl<P: Protocol> Connection<P> {
                     let now = *now.get_or_insert_with(Instant::now);
                     let latency = now.saturating_duration_since(f.queued);
                     self.stats.latency.observe(latency);
-                    if !f.stalled {
+                    if f.stalls == 0 {
                         self.health.record_reply(&self.stats, latency);
                     }
                     f.reply.send(Ok(reply));

@@ -146,6 +146,40 @@ async fn a_paused_memcached_is_ejected_its_keys_fail_fast_and_one_probe_brings_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_request_on_a_paused_server_is_failed_by_the_breaker_not_by_the_timeout() {
+    // One client, one request: no other request comes to stall, so the one waiting counts again
+    // for each further `slow` (100 ms here; five failures eject) and the ejection fails it after
+    // about half a second, not after the 5 s timeout.
+    let servers = memcacheds(2);
+    let mut config = pool_config(&servers);
+    config.timeout = Some(Duration::from_secs(5));
+    config.breakers = Some(BreakerConfig {
+        slow: Some(Duration::from_millis(100)),
+        ..BreakerConfig::default()
+    });
+    let proxy = RunningProxy::start(config).await;
+    let (victim, _) = keys_on(&proxy, 0);
+    let get = format!("get {victim}\r\n").into_bytes();
+    let (line, _) = timed_line(&proxy.addr, &get).await;
+    assert_eq!(line, "END\r\n");
+    servers[0].pause();
+    let (line, took) = timed_line(&proxy.addr, &get).await;
+    assert!(
+        line.starts_with(&format!(
+            "SERVER_ERROR circuit open for {}",
+            servers[0].addr
+        )),
+        "{line}"
+    );
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(2),
+        "five stalls of 100 ms, not the timeout: {took:?}"
+    );
+    servers[0].resume();
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pending_cap_refuses_at_once_what_would_queue_behind_a_stalled_server() {
     let servers = memcacheds(2);
     let mut config = pool_config(&servers);
