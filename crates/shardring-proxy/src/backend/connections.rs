@@ -766,13 +766,16 @@ impl<P: Protocol> Connection<P> {
     }
 
     /// Sends the protocol's introductions on a new connection and reads each reply into the server's
-    /// facts, before any client request is written. `false` when the server does not take them (it
-    /// closed the connection, as nutcracker does on a command it does not know, or did not answer in
-    /// time, or answered out of step): the connection is then unusable, and the server is marked so
-    /// that its later connections skip them. Not a client's request: not in the server's tallies,
-    /// as the health probe is not.
+    /// facts, before any client request is written. `false` when the server does not take them: it
+    /// closed the connection (as nutcracker does on a command it does not know) or answered out of
+    /// step, and its later connections skip them for good; or it did not answer in time (paused,
+    /// busy), and its connections skip them for a while ([`crate::protocol::INTRODUCTIONS_RETRY`])
+    /// and then ask again. The connection is unusable either way. Not a client's request: not in the
+    /// server's tallies, as the health probe is not.
     async fn introduce(&self, stream: &mut ServerStream) -> bool {
-        if self.introductions.is_empty() || self.facts.refuses_introductions() {
+        if self.introductions.is_empty()
+            || self.facts.skips_introductions(std::time::Instant::now())
+        {
             return true;
         }
         let exchange = async {
@@ -783,16 +786,29 @@ impl<P: Protocol> Connection<P> {
             }
         };
         let wait = self.settings.timeout.unwrap_or(INTRODUCTION_TIMEOUT);
-        let answered = tokio::time::timeout(wait, exchange).await.unwrap_or(false);
-        if !answered {
-            tracing::info!(
-                pool = %self.health.pool_stats().name,
-                server = %self.stats.name,
-                "the server does not answer the proxy's introduction; its connections go on without it"
-            );
-            self.facts.set_refuses_introductions();
+        match tokio::time::timeout(wait, exchange).await {
+            Ok(true) => true,
+            Ok(false) => {
+                tracing::info!(
+                    pool = %self.health.pool_stats().name,
+                    server = %self.stats.name,
+                    "the server does not take the proxy's introduction; its connections go on without it"
+                );
+                self.facts.set_refuses_introductions();
+                false
+            }
+            Err(_) => {
+                tracing::info!(
+                    pool = %self.health.pool_stats().name,
+                    server = %self.stats.name,
+                    retry_in = ?crate::protocol::INTRODUCTIONS_RETRY,
+                    "the server did not answer the proxy's introduction in time; its connections go on without it for a while"
+                );
+                self.facts
+                    .set_introductions_unanswered(std::time::Instant::now());
+                false
+            }
         }
-        answered
     }
 
     async fn exchange_introductions(

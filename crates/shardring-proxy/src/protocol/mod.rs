@@ -151,10 +151,17 @@ pub(crate) struct PoolState<'a> {
 pub(crate) struct ServerFacts {
     /// The largest value it stores (memcached's `item_size_max`); 0 until it has said.
     max_value_len: AtomicUsize,
-    /// It closed a connection on the introductions, or did not answer them: its connections skip
-    /// them from then on (what it would have said stays unknown).
+    /// It closed a connection on the introductions, or answered them out of step: its connections
+    /// skip them from then on (what it would have said stays unknown).
     refuses_introductions: AtomicBool,
+    /// It did not answer them in time: its connections skip them until then, and the next one after
+    /// asks again. Not for good: a server paused (or busy) while a connection opened answers later
+    /// ones, and what it says (its item size) would otherwise stay unknown for the proxy's life.
+    introductions_unanswered_until: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How long the connections of a server that left the introductions unanswered go without them.
+pub(crate) const INTRODUCTIONS_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Bumped whenever any server's facts change, so that readers of many servers' facts (a connection's
 /// request decoder) recompute only then, not on every request.
@@ -167,14 +174,27 @@ impl ServerFacts {
         Some(self.max_value_len.load(Ordering::Relaxed)).filter(|&n| n > 0)
     }
 
-    /// Whether the server's connections skip the introductions.
-    pub(crate) fn refuses_introductions(&self) -> bool {
+    /// Whether a connection opening at `now` skips the introductions.
+    pub(crate) fn skips_introductions(&self, now: std::time::Instant) -> bool {
         self.refuses_introductions.load(Ordering::Relaxed)
+            || self
+                .introductions_unanswered_until
+                .lock()
+                .is_ok_and(|until| until.is_some_and(|t| now < t))
     }
 
-    /// Marks the server as one whose connections skip the introductions.
+    /// Marks the server as one whose connections skip the introductions for good (it closed the
+    /// connection on them, or answered out of step).
     pub(crate) fn set_refuses_introductions(&self) {
         self.refuses_introductions.store(true, Ordering::Relaxed);
+    }
+
+    /// The server left the introductions unanswered at `now`: its connections skip them for
+    /// [`INTRODUCTIONS_RETRY`], then ask again.
+    pub(crate) fn set_introductions_unanswered(&self, now: std::time::Instant) {
+        if let Ok(mut until) = self.introductions_unanswered_until.lock() {
+            *until = Some(now + INTRODUCTIONS_RETRY);
+        }
     }
 
     /// Records the largest value the server stores.

@@ -159,3 +159,43 @@ async fn servers_of_different_item_sizes_each_store_what_they_can_and_refuse_in_
     );
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn a_server_paused_while_its_first_connection_opens_still_tells_its_limit_later() {
+    // The introduction (`stats settings`) times out while the server is stopped: the proxy asks
+    // again on a connection a few seconds later instead of never learning the 2 MiB limit (and
+    // sending every value over it, to be refused by the server, for the proxy's life).
+    let server = Memcached::start_with(&["-I", "2m"]);
+    let mut config = pool_config(std::slice::from_ref(&server));
+    config.timeout = Some(Duration::from_millis(300));
+    server.pause();
+    let proxy = RunningProxy::start(config).await;
+    let mut c = proxy.client().await;
+    c.send(b"get k\r\n").await;
+    let line = c.read_line().await;
+    assert!(line.starts_with("SERVER_ERROR"), "{line}");
+    server.resume();
+    // The retry period (`INTRODUCTIONS_RETRY`, 5 s), then a new connection asks again.
+    tokio::time::sleep(Duration::from_millis(5_300)).await;
+    let mut c = proxy.client().await;
+    let mut answer = Vec::new();
+    for _ in 0..3 {
+        answer = exchange(&mut c, b"get k\r\n").await;
+        if answer == b"END\r\nMN\r\n" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(String::from_utf8_lossy(&answer), "END\r\nMN\r\n");
+    // The limit is known: a value over it is refused without being sent.
+    let pool = &proxy.proxy.views()[0].pool;
+    let refused = pool.client_errors.get();
+    let reply = exchange(&mut c, &set("huge", 3 << 20, false)).await;
+    assert!(reply.starts_with(b"SERVER_ERROR"), "{reply:?}");
+    assert_eq!(
+        pool.client_errors.get(),
+        refused + 1,
+        "refused by the proxy"
+    );
+    proxy.stop().await;
+}
