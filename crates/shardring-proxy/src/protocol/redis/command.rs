@@ -7,8 +7,7 @@
 //! | to the key's server | every single-key command (`GET`, `SET k v GET`, `EXPIRE k 10 NX`, `HGETALL`, …) |
 //! | split by server, merged | `MGET` (values in request order), `MSET` (`+OK`), `DEL` `UNLINK` `TOUCH` `EXISTS` (sums) |
 //! | to the one server all keys are on, else `-CROSSSLOT` | `SINTER` `SUNIONSTORE` `RPOPLPUSH` `LMOVE` `SMOVE` `PFCOUNT` `PFMERGE` `COPY` `RENAME` `Z*STORE` `EVAL`/`EVALSHA`/`FCALL` with keys, `MSETNX`, `BITOP`, `XREAD`, … |
-//! | to every server, summed | `DBSIZE` |
-//! | across every server (`features/span/`) | `SCAN` (a cursor that names the server and its own cursor), `KEYS` (concatenated, `--redis-keys-limit`), `RANDOMKEY` (a random non-empty server's), `FLUSHDB` `FLUSHALL` (`+OK` when every server says so), `INFO keyspace`/`all`/`everything` (the `db` lines summed) |
+//! | across every server (`features/span/`) | `SCAN` (a cursor that names the server and its own cursor), `DBSIZE` (summed; a server down fails it), `KEYS` (concatenated, `--redis-keys-limit`), `RANDOMKEY` (a random non-empty server's), `FLUSHDB` `FLUSHALL` (`+OK` when every server says so), `INFO keyspace`/`all`/`everything` (the `db` lines summed) |
 //! | to any one server | `LOLWUT`, `TIME`; and a keyed command whose key arguments are malformed (`EVAL s x`), so Redis's own error answers |
 //! | by the proxy | `PING` `ECHO` `QUIT` `SELECT` (the pool's `redis_db` only: the server connections are shared, so a client cannot switch them) `AUTH` `HELLO` `RESET` `CLIENT SETNAME/GETNAME/ID/SETINFO/INFO` `COMMAND` `INFO` (other sections than the keyspace) `CONFIG GET` |
 //! | to the one server all keys are on, on a connection of the client's own | blocking commands: `BLPOP` `BRPOP` `BLMOVE` `BLMPOP` `BRPOPLPUSH` `BZPOPMIN` `BZPOPMAX` `BZMPOP`, `XREAD`/`XREADGROUP … BLOCK` |
@@ -34,7 +33,7 @@ pub enum Merge {
     Values,
     /// `MSET`: `+OK` when every server said `+OK`.
     AllOk,
-    /// `DEL`, `UNLINK`, `TOUCH`, `EXISTS`, `DBSIZE`: the integers added up.
+    /// `DEL`, `UNLINK`, `TOUCH`, `EXISTS`: the integers added up.
     Sum,
 }
 
@@ -74,8 +73,6 @@ pub enum Action {
     Split(Merge),
     /// Answered by the proxy.
     Local(Local),
-    /// To every server of the pool, the replies merged.
-    Broadcast(Merge),
     /// To any one server: the answer does not depend on keys.
     AnyServer,
     /// A blocking command: to the server of its keys, on a connection of the client's own, so the
@@ -101,6 +98,8 @@ pub enum Span {
     Keys,
     /// `RANDOMKEY`: a random key of a random non-empty server.
     RandomKey,
+    /// `DBSIZE`: every server's count, summed; a server down fails it, naming the server.
+    DbSize,
     /// `FLUSHDB`/`FLUSHALL [ASYNC|SYNC]`: every server; `+OK` only when all say so.
     Flush,
     /// `INFO [section…]`: the keyspace section summed over the servers when asked for; the rest
@@ -324,12 +323,7 @@ pub static TABLE: &[Spec] = &[
     local("command", -1, Local::Command),
     local("config", -2, Local::Config),
     fwd("copy", -3, K12),
-    Spec {
-        name: "dbsize",
-        arity: 1,
-        keys: Keys::None,
-        action: Action::Broadcast(Merge::Sum),
-    },
+    span("dbsize", 1, Span::DbSize),
     refuse("debug", -2, ADMIN),
     k1("decr", 2),
     k1("decrby", 3),
@@ -622,8 +616,6 @@ pub enum Route {
         /// 1, or 2 when each key is followed by its value (`MSET`).
         step: usize,
     },
-    /// To every server, merged.
-    Broadcast(Merge),
     /// To any one server.
     AnyServer,
     /// Answered by the proxy.
@@ -729,7 +721,6 @@ pub fn route(req: &Request) -> Result<Routed, Bytes> {
         Action::Refuse(why) => return Err(refused(spec, why)),
         Action::Local(local) => Route::Local(local),
         Action::AnyServer => Route::AnyServer,
-        Action::Broadcast(merge) => Route::Broadcast(merge),
         Action::Split(merge) => {
             let step = match spec.keys {
                 Keys::Range { step, .. } => usize::from(step),

@@ -168,27 +168,6 @@ impl Protocol for Redis {
                 kind: Resp::Reply,
                 finish: Finish::Plain,
             },
-            Route::Broadcast(merge) => {
-                let parts: Vec<Part<Redis>> = ctx
-                    .live_servers()
-                    .iter()
-                    .map(|&server| Part {
-                        placement: Placement::Current,
-                        server,
-                        frame: req.frame.clone(),
-                        kind: Resp::Reply,
-                    })
-                    .collect();
-                if parts.is_empty() {
-                    return Step::Answer(Answer::Failed(BackendError::NoServer));
-                }
-                let merge = match merge {
-                    Merge::Sum => RedisMerge::Sum,
-                    Merge::AllOk => RedisMerge::AllOk,
-                    Merge::Values => RedisMerge::Sum,
-                };
-                Step::Exchange(Round::new(parts, merge))
-            }
             Route::AnyServer => Step::Forward {
                 server: ctx.live_servers().first().copied(),
                 frame: req.frame,

@@ -546,7 +546,7 @@ fn each_command_class_gets_its_route() {
     }
     assert_eq!(
         route(&["DBSIZE"]).unwrap().route,
-        Route::Broadcast(Merge::Sum)
+        Route::Span(crate::protocol::redis::command::Span::DbSize)
     );
     assert_eq!(route(&["ping"]).unwrap().route, Route::Local(Local::Ping));
     assert_eq!(

@@ -354,7 +354,7 @@ fn queue(
         Route::Local(Local::Quit) => return Outcome::Close(Answer::fixed(b"+OK\r\n")),
         Route::Keys(keys) | Route::Block(keys) => keys.iter().collect(),
         Route::Split { keys, .. } => keys.clone(),
-        Route::Local(_) | Route::Broadcast(_) | Route::PubSub(_) | Route::Span(_) => {
+        Route::Local(_) | Route::PubSub(_) | Route::Span(_) => {
             let reply = format!(
                 "-ERR {} inside MULTI is not supported by the proxy\r\n",
                 routed.spec.name.to_ascii_uppercase()

@@ -6,14 +6,15 @@
 //! |---|---|---|
 //! | `SCAN cursor [MATCH p] [COUNT n] [TYPE t]` | one at a time, in index order | the server's keys; a cursor naming the server and its own cursor ([`cursor`]) |
 //! | `KEYS pattern` | every server holding keys | their arrays concatenated (each key once in a pool with `--replicas`); an error past `--redis-keys-limit` keys |
+//! | `DBSIZE` | every server holding keys | the sum of their counts |
 //! | `RANDOMKEY` | every server holding keys | a random one of the non-empty servers' keys; nil when all are empty |
 //! | `FLUSHDB`/`FLUSHALL [ASYNC\|SYNC]` | every server, those a planned change adds too | `+OK` when all say so, else the first error, naming its server and how many were flushed |
 //! | `INFO keyspace` (`all`, `everything`) | every server holding keys | the `db` lines summed (`avg_ttl` weighted by `expires`); the proxy's other sections as the proxy answers them |
 //!
 //! "Every server holding keys" is the file's servers, ejected or not: a server that cannot answer
 //! fails the command with its error, since an answer without its keys would be a wrong one (a
-//! `KEYS` missing keys, a `RANDOMKEY` nil from a pool that has keys). `DBSIZE` stays the table's
-//! broadcast to the live servers, summed. Inside `MULTI` these commands are refused (a
+//! `KEYS` missing keys, a `RANDOMKEY` nil from a pool that has keys, a `DBSIZE` short by a
+//! server's keys). Inside `MULTI` these commands are refused (a
 //! transaction runs on one server). `SELECT` is the proxy's: the pool's `redis_db` only, as the
 //! server connections are shared by every client.
 //!
@@ -24,6 +25,7 @@
 //! send with its state ([`Next`]), then the answer from its replies; the planner makes the rounds.
 
 mod cursor;
+mod dbsize;
 mod flush;
 mod info;
 mod keys;
@@ -51,6 +53,8 @@ pub(crate) enum Spanning {
     Keys(keys::Listing),
     /// `RANDOMKEY`.
     RandomKey,
+    /// `DBSIZE`.
+    DbSize,
     /// `FLUSHDB`/`FLUSHALL`.
     Flush(flush::Flushing),
     /// `INFO` with the keyspace section.
@@ -80,6 +84,7 @@ pub(crate) fn plan(
             }),
         ),
         Span::RandomKey => Next::Send(every(scope.servers, &req.frame), Spanning::RandomKey),
+        Span::DbSize => Next::Send(every(scope.servers, &req.frame), Spanning::DbSize),
     }
 }
 
@@ -89,6 +94,7 @@ pub(crate) fn advance(state: Spanning, replies: Vec<PartReply<'_>>) -> Next<Span
         Spanning::Scan(scanning) => return scan::advance(scanning, &replies),
         Spanning::Keys(listing) => keys::merge(&listing, &replies),
         Spanning::RandomKey => random::merge(&replies, crate::router::random_u64()),
+        Spanning::DbSize => dbsize::merge(&replies),
         Spanning::Flush(flushing) => flush::merge(&flushing, &replies),
         Spanning::Info(summing) => return Next::Answer(info::merge(summing, &replies)),
     };
