@@ -41,6 +41,7 @@ mod features;
 mod finish;
 pub(crate) mod flags;
 mod flavor;
+mod info;
 mod inline;
 mod keys;
 mod local;

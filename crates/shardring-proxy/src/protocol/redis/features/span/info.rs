@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::{every, got, string_content, Got, Spanning};
 use crate::protocol::redis::features::replicas::Next;
-use crate::protocol::redis::local;
+use crate::protocol::redis::info;
 use crate::protocol::redis::merge::failure;
 use crate::protocol::redis::request::Request;
 use crate::protocol::redis::settings::Settings;
@@ -48,12 +48,12 @@ pub(super) fn plan(
         .collect();
     let wants = |s: &[u8]| matches!(s, b"keyspace" | b"all" | b"everything");
     if !sections.iter().any(|s| wants(s)) || settings.span.servers == 0 {
-        return Next::Answer(local::info(flavor, settings, ctx));
+        return Next::Answer(info::info(flavor, settings, ctx));
     }
     let before = if sections.iter().all(|s| s == b"keyspace") {
         None
     } else {
-        Some(local::info_text(ctx))
+        Some(info::info_text(ctx))
     };
     Next::Send(
         every(settings.span.servers, &Bytes::from_static(INFO_KEYSPACE)),
@@ -88,7 +88,7 @@ pub(super) fn merge(summing: Summing, replies: &[PartReply<'_>]) -> Answer {
     for (db, sum) in &dbs {
         text.push_str(&format!("db{db}:{}\r\n", sum.line()));
     }
-    local::text_reply(summing.flavor, &text)
+    info::text_reply(summing.flavor, &text)
 }
 
 /// `db<n>:<field>=<value>,…` as its number and fields; fields whose value is not a whole number
