@@ -43,6 +43,11 @@
 //! ([`parse_redis_int`]: no `+`, no leading zero), lines ended by `\r\n` only ([`find_crlf`]). The
 //! proxy's request scanner uses both.
 //!
+//! ## Redis Cluster's key slots
+//! [`key_slot`] is where Redis Cluster keeps a key (CRC16 of the key or its `{hash tag}`, mod 16384),
+//! exactly as `CLUSTER KEYSLOT` answers: the proxy routing to a cluster and the migrator copying into
+//! one both need it, and this crate is the Redis knowledge below both.
+//!
 //! This crate has no cargo features.
 
 mod error;
@@ -51,6 +56,7 @@ mod limits;
 mod line;
 mod number;
 mod reader;
+mod slot;
 mod value;
 
 pub use error::ReplyError;
@@ -59,6 +65,7 @@ pub use limits::ReplyLimits;
 pub use line::{find_crlf, LineEnd};
 pub use number::parse_redis_int;
 pub use reader::ReplyReader;
+pub use slot::{crc16, hash_tag, key_slot, SLOT_COUNT};
 pub use value::Value;
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! What the workspace's tests start and wait on, in one place: real servers (memcached, redis-server,
-//! etcd, nutcracker) as child processes on free 127.0.0.1 ports, killed on drop; free ports; waiting on
-//! a condition; and the golden-file reader of the compatibility tests.
+//! a Redis Cluster, etcd, nutcracker) as child processes on free 127.0.0.1 ports, killed on drop; free
+//! ports; waiting on a condition; and the golden-file reader of the compatibility tests.
 //!
 //! A test that needs a server which is not installed is skipped with a message on a developer's machine
 //! and fails in CI (the `CI` environment variable set), where `.ci/run` installs every one of them. The
@@ -20,12 +20,15 @@ pub mod history;
 pub mod memcached;
 pub mod nutcracker;
 pub mod redis;
+pub mod redis_cluster;
 pub mod relay;
+pub mod resp_conn;
 
 pub use etcd::{etcd_available, Etcd};
 pub use memcached::{memcacheds, Memcached};
 pub use nutcracker::Nutcracker;
 pub use redis::{redises, RedisServer};
+pub use redis_cluster::{ClusterNode, RedisCluster, Role};
 pub use relay::Relay;
 
 /// A free TCP port on 127.0.0.1: bound, read and released, and never handed out twice in one test

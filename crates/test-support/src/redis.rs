@@ -68,6 +68,11 @@ impl RedisServer {
         }))
     }
 
+    /// Its process id; `None` once killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Kills the server (its data is gone: nothing is saved).
     pub fn kill(&mut self) {
         crate::stop(&mut self.child);

@@ -1,0 +1,374 @@
+//! A real Redis Cluster for tests: `redis-server --cluster-enabled yes` nodes on free 127.0.0.1 ports,
+//! joined by `redis-cli --cluster create`, with the faults a cluster proxy must survive (a node killed,
+//! a node paused) and the cluster's own view of who serves a slot.
+//!
+//! [`RedisCluster::start`] returns only once the cluster is whole: every node says `cluster_state:ok`
+//! with all 16384 slots served and knows every other node, and every replica has synced with its
+//! master (a replica that never synced refuses to fail over, so a test that kills a master right after
+//! start would wait in vain).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::redis::RedisServer;
+use crate::resp_conn::{Reply, RespConn};
+use crate::{free_port, skip_missing, TempDir};
+
+/// How many hash slots a cluster has.
+const SLOTS: usize = 16384;
+
+/// How long `redis-cli --cluster create` and the cluster's settling may take before the start panics:
+/// the nodes' handshakes and replicas' first syncs take a few seconds on an idle machine.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// The node timeout: how long a node must be unreachable before the others count it as failed.
+/// Redis's default (15 s) would make every failover test slow; 2 s keeps a failover near 3-5 s.
+const NODE_TIMEOUT_MS: &str = "2000";
+
+/// What a node is in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Serves slots.
+    Master,
+    /// Replicates a master, and takes its slots over when it fails.
+    Replica,
+}
+
+/// One node of a [`RedisCluster`].
+#[derive(Debug)]
+pub struct ClusterNode {
+    /// `127.0.0.1:port`: how clients and [`RedisCluster`]'s methods name the node.
+    pub addr: String,
+    /// Its process id (it stays set after a kill, to name the node in messages).
+    pub pid: u32,
+    /// Its role when the cluster started (a failover changes it: [`RedisCluster::role`] asks the node).
+    pub role: Role,
+    /// The redis-server process: killed, paused and resumed through it, and killed on drop.
+    server: RedisServer,
+    /// Its log file, shown when the cluster does not settle.
+    log: PathBuf,
+    /// Whether it was killed: a killed node is no longer asked anything.
+    killed: bool,
+    /// Whether it is paused: a paused node would make every question wait out a timeout.
+    paused: bool,
+}
+
+/// A running Redis Cluster; every node is killed on drop.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// The nodes, masters first in the order `redis-cli --cluster create` was given them.
+    nodes: Vec<ClusterNode>,
+    /// The nodes' directories (nodes.conf, logs), removed on drop after the nodes are killed (fields
+    /// drop in order).
+    _dir: TempDir,
+}
+
+impl RedisCluster {
+    /// `masters` masters (at least 3, as `redis-cli --cluster create` requires), each with
+    /// `replicas_per_master` replicas, settled (see the [module docs](self)). `None`, with a message,
+    /// when redis-server or redis-cli is not installed (outside CI). Panics with the nodes' logs when
+    /// the cluster does not settle within 30 s.
+    pub fn start(masters: usize, replicas_per_master: usize) -> Option<RedisCluster> {
+        RedisCluster::start_with(masters, replicas_per_master, &[])
+    }
+
+    /// [`RedisCluster::start`] with extra redis-server arguments for every node (for instance
+    /// `--cluster-require-full-coverage no`, so that the slots of live masters stay served while a
+    /// failed master's replica is not yet promoted).
+    pub fn start_with(
+        masters: usize,
+        replicas_per_master: usize,
+        extra: &[&str],
+    ) -> Option<RedisCluster> {
+        assert!(
+            masters >= 3,
+            "redis-cli --cluster create needs at least 3 masters, not {masters}"
+        );
+        if let Err(e) = Command::new("redis-cli").arg("--version").output() {
+            skip_missing("redis-cli", &e);
+            return None;
+        }
+        let dir = TempDir::new("redis-cluster");
+        let count = masters * (1 + replicas_per_master);
+        let mut nodes = Vec::with_capacity(count);
+        for _ in 0..count {
+            nodes.push(start_node(&dir, extra)?);
+        }
+        let mut cluster = RedisCluster { nodes, _dir: dir };
+        cluster.create(replicas_per_master);
+        cluster.settle(masters, replicas_per_master);
+        Some(cluster)
+    }
+
+    /// Every node.
+    pub fn nodes(&self) -> &[ClusterNode] {
+        &self.nodes
+    }
+
+    /// Every node's address: the seeds a cluster client starts from.
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.addr.clone()).collect()
+    }
+
+    /// Kills the node at `addr` (SIGKILL; its data is gone: nothing is saved). Its replica, if it was
+    /// a master with one, is promoted after the node timeout and an election.
+    pub fn kill(&mut self, addr: &str) {
+        let node = self.node_mut(addr);
+        node.server.kill();
+        node.killed = true;
+    }
+
+    /// Pauses the node at `addr` (SIGSTOP): its connections stay open and nothing is answered. Paused
+    /// longer than the node timeout (2 s), a master is failed over as a killed one is.
+    pub fn pause(&mut self, addr: &str) {
+        let node = self.node_mut(addr);
+        node.server.pause();
+        node.paused = true;
+    }
+
+    /// Resumes a paused node (SIGCONT). A master failed over meanwhile comes back as a replica of its
+    /// promoted one.
+    pub fn resume(&mut self, addr: &str) {
+        let node = self.node_mut(addr);
+        node.server.resume();
+        node.paused = false;
+    }
+
+    /// The address of the master serving `slot`, as the first live node that answers `CLUSTER SLOTS`
+    /// sees it; `None` when no live node answers or none names a master for the slot (a failed master
+    /// whose replica is not yet promoted is still named: see [`RedisCluster::role`]).
+    pub fn master_of_slot(&self, slot: u16) -> Option<String> {
+        self.slot_map()?.get(usize::from(slot))?.clone()
+    }
+
+    /// Every slot's master (`None` for a slot no master serves), from one `CLUSTER SLOTS` of the first
+    /// live node that answers: the whole map at the cost of one question, where
+    /// [`RedisCluster::master_of_slot`] for each slot would ask 16384. `None` when no live node answers.
+    pub fn slot_map(&self) -> Option<Vec<Option<String>>> {
+        self.live().find_map(|n| {
+            let reply = RespConn::connect(&n.addr)
+                .and_then(|mut c| c.call_str(&["CLUSTER", "SLOTS"]))
+                .ok()?;
+            slot_map(&reply)
+        })
+    }
+
+    /// The role the node at `addr` gives itself now (`ROLE`); `None` when it does not answer (killed,
+    /// paused).
+    pub fn role(&self, addr: &str) -> Option<Role> {
+        if self.node(addr).killed || self.node(addr).paused {
+            return None;
+        }
+        let reply = RespConn::connect(addr)
+            .and_then(|mut c| c.call_str(&["ROLE"]))
+            .ok()?;
+        match reply {
+            Reply::Array(items) => match items.first().and_then(Reply::text).as_deref() {
+                Some("master") => Some(Role::Master),
+                Some("slave") => Some(Role::Replica),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The nodes neither killed nor paused.
+    fn live(&self) -> impl Iterator<Item = &ClusterNode> {
+        self.nodes.iter().filter(|n| !n.killed && !n.paused)
+    }
+
+    /// The node at `addr`; panics naming it when the cluster has none there.
+    fn node(&self, addr: &str) -> &ClusterNode {
+        self.nodes
+            .iter()
+            .find(|n| n.addr == addr)
+            .unwrap_or_else(|| panic!("no node of the cluster at {addr}"))
+    }
+
+    /// [`RedisCluster::node`], mutable.
+    fn node_mut(&mut self, addr: &str) -> &mut ClusterNode {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.addr == addr)
+            .unwrap_or_else(|| panic!("no node of the cluster at {addr}"))
+    }
+
+    /// Runs `redis-cli --cluster create` over every node; panics with its output and the logs when it
+    /// fails.
+    fn create(&self, replicas_per_master: usize) {
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(self.seeds())
+            .args([
+                "--cluster-replicas",
+                &replicas_per_master.to_string(),
+                "--cluster-yes",
+            ])
+            .output()
+            .expect("redis-cli runs (it answered --version)");
+        if !out.status.success() {
+            panic!(
+                "redis-cli --cluster create failed ({}):\n{}{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                self.logs()
+            );
+        }
+    }
+
+    /// Waits until the cluster is whole (see the [module docs](self)), then records each node's role;
+    /// panics after [`SETTLE`] naming what is missing, with the logs.
+    fn settle(&mut self, masters: usize, replicas_per_master: usize) {
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            let missing = self.not_settled(masters * (1 + replicas_per_master));
+            let Some(missing) = missing else { break };
+            if Instant::now() > deadline {
+                panic!(
+                    "the cluster did not settle within {SETTLE:?}: {missing}\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let mut replicas = 0;
+        for node in &mut self.nodes {
+            let reply = RespConn::connect(&node.addr).and_then(|mut c| c.call_str(&["ROLE"]));
+            let role = match reply.ok().as_ref() {
+                Some(Reply::Array(items)) => items.first().and_then(Reply::text),
+                _ => None,
+            };
+            node.role = if role.as_deref() == Some("slave") {
+                replicas += 1;
+                Role::Replica
+            } else {
+                Role::Master
+            };
+        }
+        assert_eq!(
+            replicas,
+            masters * replicas_per_master,
+            "replicas after create"
+        );
+    }
+
+    /// What keeps the cluster from being whole, or `None` when it is.
+    fn not_settled(&self, count: usize) -> Option<String> {
+        for node in &self.nodes {
+            let info = match RespConn::connect(&node.addr)
+                .and_then(|mut c| c.call_str(&["CLUSTER", "INFO"]))
+            {
+                Ok(reply) => reply.text().unwrap_or_default(),
+                Err(e) => return Some(format!("{} does not answer: {e}", node.addr)),
+            };
+            for want in [
+                "cluster_state:ok".to_string(),
+                format!("cluster_slots_ok:{SLOTS}"),
+                format!("cluster_known_nodes:{count}"),
+            ] {
+                if !info.lines().any(|l| l.trim() == want) {
+                    return Some(format!("{} has no {want}", node.addr));
+                }
+            }
+            let replication = RespConn::connect(&node.addr)
+                .and_then(|mut c| c.call_str(&["INFO", "replication"]))
+                .ok()
+                .and_then(|r| r.text())
+                .unwrap_or_default();
+            if replication.contains("role:slave") && !replication.contains("master_link_status:up")
+            {
+                return Some(format!("{} has not synced with its master", node.addr));
+            }
+        }
+        None
+    }
+
+    /// Every node's log, for a failure message (a failover that does not happen, a cluster that
+    /// does not settle).
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let log = std::fs::read_to_string(&n.log).unwrap_or_else(|e| e.to_string());
+                format!("--- {} (pid {}) log:\n{log}", n.addr, n.pid)
+            })
+            .collect()
+    }
+}
+
+/// Starts one cluster node on a free port (trying five) with its own directory for nodes.conf and its
+/// log; `None` when redis-server is not installed (outside CI).
+fn start_node(dir: &TempDir, extra: &[&str]) -> Option<ClusterNode> {
+    for _ in 0..5 {
+        let port = free_port();
+        let node_dir = dir.path().join(port.to_string());
+        std::fs::create_dir_all(&node_dir).expect("a node directory");
+        let conf = node_dir.join("nodes.conf");
+        let log = node_dir.join("redis.log");
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            conf.to_str().expect("a UTF-8 temporary directory"),
+            "--cluster-node-timeout",
+            NODE_TIMEOUT_MS,
+            "--dir",
+            node_dir.to_str().expect("a UTF-8 temporary directory"),
+            "--logfile",
+            log.to_str().expect("a UTF-8 temporary directory"),
+        ];
+        args.extend_from_slice(extra);
+        match RedisServer::start_on(port, &args) {
+            Ok(Some(server)) => {
+                return Some(ClusterNode {
+                    addr: server.addr.clone(),
+                    pid: server.pid().expect("a started server has a pid"),
+                    role: Role::Master,
+                    server,
+                    log,
+                    killed: false,
+                    paused: false,
+                })
+            }
+            Ok(None) => continue,
+            Err(e) => {
+                skip_missing("redis-server", &e);
+                return None;
+            }
+        }
+    }
+    panic!("a cluster node did not start on any of 5 free ports");
+}
+
+/// Each slot's master in a `CLUSTER SLOTS` reply, whose entries are `[start, end, [ip, port, id, ...],
+/// replicas...]`, the master first; `None` when the reply is not that (an error, a node not yet in a
+/// cluster).
+fn slot_map(reply: &Reply) -> Option<Vec<Option<String>>> {
+    let Reply::Array(ranges) = reply else {
+        return None;
+    };
+    let mut map = vec![None; SLOTS];
+    for range in ranges {
+        let Reply::Array(fields) = range else {
+            return None;
+        };
+        let [Reply::Integer(start), Reply::Integer(end), Reply::Array(master), ..] =
+            fields.as_slice()
+        else {
+            return None;
+        };
+        let [ip, Reply::Integer(port), ..] = master.as_slice() else {
+            return None;
+        };
+        let addr = format!("{}:{port}", ip.text()?);
+        let start = usize::try_from(*start).ok()?;
+        let end = usize::try_from(*end).ok()?;
+        for slot in map.get_mut(start..=end)? {
+            *slot = Some(addr.clone());
+        }
+    }
+    Some(map)
+}
