@@ -920,8 +920,17 @@ impl<P: Protocol> Connection<P> {
                 (Some(t), Some(f)) if f.timed => Some(f.queued + t),
                 _ => None,
             };
-            let stall = self.next_stall();
-            let oldest = self.in_flight.front().map(|f| f.admitted);
+            // The circuit breaker's watch over what is in flight, only when there is one: without a
+            // breaker the loop costs what it did before breakers existed.
+            let watching = self.ejections.is_some() && !self.in_flight.is_empty();
+            let (oldest, stall) = if watching {
+                (
+                    self.in_flight.front().map_or(u64::MAX, |f| f.admitted),
+                    self.next_stall(),
+                )
+            } else {
+                (u64::MAX, None)
+            };
             let room = self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER;
             tokio::select! {
                 biased;
@@ -975,12 +984,14 @@ impl<P: Protocol> Connection<P> {
                     self.stats.server_timedout.inc();
                     return End::Failed(BackendError::Timeout { addr });
                 }
-                why = ejected_after(self.ejections.as_mut(), oldest.unwrap_or(u64::MAX)), if oldest.is_some() => {
-                    return End::Failed(self.ejected_error(&why));
-                }
-                () = sleep_until(stall.map(|(_, at)| at)), if stall.is_some() => {
-                    if let Some((i, _)) = stall {
-                        self.report_stall(i);
+                // `None` without a breaker: a tag, not a future to build and drop on every turn.
+                event = futures_util::future::OptionFuture::from(
+                    watching.then(|| breaker_watch(self.ejections.as_mut(), oldest, stall)),
+                ), if watching => {
+                    match event {
+                        Some(BreakerEvent::Ejected(why)) => return End::Failed(self.ejected_error(&why)),
+                        Some(BreakerEvent::Stall(i)) => self.report_stall(i),
+                        None => {}
                     }
                 }
             }
@@ -1092,6 +1103,30 @@ async fn ejected_after(
         }
     }
     std::future::pending().await
+}
+
+/// What the circuit breaker's watch over a connection's requests in flight saw first.
+enum BreakerEvent {
+    /// The server was ejected after the oldest request in flight was admitted: why.
+    Ejected(Arc<str>),
+    /// The request at this index in flight has waited past the breaker's `slow`.
+    Stall(usize),
+}
+
+/// Waits for the first of: an ejection after `admitted` (the oldest request in flight's), or the
+/// next `stall` ([`Connection::next_stall`]).
+async fn breaker_watch(
+    ejections: Option<&mut tokio::sync::watch::Receiver<(u64, Arc<str>)>>,
+    admitted: u64,
+    stall: Option<(usize, Instant)>,
+) -> BreakerEvent {
+    tokio::select! {
+        biased;
+        why = ejected_after(ejections, admitted) => BreakerEvent::Ejected(why),
+        () = sleep_until(stall.map(|(_, at)| at)), if stall.is_some() => {
+            BreakerEvent::Stall(stall.map_or(0, |(i, _)| i))
+        }
+    }
 }
 
 async fn sleep_for(wait: Option<Duration>) {

@@ -183,6 +183,7 @@ impl Request {
     /// Calls `place` with the bytes a key is placed by: the key itself, or for a meta command with the
     /// `b` flag its base64-decoded bytes (decoded on the stack only then; the parser has checked that
     /// such a key decodes).
+    #[inline]
     pub fn with_routing_key<R>(&self, key: &Range<usize>, place: impl FnOnce(&[u8]) -> R) -> R {
         let raw = self.bytes(key);
         match self.command {
