@@ -101,6 +101,32 @@ fn signal(child: &Option<Child>, signal: &str) {
         let _ = std::process::Command::new("kill")
             .args([signal, &c.id().to_string()])
             .status();
+        if signal == "-STOP" {
+            wait_stopped(c.id());
+        }
+    }
+}
+
+/// Waits (up to 2 s) until every thread of process `pid` is stopped: `kill -STOP` returns once the
+/// signal is queued, and a server thread running on another CPU can still answer a request that
+/// arrives meanwhile, which a test of a paused server would then not be testing.
+fn wait_stopped(pid: u32) {
+    let stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return true; // Not Linux's /proc, or gone: nothing to wait for.
+        };
+        tasks.flatten().all(|task| {
+            std::fs::read_to_string(task.path().join("stat")).map_or(true, |stat| {
+                // The state follows the command name's closing parenthesis.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.trim_start().chars().next())
+                    .is_none_or(|state| state == 'T' || state == 't')
+            })
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while !stopped() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
