@@ -25,39 +25,11 @@
 /// How many hash slots a Redis cluster has: a slot is a number below this.
 pub const SLOT_COUNT: u16 = 16384;
 
-/// The CRC-16/XMODEM lookup table: entry `i` is the checksum register after shifting byte `i` through
-/// it from zero. Built at compile time, so the table cannot drift from the polynomial.
-const CRC16_TABLE: [u16; 256] = crc16_table();
-
-/// Builds [`CRC16_TABLE`] bit by bit (polynomial 0x1021, most significant bit first).
-const fn crc16_table() -> [u16; 256] {
-    let mut table = [0u16; 256];
-    let mut i = 0;
-    while i < 256 {
-        // `i < 256`, so the cast keeps every bit.
-        let mut crc = (i as u16) << 8;
-        let mut bit = 0;
-        while bit < 8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-            bit += 1;
-        }
-        table[i] = crc;
-        i += 1;
-    }
-    table
-}
-
 /// CRC-16/XMODEM of `bytes` (the `crc16` of Redis's `crc16.c`): polynomial 0x1021, initial value 0, no
-/// reflection, no final xor. The checksum of `"123456789"` is `0x31C3`.
+/// reflection, no final xor. The checksum of `"123456789"` is `0x31C3`. The library's table, shared
+/// with twemproxy's `crc16` ([`shardring::hash::crc16_xmodem`]).
 pub fn crc16(bytes: &[u8]) -> u16 {
-    bytes.iter().fold(0u16, |crc, &b| {
-        // The index is the register's top byte xor the input byte: always below 256.
-        (crc << 8) ^ CRC16_TABLE[usize::from((crc >> 8) as u8 ^ b)]
-    })
+    shardring::hash::crc16_xmodem(bytes)
 }
 
 /// The bytes of `key` Redis Cluster hashes: the hash tag (between the first `{` and the first `}`

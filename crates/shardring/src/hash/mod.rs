@@ -21,6 +21,7 @@
 //! | `spymemcached:NAME` | spymemcached's `DefaultHashAlgorithm`s over Java strings ([`java`]) | 32 |
 
 mod crc;
+pub(crate) mod crc16;
 mod fnv;
 pub mod java;
 mod md5;
@@ -36,6 +37,7 @@ use std::str::FromStr;
 
 pub use self::crc::crc32;
 pub(crate) use self::crc::crc32_throughput;
+pub use self::crc16::crc16_xmodem;
 pub use self::fnv::{fnv1_32, fnv1_64, fnv1a_32, fnv1a_64};
 pub use self::java::JavaHash;
 pub use self::md5::{md5_digest, md5_u32};

@@ -57,34 +57,12 @@ pub fn md5(key: &[u8]) -> u32 {
     crate::hash::md5_u32(key)
 }
 
-const fn crc16_table() -> [u16; 256] {
-    let mut table = [0u16; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut crc = (i as u16) << 8;
-        let mut bit = 0;
-        while bit < 8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-            bit += 1;
-        }
-        table[i] = crc;
-        i += 1;
-    }
-    table
-}
-
-/// The CRC-16/XMODEM table (polynomial 0x1021, not reflected) twemproxy's `crc16` uses.
-static CRC16: [u16; 256] = crc16_table();
-
 /// twemproxy's `crc16`: CRC-16/XMODEM steps on a 32-bit accumulator that is never masked, so the result
 /// carries bits above 16 (see the [module docs](self)).
 pub fn crc16(key: &[u8]) -> u32 {
     key.iter().fold(0u32, |crc, &b| {
-        (crc << 8) ^ u32::from(CRC16[(((crc >> 8) ^ u32::from(b)) & 0xff) as usize])
+        (crc << 8)
+            ^ u32::from(crate::hash::crc16::TABLE[(((crc >> 8) ^ u32::from(b)) & 0xff) as usize])
     })
 }
 
