@@ -286,6 +286,11 @@ impl PoolConfig {
         }
     }
 
+    /// A Redis Cluster pool's settings (`--redis-cluster`); `None` for any other pool.
+    pub fn cluster(&self) -> Option<&crate::ClusterConfig> {
+        self.redis().and_then(|r| r.cluster.as_ref())
+    }
+
     /// A Redis pool's settings, to change them; `None` for a memcached pool.
     pub fn redis_mut(&mut self) -> Option<&mut RedisConfig> {
         match &mut self.protocol {
@@ -341,6 +346,21 @@ impl PoolConfig {
                 m.validate(n, self.placement_spec(), self.remedies.replicas, errors)
             }
             ProtocolConfig::Redis(r) => r.validate(n, self.placement_spec(), errors),
+        }
+        if self.redis().is_some_and(|r| r.cluster.is_some()) {
+            if self.remedies.replicas > 1 {
+                errors.push(
+                    n,
+                    "--replicas and --redis-cluster: a cluster keeps its own replicas".into(),
+                );
+            }
+            if self.next.is_some() {
+                errors.push(
+                    n,
+                    "a next membership is not supported for a cluster pool yet (reshard the cluster itself)"
+                        .into(),
+                );
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for s in &self.servers {

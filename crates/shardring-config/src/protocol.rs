@@ -9,7 +9,7 @@ use std::time::Duration;
 use shardring::compat::twemproxy::{Distribution, TwemproxyServer};
 
 use super::problem::ConfigErrors;
-use super::{Limits, PlacementSpec, RedisLimits};
+use super::{ClusterConfig, Limits, PlacementSpec, RedisLimits};
 
 /// Which protocol a pool speaks, with that protocol's own settings (twemproxy's `redis: true/false`).
 #[derive(Debug, Clone, PartialEq)]
@@ -230,6 +230,10 @@ pub struct RedisConfig {
     /// memory. `shardring proxy --redis-keys-limit N`. By default, this is
     /// [`RedisConfig::DEFAULT_KEYS_LIMIT`] (1,000,000).
     pub keys_limit: u64,
+    /// *proxy-only*: the pool's servers are a Redis Cluster's seed nodes, and keys are placed by the
+    /// cluster's slot map instead of the pool's ring (`shardring proxy --redis-cluster`). By
+    /// default, none: a ketama (or modula, random) pool of standalone servers.
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// A redis pool's Sentinels.
@@ -252,6 +256,7 @@ impl Default for RedisConfig {
             sentinel: None,
             partial_reads: false,
             keys_limit: RedisConfig::DEFAULT_KEYS_LIMIT,
+            cluster: None,
         }
     }
 }
@@ -344,6 +349,9 @@ impl RedisConfig {
                 name,
                 "dedicated connections must be at least 1 per server".into(),
             );
+        }
+        if let Some(cluster) = &self.cluster {
+            cluster.validate(name, self, pool, errors);
         }
         if let Some(sentinel) = &self.sentinel {
             if sentinel.addrs.is_empty() {

@@ -151,6 +151,14 @@ pub enum BackendError {
         /// The flag that set it.
         flag: &'static str,
     },
+    /// A cluster node redirected the request where the proxy cannot follow (to a master it has no
+    /// connections to yet, or round and round): answered as Redis Cluster's `TRYAGAIN`, never as
+    /// the redirection itself.
+    #[error("{reason}")]
+    Redirected {
+        /// What the node said, and why it was not followed.
+        reason: String,
+    },
     /// The server was removed by a reload while the request waited.
     #[error("server removed")]
     Removed,
@@ -182,6 +190,7 @@ impl BackendError {
             BackendError::LocalResources { .. }
                 | BackendError::NoServer
                 | BackendError::Fenced { .. }
+                | BackendError::Redirected { .. }
                 | BackendError::Removed
                 | BackendError::OwnConnectionsExhausted { .. }
                 | BackendError::CircuitOpen { .. }

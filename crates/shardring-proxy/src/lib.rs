@@ -65,6 +65,7 @@
 mod admission;
 mod backend;
 mod buffers;
+pub mod cluster;
 /// The configuration: the `shardring-config` crate (twemproxy's YAML, one [`PoolConfig`] per pool).
 /// What twemproxy has no key for, the proxy's flags set ([`flags`]).
 pub mod config {

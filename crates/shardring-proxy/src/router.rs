@@ -9,7 +9,7 @@ use shardring::compat::twemproxy::{self, Distribution, TwemproxyServer};
 use shardring::splitmix::{SplitMix64, GOLDEN_GAMMA};
 use shardring::Placement;
 
-use crate::config::PlacementSpec;
+use crate::config::{PlacementSpec, PoolConfig, SlotTable};
 
 /// One state of a pool's placement.
 #[derive(Debug)]
@@ -29,6 +29,9 @@ enum How {
     Placement(Box<dyn Placement>),
     /// twemproxy's `random`: any live server, per request.
     Random,
+    /// A Redis Cluster's slot map (`crate::cluster`): a key's slot (CRC16 of it or of its
+    /// `{hash tag}`, as Redis Cluster defines them) names its master. Indices are the pool's.
+    Slots(Arc<SlotTable>),
     /// A fenced proxy's routing (`crate::fence`): the first's owner of a key when the second (the
     /// next membership) gives the same, else none.
     Masked(Box<(Arc<Routing>, Arc<Routing>)>),
@@ -44,12 +47,21 @@ impl Routing {
                 let r = random_u64() % self.servers.len() as u64;
                 Some(self.servers[r as usize])
             }
+            How::Slots(table) => table
+                .owner(usize::from(shardring_resp::key_slot(key)))
+                .filter(|&s| self.is_live(s)),
             How::Masked(both) => {
                 let (now, next) = &**both;
                 let owner = now.server_for(key)?;
                 (next.server_for(key) == Some(owner)).then_some(owner)
             }
         }
+    }
+
+    /// Whether keys are placed by a Redis Cluster's slot map: a multi-key command is then split by
+    /// slot, not only by server (a cluster refuses keys of two slots in one command).
+    pub(crate) fn by_slot(&self) -> bool {
+        matches!(self.how, How::Slots(_))
     }
 
     /// `now` with every key whose owner differs in `next` (or that `next` does not place) left
@@ -72,7 +84,7 @@ impl Routing {
                     *o = o.map(|i| self.servers[i]);
                 }
             }
-            How::Random | How::Masked(_) => {
+            How::Random | How::Slots(_) | How::Masked(_) => {
                 for (key, o) in keys.iter().zip(out.iter_mut()) {
                     *o = self.server_for(key);
                 }
@@ -92,7 +104,7 @@ impl Routing {
                     *o = self.servers[*o];
                 }
             }
-            How::Random => out.extend(self.server_for(key)),
+            How::Random | How::Slots(_) => out.extend(self.server_for(key)),
             How::Masked(both) => {
                 if self.server_for(key).is_some() {
                     both.0.replicas_into(key, count, out);
@@ -151,6 +163,28 @@ pub(crate) fn random_u64() -> u64 {
         .fetch_add(GOLDEN_GAMMA, Ordering::Relaxed)
         .wrapping_add(GOLDEN_GAMMA);
     SplitMix64::mix(state)
+}
+
+/// Builds the routing of pool `config` over the servers whose `live` flag is set: its cluster's slot
+/// map for a Redis Cluster pool (no map read yet: no key has a server), else [`build_placement`].
+///
+/// # Errors
+/// The library's, for servers it refuses (duplicate names, weight 0).
+pub(crate) fn build_routing(
+    config: &PoolConfig,
+    live: &[bool],
+) -> Result<Routing, shardring::Error> {
+    let Some(cluster) = config.cluster() else {
+        return build_placement(config.placement_spec(), live);
+    };
+    let live: Vec<bool> = (0..config.servers.len())
+        .map(|i| live.get(i).copied().unwrap_or(false))
+        .collect();
+    Ok(Routing {
+        how: How::Slots(cluster.slots.clone().unwrap_or_default()),
+        servers: (0..live.len()).filter(|&i| live[i]).collect(),
+        live,
+    })
 }
 
 /// Builds the placement of `spec` over the servers whose `live` flag is set: nutcracker's own placement
@@ -271,7 +305,6 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PoolConfig;
 
     fn spec(pool: &PoolConfig) -> PlacementSpec<'_> {
         PlacementSpec {

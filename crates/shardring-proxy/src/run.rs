@@ -107,10 +107,12 @@ where
     let follows_etcd = false;
     // Redis pools with `--sentinel`: their masters resolved before the first client is served.
     let sentinels = crate::sentinel::follow::start(proxy.pools(), stop.clone()).await;
+    // Cluster pools: their slot maps read before the first client is served.
+    let clusters = crate::cluster::follow::start(proxy.pools(), stop.clone()).await;
     let pools = Arc::clone(&proxy);
     let load = move || {
         // The masters stay the Sentinels': a reload changes the file's other settings.
-        let config = sentinels.keep_masters(load()?);
+        let config = clusters.keep_maps(sentinels.keep_masters(load()?));
         #[cfg(feature = "etcd")]
         if follows_etcd {
             // The servers stay etcd's: a reload changes the file's other settings.

@@ -3,7 +3,7 @@
 //!
 //! Each feature's flags are a [`clap::Args`] group defined beside the feature, knowing which
 //! protocols' pools it serves and how it sets them ([`ApplyToPools`]): [`HotKeyFlags`] in
-//! `hot_keys/`, [`TlsFlags`] in `tls/`, [`SentinelFlags`] in `sentinel/`, [`HealthCheckFlags`] in
+//! `hot_keys/`, [`TlsFlags`] in `tls/`, [`SentinelFlags`] in `sentinel/`, [`ClusterFlags`] in `cluster/`, [`HealthCheckFlags`] in
 //! `backend/`, [`BreakerFlags`] in `backend/breaker/`,
 //! [`RateLimitFlags`] in `rate_limit/`, `MembershipFlags` in `membership/`, [`MetricsFlags`] in `metrics/`, [`WorkerFlags`] in
 //! `workers/`; the protocols' own beside their code: [`MemcacheFlags`] in `protocol/memcache/`,
@@ -26,6 +26,7 @@ mod tests;
 pub use self::limits::LimitFlags;
 pub use crate::backend::breaker::flags::BreakerFlags;
 pub use crate::backend::flags::HealthCheckFlags;
+pub use crate::cluster::flags::ClusterFlags;
 pub use crate::hot_keys::flags::HotKeyFlags;
 #[cfg(feature = "etcd")]
 pub use crate::membership::flags::MembershipFlags;
@@ -113,11 +114,14 @@ pub struct ProxyFlags {
     /// `--sentinel`, `--sentinel-auth`: redis pools' Sentinels.
     #[command(flatten)]
     pub sentinel: SentinelFlags,
+    /// `--redis-cluster`, `--redis-cluster-refresh`: redis pools that are Redis Clusters.
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 impl ProxyFlags {
     /// The groups that set the pools' settings, in the order they apply.
-    fn pool_groups(&self) -> [&dyn ApplyToPools; 10] {
+    fn pool_groups(&self) -> [&dyn ApplyToPools; 11] {
         [
             &self.limits,
             &self.memcache,
@@ -129,6 +133,7 @@ impl ProxyFlags {
             &self.redis,
             &self.tls,
             &self.sentinel,
+            &self.cluster,
         ]
     }
 

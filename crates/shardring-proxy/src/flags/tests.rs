@@ -186,8 +186,56 @@ fn every_flag_reaches_its_group() {
                 )],
                 sentinel_auth: vec![(Some("rd".into()), "s3cret".into())],
             },
+            cluster: ClusterFlags::default(),
         }
     );
+}
+
+#[test]
+fn a_cluster_pool_takes_its_servers_as_seeds_and_refuses_what_a_cluster_cannot_do() {
+    let flags = parsed(&["--redis-cluster=rd", "--redis-cluster-refresh", "500"]);
+    let config = overridden(&flags).unwrap();
+    let cluster = config.pools[1].cluster().expect("rd is a cluster pool");
+    assert_eq!(cluster.seeds, ["127.0.0.1:4"]);
+    assert_eq!(cluster.refresh, std::time::Duration::from_millis(500));
+    assert!(
+        cluster.slots.is_none(),
+        "no map until the cluster gives one"
+    );
+    assert!(config.pools[0].cluster().is_none());
+    // Bare, every redis pool; a memcached pool named is refused.
+    let bare = overridden(&parsed(&["--redis-cluster"])).unwrap();
+    assert!(bare.pools[1].cluster().is_some());
+    let text =
+        |e: ConfigErrors| -> Vec<String> { e.problems.iter().map(ToString::to_string).collect() };
+    assert_eq!(
+        text(overridden(&parsed(&["--redis-cluster=mc"])).unwrap_err()),
+        ["mc: --redis-cluster: redis pools only, and this is a memcached pool"]
+    );
+    let refused = flags.apply(
+        ProxyConfig::from_yaml(&TWO_POOLS.replace(
+            "redis: true\n",
+            "redis: true\n  redis_db: 2\n  hash_tag: \"ab\"\n",
+        ))
+        .unwrap(),
+    );
+    let problems = text(refused.unwrap_err());
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("redis_db: 2: a Redis Cluster has database 0 only")),
+        "{problems:?}"
+    );
+    assert!(
+        problems.iter().any(|p| p.contains("hash_tag")),
+        "{problems:?}"
+    );
+    let both = flags.apply(ProxyConfig::from_yaml(TWO_POOLS).unwrap());
+    assert!(both.is_ok());
+    let with_sentinel = parsed(&["--redis-cluster=rd", "--sentinel", "rd=127.0.0.1:26379"]);
+    assert!(text(overridden(&with_sentinel).unwrap_err())
+        .iter()
+        .any(|p| p.contains("--sentinel and --redis-cluster")));
 }
 
 #[test]

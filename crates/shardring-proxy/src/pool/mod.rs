@@ -53,6 +53,8 @@ pub trait ServedPool: Send + Sync + std::fmt::Debug {
     fn previous_ring_alive(&self) -> bool;
     /// The pool's fence (`fence`): its registration task confirms it, its sessions read it.
     fn fence(&self) -> Arc<crate::Fence>;
+    /// What the pool's requests tell a cluster pool's slot-map follower (`crate::cluster`).
+    fn cluster_signal(&self) -> Arc<crate::cluster::ClusterSignal>;
     /// Clients accepted so far by each worker, by worker index: how the shared listener spreads them
     /// ([`crate::workers`]).
     fn clients_per_worker(&self) -> Vec<u64>;
@@ -106,6 +108,10 @@ impl<P: Protocol> ServedPool for Pool<P> {
 
     fn fence(&self) -> Arc<crate::Fence> {
         Arc::clone(&self.shared.fence)
+    }
+
+    fn cluster_signal(&self) -> Arc<crate::cluster::ClusterSignal> {
+        Arc::clone(&self.shared.cluster)
     }
 
     fn clients_per_worker(&self) -> Vec<u64> {

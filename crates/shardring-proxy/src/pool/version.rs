@@ -15,7 +15,7 @@ use crate::error::ProxyError;
 use crate::hot_keys::HotKeys;
 use crate::metrics::{PoolStats, ServerStats};
 use crate::protocol::{PoolState, Protocol};
-use crate::router::{build_placement, Router, Routing};
+use crate::router::{build_placement, build_routing, Router, Routing};
 use crate::tls::PoolTls;
 use shardring::compat::twemproxy::TwemproxyServer;
 
@@ -69,6 +69,7 @@ impl<P: Protocol> PoolVersion<P> {
         // router (memcached's replica lists and gutter) it builds from the config itself.
         let pool = PoolState {
             hot: shared.hot.as_ref(),
+            cluster: config.cluster().map(|_| &shared.cluster),
         };
         let mut protocol = P::new(&config, &pool)?;
         let handshakes = protocol.handshakes();
@@ -109,11 +110,10 @@ impl<P: Protocol> PoolVersion<P> {
         };
         let backends = backends(&servers, &config, previous, shared, &tls, &greeting);
         let live: Vec<bool> = backends.iter().map(|b| !b.health.is_ejected()).collect();
-        let routing =
-            build_placement(config.placement_spec(), &live).map_err(|e| ProxyError::Placement {
-                pool: config.name.clone(),
-                reason: e.to_string(),
-            })?;
+        let routing = build_routing(&config, &live).map_err(|e| ProxyError::Placement {
+            pool: config.name.clone(),
+            reason: e.to_string(),
+        })?;
         let previous_now = previous.map_or_else(Vec::new, |p| {
             p.backends
                 .iter()
@@ -160,7 +160,7 @@ impl<P: Protocol> PoolVersion<P> {
         if *current == live {
             return;
         }
-        match build_placement(self.config.placement_spec(), &live) {
+        match build_routing(&self.config, &live) {
             Ok(routing) => {
                 tracing::info!(
                     pool = %self.config.name,
@@ -272,6 +272,9 @@ pub(crate) struct PoolShared<P: Protocol> {
     pub warm_previous: Mutex<std::sync::Weak<PoolVersion<P>>>,
     /// Whether the proxy's place in etcd is confirmed ([`crate::fence`]).
     pub fence: Arc<crate::Fence>,
+    /// What a cluster pool's requests tell its slot-map follower (`crate::cluster`); unused by
+    /// other pools.
+    pub cluster: Arc<crate::cluster::ClusterSignal>,
 }
 
 /// How a version's servers are greeted and ejected: what a running backend must share to be reused.

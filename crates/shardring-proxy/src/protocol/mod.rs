@@ -143,6 +143,8 @@ pub(crate) trait Protocol: Dialect + Sized + Send + Sync + fmt::Debug + 'static 
 pub(crate) struct PoolState<'a> {
     /// The pool's hot-key detection and cache, when on.
     pub(crate) hot: Option<&'a Arc<HotKeys>>,
+    /// A cluster pool's signal to its slot-map follower (`crate::cluster`); `None` for other pools.
+    pub(crate) cluster: Option<&'a Arc<crate::cluster::ClusterSignal>>,
 }
 
 /// What a server said about itself in reply to the protocol's [`Dialect::introductions`], kept with the

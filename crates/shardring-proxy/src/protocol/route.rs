@@ -187,6 +187,12 @@ impl<'a> Placer<'a> {
         }
     }
 
+    /// Whether keys are placed by a Redis Cluster's slot map: a split is then by slot, not only by
+    /// server.
+    pub(crate) fn by_slot(&self) -> bool {
+        self.routing.by_slot()
+    }
+
     /// Whether the proxy is fenced (`crate::fence`): keys it leaves without a server are refused,
     /// and a multi-get with one fails whole rather than read it as a miss.
     pub(crate) fn fenced(&self) -> bool {
@@ -336,7 +342,7 @@ mod tests {
         let mut config = pool(4);
         config.remedies.replicas = 3;
         let full = placed(&config, &[true; 4]);
-        let remedies = Remedies::build(&config, &PoolState { hot: None }).unwrap();
+        let remedies = Remedies::build(&config, &PoolState::default()).unwrap();
         let stats = Arc::new(PoolStats::new("p"));
         for key in (0..50).map(|i| format!("key{i}")) {
             let mut replicas = Vec::new();
@@ -367,7 +373,7 @@ mod tests {
         };
         let stats = Arc::new(PoolStats::new("p"));
         let ctx = context(&routing, Some(previous), &stats);
-        let remedies = Remedies::build(&config, &PoolState { hot: None }).unwrap();
+        let remedies = Remedies::build(&config, &PoolState::default()).unwrap();
         let placer = Placer::new(&ctx, &remedies);
         let (mut moved, mut stayed) = (0, 0);
         for key in (0..200).map(|i| format!("key{i}")) {

@@ -61,9 +61,9 @@ fn set_addr(server: &mut shardring::compat::twemproxy::TwemproxyServer, addr: &s
     true
 }
 
-/// The connector to Sentinels: TLS when the pool's servers take TLS (the same CA and client
+/// The connector to Sentinels (and to a cluster's nodes, `crate::cluster`): TLS when the pool's servers take TLS (the same CA and client
 /// certificate), plain TCP otherwise.
-fn connector(tls: Option<ServerTls>) -> Connect {
+pub(crate) fn connector(tls: Option<ServerTls>) -> Connect {
     let Some(tls) = tls else {
         return tcp_connect();
     };

@@ -23,6 +23,7 @@ mod nutcracker;
 mod nutcracker_stats;
 mod rate_limits;
 mod redis;
+mod redis_cluster;
 mod redis_common;
 mod redis_hot_keys;
 mod redis_pubsub;

@@ -65,6 +65,7 @@ pub(super) fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> A
         | RedisMerge::Dual(_)
         | RedisMerge::DualSplit(..)
         | RedisMerge::Span(_)
+        | RedisMerge::Cluster(_)
         | RedisMerge::Invalidating(..) => match parts.first() {
             Some(MergePart::Reply(b)) => Bytes::copy_from_slice(b),
             _ => merge::failure("no server available"),

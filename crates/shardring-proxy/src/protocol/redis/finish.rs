@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use shardring_resp::ReplyLimits;
 
+use super::features::cluster::Redirecting;
 use super::features::hot_keys::{HotFill, HotInvalidate};
 use super::features::replicas::{Replicated, ReplicatedValues};
 use super::features::span::Spanning;
@@ -60,6 +61,8 @@ pub(crate) enum RedisMerge {
     Dual(Arc<PoolStats>),
     /// A command across every server (`features/span/`).
     Span(Box<Spanning>),
+    /// A request of a cluster pool, its redirections followed (`features/cluster.rs`).
+    Cluster(Box<Redirecting>),
     /// A split write whose round ends with the next owners' parts (`features/dual_writes.rs`): the first
     /// `owners` replies merge as the inner merge, the rest are the next owners'.
     DualSplit(Box<(RedisMerge, usize)>, Arc<PoolStats>),

@@ -27,23 +27,24 @@ pub struct SubRequest {
 }
 
 /// Splits a request whose keys are at argument indexes `keys` (each followed by `step - 1` values) by the
-/// server `server_of` places each key on. Servers come in the order their first key does; a request
-/// whose keys all live on one server is passed on as it is.
+/// server `server_of` places each key on, and within a server by the group it names (a Redis
+/// Cluster's slot: a cluster refuses one command of keys in two slots; 0 in other pools). Parts come in
+/// the order their first key does; a request whose keys all go to one part is passed on as it is.
 pub fn split(
     req: &Request,
     keys: &[usize],
     step: usize,
-    mut server_of: impl FnMut(&[u8]) -> usize,
+    mut server_of: impl FnMut(&[u8]) -> (usize, u16),
 ) -> Vec<SubRequest> {
-    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut groups: Vec<((usize, u16), Vec<usize>)> = Vec::new();
     for (pos, &arg) in keys.iter().enumerate() {
-        let server = server_of(req.arg(arg).unwrap_or_default());
-        match groups.iter_mut().find(|(s, _)| *s == server) {
+        let group = server_of(req.arg(arg).unwrap_or_default());
+        match groups.iter_mut().find(|(g, _)| *g == group) {
             Some((_, held)) => held.push(pos),
-            None => groups.push((server, vec![pos])),
+            None => groups.push((group, vec![pos])),
         }
     }
-    if let [(server, held)] = groups.as_mut_slice() {
+    if let [((server, _), held)] = groups.as_mut_slice() {
         return vec![SubRequest {
             server: *server,
             frame: req.frame.clone(),
@@ -53,7 +54,7 @@ pub fn split(
     let name = req.arg(0).unwrap_or_default();
     groups
         .into_iter()
-        .map(|(server, held)| {
+        .map(|((server, _), held)| {
             let argc = 1 + held.len() * step;
             let size = name.len()
                 + 32

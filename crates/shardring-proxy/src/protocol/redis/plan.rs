@@ -12,6 +12,7 @@ use super::codec::RequestCodec;
 use super::command::{self, KeyArgs, Local, Merge, Route, Routed, Spec, CROSSSLOT};
 use super::connection_mode::{self, Mode};
 use super::exchange::{last_reply, merge_replies};
+use super::features::cluster::{self, Inner, Redirecting, Redirects};
 use super::features::dual_writes;
 use super::features::hot_keys::{self, HotInvalidate, HotRead};
 use super::features::pubsub;
@@ -66,6 +67,45 @@ fn again<S>(next: Next<S>, merge: impl FnOnce(S) -> RedisMerge) -> Phase<Redis> 
     }
 }
 
+/// A cluster pool's step, its redirections followed (`features/cluster.rs`): what goes to servers
+/// becomes an exchange that keeps its frames.
+fn redirecting(step: Step<Redis>) -> Step<Redis> {
+    match step {
+        Step::Forward {
+            server: Some(server),
+            frame,
+            kind,
+            finish,
+        } => {
+            let part = Part {
+                placement: Placement::Current,
+                server,
+                frame: frame.clone(),
+                kind,
+            };
+            let state = Redirecting::new(Inner::Finish(finish), vec![(server, frame, kind)]);
+            Step::Exchange(Round::new(vec![part], RedisMerge::Cluster(Box::new(state))))
+        }
+        Step::Exchange(round) => Step::Exchange(redirecting_round(round)),
+        step => step,
+    }
+}
+
+/// A cluster pool's round, its redirections followed.
+fn redirecting_round(round: Round<Redis>) -> Round<Redis> {
+    let sent = round
+        .parts
+        .iter()
+        .map(|p| (p.server, p.frame.clone(), p.kind))
+        .collect();
+    let state = Redirecting::new(Inner::Merge(round.exchange), sent);
+    Round {
+        parts: round.parts,
+        exchange: RedisMerge::Cluster(Box::new(state)),
+        follow_ups: round.follow_ups,
+    }
+}
+
 fn answer(reply: Bytes) -> Step<Redis> {
     Step::Answer(Answer::Bytes(reply))
 }
@@ -77,6 +117,9 @@ pub(crate) struct Redis {
     pub(crate) settings: Settings,
     /// What the pool adds to placing keys: hot keys (`--hot-keys`) and replicas.
     pub(crate) remedies: Remedies,
+    /// A cluster pool's masters, to follow redirections to (`features/cluster.rs`); `None` for
+    /// other pools.
+    pub(crate) cluster: Option<Redirects>,
 }
 
 impl Protocol for Redis {
@@ -93,7 +136,12 @@ impl Protocol for Redis {
     ) -> Result<Redis, crate::error::ProxyError> {
         let settings = Settings::from_pool(config);
         let remedies = Remedies::build(config, pool)?;
-        Ok(Redis { settings, remedies })
+        let cluster = Redirects::of(config, pool.cluster);
+        Ok(Redis {
+            settings,
+            remedies,
+            cluster,
+        })
     }
 
     fn decoder(&self) -> RequestCodec {
@@ -101,6 +149,175 @@ impl Protocol for Redis {
     }
 
     fn plan(&self, req: Request, client: &mut ClientState, ctx: &PlanContext<'_>) -> Step<Redis> {
+        let step = self.plan_request(req, client, ctx);
+        match self.cluster {
+            None => step,
+            Some(_) => redirecting(step),
+        }
+    }
+
+    async fn serve_mode<H: Handed<Redis> + Send>(
+        mode: Mode<Redis>,
+        client: &mut H,
+    ) -> std::io::Result<Back> {
+        connection_mode::serve(mode, client).await
+    }
+
+    fn lane(client: &ClientState) -> usize {
+        match client.flavor {
+            Flavor::Resp2 => 0,
+            Flavor::Resp3 => 1,
+        }
+    }
+
+    fn finish(finish: Finish, reply: Reply) -> Answer {
+        match (reply, finish) {
+            (reply, Finish::Invalidate(boxed)) => {
+                let (invalidate, then) = *boxed;
+                invalidate.done();
+                Self::finish(then, reply)
+            }
+            (Ok(bytes), Finish::Fill(fill)) => {
+                fill.fill(&bytes);
+                Answer::Bytes(bytes)
+            }
+            (Ok(bytes), Finish::Plain | Finish::Values(_)) => Answer::Bytes(bytes),
+            (Err(e), Finish::Plain | Finish::Exec(_) | Finish::Fill(_)) => Answer::Failed(e),
+            (Ok(bytes), Finish::Exec(replies)) => Answer::Bytes(last_reply(bytes, replies)),
+            (Err(e), Finish::Values(n)) => {
+                let why = e.to_string();
+                let held: Vec<usize> = (0..n).collect();
+                Answer::Bytes(merge::merge_values(
+                    n,
+                    &[(&held, MergePart::Failed(&why))],
+                    ReplyLimits::default(),
+                    merge::PartialReads::Answered,
+                ))
+            }
+        }
+    }
+
+    fn advance(&self, merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Phase<Redis> {
+        let merge = match merge {
+            RedisMerge::Cluster(state) => return self.advance_redirecting(*state, replies),
+            RedisMerge::Replicated(state) => {
+                return again(replicas::advance(*state, replies), |s| {
+                    RedisMerge::Replicated(Box::new(s))
+                })
+            }
+            RedisMerge::ReplicatedValues(state) => {
+                return again(replicas::advance_values(*state, replies), |s| {
+                    RedisMerge::ReplicatedValues(Box::new(s))
+                })
+            }
+            RedisMerge::Span(state) => {
+                return again(span::advance(*state, replies), |s| {
+                    RedisMerge::Span(Box::new(s))
+                })
+            }
+            RedisMerge::Invalidating(boxed) => {
+                let (invalidate, inner) = *boxed;
+                invalidate.done();
+                return self.advance(inner, replies);
+            }
+            RedisMerge::DualSplit(boxed, stats) => {
+                let (inner, owners) = *boxed;
+                let mut replies = replies;
+                let next = replies.split_off(owners.min(replies.len()));
+                if let Some(failed) = dual_writes::count_split(&stats, &next) {
+                    return Phase::Done {
+                        answer: Answer::Failed(failed),
+                        follow_ups: Vec::new(),
+                    };
+                }
+                return self.advance(inner, replies);
+            }
+            RedisMerge::Dual(stats) => {
+                return Phase::Done {
+                    answer: dual_writes::answer(&stats, replies),
+                    follow_ups: Vec::new(),
+                }
+            }
+            merge => merge,
+        };
+        Phase::Done {
+            answer: merge_replies(merge, replies),
+            follow_ups: Vec::new(),
+        }
+    }
+
+    fn encode_failure(error: &BackendError, out: &mut BytesMut) {
+        if let BackendError::Fenced { .. } | BackendError::Redirected { .. } = error {
+            // Redis Cluster's word for "not now, retry": cluster clients retry on it.
+            out.extend_from_slice(b"-TRYAGAIN ");
+            out.extend_from_slice(error.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+            return;
+        }
+        out.extend_from_slice(&merge::failure(&error.to_string()));
+    }
+
+    fn command_names() -> &'static [&'static str] {
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        NAMES.get_or_init(|| command::TABLE.iter().map(|s| s.name).collect())
+    }
+
+    fn command_index(request: &Request) -> Option<usize> {
+        command::index_of_request(request)
+    }
+}
+
+impl Redis {
+    /// A cluster pool's round after its replies: the redirected parts sent again, or the final
+    /// replies to the request's finish or merge.
+    #[cold]
+    fn advance_redirecting(&self, state: Redirecting, replies: Vec<PartReply<'_>>) -> Phase<Redis> {
+        let Some(redirects) = &self.cluster else {
+            return Phase::Done {
+                answer: Answer::Failed(BackendError::NoServer),
+                follow_ups: Vec::new(),
+            };
+        };
+        match state.advance(redirects, replies) {
+            cluster::Next::Resend(sends, state) => Phase::Again(Round::new(
+                sends
+                    .into_iter()
+                    .map(|(server, frame, kind)| Part {
+                        placement: Placement::Current,
+                        server,
+                        frame,
+                        kind,
+                    })
+                    .collect(),
+                RedisMerge::Cluster(Box::new(state)),
+            )),
+            cluster::Next::Finish(finish, reply) => Phase::Done {
+                answer: Self::finish(finish, reply),
+                follow_ups: Vec::new(),
+            },
+            cluster::Next::Merge(merge, replies) => {
+                let (replies, servers): (Vec<Reply>, Vec<String>) = replies.into_iter().unzip();
+                let parts = replies
+                    .into_iter()
+                    .zip(&servers)
+                    .map(|(reply, server)| PartReply { reply, server })
+                    .collect();
+                match self.advance(merge, parts) {
+                    Phase::Again(round) => Phase::Again(redirecting_round(round)),
+                    done => done,
+                }
+            }
+        }
+    }
+
+    /// What `req` becomes, before a cluster pool's redirections are wrapped around it.
+    #[inline(always)]
+    fn plan_request(
+        &self,
+        req: Request,
+        client: &mut ClientState,
+        ctx: &PlanContext<'_>,
+    ) -> Step<Redis> {
         let ctx = &Placer::new(ctx, &self.remedies);
         // Redis's order: unknown command and arity first, then authentication.
         let routed = command::route(&req);
@@ -181,117 +398,6 @@ impl Protocol for Redis {
         }
     }
 
-    async fn serve_mode<H: Handed<Redis> + Send>(
-        mode: Mode<Redis>,
-        client: &mut H,
-    ) -> std::io::Result<Back> {
-        connection_mode::serve(mode, client).await
-    }
-
-    fn lane(client: &ClientState) -> usize {
-        match client.flavor {
-            Flavor::Resp2 => 0,
-            Flavor::Resp3 => 1,
-        }
-    }
-
-    fn finish(finish: Finish, reply: Reply) -> Answer {
-        match (reply, finish) {
-            (reply, Finish::Invalidate(boxed)) => {
-                let (invalidate, then) = *boxed;
-                invalidate.done();
-                Self::finish(then, reply)
-            }
-            (Ok(bytes), Finish::Fill(fill)) => {
-                fill.fill(&bytes);
-                Answer::Bytes(bytes)
-            }
-            (Ok(bytes), Finish::Plain | Finish::Values(_)) => Answer::Bytes(bytes),
-            (Err(e), Finish::Plain | Finish::Exec(_) | Finish::Fill(_)) => Answer::Failed(e),
-            (Ok(bytes), Finish::Exec(replies)) => Answer::Bytes(last_reply(bytes, replies)),
-            (Err(e), Finish::Values(n)) => {
-                let why = e.to_string();
-                let held: Vec<usize> = (0..n).collect();
-                Answer::Bytes(merge::merge_values(
-                    n,
-                    &[(&held, MergePart::Failed(&why))],
-                    ReplyLimits::default(),
-                    merge::PartialReads::Answered,
-                ))
-            }
-        }
-    }
-
-    fn advance(&self, merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Phase<Redis> {
-        let merge = match merge {
-            RedisMerge::Replicated(state) => {
-                return again(replicas::advance(*state, replies), |s| {
-                    RedisMerge::Replicated(Box::new(s))
-                })
-            }
-            RedisMerge::ReplicatedValues(state) => {
-                return again(replicas::advance_values(*state, replies), |s| {
-                    RedisMerge::ReplicatedValues(Box::new(s))
-                })
-            }
-            RedisMerge::Span(state) => {
-                return again(span::advance(*state, replies), |s| {
-                    RedisMerge::Span(Box::new(s))
-                })
-            }
-            RedisMerge::Invalidating(boxed) => {
-                let (invalidate, inner) = *boxed;
-                invalidate.done();
-                return self.advance(inner, replies);
-            }
-            RedisMerge::DualSplit(boxed, stats) => {
-                let (inner, owners) = *boxed;
-                let mut replies = replies;
-                let next = replies.split_off(owners.min(replies.len()));
-                if let Some(failed) = dual_writes::count_split(&stats, &next) {
-                    return Phase::Done {
-                        answer: Answer::Failed(failed),
-                        follow_ups: Vec::new(),
-                    };
-                }
-                return self.advance(inner, replies);
-            }
-            RedisMerge::Dual(stats) => {
-                return Phase::Done {
-                    answer: dual_writes::answer(&stats, replies),
-                    follow_ups: Vec::new(),
-                }
-            }
-            merge => merge,
-        };
-        Phase::Done {
-            answer: merge_replies(merge, replies),
-            follow_ups: Vec::new(),
-        }
-    }
-
-    fn encode_failure(error: &BackendError, out: &mut BytesMut) {
-        if let BackendError::Fenced { .. } = error {
-            // Redis Cluster's word for "not now, retry": cluster clients retry on it.
-            out.extend_from_slice(b"-TRYAGAIN ");
-            out.extend_from_slice(error.to_string().as_bytes());
-            out.extend_from_slice(b"\r\n");
-            return;
-        }
-        out.extend_from_slice(&merge::failure(&error.to_string()));
-    }
-
-    fn command_names() -> &'static [&'static str] {
-        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-        NAMES.get_or_init(|| command::TABLE.iter().map(|s| s.name).collect())
-    }
-
-    fn command_index(request: &Request) -> Option<usize> {
-        command::index_of_request(request)
-    }
-}
-
-impl Redis {
     /// `RESET`, transactions, blocking commands and a subscriber's requests; `None` to plan the request
     /// as usual. Out of line: most requests are none of these.
     #[cold]
@@ -562,7 +668,18 @@ impl Redis {
             .collect();
         let positions: Vec<usize> = (0..keys.len()).filter(|&p| owners[p].is_some()).collect();
         let mut next = positions.iter().map(|&p| owners[p].unwrap_or(0));
-        let mut subs = merge::split(req, &routed_keys, step, |_| next.next().unwrap_or(0));
+        let by_slot = ctx.by_slot();
+        let mut subs = merge::split(req, &routed_keys, step, |key| {
+            let server = next.next().unwrap_or(0);
+            (
+                server,
+                if by_slot {
+                    shardring_resp::key_slot(key)
+                } else {
+                    0
+                },
+            )
+        });
         let follow_ups = if write && ctx.replicas() > 1 {
             replica_writes(req, &routed_keys, &positions, &owners, step, ctx)
         } else {
@@ -695,7 +812,8 @@ fn parts_to<'a>(
     step: usize,
 ) -> impl Iterator<Item = Part<Redis>> + 'a {
     let mut next = servers.iter().copied();
-    merge::split(req, keys, step, |_| next.next().unwrap_or(0))
+    // Replica and next-owner copies: pools that are not clusters (whose groups are servers).
+    merge::split(req, keys, step, |_| (next.next().unwrap_or(0), 0))
         .into_iter()
         .map(|sub| Part {
             placement: Placement::Current,

@@ -631,7 +631,9 @@ fn mget_splits_by_server_and_merges_in_request_order() {
         panic!()
     };
     // a, c on server 0; b, d on server 1.
-    let subs = merge::split(&r, &keys, step, |k| usize::from(k == b"b" || k == b"d"));
+    let subs = merge::split(&r, &keys, step, |k| {
+        (usize::from(k == b"b" || k == b"d"), 0)
+    });
     assert_eq!(subs.len(), 2);
     assert_eq!(
         &subs[0].frame[..],
@@ -755,11 +757,11 @@ fn a_split_read_with_a_failed_part_is_one_error_unless_partial_reads_are_asked_f
 #[test]
 fn one_server_gets_the_request_as_it_came_and_mset_keeps_values_with_keys() {
     let r = req(&["mget", "a", "b"]);
-    let subs = merge::split(&r, &[1, 2], 1, |_| 3);
+    let subs = merge::split(&r, &[1, 2], 1, |_| (3, 0));
     assert_eq!(subs.len(), 1);
     assert_eq!((subs[0].server, &subs[0].frame), (3, &r.frame));
     let r = req(&["MSET", "a", "1", "b", "2", "c", "3"]);
-    let subs = merge::split(&r, &[1, 3, 5], 2, |k| usize::from(k == b"b"));
+    let subs = merge::split(&r, &[1, 3, 5], 2, |k| (usize::from(k == b"b"), 0));
     assert_eq!(
         &subs[0].frame[..],
         b"*5\r\n$4\r\nMSET\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nc\r\n$1\r\n3\r\n"

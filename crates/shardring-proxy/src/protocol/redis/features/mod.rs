@@ -4,6 +4,7 @@
 //! its route and what it needs of the pool's settings, and returns its own types (an outcome, the
 //! frames to send, a merge state); only the planner turns them into steps.
 
+pub(crate) mod cluster;
 pub(crate) mod dual_writes;
 pub(crate) mod hot_keys;
 pub(crate) mod pubsub;

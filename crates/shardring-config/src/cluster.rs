@@ -1,0 +1,188 @@
+//! A Redis Cluster pool's settings ([`ClusterConfig`]): its seed nodes, how often the proxy reads
+//! the cluster's slot map, and the map as last read ([`SlotTable`]), which places keys instead of
+//! the pool's ring. Set by `shardring proxy --redis-cluster` (nutcracker has no such key, and
+//! refuses unknown keys); the proxy's `cluster/` follows the map.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::problem::ConfigErrors;
+use super::{PlacementSpec, RedisConfig};
+
+/// How many hash slots a Redis Cluster has (`CLUSTER KEYSLOT` is CRC16 of the key, or of its hash
+/// tag, modulo this).
+pub const SLOTS: usize = 16384;
+
+/// A redis pool whose servers are a Redis Cluster's seed nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// The nodes the file names (`host:port`): asked for the slot map when no node of the map
+    /// answers, and at start.
+    pub seeds: Vec<String>,
+    /// How often the slot map is read again when nothing asks sooner (a redirection, a failed
+    /// master ask at once). `--redis-cluster-refresh MS`; by default, this is 2 s.
+    pub refresh: Duration,
+    /// The slot map as last read; `None` until one is: every key is then refused with an error
+    /// saying so, as for a slot no master serves.
+    pub slots: Option<Arc<SlotTable>>,
+}
+
+impl ClusterConfig {
+    /// The default of [`ClusterConfig::refresh`].
+    pub const DEFAULT_REFRESH: Duration = Duration::from_secs(2);
+
+    /// Every problem with a cluster pool named `name`, whose other redis settings are `redis`,
+    /// placed by `pool` (whose ring the slot map replaces).
+    pub(crate) fn validate(
+        &self,
+        name: &str,
+        redis: &RedisConfig,
+        pool: PlacementSpec<'_>,
+        errors: &mut ConfigErrors,
+    ) {
+        if self.seeds.is_empty() {
+            errors.push(name, "--redis-cluster: at least one seed node".into());
+        }
+        if self.refresh < Duration::from_millis(100) {
+            errors.push(
+                name,
+                "--redis-cluster-refresh: at least 100 ms between reads of the slot map".into(),
+            );
+        }
+        if redis.db != 0 {
+            errors.push(
+                name,
+                format!(
+                    "redis_db: {}: a Redis Cluster has database 0 only (remove redis_db, or --redis-cluster)",
+                    redis.db
+                ),
+            );
+        }
+        if redis.sentinel.is_some() {
+            errors.push(
+                name,
+                "--sentinel and --redis-cluster: a cluster follows its own failovers, use one"
+                    .into(),
+            );
+        }
+        if pool.hash_tag.is_some_and(|t| t != *b"{}") {
+            errors.push(
+                name,
+                "hash_tag: a cluster pool places keys by Redis Cluster's own {hash tags}; set hash_tag: \"{}\" or none"
+                    .into(),
+            );
+        }
+    }
+
+    /// A cluster reached through `seeds`, its map not read yet.
+    pub fn new(seeds: Vec<String>) -> ClusterConfig {
+        ClusterConfig {
+            seeds,
+            refresh: ClusterConfig::DEFAULT_REFRESH,
+            slots: None,
+        }
+    }
+}
+
+/// Which server of the pool (index in its server list, the cluster's masters) serves each slot.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SlotTable {
+    /// By slot: the server's index, or [`SlotTable::NONE`].
+    owners: Box<[u16]>,
+}
+
+impl std::fmt::Debug for SlotTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let served = self
+            .owners
+            .iter()
+            .filter(|&&o| o != SlotTable::NONE)
+            .count();
+        f.debug_struct("SlotTable")
+            .field("served", &served)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SlotTable {
+    fn default() -> SlotTable {
+        SlotTable {
+            owners: vec![SlotTable::NONE; SLOTS].into_boxed_slice(),
+        }
+    }
+}
+
+impl SlotTable {
+    /// The mark of a slot no server serves.
+    const NONE: u16 = u16::MAX;
+
+    /// Serves `slots` (a range, both ends included; out of range parts ignored) from server
+    /// `server`; a server index past `u16::MAX - 1` is ignored (no cluster has that many masters).
+    pub fn assign(&mut self, first: usize, last: usize, server: usize) {
+        let Ok(server) = u16::try_from(server) else {
+            return;
+        };
+        if server == SlotTable::NONE || first > last {
+            return;
+        }
+        let last = last.min(SLOTS - 1);
+        if let Some(range) = self.owners.get_mut(first..=last) {
+            range.fill(server);
+        }
+    }
+
+    /// The server (index in the pool's server list) that serves `slot`, if any.
+    #[inline]
+    pub fn owner(&self, slot: usize) -> Option<usize> {
+        match self.owners.get(slot) {
+            Some(&o) if o != SlotTable::NONE => Some(usize::from(o)),
+            _ => None,
+        }
+    }
+
+    /// How many slots some server serves.
+    pub fn served(&self) -> usize {
+        self.owners
+            .iter()
+            .filter(|&&o| o != SlotTable::NONE)
+            .count()
+    }
+
+    /// This table with its server indices renumbered: server `i` becomes `to[i]` (`None`: unserved).
+    pub fn renumbered(&self, to: &[Option<usize>]) -> SlotTable {
+        let mut out = SlotTable::default();
+        for (slot, &o) in self.owners.iter().enumerate() {
+            if let Some(Some(n)) = to.get(usize::from(o)) {
+                out.assign(slot, slot, *n);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_serves_what_was_assigned_and_nothing_else() {
+        let mut t = SlotTable::default();
+        assert_eq!(t.served(), 0);
+        t.assign(0, 5460, 0);
+        t.assign(5461, 10922, 2);
+        t.assign(10000, 99999, 1);
+        t.assign(5, 3, 7);
+        t.assign(1, 1, usize::from(u16::MAX));
+        assert_eq!(t.owner(0), Some(0));
+        assert_eq!(t.owner(1), Some(0));
+        assert_eq!(t.owner(5461), Some(2));
+        assert_eq!(t.owner(10000), Some(1));
+        assert_eq!(t.owner(SLOTS - 1), Some(1));
+        assert_eq!(t.owner(SLOTS), None);
+        assert_eq!(t.served(), SLOTS);
+        let r = t.renumbered(&[Some(3), None, Some(0)]);
+        assert_eq!(r.owner(0), Some(3));
+        assert_eq!(r.owner(10000), None);
+        assert_eq!(r.owner(5461), Some(0));
+    }
+}

@@ -1,0 +1,65 @@
+//! The cluster flags (`--redis-cluster`, `--redis-cluster-refresh`): a redis pool whose servers are a
+//! Redis Cluster's seed nodes. Redis pools only: a memcached pool named by one is refused.
+
+use std::time::Duration;
+
+use crate::config::{ClusterConfig, ConfigErrors, PoolConfig, ProtocolConfig};
+use crate::flags::per_pool::{parse_pool_switch, refuse_unknown, switched_on, switches_named};
+use crate::flags::ApplyToPools;
+
+/// The redis pools that are clusters. [`Default`]: none.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
+pub struct ClusterFlags {
+    /// Redis pools: the pool's servers are Redis Cluster seed nodes; keys go by the cluster's slot
+    /// map (CRC16 of the key or its {hash tag}), MOVED and ASK are followed inside the proxy, and
+    /// the masters become the pool's servers. Every redis pool, or `=POOL`.
+    #[arg(long, value_name = "POOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", value_parser = parse_pool_switch)]
+    pub redis_cluster: Vec<Option<String>>,
+    /// Cluster pools: read the slot map again this often (milliseconds) when no redirection asks
+    /// sooner. [default: 2000]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub redis_cluster_refresh: Option<u64>,
+}
+
+impl ApplyToPools for ClusterFlags {
+    /// Every redis pool, or the ones named.
+    fn apply(&self, pools: &mut [PoolConfig]) -> Result<(), ConfigErrors> {
+        let mut errors = ConfigErrors::default();
+        for pool in pools.iter_mut() {
+            let name = pool.name.clone();
+            let seeds: Vec<String> = pool
+                .servers
+                .iter()
+                .map(|s| format!("{}:{}", s.host, s.port))
+                .collect();
+            let on = switched_on(&self.redis_cluster, &name);
+            match &mut pool.protocol {
+                ProtocolConfig::Memcache(_) => {
+                    if switches_named(&self.redis_cluster).any(|p| p == name) {
+                        errors.push(
+                            &name,
+                            "--redis-cluster: redis pools only, and this is a memcached pool"
+                                .into(),
+                        );
+                    }
+                }
+                ProtocolConfig::Redis(r) if on => {
+                    let mut cluster = ClusterConfig::new(seeds);
+                    if let Some(ms) = self.redis_cluster_refresh {
+                        cluster.refresh = Duration::from_millis(ms);
+                    }
+                    r.cluster = Some(cluster);
+                }
+                ProtocolConfig::Redis(r) => r.cluster = None,
+            }
+        }
+        refuse_unknown(
+            "--redis-cluster",
+            switches_named(&self.redis_cluster),
+            pools,
+            &mut errors,
+        );
+        errors.into_result()
+    }
+}

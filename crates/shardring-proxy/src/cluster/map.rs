@@ -1,0 +1,302 @@
+//! A cluster's slot map, read from a node's `CLUSTER SHARDS` (Redis 7) or `CLUSTER SLOTS` (older)
+//! reply: its masters and the slots each serves. Pure: a reply in, a [`ClusterMap`] or why not out.
+//!
+//! Masters are listed by address, sorted, whatever order the node gave them in: two proxies that
+//! read the same map number the masters alike, and a map that did not change gives the same list
+//! (a reload that keeps every server keeps every connection).
+
+use shardring_resp::Value;
+
+use crate::config::{SlotTable, SLOTS};
+
+/// A cluster's masters and their slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterMap {
+    /// Every master's `host:port`, sorted (slotless masters too: a slot being migrated to one is
+    /// asked there with `ASK`).
+    pub(crate) masters: Vec<String>,
+    /// Each master's slot ranges (both ends included), by its index in `masters`.
+    pub(crate) ranges: Vec<(usize, usize, usize)>,
+}
+
+impl ClusterMap {
+    /// The slot table over `masters` indices.
+    pub(crate) fn table(&self) -> SlotTable {
+        let mut t = SlotTable::default();
+        for &(first, last, m) in &self.ranges {
+            t.assign(first, last, m);
+        }
+        t
+    }
+
+    /// How many slots some master serves.
+    pub(crate) fn served(&self) -> usize {
+        self.table().served()
+    }
+}
+
+/// Why a reply is not a slot map.
+pub(crate) type MapError = String;
+
+/// The map in a `CLUSTER SHARDS` reply (RESP2: each shard a flat list of field and value; RESP3: a
+/// map). `asked` is the host the command was sent to: a node that does not know its own address
+/// gives an empty one, meaning "the address you reached me at".
+pub(crate) fn from_shards(reply: &Value, asked: &str) -> Result<ClusterMap, MapError> {
+    let shards = list(reply).ok_or("CLUSTER SHARDS: not an array")?;
+    let mut found: Vec<(String, Vec<(usize, usize)>)> = Vec::new();
+    for shard in shards {
+        let shard_fields = fields(shard).ok_or("CLUSTER SHARDS: a shard is not a map")?;
+        let slots = field(&shard_fields, "slots")
+            .and_then(list)
+            .ok_or("CLUSTER SHARDS: a shard without slots")?;
+        let mut ranges = Vec::new();
+        for pair in slots.chunks(2) {
+            let [first, last] = pair else {
+                return Err("CLUSTER SHARDS: an odd slot list".into());
+            };
+            ranges.push((slot_number(first)?, slot_number(last)?));
+        }
+        let nodes = field(&shard_fields, "nodes")
+            .and_then(list)
+            .ok_or("CLUSTER SHARDS: a shard without nodes")?;
+        // The shard's master: the one that is online when a failover leaves two saying so.
+        let mut master = None;
+        for node in nodes {
+            let n = fields(node).ok_or("CLUSTER SHARDS: a node is not a map")?;
+            let text = |name| field(&n, name).and_then(Value::text).unwrap_or_default();
+            if text("role") != "master" {
+                continue;
+            }
+            let port = field(&n, "port")
+                .and_then(Value::integer)
+                .filter(|p| (1..=65535).contains(p));
+            let Some(port) = port else { continue };
+            let online = text("health") == "online";
+            let addr = address(text("ip"), port, asked);
+            if master
+                .as_ref()
+                .is_none_or(|(_, was_online)| online && !was_online)
+            {
+                master = Some((addr, online));
+            }
+        }
+        if let Some((addr, _)) = master {
+            found.push((addr, ranges));
+        }
+    }
+    Ok(numbered(found))
+}
+
+/// The map in a `CLUSTER SLOTS` reply: one entry per slot range, `[first, last, [ip, port, …],
+/// replicas…]`. Masters without slots are not in it.
+pub(crate) fn from_slots(reply: &Value, asked: &str) -> Result<ClusterMap, MapError> {
+    let ranges = list(reply).ok_or("CLUSTER SLOTS: not an array")?;
+    let mut found: Vec<(String, Vec<(usize, usize)>)> = Vec::new();
+    for range in ranges {
+        let items = list(range).ok_or("CLUSTER SLOTS: a range is not an array")?;
+        let [first, last, master, ..] = items else {
+            return Err("CLUSTER SLOTS: a range without its master".into());
+        };
+        let node = list(master).ok_or("CLUSTER SLOTS: a master is not an array")?;
+        let (Some(ip), Some(port)) = (
+            node.first().and_then(Value::text),
+            node.get(1)
+                .and_then(Value::integer)
+                .filter(|p| (1..=65535).contains(p)),
+        ) else {
+            return Err("CLUSTER SLOTS: a master without its address".into());
+        };
+        let addr = address(ip, port, asked);
+        let r = (slot_number(first)?, slot_number(last)?);
+        match found.iter_mut().find(|(a, _)| *a == addr) {
+            Some((_, rs)) => rs.push(r),
+            None => found.push((addr, vec![r])),
+        }
+    }
+    Ok(numbered(found))
+}
+
+/// The masters sorted by address, and their ranges by that numbering.
+fn numbered(mut found: Vec<(String, Vec<(usize, usize)>)>) -> ClusterMap {
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found.dedup_by(|b, a| {
+        let same = a.0 == b.0;
+        if same {
+            a.1.append(&mut b.1);
+        }
+        same
+    });
+    let mut map = ClusterMap {
+        masters: Vec::with_capacity(found.len()),
+        ranges: Vec::new(),
+    };
+    for (i, (addr, ranges)) in found.into_iter().enumerate() {
+        map.masters.push(addr);
+        map.ranges
+            .extend(ranges.into_iter().map(|(first, last)| (first, last, i)));
+    }
+    map
+}
+
+/// `ip:port`; an empty or unknown (`?`) ip is the host the node was reached at. An IPv6 address is
+/// bracketed.
+fn address(ip: &str, port: i64, asked: &str) -> String {
+    let host = if ip.is_empty() || ip == "?" {
+        crate::backend::stream::host_of(asked)
+    } else {
+        ip
+    };
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+fn slot_number(v: &Value) -> Result<usize, MapError> {
+    v.integer()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n < SLOTS)
+        .ok_or_else(|| format!("not a slot number: {v:?}"))
+}
+
+fn list(v: &Value) -> Option<&[Value]> {
+    match v {
+        Value::Array(a) | Value::Set(a) => Some(a),
+        _ => None,
+    }
+}
+
+/// A RESP2 flat list of field and value, or a RESP3 map, as pairs.
+fn fields(v: &Value) -> Option<Vec<(&Value, &Value)>> {
+    match v {
+        Value::Map(pairs) => Some(pairs.iter().map(|(k, v)| (k, v)).collect()),
+        Value::Array(a) if a.len() % 2 == 0 => Some(a.chunks(2).map(|p| (&p[0], &p[1])).collect()),
+        _ => None,
+    }
+}
+
+fn field<'v>(fields: &[(&'v Value, &'v Value)], name: &str) -> Option<&'v Value> {
+    fields
+        .iter()
+        .find(|(k, _)| k.text() == Some(name))
+        .map(|(_, v)| *v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::Bulk(s.as_bytes().to_vec())
+    }
+
+    fn node(ip: &str, port: i64, role: &str, health: &str) -> Value {
+        Value::Array(vec![
+            bulk("id"),
+            bulk("abc"),
+            bulk("port"),
+            Value::Integer(port),
+            bulk("ip"),
+            bulk(ip),
+            bulk("role"),
+            bulk(role),
+            bulk("health"),
+            bulk(health),
+        ])
+    }
+
+    fn shard(slots: &[i64], nodes: Vec<Value>) -> Value {
+        Value::Array(vec![
+            bulk("slots"),
+            Value::Array(slots.iter().map(|&s| Value::Integer(s)).collect()),
+            bulk("nodes"),
+            Value::Array(nodes),
+        ])
+    }
+
+    #[test]
+    fn shards_give_every_master_sorted_with_its_slots_and_the_online_one_after_a_failover() {
+        let reply = Value::Array(vec![
+            shard(
+                &[5461, 10922],
+                vec![
+                    node("127.0.0.1", 7002, "master", "failed"),
+                    node("127.0.0.1", 7005, "master", "online"),
+                ],
+            ),
+            shard(
+                &[0, 5460],
+                vec![
+                    node("127.0.0.1", 7004, "replica", "online"),
+                    node("", 7001, "master", "online"),
+                ],
+            ),
+            shard(
+                &[10923, 16383],
+                vec![node("127.0.0.1", 7003, "master", "online")],
+            ),
+            shard(&[], vec![node("127.0.0.1", 7009, "master", "online")]),
+        ]);
+        let map = from_shards(&reply, "127.0.0.1:7003").unwrap();
+        assert_eq!(
+            map.masters,
+            [
+                "127.0.0.1:7001",
+                "127.0.0.1:7003",
+                "127.0.0.1:7005",
+                "127.0.0.1:7009"
+            ]
+        );
+        let t = map.table();
+        assert_eq!(t.owner(0), Some(0));
+        assert_eq!(t.owner(5461), Some(2));
+        assert_eq!(t.owner(16383), Some(1));
+        assert_eq!(map.served(), SLOTS);
+    }
+
+    #[test]
+    fn slots_give_the_same_map_as_shards() {
+        let range = |a: i64, b: i64, port: i64| {
+            Value::Array(vec![
+                Value::Integer(a),
+                Value::Integer(b),
+                Value::Array(vec![bulk("127.0.0.1"), Value::Integer(port), bulk("id")]),
+                Value::Array(vec![
+                    bulk("127.0.0.1"),
+                    Value::Integer(port + 3),
+                    bulk("id2"),
+                ]),
+            ])
+        };
+        let reply = Value::Array(vec![
+            range(10923, 16383, 7003),
+            range(0, 5460, 7001),
+            range(5461, 10922, 7002),
+        ]);
+        let map = from_slots(&reply, "x:1").unwrap();
+        assert_eq!(
+            map.masters,
+            ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"]
+        );
+        assert_eq!(map.table().owner(10923), Some(2));
+        assert_eq!(map.served(), SLOTS);
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_not_panics() {
+        for bad in [
+            Value::Integer(1),
+            Value::Array(vec![Value::Integer(1)]),
+            Value::Array(vec![Value::Array(vec![
+                Value::Integer(1),
+                Value::Integer(99999),
+            ])]),
+            Value::Array(vec![shard(&[0], vec![])]),
+            Value::Array(vec![shard(&[0, 20000], vec![])]),
+        ] {
+            assert!(from_shards(&bad, "h:1").is_err(), "{bad:?}");
+            assert!(from_slots(&bad, "h:1").is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Redis Cluster pools (`--redis-cluster`): the pool's servers are seed nodes, and the proxy places
+//! keys by the cluster's slot map instead of a ring.
+//!
+//! - [`follow`] reads the map (`CLUSTER SHARDS`, `CLUSTER SLOTS` on older servers) before the first
+//!   client is served, again every `--redis-cluster-refresh` and at once when a request learns that
+//!   it is out of date, and reloads the pool with the masters as its servers and the map as its
+//!   placement (`router.rs`'s slot routing). A reload that keeps a master keeps its connections.
+//! - A request sent by a stale map is redirected by its node (`-MOVED slot host:port`, or `-ASK`
+//!   while the slot migrates); the Redis protocol follows it (`protocol/redis/features/cluster.rs`):
+//!   the client never sees a redirection, and a `MOVED` asks this module for a new map
+//!   ([`ClusterSignal::stale`]).
+//!
+//! Every master's slot map is a placement like any other to the rest of the proxy: multi-key
+//! commands split by it (by slot, which a cluster needs), `SCAN`/`DBSIZE`/`KEYS` span its masters,
+//! breakers and health checks watch each master.
+
+pub(crate) mod flags;
+pub mod follow;
+mod map;
+mod node;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Notify;
+
+/// What a cluster pool's requests tell its follower, and the follower's tallies.
+#[derive(Debug, Default)]
+pub struct ClusterSignal {
+    /// Woken when a request found the map out of date.
+    stale: Notify,
+    /// Redirections followed (`MOVED` and `ASK`).
+    redirections: AtomicU64,
+    /// Maps read that changed the pool.
+    changes: AtomicU64,
+}
+
+impl ClusterSignal {
+    /// A request was redirected, or its master failed: read the map again soon.
+    pub(crate) fn stale(&self) {
+        self.stale.notify_one();
+    }
+
+    /// Counts a redirection followed.
+    pub(crate) fn redirected(&self) {
+        // Relaxed: a tally.
+        self.redirections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a map that changed the pool.
+    pub(crate) fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Redirections followed so far (`MOVED` and `ASK`).
+    pub fn redirections(&self) -> u64 {
+        self.redirections.load(Ordering::Relaxed)
+    }
+
+    /// Slot maps read so far that changed the pool (its masters or their slots).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
+    }
+
+    /// Until a request finds the map stale.
+    pub(crate) async fn wait_stale(&self) {
+        self.stale.notified().await;
+    }
+}

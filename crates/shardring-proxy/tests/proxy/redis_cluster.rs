@@ -1,0 +1,284 @@
+//! Redis Cluster pools (`--redis-cluster`) against a real cluster of `redis-server --cluster-enabled
+//! yes` nodes made by `redis-cli --cluster create`: keys placed by the cluster's slot map, multi-key
+//! commands split by slot, commands across every master, and a slot migrated under the proxy's feet
+//! (`ASK` while it moves, `MOVED` after) without a client seeing a redirection.
+
+use std::time::{Duration, Instant};
+
+use crate::common::{Client, RunningProxy};
+use crate::redis_common::{cmd, cmds, read_replies};
+use shardring_proxy::config::{ClusterConfig, PoolConfig, ProtocolConfig, RedisConfig};
+use shardring_proxy::protocol::redis::Request;
+use test_support::redis_cluster::RedisCluster;
+use test_support::resp_conn::{Reply, RespConn};
+use tokio_util::sync::CancellationToken;
+
+/// A cluster pool over `cluster`'s nodes as seeds, reading its map every `refresh`.
+fn cluster_pool(cluster: &RedisCluster, refresh: Duration) -> PoolConfig {
+    let seeds = cluster.seeds();
+    let lines: Vec<String> = seeds.iter().map(|s| format!("{s}:1")).collect();
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let mut pool = PoolConfig::new("alpha", "127.0.0.1:0", &refs).expect("pool");
+    pool.timeout = Some(Duration::from_millis(1000));
+    let mut c = ClusterConfig::new(seeds);
+    c.refresh = refresh;
+    pool.protocol = ProtocolConfig::Redis(RedisConfig {
+        cluster: Some(c),
+        ..RedisConfig::default()
+    });
+    pool
+}
+
+/// A proxy serving `pool`, with its slot-map follower running until the token is cancelled.
+async fn start(pool: PoolConfig) -> (RunningProxy, CancellationToken) {
+    let proxy = RunningProxy::start_pools(vec![pool]).await;
+    let stop = CancellationToken::new();
+    let _followers =
+        shardring_proxy::cluster::follow::start(proxy.proxy.pools(), stop.clone()).await;
+    (proxy, stop)
+}
+
+/// Whether a reply is a redirection, which a client of the proxy must never see.
+fn is_redirection(reply: &[u8]) -> bool {
+    reply.starts_with(b"-MOVED") || reply.starts_with(b"-ASK")
+}
+
+/// A direct call to a node, panicking with what it said when it fails.
+fn call(addr: &str, args: &[&str]) -> Reply {
+    RespConn::connect(addr)
+        .and_then(|mut c| c.call_str(args))
+        .unwrap_or_else(|e| panic!("{addr} {args:?}: {e}"))
+}
+
+fn node_id(addr: &str) -> String {
+    call(addr, &["CLUSTER", "MYID"]).text().expect("an id")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_pool_places_every_key_at_its_slots_master_and_splits_by_slot() {
+    let Some(cluster) = RedisCluster::start(3, 0) else {
+        return;
+    };
+    let (proxy, stop) = start(cluster_pool(&cluster, Duration::from_secs(2))).await;
+    assert_eq!(
+        proxy.proxy.pools()[0].config().servers.len(),
+        3,
+        "the masters became the pool's servers"
+    );
+    let mut c = proxy.client().await;
+    let keys: Vec<String> = (0..600).map(|i| format!("key:{i}")).collect();
+    // MSETs of 50 keys in as many slots: split by slot, not only by master.
+    let batches: Vec<&[String]> = keys.chunks(50).collect();
+    for batch in &batches {
+        let mut args: Vec<&[u8]> = vec![b"MSET"];
+        for k in *batch {
+            args.push(k.as_bytes());
+            args.push(k.as_bytes());
+        }
+        c.send(&Request::from_args(&args).frame).await;
+    }
+    for r in read_replies(&mut c, batches.len()).await {
+        assert_eq!(r, b"+OK\r\n", "{:?}", String::from_utf8_lossy(&r));
+    }
+    // Each key at its slot's master, as the cluster itself says.
+    let map = cluster.slot_map().expect("a map");
+    for k in keys.iter().step_by(7) {
+        let slot = shardring_resp::key_slot(k.as_bytes());
+        let owner = map[usize::from(slot)].clone().expect("a master");
+        let reply = call(&owner, &["GET", k]);
+        assert_eq!(reply.text().as_deref(), Some(k.as_str()), "{k} at {owner}");
+    }
+    // MGET across slots, answered in the request's order.
+    let mut args: Vec<&[u8]> = vec![b"MGET"];
+    args.extend(keys.iter().take(100).map(|k| k.as_bytes()));
+    let reply = String::from_utf8_lossy(&cmd(&mut c, &args).await).into_owned();
+    for k in keys.iter().take(100) {
+        assert!(reply.contains(&format!("\r\n{k}\r\n")), "{k} in the MGET");
+    }
+    assert!(reply.starts_with("*100\r\n"), "{reply:.200}");
+    // Keys sharing a hash tag share a slot: a multi-key command on them goes whole.
+    assert_eq!(cmds(&mut c, &["SADD", "{u1}:a", "x", "y"]).await, ":2\r\n");
+    assert_eq!(cmds(&mut c, &["SADD", "{u1}:b", "y", "z"]).await, ":2\r\n");
+    assert_eq!(
+        cmds(&mut c, &["SINTERCARD", "2", "{u1}:a", "{u1}:b"]).await,
+        ":1\r\n"
+    );
+    // Commands across every master.
+    assert_eq!(cmds(&mut c, &["DBSIZE"]).await, ":602\r\n");
+    assert_eq!(
+        cmds(&mut c, &["DEL", "{u1}:a", "{u1}:b", "key:0", "key:1"]).await,
+        ":4\r\n"
+    );
+    assert_eq!(cmds(&mut c, &["DBSIZE"]).await, ":598\r\n");
+    stop.cancel();
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migrated_under_the_proxy_is_followed_by_ask_then_moved_and_no_client_sees_either() {
+    let Some(cluster) = RedisCluster::start(3, 0) else {
+        return;
+    };
+    // A map read once at start, then only when a redirection asks: the proxy's map is stale for
+    // the whole migration, and every request of the slot meets its redirections.
+    let (proxy, stop) = start(cluster_pool(&cluster, Duration::from_secs(600))).await;
+    let mut c = proxy.client().await;
+    let keys: Vec<String> = (0..40).map(|i| format!("{{mig}}:{i}")).collect();
+    for k in &keys {
+        assert_eq!(cmds(&mut c, &["SET", k, "v1"]).await, "+OK\r\n");
+    }
+    let slot = shardring_resp::key_slot(b"{mig}");
+    let from = cluster.master_of_slot(slot).expect("the slot's master");
+    let to = cluster
+        .nodes()
+        .iter()
+        .map(|n| n.addr.clone())
+        .find(|a| *a != from)
+        .expect("another master");
+    let (from_id, to_id) = (node_id(&from), node_id(&to));
+    let slot_s = slot.to_string();
+    call(&to, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id]);
+    call(&from, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id]);
+    let (to_host, to_port) = to.rsplit_once(':').expect("host:port");
+    let migrate = |batch: &[String]| {
+        let mut args = vec!["MIGRATE", to_host, to_port, "", "0", "5000", "KEYS"];
+        args.extend(batch.iter().map(String::as_str));
+        assert_eq!(call(&from, &args), Reply::Status("OK".into()));
+    };
+    // Half moved: the moved half is answered by `ASK`, followed behind `ASKING`.
+    migrate(&keys[..20]);
+    for k in &keys {
+        let reply = cmd(&mut c, &[b"GET", k.as_bytes()]).await;
+        assert!(
+            !is_redirection(&reply),
+            "{k}: {:?}",
+            String::from_utf8_lossy(&reply)
+        );
+        assert_eq!(reply, b"$2\r\nv1\r\n", "{k}");
+    }
+    // A new key of the migrating slot is created on its new master (the old one says `ASK`).
+    assert_eq!(cmds(&mut c, &["SET", "{mig}:new", "n"]).await, "+OK\r\n");
+    assert_eq!(
+        call(&to, &["ASKING"]),
+        Reply::Status("OK".into()),
+        "the importing node takes ASKING"
+    );
+    assert_eq!(cmds(&mut c, &["GET", "{mig}:new"]).await, "$1\r\nn\r\n");
+    // The rest moved and the slot handed over: `MOVED`, followed, and the map read again.
+    migrate(&keys[20..]);
+    for node in cluster.nodes() {
+        call(&node.addr, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+    }
+    let changes_before = proxy.proxy.pools()[0].cluster_signal().changes();
+    for k in &keys {
+        let reply = cmd(&mut c, &[b"SET", k.as_bytes(), b"v2"]).await;
+        assert_eq!(
+            reply,
+            b"+OK\r\n",
+            "{k}: {:?}",
+            String::from_utf8_lossy(&reply)
+        );
+    }
+    for k in &keys {
+        assert_eq!(
+            call(&to, &["GET", k]).text().as_deref(),
+            Some("v2"),
+            "{k} written at its new master"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let changes = proxy.proxy.pools()[0].cluster_signal().changes();
+        if changes > changes_before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a MOVED makes the proxy read the map again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let redirections = proxy.proxy.pools()[0].cluster_signal().redirections();
+    let mut client: Client = proxy.client().await;
+    assert_eq!(cmds(&mut client, &["GET", "{mig}:3"]).await, "$2\r\nv2\r\n");
+    assert_eq!(
+        proxy.proxy.pools()[0].cluster_signal().redirections(),
+        redirections,
+        "with the new map, the slot's requests go straight to its master"
+    );
+    stop.cancel();
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_costs_only_its_own_slots_until_its_replica_is_promoted() {
+    // Live masters keep their slots served while one is down (the cluster's default would stop
+    // serving every slot until the failover).
+    let Some(mut cluster) =
+        RedisCluster::start_with(3, 1, &["--cluster-require-full-coverage", "no"])
+    else {
+        return;
+    };
+    let (proxy, stop) = start(cluster_pool(&cluster, Duration::from_secs(2))).await;
+    let mut c = proxy.client().await;
+    let map = cluster.slot_map().expect("a map");
+    let keys: Vec<String> = (0..200).map(|i| format!("fo:{i}")).collect();
+    let owner = |k: &str| map[usize::from(shardring_resp::key_slot(k.as_bytes()))].clone();
+    let victim = owner(&keys[0]).expect("a master");
+    for k in &keys {
+        assert_eq!(cmds(&mut c, &["SET", k, "0"]).await, "+OK\r\n");
+    }
+    cluster.kill(&victim);
+    let killed = Instant::now();
+    let (mut failed, mut served_after, mut last_failure) = (0u32, 0u32, None::<Duration>);
+    let mut round = 0u64;
+    loop {
+        round += 1;
+        let value = round.to_string();
+        for k in &keys {
+            let reply = cmd(&mut c, &[b"SET", k.as_bytes(), value.as_bytes()]).await;
+            assert!(
+                !is_redirection(&reply),
+                "{k}: {:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            if reply == b"+OK\r\n" {
+                if owner(k).as_deref() == Some(victim.as_str()) {
+                    served_after += 1;
+                }
+                continue;
+            }
+            assert_eq!(
+                owner(k).as_deref(),
+                Some(victim.as_str()),
+                "{k} (not the killed master's) failed: {:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            failed += 1;
+            last_failure = Some(killed.elapsed());
+        }
+        let quiet = last_failure.map_or(killed.elapsed(), |t| killed.elapsed() - t);
+        if served_after > 0 && quiet > Duration::from_secs(2) {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "the killed master's keys still fail 30 s on ({failed} failures)\n{}",
+            cluster.logs()
+        );
+    }
+    eprintln!(
+        "failover: the killed master's keys failed for {:?} after the kill ({failed} requests), then were served",
+        last_failure.unwrap_or_default()
+    );
+    // Every key holds the last value acknowledged.
+    let last = round.to_string();
+    for k in &keys {
+        assert_eq!(
+            cmds(&mut c, &["GET", k]).await,
+            format!("${}\r\n{last}\r\n", last.len())
+        );
+    }
+    stop.cancel();
+    proxy.stop().await;
+}
