@@ -11,7 +11,8 @@
 //!
 //! The request path reads in one direction: socket → `RequestDecoder::decode` → `Protocol::plan`
 //! (router, placement) → backend connection (`ReplyScanner::frame`) → `Protocol::finish` or
-//! `Protocol::advance` → session → socket.
+//! `Protocol::advance` → session → socket. A forward's reply that sends its request on
+//! (`Protocol::settle`: a cluster's redirection) continues as an exchange.
 //!
 //! The seam is crate-private (no one outside can implement it); public are the two protocols' codecs
 //! and reply framers, by name, in [`memcache`] and [`redis`], for the fuzz targets, the benches and
@@ -110,6 +111,17 @@ pub(crate) trait Protocol: Dialect + Sized + Send + Sync + fmt::Debug + 'static 
 
     /// The client's answer from the single server a [`Step::Forward`] went to.
     fn finish(finish: Self::Finish, reply: Reply) -> Answer;
+
+    /// Whether a [`Step::Forward`]'s reply answers it (`Ok`: the finish to answer with), or sends
+    /// the request on (`Err`: a Redis Cluster's redirection). The forward then becomes an exchange
+    /// whose first round's reply this is, read by [`Protocol::advance`] of the pool as it is then.
+    /// So a request whose reply might send it on still goes the forward's way, without an
+    /// exchange's cost, until one does. By default, every reply answers.
+    #[inline(always)]
+    fn settle(finish: Self::Finish, reply: &Reply) -> Result<Self::Finish, Self::Exchange> {
+        let _ = reply;
+        Ok(finish)
+    }
 
     /// Writes the client's answer for a request its server failed (`SERVER_ERROR …`, `-ERR …`).
     fn encode_failure(error: &BackendError, out: &mut BytesMut);

@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 
-use super::pending::Pending;
+use super::pending::{Onward, Pending};
 use super::{poll_read, Session, Timing};
 use crate::backend::subscription::{Push, SubscriptionConnection, PUSH_QUEUE};
 use crate::backend::{Backend, ConnectionRoute, OwnConnection};
@@ -244,6 +244,7 @@ impl<P: Protocol> Handed<P> for Handoff<'_, '_, P> {
                     None => {}
                 }
             }
+            let to = self.route();
             let Handoff {
                 session,
                 stopped,
@@ -260,10 +261,11 @@ impl<P: Protocol> Handed<P> for Handoff<'_, '_, P> {
                 ..
             } = &mut **session;
             let can_read = rbuf.len() < decoder.max_buffer();
+            let onward = Onward { pool, to };
             tokio::select! {
                 biased;
                 answer = poll_fn(|cx| match in_flight.front_mut() {
-                    Some((p, _)) => p.poll_answer(replies, cx),
+                    Some((p, _)) => p.poll_answer(replies, &onward, cx),
                     None => Poll::Pending,
                 }), if !in_flight.is_empty() => {
                     if let Some((_, Some((i, since)))) = in_flight.pop_front() {

@@ -22,7 +22,7 @@ mod handoff;
 mod pending;
 
 use self::handoff::Handoff;
-use self::pending::Pending;
+use self::pending::{Onward, Pending};
 use crate::admission::Admitted;
 use crate::backend::{ConnectionRoute, ReplyQueue};
 use crate::buffers;
@@ -191,11 +191,12 @@ impl<P: Protocol> Session<P> {
                 && self.pending.len() < MAX_PIPELINE
                 && self.rbuf.len() < self.decoder.max_buffer();
             // In a block, so that what the `select!` gave is not kept while the write below waits.
+            let to = self.connection_route();
             let out = {
                 let answer = tokio::select! {
                     biased;
                     answer = poll_fn(|cx| match self.pending.front_mut() {
-                        Some((p, _)) => p.poll_answer(&self.replies, cx),
+                        Some((p, _)) => p.poll_answer(&self.replies, &Onward { pool: &self.pool, to }, cx),
                         None => Poll::Pending,
                     }), if !self.pending.is_empty() => Some(answer),
                     read = poll_fn(|cx| poll_read(&mut self.stream, &mut self.rbuf, cx)), if can_read => {
@@ -312,8 +313,16 @@ impl<P: Protocol> Session<P> {
     fn answers_ready(&mut self, first: Answer) -> Outgoing {
         self.pop();
         let mut now = Context::from_waker(Waker::noop());
+        let to = self.connection_route();
         let second = match self.pending.front_mut() {
-            Some((p, _)) => match p.poll_answer(&self.replies, &mut now) {
+            Some((p, _)) => match p.poll_answer(
+                &self.replies,
+                &Onward {
+                    pool: &self.pool,
+                    to,
+                },
+                &mut now,
+            ) {
                 Poll::Ready(a) => Some(a),
                 Poll::Pending => None,
             },
@@ -338,8 +347,13 @@ impl<P: Protocol> Session<P> {
     /// [`Session::run`].
     fn write_ready(&mut self, out: &mut BytesMut) {
         let mut now = Context::from_waker(Waker::noop());
+        let to = self.connection_route();
         while let Some((front, _)) = self.pending.front_mut() {
-            let Poll::Ready(a) = front.poll_answer(&self.replies, &mut now) else {
+            let onward = Onward {
+                pool: &self.pool,
+                to,
+            };
+            let Poll::Ready(a) = front.poll_answer(&self.replies, &onward, &mut now) else {
                 break;
             };
             self.pop();

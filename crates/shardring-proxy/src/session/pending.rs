@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 use super::Session;
 use crate::backend::{Backend, ConnectionRoute, OwnConnection, ReplyQueue, ReplyTo};
 use crate::error::BackendError;
+use crate::pool::current::Pool;
 use crate::pool::version::PoolVersion;
 use crate::protocol::{
     Answer, FollowUp, Leave, PartReply, Phase, Placement, Protocol, Round, Step,
@@ -25,12 +26,23 @@ pub(super) enum Pending<P: Protocol> {
     Joined(Pin<Box<dyn Future<Output = Answer> + Send>>),
 }
 
+/// Where a forward whose reply sends it on ([`Protocol::settle`]) continues: the pool (its
+/// version then), and the server connections the client's requests take.
+pub(super) struct Onward<'a, P: Protocol> {
+    /// The client's pool.
+    pub(super) pool: &'a Pool<P>,
+    /// The client's connections.
+    pub(super) to: ConnectionRoute,
+}
+
 impl<P: Protocol> Pending<P> {
-    /// The answer, once known; `replies` is the session's reply queue (for [`Pending::Slot`]). Polled
-    /// again after completing, it answers nothing.
+    /// The answer, once known; `replies` is the session's reply queue (for [`Pending::Slot`]), and
+    /// `onward` where a forward its reply sends on continues. Polled again after completing, it
+    /// answers nothing.
     pub(super) fn poll_answer(
         &mut self,
         replies: &ReplyQueue,
+        onward: &Onward<'_, P>,
         cx: &mut Context<'_>,
     ) -> Poll<Answer> {
         let (reply, finish) = match self {
@@ -42,11 +54,73 @@ impl<P: Protocol> Pending<P> {
                 Poll::Ready(reply) => (reply, finish),
             },
         };
-        Poll::Ready(match finish.take() {
-            Some(finish) => P::finish(finish, reply),
-            None => Answer::Nothing,
-        })
+        let Some(finish) = finish.take() else {
+            return Poll::Ready(Answer::Nothing);
+        };
+        match P::settle(finish, &reply) {
+            Ok(finish) => Poll::Ready(P::finish(finish, reply)),
+            Err(exchange) => {
+                let version = onward.pool.current.load_full();
+                let first = First::Replied(exchange, reply);
+                *self = Pending::Joined(joined(replies.clone(), version, onward.to, first));
+                self.poll_answer(replies, onward, cx)
+            }
+        }
     }
+}
+
+/// How an exchange starts: a round to send, or a forward's reply that sent it on.
+enum First<P: Protocol> {
+    /// Send this round.
+    Round(Round<P>),
+    /// Read this reply (of no server the exchange knows) with this.
+    Replied(P::Exchange, crate::protocol::Reply),
+}
+
+/// An exchange's answer, once its rounds are done: its rounds sent on `to` of `version`, each
+/// part's reply in a slot of `replies`.
+fn joined<P: Protocol>(
+    replies: ReplyQueue,
+    version: Arc<PoolVersion<P>>,
+    to: ConnectionRoute,
+    first: First<P>,
+) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
+    Box::pin(async move {
+        let (mut sent, mut exchange) = match first {
+            First::Round(round) => send_round(&replies, &version, to, round),
+            First::Replied(exchange, reply) => {
+                let replies_in = vec![PartReply { reply, server: "" }];
+                match version.protocol.advance(exchange, replies_in) {
+                    Phase::Done { answer, follow_ups } => {
+                        send_follow_ups(&version, to, follow_ups);
+                        return answer;
+                    }
+                    Phase::Again(round) => send_round(&replies, &version, to, round),
+                }
+            }
+        };
+        loop {
+            // Each part's reply in turn: the next move needs them all.
+            let mut replies_in = Vec::with_capacity(sent.len());
+            for (number, server) in &sent {
+                replies_in.push(PartReply {
+                    reply: poll_fn(|cx| replies.poll_take(*number, cx)).await,
+                    server: server
+                        .as_ref()
+                        .map_or("a server of the previous ring", |s| &s.settings().addr),
+                });
+            }
+            match version.protocol.advance(exchange, replies_in) {
+                Phase::Done { answer, follow_ups } => {
+                    send_follow_ups(&version, to, follow_ups);
+                    return answer;
+                }
+                Phase::Again(round) => {
+                    (sent, exchange) = send_round(&replies, &version, to, round);
+                }
+            }
+        }
+    })
 }
 
 impl<P: Protocol> Session<P> {
@@ -91,36 +165,12 @@ impl<P: Protocol> Session<P> {
                 }
                 Pending::Slot(number, Some(finish))
             }
-            Step::Exchange(round) => {
-                let replies = self.replies.clone();
-                let (mut sent, mut exchange) = send_round(&replies, version, to, round);
-                let version = Arc::clone(version);
-                Pending::Joined(Box::pin(async move {
-                    loop {
-                        // Each part's reply in turn: the next move needs them all.
-                        let mut replies_in = Vec::with_capacity(sent.len());
-                        for (number, server) in &sent {
-                            replies_in.push(PartReply {
-                                reply: poll_fn(|cx| replies.poll_take(*number, cx)).await,
-                                server: server
-                                    .as_ref()
-                                    .map_or("a server of the previous ring", |s| {
-                                        &s.settings().addr
-                                    }),
-                            });
-                        }
-                        match version.protocol.advance(exchange, replies_in) {
-                            Phase::Done { answer, follow_ups } => {
-                                send_follow_ups(&version, to, follow_ups);
-                                return answer;
-                            }
-                            Phase::Again(round) => {
-                                (sent, exchange) = send_round(&replies, &version, to, round);
-                            }
-                        }
-                    }
-                }))
-            }
+            Step::Exchange(round) => Pending::Joined(joined(
+                self.replies.clone(),
+                Arc::clone(version),
+                to,
+                First::Round(round),
+            )),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use shardring_resp::ReplyLimits;
 
-use super::features::cluster::Redirecting;
+use super::features::cluster::{One, Redirecting};
 use super::features::hot_keys::{HotFill, HotInvalidate};
 use super::features::replicas::{Replicated, ReplicatedValues};
 use super::features::span::Spanning;
@@ -29,6 +29,9 @@ pub(crate) enum Finish {
     Fill(Box<HotFill>),
     /// A write of hot keys: the reply invalidates them again, then finishes as the inner finish.
     Invalidate(Box<(HotInvalidate, Finish)>),
+    /// A request of a cluster pool: a redirection, or a failure, sends it on as an exchange
+    /// (`features/cluster.rs`); a final reply finishes as the inner finish.
+    Cluster(Box<One>),
 }
 
 /// What a fan-out merges.
@@ -62,7 +65,7 @@ pub(crate) enum RedisMerge {
     /// A command across every server (`features/span/`).
     Span(Box<Spanning>),
     /// A request of a cluster pool, its redirections followed (`features/cluster.rs`).
-    Cluster(Box<Redirecting>),
+    Cluster(Redirecting),
     /// A split write whose round ends with the next owners' parts (`features/dual_writes.rs`): the first
     /// `owners` replies merge as the inner merge, the rest are the next owners'.
     DualSplit(Box<(RedisMerge, usize)>, Arc<PoolStats>),

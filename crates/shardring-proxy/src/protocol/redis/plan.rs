@@ -12,7 +12,7 @@ use super::codec::RequestCodec;
 use super::command::{self, KeyArgs, Local, Merge, Route, Routed, Spec, CROSSSLOT};
 use super::connection_mode::{self, Mode};
 use super::exchange::{last_reply, merge_replies};
-use super::features::cluster::{self, Inner, Redirecting, Redirects};
+use super::features::cluster::{self, One, Redirecting, Redirects};
 use super::features::dual_writes;
 use super::features::hot_keys::{self, HotInvalidate, HotRead};
 use super::features::pubsub;
@@ -68,7 +68,8 @@ fn again<S>(next: Next<S>, merge: impl FnOnce(S) -> RedisMerge) -> Phase<Redis> 
 }
 
 /// A cluster pool's step, its redirections followed (`features/cluster.rs`): what goes to servers
-/// becomes an exchange that keeps its frames.
+/// keeps its frames, a forward in its finish (a reply that sends it on makes it an exchange then,
+/// [`Protocol::settle`]), an exchange in its merge.
 fn redirecting(step: Step<Redis>) -> Step<Redis> {
     match step {
         Step::Forward {
@@ -76,16 +77,12 @@ fn redirecting(step: Step<Redis>) -> Step<Redis> {
             frame,
             kind,
             finish,
-        } => {
-            let part = Part {
-                placement: Placement::Current,
-                server,
-                frame: frame.clone(),
-                kind,
-            };
-            let state = Redirecting::new(Inner::Finish(finish), vec![(server, frame, kind)]);
-            Step::Exchange(Round::new(vec![part], RedisMerge::Cluster(Box::new(state))))
-        }
+        } => Step::Forward {
+            server: Some(server),
+            frame: frame.clone(),
+            kind,
+            finish: Finish::Cluster(Box::new(One::new(server, frame, kind, finish))),
+        },
         Step::Exchange(round) => Step::Exchange(redirecting_round(round)),
         step => step,
     }
@@ -98,10 +95,10 @@ fn redirecting_round(round: Round<Redis>) -> Round<Redis> {
         .iter()
         .map(|p| (p.server, p.frame.clone(), p.kind))
         .collect();
-    let state = Redirecting::new(Inner::Merge(round.exchange), sent);
+    let state = Redirecting::many(round.exchange, sent);
     Round {
         parts: round.parts,
-        exchange: RedisMerge::Cluster(Box::new(state)),
+        exchange: RedisMerge::Cluster(state),
         follow_ups: round.follow_ups,
     }
 }
@@ -170,8 +167,17 @@ impl Protocol for Redis {
         }
     }
 
+    #[inline]
+    fn settle(finish: Finish, reply: &Reply) -> Result<Finish, RedisMerge> {
+        match finish {
+            Finish::Cluster(one) => one.settle(reply).map_err(RedisMerge::Cluster),
+            finish => Ok(finish),
+        }
+    }
+
     fn finish(finish: Finish, reply: Reply) -> Answer {
         match (reply, finish) {
+            (reply, Finish::Cluster(one)) => Self::finish(one.into_finish(), reply),
             (reply, Finish::Invalidate(boxed)) => {
                 let (invalidate, then) = *boxed;
                 invalidate.done();
@@ -199,7 +205,7 @@ impl Protocol for Redis {
 
     fn advance(&self, merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Phase<Redis> {
         let merge = match merge {
-            RedisMerge::Cluster(state) => return self.advance_redirecting(*state, replies),
+            RedisMerge::Cluster(state) => return self.advance_redirecting(state, replies),
             RedisMerge::Replicated(state) => {
                 return again(replicas::advance(*state, replies), |s| {
                     RedisMerge::Replicated(Box::new(s))
@@ -289,7 +295,7 @@ impl Redis {
                         kind,
                     })
                     .collect(),
-                RedisMerge::Cluster(Box::new(state)),
+                RedisMerge::Cluster(state),
             )),
             cluster::Next::Finish(finish, reply) => Phase::Done {
                 answer: Self::finish(finish, reply),

@@ -35,6 +35,8 @@ const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 pub(crate) struct Redirects {
     /// Each master's index in the pool, by `host:port`.
     masters: HashMap<String, usize>,
+    /// Each master's `host:port`, by index.
+    addrs: Vec<String>,
     /// Told of every redirection followed; a `MOVED` asks it for a new map.
     signal: Arc<ClusterSignal>,
 }
@@ -46,26 +48,22 @@ impl Redirects {
         signal: Option<&Arc<ClusterSignal>>,
     ) -> Option<Redirects> {
         config.cluster()?;
-        let masters = config
+        let addrs: Vec<String> = config
             .servers
             .iter()
+            .map(|s| format!("{}:{}", s.host, s.port))
+            .collect();
+        let masters = addrs
+            .iter()
             .enumerate()
-            .map(|(i, s)| (format!("{}:{}", s.host, s.port), i))
+            .map(|(i, a)| (a.clone(), i))
             .collect();
         Some(Redirects {
             masters,
+            addrs,
             signal: signal.map_or_else(Arc::default, Arc::clone),
         })
     }
-}
-
-/// What a redirected request's replies come to.
-#[derive(Debug)]
-pub(crate) enum Inner {
-    /// A request to one server: its finish.
-    Finish(Finish),
-    /// An exchange's round: its merge.
-    Merge(RedisMerge),
 }
 
 /// One part of a request as sent: its server, frame and framing, and whether it went behind
@@ -79,10 +77,27 @@ struct Sent {
 }
 
 /// A request of a cluster pool on its way: its parts as sent, the replies in so far, and what they
-/// come to.
+/// come to. A request to one server, the common case, keeps only that.
 #[derive(Debug)]
-pub(crate) struct Redirecting {
-    inner: Inner,
+pub(crate) enum Redirecting {
+    /// A request to one server, whose final reply goes to its finish.
+    One(Box<One>),
+    /// An exchange's round, whose final replies go to its merge.
+    Many(Box<Many>),
+}
+
+/// [`Redirecting::One`].
+#[derive(Debug)]
+pub(crate) struct One {
+    sent: Sent,
+    finish: Finish,
+    hops: u8,
+}
+
+/// [`Redirecting::Many`].
+#[derive(Debug)]
+pub(crate) struct Many {
+    merge: RedisMerge,
     parts: Vec<Sent>,
     /// Each part's reply once in, with its server's address.
     replies: Vec<Option<(Reply, String)>>,
@@ -102,108 +117,66 @@ pub(crate) enum Next {
     Merge(RedisMerge, Vec<(Reply, String)>),
 }
 
-impl Redirecting {
-    /// A request sent as `parts` (server, frame, framing), whose final replies go to `inner`.
-    pub(crate) fn new(inner: Inner, parts: Vec<(usize, Bytes, Resp)>) -> Redirecting {
-        let count = parts.len();
-        Redirecting {
-            inner,
-            parts: parts
-                .into_iter()
-                .map(|(server, frame, kind)| Sent {
-                    server,
-                    frame,
-                    kind,
-                    asked: false,
-                })
-                .collect(),
-            replies: (0..count).map(|_| None).collect(),
-            waiting: (0..count).collect(),
-            hops: 0,
+impl Sent {
+    fn new(server: usize, frame: Bytes, kind: Resp) -> Sent {
+        Sent {
+            server,
+            frame,
+            kind,
+            asked: false,
         }
     }
 
-    /// Takes a round's replies: the redirected parts to send again, or every final reply.
-    pub(crate) fn advance(mut self, redirects: &Redirects, replies: Vec<PartReply<'_>>) -> Next {
-        let mut again = Vec::new();
-        let waiting = std::mem::take(&mut self.waiting);
-        for (&pos, r) in waiting.iter().zip(replies) {
-            let part = &mut self.parts[pos];
-            let mut reply = r.reply;
-            if part.asked {
-                part.asked = false;
-                reply = reply.map(|run| last_reply(run, 2));
-            }
-            // A master that fails may have been failed over: the map is read again soon.
-            if reply
-                .as_ref()
-                .is_err_and(BackendError::counts_against_server)
-            {
-                redirects.signal.stale();
-            }
-            if let Ok(bytes) = &reply {
-                if let Some(redirect) = redirection(bytes) {
-                    match self.follow(redirects, pos, &redirect, r.server) {
-                        Ok(()) => {
-                            again.push(pos);
-                            continue;
-                        }
-                        Err(e) => reply = Err(e),
-                    }
-                }
-            }
-            self.replies[pos] = Some((reply, r.server.to_owned()));
+    /// The reply as the request's own: `ASKING`'s `+OK` taken off when it went behind one.
+    fn own_reply(&mut self, reply: Reply) -> Reply {
+        if !std::mem::take(&mut self.asked) {
+            return reply;
         }
-        if !again.is_empty() {
-            self.hops += 1;
-            let sends = again
-                .iter()
-                .map(|&pos| {
-                    let p = &self.parts[pos];
-                    if p.asked {
-                        let mut frame = BytesMut::with_capacity(ASKING.len() + p.frame.len());
-                        frame.extend_from_slice(ASKING);
-                        frame.extend_from_slice(&p.frame);
-                        (p.server, frame.freeze(), Resp::Replies(2))
-                    } else {
-                        (p.server, p.frame.clone(), p.kind)
-                    }
-                })
-                .collect();
-            self.waiting = again;
-            return Next::Resend(sends, self);
-        }
-        let replies: Vec<(Reply, String)> = self
-            .replies
-            .into_iter()
-            .map(|r| r.unwrap_or((Err(BackendError::NoServer), String::new())))
-            .collect();
-        match self.inner {
-            Inner::Finish(finish) => {
-                let reply = replies
-                    .into_iter()
-                    .next()
-                    .map_or(Err(BackendError::NoServer), |(r, _)| r);
-                Next::Finish(finish, reply)
-            }
-            Inner::Merge(merge) => Next::Merge(merge, replies),
-        }
+        reply.map(|run| last_reply(run, 2))
     }
 
-    /// Points part `pos` where `redirect` says, from the server at `from`; the error to answer when
-    /// it cannot be followed.
-    fn follow(
+    /// What to send again: behind `ASKING` after an `ASK`.
+    fn again(&self) -> (usize, Bytes, Resp) {
+        if !self.asked {
+            return (self.server, self.frame.clone(), self.kind);
+        }
+        let mut frame = BytesMut::with_capacity(ASKING.len() + self.frame.len());
+        frame.extend_from_slice(ASKING);
+        frame.extend_from_slice(&self.frame);
+        (self.server, frame.freeze(), Resp::Replies(2))
+    }
+
+    /// Points this part where `reply` redirects it, if it is a redirection: `Ok(true)` to send it
+    /// again, `Ok(false)` when the reply is final, the error to answer when it cannot be followed.
+    fn redirect(
         &mut self,
         redirects: &Redirects,
-        pos: usize,
-        redirect: &Redirect<'_>,
+        reply: &Reply,
         from: &str,
-    ) -> Result<(), BackendError> {
+        hops: u8,
+    ) -> Result<bool, BackendError> {
+        let bytes = match reply {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                // A master that fails may have been failed over: the map is read again soon.
+                if e.counts_against_server() {
+                    redirects.signal.stale();
+                }
+                return Ok(false);
+            }
+        };
+        let Some(redirect) = redirection(bytes) else {
+            return Ok(false);
+        };
         redirects.signal.redirected();
         if !redirect.ask {
             redirects.signal.stale();
         }
         // An empty host is the node's own (`cluster-announce-ip` unset, hostname unknown).
+        let from = match from {
+            "" => redirects.addrs.get(self.server).map_or("", String::as_str),
+            from => from,
+        };
         let addr = match redirect.host {
             "" => format!(
                 "{}:{}",
@@ -221,7 +194,7 @@ impl Redirecting {
                 ),
             });
         };
-        if self.hops >= MAX_HOPS {
+        if hops >= MAX_HOPS {
             return Err(BackendError::Redirected {
                 reason: format!(
                     "slot {} still redirected after {MAX_HOPS} hops (the cluster's nodes disagree)",
@@ -229,10 +202,116 @@ impl Redirecting {
                 ),
             });
         }
-        let part = &mut self.parts[pos];
-        part.server = server;
-        part.asked = redirect.ask;
-        Ok(())
+        self.server = server;
+        self.asked = redirect.ask;
+        Ok(true)
+    }
+}
+
+impl One {
+    /// A request forwarded to one server, whose final reply goes to `finish`.
+    pub(crate) fn new(server: usize, frame: Bytes, kind: Resp, finish: Finish) -> One {
+        One {
+            sent: Sent::new(server, frame, kind),
+            finish,
+            hops: 0,
+        }
+    }
+
+    /// Its reply, as the forward's: `Ok` with the request's own finish when the reply is final,
+    /// `Err` to read it as an exchange's (a redirection to follow, or a failure that may be a
+    /// failover the map should learn of).
+    #[inline]
+    pub(crate) fn settle(self: Box<One>, reply: &Reply) -> Result<Finish, Redirecting> {
+        let onward = match reply {
+            Ok(bytes) => bytes.starts_with(b"-MOVED ") || bytes.starts_with(b"-ASK "),
+            Err(e) => e.counts_against_server(),
+        };
+        if onward {
+            Err(Redirecting::One(self))
+        } else {
+            Ok(self.finish)
+        }
+    }
+
+    /// The request's own finish (its reply is final).
+    pub(crate) fn into_finish(self) -> Finish {
+        self.finish
+    }
+}
+
+impl Redirecting {
+    /// A round sent as `parts` (server, frame, framing), whose final replies go to `merge`.
+    pub(crate) fn many(merge: RedisMerge, parts: Vec<(usize, Bytes, Resp)>) -> Redirecting {
+        let count = parts.len();
+        Redirecting::Many(Box::new(Many {
+            merge,
+            parts: parts
+                .into_iter()
+                .map(|(server, frame, kind)| Sent::new(server, frame, kind))
+                .collect(),
+            replies: (0..count).map(|_| None).collect(),
+            waiting: (0..count).collect(),
+            hops: 0,
+        }))
+    }
+
+    /// Takes a round's replies: the redirected parts to send again, or every final reply.
+    pub(crate) fn advance(self, redirects: &Redirects, replies: Vec<PartReply<'_>>) -> Next {
+        match self {
+            Redirecting::One(one) => One::advance(one, redirects, replies),
+            Redirecting::Many(many) => Many::advance(many, redirects, replies),
+        }
+    }
+}
+
+impl One {
+    fn advance(mut self: Box<One>, redirects: &Redirects, replies: Vec<PartReply<'_>>) -> Next {
+        let Some(r) = replies.into_iter().next() else {
+            return Next::Finish(self.finish, Err(BackendError::NoServer));
+        };
+        let reply = self.sent.own_reply(r.reply);
+        match self.sent.redirect(redirects, &reply, r.server, self.hops) {
+            Ok(false) => Next::Finish(self.finish, reply),
+            Err(e) => Next::Finish(self.finish, Err(e)),
+            Ok(true) => {
+                self.hops += 1;
+                let again = vec![self.sent.again()];
+                Next::Resend(again, Redirecting::One(self))
+            }
+        }
+    }
+}
+
+impl Many {
+    fn advance(mut self: Box<Many>, redirects: &Redirects, replies: Vec<PartReply<'_>>) -> Next {
+        let mut again = Vec::new();
+        let waiting = std::mem::take(&mut self.waiting);
+        for (&pos, r) in waiting.iter().zip(replies) {
+            let part = &mut self.parts[pos];
+            let mut reply = part.own_reply(r.reply);
+            match part.redirect(redirects, &reply, r.server, self.hops) {
+                Ok(true) => {
+                    again.push(pos);
+                    continue;
+                }
+                Ok(false) => {}
+                Err(e) => reply = Err(e),
+            }
+            self.replies[pos] = Some((reply, r.server.to_owned()));
+        }
+        if !again.is_empty() {
+            self.hops += 1;
+            let sends = again.iter().map(|&pos| self.parts[pos].again()).collect();
+            self.waiting = again;
+            return Next::Resend(sends, Redirecting::Many(self));
+        }
+        let replies = self
+            .replies
+            .into_iter()
+            .map(|r| r.unwrap_or((Err(BackendError::NoServer), String::new())))
+            .collect();
+        Next::Merge(self.merge, replies)
     }
 }
 
