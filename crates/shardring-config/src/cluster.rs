@@ -140,6 +140,11 @@ impl SlotTable {
         }
     }
 
+    /// Whether server `server` serves at least one slot.
+    pub fn serves_any(&self, server: usize) -> bool {
+        u16::try_from(server).is_ok_and(|s| s != SlotTable::NONE && self.owners.contains(&s))
+    }
+
     /// How many slots some server serves.
     pub fn served(&self) -> usize {
         self.owners

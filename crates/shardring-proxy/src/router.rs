@@ -180,9 +180,15 @@ pub(crate) fn build_routing(
     let live: Vec<bool> = (0..config.servers.len())
         .map(|i| live.get(i).copied().unwrap_or(false))
         .collect();
+    let table = cluster.slots.clone().unwrap_or_default();
+    // The masters that serve slots: what a command across every server goes to. A master without
+    // slots (one being added, or a replica a node has not yet heard is one) holds no key of its own.
+    let servers = (0..live.len())
+        .filter(|&i| live[i] && table.serves_any(i))
+        .collect();
     Ok(Routing {
-        how: How::Slots(cluster.slots.clone().unwrap_or_default()),
-        servers: (0..live.len()).filter(|&i| live[i]).collect(),
+        how: How::Slots(table),
+        servers,
         live,
     })
 }
