@@ -19,22 +19,31 @@ pub mod follow;
 mod map;
 mod node;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-/// What a cluster pool's requests tell its follower, and the follower's tallies.
-#[derive(Debug, Default)]
+use crate::metrics::PoolStats;
+
+/// What a cluster pool's requests tell its follower, and the tallies both keep (in the pool's
+/// stats: `cluster_redirections`, `cluster_map_changes`).
+#[derive(Debug)]
 pub struct ClusterSignal {
     /// Woken when a request found the map out of date.
     stale: Notify,
-    /// Redirections followed (`MOVED` and `ASK`).
-    redirections: AtomicU64,
-    /// Maps read that changed the pool.
-    changes: AtomicU64,
+    /// The pool's tallies.
+    stats: Arc<PoolStats>,
 }
 
 impl ClusterSignal {
+    /// The signal of the pool whose tallies are `stats`.
+    pub(crate) fn new(stats: Arc<PoolStats>) -> ClusterSignal {
+        ClusterSignal {
+            stale: Notify::new(),
+            stats,
+        }
+    }
+
     /// A request was redirected, or its master failed: read the map again soon.
     pub(crate) fn stale(&self) {
         self.stale.notify_one();
@@ -42,23 +51,22 @@ impl ClusterSignal {
 
     /// Counts a redirection followed.
     pub(crate) fn redirected(&self) {
-        // Relaxed: a tally.
-        self.redirections.fetch_add(1, Ordering::Relaxed);
+        self.stats.cluster_redirections.inc();
     }
 
     /// Counts a map that changed the pool.
     pub(crate) fn changed(&self) {
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.stats.cluster_map_changes.inc();
     }
 
     /// Redirections followed so far (`MOVED` and `ASK`).
     pub fn redirections(&self) -> u64 {
-        self.redirections.load(Ordering::Relaxed)
+        self.stats.cluster_redirections.get()
     }
 
     /// Slot maps read so far that changed the pool (its masters or their slots).
     pub fn changes(&self) -> u64 {
-        self.changes.load(Ordering::Relaxed)
+        self.stats.cluster_map_changes.get()
     }
 
     /// Until a request finds the map stale.

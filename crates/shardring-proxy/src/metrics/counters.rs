@@ -190,6 +190,10 @@ pub struct PoolStats {
     /// Requests for keys a planned change moves, refused while the proxy could not confirm its
     /// registration in etcd (`crate::fence`).
     pub fenced: Counter,
+    /// Redis Cluster pools: `MOVED` and `ASK` redirections followed inside the proxy.
+    pub cluster_redirections: Counter,
+    /// Redis Cluster pools: slot maps read that changed the pool (its masters, or their slots).
+    pub cluster_map_changes: Counter,
     /// 1 while a warm-up window is open (gauge).
     pub warmup_open: Counter,
     /// Warm-up: misses on a key's new server retried on its previous server.

@@ -16,7 +16,7 @@ pub(super) enum Kind {
 pub(super) type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-pub(super) const POOL_FAMILIES: [PoolFamily; 34] = [
+pub(super) const POOL_FAMILIES: [PoolFamily; 36] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -130,6 +130,18 @@ pub(super) const POOL_FAMILIES: [PoolFamily; 34] = [
         Kind::Counter,
         "Requests for keys a planned change moves, refused while the proxy could not confirm its place in etcd.",
         |p| p.fenced.get(),
+    ),
+    (
+        "shardring_proxy_pool_cluster_redirections",
+        Kind::Counter,
+        "Redis Cluster pools: MOVED and ASK redirections followed inside the proxy (never shown to clients).",
+        |p| p.cluster_redirections.get(),
+    ),
+    (
+        "shardring_proxy_pool_cluster_map_changes",
+        Kind::Counter,
+        "Redis Cluster pools: slot maps read that changed the pool (its masters, or their slots).",
+        |p| p.cluster_map_changes.get(),
     ),
     (
         "shardring_proxy_pool_warmup_open",

@@ -429,6 +429,8 @@ mod tests {
             "shardring_proxy_pool_dual_writes_total",
             "shardring_proxy_pool_dual_write_disagreements_total",
             "shardring_proxy_pool_fenced_total",
+            "shardring_proxy_pool_cluster_redirections_total",
+            "shardring_proxy_pool_cluster_map_changes_total",
             "shardring_proxy_pool_warmup_open",
             "shardring_proxy_pool_warmup_fallbacks_total",
             "shardring_proxy_pool_warmup_recovered_total",

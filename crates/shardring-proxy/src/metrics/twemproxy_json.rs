@@ -69,6 +69,14 @@ pub const POOL_STATS: &[(&str, &str)] = &[
         "# requests for keys a planned change moves, refused while etcd could not confirm this proxy",
     ),
     (
+        "cluster_redirections",
+        "# redis cluster MOVED and ASK redirections followed inside the proxy",
+    ),
+    (
+        "cluster_map_changes",
+        "# redis cluster slot maps read that changed the pool",
+    ),
+    (
         "membership_current",
         "digest of the placement served now (servers, hash, distribution)",
     ),
@@ -271,6 +279,14 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
             json!(p.dual_write_disagreements.get()),
         );
         pool.insert("fenced".into(), json!(p.fenced.get()));
+        pool.insert(
+            "cluster_redirections".into(),
+            json!(p.cluster_redirections.get()),
+        );
+        pool.insert(
+            "cluster_map_changes".into(),
+            json!(p.cluster_map_changes.get()),
+        );
         pool.insert("membership_current".into(), json!(view.placements.current));
         pool.insert("membership_next".into(), json!(view.placements.next));
         pool.insert(

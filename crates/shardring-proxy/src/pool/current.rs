@@ -44,12 +44,12 @@ impl<P: Protocol> Pool<P> {
             hot: config
                 .hot_keys()
                 .map(|h| Arc::new(HotKeys::new(h, Arc::clone(&stats)))),
+            cluster: Arc::new(crate::cluster::ClusterSignal::new(Arc::clone(&stats))),
             stats,
             changed: Arc::new(Notify::new()),
             started: std::time::Instant::now(),
             warm_previous: Mutex::new(std::sync::Weak::new()),
             fence: Arc::default(),
-            cluster: Arc::default(),
         };
         let tls = crate::tls::PoolTls::of(&config)?;
         let version = PoolVersion::build(config, None, &shared, tls)?;

@@ -61,7 +61,7 @@ impl Redirects {
         Some(Redirects {
             masters,
             addrs,
-            signal: signal.map_or_else(Arc::default, Arc::clone),
+            signal: Arc::clone(signal?),
         })
     }
 }
