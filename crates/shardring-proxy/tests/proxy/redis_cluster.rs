@@ -282,3 +282,123 @@ async fn a_killed_master_costs_only_its_own_slots_until_its_replica_is_promoted(
     stop.cancel();
     proxy.stop().await;
 }
+
+/// A client's versioned writes and reads of its own keys through the proxy until `stop`: every read
+/// must give the version last acknowledged (the client is the keys' only writer). Gives the requests
+/// made and the failures seen (each failure's text); panics on a redirection or a wrong value.
+async fn versioned_load(
+    addr: String,
+    client: usize,
+    keys: usize,
+    stop: tokio_util::sync::CancellationToken,
+) -> (u64, Vec<String>) {
+    let mut c = Client::connect(&addr).await;
+    let mut acked = vec![0u64; keys];
+    let (mut requests, mut failures) = (0u64, Vec::new());
+    let mut version = 0u64;
+    while !stop.is_cancelled() {
+        version += 1;
+        for (i, last) in acked.iter_mut().enumerate() {
+            let key = format!("load:{client}:{i}");
+            let value = version.to_string();
+            let reply = cmd(&mut c, &[b"SET", key.as_bytes(), value.as_bytes()]).await;
+            requests += 1;
+            assert!(
+                !is_redirection(&reply),
+                "{key}: {:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            if reply == b"+OK\r\n" {
+                *last = version;
+            } else {
+                failures.push(String::from_utf8_lossy(&reply).into_owned());
+            }
+            let reply = cmd(&mut c, &[b"GET", key.as_bytes()]).await;
+            requests += 1;
+            assert!(
+                !is_redirection(&reply),
+                "{key}: {:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            if reply.starts_with(b"$") {
+                let want = last.to_string();
+                assert_eq!(
+                    String::from_utf8_lossy(&reply),
+                    format!("${}\r\n{want}\r\n", want.len()),
+                    "{key}: a read after the write of version {last} was acknowledged"
+                );
+            } else {
+                failures.push(String::from_utf8_lossy(&reply).into_owned());
+            }
+        }
+    }
+    (requests, failures)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_resharding_under_load_shows_clients_no_redirection_no_stale_value_and_no_error()
+{
+    let Some(cluster) = RedisCluster::start(3, 0) else {
+        return;
+    };
+    let (proxy, stop) = start(cluster_pool(&cluster, Duration::from_secs(2))).await;
+    let load_stop = CancellationToken::new();
+    let loads: Vec<_> = (0..4)
+        .map(|client| {
+            tokio::spawn(versioned_load(
+                proxy.addr.clone(),
+                client,
+                50,
+                load_stop.clone(),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Two reshards by redis-cli itself, a thousand slots each, while the load runs.
+    let nodes: Vec<String> = cluster.nodes().iter().map(|n| n.addr.clone()).collect();
+    let ids: Vec<String> = nodes.iter().map(|a| node_id(a)).collect();
+    let redirections_before = proxy.proxy.pools()[0].cluster_signal().redirections();
+    for (from, to) in [(0, 1), (1, 2)] {
+        let (seed, from_id, to_id) = (nodes[0].clone(), ids[from].clone(), ids[to].clone());
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("redis-cli")
+                .args(["--cluster", "reshard", &seed, "--cluster-from", &from_id])
+                .args(["--cluster-to", &to_id, "--cluster-slots", "1000"])
+                .args(["--cluster-yes", "--cluster-pipeline", "20"])
+                .output()
+                .expect("redis-cli runs")
+        })
+        .await
+        .expect("the reshard thread");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster reshard: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    load_stop.cancel();
+    let (mut requests, mut failures) = (0, Vec::new());
+    for load in loads {
+        let (r, f) = load.await.expect("a load task");
+        requests += r;
+        failures.extend(f);
+    }
+    let redirections = proxy.proxy.pools()[0].cluster_signal().redirections() - redirections_before;
+    eprintln!(
+        "resharding 2000 slots under load: {requests} requests, {} failures, {redirections} redirections followed",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "failures: {:?}",
+        &failures[..failures.len().min(5)]
+    );
+    assert!(
+        redirections > 0,
+        "the reshard redirected nothing: the test proves nothing"
+    );
+    stop.cancel();
+    proxy.stop().await;
+}
