@@ -402,3 +402,53 @@ async fn redis_cli_resharding_under_load_shows_clients_no_redirection_no_stale_v
     stop.cancel();
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pubsub_sharded_pubsub_and_blocking_pops_work_through_a_cluster_pool() {
+    let Some(cluster) = RedisCluster::start(3, 0) else {
+        return;
+    };
+    let (proxy, stop) = start(cluster_pool(&cluster, Duration::from_secs(2))).await;
+    let mut sub = proxy.client().await;
+    let mut c = proxy.client().await;
+    // Channels in different slots: a plain channel reaches every node of a cluster; a shard channel
+    // lives at its slot's master, which the proxy subscribes at.
+    assert!(cmds(&mut sub, &["SUBSCRIBE", "news"])
+        .await
+        .contains("subscribe"));
+    let shard_channels = ["orders{a}", "orders{b}", "orders{c}"];
+    for ch in shard_channels {
+        assert!(
+            cmds(&mut sub, &["SSUBSCRIBE", ch])
+                .await
+                .contains("ssubscribe"),
+            "{ch}"
+        );
+    }
+    assert_eq!(cmds(&mut c, &["PUBLISH", "news", "hello"]).await, ":1\r\n");
+    let message =
+        String::from_utf8_lossy(&crate::redis_common::read_reply(&mut sub).await).into_owned();
+    assert!(
+        message.contains("news") && message.contains("hello"),
+        "{message}"
+    );
+    for ch in shard_channels {
+        assert_eq!(cmds(&mut c, &["SPUBLISH", ch, "x"]).await, ":1\r\n", "{ch}");
+        let m =
+            String::from_utf8_lossy(&crate::redis_common::read_reply(&mut sub).await).into_owned();
+        assert!(m.contains("smessage") && m.contains(ch), "{ch}: {m}");
+    }
+    // A blocking pop on its key's master, woken by a push through another client.
+    let mut blocked = proxy.client().await;
+    blocked
+        .send(&Request::from_args(&[&b"BLPOP"[..], b"jobs", b"5"]).frame)
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(cmds(&mut c, &["RPUSH", "jobs", "j1"]).await, ":1\r\n");
+    assert_eq!(
+        String::from_utf8_lossy(&crate::redis_common::read_reply(&mut blocked).await),
+        "*2\r\n$4\r\njobs\r\n$2\r\nj1\r\n"
+    );
+    stop.cancel();
+    proxy.stop().await;
+}
