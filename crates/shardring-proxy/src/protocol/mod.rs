@@ -12,7 +12,7 @@
 //! The request path reads in one direction: socket → `RequestDecoder::decode` → `Protocol::plan`
 //! (router, placement) → backend connection (`ReplyScanner::frame`) → `Protocol::finish` or
 //! `Protocol::advance` → session → socket. A forward's reply that sends its request on
-//! (`Protocol::settle`: a cluster's redirection) continues as an exchange.
+//! (`Protocol::sends_on`: a cluster's redirection) continues as an exchange.
 //!
 //! The seam is crate-private (no one outside can implement it); public are the two protocols' codecs
 //! and reply framers, by name, in [`memcache`] and [`redis`], for the fuzz targets, the benches and
@@ -112,15 +112,22 @@ pub(crate) trait Protocol: Dialect + Sized + Send + Sync + fmt::Debug + 'static 
     /// The client's answer from the single server a [`Step::Forward`] went to.
     fn finish(finish: Self::Finish, reply: Reply) -> Answer;
 
-    /// Whether a [`Step::Forward`]'s reply answers it (`Ok`: the finish to answer with), or sends
-    /// the request on (`Err`: a Redis Cluster's redirection). The forward then becomes an exchange
+    /// Whether a [`Step::Forward`]'s reply sends the request on rather than answering it (a Redis
+    /// Cluster's redirection): the forward then becomes the exchange [`Protocol::go_on`] gives,
     /// whose first round's reply this is, read by [`Protocol::advance`] of the pool as it is then.
     /// So a request whose reply might send it on still goes the forward's way, without an
-    /// exchange's cost, until one does. By default, every reply answers.
+    /// exchange's cost, until one does. A check by reference: the common answer moves nothing. By
+    /// default, never.
     #[inline(always)]
-    fn settle(finish: Self::Finish, reply: &Reply) -> Result<Self::Finish, Self::Exchange> {
-        let _ = reply;
-        Ok(finish)
+    fn sends_on(finish: &Self::Finish, reply: &Reply) -> bool {
+        let _ = (finish, reply);
+        false
+    }
+
+    /// The exchange a forward whose reply [`Protocol::sends_on`] becomes, or its finish back when
+    /// it has none (the reply then answers). Called only then. By default, the finish back.
+    fn go_on(finish: Self::Finish) -> Result<Box<Self::Exchange>, Self::Finish> {
+        Err(finish)
     }
 
     /// Writes the client's answer for a request its server failed (`SERVER_ERROR …`, `-ERR …`).

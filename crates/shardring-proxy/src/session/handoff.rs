@@ -261,7 +261,7 @@ impl<P: Protocol> Handed<P> for Handoff<'_, '_, P> {
                 ..
             } = &mut **session;
             let can_read = rbuf.len() < decoder.max_buffer();
-            let onward = Onward { pool, to };
+            let onward = Onward { pool, to: &to };
             tokio::select! {
                 biased;
                 answer = poll_fn(|cx| match in_flight.front_mut() {

@@ -73,12 +73,20 @@ pub(crate) fn serve_client<P: Protocol>(
         replies: ReplyQueue::default(),
         state: P::ClientState::default(),
         lane: 0,
+        route: ConnectionRoute {
+            worker,
+            lane: 0,
+            client_id: 0,
+        },
         held: false,
         entering: None,
         // Worker and lane numbers are small (at most the workers and server connections configured).
         worker: u32::try_from(worker).unwrap_or(u32::MAX),
         _admitted: admitted,
     };
+    let mut session = session;
+    // The client id is drawn above; the route carries it.
+    session.route = session.connection_route();
     session.serve(drain)
 }
 
@@ -122,6 +130,9 @@ struct Session<P: Protocol> {
     state: P::ClientState,
     /// The set of server connections this client's requests take ([`Protocol::lane`]).
     lane: u32,
+    /// `worker`, `lane` and `client_id` as the backend takes them ([`Session::connection_route`]),
+    /// kept for where a forward's reply sends it on ([`Onward`]).
+    route: ConnectionRoute,
     /// The last request started is an exchange that later requests must not overtake
     /// ([`Protocol::in_order`]): nothing more is sent until the answers in flight are in.
     held: bool,
@@ -191,12 +202,11 @@ impl<P: Protocol> Session<P> {
                 && self.pending.len() < MAX_PIPELINE
                 && self.rbuf.len() < self.decoder.max_buffer();
             // In a block, so that what the `select!` gave is not kept while the write below waits.
-            let to = self.connection_route();
             let out = {
                 let answer = tokio::select! {
                     biased;
                     answer = poll_fn(|cx| match self.pending.front_mut() {
-                        Some((p, _)) => p.poll_answer(&self.replies, &Onward { pool: &self.pool, to }, cx),
+                        Some((p, _)) => p.poll_answer(&self.replies, &Onward { pool: &self.pool, to: &self.route }, cx),
                         None => Poll::Pending,
                     }), if !self.pending.is_empty() => Some(answer),
                     read = poll_fn(|cx| poll_read(&mut self.stream, &mut self.rbuf, cx)), if can_read => {
@@ -240,6 +250,7 @@ impl<P: Protocol> Session<P> {
                     return Ok(false);
                 }
                 self.lane = u32::try_from(P::lane(&self.state)).unwrap_or(u32::MAX);
+                self.route = self.connection_route();
             }
             if self.held {
                 if !self.pending.is_empty() {
@@ -313,13 +324,12 @@ impl<P: Protocol> Session<P> {
     fn answers_ready(&mut self, first: Answer) -> Outgoing {
         self.pop();
         let mut now = Context::from_waker(Waker::noop());
-        let to = self.connection_route();
         let second = match self.pending.front_mut() {
             Some((p, _)) => match p.poll_answer(
                 &self.replies,
                 &Onward {
                     pool: &self.pool,
-                    to,
+                    to: &self.route,
                 },
                 &mut now,
             ) {
@@ -347,11 +357,10 @@ impl<P: Protocol> Session<P> {
     /// [`Session::run`].
     fn write_ready(&mut self, out: &mut BytesMut) {
         let mut now = Context::from_waker(Waker::noop());
-        let to = self.connection_route();
         while let Some((front, _)) = self.pending.front_mut() {
             let onward = Onward {
                 pool: &self.pool,
-                to,
+                to: &self.route,
             };
             let Poll::Ready(a) = front.poll_answer(&self.replies, &onward, &mut now) else {
                 break;

@@ -26,13 +26,13 @@ pub(super) enum Pending<P: Protocol> {
     Joined(Pin<Box<dyn Future<Output = Answer> + Send>>),
 }
 
-/// Where a forward whose reply sends it on ([`Protocol::settle`]) continues: the pool (its
+/// Where a forward whose reply sends it on ([`Protocol::sends_on`]) continues: the pool (its
 /// version then), and the server connections the client's requests take.
 pub(super) struct Onward<'a, P: Protocol> {
     /// The client's pool.
     pub(super) pool: &'a Pool<P>,
     /// The client's connections.
-    pub(super) to: ConnectionRoute,
+    pub(super) to: &'a ConnectionRoute,
 }
 
 impl<P: Protocol> Pending<P> {
@@ -57,15 +57,32 @@ impl<P: Protocol> Pending<P> {
         let Some(finish) = finish.take() else {
             return Poll::Ready(Answer::Nothing);
         };
-        match P::settle(finish, &reply) {
-            Ok(finish) => Poll::Ready(P::finish(finish, reply)),
-            Err(exchange) => {
-                let version = onward.pool.current.load_full();
-                let first = First::Replied(exchange, reply);
-                *self = Pending::Joined(joined(replies.clone(), version, onward.to, first));
-                self.poll_answer(replies, onward, cx)
-            }
+        if P::sends_on(&finish, &reply) {
+            return self.go_on(finish, reply, replies, onward, cx);
         }
+        Poll::Ready(P::finish(finish, reply))
+    }
+
+    /// A forward whose reply sent it on ([`Protocol::sends_on`]): it continues as an exchange
+    /// against the pool's version now, whose first round's reply is `reply`. Out of line: rare.
+    #[cold]
+    #[inline(never)]
+    fn go_on(
+        &mut self,
+        finish: P::Finish,
+        reply: crate::protocol::Reply,
+        replies: &ReplyQueue,
+        onward: &Onward<'_, P>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Answer> {
+        let exchange = match P::go_on(finish) {
+            Ok(exchange) => *exchange,
+            Err(finish) => return Poll::Ready(P::finish(finish, reply)),
+        };
+        let version = onward.pool.current.load_full();
+        let first = First::Replied(exchange, reply);
+        *self = Pending::Joined(joined(replies.clone(), version, *onward.to, first));
+        self.poll_answer(replies, onward, cx)
     }
 }
 

@@ -69,7 +69,7 @@ fn again<S>(next: Next<S>, merge: impl FnOnce(S) -> RedisMerge) -> Phase<Redis> 
 
 /// A cluster pool's step, its redirections followed (`features/cluster.rs`): what goes to servers
 /// keeps its frames, a forward in its finish (a reply that sends it on makes it an exchange then,
-/// [`Protocol::settle`]), an exchange in its merge.
+/// [`Protocol::sends_on`]), an exchange in its merge.
 fn redirecting(step: Step<Redis>) -> Step<Redis> {
     match step {
         Step::Forward {
@@ -146,11 +146,10 @@ impl Protocol for Redis {
     }
 
     fn plan(&self, req: Request, client: &mut ClientState, ctx: &PlanContext<'_>) -> Step<Redis> {
-        let step = self.plan_request(req, client, ctx);
-        match self.cluster {
-            None => step,
-            Some(_) => redirecting(step),
+        if self.cluster.is_some() {
+            return redirecting(self.plan_request(req, client, ctx));
         }
+        self.plan_request(req, client, ctx)
     }
 
     async fn serve_mode<H: Handed<Redis> + Send>(
@@ -167,11 +166,15 @@ impl Protocol for Redis {
         }
     }
 
-    #[inline]
-    fn settle(finish: Finish, reply: &Reply) -> Result<Finish, RedisMerge> {
+    #[inline(always)]
+    fn sends_on(finish: &Finish, reply: &Reply) -> bool {
+        matches!(finish, Finish::Cluster(_)) && cluster::sends_on(reply)
+    }
+
+    fn go_on(finish: Finish) -> Result<Box<RedisMerge>, Finish> {
         match finish {
-            Finish::Cluster(one) => one.settle(reply).map_err(RedisMerge::Cluster),
-            finish => Ok(finish),
+            Finish::Cluster(one) => Ok(Box::new(RedisMerge::Cluster(Redirecting::One(one)))),
+            finish => Err(finish),
         }
     }
 

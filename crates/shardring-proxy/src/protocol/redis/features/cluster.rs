@@ -218,22 +218,6 @@ impl One {
         }
     }
 
-    /// Its reply, as the forward's: `Ok` with the request's own finish when the reply is final,
-    /// `Err` to read it as an exchange's (a redirection to follow, or a failure that may be a
-    /// failover the map should learn of).
-    #[inline]
-    pub(crate) fn settle(self: Box<One>, reply: &Reply) -> Result<Finish, Redirecting> {
-        let onward = match reply {
-            Ok(bytes) => bytes.starts_with(b"-MOVED ") || bytes.starts_with(b"-ASK "),
-            Err(e) => e.counts_against_server(),
-        };
-        if onward {
-            Err(Redirecting::One(self))
-        } else {
-            Ok(self.finish)
-        }
-    }
-
     /// The request's own finish (its reply is final).
     pub(crate) fn into_finish(self) -> Finish {
         self.finish
@@ -312,6 +296,19 @@ impl Many {
             .map(|r| r.unwrap_or((Err(BackendError::NoServer), String::new())))
             .collect();
         Next::Merge(self.merge, replies)
+    }
+}
+
+/// Whether a reply sends its request on: a redirection to follow, or a failure that may be a
+/// failover the map should learn of.
+#[inline(always)]
+pub(crate) fn sends_on(reply: &Reply) -> bool {
+    match reply {
+        Ok(bytes) => {
+            bytes.first() == Some(&b'-')
+                && (bytes.starts_with(b"-MOVED ") || bytes.starts_with(b"-ASK "))
+        }
+        Err(e) => e.counts_against_server(),
     }
 }
 
