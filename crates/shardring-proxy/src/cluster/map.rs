@@ -283,6 +283,33 @@ mod tests {
         assert_eq!(map.served(), SLOTS);
     }
 
+    proptest::proptest! {
+        /// Whatever a node sends that reads as RESP, the map readers answer a map or an error.
+        #[test]
+        fn any_reply_reads_as_a_map_or_an_error(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let limits = shardring_resp::ReplyLimits::default();
+            if let Ok(Some((value, _))) = shardring_resp::ReplyReader::new(limits).read(&bytes) {
+                for map in [from_shards(&value, "h:1"), from_slots(&value, "h:1")].into_iter().flatten() {
+                    proptest::prop_assert!(map.ranges.iter().all(|&(a, b, m)| a <= SLOTS && b < SLOTS && m < map.masters.len()));
+                    let _ = map.table();
+                }
+            }
+        }
+
+        /// Maps built of any shards read back with every slot range at its master.
+        #[test]
+        fn shards_of_any_shape_read_back(ranges in proptest::collection::vec((0i64..16384, 0i64..16384, 1i64..65536), 0..20)) {
+            let reply = Value::Array(ranges.iter().map(|&(a, b, port)| shard(&[a.min(b), a.max(b)], vec![node("10.0.0.1", port, "master", "online")])).collect());
+            let map = from_shards(&reply, "h:1").expect("a map");
+            let t = map.table();
+            for &(a, b, port) in &ranges {
+                let owner = t.owner(usize::try_from(a.min(b)).unwrap()).expect("served");
+                proptest::prop_assert!(map.masters[owner].starts_with("10.0.0.1:"));
+                let _ = port;
+            }
+        }
+    }
+
     #[test]
     fn malformed_replies_are_errors_not_panics() {
         for bad in [

@@ -344,6 +344,20 @@ fn redirection(reply: &[u8]) -> Option<Redirect<'_>> {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Any reply is a redirection or not, never a panic; one that is reads back as written.
+        #[test]
+        fn any_reply_parses_or_not(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+                                   slot in 0u16..16384, port in 1u16..=65535, ask in proptest::prelude::any::<bool>()) {
+            let _ = redirection(&bytes);
+            let kind = if ask { "ASK" } else { "MOVED" };
+            let text = format!("-{kind} {slot} 10.1.2.3:{port}\r\n");
+            let r = redirection(text.as_bytes()).expect("a redirection");
+            proptest::prop_assert_eq!((r.ask, r.slot, r.host, r.port), (ask, slot, "10.1.2.3", port));
+            proptest::prop_assert!(sends_on(&Ok(bytes::Bytes::from(text))));
+        }
+    }
+
     #[test]
     fn redirections_are_parsed_and_nothing_else_is_one() {
         assert_eq!(
