@@ -1,26 +1,10 @@
-//! What an exchange's replies come to: a fan-out's merged answer ([`merge_replies`]), and a
-//! transaction's answer out of the run of replies its server sent ([`last_reply`]).
+//! What an exchange's replies come to: a fan-out's merged answer ([`merge_replies`]).
 
 use bytes::Bytes;
-use shardring_resp::ReplyFramer;
 
 use super::finish::RedisMerge;
 use super::merge::{self, Part as MergePart};
 use crate::protocol::{Answer, PartReply};
-
-/// The last of a run of `replies` replies (a transaction's, whose answer is `EXEC`'s reply).
-pub(super) fn last_reply(run: Bytes, replies: u32) -> Bytes {
-    let mut framer = ReplyFramer::default();
-    let mut start = 0;
-    for _ in 1..replies {
-        match framer.frame(&run[start..]) {
-            Ok(Some(f)) => start += f.len,
-            // The connection framed the whole run already; it cannot come apart here.
-            _ => break,
-        }
-    }
-    run.slice(start..)
-}
 
 /// A fan-out's answer from its parts' replies, in the order of its parts.
 pub(super) fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> Answer {

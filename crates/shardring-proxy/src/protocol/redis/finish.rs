@@ -31,7 +31,7 @@ pub(crate) enum Finish {
     Invalidate(Box<(HotInvalidate, Finish)>),
     /// A request of a cluster pool: a redirection, or a failure, sends it on as an exchange
     /// (`features/cluster.rs`); a final reply finishes as the inner finish.
-    Cluster(Box<One>),
+    Cluster(Box<One<Finish>>),
 }
 
 /// What a fan-out merges.
@@ -65,7 +65,7 @@ pub(crate) enum RedisMerge {
     /// A command across every server (`features/span/`).
     Span(Box<Spanning>),
     /// A request of a cluster pool, its redirections followed (`features/cluster.rs`).
-    Cluster(Redirecting),
+    Cluster(Redirecting<Finish, RedisMerge>),
     /// A split write whose round ends with the next owners' parts (`features/dual_writes.rs`): the first
     /// `owners` replies merge as the inner merge, the rest are the next owners'.
     DualSplit(Box<(RedisMerge, usize)>, Arc<PoolStats>),

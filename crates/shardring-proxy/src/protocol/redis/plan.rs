@@ -11,7 +11,7 @@ use super::client_state::ClientState;
 use super::codec::RequestCodec;
 use super::command::{self, KeyArgs, Local, Merge, Route, Routed, Spec, CROSSSLOT};
 use super::connection_mode::{self, Mode};
-use super::exchange::{last_reply, merge_replies};
+use super::exchange::merge_replies;
 use super::features::cluster::{self, One, Redirecting, Redirects};
 use super::features::dual_writes;
 use super::features::hot_keys::{self, HotInvalidate, HotRead};
@@ -23,7 +23,7 @@ use super::features::transaction::{self, Outcome};
 use super::finish::{Finish, RedisMerge};
 use super::local::{self, NOAUTH};
 use super::merge::{self, Part as MergePart};
-use super::reply::Resp;
+use super::reply::{last_reply, Resp};
 use super::request::Request;
 use super::settings::Settings;
 use super::Flavor;
@@ -280,7 +280,11 @@ impl Redis {
     /// A cluster pool's round after its replies: the redirected parts sent again, or the final
     /// replies to the request's finish or merge.
     #[cold]
-    fn advance_redirecting(&self, state: Redirecting, replies: Vec<PartReply<'_>>) -> Phase<Redis> {
+    fn advance_redirecting(
+        &self,
+        state: Redirecting<Finish, RedisMerge>,
+        replies: Vec<PartReply<'_>>,
+    ) -> Phase<Redis> {
         let Some(redirects) = &self.cluster else {
             return Phase::Done {
                 answer: Answer::Failed(BackendError::NoServer),

@@ -5,6 +5,7 @@
 //! replies a request's answer is ([`Resp`]) and the scanner that frames them on a server connection
 //! ([`RespScanner`], the protocol's [`ReplyScanner`]).
 
+use bytes::Bytes;
 use shardring_resp::ReplyFramer;
 
 use crate::protocol::{FrameError, ReplyScanner};
@@ -18,6 +19,21 @@ pub(crate) enum Resp {
     Replies(u32),
     /// One reply that may take as long as the client asked (a blocking command): no timeout.
     Unbounded,
+}
+
+/// The last of a run of `replies` replies, as a connection framed it ([`Resp::Replies`]): a
+/// transaction's answer (`EXEC`'s reply), a request's own behind `ASKING`.
+pub(super) fn last_reply(run: Bytes, replies: u32) -> Bytes {
+    let mut framer = ReplyFramer::default();
+    let mut start = 0;
+    for _ in 1..replies {
+        match framer.frame(&run[start..]) {
+            Ok(Some(f)) => start += f.len,
+            // The connection framed the whole run already; it cannot come apart here.
+            _ => break,
+        }
+    }
+    run.slice(start..)
 }
 
 /// The reply framer of one server connection; resumes a long reply where the last read left off,

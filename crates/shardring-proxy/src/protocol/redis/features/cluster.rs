@@ -14,9 +14,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::super::exchange::last_reply;
-use super::super::finish::{Finish, RedisMerge};
-use super::super::reply::Resp;
+use super::super::reply::{last_reply, Resp};
 use crate::cluster::ClusterSignal;
 use crate::config::PoolConfig;
 use crate::error::BackendError;
@@ -79,25 +77,25 @@ struct Sent {
 /// A request of a cluster pool on its way: its parts as sent, the replies in so far, and what they
 /// come to. A request to one server, the common case, keeps only that.
 #[derive(Debug)]
-pub(crate) enum Redirecting {
+pub(crate) enum Redirecting<F, M> {
     /// A request to one server, whose final reply goes to its finish.
-    One(Box<One>),
+    One(Box<One<F>>),
     /// An exchange's round, whose final replies go to its merge.
-    Many(Box<Many>),
+    Many(Box<Many<M>>),
 }
 
 /// [`Redirecting::One`].
 #[derive(Debug)]
-pub(crate) struct One {
+pub(crate) struct One<F> {
     sent: Sent,
-    finish: Finish,
+    finish: F,
     hops: u8,
 }
 
 /// [`Redirecting::Many`].
 #[derive(Debug)]
-pub(crate) struct Many {
-    merge: RedisMerge,
+pub(crate) struct Many<M> {
+    merge: M,
     parts: Vec<Sent>,
     /// Each part's reply once in, with its server's address.
     replies: Vec<Option<(Reply, String)>>,
@@ -108,13 +106,13 @@ pub(crate) struct Many {
 
 /// What a round's replies lead to.
 #[derive(Debug)]
-pub(crate) enum Next {
+pub(crate) enum Next<F, M> {
     /// Send these parts (server, frame, framing) again, and read their replies with this.
-    Resend(Vec<(usize, Bytes, Resp)>, Redirecting),
+    Resend(Vec<(usize, Bytes, Resp)>, Redirecting<F, M>),
     /// Every reply is final: a single server's, through its finish.
-    Finish(Finish, Reply),
+    Finish(F, Reply),
     /// Every reply is final: the parts', in order, to the merge.
-    Merge(RedisMerge, Vec<(Reply, String)>),
+    Merge(M, Vec<(Reply, String)>),
 }
 
 impl Sent {
@@ -208,9 +206,9 @@ impl Sent {
     }
 }
 
-impl One {
+impl<F> One<F> {
     /// A request forwarded to one server, whose final reply goes to `finish`.
-    pub(crate) fn new(server: usize, frame: Bytes, kind: Resp, finish: Finish) -> One {
+    pub(crate) fn new(server: usize, frame: Bytes, kind: Resp, finish: F) -> One<F> {
         One {
             sent: Sent::new(server, frame, kind),
             finish,
@@ -219,14 +217,14 @@ impl One {
     }
 
     /// The request's own finish (its reply is final).
-    pub(crate) fn into_finish(self) -> Finish {
+    pub(crate) fn into_finish(self) -> F {
         self.finish
     }
 }
 
-impl Redirecting {
+impl<F, M> Redirecting<F, M> {
     /// A round sent as `parts` (server, frame, framing), whose final replies go to `merge`.
-    pub(crate) fn many(merge: RedisMerge, parts: Vec<(usize, Bytes, Resp)>) -> Redirecting {
+    pub(crate) fn many(merge: M, parts: Vec<(usize, Bytes, Resp)>) -> Redirecting<F, M> {
         let count = parts.len();
         Redirecting::Many(Box::new(Many {
             merge,
@@ -241,7 +239,7 @@ impl Redirecting {
     }
 
     /// Takes a round's replies: the redirected parts to send again, or every final reply.
-    pub(crate) fn advance(self, redirects: &Redirects, replies: Vec<PartReply<'_>>) -> Next {
+    pub(crate) fn advance(self, redirects: &Redirects, replies: Vec<PartReply<'_>>) -> Next<F, M> {
         match self {
             Redirecting::One(one) => One::advance(one, redirects, replies),
             Redirecting::Many(many) => Many::advance(many, redirects, replies),
@@ -249,8 +247,12 @@ impl Redirecting {
     }
 }
 
-impl One {
-    fn advance(mut self: Box<One>, redirects: &Redirects, replies: Vec<PartReply<'_>>) -> Next {
+impl<F> One<F> {
+    fn advance<M>(
+        mut self: Box<One<F>>,
+        redirects: &Redirects,
+        replies: Vec<PartReply<'_>>,
+    ) -> Next<F, M> {
         let Some(r) = replies.into_iter().next() else {
             return Next::Finish(self.finish, Err(BackendError::NoServer));
         };
@@ -267,8 +269,12 @@ impl One {
     }
 }
 
-impl Many {
-    fn advance(mut self: Box<Many>, redirects: &Redirects, replies: Vec<PartReply<'_>>) -> Next {
+impl<M> Many<M> {
+    fn advance<F>(
+        mut self: Box<Many<M>>,
+        redirects: &Redirects,
+        replies: Vec<PartReply<'_>>,
+    ) -> Next<F, M> {
         let mut again = Vec::new();
         let waiting = std::mem::take(&mut self.waiting);
         for (&pos, r) in waiting.iter().zip(replies) {
