@@ -25,6 +25,22 @@ pub struct ClusterConfig {
     /// The slot map as last read; `None` until one is: every key is then refused with an error
     /// saying so, as for a slot no master serves.
     pub slots: Option<Arc<SlotTable>>,
+    /// Where reads go. `--redis-cluster-reads`; by default, [`ReadPolicy::Master`].
+    pub reads: ReadPolicy,
+}
+
+/// Where a cluster pool's reads go (Envoy's `read_policy`). Replication is asynchronous: a read from
+/// a replica may miss a write its master acknowledged a moment before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadPolicy {
+    /// Every request to the slot's master (the default: a read sees every acknowledged write).
+    #[default]
+    Master,
+    /// Reads to a replica of the slot's master (chosen per request), the master when it has none
+    /// or the replica fails.
+    PreferReplica,
+    /// Reads spread over the master and its replicas.
+    Any,
 }
 
 impl ClusterConfig {
@@ -80,15 +96,19 @@ impl ClusterConfig {
             seeds,
             refresh: ClusterConfig::DEFAULT_REFRESH,
             slots: None,
+            reads: ReadPolicy::Master,
         }
     }
 }
 
-/// Which server of the pool (index in its server list, the cluster's masters) serves each slot.
+/// Which server of the pool (index in its server list: the cluster's masters, then their replicas)
+/// serves each slot, and each master's replicas.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SlotTable {
     /// By slot: the server's index, or [`SlotTable::NONE`].
     owners: Box<[u16]>,
+    /// By master's index: its replicas' indices.
+    replicas: Vec<Vec<u16>>,
 }
 
 impl std::fmt::Debug for SlotTable {
@@ -108,6 +128,7 @@ impl Default for SlotTable {
     fn default() -> SlotTable {
         SlotTable {
             owners: vec![SlotTable::NONE; SLOTS].into_boxed_slice(),
+            replicas: Vec::new(),
         }
     }
 }
@@ -140,6 +161,30 @@ impl SlotTable {
         }
     }
 
+    /// Records server `replica` as a replica of server `master` (indices past `u16::MAX - 1`
+    /// ignored).
+    pub fn add_replica(&mut self, master: usize, replica: usize) {
+        let Ok(r) = u16::try_from(replica) else {
+            return;
+        };
+        if r == SlotTable::NONE || master >= usize::from(SlotTable::NONE) {
+            return;
+        }
+        if self.replicas.len() <= master {
+            self.replicas.resize(master + 1, Vec::new());
+        }
+        self.replicas[master].push(r);
+    }
+
+    /// The replicas of server `master` (indices in the pool's server list).
+    pub fn replicas_of(&self, master: usize) -> impl Iterator<Item = usize> + '_ {
+        self.replicas
+            .get(master)
+            .into_iter()
+            .flatten()
+            .map(|&r| usize::from(r))
+    }
+
     /// Whether server `server` serves at least one slot.
     pub fn serves_any(&self, server: usize) -> bool {
         u16::try_from(server).is_ok_and(|s| s != SlotTable::NONE && self.owners.contains(&s))
@@ -153,7 +198,8 @@ impl SlotTable {
             .count()
     }
 
-    /// This table with its server indices renumbered: server `i` becomes `to[i]` (`None`: unserved).
+    /// This table's slots with their server indices renumbered: server `i` becomes `to[i]`
+    /// (`None`: unserved). Replicas are not carried over.
     pub fn renumbered(&self, to: &[Option<usize>]) -> SlotTable {
         let mut out = SlotTable::default();
         for (slot, &o) in self.owners.iter().enumerate() {

@@ -31,7 +31,7 @@ mod yaml;
 
 pub use self::breakers::BreakerConfig;
 pub use self::changes::PoolChanges;
-pub use self::cluster::{ClusterConfig, SlotTable, SLOTS};
+pub use self::cluster::{ClusterConfig, ReadPolicy, SlotTable, SLOTS};
 pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN, VALUE_LEN_CEILING};
 pub use self::next::NextMembership;
 pub use self::placement::{placement_differences, PlacementSpec};

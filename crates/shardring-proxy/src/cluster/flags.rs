@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::{ClusterConfig, ConfigErrors, PoolConfig, ProtocolConfig};
+use crate::config::{ClusterConfig, ConfigErrors, PoolConfig, ProtocolConfig, ReadPolicy};
 use crate::flags::per_pool::{parse_pool_switch, refuse_unknown, switched_on, switches_named};
 use crate::flags::ApplyToPools;
 
@@ -20,6 +20,25 @@ pub struct ClusterFlags {
     /// sooner. [default: 2000]
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub redis_cluster_refresh: Option<u64>,
+    /// Cluster pools: where reads go: `master` (every read sees every acknowledged write),
+    /// `prefer-replica` (a replica of the slot's master, the master when it has none or the
+    /// replica fails) or `any` (spread over the master and its replicas). Replication is
+    /// asynchronous: a replica may not have a write its master acknowledged a moment ago. Sends
+    /// READONLY on every server connection. [default: master]
+    #[arg(long, value_name = "POLICY", value_parser = parse_reads)]
+    pub redis_cluster_reads: Option<ReadPolicy>,
+}
+
+/// `master`, `prefer-replica` or `any`.
+fn parse_reads(text: &str) -> Result<ReadPolicy, String> {
+    match text {
+        "master" => Ok(ReadPolicy::Master),
+        "prefer-replica" => Ok(ReadPolicy::PreferReplica),
+        "any" => Ok(ReadPolicy::Any),
+        _ => Err(format!(
+            "not a read policy: {text:?} (master, prefer-replica or any)"
+        )),
+    }
 }
 
 impl ApplyToPools for ClusterFlags {
@@ -48,6 +67,9 @@ impl ApplyToPools for ClusterFlags {
                     let mut cluster = ClusterConfig::new(seeds);
                     if let Some(ms) = self.redis_cluster_refresh {
                         cluster.refresh = Duration::from_millis(ms);
+                    }
+                    if let Some(reads) = self.redis_cluster_reads {
+                        cluster.reads = reads;
                     }
                     r.cluster = Some(cluster);
                 }

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::map::ClusterMap;
 use super::node::NodeAccess;
-use crate::config::{PoolConfig, ProxyConfig};
+use crate::config::{PoolConfig, ProxyConfig, ReadPolicy};
 use crate::pool::ServedPool;
 
 /// The least time between two reads of a map: a burst of redirections asks once.
@@ -48,10 +48,22 @@ impl ClusterFollowers {
     }
 }
 
-/// `pool` with `map`'s masters as its servers and its slots as the placement; `false` when it
-/// had them already.
+/// `pool` with `map`'s masters (and their replicas, when reads may go there) as its servers and its
+/// slots as the placement; `false` when it had them already.
 fn with_map(pool: &mut PoolConfig, map: &ClusterMap) -> bool {
-    let servers: Vec<TwemproxyServer> = map.masters.iter().filter_map(|a| server(a)).collect();
+    // A pool that reads from masters only opens no connection to a replica.
+    let masters_only;
+    let map = match pool.cluster().map(|c| c.reads) {
+        Some(ReadPolicy::Master) | None => {
+            masters_only = ClusterMap {
+                replicas: Vec::new(),
+                ..map.clone()
+            };
+            &masters_only
+        }
+        Some(_) => map,
+    };
+    let servers: Vec<TwemproxyServer> = map.servers().filter_map(server).collect();
     let table = Arc::new(map.table());
     let same_slots = pool
         .cluster()
@@ -200,21 +212,27 @@ mod tests {
     #[test]
     fn a_map_becomes_the_pools_servers_and_slots_and_the_same_map_changes_nothing() {
         let mut pool = PoolConfig::new("c", "127.0.0.1:0", &["127.0.0.1:7000:1"]).expect("pool");
+        let mut cluster = ClusterConfig::new(vec!["127.0.0.1:7000".into()]);
+        cluster.reads = ReadPolicy::PreferReplica;
         pool.protocol = crate::config::ProtocolConfig::Redis(crate::config::RedisConfig {
-            cluster: Some(ClusterConfig::new(vec!["127.0.0.1:7000".into()])),
+            cluster: Some(cluster),
             ..Default::default()
         });
         let map = ClusterMap {
             masters: vec!["127.0.0.1:7001".into(), "[::1]:7002".into()],
             ranges: vec![(0, 100, 0), (101, 16383, 1)],
+            replicas: vec![("127.0.0.1:7004".into(), 0)],
         };
         assert!(with_map(&mut pool, &map));
-        assert_eq!(pool.servers.len(), 2);
+        assert_eq!(pool.servers.len(), 3);
+        assert_eq!(pool.servers[2].port, 7004);
         assert_eq!(pool.servers[1].host, "::1");
         assert_eq!(pool.servers[1].port, 7002);
         assert!(!with_map(&mut pool, &map));
         let slots = pool.cluster().and_then(|c| c.slots.clone()).expect("slots");
         assert_eq!(slots.owner(100), Some(0));
         assert_eq!(slots.owner(101), Some(1));
+        assert_eq!(slots.replicas_of(0).collect::<Vec<_>>(), [2]);
+        assert!(!slots.serves_any(2));
     }
 }

@@ -1,30 +1,45 @@
 //! A cluster's slot map, read from a node's `CLUSTER SHARDS` (Redis 7) or `CLUSTER SLOTS` (older)
 //! reply: its masters and the slots each serves. Pure: a reply in, a [`ClusterMap`] or why not out.
 //!
-//! Masters are listed by address, sorted, whatever order the node gave them in: two proxies that
-//! read the same map number the masters alike, and a map that did not change gives the same list
-//! (a reload that keeps every server keeps every connection).
+//! Servers are listed in an order of their own, whatever order the node gave them in: the masters
+//! that serve slots by address, then those that serve none, then the replicas by address. Two
+//! proxies that read the same map number the servers alike, a map that did not change gives the
+//! same list (a reload that keeps every server keeps every connection), and the masters that hold
+//! keys are a prefix (what a command across every server goes to).
 
 use shardring_resp::Value;
 
 use crate::config::{SlotTable, SLOTS};
 
-/// A cluster's masters and their slots.
+/// A cluster's masters, their slots and their replicas.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ClusterMap {
-    /// Every master's `host:port`, sorted (slotless masters too: a slot being migrated to one is
-    /// asked there with `ASK`).
+    /// Every master's `host:port`: those that serve slots, sorted, then those that serve none (a
+    /// slot being migrated to one is asked there with `ASK`).
     pub(crate) masters: Vec<String>,
     /// Each master's slot ranges (both ends included), by its index in `masters`.
     pub(crate) ranges: Vec<(usize, usize, usize)>,
+    /// Every online replica's `host:port` and its master's index in `masters`, sorted by address.
+    pub(crate) replicas: Vec<(String, usize)>,
 }
 
 impl ClusterMap {
-    /// The slot table over `masters` indices.
+    /// Every server: the masters, then the replicas.
+    pub(crate) fn servers(&self) -> impl Iterator<Item = &str> {
+        self.masters
+            .iter()
+            .map(String::as_str)
+            .chain(self.replicas.iter().map(|(a, _)| a.as_str()))
+    }
+
+    /// The slot table over [`ClusterMap::servers`] indices, each master's replicas with it.
     pub(crate) fn table(&self) -> SlotTable {
         let mut t = SlotTable::default();
         for &(first, last, m) in &self.ranges {
             t.assign(first, last, m);
+        }
+        for (i, (_, master)) in self.replicas.iter().enumerate() {
+            t.add_replica(*master, self.masters.len() + i);
         }
         t
     }
@@ -43,7 +58,7 @@ pub(crate) type MapError = String;
 /// gives an empty one, meaning "the address you reached me at".
 pub(crate) fn from_shards(reply: &Value, asked: &str) -> Result<ClusterMap, MapError> {
     let shards = list(reply).ok_or("CLUSTER SHARDS: not an array")?;
-    let mut found: Vec<(String, Vec<(usize, usize)>)> = Vec::new();
+    let mut found: Vec<Found> = Vec::new();
     for shard in shards {
         let shard_fields = fields(shard).ok_or("CLUSTER SHARDS: a shard is not a map")?;
         let slots = field(&shard_fields, "slots")
@@ -61,80 +76,118 @@ pub(crate) fn from_shards(reply: &Value, asked: &str) -> Result<ClusterMap, MapE
             .ok_or("CLUSTER SHARDS: a shard without nodes")?;
         // The shard's master: the one that is online when a failover leaves two saying so.
         let mut master = None;
+        let mut replicas = Vec::new();
         for node in nodes {
             let n = fields(node).ok_or("CLUSTER SHARDS: a node is not a map")?;
             let text = |name| field(&n, name).and_then(Value::text).unwrap_or_default();
-            if text("role") != "master" {
-                continue;
-            }
             let port = field(&n, "port")
                 .and_then(Value::integer)
                 .filter(|p| (1..=65535).contains(p));
             let Some(port) = port else { continue };
             let online = text("health") == "online";
             let addr = address(text("ip"), port, asked);
-            if master
-                .as_ref()
-                .is_none_or(|(_, was_online)| online && !was_online)
-            {
-                master = Some((addr, online));
+            match text("role") {
+                "master"
+                    if master
+                        .as_ref()
+                        .is_none_or(|(_, was_online)| online && !was_online) =>
+                {
+                    master = Some((addr, online));
+                }
+                // Redis 7.0 calls a replica `loading` until its first write (offset 0): only a
+                // failed one is left out; one that answers `-LOADING` hands its reads to its master.
+                "replica" if text("health") != "failed" => replicas.push(addr),
+                _ => {}
             }
         }
         if let Some((addr, _)) = master {
-            found.push((addr, ranges));
+            found.push(Found {
+                master: addr,
+                ranges,
+                replicas,
+            });
         }
     }
     Ok(numbered(found))
+}
+
+/// A shard as read: its master, its slot ranges, its replicas.
+struct Found {
+    master: String,
+    ranges: Vec<(usize, usize)>,
+    replicas: Vec<String>,
 }
 
 /// The map in a `CLUSTER SLOTS` reply: one entry per slot range, `[first, last, [ip, port, …],
 /// replicas…]`. Masters without slots are not in it.
 pub(crate) fn from_slots(reply: &Value, asked: &str) -> Result<ClusterMap, MapError> {
     let ranges = list(reply).ok_or("CLUSTER SLOTS: not an array")?;
-    let mut found: Vec<(String, Vec<(usize, usize)>)> = Vec::new();
+    let mut found: Vec<Found> = Vec::new();
     for range in ranges {
         let items = list(range).ok_or("CLUSTER SLOTS: a range is not an array")?;
-        let [first, last, master, ..] = items else {
+        let [first, last, master, replicas @ ..] = items else {
             return Err("CLUSTER SLOTS: a range without its master".into());
         };
-        let node = list(master).ok_or("CLUSTER SLOTS: a master is not an array")?;
-        let (Some(ip), Some(port)) = (
-            node.first().and_then(Value::text),
-            node.get(1)
-                .and_then(Value::integer)
-                .filter(|p| (1..=65535).contains(p)),
-        ) else {
-            return Err("CLUSTER SLOTS: a master without its address".into());
-        };
-        let addr = address(ip, port, asked);
+        let addr = slots_node(master, asked)?;
+        let replicas = replicas
+            .iter()
+            .map(|r| slots_node(r, asked))
+            .collect::<Result<Vec<_>, _>>()?;
         let r = (slot_number(first)?, slot_number(last)?);
-        match found.iter_mut().find(|(a, _)| *a == addr) {
-            Some((_, rs)) => rs.push(r),
-            None => found.push((addr, vec![r])),
+        match found.iter_mut().find(|f| f.master == addr) {
+            Some(f) => f.ranges.push(r),
+            None => found.push(Found {
+                master: addr,
+                ranges: vec![r],
+                replicas,
+            }),
         }
     }
     Ok(numbered(found))
 }
 
-/// The masters sorted by address, and their ranges by that numbering.
-fn numbered(mut found: Vec<(String, Vec<(usize, usize)>)>) -> ClusterMap {
-    found.sort_by(|a, b| a.0.cmp(&b.0));
+/// A `CLUSTER SLOTS` node, `[ip, port, id, …]`, as `host:port`.
+fn slots_node(node: &Value, asked: &str) -> Result<String, MapError> {
+    let node = list(node).ok_or("CLUSTER SLOTS: a node is not an array")?;
+    let (Some(ip), Some(port)) = (
+        node.first().and_then(Value::text),
+        node.get(1)
+            .and_then(Value::integer)
+            .filter(|p| (1..=65535).contains(p)),
+    ) else {
+        return Err("CLUSTER SLOTS: a node without its address".into());
+    };
+    Ok(address(ip, port, asked))
+}
+
+/// The masters in the module's order (those with slots first, each part by address), their
+/// ranges and replicas by that numbering.
+fn numbered(mut found: Vec<Found>) -> ClusterMap {
+    found.sort_by(|a, b| (a.ranges.is_empty(), &a.master).cmp(&(b.ranges.is_empty(), &b.master)));
     found.dedup_by(|b, a| {
-        let same = a.0 == b.0;
+        let same = a.master == b.master;
         if same {
-            a.1.append(&mut b.1);
+            a.ranges.append(&mut b.ranges);
+            a.replicas.append(&mut b.replicas);
         }
         same
     });
     let mut map = ClusterMap {
         masters: Vec::with_capacity(found.len()),
         ranges: Vec::new(),
+        replicas: Vec::new(),
     };
-    for (i, (addr, ranges)) in found.into_iter().enumerate() {
-        map.masters.push(addr);
+    for (i, f) in found.into_iter().enumerate() {
+        map.masters.push(f.master);
         map.ranges
-            .extend(ranges.into_iter().map(|(first, last)| (first, last, i)));
+            .extend(f.ranges.into_iter().map(|(first, last)| (first, last, i)));
+        map.replicas.extend(f.replicas.into_iter().map(|r| (r, i)));
     }
+    map.replicas.sort();
+    map.replicas.dedup_by(|b, a| a.0 == b.0);
+    // A node named both master and replica (a failover half seen) is a master.
+    let masters = map.masters.clone();
+    map.replicas.retain(|(r, _)| !masters.contains(r));
     map
 }
 
@@ -253,6 +306,10 @@ mod tests {
         assert_eq!(t.owner(5461), Some(2));
         assert_eq!(t.owner(16383), Some(1));
         assert_eq!(map.served(), SLOTS);
+        // The replica after the masters, with its master's index; the failed master is neither.
+        assert_eq!(map.replicas, [("127.0.0.1:7004".to_string(), 0)]);
+        assert_eq!(t.replicas_of(0).collect::<Vec<_>>(), [4]);
+        assert_eq!(map.servers().count(), 5);
     }
 
     #[test]
@@ -281,6 +338,14 @@ mod tests {
         );
         assert_eq!(map.table().owner(10923), Some(2));
         assert_eq!(map.served(), SLOTS);
+        assert_eq!(
+            map.replicas,
+            [
+                ("127.0.0.1:7004".to_string(), 0),
+                ("127.0.0.1:7005".to_string(), 1),
+                ("127.0.0.1:7006".to_string(), 2)
+            ]
+        );
     }
 
     proptest::proptest! {

@@ -193,9 +193,17 @@ fn every_flag_reaches_its_group() {
 
 #[test]
 fn a_cluster_pool_takes_its_servers_as_seeds_and_refuses_what_a_cluster_cannot_do() {
-    let flags = parsed(&["--redis-cluster=rd", "--redis-cluster-refresh", "500"]);
+    let flags = parsed(&[
+        "--redis-cluster=rd",
+        "--redis-cluster-refresh",
+        "500",
+        "--redis-cluster-reads",
+        "prefer-replica",
+    ]);
     let config = overridden(&flags).unwrap();
     let cluster = config.pools[1].cluster().expect("rd is a cluster pool");
+    assert_eq!(cluster.reads, crate::config::ReadPolicy::PreferReplica);
+    assert!(Line::try_parse_from(["proxy", "--redis-cluster-reads", "replicas"]).is_err());
     assert_eq!(cluster.seeds, ["127.0.0.1:4"]);
     assert_eq!(cluster.refresh, std::time::Duration::from_millis(500));
     assert!(

@@ -452,3 +452,101 @@ async fn pubsub_sharded_pubsub_and_blocking_pops_work_through_a_cluster_pool() {
     stop.cancel();
     proxy.stop().await;
 }
+
+/// How many `GET`s the node at `addr` has served since its stats were reset.
+fn gets_served(addr: &str) -> u64 {
+    let info = call(addr, &["INFO", "commandstats"])
+        .text()
+        .unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_get:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_go_to_replicas_by_choice_and_to_the_master_when_a_replica_fails() {
+    let Some(mut cluster) = RedisCluster::start(3, 1) else {
+        return;
+    };
+    let mut pool = cluster_pool(&cluster, Duration::from_secs(2));
+    if let Some(c) = pool.redis_mut().and_then(|r| r.cluster.as_mut()) {
+        c.reads = shardring_proxy::config::ReadPolicy::PreferReplica;
+    }
+    let (proxy, stop) = start(pool).await;
+    assert_eq!(
+        proxy.proxy.pools()[0].config().servers.len(),
+        6,
+        "the masters, then their replicas"
+    );
+    let mut c = proxy.client().await;
+    let keys: Vec<String> = (0..120).map(|i| format!("ro:{i}")).collect();
+    for k in &keys {
+        assert_eq!(cmds(&mut c, &["SET", k, k]).await, "+OK\r\n");
+    }
+    // Every write on every replica before the reads (`WAIT` on a master's own connection).
+    let masters: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.role == test_support::redis_cluster::Role::Master)
+        .map(|n| n.addr.clone())
+        .collect();
+    let replicas: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.role == test_support::redis_cluster::Role::Replica)
+        .map(|n| n.addr.clone())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !keys.iter().all(|k| {
+        replicas.iter().any(|r| {
+            RespConn::connect(r)
+                .and_then(|mut c| {
+                    c.call_str(&["READONLY"])?;
+                    c.call_str(&["GET", k])
+                })
+                .ok()
+                .and_then(|v| v.text())
+                .as_deref()
+                == Some(k.as_str())
+        })
+    }) {
+        assert!(Instant::now() < deadline, "the replicas did not catch up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for node in cluster.nodes() {
+        call(&node.addr, &["CONFIG", "RESETSTAT"]);
+    }
+    for k in &keys {
+        assert_eq!(
+            cmds(&mut c, &["GET", k]).await,
+            format!("${}\r\n{k}\r\n", k.len())
+        );
+    }
+    let by_replicas: u64 = replicas.iter().map(|r| gets_served(r)).sum();
+    let by_masters: u64 = masters.iter().map(|m| gets_served(m)).sum();
+    assert_eq!(
+        (by_replicas, by_masters),
+        (120, 0),
+        "every read at a replica"
+    );
+    // A write still goes to the master, and a split read's parts to replicas.
+    assert_eq!(cmds(&mut c, &["SET", "ro:0", "new"]).await, "+OK\r\n");
+    let mut args: Vec<&[u8]> = vec![b"MGET"];
+    args.extend(keys.iter().skip(1).take(30).map(|k| k.as_bytes()));
+    let reply = String::from_utf8_lossy(&cmd(&mut c, &args).await).into_owned();
+    assert!(
+        reply.starts_with("*30\r\n") && reply.contains("ro:30"),
+        "{reply:.200}"
+    );
+    // A replica killed: its master's reads go to the master, without an error.
+    let victim = replicas[0].clone();
+    cluster.kill(&victim);
+    for k in &keys {
+        let reply = cmds(&mut c, &["GET", k]).await;
+        assert!(reply.starts_with('$'), "{k}: {reply}");
+    }
+    stop.cancel();
+    proxy.stop().await;
+}

@@ -69,31 +69,54 @@ fn again<S>(next: Next<S>, merge: impl FnOnce(S) -> RedisMerge) -> Phase<Redis> 
 
 /// A cluster pool's step, its redirections followed (`features/cluster.rs`): what goes to servers
 /// keeps its frames, a forward in its finish (a reply that sends it on makes it an exchange then,
-/// [`Protocol::sends_on`]), an exchange in its merge.
-fn redirecting(step: Step<Redis>) -> Step<Redis> {
+/// [`Protocol::sends_on`]), an exchange in its merge. A read, when `reads` (the pool reads from
+/// replicas), goes to the reader the read policy picks: a forward, or a split `MGET`'s parts.
+fn redirecting(step: Step<Redis>, reads: Option<&Redirects>) -> Step<Redis> {
     match step {
         Step::Forward {
-            server: Some(server),
+            server: Some(master),
             frame,
             kind,
             finish,
-        } => Step::Forward {
-            server: Some(server),
-            frame: frame.clone(),
-            kind,
-            finish: Finish::Cluster(Box::new(One::new(server, frame, kind, finish))),
-        },
-        Step::Exchange(round) => Step::Exchange(redirecting_round(round)),
+        } => {
+            let server = reads.map_or(master, |r| r.reader(master));
+            let one = One::read(server, master, frame.clone(), kind, finish);
+            Step::Forward {
+                server: Some(server),
+                frame,
+                kind,
+                finish: Finish::Cluster(Box::new(one)),
+            }
+        }
+        Step::Exchange(mut round) => {
+            let reads = reads.filter(|_| matches!(round.exchange, RedisMerge::Values { .. }));
+            let mut fallbacks = vec![None; round.parts.len()];
+            if let Some(r) = reads {
+                for (part, fallback) in round.parts.iter_mut().zip(&mut fallbacks) {
+                    let reader = r.reader(part.server);
+                    if reader != part.server {
+                        *fallback = Some(part.server);
+                        part.server = reader;
+                    }
+                }
+            }
+            Step::Exchange(redirecting_round(round, &fallbacks))
+        }
         step => step,
     }
 }
 
-/// A cluster pool's round, its redirections followed.
-fn redirecting_round(round: Round<Redis>) -> Round<Redis> {
+/// A cluster pool's round, its redirections followed; `fallbacks` the master of each part sent to
+/// a replica (none for the rounds after the first, and for writes).
+fn redirecting_round(round: Round<Redis>, fallbacks: &[Option<usize>]) -> Round<Redis> {
     let sent = round
         .parts
         .iter()
-        .map(|p| (p.server, p.frame.clone(), p.kind))
+        .enumerate()
+        .map(|(i, p)| {
+            let fallback = fallbacks.get(i).copied().flatten();
+            (p.server, p.frame.clone(), p.kind, fallback)
+        })
         .collect();
     let state = Redirecting::many(round.exchange, sent);
     Round {
@@ -146,8 +169,15 @@ impl Protocol for Redis {
     }
 
     fn plan(&self, req: Request, client: &mut ClientState, ctx: &PlanContext<'_>) -> Step<Redis> {
-        if self.cluster.is_some() {
-            return redirecting(self.plan_request(req, client, ctx));
+        if let Some(redirects) = &self.cluster {
+            // Only a pool that reads from replicas asks whether this is a read.
+            let read = redirects.reads_from_replicas()
+                && command::index_of_request(&req)
+                    .is_some_and(|i| !replicas::is_write(&command::TABLE[i]));
+            return redirecting(
+                self.plan_request(req, client, ctx),
+                read.then_some(redirects),
+            );
         }
         self.plan_request(req, client, ctx)
     }
@@ -316,7 +346,7 @@ impl Redis {
                     .map(|(reply, server)| PartReply { reply, server })
                     .collect();
                 match self.advance(merge, parts) {
-                    Phase::Again(round) => Phase::Again(redirecting_round(round)),
+                    Phase::Again(round) => Phase::Again(redirecting_round(round, &[])),
                     done => done,
                 }
             }
@@ -512,6 +542,15 @@ impl Redis {
                 Request::from_args(&["SELECT".to_string(), self.settings.db.to_string()]).frame,
                 Resp::Reply,
             ));
+        }
+        // A cluster pool that reads from replicas: a replica serves reads of its master's slots
+        // only to a connection that said READONLY (a master takes it and changes nothing).
+        if self
+            .cluster
+            .as_ref()
+            .is_some_and(Redirects::reads_from_replicas)
+        {
+            out.push((Request::from_args(&["READONLY"]).frame, Resp::Reply));
         }
         out
     }

@@ -46,16 +46,27 @@ pub(crate) struct SpanScope {
 impl SpanScope {
     /// The scope of `config`'s pool, whose redis settings are `redis`.
     fn of(config: &PoolConfig, redis: &RedisConfig) -> SpanScope {
+        // A cluster pool's keys are on the masters that serve slots, listed first (`crate::cluster`):
+        // not on the masters without slots nor the replicas after them.
+        let holders = match redis.cluster.as_ref() {
+            Some(c) => {
+                let table = c.slots.as_deref();
+                (0..config.servers.len())
+                    .take_while(|&i| table.is_some_and(|t| t.serves_any(i)))
+                    .count()
+            }
+            None => config.servers.len(),
+        };
         // xxh3: deterministic, so every proxy with the same server list makes the same cursors and
         // a client's scan may go on through any of them.
         let mut digest = xxhash_rust::xxh3::Xxh3::new();
-        for server in &config.servers {
+        for server in &config.servers[..holders] {
             digest.update(server.address().as_bytes());
             digest.update(b"\n");
         }
         digest.update(&redis.db.to_le_bytes());
         SpanScope {
-            servers: config.servers.len(),
+            servers: holders,
             membership: digest.digest(),
             keys_limit: redis.keys_limit,
         }

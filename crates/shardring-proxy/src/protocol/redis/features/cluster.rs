@@ -16,7 +16,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::super::reply::{last_reply, Resp};
 use crate::cluster::ClusterSignal;
-use crate::config::PoolConfig;
+use crate::config::{PoolConfig, ReadPolicy, SlotTable};
 use crate::error::BackendError;
 use crate::protocol::{PartReply, Reply};
 
@@ -31,12 +31,16 @@ const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// A cluster pool's masters by address, and its follower's signal.
 #[derive(Debug, Clone)]
 pub(crate) struct Redirects {
-    /// Each master's index in the pool, by `host:port`.
+    /// Each server's index in the pool (masters, then replicas), by `host:port`.
     masters: HashMap<String, usize>,
-    /// Each master's `host:port`, by index.
+    /// Each server's `host:port`, by index.
     addrs: Vec<String>,
     /// Told of every redirection followed; a `MOVED` asks it for a new map.
     signal: Arc<ClusterSignal>,
+    /// The map, for each master's replicas.
+    table: Option<Arc<SlotTable>>,
+    /// Where reads go.
+    reads: ReadPolicy,
 }
 
 impl Redirects {
@@ -45,7 +49,7 @@ impl Redirects {
         config: &PoolConfig,
         signal: Option<&Arc<ClusterSignal>>,
     ) -> Option<Redirects> {
-        config.cluster()?;
+        let cluster = config.cluster()?;
         let addrs: Vec<String> = config
             .servers
             .iter()
@@ -57,10 +61,35 @@ impl Redirects {
             .map(|(i, a)| (a.clone(), i))
             .collect();
         Some(Redirects {
+            table: cluster.slots.clone(),
+            reads: cluster.reads,
             masters,
             addrs,
             signal: Arc::clone(signal?),
         })
+    }
+
+    /// Whether reads may go elsewhere than the slot's master (`--redis-cluster-reads`): the
+    /// connections then say `READONLY` first.
+    pub(crate) fn reads_from_replicas(&self) -> bool {
+        self.reads != ReadPolicy::Master
+    }
+
+    /// Where a read for master `master` goes by the read policy: one of its replicas, or itself;
+    /// picked per request.
+    pub(crate) fn reader(&self, master: usize) -> usize {
+        let Some(table) = &self.table else {
+            return master;
+        };
+        let replicas = table.replicas_of(master).count();
+        let choices = match self.reads {
+            ReadPolicy::Master => return master,
+            ReadPolicy::PreferReplica if replicas == 0 => return master,
+            ReadPolicy::PreferReplica => replicas,
+            ReadPolicy::Any => replicas + 1,
+        };
+        let pick = usize::try_from(crate::router::random_u64() % choices as u64).unwrap_or(0);
+        table.replicas_of(master).nth(pick).unwrap_or(master)
     }
 }
 
@@ -72,6 +101,8 @@ struct Sent {
     frame: Bytes,
     kind: Resp,
     asked: bool,
+    /// A read sent to a replica: its master, where it goes again if the replica fails.
+    fallback: Option<usize>,
 }
 
 /// A request of a cluster pool on its way: its parts as sent, the replies in so far, and what they
@@ -122,6 +153,7 @@ impl Sent {
             frame,
             kind,
             asked: false,
+            fallback: None,
         }
     }
 
@@ -159,10 +191,22 @@ impl Sent {
                 // A master that fails may have been failed over: the map is read again soon.
                 if e.counts_against_server() {
                     redirects.signal.stale();
+                    // A replica that fails a read: its master answers it.
+                    if let Some(master) = self.fallback.take() {
+                        self.server = master;
+                        return Ok(true);
+                    }
                 }
                 return Ok(false);
             }
         };
+        // A replica still loading its data: its master answers.
+        if bytes.starts_with(b"-LOADING") {
+            if let Some(master) = self.fallback.take() {
+                self.server = master;
+                return Ok(true);
+            }
+        }
         let Some(redirect) = redirection(bytes) else {
             return Ok(false);
         };
@@ -202,6 +246,7 @@ impl Sent {
         }
         self.server = server;
         self.asked = redirect.ask;
+        self.fallback = None;
         Ok(true)
     }
 }
@@ -216,6 +261,20 @@ impl<F> One<F> {
         }
     }
 
+    /// A read forwarded to `reader` (a replica) for master `master`, which answers it if the
+    /// replica fails.
+    pub(crate) fn read(
+        reader: usize,
+        master: usize,
+        frame: Bytes,
+        kind: Resp,
+        finish: F,
+    ) -> One<F> {
+        let mut one = One::new(reader, frame, kind, finish);
+        one.sent.fallback = (reader != master).then_some(master);
+        one
+    }
+
     /// The request's own finish (its reply is final).
     pub(crate) fn into_finish(self) -> F {
         self.finish
@@ -223,14 +282,21 @@ impl<F> One<F> {
 }
 
 impl<F, M> Redirecting<F, M> {
-    /// A round sent as `parts` (server, frame, framing), whose final replies go to `merge`.
-    pub(crate) fn many(merge: M, parts: Vec<(usize, Bytes, Resp)>) -> Redirecting<F, M> {
+    /// A round sent as `parts` (server, frame, framing, and the master a read sent to a replica
+    /// falls back to), whose final replies go to `merge`.
+    pub(crate) fn many(
+        merge: M,
+        parts: Vec<(usize, Bytes, Resp, Option<usize>)>,
+    ) -> Redirecting<F, M> {
         let count = parts.len();
         Redirecting::Many(Box::new(Many {
             merge,
             parts: parts
                 .into_iter()
-                .map(|(server, frame, kind)| Sent::new(server, frame, kind))
+                .map(|(server, frame, kind, fallback)| Sent {
+                    fallback,
+                    ..Sent::new(server, frame, kind)
+                })
                 .collect(),
             replies: (0..count).map(|_| None).collect(),
             waiting: (0..count).collect(),
@@ -312,7 +378,9 @@ pub(crate) fn sends_on(reply: &Reply) -> bool {
     match reply {
         Ok(bytes) => {
             bytes.first() == Some(&b'-')
-                && (bytes.starts_with(b"-MOVED ") || bytes.starts_with(b"-ASK "))
+                && (bytes.starts_with(b"-MOVED ")
+                    || bytes.starts_with(b"-ASK ")
+                    || bytes.starts_with(b"-LOADING"))
         }
         Err(e) => e.counts_against_server(),
     }
