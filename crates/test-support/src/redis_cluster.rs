@@ -59,6 +59,8 @@ pub struct ClusterNode {
 pub struct RedisCluster {
     /// The nodes, masters first in the order `redis-cli --cluster create` was given them.
     nodes: Vec<ClusterNode>,
+    /// The extra redis-server arguments every node was started with (a node added later gets them).
+    extra: Vec<String>,
     /// The nodes' directories (nodes.conf, logs), removed on drop after the nodes are killed (fields
     /// drop in order).
     _dir: TempDir,
@@ -95,10 +97,65 @@ impl RedisCluster {
         for _ in 0..count {
             nodes.push(start_node(&dir, extra)?);
         }
-        let mut cluster = RedisCluster { nodes, _dir: dir };
+        let extra = extra.iter().map(|s| (*s).to_owned()).collect();
+        let mut cluster = RedisCluster {
+            nodes,
+            extra,
+            _dir: dir,
+        };
         cluster.create(replicas_per_master);
         cluster.settle(masters, replicas_per_master);
         Some(cluster)
+    }
+
+    /// Starts one more node and joins it to the cluster as a master without slots (`redis-cli
+    /// --cluster add-node`), returning once every live node knows it; gives its address. Panics with
+    /// the logs when it does not join within 30 s.
+    pub fn add_master(&mut self) -> String {
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        let node = start_node(&self._dir, &extra).expect("redis-server started the others");
+        let addr = node.addr.clone();
+        let seed = self
+            .live()
+            .next()
+            .map(|n| n.addr.clone())
+            .expect("a live node");
+        self.nodes.push(node);
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "add-node", &addr, &seed])
+            .output()
+            .expect("redis-cli runs");
+        if !out.status.success() {
+            panic!(
+                "redis-cli --cluster add-node failed: {}{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                self.logs()
+            );
+        }
+        let deadline = Instant::now() + SETTLE;
+        let count = self.nodes.iter().filter(|n| !n.killed).count();
+        loop {
+            let known = self.live().all(|n| {
+                RespConn::connect(&n.addr)
+                    .and_then(|mut c| c.call_str(&["CLUSTER", "INFO"]))
+                    .ok()
+                    .and_then(|r| r.text())
+                    .is_some_and(|info| {
+                        info.lines()
+                            .any(|l| l.trim() == format!("cluster_known_nodes:{count}"))
+                    })
+            });
+            if known {
+                return addr;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{addr} did not join within {SETTLE:?}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Every node.

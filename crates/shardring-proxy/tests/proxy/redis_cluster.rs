@@ -550,3 +550,82 @@ async fn reads_go_to_replicas_by_choice_and_to_the_master_when_a_replica_fails()
     stop.cancel();
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_added_and_resharded_onto_under_load_costs_clients_nothing() {
+    let Some(mut cluster) = RedisCluster::start(3, 0) else {
+        return;
+    };
+    let (proxy, stop) = start(cluster_pool(&cluster, Duration::from_secs(2))).await;
+    let load_stop = CancellationToken::new();
+    let loads: Vec<_> = (0..3)
+        .map(|client| {
+            tokio::spawn(versioned_load(
+                proxy.addr.clone(),
+                client,
+                60,
+                load_stop.clone(),
+            ))
+        })
+        .collect();
+    let added = tokio::task::spawn_blocking(move || {
+        let addr = cluster.add_master();
+        (cluster, addr)
+    })
+    .await
+    .expect("the add-node thread");
+    let (cluster, added) = added;
+    // The proxy learns of the new master from its next read of the map.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !proxy.proxy.pools()[0]
+        .config()
+        .servers
+        .iter()
+        .any(|s| format!("{}:{}", s.host, s.port) == added)
+    {
+        assert!(Instant::now() < deadline, "the proxy never saw {added}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (seed, from_id, to_id) = (
+        cluster.nodes()[0].addr.clone(),
+        node_id(&cluster.nodes()[0].addr),
+        node_id(&added),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("redis-cli")
+            .args(["--cluster", "reshard", &seed, "--cluster-from", &from_id])
+            .args(["--cluster-to", &to_id, "--cluster-slots", "1500"])
+            .args(["--cluster-yes", "--cluster-pipeline", "20"])
+            .output()
+            .expect("redis-cli runs")
+    })
+    .await
+    .expect("the reshard thread");
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster reshard: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    load_stop.cancel();
+    let (mut requests, mut failures) = (0, Vec::new());
+    for load in loads {
+        let (r, f) = load.await.expect("a load task");
+        requests += r;
+        failures.extend(f);
+    }
+    let on_new = call(&added, &["DBSIZE"]);
+    eprintln!(
+        "a master added and 1500 slots resharded onto it under load: {requests} requests, {} failures; it holds {on_new:?} keys",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "failures: {:?}",
+        &failures[..failures.len().min(5)]
+    );
+    assert!(matches!(on_new, Reply::Integer(n) if n > 0), "{on_new:?}");
+    stop.cancel();
+    proxy.stop().await;
+}
