@@ -4,14 +4,14 @@
 //! Which node is asked: the pool's masters as last known, then the seeds (the file's servers),
 //! several at once; the answer that serves the most slots wins (during a failover a node that has
 //! not heard of it yet still names the dead master; a map that names the new one serves as many
-//! slots, and the next read settles it). A node that cannot answer costs its timeout, beside the
-//! others, not before them.
+//! slots, and the next read settles it). Once one node has answered, the others get 50 ms: a node
+//! that cannot answer (paused) costs that, not its timeout.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use shardring::compat::twemproxy::TwemproxyServer;
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +22,9 @@ use crate::pool::ServedPool;
 
 /// The least time between two reads of a map: a burst of redirections asks once.
 const MIN_GAP: Duration = Duration::from_millis(100);
+
+/// How long a read of the map waits for the other nodes' answers once one has given a map.
+const GRACE: Duration = Duration::from_millis(50);
 
 /// How many nodes one read asks at once.
 const ASKED_AT_ONCE: usize = 4;
@@ -120,14 +123,30 @@ async fn refresh(
     candidates.rotate_left(start);
     let mut last_error = String::from("no node to ask");
     for batch in candidates.chunks(ASKED_AT_ONCE) {
-        let answers = join_all(batch.iter().map(|a| access.slot_map(a))).await;
+        let mut asks: FuturesUnordered<_> = batch
+            .iter()
+            .map(|a| async move { (a, access.slot_map(a).await) })
+            .collect();
         let mut best: Option<ClusterMap> = None;
-        for (addr, answer) in batch.iter().zip(answers) {
+        // The answers as they come; once one gave a map, the others get a short grace, not their
+        // whole timeout (a paused node would hold every read of the map up by it).
+        let mut grace = None;
+        loop {
+            let next = match grace {
+                None => asks.next().await,
+                Some(until) => match tokio::time::timeout_at(until, asks.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            let Some((addr, answer)) = next else { break };
             match answer {
-                Ok(map) if map.served() > best.as_ref().map_or(0, ClusterMap::served) => {
-                    best = Some(map);
+                Ok(map) => {
+                    if map.served() > best.as_ref().map_or(0, ClusterMap::served) {
+                        best = Some(map);
+                    }
+                    grace.get_or_insert_with(|| tokio::time::Instant::now() + GRACE);
                 }
-                Ok(_) => {}
                 Err(e) => last_error = format!("{addr}: {e}"),
             }
         }

@@ -212,6 +212,27 @@ async fn a_slot_migrated_under_the_proxy_is_followed_by_ask_then_moved_and_no_cl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_costs_only_its_own_slots_until_its_replica_is_promoted() {
+    master_lost(Fault::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_master_costs_only_its_own_slots_until_its_replica_is_promoted() {
+    master_lost(Fault::Pause).await;
+}
+
+/// How a master is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// SIGKILL: its connections are refused at once.
+    Kill,
+    /// SIGSTOP: its connections stay open and nothing is answered (each request waits out the
+    /// pool's timeout).
+    Pause,
+}
+
+/// A master lost under a write load through the proxy: only its keys fail, until its replica is
+/// promoted and the proxy reads the new map; then every key reads back its last acknowledged value.
+async fn master_lost(fault: Fault) {
     // Live masters keep their slots served while one is down (the cluster's default would stop
     // serving every slot until the failover).
     let Some(mut cluster) =
@@ -228,7 +249,10 @@ async fn a_killed_master_costs_only_its_own_slots_until_its_replica_is_promoted(
     for k in &keys {
         assert_eq!(cmds(&mut c, &["SET", k, "0"]).await, "+OK\r\n");
     }
-    cluster.kill(&victim);
+    match fault {
+        Fault::Kill => cluster.kill(&victim),
+        Fault::Pause => cluster.pause(&victim),
+    }
     let killed = Instant::now();
     let (mut failed, mut served_after, mut last_failure) = (0u32, 0u32, None::<Duration>);
     let mut round = 0u64;
@@ -268,7 +292,7 @@ async fn a_killed_master_costs_only_its_own_slots_until_its_replica_is_promoted(
         );
     }
     eprintln!(
-        "failover: the killed master's keys failed for {:?} after the kill ({failed} requests), then were served",
+        "failover ({fault:?}): the lost master's keys failed for {:?} after the fault ({failed} requests), then were served",
         last_failure.unwrap_or_default()
     );
     // Every key holds the last value acknowledged.
