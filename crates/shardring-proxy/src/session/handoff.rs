@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 
-use super::pending::{Onward, Pending};
+use super::pending::Pending;
 use super::{poll_read, Session, Timing};
 use crate::backend::subscription::{Push, SubscriptionConnection, PUSH_QUEUE};
 use crate::backend::{Backend, ConnectionRoute, OwnConnection};
@@ -260,14 +260,20 @@ impl<P: Protocol> Handed<P> for Handoff<'_, '_, P> {
                 pool,
                 ..
             } = &mut **session;
+            if let Some((p, _)) = in_flight.front_mut() {
+                if p.is_onward() {
+                    p.go_on(replies, pool.current.load_full(), to);
+                }
+            }
             let can_read = rbuf.len() < decoder.max_buffer();
-            let onward = Onward { pool, to: &to };
             tokio::select! {
                 biased;
+                // `None`: the front was sent on, and is started again at the loop's top.
                 answer = poll_fn(|cx| match in_flight.front_mut() {
-                    Some((p, _)) => p.poll_answer(replies, &onward, cx),
+                    Some((p, _)) => p.poll_answer(replies, cx),
                     None => Poll::Pending,
                 }), if !in_flight.is_empty() => {
+                    let Some(answer) = answer else { continue };
                     if let Some((_, Some((i, since)))) = in_flight.pop_front() {
                         if let Some(c) = pool.shared.stats.commands.get(i) {
                             c.latency.observe(since.elapsed());

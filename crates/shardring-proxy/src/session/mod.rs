@@ -22,7 +22,7 @@ mod handoff;
 mod pending;
 
 use self::handoff::Handoff;
-use self::pending::{Onward, Pending};
+use self::pending::Pending;
 use crate::admission::Admitted;
 use crate::backend::{ConnectionRoute, ReplyQueue};
 use crate::buffers;
@@ -73,20 +73,12 @@ pub(crate) fn serve_client<P: Protocol>(
         replies: ReplyQueue::default(),
         state: P::ClientState::default(),
         lane: 0,
-        route: ConnectionRoute {
-            worker,
-            lane: 0,
-            client_id: 0,
-        },
         held: false,
         entering: None,
         // Worker and lane numbers are small (at most the workers and server connections configured).
         worker: u32::try_from(worker).unwrap_or(u32::MAX),
         _admitted: admitted,
     };
-    let mut session = session;
-    // The client id is drawn above; the route carries it.
-    session.route = session.connection_route();
     session.serve(drain)
 }
 
@@ -130,9 +122,6 @@ struct Session<P: Protocol> {
     state: P::ClientState,
     /// The set of server connections this client's requests take ([`Protocol::lane`]).
     lane: u32,
-    /// `worker`, `lane` and `client_id` as the backend takes them ([`Session::connection_route`]),
-    /// kept for where a forward's reply sends it on ([`Onward`]).
-    route: ConnectionRoute,
     /// The last request started is an exchange that later requests must not overtake
     /// ([`Protocol::in_order`]): nothing more is sent until the answers in flight are in.
     held: bool,
@@ -198,6 +187,12 @@ impl<P: Protocol> Session<P> {
             if self.rbuf.is_empty() && self.pending.is_empty() && self.rbuf.capacity() > 0 {
                 buffers::give(std::mem::take(&mut self.rbuf));
             }
+            // A forward whose reply sent it on (a cluster's redirection) starts again, as an
+            // exchange against the pool as it is now; it is always at the front (only the front is
+            // polled).
+            if self.pending.front().is_some_and(|(p, _)| p.is_onward()) {
+                self.go_on_front();
+            }
             let can_read = !closing
                 && self.pending.len() < MAX_PIPELINE
                 && self.rbuf.len() < self.decoder.max_buffer();
@@ -205,10 +200,11 @@ impl<P: Protocol> Session<P> {
             let out = {
                 let answer = tokio::select! {
                     biased;
+                    // `None`: the front was sent on, and is started again at the loop's top.
                     answer = poll_fn(|cx| match self.pending.front_mut() {
-                        Some((p, _)) => p.poll_answer(&self.replies, &Onward { pool: &self.pool, to: &self.route }, cx),
+                        Some((p, _)) => p.poll_answer(&self.replies, cx),
                         None => Poll::Pending,
-                    }), if !self.pending.is_empty() => Some(answer),
+                    }), if !self.pending.is_empty() => answer,
                     read = poll_fn(|cx| poll_read(&mut self.stream, &mut self.rbuf, cx)), if can_read => {
                         if read? == 0 {
                             closing = true;
@@ -250,7 +246,6 @@ impl<P: Protocol> Session<P> {
                     return Ok(false);
                 }
                 self.lane = u32::try_from(P::lane(&self.state)).unwrap_or(u32::MAX);
-                self.route = self.connection_route();
             }
             if self.held {
                 if !self.pending.is_empty() {
@@ -325,15 +320,8 @@ impl<P: Protocol> Session<P> {
         self.pop();
         let mut now = Context::from_waker(Waker::noop());
         let second = match self.pending.front_mut() {
-            Some((p, _)) => match p.poll_answer(
-                &self.replies,
-                &Onward {
-                    pool: &self.pool,
-                    to: &self.route,
-                },
-                &mut now,
-            ) {
-                Poll::Ready(a) => Some(a),
+            Some((p, _)) => match p.poll_answer(&self.replies, &mut now) {
+                Poll::Ready(a) => a,
                 Poll::Pending => None,
             },
             None => None,
@@ -358,11 +346,7 @@ impl<P: Protocol> Session<P> {
     fn write_ready(&mut self, out: &mut BytesMut) {
         let mut now = Context::from_waker(Waker::noop());
         while let Some((front, _)) = self.pending.front_mut() {
-            let onward = Onward {
-                pool: &self.pool,
-                to: &self.route,
-            };
-            let Poll::Ready(a) = front.poll_answer(&self.replies, &onward, &mut now) else {
+            let Poll::Ready(Some(a)) = front.poll_answer(&self.replies, &mut now) else {
                 break;
             };
             self.pop();
@@ -417,6 +401,16 @@ impl<P: Protocol> Session<P> {
             return version.protocol.plan(req, &mut self.state, &ctx);
         }
         version.protocol.plan(req, &mut self.state, &ctx)
+    }
+
+    /// Starts the front request again as an exchange ([`Pending::go_on`]).
+    #[cold]
+    fn go_on_front(&mut self) {
+        let to = self.connection_route();
+        let version = self.pool.current.load_full();
+        if let Some((p, _)) = self.pending.front_mut() {
+            p.go_on(&self.replies, version, to);
+        }
     }
 
     /// Which server connections this client's requests take now.

@@ -10,7 +10,6 @@ use std::task::{Context, Poll};
 use super::Session;
 use crate::backend::{Backend, ConnectionRoute, OwnConnection, ReplyQueue, ReplyTo};
 use crate::error::BackendError;
-use crate::pool::current::Pool;
 use crate::pool::version::PoolVersion;
 use crate::protocol::{
     Answer, FollowUp, Leave, PartReply, Phase, Placement, Protocol, Round, Step,
@@ -24,65 +23,75 @@ pub(super) enum Pending<P: Protocol> {
     Slot(u64, Option<P::Finish>),
     /// An exchange's answer, once its rounds are done.
     Joined(Pin<Box<dyn Future<Output = Answer> + Send>>),
-}
-
-/// Where a forward whose reply sends it on ([`Protocol::sends_on`]) continues: the pool (its
-/// version then), and the server connections the client's requests take.
-pub(super) struct Onward<'a, P: Protocol> {
-    /// The client's pool.
-    pub(super) pool: &'a Pool<P>,
-    /// The client's connections.
-    pub(super) to: &'a ConnectionRoute,
+    /// A forward whose reply sent it on ([`Protocol::sends_on`]): the exchange it becomes and that
+    /// reply, until the session starts it ([`Pending::go_on`]).
+    Onward(Box<(P::Exchange, crate::protocol::Reply)>),
 }
 
 impl<P: Protocol> Pending<P> {
-    /// The answer, once known; `replies` is the session's reply queue (for [`Pending::Slot`]), and
-    /// `onward` where a forward its reply sends on continues. Polled again after completing, it
-    /// answers nothing.
+    /// The answer, once known (`Some`); `replies` is the session's reply queue (for
+    /// [`Pending::Slot`]). Polled again after completing, it answers nothing. `None`: a forward
+    /// whose reply sent it on ([`Protocol::sends_on`]), now [`Pending::Onward`], which the session
+    /// starts again as an exchange ([`Pending::go_on`]) before it polls again.
     pub(super) fn poll_answer(
         &mut self,
         replies: &ReplyQueue,
-        onward: &Onward<'_, P>,
         cx: &mut Context<'_>,
-    ) -> Poll<Answer> {
+    ) -> Poll<Option<Answer>> {
         let (reply, finish) = match self {
-            Pending::Ready(a) => return Poll::Ready(a.take().unwrap_or(Answer::Nothing)),
-            Pending::Joined(f) => return f.as_mut().poll(cx),
-            Pending::Slot(_, None) => return Poll::Ready(Answer::Nothing),
+            Pending::Ready(a) => return Poll::Ready(Some(a.take().unwrap_or(Answer::Nothing))),
+            Pending::Joined(f) => return f.as_mut().poll(cx).map(Some),
+            Pending::Slot(_, None) => return Poll::Ready(Some(Answer::Nothing)),
+            Pending::Onward(_) => return Poll::Ready(None),
             Pending::Slot(number, finish) => match replies.poll_take(*number, cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(reply) => (reply, finish),
             },
         };
         let Some(finish) = finish.take() else {
-            return Poll::Ready(Answer::Nothing);
+            return Poll::Ready(Some(Answer::Nothing));
         };
         if P::sends_on(&finish, &reply) {
-            return self.go_on(finish, reply, replies, onward, cx);
+            return Poll::Ready(self.sent_on(finish, reply));
         }
-        Poll::Ready(P::finish(finish, reply))
+        Poll::Ready(Some(P::finish(finish, reply)))
     }
 
-    /// A forward whose reply sent it on ([`Protocol::sends_on`]): it continues as an exchange
-    /// against the pool's version now, whose first round's reply is `reply`. Out of line: rare.
+    /// A forward whose reply sent it on: kept as [`Pending::Onward`] for the session to start
+    /// again (`None`), or answered when the protocol has no exchange for it. Out of line: rare.
     #[cold]
     #[inline(never)]
-    fn go_on(
+    fn sent_on(&mut self, finish: P::Finish, reply: crate::protocol::Reply) -> Option<Answer> {
+        match P::go_on(finish) {
+            Ok(exchange) => {
+                *self = Pending::Onward(Box::new((*exchange, reply)));
+                None
+            }
+            Err(finish) => Some(P::finish(finish, reply)),
+        }
+    }
+
+    /// Whether this is a forward its reply sent on, waiting for [`Pending::go_on`].
+    #[inline(always)]
+    pub(super) fn is_onward(&self) -> bool {
+        matches!(self, Pending::Onward(_))
+    }
+
+    /// A forward its reply sent on, started again as an exchange against `version` (the pool's
+    /// now) on the connections `to`, its first round's reply the one that sent it on.
+    #[cold]
+    pub(super) fn go_on(
         &mut self,
-        finish: P::Finish,
-        reply: crate::protocol::Reply,
         replies: &ReplyQueue,
-        onward: &Onward<'_, P>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Answer> {
-        let exchange = match P::go_on(finish) {
-            Ok(exchange) => *exchange,
-            Err(finish) => return Poll::Ready(P::finish(finish, reply)),
+        version: Arc<PoolVersion<P>>,
+        to: ConnectionRoute,
+    ) {
+        let Pending::Onward(boxed) = std::mem::replace(self, Pending::Ready(None)) else {
+            return;
         };
-        let version = onward.pool.current.load_full();
+        let (exchange, reply) = *boxed;
         let first = First::Replied(exchange, reply);
-        *self = Pending::Joined(joined(replies.clone(), version, *onward.to, first));
-        self.poll_answer(replies, onward, cx)
+        *self = Pending::Joined(joined(replies.clone(), version, to, first));
     }
 }
 
