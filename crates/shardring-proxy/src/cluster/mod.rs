@@ -8,7 +8,7 @@
 //! - A request sent by a stale map is redirected by its node (`-MOVED slot host:port`, or `-ASK`
 //!   while the slot migrates); the Redis protocol follows it (`protocol/redis/features/cluster.rs`):
 //!   the client never sees a redirection, and a `MOVED` asks this module for a new map
-//!   ([`ClusterSignal::stale`]).
+//!   (`ClusterSignal::stale`).
 //!
 //! Every master's slot map is a placement like any other to the rest of the proxy: multi-key
 //! commands split by it (by slot, which a cluster needs), `SCAN`/`DBSIZE`/`KEYS` span its masters,
