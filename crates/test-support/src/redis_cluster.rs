@@ -61,6 +61,9 @@ pub struct RedisCluster {
     nodes: Vec<ClusterNode>,
     /// The extra redis-server arguments every node was started with (a node added later gets them).
     extra: Vec<String>,
+    /// The nodes' password, when `extra` sets one (`--requirepass`): every question to a node, and
+    /// redis-cli, authenticate with it.
+    password: Option<String>,
     /// The nodes' directories (nodes.conf, logs), removed on drop after the nodes are killed (fields
     /// drop in order).
     _dir: TempDir,
@@ -97,10 +100,16 @@ impl RedisCluster {
         for _ in 0..count {
             nodes.push(start_node(&dir, extra)?);
         }
+        let password = extra
+            .iter()
+            .position(|a| *a == "--requirepass")
+            .and_then(|i| extra.get(i + 1))
+            .map(|p| (*p).to_owned());
         let extra = extra.iter().map(|s| (*s).to_owned()).collect();
         let mut cluster = RedisCluster {
             nodes,
             extra,
+            password,
             _dir: dir,
         };
         cluster.create(replicas_per_master);
@@ -123,6 +132,7 @@ impl RedisCluster {
         self.nodes.push(node);
         let out = Command::new("redis-cli")
             .args(["--cluster", "add-node", &addr, &seed])
+            .args(self.cli_auth())
             .output()
             .expect("redis-cli runs");
         if !out.status.success() {
@@ -137,7 +147,7 @@ impl RedisCluster {
         let count = self.nodes.iter().filter(|n| !n.killed).count();
         loop {
             let known = self.live().all(|n| {
-                RespConn::connect(&n.addr)
+                self.conn(&n.addr)
                     .and_then(|mut c| c.call_str(&["CLUSTER", "INFO"]))
                     .ok()
                     .and_then(|r| r.text())
@@ -156,6 +166,30 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The nodes' password (`--requirepass` among the extra arguments), if any.
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// A connection to the node at `addr`, authenticated when the nodes have a password.
+    fn conn(&self, addr: &str) -> std::io::Result<RespConn> {
+        let mut c = RespConn::connect(addr)?;
+        if let Some(password) = &self.password {
+            if let Reply::Error(e) = c.call_str(&["AUTH", password])? {
+                return Err(std::io::Error::other(format!("AUTH at {addr}: {e}")));
+            }
+        }
+        Ok(c)
+    }
+
+    /// redis-cli's arguments for the nodes' password (`-a PASSWORD`), if any.
+    fn cli_auth(&self) -> Vec<String> {
+        self.password
+            .iter()
+            .flat_map(|p| ["-a".to_owned(), p.clone(), "--no-auth-warning".to_owned()])
+            .collect()
     }
 
     /// Every node.
@@ -204,7 +238,8 @@ impl RedisCluster {
     /// [`RedisCluster::master_of_slot`] for each slot would ask 16384. `None` when no live node answers.
     pub fn slot_map(&self) -> Option<Vec<Option<String>>> {
         self.live().find_map(|n| {
-            let reply = RespConn::connect(&n.addr)
+            let reply = self
+                .conn(&n.addr)
                 .and_then(|mut c| c.call_str(&["CLUSTER", "SLOTS"]))
                 .ok()?;
             slot_map(&reply)
@@ -217,7 +252,8 @@ impl RedisCluster {
         if self.node(addr).killed || self.node(addr).paused {
             return None;
         }
-        let reply = RespConn::connect(addr)
+        let reply = self
+            .conn(addr)
             .and_then(|mut c| c.call_str(&["ROLE"]))
             .ok()?;
         match reply {
@@ -263,6 +299,7 @@ impl RedisCluster {
                 &replicas_per_master.to_string(),
                 "--cluster-yes",
             ])
+            .args(self.cli_auth())
             .output()
             .expect("redis-cli runs (it answered --version)");
         if !out.status.success() {
@@ -292,12 +329,20 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(100));
         }
         let mut replicas = 0;
-        for node in &mut self.nodes {
-            let reply = RespConn::connect(&node.addr).and_then(|mut c| c.call_str(&["ROLE"]));
-            let role = match reply.ok().as_ref() {
-                Some(Reply::Array(items)) => items.first().and_then(Reply::text),
-                _ => None,
-            };
+        let roles: Vec<Option<String>> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let reply = self
+                    .conn(&node.addr)
+                    .and_then(|mut c| c.call_str(&["ROLE"]));
+                match reply.ok().as_ref() {
+                    Some(Reply::Array(items)) => items.first().and_then(Reply::text),
+                    _ => None,
+                }
+            })
+            .collect();
+        for (node, role) in self.nodes.iter_mut().zip(roles) {
             node.role = if role.as_deref() == Some("slave") {
                 replicas += 1;
                 Role::Replica
@@ -315,7 +360,8 @@ impl RedisCluster {
     /// What keeps the cluster from being whole, or `None` when it is.
     fn not_settled(&self, count: usize) -> Option<String> {
         for node in &self.nodes {
-            let info = match RespConn::connect(&node.addr)
+            let info = match self
+                .conn(&node.addr)
                 .and_then(|mut c| c.call_str(&["CLUSTER", "INFO"]))
             {
                 Ok(reply) => reply.text().unwrap_or_default(),
@@ -330,7 +376,8 @@ impl RedisCluster {
                     return Some(format!("{} has no {want}", node.addr));
                 }
             }
-            let replication = RespConn::connect(&node.addr)
+            let replication = self
+                .conn(&node.addr)
                 .and_then(|mut c| c.call_str(&["INFO", "replication"]))
                 .ok()
                 .and_then(|r| r.text())

@@ -104,27 +104,30 @@ enum First<P: Protocol> {
 }
 
 /// An exchange's answer, once its rounds are done: its rounds sent on `to` of `version`, each
-/// part's reply in a slot of `replies`.
+/// part's reply in a slot of `replies`; the first round sent before this returns.
 fn joined<P: Protocol>(
     replies: ReplyQueue,
     version: Arc<PoolVersion<P>>,
     to: ConnectionRoute,
     first: First<P>,
 ) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
-    Box::pin(async move {
-        let (mut sent, mut exchange) = match first {
-            First::Round(round) => send_round(&replies, &version, to, round),
-            First::Replied(exchange, reply) => {
-                let replies_in = vec![PartReply { reply, server: "" }];
-                match version.protocol.advance(exchange, replies_in) {
-                    Phase::Done { answer, follow_ups } => {
-                        send_follow_ups(&version, to, follow_ups);
-                        return answer;
-                    }
-                    Phase::Again(round) => send_round(&replies, &version, to, round),
+    // The first round goes now, not when the answer is first polled: in the client's request
+    // order, before the requests planned after it (a dual write's `noreply` before the `get` that
+    // follows it).
+    let (mut sent, mut exchange) = match first {
+        First::Round(round) => send_round(&replies, &version, to, round),
+        First::Replied(exchange, reply) => {
+            let replies_in = vec![PartReply { reply, server: "" }];
+            match version.protocol.advance(exchange, replies_in) {
+                Phase::Done { answer, follow_ups } => {
+                    send_follow_ups(&version, to, follow_ups);
+                    return Box::pin(std::future::ready(answer));
                 }
+                Phase::Again(round) => send_round(&replies, &version, to, round),
             }
-        };
+        }
+    };
+    Box::pin(async move {
         loop {
             // Each part's reply in turn: the next move needs them all.
             let mut replies_in = Vec::with_capacity(sent.len());

@@ -653,3 +653,36 @@ async fn a_master_added_and_resharded_onto_under_load_costs_clients_nothing() {
     stop.cancel();
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_a_password_is_served_with_the_pools_redis_auth() {
+    let Some(cluster) =
+        RedisCluster::start_with(3, 1, &["--requirepass", "s3cret", "--masterauth", "s3cret"])
+    else {
+        return;
+    };
+    let mut pool = cluster_pool(&cluster, Duration::from_secs(2));
+    if let Some(r) = pool.redis_mut() {
+        r.auth = Some("s3cret".into());
+    }
+    let (proxy, stop) = start(pool).await;
+    assert_eq!(
+        proxy.proxy.pools()[0].config().servers.len(),
+        3,
+        "the map read with the password"
+    );
+    let mut c = proxy.client().await;
+    assert!(cmds(&mut c, &["GET", "a"]).await.starts_with("-NOAUTH"));
+    assert_eq!(cmds(&mut c, &["AUTH", "s3cret"]).await, "+OK\r\n");
+    for i in 0..50 {
+        let k = format!("auth:{i}");
+        assert_eq!(cmds(&mut c, &["SET", &k, "v"]).await, "+OK\r\n", "{k}");
+    }
+    let mut args: Vec<String> = vec!["MGET".into()];
+    args.extend((0..50).map(|i| format!("auth:{i}")));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(cmds(&mut c, &refs).await.starts_with("*50\r\n$1\r\nv\r\n"));
+    assert_eq!(cluster.password(), Some("s3cret"));
+    stop.cancel();
+    proxy.stop().await;
+}
