@@ -88,6 +88,9 @@ fn redirecting(step: Step<Redis>, reads: Option<&Redirects>) -> Step<Redis> {
                 finish: Finish::Cluster(Box::new(one)),
             }
         }
+        // No master for the key's slot (no map read yet, or the slot unassigned): Redis Cluster's
+        // own word, which cluster clients know to retry.
+        Step::Forward { server: None, .. } => Step::Answer(Answer::fixed(cluster::SLOT_NOT_SERVED)),
         Step::Exchange(mut round) => {
             let reads = reads.filter(|_| matches!(round.exchange, RedisMerge::Values { .. }));
             let mut fallbacks = vec![None; round.parts.len()];

@@ -25,6 +25,11 @@ use crate::protocol::{PartReply, Reply};
 /// between two nodes that disagree must end).
 pub(crate) const MAX_HOPS: u8 = 5;
 
+/// The answer for a key whose slot has no master in the proxy's map (none read yet, or the slot
+/// unassigned): Redis Cluster's own error, with why.
+pub(crate) const SLOT_NOT_SERVED: &[u8] =
+    b"-CLUSTERDOWN Hash slot not served (the proxy's slot map has no master for it)\r\n";
+
 /// `ASKING`, sent before a request redirected by `-ASK`.
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 
