@@ -197,18 +197,6 @@ impl SlotTable {
             .filter(|&&o| o != SlotTable::NONE)
             .count()
     }
-
-    /// This table's slots with their server indices renumbered: server `i` becomes `to[i]`
-    /// (`None`: unserved). Replicas are not carried over.
-    pub fn renumbered(&self, to: &[Option<usize>]) -> SlotTable {
-        let mut out = SlotTable::default();
-        for (slot, &o) in self.owners.iter().enumerate() {
-            if let Some(Some(n)) = to.get(usize::from(o)) {
-                out.assign(slot, slot, *n);
-            }
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -231,9 +219,5 @@ mod tests {
         assert_eq!(t.owner(SLOTS - 1), Some(1));
         assert_eq!(t.owner(SLOTS), None);
         assert_eq!(t.served(), SLOTS);
-        let r = t.renumbered(&[Some(3), None, Some(0)]);
-        assert_eq!(r.owner(0), Some(3));
-        assert_eq!(r.owner(10000), None);
-        assert_eq!(r.owner(5461), Some(0));
     }
 }

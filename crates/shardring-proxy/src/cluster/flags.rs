@@ -50,7 +50,7 @@ impl ApplyToPools for ClusterFlags {
             let seeds: Vec<String> = pool
                 .servers
                 .iter()
-                .map(|s| format!("{}:{}", s.host, s.port))
+                .map(shardring::compat::twemproxy::TwemproxyServer::address)
                 .collect();
             let on = switched_on(&self.redis_cluster, &name);
             match &mut pool.protocol {

@@ -110,7 +110,7 @@ async fn refresh(
     let mut candidates: Vec<String> = config
         .servers
         .iter()
-        .map(|s| format!("{}:{}", s.host, s.port))
+        .map(TwemproxyServer::address)
         .collect();
     for s in &cluster.seeds {
         if !candidates.contains(s) {
@@ -127,7 +127,7 @@ async fn refresh(
             .iter()
             .map(|a| async move { (a, access.slot_map(a).await) })
             .collect();
-        let mut best: Option<ClusterMap> = None;
+        let mut best: Option<(ClusterMap, usize)> = None;
         // The answers as they come; once one gave a map, the others get a short grace, not their
         // whole timeout (a paused node would hold every read of the map up by it).
         let mut grace = None;
@@ -142,24 +142,25 @@ async fn refresh(
             let Some((addr, answer)) = next else { break };
             match answer {
                 Ok(map) => {
-                    if map.served() > best.as_ref().map_or(0, ClusterMap::served) {
-                        best = Some(map);
+                    let served = map.served();
+                    if served > best.as_ref().map_or(0, |(_, s)| *s) {
+                        best = Some((map, served));
                     }
                     grace.get_or_insert_with(|| tokio::time::Instant::now() + GRACE);
                 }
                 Err(e) => last_error = format!("{addr}: {e}"),
             }
         }
-        if let Some(map) = best {
-            apply(pool, &map, followers);
+        if let Some((map, served)) = best {
+            apply(pool, &map, served, followers);
             return Ok(());
         }
     }
     Err(last_error)
 }
 
-/// Reloads `pool` with `map` when it differs from what the pool runs.
-fn apply(pool: &dyn ServedPool, map: &ClusterMap, followers: &ClusterFollowers) {
+/// Reloads `pool` with `map` (which serves `served` slots) when it differs from what the pool runs.
+fn apply(pool: &dyn ServedPool, map: &ClusterMap, served: usize, followers: &ClusterFollowers) {
     let mut config = pool.config();
     if let Ok(mut maps) = followers.maps.lock() {
         maps.insert(config.name.clone(), map.clone());
@@ -167,7 +168,6 @@ fn apply(pool: &dyn ServedPool, map: &ClusterMap, followers: &ClusterFollowers) 
     if !with_map(&mut config, map) {
         return;
     }
-    let served = map.served();
     match pool.reload(config.clone()) {
         Ok(()) => {
             pool.cluster_signal().changed();

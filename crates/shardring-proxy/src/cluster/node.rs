@@ -9,6 +9,7 @@ use shardring_resp::{ReplyLimits, ReplyReader, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::map::{self, ClusterMap};
+use crate::protocol::redis::Request;
 use crate::sentinel::{Connect, SentinelStream};
 
 /// The reader's limits for a slot map: a thousand-node cluster's `CLUSTER SHARDS` is some hundreds
@@ -88,13 +89,8 @@ async fn exchange(
     buf: &mut BytesMut,
     args: &[&str],
 ) -> Result<Value, String> {
-    let mut out = Vec::new();
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
     stream
-        .write_all(&out)
+        .write_all(&Request::from_args(args).frame)
         .await
         .map_err(|e| format!("lost: {e}"))?;
     let mut reader = ReplyReader::new(LIMITS);

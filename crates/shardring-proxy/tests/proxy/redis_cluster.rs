@@ -359,6 +359,48 @@ async fn versioned_load(
     (requests, failures)
 }
 
+/// `redis-cli --cluster reshard` of `slots` slots from node id `from` to node id `to`, through the
+/// node at `seed`, on a blocking thread; panics with redis-cli's output when it fails.
+async fn reshard(seed: &str, from: &str, to: &str, slots: usize) {
+    let (seed, from, to, slots) = (
+        seed.to_owned(),
+        from.to_owned(),
+        to.to_owned(),
+        slots.to_string(),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("redis-cli")
+            .args(["--cluster", "reshard", &seed, "--cluster-from", &from])
+            .args(["--cluster-to", &to, "--cluster-slots", &slots])
+            .args(["--cluster-yes", "--cluster-pipeline", "20"])
+            .output()
+            .expect("redis-cli runs")
+    })
+    .await
+    .expect("the reshard thread");
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster reshard: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Stops the [`versioned_load`] tasks and sums what they saw: requests made, failures' texts.
+async fn finish_loads(
+    stop: CancellationToken,
+    loads: Vec<tokio::task::JoinHandle<(u64, Vec<String>)>>,
+) -> (u64, Vec<String>) {
+    stop.cancel();
+    let (mut requests, mut failures) = (0, Vec::new());
+    for load in loads {
+        let (r, f) = load.await.expect("a load task");
+        requests += r;
+        failures.extend(f);
+    }
+    (requests, failures)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cli_resharding_under_load_shows_clients_no_redirection_no_stale_value_and_no_error()
 {
@@ -383,32 +425,10 @@ async fn redis_cli_resharding_under_load_shows_clients_no_redirection_no_stale_v
     let ids: Vec<String> = nodes.iter().map(|a| node_id(a)).collect();
     let redirections_before = proxy.proxy.pools()[0].cluster_signal().redirections();
     for (from, to) in [(0, 1), (1, 2)] {
-        let (seed, from_id, to_id) = (nodes[0].clone(), ids[from].clone(), ids[to].clone());
-        let out = tokio::task::spawn_blocking(move || {
-            std::process::Command::new("redis-cli")
-                .args(["--cluster", "reshard", &seed, "--cluster-from", &from_id])
-                .args(["--cluster-to", &to_id, "--cluster-slots", "1000"])
-                .args(["--cluster-yes", "--cluster-pipeline", "20"])
-                .output()
-                .expect("redis-cli runs")
-        })
-        .await
-        .expect("the reshard thread");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster reshard: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        reshard(&nodes[0], &ids[from], &ids[to], 1000).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    load_stop.cancel();
-    let (mut requests, mut failures) = (0, Vec::new());
-    for load in loads {
-        let (r, f) = load.await.expect("a load task");
-        requests += r;
-        failures.extend(f);
-    }
+    let (requests, failures) = finish_loads(load_stop, loads).await;
     let redirections = proxy.proxy.pools()[0].cluster_signal().redirections() - redirections_before;
     eprintln!(
         "resharding 2000 slots under load: {requests} requests, {} failures, {redirections} redirections followed",
@@ -610,35 +630,10 @@ async fn a_master_added_and_resharded_onto_under_load_costs_clients_nothing() {
         assert!(Instant::now() < deadline, "the proxy never saw {added}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (seed, from_id, to_id) = (
-        cluster.nodes()[0].addr.clone(),
-        node_id(&cluster.nodes()[0].addr),
-        node_id(&added),
-    );
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("redis-cli")
-            .args(["--cluster", "reshard", &seed, "--cluster-from", &from_id])
-            .args(["--cluster-to", &to_id, "--cluster-slots", "1500"])
-            .args(["--cluster-yes", "--cluster-pipeline", "20"])
-            .output()
-            .expect("redis-cli runs")
-    })
-    .await
-    .expect("the reshard thread");
-    assert!(
-        out.status.success(),
-        "redis-cli --cluster reshard: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let seed = cluster.nodes()[0].addr.clone();
+    reshard(&seed, &node_id(&seed), &node_id(&added), 1500).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    load_stop.cancel();
-    let (mut requests, mut failures) = (0, Vec::new());
-    for load in loads {
-        let (r, f) = load.await.expect("a load task");
-        requests += r;
-        failures.extend(f);
-    }
+    let (requests, failures) = finish_loads(load_stop, loads).await;
     let on_new = call(&added, &["DBSIZE"]);
     eprintln!(
         "a master added and 1500 slots resharded onto it under load: {requests} requests, {} failures; it holds {on_new:?} keys",

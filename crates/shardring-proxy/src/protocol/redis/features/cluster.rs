@@ -19,6 +19,7 @@ use crate::cluster::ClusterSignal;
 use crate::config::{PoolConfig, ReadPolicy, SlotTable};
 use crate::error::BackendError;
 use crate::protocol::{PartReply, Reply};
+use shardring::compat::twemproxy::TwemproxyServer;
 
 /// How many times one request is redirected before its redirection is answered as an error (a
 /// cluster in the middle of a reshard redirects once, twice when a map is very stale; a loop
@@ -36,8 +37,9 @@ const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// A cluster pool's masters by address, and its follower's signal.
 #[derive(Debug, Clone)]
 pub(crate) struct Redirects {
-    /// Each server's index in the pool (masters, then replicas), by `host:port`.
-    masters: HashMap<String, usize>,
+    /// Each server's index in the pool (masters, then replicas), by its address
+    /// ([`TwemproxyServer::address`]: `host:port`, `[v6]:port`).
+    servers: HashMap<String, usize>,
     /// Each server's `host:port`, by index.
     addrs: Vec<String>,
     /// Told of every redirection followed; a `MOVED` asks it for a new map.
@@ -58,9 +60,9 @@ impl Redirects {
         let addrs: Vec<String> = config
             .servers
             .iter()
-            .map(|s| format!("{}:{}", s.host, s.port))
+            .map(TwemproxyServer::address)
             .collect();
-        let masters = addrs
+        let servers = addrs
             .iter()
             .enumerate()
             .map(|(i, a)| (a.clone(), i))
@@ -68,7 +70,7 @@ impl Redirects {
         Some(Redirects {
             table: cluster.slots.clone(),
             reads: cluster.reads,
-            masters,
+            servers,
             addrs,
             signal: Arc::clone(signal?),
         })
@@ -224,15 +226,22 @@ impl Sent {
             "" => redirects.addrs.get(self.server).map_or("", String::as_str),
             from => from,
         };
-        let addr = match redirect.host {
-            "" => format!(
-                "{}:{}",
-                crate::backend::stream::host_of(from),
-                redirect.port
-            ),
-            host => format!("{host}:{}", redirect.port),
+        let host = match redirect.host {
+            "" => crate::backend::stream::host_of(from),
+            host => host,
         };
-        let Some(&server) = redirects.masters.get(&addr) else {
+        // Spelled as the pool's servers are (an IPv6 host bracketed; Redis sends it bare).
+        let addr = TwemproxyServer {
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port: redirect.port,
+            weight: 1,
+            name: None,
+        }
+        .address();
+        let Some(&server) = redirects.servers.get(&addr) else {
             redirects.signal.stale();
             return Err(BackendError::Redirected {
                 reason: format!(
