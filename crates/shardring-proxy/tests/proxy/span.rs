@@ -237,9 +237,9 @@ async fn span_a_cursor_of_another_server_list_or_past_the_pools_servers_is_refus
     let keys: Vec<String> = (0..3000).map(|i| format!("k{i}")).collect();
     load(&mut c, &keys).await;
     let cursor = cursor_under_way(&mut c).await;
-    let check = cursor & 0xff;
+    let check = cursor & 0xffff;
     // Three servers take two bits: index 3 names none.
-    let past = (3 << 8) | check;
+    let past = (3 << 16) | check;
     assert_eq!(
         cmds(&mut c, &["SCAN", &past.to_string()]).await,
         "-ERR invalid cursor\r\n"

@@ -10,8 +10,8 @@
 //! - The index takes as few bits as the pool's server count needs (none for one server, 2 for
 //!   three or four), and the server's cursor sits above it. Redis's cursors are below its hash
 //!   table's size, so the proxy's stay small too: a 4-server pool of a million keys a server gives
-//!   cursors under 2³¹, which clients that keep a cursor in a double (JavaScript) or a signed
-//!   64-bit integer keep exactly.
+//!   cursors under 2³⁹, and tables up to 2³⁴ buckets under 2⁵³, which clients that keep a cursor in
+//!   a double (JavaScript) or a signed 64-bit integer keep exactly.
 //! - The low [`CHECK_BITS`] are a digest of the pool's server addresses and `redis_db`
 //!   ([`SpanScope::membership`](crate::protocol::redis::settings::SpanScope)). A cursor carries
 //!   every bit of the scan's state, so any proxy with the same server list continues it, and the
@@ -28,7 +28,7 @@
 //! move between servers and the index in an older cursor may name another server, or none: no
 //! continuation could keep the promise. The check bits see the change, and the cursor is refused
 //! with `-ERR invalid cursor: …start again from cursor 0`. A change whose digest happens to agree in
-//! its low [`CHECK_BITS`] bits (one in 256) goes unnoticed: the scan then continues on whichever
+//! its low [`CHECK_BITS`] bits (one in 65,536) goes unnoticed: the scan then continues on whichever
 //! server the index names, and may miss or repeat keys. Ejections and returns of servers change no
 //! index and no digest: a scan whose server is down fails with that server's error, and the same
 //! cursor works again once it is back. A Sentinel failover keeps the file's server list, and so the
@@ -36,9 +36,10 @@
 //! does not describe: a scan across a failover may miss keys of that server, as a scan of one Redis
 //! across a failover may.
 
-/// How many low bits of a cursor check the pool's server list: 256 times larger cursors, for 255 in
-/// 256 server-list changes caught.
-pub(crate) const CHECK_BITS: u32 = 8;
+/// How many low bits of a cursor check the pool's server list: 65,536 times larger cursors, for all
+/// but one in 65,536 server-list changes caught (8 bits missed one in 256: too often for a scan
+/// that then silently misses keys).
+pub(crate) const CHECK_BITS: u32 = 16;
 
 /// Where a scan is: a server and that server's own cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +63,7 @@ pub(crate) enum CursorError {
 }
 
 /// A server's own cursor too large to carry with its index and check in 64 bits (Redis's cursors
-/// are below their hash table's size: this needs a table of 2⁵⁰ buckets and more).
+/// are below their hash table's size: this needs a table of 2⁴⁰ buckets or more even with 256 servers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("server cursor {cursor} does not fit the proxy's 64-bit cursor beside a server index")]
 pub(crate) struct TooLarge {
@@ -183,7 +184,7 @@ mod tests {
     #[test]
     fn an_index_past_the_pools_servers_is_invalid_and_another_membership_is_named() {
         // Three servers: two index bits, index 3 names no server.
-        let index_3 = (3u64 << CHECK_BITS) | (DIGEST & 0xff);
+        let index_3 = (3u64 << CHECK_BITS) | (DIGEST & 0xffff);
         assert_eq!(
             decode(index_3.to_string().as_bytes(), 3, DIGEST),
             Err(CursorError::Invalid)
@@ -202,7 +203,7 @@ mod tests {
 
     #[test]
     fn cursors_stay_small_for_small_tables() {
-        // Server 3 of 4 at Redis cursor 2^20 (a table of a million buckets): under 2^31.
+        // Server 3 of 4 at Redis cursor 2^20 (a table of a million buckets): under 2^39.
         let c = encode(
             Position {
                 server: 3,
@@ -212,7 +213,7 @@ mod tests {
             DIGEST,
         )
         .unwrap();
-        assert!(c < 1 << 31, "{c}");
+        assert!(c < 1 << 39, "{c}");
         // One server: no index bits.
         assert_eq!(
             encode(
@@ -223,7 +224,7 @@ mod tests {
                 1,
                 DIGEST
             ),
-            Ok(256 | (DIGEST & 0xff))
+            Ok((1 << 16) | (DIGEST & 0xffff))
         );
     }
 
@@ -231,12 +232,12 @@ mod tests {
     fn a_server_cursor_too_large_to_carry_is_refused_not_truncated() {
         let at = Position {
             server: 1,
-            cursor: u64::MAX >> 9,
+            cursor: u64::MAX >> 17,
         };
         assert_eq!(encode(at, 3, DIGEST), Err(TooLarge { cursor: at.cursor }));
         let fits = Position {
             server: 1,
-            cursor: u64::MAX >> 10,
+            cursor: u64::MAX >> 18,
         };
         let c = encode(fits, 3, DIGEST).unwrap();
         assert_eq!(decode(c.to_string().as_bytes(), 3, DIGEST), Ok(fits));
