@@ -763,3 +763,61 @@ fn a_cut_over_mark_that_does_not_match_the_files_is_refused_and_nothing_is_touch
         .collect();
     assert_eq!(before, after, "no file rewritten");
 }
+
+/// A change back over servers that kept the keys of an earlier change (4 → 3 without
+/// `--delete-moved`, then 3 → 4): the removed server still holds the old values of its keys, and
+/// the keys were written since through the 3-server pool. Before, the copy back added nothing over
+/// the leftovers (`NS`: "the target has a newer value") and the proxies served them after the
+/// second cut-over: values older than acknowledged ones.
+#[test]
+fn a_change_back_over_leftovers_of_an_earlier_change_serves_the_newest_values() {
+    let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
+    let all: Vec<&Memcached> = servers.iter().collect();
+    let fleet = Fleet::start(|l| yaml(l, &all), &[]);
+    let addr = fleet.addr(0);
+    let mut c = Mc::connect(&addr);
+    let keys: Vec<String> = (0..2000).map(|i| format!("back:{i}")).collect();
+    for k in &keys {
+        assert_eq!(
+            c.call(format!("set {k} 0 0 2\r\nv1\r\n").as_bytes()),
+            "STORED\r\n"
+        );
+    }
+    fleet.plan(&yaml(free_port(), &all[..3]));
+    let out = fleet.migrate(&[]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Written through the 3-server pool: server 3 keeps its v1s.
+    for k in &keys {
+        assert_eq!(
+            c.call(format!("set {k} 0 0 2\r\nv2\r\n").as_bytes()),
+            "STORED\r\n"
+        );
+    }
+    let mut left = Mc::connect(&servers[3].addr);
+    let leftovers = keys.iter().filter(|k| left.mg(k).is_some()).count();
+    assert!(leftovers > 100, "server 3 kept {leftovers} keys");
+    fleet.plan(&yaml(free_port(), &all));
+    let out = fleet.migrate(&[]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for p in 0..2 {
+        let mut c = Mc::connect(&fleet.addr(p));
+        let stale: Vec<&String> = keys
+            .iter()
+            .filter(|k| c.mg(k).map(|(v, _, _)| v) != Some(b"v2".to_vec()))
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "proxy {p}: {} keys not v2 after the change back (e.g. {:?}); server 3 had kept {leftovers}",
+            stale.len(),
+            &stale[..stale.len().min(3)]
+        );
+    }
+}

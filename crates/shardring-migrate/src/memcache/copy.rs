@@ -3,9 +3,14 @@
 //!
 //! Why each step is safe while the proxies dual-write every change of a moving key to both owners:
 //!
-//! - **Add, never set**: a target that already holds the key got it from a dual write (newer than
-//!   what we read) or from a previous run: `NS`, nothing written. This is also what makes a rerun
-//!   resume: it skips what is already there.
+//! - **Add, never set**: a target that already holds the key (`NS`, nothing written) got it from a
+//!   dual write, from a previous run, or from an earlier change that left it there (a run without
+//!   `--delete-moved`, or a server removed and later added back): its value is read and compared
+//!   with the source's. Equal, the key is skipped (what makes a rerun resume cheaply). Different,
+//!   the key is checked like a copy a dual write replaced (below): once the source stays unchanged
+//!   for a round, the source's value is set over the target's by CAS. Taking `NS` alone as "the
+//!   target is newer" kept a leftover of an earlier change, which the cut-over then served: a value
+//!   older than ones acknowledged since.
 //! - **The source's CAS read again after the add**: a change the dual write could not apply to the
 //!   target (an `append`/`incr` answered `NOT_STORED`/`NOT_FOUND` because the target had no copy yet)
 //!   shows as a new CAS on the source. The value is read again and set on the target *by CAS against
@@ -39,6 +44,10 @@ use super::conn::{Conn, Reply};
 /// How many times a batch's changed keys are copied again before they are given up as failed (a
 /// key rewritten faster than a round trip: its dual writes keep the target current anyway).
 const MAX_ROUNDS: usize = 20;
+
+/// How many times a key the target held at the add and no longer at the comparison is added
+/// again before it is counted failed (it comes and goes faster than a round trip).
+const ADD_ATTEMPTS: usize = 3;
 
 /// memcached reads an exptime above 30 days as a unix time, not as seconds from now.
 const MAX_RELATIVE_TTL: i64 = 30 * 24 * 3600;
@@ -225,34 +234,75 @@ impl<'j> Copier<'j> {
     }
 
     /// Adds the keys read to their targets (`ms <key> … ME c`, pipelined per target), after the job's
-    /// rate limit allows the batch: `NS` (the target has the key) is counted `skipped`, an error
-    /// (too large, out of memory) `failed`.
+    /// rate limit allows the batch. Where the target holds the key (`NS`) its value is read (`mg
+    /// <key> v c`): equal to the source's, the key is counted `skipped`; different, it is parked to
+    /// be checked as diverged (the source's value set over it once the source stays unchanged); gone
+    /// meanwhile, added again (up to [`ADD_ATTEMPTS`] times). An error (too large, out of memory) is
+    /// counted `failed`.
     ///
     /// # Errors
     /// When a target fails, times out or answers out of protocol.
     pub async fn write(&mut self, batch: ReadBatch) -> Result<WrittenBatch, MigrateError> {
         let bytes = batch.items.iter().map(|f| f.value.len() as u64).sum();
         self.acquire(batch.items.len() as u64, bytes).await;
-        let ops = batch.items.into_iter().map(Op::Add).collect();
         let mut stored = Vec::new();
-        for (op, reply) in self.on_targets(ops).await? {
-            let Op::Add(f) = op else { continue };
-            match (reply.status(), reply.flag::<u64>(b'c')) {
-                (b"HD", Some(cas)) => {
-                    Progress::add(&self.progress().bytes, f.value.len() as u64);
-                    stored.push(Stored {
+        let mut items = batch.items;
+        for _ in 0..ADD_ATTEMPTS {
+            let ops = items.into_iter().map(Op::Add).collect();
+            let mut held = Vec::new();
+            for (op, reply) in self.on_targets(ops).await? {
+                let Op::Add(f) = op else { continue };
+                match (reply.status(), reply.flag::<u64>(b'c')) {
+                    (b"HD", Some(cas)) => {
+                        Progress::add(&self.progress().bytes, f.value.len() as u64);
+                        stored.push(Stored {
+                            key: f.key,
+                            target: f.target,
+                            src_cas: f.cas,
+                            tgt_cas: cas,
+                            diverged: false,
+                            settles: Instant::now() + SETTLE,
+                            rounds: 0,
+                        });
+                    }
+                    (b"NS", _) => held.push(Op::Compare(f, 0)),
+                    _ => self.failed(self.target_name(f.target), &f.key, &reply),
+                }
+            }
+            items = Vec::new();
+            for (op, reply) in self.on_targets(held).await? {
+                let Op::Compare(f, _) = op else { continue };
+                match (reply.status(), reply.flag::<u64>(b'c'), &reply.value) {
+                    (b"VA", _, Some(v)) if *v == f.value => {
+                        Progress::add(&self.progress().skipped, 1);
+                    }
+                    // A dual write the source has not applied yet (its CAS changes, and the key
+                    // is copied again), or a leftover of an earlier change: checked as diverged.
+                    (b"VA", Some(cas), Some(_)) => stored.push(Stored {
                         key: f.key,
                         target: f.target,
                         src_cas: f.cas,
                         tgt_cas: cas,
-                        diverged: false,
+                        diverged: true,
                         settles: Instant::now() + SETTLE,
                         rounds: 0,
-                    });
+                    }),
+                    // Deleted or evicted from the target since the add: added again.
+                    (b"EN", _, _) => items.push(f),
+                    _ => self.failed(self.target_name(f.target), &f.key, &reply),
                 }
-                (b"NS", _) => Progress::add(&self.progress().skipped, 1),
-                _ => self.failed(self.target_name(f.target), &f.key, &reply),
             }
+            if items.is_empty() {
+                break;
+            }
+        }
+        for f in items {
+            tracing::warn!(
+                server = self.target_name(f.target),
+                key = %String::from_utf8_lossy(&f.key),
+                "the target held the key at each add and not at each comparison; not copied"
+            );
+            Progress::add(&self.progress().failed, 1);
         }
         Ok(WrittenBatch { stored })
     }
