@@ -18,10 +18,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use shardring_proxy::config::ProxyConfig;
+use shardring_proxy::config::{ConfigErrors, ProxyConfig};
 use shardring_proxy::flags::ProxyFlags;
 use shardring_proxy::{workers, RunOptions};
 
+use crate::cmd::migrate::mark::Mark;
 use crate::compat::{config_problems as config_error, load_config as load};
 use crate::daemon::{self, DaemonFlags, PidFile};
 use crate::logging::{self, LogFlags};
@@ -148,10 +149,14 @@ pub fn run(args: Args) -> Result<()> {
         .transpose()?;
     let reload = move || {
         let config = load(&config_path).and_then(|c| flags.apply(c))?;
-        match &next_path {
-            Some(path) => config.with_next(&load(path)?),
-            None => Ok(config),
+        let Some(path) = &next_path else {
+            return Ok(config);
+        };
+        let (config, notes) = next_applied(config, path)?;
+        for note in notes {
+            tracing::info!("{note}");
         }
+        Ok(config)
     };
     let result = runtime.block_on(async {
         // On the control runtime's thread (worker 0's with one worker), not a thread of its own.
@@ -172,9 +177,28 @@ fn with_next(config: ProxyConfig, path: Option<&Path>) -> Result<ProxyConfig> {
     let Some(path) = path else {
         return Ok(config);
     };
-    load(path)
-        .and_then(|next| config.with_next(&next))
-        .map_err(|e| config_error(path, &e))
+    let (config, notes) = next_applied(config, path).map_err(|e| config_error(path, &e))?;
+    for note in notes {
+        eprintln!("shardring: {note}");
+    }
+    Ok(config)
+}
+
+/// `config` with the next membership of the file at `path`, and the cut-over that file's marks
+/// record ([`Mark::apply`]: `shardring migrate` writes the next file before the proxies' own), read
+/// from one read of the file. With the lines to log.
+fn next_applied(
+    config: ProxyConfig,
+    path: &Path,
+) -> Result<(ProxyConfig, Vec<String>), ConfigErrors> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        let mut errors = ConfigErrors::default();
+        errors.push("", format!("cannot read {}: {e}", path.display()));
+        errors
+    })?;
+    let next = ProxyConfig::from_yaml(&text)?;
+    let (config, notes) = Mark::apply(config, &text);
+    Ok((config.with_next(&next)?, notes))
 }
 
 /// The nutcracker release whose command line, configuration, placement and stats this proxy keeps.

@@ -821,3 +821,113 @@ fn a_change_back_over_leftovers_of_an_earlier_change_serves_the_newest_values() 
         );
     }
 }
+
+/// Pool `alpha`'s `membership_current` and `membership_next` on stats port `stats`.
+fn memberships(stats: u16) -> (String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", stats)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut json = String::new();
+    s.read_to_string(&mut json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let field = |name: &str| v["alpha"][name].as_str().unwrap_or_default().to_owned();
+    (field("membership_current"), field("membership_next"))
+}
+
+/// Polls `stats` until the pool serves `(current, next)`; panics after 10 s.
+fn wait_memberships(stats: u16, want: &(String, String), what: &str) {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = memberships(stats);
+        if got == *want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{what}: serves {got:?}, not {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A proxy (re)started, or reloaded, in the window between `migrate`'s write of the `--to` file
+/// (the old servers as next, and the cut-over mark) and its write of the proxy's own file: both
+/// files then list the old servers. It takes the mark's servers, as the other proxies do once their
+/// files are written. Before, it served the old servers alone and dual-wrote no moving key, while
+/// the proxies that had switched read those keys from their new owners.
+#[test]
+fn a_proxy_started_between_the_cut_over_writes_serves_the_marked_servers() {
+    let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
+    let all: Vec<&Memcached> = servers.iter().collect();
+    let fleet = Fleet::start(|l| yaml(l, &all), &[]);
+    let (stat0, stat1) = (fleet.stats[0], fleet.stats[1]);
+    let unplanned = memberships(stat0);
+    assert_eq!(unplanned.0, unplanned.1);
+    fleet.plan(&yaml(free_port(), &all[..3]));
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let planned = loop {
+        let m = memberships(stat0);
+        if m.0 != m.1 {
+            break m;
+        }
+        assert!(std::time::Instant::now() < until, "never planned: {m:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (old, new) = planned.clone();
+    assert_eq!(old, unplanned.0);
+    // What `migrate`'s cut-over writes first: the next file with the old servers and the mark.
+    let three: Vec<String> = yaml(0, &all[..3])
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- ").map(str::to_owned))
+        .collect();
+    std::fs::write(
+        &fleet.next,
+        format!(
+            "# shardring migrate cut over: pool=alpha from={old} to={new} servers={}\n{}",
+            three.join(","),
+            yaml(free_port(), &all)
+        ),
+    )
+    .unwrap();
+    let swapped = (new.clone(), old.clone());
+    // A proxy that starts now, with its own file still listing the old servers.
+    let (listen, stat) = (free_port(), free_port());
+    let file = fleet.dir.path().join("late.yml");
+    std::fs::write(&file, yaml(listen, &all)).unwrap();
+    let log = fleet.dir.path().join("late.log");
+    let _late = Kill(
+        StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"))
+            .args(["proxy", "-s", &stat.to_string(), "-c"])
+            .arg(&file)
+            .arg("--next-config")
+            .arg(&fleet.next)
+            .arg("-o")
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(&format!("127.0.0.1:{stat}"));
+    assert_eq!(
+        memberships(stat),
+        swapped,
+        "the proxy started in the window"
+    );
+    // One that reloads now (its file unchanged): the same.
+    crate::support::signal("-HUP", &fleet.proxies[1].0.id().to_string());
+    wait_memberships(stat1, &swapped, "the proxy reloaded in the window");
+    let text = std::fs::read_to_string(fleet.dir.path().join("proxy1.log")).unwrap();
+    assert!(text.contains("marks a cut-over"), "{text}");
+    // A mark whose `from` is not the file's placement changes nothing.
+    std::fs::write(
+        &fleet.next,
+        format!(
+            "# shardring migrate cut over: pool=alpha from=0000 to={new} servers={}\n{}",
+            three.join(","),
+            yaml(free_port(), &all[..3])
+        ),
+    )
+    .unwrap();
+    crate::support::signal("-HUP", &fleet.proxies[1].0.id().to_string());
+    wait_memberships(stat1, &planned, "a mark from another placement");
+}

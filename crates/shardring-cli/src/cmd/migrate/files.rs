@@ -122,7 +122,8 @@ pub(super) fn change(
 /// a run stopped between the writes did not).
 ///
 /// The `--to` file goes first: until the proxies' files are written, it holds the only record of
-/// the new servers (in its mark).
+/// the new servers (in its mark), and a proxy that starts or reloads meanwhile takes them from there
+/// ([`Mark::apply`]): both files still list the old servers.
 ///
 /// # Errors
 /// When a file cannot be read, rewritten or replaced.

@@ -8,6 +8,11 @@
 //! copies the keys back and reverses the change. etcd keeps the same mark under the pool's prefix
 //! (`shardring_etcd::admin::cut_over_pending`); a file has no other place for it.
 //!
+//! Proxies read it too (`shardring proxy --next-config`: [`Mark::apply`]): a proxy that starts or
+//! reloads after the `--to` file was written and before its own file was (a restart in that
+//! window) would otherwise read the old servers in both files, serve them alone and write no
+//! moving key to its new owner, while proxies that switched read from there.
+//!
 //! The mark names the pool and the digests of both placements (what the rerun checks it against),
 //! and lists the new servers: the `--to` file is replaced before the proxies' files, so a run that
 //! stops between those writes leaves the new servers written nowhere else.
@@ -22,7 +27,7 @@ const PREFIX: &str = "# shardring migrate cut over: ";
 
 /// A cut-over of one pool, recorded in the `--to` file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Mark {
+pub(crate) struct Mark {
     /// The pool that was cut over (a file may hold several pools, each with its own change).
     pub pool: String,
     /// The digest of the placement the pool had before the cut-over.
@@ -91,6 +96,42 @@ impl Mark {
         }
         out.push_str(&Mark::without(text, &self.pool));
         out
+    }
+}
+
+impl Mark {
+    /// `config` with each pool whose `next_text` (the `--next-config` file's text) has a mark, and
+    /// whose own servers are still the ones that mark was cut over from, given the mark's servers:
+    /// the state every proxy is in once its own file is rewritten. With the lines that say so, for
+    /// the log. A pool whose servers are neither (a file edited since) is left as its file says,
+    /// and a mark that does not parse is ignored: `shardring migrate` refuses both.
+    pub fn apply(
+        mut config: shardring_config::ProxyConfig,
+        next_text: &str,
+    ) -> (shardring_config::ProxyConfig, Vec<String>) {
+        let mut notes = Vec::new();
+        for pool in &mut config.pools {
+            let mark = match Mark::find(next_text, &pool.name) {
+                Ok(Some(mark)) => mark,
+                Ok(None) => continue,
+                Err(e) => {
+                    notes.push(format!(
+                        "pool {}: the next file's {e:#}: ignored",
+                        pool.name
+                    ));
+                    continue;
+                }
+            };
+            if pool.placement_spec().digest() == mark.from {
+                notes.push(format!(
+                    "pool {}: the next file marks a cut-over from placement {} (this file's) to {}: \
+                     serving the marked servers until this file is rewritten",
+                    pool.name, mark.from, mark.to
+                ));
+                pool.servers = mark.servers;
+            }
+        }
+        (config, notes)
     }
 }
 

@@ -20,7 +20,7 @@
 
 mod etcd;
 mod files;
-mod mark;
+pub(crate) mod mark;
 mod plan;
 mod priority;
 mod progress;
