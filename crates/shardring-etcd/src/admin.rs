@@ -451,14 +451,65 @@ fn swap_ops(ops: &mut Vec<TxnOp>, from: &[Member], to: &[Member], key_of: impl F
 /// # Errors
 /// [`EtcdError`] when etcd cannot be reached.
 pub async fn drop_next(source: &EtcdSource) -> Result<i64, EtcdError> {
+    drop_next_recording(source, None).await
+}
+
+/// [`drop_next`], recording in the same transaction that the change's moved keys are still to be
+/// deleted from their old servers: `record` (the migration's own text) is kept under the pool's
+/// `delete-moved` key until [`clear_pending_deletion`], so a deletion that fails is not forgotten
+/// with the next membership.
+///
+/// # Errors
+/// [`EtcdError`] when etcd cannot be reached.
+pub async fn drop_next_pending_deletion(
+    source: &EtcdSource,
+    record: &str,
+) -> Result<i64, EtcdError> {
+    drop_next_recording(source, Some(record)).await
+}
+
+async fn drop_next_recording(source: &EtcdSource, record: Option<&str>) -> Result<i64, EtcdError> {
     let mut client = source.connect().await?;
     let keys = source.keys();
     let prefix = keys.next_prefix().to_string();
-    let txn = Txn::new().and_then([
+    let mut ops = vec![
         TxnOp::delete(prefix.as_str(), Some(DeleteOptions::new().with_prefix())),
         TxnOp::delete(keys.cut_over_key(), None),
-    ]);
-    let r = timed(source, format!("delete {prefix}"), client.txn(txn)).await?;
+    ];
+    if let Some(record) = record {
+        ops.push(TxnOp::put(keys.delete_moved_key(), record, None));
+    }
+    let r = timed(
+        source,
+        format!("delete {prefix}"),
+        client.txn(Txn::new().and_then(ops)),
+    )
+    .await?;
+    Ok(revision_of(r.header()))
+}
+
+/// The record [`drop_next_pending_deletion`] left, while the deletion it stands for is not done.
+///
+/// # Errors
+/// [`EtcdError`] when etcd cannot be reached.
+pub async fn pending_deletion(source: &EtcdSource) -> Result<Option<String>, EtcdError> {
+    let mut client = source.connect().await?;
+    let key = source.keys().delete_moved_key();
+    let read = timed(source, format!("get {key}"), client.get(key, None)).await?;
+    Ok(read
+        .kvs()
+        .first()
+        .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+}
+
+/// Removes the record of a pending deletion (done, or given up for a new change).
+///
+/// # Errors
+/// [`EtcdError`] when etcd cannot be reached.
+pub async fn clear_pending_deletion(source: &EtcdSource) -> Result<i64, EtcdError> {
+    let mut client = source.connect().await?;
+    let key = source.keys().delete_moved_key();
+    let r = timed(source, format!("delete {key}"), client.delete(key, None)).await?;
     Ok(revision_of(r.header()))
 }
 

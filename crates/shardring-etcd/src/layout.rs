@@ -84,6 +84,9 @@ pub struct PoolKeys {
     /// The key that says a cut-over was made and its change not finished: `next/` holds the
     /// membership that was current before it.
     cut_over: String,
+    /// The key that says the moved keys of a finished change are still to be deleted from their
+    /// old servers (`shardring migrate --delete-moved` did not finish).
+    delete_moved: String,
 }
 
 /// Which of a pool's member sets a key belongs to.
@@ -114,6 +117,7 @@ impl PoolKeys {
             proxies: format!("{base}proxies/"),
             roster: format!("{base}roster/"),
             cut_over: format!("{base}cut-over"),
+            delete_moved: format!("{base}delete-moved"),
             pool: base,
         }
     }
@@ -159,6 +163,13 @@ impl PoolKeys {
     /// membership dropped), so that a migration that stopped in between is resumed, not reversed.
     pub fn cut_over_key(&self) -> &str {
         &self.cut_over
+    }
+
+    /// `<prefix><pool>/delete-moved`: present from the end of a change whose moved keys are to be
+    /// deleted from their old servers until they are, so that a deletion that failed is done again
+    /// by a rerun. Its value is the migration's own record of the change (opaque here).
+    pub fn delete_moved_key(&self) -> &str {
+        &self.delete_moved
     }
 
     /// The roster key of the participant `id`.

@@ -524,3 +524,32 @@ async fn the_roster_outlives_a_lapsed_lease_but_not_a_clean_stop() {
     assert!(admin::list_roster(&src).await.unwrap().is_empty());
     assert!(admin::forget_participant(&src, "dies").await.is_err());
 }
+
+/// A change's end that records a deletion still to do: `next/` and the cut-over mark go, the
+/// record stays (the proxies' watch sees no member under it) until cleared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_next_can_record_a_pending_deletion_that_outlives_it() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = Etcd::start();
+    let src = source(&etcd.url());
+    admin::publish(&src, &servers(0..3)).await.unwrap();
+    admin::publish_next(&src, &servers(0..2)).await.unwrap();
+    admin::cut_over(&src, None).await.unwrap();
+    assert!(admin::cut_over_pending(&src).await.unwrap().is_some());
+    assert_eq!(admin::pending_deletion(&src).await.unwrap(), None);
+    admin::drop_next_pending_deletion(&src, "the record\n")
+        .await
+        .unwrap();
+    let (current, next) = admin::read_planned(&src).await.unwrap();
+    assert_eq!(names(&current), names_of(&servers(0..2)));
+    assert!(next.is_none());
+    assert_eq!(admin::cut_over_pending(&src).await.unwrap(), None);
+    assert_eq!(
+        admin::pending_deletion(&src).await.unwrap().as_deref(),
+        Some("the record\n")
+    );
+    admin::clear_pending_deletion(&src).await.unwrap();
+    assert_eq!(admin::pending_deletion(&src).await.unwrap(), None);
+}

@@ -931,3 +931,170 @@ fn a_proxy_started_between_the_cut_over_writes_serves_the_marked_servers() {
     crate::support::signal("-HUP", &fleet.proxies[1].0.id().to_string());
     wait_memberships(stat1, &planned, "a mark from another placement");
 }
+
+/// `--delete-moved` whose deletion fails (the removed server paused from the cut-over on: the
+/// deletion times out on it) after the change itself is done and `next` dropped: the run exits
+/// non-zero saying so, the `--to` file keeps a mark of the deletion, and a rerun of the same
+/// command (the server back) deletes the moved keys and removes the mark. Before, the rerun found
+/// no change to make and the keys stayed.
+#[test]
+fn a_failed_delete_moved_is_done_by_a_rerun() {
+    let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
+    let all: Vec<&Memcached> = servers.iter().collect();
+    let fleet = Fleet::start(|l| yaml(l, &all), &[]);
+    let mut c = Mc::connect(&fleet.addr(0));
+    let keys: Vec<String> = (0..1000).map(|i| format!("del:{i}")).collect();
+    for k in &keys {
+        assert_eq!(
+            c.call(format!("set {k} 0 0 1\r\nv\r\n").as_bytes()),
+            "STORED\r\n"
+        );
+    }
+    let mut left = Mc::connect(&servers[3].addr);
+    let on_left = |m: &mut Mc| keys.iter().filter(|k| m.mg(k).is_some()).count();
+    let before = on_left(&mut left);
+    let spread: Vec<usize> = servers
+        .iter()
+        .map(|s| on_left(&mut Mc::connect(&s.addr)))
+        .collect();
+    assert!(before > 20, "server 3 holds {before}: {spread:?}");
+    fleet.plan(&yaml(free_port(), &all[..3]));
+    let first = crate::cut_off_load::watch_migrate(
+        &mut fleet.migrate_command(&["--delete-moved"]),
+        |line| {
+            if line.contains("cut over in the files") {
+                servers[3].pause();
+            }
+        },
+    );
+    servers[3].resume();
+    assert!(!first.status.success(), "{}", first.stderr);
+    assert!(
+        first
+            .stderr
+            .contains("a rerun of the same command deletes them"),
+        "{}",
+        first.stderr
+    );
+    let next = std::fs::read_to_string(&fleet.next).unwrap();
+    assert!(
+        next.starts_with("# shardring migrate deleting moved keys: pool=alpha "),
+        "{next}"
+    );
+    assert_eq!(on_left(&mut left), before, "the first run deleted nothing");
+    // At once after the server resumes, with every key just read on it (`on_left`): an LRU walk
+    // (`metadump all`) listed a part of them here and the rerun left the rest.
+    let second = fleet.migrate(&["--delete-moved"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    assert!(stderr.contains("deleting them"), "{stderr}");
+    assert_eq!(
+        on_left(&mut left),
+        0,
+        "{before} {spread:?} {stderr} {}",
+        String::from_utf8_lossy(&second.stdout)
+    );
+    let next = std::fs::read_to_string(&fleet.next).unwrap();
+    assert!(!next.contains("# shardring migrate"), "{next}");
+    assert!(
+        String::from_utf8_lossy(&second.stdout).contains(&format!("deleted {before} moved keys")),
+        "{before} {spread:?}: {}\n{stderr}",
+        String::from_utf8_lossy(&second.stdout)
+    );
+
+    // Nothing more to do: a third run says there is no change.
+    let third = fleet.migrate(&["--delete-moved"]).output().unwrap();
+    assert!(!third.status.success());
+    // Every key still reads through the proxies.
+    for p in 0..2 {
+        let mut c = Mc::connect(&fleet.addr(p));
+        assert!(keys.iter().all(|k| c.mg(k).is_some()), "proxy {p}");
+    }
+}
+
+/// [`a_failed_delete_moved_is_done_by_a_rerun`] with etcd: the record is etcd's `delete-moved`
+/// key, written with the drop of `next/`.
+#[test]
+fn with_etcd_a_failed_delete_moved_is_done_by_a_rerun() {
+    if !test_support::etcd_available() {
+        return;
+    }
+    let etcd = test_support::Etcd::start();
+    let url = etcd.url();
+    let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
+    let all: Vec<&Memcached> = servers.iter().collect();
+    let dir = test_support::TempDir::new("migrate-etcd-delete");
+    let publish = |servers: &[&Memcached], extra: &[&str]| {
+        let path = dir.path().join("members.yml");
+        std::fs::write(&path, yaml(free_port(), servers)).unwrap();
+        shardring()
+            .args(["members", "--etcd", &url, "--pool", "alpha", "-c"])
+            .arg(&path)
+            .arg("publish")
+            .args(extra)
+            .assert()
+            .success();
+    };
+    publish(&all, &[]);
+    let fleet = Fleet::start(|l| yaml(l, &all), &["--etcd", &url]);
+    let mut c = Mc::connect(&fleet.addr(0));
+    let keys: Vec<String> = (0..1000).map(|i| format!("del:{i}")).collect();
+    for k in &keys {
+        assert_eq!(
+            c.call(format!("set {k} 0 0 1\r\nv\r\n").as_bytes()),
+            "STORED\r\n"
+        );
+    }
+    let mut left = Mc::connect(&servers[3].addr);
+    let on_left = |m: &mut Mc| keys.iter().filter(|k| m.mg(k).is_some()).count();
+    let before = on_left(&mut left);
+    assert!(before > 20, "server 3 holds {before}");
+    publish(&all[..3], &["--next"]);
+    let migrate = || {
+        let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"));
+        cmd.args([
+            "migrate",
+            "--etcd",
+            &url,
+            "--pool",
+            "alpha",
+            "--confirm-timeout",
+            "20",
+            "--nice",
+            "0",
+            "--delete-moved",
+            "-c",
+        ])
+        .arg(&fleet.files[0]);
+        cmd
+    };
+    let first = crate::cut_off_load::watch_migrate(&mut migrate(), |line| {
+        if line.contains("cut over in etcd") {
+            servers[3].pause();
+        }
+    });
+    servers[3].resume();
+    assert!(!first.status.success(), "{}", first.stderr);
+    assert!(
+        first
+            .stderr
+            .contains("a rerun of the same command deletes them"),
+        "{}",
+        first.stderr
+    );
+    assert_eq!(on_left(&mut left), before, "the first run deleted nothing");
+    let second = crate::cut_off_load::watch_migrate(&mut migrate(), |_| {});
+    assert!(second.status.success(), "{}", second.stderr);
+    assert!(second.stderr.contains("deleting them"), "{}", second.stderr);
+    assert_eq!(on_left(&mut left), 0);
+    let third = crate::cut_off_load::watch_migrate(&mut migrate(), |_| {});
+    assert!(
+        third.stderr.contains("has no next membership"),
+        "{}",
+        third.stderr
+    );
+    for p in 0..2 {
+        let mut c = Mc::connect(&fleet.addr(p));
+        assert!(keys.iter().all(|k| c.mg(k).is_some()), "proxy {p}");
+    }
+}

@@ -95,7 +95,14 @@ impl Fleet {
 
     /// `shardring migrate` for this fleet, with `extra` flags.
     pub fn migrate(&self, extra: &[&str]) -> assert_cmd::Command {
-        let mut cmd = shardring();
+        let mut cmd = assert_cmd::Command::from_std(self.migrate_command(extra));
+        cmd.timeout(Duration::from_secs(300));
+        cmd
+    }
+
+    /// [`Fleet::migrate`] as a plain command (to read its output as it runs).
+    pub fn migrate_command(&self, extra: &[&str]) -> StdCommand {
+        let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"));
         cmd.arg("migrate");
         for f in &self.files {
             cmd.arg("-c").arg(f);
@@ -114,7 +121,7 @@ impl Fleet {
             "--nice",
             "0",
         ]);
-        cmd.args(extra).timeout(Duration::from_secs(300));
+        cmd.args(extra);
         cmd
     }
 }

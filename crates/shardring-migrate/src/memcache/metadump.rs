@@ -1,4 +1,4 @@
-//! The source's keys, from `lru_crawler metadump all`: one line per item,
+//! The source's keys, from `lru_crawler metadump hash` (or `all`: [`Walk`]): one line per item,
 //! `key=<url-encoded key> exp=<unix time or -1> la=<..> cas=<..> fetch=<yes|no> cls=<n> size=<n>`,
 //! each ending in a bare `\n`, then `END\r\n`.
 //!
@@ -22,6 +22,28 @@ const BUSY_WAIT: Duration = Duration::from_secs(60);
 
 /// How often the crawler is asked again while busy.
 const BUSY_RETRY: Duration = Duration::from_millis(200);
+
+/// How the crawler walks the items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// `lru_crawler metadump hash` (memcached 1.6.9 and later): the hash table, bucket by bucket.
+    /// An item present for the whole walk is listed however often it is read meanwhile.
+    Hash,
+    /// `lru_crawler metadump all`: each LRU from its tail, for servers that refuse `hash`. It misses
+    /// items the LRU maintainer moves between LRUs while it walks, which a read sets off: right
+    /// after a read of each of 1000 keys (and again a second later), a dump of memcached 1.6.18
+    /// listed none of them, and a dump 200 ms later all 1000.
+    Lru,
+}
+
+impl Walk {
+    fn command(self) -> &'static [u8] {
+        match self {
+            Walk::Hash => b"lru_crawler metadump hash\r\n",
+            Walk::Lru => b"lru_crawler metadump all\r\n",
+        }
+    }
+}
 
 /// One item of the dump.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,11 +151,13 @@ pub(crate) struct Dump {
 }
 
 impl Dump {
-    /// Starts a dump of every slab class, asking again while the crawler is busy (up to a minute).
-    pub async fn start(conn: &mut Conn) -> Result<Dump, MigrateError> {
+    /// Starts a dump of every item, walking as `walk` says (a server that refuses the hash walk
+    /// turns it to [`Walk::Lru`], for this dump and the caller's next), asking again while the
+    /// crawler is busy (up to a minute).
+    pub async fn start(conn: &mut Conn, walk: &mut Walk) -> Result<Dump, MigrateError> {
         let deadline = Instant::now() + BUSY_WAIT;
         loop {
-            conn.send(b"lru_crawler metadump all\r\n").await?;
+            conn.send(walk.command()).await?;
             // The first line tells a dump from a refusal; malformed lines before it are skipped.
             loop {
                 let line = conn.read_line().await?;
@@ -151,6 +175,17 @@ impl Dump {
                         })
                     }
                     Line::Busy => break,
+                    // Older than 1.6.9: `hash` read as a slab class list (`BADCLASS …`).
+                    Line::Refused(reason) if *walk == Walk::Hash => {
+                        tracing::info!(
+                            server = conn.name(),
+                            reason,
+                            "the server has no hash walk (memcached before 1.6.9); dumping by LRU, \
+                             which can miss keys read during the dump (later passes find them)"
+                        );
+                        *walk = Walk::Lru;
+                        break;
+                    }
                     Line::Refused(reason) => {
                         return Err(MigrateError::Protocol {
                             server: conn.name().to_string(),

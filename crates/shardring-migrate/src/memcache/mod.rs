@@ -1,9 +1,10 @@
 //! The memcache engine (memcached 1.6, meta protocol).
 //!
-//! Keys are enumerated with `lru_crawler metadump all`, streamed: each batch of `job.batch` moving
-//! keys is copied while the rest of the dump waits. One dump under live load can miss an item (one
-//! being moved between LRUs as the crawler passes), so the dump is repeated until a pass finds no new
-//! moving key (at most [`MAX_PASSES`] passes; the keys already handled are remembered).
+//! Keys are enumerated with `lru_crawler metadump hash` (`all` on servers before 1.6.9: [`Walk`]),
+//! streamed: each batch of `job.batch` moving keys is copied while the rest of the dump waits. A
+//! dump under live load can still miss an item (an LRU walk misses items moved between LRUs as it
+//! passes; a hash walk, items moved while the table grows), so the dump is repeated until a pass
+//! finds no new moving key (at most [`MAX_PASSES`] passes; the keys already handled are remembered).
 //!
 //! A batch is read from the source with `mg`, added to its targets with `ms … ME` (never over a value
 //! a dual write put there), then the source's CAS is read again and what changed meanwhile is set
@@ -27,7 +28,7 @@ pub mod metadump;
 pub use copy::{Copier, ReadBatch, WrittenBatch};
 
 use conn::Conn;
-use metadump::Dump;
+use metadump::{Dump, Walk};
 
 /// The most dumps one job reads; a source still showing new moving keys after that (a workload
 /// writing new keys that move faster than a dump reads them) is logged and left to the dual writes.
@@ -49,7 +50,7 @@ pub async fn survey(job: &Job) -> Result<Survey, MigrateError> {
         moving: vec![0; job.targets.len()],
         moving_bytes: vec![0; job.targets.len()],
     };
-    let mut dump = Dump::start(&mut conn).await?;
+    let mut dump = Dump::start(&mut conn, &mut Walk::Hash).await?;
     while let Some(entry) = dump.next(&mut conn).await? {
         survey.keys += 1;
         if let Some(t) = (job.route)(&entry.key) {
@@ -141,16 +142,19 @@ pub async fn delete_moved(job: &Job) -> Result<Report, MigrateError> {
     Ok(job.progress.report())
 }
 
-/// Batches of moving keys in flight from the dump task to the copy: enough to keep both busy.
-const FEED_DEPTH: usize = 4;
-
 /// A moving key, its target's index and its item size.
 type Batch = Vec<(Vec<u8>, usize, u64)>;
 
 /// [`Moving`] run by a task of its own, so reading and parsing the dump overlaps with the copy's
 /// round trips instead of adding to them. Aborted when dropped.
+///
+/// The dump is read as fast as the server sends it, the batches queued without bound: a hash walk
+/// holds a lock of the server's hash table while its client does not read, and the source's reads
+/// of the copy (another connection) then wait for it. With a bounded queue the copy, waiting on
+/// such a read, stopped reading the dump: memcached 1.6.18 stalled until the copy's timeout. The
+/// queue holds moving keys only, which [`Moving`] keeps anyway to skip them in later passes.
 struct Feed {
-    rx: mpsc::Receiver<Result<Batch, MigrateError>>,
+    rx: mpsc::UnboundedReceiver<Result<Batch, MigrateError>>,
     task: JoinHandle<()>,
     /// The source's name, for errors.
     source: String,
@@ -160,7 +164,7 @@ impl Feed {
     /// Connects (so an unreachable source fails here) and starts the task.
     async fn start(job: &Job) -> Result<Feed, MigrateError> {
         let mut moving = Moving::connect(job.clone()).await?;
-        let (tx, rx) = mpsc::channel(FEED_DEPTH);
+        let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
             loop {
                 let item = match moving.next_batch().await {
@@ -169,7 +173,7 @@ impl Feed {
                     Err(e) => Err(e),
                 };
                 let failed = item.is_err();
-                if tx.send(item).await.is_err() || failed {
+                if tx.send(item).is_err() || failed {
                     return;
                 }
             }
@@ -216,6 +220,8 @@ struct Moving {
     new: usize,
     /// Every moving key handed out (so a later pass hands out only what earlier ones missed).
     handled: HashSet<Vec<u8>>,
+    /// How the dumps walk the items (the hash table unless the server refuses it).
+    walk: Walk,
 }
 
 impl Moving {
@@ -227,6 +233,7 @@ impl Moving {
             passes: 0,
             new: 0,
             handled: HashSet::new(),
+            walk: Walk::Hash,
         })
     }
 
@@ -253,7 +260,8 @@ impl Moving {
                     }
                     self.passes += 1;
                     self.new = 0;
-                    self.dump.insert(Dump::start(&mut self.conn).await?)
+                    self.dump
+                        .insert(Dump::start(&mut self.conn, &mut self.walk).await?)
                 }
             };
             let Some(entry) = dump.next(&mut self.conn).await? else {

@@ -6,8 +6,10 @@ use anyhow::{bail, Context, Result};
 use shardring_config::PoolConfig;
 use shardring_etcd::{admin, twemproxy_servers, EtcdSource};
 
+use super::mark::{Mark, Step};
 use super::plan::Change;
 use super::serving::Serving;
+use super::Stage;
 
 /// The etcd source of `pool` under `prefix` at `urls`.
 pub(super) fn source(urls: &str, prefix: &str, pool: &str) -> EtcdSource {
@@ -19,21 +21,39 @@ pub(super) fn source(urls: &str, prefix: &str, pool: &str) -> EtcdSource {
 }
 
 /// The change from etcd's `servers/` to its `next/`, with `now`'s other settings (the file's), and
-/// whether it was already cut over: a migration stopped after the cut-over (a participant that
-/// did not follow) left the old membership under `next/` and the cut-over mark; that change is
-/// resumed (the old membership is the change's `now`), never taken for one back to it.
+/// where a run begins: a migration stopped after the cut-over (a participant that did not follow)
+/// left the old membership under `next/` and the cut-over mark; that change is resumed (the old
+/// membership is the change's `now`), never taken for one back to it. With no `next/`, a deletion
+/// a finished change recorded (`delete-moved`) is the run: that change again, its keys deleted.
 ///
 /// # Errors
-/// When etcd cannot be read, or the pool has no next membership.
+/// When etcd cannot be read, or the pool has no next membership and no deletion to do.
 pub(super) async fn change(
     source: &EtcdSource,
     mut now: PoolConfig,
     all_keys: bool,
-) -> Result<(Change, bool)> {
+) -> Result<(Change, Stage)> {
     let (current, next) = admin::read_planned(source)
         .await
         .context("reading the pool's memberships from etcd")?;
+    let deleting = pending_deletion(source, &now).await?;
     let Some(next) = next else {
+        let current_servers = twemproxy_servers(current.members())?;
+        if let Some(mark) = deleting {
+            let mut old = now.clone();
+            old.servers = mark.servers.clone();
+            now.servers = current_servers;
+            let digest = |p: &PoolConfig| p.placement_spec().digest();
+            if digest(&old) == mark.from && digest(&now) == mark.to {
+                eprintln!(
+                    "shardring: pool {}'s change from {} to {} is done but its moved keys were not \
+                     all deleted from their old servers: deleting them",
+                    now.name, mark.from, mark.to
+                );
+                return Ok((Change::new(old, now, all_keys)?, Stage::Deleting));
+            }
+            give_up_deletion(source, &mark, "the pool's servers changed since").await?;
+        }
         bail!(
             "pool {} has no next membership under {} (publish one with `shardring members \
              --pool {} -c next.yml publish --next`)",
@@ -45,6 +65,17 @@ pub(super) async fn change(
     let cut_over = admin::cut_over_pending(source)
         .await
         .context("reading the pool's cut-over mark from etcd")?;
+    if let (Some(mark), None) = (&deleting, cut_over) {
+        eprintln!(
+            "shardring: warning: pool {}'s earlier change (from {} to {}) left moved keys on their \
+             old servers (--delete-moved was not finished); a new change is planned, so that \
+             deletion is given up at its cut-over (a copy onto such a server compares and replaces \
+             what it finds)",
+            now.name,
+            mark.from,
+            mark.to
+        );
+    }
     let (from, to) = match cut_over {
         Some(revision) => {
             eprintln!(
@@ -60,24 +91,78 @@ pub(super) async fn change(
     now.servers = twemproxy_servers(from.members())?;
     let mut then = now.clone();
     then.servers = twemproxy_servers(to.members())?;
-    Ok((Change::new(now, then, all_keys)?, cut_over.is_some()))
+    let stage = if cut_over.is_some() {
+        Stage::CutOver
+    } else {
+        Stage::Fresh
+    };
+    Ok((Change::new(now, then, all_keys)?, stage))
+}
+
+/// The deletion a finished change of `now`'s pool recorded, if any (a record that does not read
+/// is an error: guessing could delete keys that did not move).
+async fn pending_deletion(source: &EtcdSource, now: &PoolConfig) -> Result<Option<Mark>> {
+    let Some(text) = admin::pending_deletion(source)
+        .await
+        .context("reading the pool's pending deletion from etcd")?
+    else {
+        return Ok(None);
+    };
+    let key = source.keys().delete_moved_key();
+    match Mark::parse(&text) {
+        Some(Ok(mark)) if mark.step == Step::Deleting && mark.pool == now.name => Ok(Some(mark)),
+        _ => bail!(
+            "{key} holds {text:?}, not a deletion of pool {}'s moved keys: remove it (`etcdctl del \
+             {key}`) once you know what it is",
+            now.name
+        ),
+    }
+}
+
+/// Drops the record of a deletion that can no longer be done safely, saying so.
+async fn give_up_deletion(source: &EtcdSource, mark: &Mark, why: &str) -> Result<()> {
+    eprintln!(
+        "shardring: warning: pool {}'s moved keys of the change from {} to {} were not all deleted \
+         from their old servers; {why}, so that deletion is given up (the keys stay there; a copy \
+         onto such a server compares and replaces what it finds)",
+        mark.pool, mark.from, mark.to
+    );
+    admin::clear_pending_deletion(source)
+        .await
+        .context("removing the pool's pending deletion from etcd")?;
+    Ok(())
 }
 
 /// Makes next current and current next, in one transaction (refused if either changed since they
-/// were read).
+/// were read); a deletion an earlier change left pending is given up (a new change was planned).
 pub(super) async fn cut_over(source: &EtcdSource) -> Result<()> {
     let revision = admin::cut_over(source, None)
         .await
         .context("cutting over in etcd")?;
     eprintln!("shardring: cut over in etcd at revision {revision}");
+    admin::clear_pending_deletion(source)
+        .await
+        .context("removing an earlier change's pending deletion from etcd")?;
     Ok(())
 }
 
-/// Drops the next membership (the change is done: no more dual writes).
-pub(super) async fn drop_next(source: &EtcdSource) -> Result<()> {
-    admin::drop_next(source)
+/// Drops the next membership (the change is done: no more dual writes), recording the deletion of
+/// the moved keys still to do when `delete`.
+pub(super) async fn drop_next(source: &EtcdSource, change: &Change, delete: bool) -> Result<()> {
+    let dropped = if delete {
+        admin::drop_next_pending_deletion(source, &Mark::deleting(change).line()).await
+    } else {
+        admin::drop_next(source).await
+    };
+    dropped.context("dropping the next membership in etcd")?;
+    Ok(())
+}
+
+/// The moved keys are deleted: the record of the deletion goes.
+pub(super) async fn deleted(source: &EtcdSource) -> Result<()> {
+    admin::clear_pending_deletion(source)
         .await
-        .context("dropping the next membership in etcd")?;
+        .context("removing the pool's pending deletion from etcd")?;
     Ok(())
 }
 

@@ -14,8 +14,9 @@ use anyhow::{bail, Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
 use shardring_config::{PoolConfig, ProxyConfig};
 
-use super::mark::Mark;
+use super::mark::{Mark, Step};
 use super::plan::Change;
+use super::Stage;
 
 /// The change the files describe for `now`'s pool (`now`: the first of `configs`), and whether it
 /// was already cut over. Only the placement comes from the `--to` file (`to`): its servers, hash,
@@ -35,7 +36,7 @@ pub(super) fn change(
     to: &Path,
     now: PoolConfig,
     all_keys: bool,
-) -> Result<(Change, bool)> {
+) -> Result<(Change, Stage)> {
     let pool = now.name.clone();
     let text = std::fs::read_to_string(to).with_context(|| format!("reading {}", to.display()))?;
     let target = super::pool_in(to, Some(&pool))?;
@@ -53,16 +54,49 @@ pub(super) fn change(
             to.display()
         )
     })?;
-    let Some(mark) = mark else {
-        super::agree(configs, &now)?;
-        return Ok((Change::new(now, next, all_keys)?, false));
-    };
     let with = |base: &PoolConfig, servers: &[TwemproxyServer]| {
         let mut p = base.clone();
         p.servers = servers.to_vec();
         p
     };
     let digest = |p: &PoolConfig| p.placement_spec().digest();
+    let mark = match mark {
+        Some(m) if m.step == Step::Deleting => {
+            // A finished change whose moved keys are still to be deleted: the run, while the
+            // files still describe that change's end (nothing planned since).
+            let old = with(&now, &m.servers);
+            let ends_there = digest(&old) == m.from
+                && digest(&next) == m.to
+                && configs.iter().all(|path| {
+                    super::pool_in(path, Some(&pool)).is_ok_and(|p| digest(&p) == m.to)
+                });
+            if ends_there {
+                eprintln!(
+                    "shardring: pool {pool}'s change from {} to {} is done but its moved keys were \
+                     not all deleted from their old servers (marked in {}): deleting them",
+                    m.from,
+                    m.to,
+                    to.display()
+                );
+                return Ok((Change::new(old, next, all_keys)?, Stage::Deleting));
+            }
+            eprintln!(
+                "shardring: warning: pool {pool}'s earlier change (from {} to {}) left moved keys \
+                 on their old servers (--delete-moved was not finished, marked in {}); a new change \
+                 is planned, so that deletion is given up at its cut-over (a copy onto such a \
+                 server compares and replaces what it finds)",
+                m.from,
+                m.to,
+                to.display()
+            );
+            None
+        }
+        other => other,
+    };
+    let Some(mark) = mark else {
+        super::agree(configs, &now)?;
+        return Ok((Change::new(now, next, all_keys)?, Stage::Fresh));
+    };
     // The change the mark records: from the `--to` file's servers, to the mark's.
     let (old, new) = (with(&now, &target.servers), with(&next, &mark.servers));
     let mut problems = Vec::new();
@@ -112,7 +146,7 @@ pub(super) fn change(
         mark.to,
         to.display()
     );
-    Ok((Change::new(old, new, all_keys)?, true))
+    Ok((Change::new(old, new, all_keys)?, Stage::CutOver))
 }
 
 /// The cut-over: the `--to` file gets the old servers (the pool's next ones from now on: proxies
@@ -131,6 +165,7 @@ pub(super) fn cut_over(configs: &[PathBuf], to: &Path, change: &Change) -> Resul
     let pool = &change.now.name;
     let digest = |p: &PoolConfig| p.placement_spec().digest();
     let mark = Mark {
+        step: Step::CutOver,
         pool: pool.clone(),
         from: digest(&change.now),
         to: digest(&change.next),
@@ -161,14 +196,33 @@ pub(super) fn cut_over(configs: &[PathBuf], to: &Path, change: &Change) -> Resul
 }
 
 /// The end of the change: the `--to` file gets the new servers (the proxies' next membership is
-/// their current one: no more dual writes) and loses the mark, in one replacement.
+/// their current one: no more dual writes) and loses the cut-over mark, in one replacement; with
+/// `delete`, a mark of the deletion still to do takes its place.
 ///
 /// # Errors
 /// When the file cannot be read, rewritten or replaced.
-pub(super) fn drop_next(to: &Path, change: &Change) -> Result<()> {
+pub(super) fn drop_next(to: &Path, change: &Change, delete: bool) -> Result<()> {
     let pool = &change.now.name;
     let text = rewritten(to, pool, &change.next.servers)?;
-    install(to, &Mark::without(&text, pool))
+    let text = if delete {
+        Mark::deleting(change).put(&text)
+    } else {
+        Mark::without(&text, pool)
+    };
+    install(to, &text)
+}
+
+/// The moved keys are deleted: the `--to` file loses the mark of the deletion.
+///
+/// # Errors
+/// When the file cannot be read or replaced.
+pub(super) fn deleted(to: &Path, pool: &str) -> Result<()> {
+    let text = std::fs::read_to_string(to).with_context(|| format!("reading {}", to.display()))?;
+    let without = Mark::without(&text, pool);
+    if without != text {
+        install(to, &without)?;
+    }
+    Ok(())
 }
 
 /// The file at `path` with pool `pool`'s servers replaced by `servers`.

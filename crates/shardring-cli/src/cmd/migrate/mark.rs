@@ -22,28 +22,74 @@ use std::str::FromStr;
 use anyhow::{bail, Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
 
-/// What every mark line starts with.
+/// What a cut-over mark line starts with.
 const PREFIX: &str = "# shardring migrate cut over: ";
 
-/// A cut-over of one pool, recorded in the `--to` file.
+/// What a pending deletion's mark line starts with.
+const DELETING_PREFIX: &str = "# shardring migrate deleting moved keys: ";
+
+/// The step of a change a mark records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Cut over, the old membership not dropped yet: `servers` are the new ones.
+    CutOver,
+    /// Finished, the moved keys not yet deleted from their old servers (`--delete-moved` failed):
+    /// `servers` are the old ones. Written with the drop of the next membership, removed once the
+    /// deletion is done (or given up for a new change); etcd keeps the same line under the pool's
+    /// `delete-moved` key.
+    Deleting,
+}
+
+impl Step {
+    fn prefix(self) -> &'static str {
+        match self {
+            Step::CutOver => PREFIX,
+            Step::Deleting => DELETING_PREFIX,
+        }
+    }
+
+    /// The step a mark line records, and the rest of it.
+    fn of(line: &str) -> Option<(Step, &str)> {
+        [Step::CutOver, Step::Deleting]
+            .into_iter()
+            .find_map(|s| Some((s, line.trim_end().strip_prefix(s.prefix())?)))
+    }
+}
+
+/// A step of one pool's change, recorded in the `--to` file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Mark {
+    /// What it records.
+    pub step: Step,
     /// The pool that was cut over (a file may hold several pools, each with its own change).
     pub pool: String,
     /// The digest of the placement the pool had before the cut-over.
     pub from: String,
     /// The digest of the placement it has after.
     pub to: String,
-    /// The servers after (the `--to` file's own list is the old one until `next` is dropped).
+    /// The servers after the cut-over ([`Step::CutOver`]: the `--to` file's own list is the old one
+    /// until `next` is dropped), or before it ([`Step::Deleting`]: the ones to delete from).
     pub servers: Vec<TwemproxyServer>,
 }
 
 impl Mark {
+    /// The record of `change`'s moved keys still to be deleted from their old servers.
+    pub(super) fn deleting(change: &super::plan::Change) -> Mark {
+        Mark {
+            step: Step::Deleting,
+            pool: change.now.name.clone(),
+            from: change.now.placement_spec().digest(),
+            to: change.next.placement_spec().digest(),
+            servers: change.now.servers.clone(),
+        }
+    }
+
     /// The comment line, with its newline.
     pub fn line(&self) -> String {
         let servers: Vec<String> = self.servers.iter().map(ToString::to_string).collect();
         format!(
-            "{PREFIX}pool={} from={} to={} servers={}\n",
+            "{}pool={} from={} to={} servers={}\n",
+            self.step.prefix(),
             self.pool,
             self.from,
             self.to,
@@ -59,30 +105,38 @@ impl Mark {
     pub fn find(text: &str, pool: &str) -> Result<Option<Mark>> {
         let mut found = None;
         for line in text.lines() {
-            let Some(rest) = line.trim_end().strip_prefix(PREFIX) else {
+            let Some(mark) = Mark::parse(line) else {
                 continue;
             };
-            let mark = Mark::from_str(rest).with_context(|| format!("the mark {line:?}"))?;
+            let mark = mark.with_context(|| format!("the mark {line:?}"))?;
             if mark.pool != pool {
                 continue;
             }
             if found.is_some() {
-                bail!("two cut-over marks of pool {pool}");
+                bail!("two marks of pool {pool}");
             }
             found = Some(mark);
         }
         Ok(found)
     }
 
-    /// `text` with pool `pool`'s mark removed.
+    /// The mark `line` is, if it is one (`Some(Err)`: a mark line that does not parse).
+    pub fn parse(line: &str) -> Option<Result<Mark>> {
+        let (step, rest) = Step::of(line)?;
+        Some(rest.parse::<Fields>().map(|f| Mark {
+            step,
+            pool: f.pool,
+            from: f.from,
+            to: f.to,
+            servers: f.servers,
+        }))
+    }
+
+    /// `text` with pool `pool`'s marks (of any step) removed.
     pub fn without(text: &str, pool: &str) -> String {
         text.split_inclusive('\n')
             .filter(|line| {
-                let of_pool = line
-                    .trim_end()
-                    .strip_prefix(PREFIX)
-                    .and_then(|rest| Mark::from_str(rest).ok())
-                    .is_some_and(|m| m.pool == pool);
+                let of_pool = Mark::parse(line).is_some_and(|m| m.is_ok_and(|m| m.pool == pool));
                 !of_pool
             })
             .collect()
@@ -112,8 +166,8 @@ impl Mark {
         let mut notes = Vec::new();
         for pool in &mut config.pools {
             let mark = match Mark::find(next_text, &pool.name) {
-                Ok(Some(mark)) => mark,
-                Ok(None) => continue,
+                Ok(Some(mark)) if mark.step == Step::CutOver => mark,
+                Ok(_) => continue,
                 Err(e) => {
                     notes.push(format!(
                         "pool {}: the next file's {e:#}: ignored",
@@ -135,11 +189,19 @@ impl Mark {
     }
 }
 
-impl FromStr for Mark {
+/// A mark line's fields.
+struct Fields {
+    pool: String,
+    from: String,
+    to: String,
+    servers: Vec<TwemproxyServer>,
+}
+
+impl FromStr for Fields {
     type Err = anyhow::Error;
 
     /// `pool=P from=D to=D servers=S,S` (the line after its prefix), in that order.
-    fn from_str(rest: &str) -> Result<Mark> {
+    fn from_str(rest: &str) -> Result<Fields> {
         let mut words = rest.trim().splitn(4, ' ');
         let mut field = |name: &str| -> Result<String> {
             words
@@ -160,7 +222,7 @@ impl FromStr for Mark {
                     .map_err(|e| anyhow::anyhow!("server {s:?}: {e}"))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Mark {
+        Ok(Fields {
             pool,
             from,
             to,
@@ -175,6 +237,7 @@ mod tests {
 
     fn mark(pool: &str) -> Mark {
         Mark {
+            step: Step::CutOver,
             pool: pool.to_owned(),
             from: "aa11".to_owned(),
             to: "bb22".to_owned(),

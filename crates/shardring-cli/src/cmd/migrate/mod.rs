@@ -17,6 +17,9 @@
 //! owners, which a rerun skips. A run stopped after the cut-over (a proxy that could not be
 //! confirmed) leaves a mark (etcd's, or a comment line in the `--to` file: `mark.rs`), and a rerun
 //! resumes that change from the cut-over rather than taking the swapped files for a change back.
+//! With `--delete-moved`, the drop of the next membership records the deletion still to do (etcd's
+//! `delete-moved` key, or a mark): a deletion that fails (an old server unreachable) is done by a
+//! rerun, and given up (with a warning) if a new change is planned first.
 
 mod etcd;
 mod files;
@@ -208,19 +211,31 @@ fn agree(configs: &[PathBuf], now: &PoolConfig) -> Result<()> {
     Ok(())
 }
 
+/// Where a run of `migrate` begins, as the memberships and marks it finds say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// A change planned and not cut over: from the copy on.
+    Fresh,
+    /// A change cut over and not finished (a run stopped there): from the cut-over on.
+    CutOver,
+    /// A change finished whose moved keys are still to be deleted (`--delete-moved` failed): the
+    /// deletion only.
+    Deleting,
+}
+
 async fn migrate(args: Args) -> Result<()> {
     let now = pool_in(&args.config[0], args.pool.as_deref())?;
     let pool = now.name.clone();
-    let (change, proxies, resumed) = match (&args.etcd, &args.to) {
+    let (change, proxies, stage) = match (&args.etcd, &args.to) {
         (Some(urls), _) => {
             agree(&args.config, &now)?;
             let source = etcd::source(urls, &args.etcd_prefix, &pool);
-            let (change, resumed) = etcd::change(&source, now, args.all_keys).await?;
-            (change, Proxies::Etcd(Box::new(source)), resumed)
+            let (change, stage) = etcd::change(&source, now, args.all_keys).await?;
+            (change, Proxies::Etcd(Box::new(source)), stage)
         }
         (None, Some(to)) => {
-            let (change, resumed) = files::change(&args.config, to, now, args.all_keys)?;
-            (change, Proxies::Stats(args.proxies.clone()), resumed)
+            let (change, stage) = files::change(&args.config, to, now, args.all_keys)?;
+            (change, Proxies::Stats(args.proxies.clone()), stage)
         }
         (None, None) => bail!("--to FILE or --etcd URL says what the pool is next"),
     };
@@ -244,37 +259,18 @@ async fn migrate(args: Args) -> Result<()> {
     let digest = |p: &PoolConfig| p.placement_spec().digest();
     let (old, new) = (digest(&change.now), digest(&change.next));
     let known = [(old.as_str(), "old"), (new.as_str(), "new")];
-    if args.dry_run && resumed {
+    if args.dry_run && stage != Stage::Fresh {
         return Ok(());
     }
-    if !resumed && !copy(&args, &change, &jobs, &proxies, &known).await? {
+    if stage == Stage::Fresh && !copy(&args, &change, &jobs, &proxies, &known).await? {
         return Ok(());
     }
-    // The cut-over: next becomes current, and the old membership next.
-    let swapped = Serving::of(&change.next, &change.now);
+    // Deleting still pending after a finished change: a rerun must delete too.
+    let delete = args.delete_moved || stage == Stage::Deleting;
+    if stage != Stage::Deleting {
+        cut_over(&args, &change, &proxies, stage, &known, delete).await?;
+    }
     let done = Serving::of(&change.next, &change.next);
-    match &proxies {
-        Proxies::Etcd(source) => {
-            if !resumed {
-                etcd::cut_over(source).await?;
-            }
-            proxies
-                .wait_for(&pool, &swapped, &known, wait, "serve the next membership")
-                .await?;
-            etcd::drop_next(source).await?;
-        }
-        Proxies::Stats(_) => {
-            let to = args.to.as_deref().context("--to FILE")?;
-            // Resumed too: a run stopped between the files' writes left some unwritten.
-            files::cut_over(&args.config, to, &change)?;
-            reload(args.reload_command.as_deref())?;
-            proxies
-                .wait_for(&pool, &swapped, &known, wait, "serve the next membership")
-                .await?;
-            files::drop_next(to, &change)?;
-            reload(args.reload_command.as_deref())?;
-        }
-    }
     let n = proxies
         .wait_for(
             &pool,
@@ -288,7 +284,8 @@ async fn migrate(args: Args) -> Result<()> {
         "cut over: every {} ({n}) serves placement {new}; the old one is no longer written",
         proxies.noun()
     );
-    if args.delete_moved {
+    if delete {
+        eprintln!("shardring: deleting the moved keys from their old servers");
         let progress = Arc::new(Progress::default());
         let jobs: Vec<Job> = jobs
             .into_iter()
@@ -297,13 +294,64 @@ async fn migrate(args: Args) -> Result<()> {
                 j
             })
             .collect();
-        delete_all(&jobs, redis).await?;
+        delete_all(&jobs, redis).await.context(
+            "deleting the moved keys from their old servers (the change itself is done; a rerun \
+             of the same command deletes them)",
+        )?;
+        match &proxies {
+            Proxies::Etcd(source) => etcd::deleted(source).await?,
+            Proxies::Stats(_) => files::deleted(args.to.as_deref().context("--to FILE")?, &pool)?,
+        }
         let r = progress.report();
         println!(
-            "deleted {} moved keys ({}) from their old servers",
+            "deleted {} moved keys ({}) from their old servers ({} keys scanned, {} moving, {} gone \
+             meanwhile, {} failed)",
             r.copied,
-            plan::bytes(r.bytes)
+            plan::bytes(r.bytes),
+            r.scanned,
+            r.moving,
+            r.gone,
+            r.failed
         );
+    }
+    Ok(())
+}
+
+/// Step 4: next becomes current and the old membership next, every participant serves that, then
+/// next is dropped (recording the deletion still to do when `delete`). From the cut-over's write
+/// on, [`Stage::CutOver`] resumes it.
+async fn cut_over(
+    args: &Args,
+    change: &Change,
+    proxies: &Proxies,
+    stage: Stage,
+    known: &[(&str, &str)],
+    delete: bool,
+) -> Result<()> {
+    let pool = &change.now.name;
+    let wait = Duration::from_secs(args.confirm_timeout);
+    let swapped = Serving::of(&change.next, &change.now);
+    match proxies {
+        Proxies::Etcd(source) => {
+            if stage == Stage::Fresh {
+                etcd::cut_over(source).await?;
+            }
+            proxies
+                .wait_for(pool, &swapped, known, wait, "serve the next membership")
+                .await?;
+            etcd::drop_next(source, change, delete).await?;
+        }
+        Proxies::Stats(_) => {
+            let to = args.to.as_deref().context("--to FILE")?;
+            // Resumed too: a run stopped between the files' writes left some unwritten.
+            files::cut_over(&args.config, to, change)?;
+            reload(args.reload_command.as_deref())?;
+            proxies
+                .wait_for(pool, &swapped, known, wait, "serve the next membership")
+                .await?;
+            files::drop_next(to, change, delete)?;
+            reload(args.reload_command.as_deref())?;
+        }
     }
     Ok(())
 }
