@@ -38,8 +38,10 @@ pub enum Role {
 /// One node of a [`RedisCluster`].
 #[derive(Debug)]
 pub struct ClusterNode {
-    /// `127.0.0.1:port`: how clients and [`RedisCluster`]'s methods name the node.
+    /// `127.0.0.1:port`: how clients and [`RedisCluster`]'s methods name the node (plain TCP).
     pub addr: String,
+    /// `127.0.0.1:tls-port` of a cluster started with [`RedisCluster::start_tls`].
+    pub tls_addr: Option<String>,
     /// Its process id (it stays set after a kill, to name the node in messages).
     pub pid: u32,
     /// Its role when the cluster started (a failover changes it: [`RedisCluster::role`] asks the node).
@@ -54,6 +56,17 @@ pub struct ClusterNode {
     paused: bool,
 }
 
+/// The certificate files of a TLS cluster ([`RedisCluster::start_tls`]).
+#[derive(Debug, Clone)]
+pub struct ClusterTls {
+    /// Each node's certificate (valid for 127.0.0.1), also its client certificate on the bus.
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
+    /// The CA that signed it.
+    pub ca: PathBuf,
+}
+
 /// A running Redis Cluster; every node is killed on drop.
 #[derive(Debug)]
 pub struct RedisCluster {
@@ -64,6 +77,9 @@ pub struct RedisCluster {
     /// The nodes' password, when `extra` sets one (`--requirepass`): every question to a node, and
     /// redis-cli, authenticate with it.
     password: Option<String>,
+    /// The TLS files, for a cluster whose nodes also listen with TLS and speak it on the cluster
+    /// bus and to their replicas.
+    tls: Option<ClusterTls>,
     /// The nodes' directories (nodes.conf, logs), removed on drop after the nodes are killed (fields
     /// drop in order).
     _dir: TempDir,
@@ -86,6 +102,27 @@ impl RedisCluster {
         replicas_per_master: usize,
         extra: &[&str],
     ) -> Option<RedisCluster> {
+        RedisCluster::start_inner(masters, replicas_per_master, extra, None)
+    }
+
+    /// [`RedisCluster::start`] whose nodes also listen with TLS (`--tls-port`, clients not asked for
+    /// certificates) and use it between themselves (`--tls-cluster yes`, `--tls-replication yes`):
+    /// `redis-cli --cluster create` is given the TLS addresses. This type's own questions go to the
+    /// plain ports; [`RedisCluster::tls_seeds`] are the addresses a TLS client starts from.
+    pub fn start_tls(
+        masters: usize,
+        replicas_per_master: usize,
+        tls: &ClusterTls,
+    ) -> Option<RedisCluster> {
+        RedisCluster::start_inner(masters, replicas_per_master, &[], Some(tls.clone()))
+    }
+
+    fn start_inner(
+        masters: usize,
+        replicas_per_master: usize,
+        extra: &[&str],
+        tls: Option<ClusterTls>,
+    ) -> Option<RedisCluster> {
         assert!(
             masters >= 3,
             "redis-cli --cluster create needs at least 3 masters, not {masters}"
@@ -98,7 +135,7 @@ impl RedisCluster {
         let count = masters * (1 + replicas_per_master);
         let mut nodes = Vec::with_capacity(count);
         for _ in 0..count {
-            nodes.push(start_node(&dir, extra)?);
+            nodes.push(start_node(&dir, extra, tls.as_ref())?);
         }
         let password = extra
             .iter()
@@ -110,6 +147,7 @@ impl RedisCluster {
             nodes,
             extra,
             password,
+            tls,
             _dir: dir,
         };
         cluster.create(replicas_per_master);
@@ -122,16 +160,17 @@ impl RedisCluster {
     /// the logs when it does not join within 30 s.
     pub fn add_master(&mut self) -> String {
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
-        let node = start_node(&self._dir, &extra).expect("redis-server started the others");
+        let node = start_node(&self._dir, &extra, self.tls.as_ref())
+            .expect("redis-server started the others");
         let addr = node.addr.clone();
-        let seed = self
-            .live()
-            .next()
-            .map(|n| n.addr.clone())
-            .expect("a live node");
+        let (new, seed) = (
+            cli_addr(&node),
+            self.live().next().map(cli_addr).expect("a live node"),
+        );
         self.nodes.push(node);
         let out = Command::new("redis-cli")
-            .args(["--cluster", "add-node", &addr, &seed])
+            .args(self.cli_tls())
+            .args(["--cluster", "add-node", &new, &seed])
             .args(self.cli_auth())
             .output()
             .expect("redis-cli runs");
@@ -189,6 +228,29 @@ impl RedisCluster {
         self.password
             .iter()
             .flat_map(|p| ["-a".to_owned(), p.clone(), "--no-auth-warning".to_owned()])
+            .collect()
+    }
+
+    /// redis-cli's TLS arguments, for a TLS cluster.
+    fn cli_tls(&self) -> Vec<String> {
+        self.tls
+            .iter()
+            .flat_map(|t| {
+                [
+                    "--tls".to_owned(),
+                    "--cacert".to_owned(),
+                    t.ca.display().to_string(),
+                ]
+            })
+            .collect()
+    }
+
+    /// Every node's TLS address, for a cluster started with [`RedisCluster::start_tls`] (else
+    /// none).
+    pub fn tls_seeds(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.tls_addr.clone())
             .collect()
     }
 
@@ -291,9 +353,10 @@ impl RedisCluster {
     /// fails.
     fn create(&self, replicas_per_master: usize) {
         let out = Command::new("redis-cli")
+            .args(self.cli_tls())
             .arg("--cluster")
             .arg("create")
-            .args(self.seeds())
+            .args(self.nodes.iter().map(cli_addr))
             .args([
                 "--cluster-replicas",
                 &replicas_per_master.to_string(),
@@ -403,11 +466,26 @@ impl RedisCluster {
     }
 }
 
+/// The address redis-cli joins a node by: its TLS one in a TLS cluster (the bus listens 10000 above
+/// the port the cluster uses).
+fn cli_addr(node: &ClusterNode) -> String {
+    node.tls_addr.clone().unwrap_or_else(|| node.addr.clone())
+}
+
 /// Starts one cluster node on a free port (trying five) with its own directory for nodes.conf and its
-/// log; `None` when redis-server is not installed (outside CI).
-fn start_node(dir: &TempDir, extra: &[&str]) -> Option<ClusterNode> {
+/// log, and a TLS port beside it with `tls`; `None` when redis-server is not installed (outside CI).
+fn start_node(dir: &TempDir, extra: &[&str], tls: Option<&ClusterTls>) -> Option<ClusterNode> {
     for _ in 0..5 {
         let port = free_port();
+        let tls_port = tls.map(|_| free_port().to_string());
+        let tls_files: Vec<String> = tls
+            .map(|t| {
+                [&t.cert, &t.key, &t.ca]
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
         let node_dir = dir.path().join(port.to_string());
         std::fs::create_dir_all(&node_dir).expect("a node directory");
         let conf = node_dir.join("nodes.conf");
@@ -425,9 +503,28 @@ fn start_node(dir: &TempDir, extra: &[&str]) -> Option<ClusterNode> {
             log.to_str().expect("a UTF-8 temporary directory"),
         ];
         args.extend_from_slice(extra);
+        if let (Some(tls_port), [cert, key, ca]) = (&tls_port, tls_files.as_slice()) {
+            args.extend_from_slice(&[
+                "--tls-port",
+                tls_port,
+                "--tls-cert-file",
+                cert,
+                "--tls-key-file",
+                key,
+                "--tls-ca-cert-file",
+                ca,
+                "--tls-auth-clients",
+                "no",
+                "--tls-cluster",
+                "yes",
+                "--tls-replication",
+                "yes",
+            ]);
+        }
         match RedisServer::start_on(port, &args) {
             Ok(Some(server)) => {
                 return Some(ClusterNode {
+                    tls_addr: tls_port.map(|p| format!("127.0.0.1:{p}")),
                     addr: server.addr.clone(),
                     pid: server.pid().expect("a started server has a pid"),
                     role: Role::Master,

@@ -15,7 +15,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use shardring::compat::twemproxy::TwemproxyServer;
 use tokio_util::sync::CancellationToken;
 
-use super::map::ClusterMap;
+use super::map::{ClusterMap, Ports};
 use super::node::NodeAccess;
 use crate::config::{PoolConfig, ProxyConfig, ReadPolicy};
 use crate::pool::ServedPool;
@@ -188,8 +188,14 @@ pub async fn start(pools: &[Arc<dyn ServedPool>], stop: CancellationToken) -> Cl
         let (Some(cluster), Some(redis)) = (config.cluster(), config.redis()) else {
             continue;
         };
+        let tls = pool.tls().servers;
         let access = NodeAccess {
-            connect: crate::sentinel::follow::connector(pool.tls().servers),
+            ports: if tls.is_some() {
+                Ports::Tls
+            } else {
+                Ports::Plain
+            },
+            connect: crate::sentinel::follow::connector(tls),
             auth: redis.auth.clone().map(|p| (redis.user.clone(), p)),
             timeout: config.timeout.unwrap_or(Duration::from_secs(1)),
         };

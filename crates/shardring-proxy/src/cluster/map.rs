@@ -53,10 +53,27 @@ impl ClusterMap {
 /// Why a reply is not a slot map.
 pub(crate) type MapError = String;
 
+/// Which of a node's ports the proxy connects to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ports {
+    /// `port`: the pool's servers are reached in plain TCP.
+    Plain,
+    /// `tls-port`: the pool's servers are reached over TLS (`--server-tls`). A node with both
+    /// lists both in `CLUSTER SHARDS`, and a node with TLS only (`port 0`) lists no `port`: taking
+    /// `port` alone left every master of such a cluster out of the map.
+    Tls,
+}
+
 /// The map in a `CLUSTER SHARDS` reply (RESP2: each shard a flat list of field and value; RESP3: a
 /// map). `asked` is the host the command was sent to: a node that does not know its own address
-/// gives an empty one, meaning "the address you reached me at".
-pub(crate) fn from_shards(reply: &Value, asked: &str) -> Result<ClusterMap, MapError> {
+/// gives an empty one, meaning "the address you reached me at". Each node's port is the one `ports`
+/// names, or its other one when it lists only that (the connection then fails, naming the node,
+/// rather than the node being left out without a word).
+pub(crate) fn from_shards(
+    reply: &Value,
+    asked: &str,
+    ports: Ports,
+) -> Result<ClusterMap, MapError> {
     let shards = list(reply).ok_or("CLUSTER SHARDS: not an array")?;
     let mut found: Vec<Found> = Vec::new();
     for shard in shards {
@@ -80,9 +97,16 @@ pub(crate) fn from_shards(reply: &Value, asked: &str) -> Result<ClusterMap, MapE
         for node in nodes {
             let n = fields(node).ok_or("CLUSTER SHARDS: a node is not a map")?;
             let text = |name| field(&n, name).and_then(Value::text).unwrap_or_default();
-            let port = field(&n, "port")
-                .and_then(Value::integer)
-                .filter(|p| (1..=65535).contains(p));
+            let port_of = |name| {
+                field(&n, name)
+                    .and_then(Value::integer)
+                    .filter(|p| (1..=65535).contains(p))
+            };
+            let (wanted, other) = match ports {
+                Ports::Plain => ("port", "tls-port"),
+                Ports::Tls => ("tls-port", "port"),
+            };
+            let port = port_of(wanted).or_else(|| port_of(other));
             let Some(port) = port else { continue };
             let online = text("health") == "online";
             let addr = address(text("ip"), port, asked);
@@ -268,6 +292,40 @@ mod tests {
         ])
     }
 
+    /// A node's fields with `port` and `tls-port` as given (`None`: not listed, as Redis leaves
+    /// out the port a node does not have).
+    fn node_ports(port: Option<i64>, tls: Option<i64>, role: &str) -> Value {
+        let mut fields = vec![bulk("ip"), bulk("127.0.0.1"), bulk("role"), bulk(role)];
+        fields.extend([bulk("health"), bulk("online")]);
+        for (name, p) in [("port", port), ("tls-port", tls)] {
+            if let Some(p) = p {
+                fields.extend([bulk(name), Value::Integer(p)]);
+            }
+        }
+        Value::Array(fields)
+    }
+
+    #[test]
+    fn a_tls_pool_takes_the_nodes_tls_ports_and_a_node_with_one_port_is_never_left_out() {
+        let reply = Value::Array(vec![
+            shard(
+                &[0, 8191],
+                vec![
+                    node_ports(Some(7001), Some(8001), "master"),
+                    node_ports(Some(7004), Some(8004), "replica"),
+                ],
+            ),
+            // TLS only (`port 0`): no `port` field.
+            shard(&[8192, 16383], vec![node_ports(None, Some(8002), "master")]),
+        ]);
+        let tls = from_shards(&reply, "h:1", Ports::Tls).unwrap();
+        assert_eq!(tls.masters, ["127.0.0.1:8001", "127.0.0.1:8002"]);
+        assert_eq!(tls.replicas, [("127.0.0.1:8004".to_owned(), 0)]);
+        let plain = from_shards(&reply, "h:1", Ports::Plain).unwrap();
+        assert_eq!(plain.masters, ["127.0.0.1:7001", "127.0.0.1:8002"]);
+        assert_eq!(plain.served(), 16384);
+    }
+
     #[test]
     fn shards_give_every_master_sorted_with_its_slots_and_the_online_one_after_a_failover() {
         let reply = Value::Array(vec![
@@ -291,7 +349,7 @@ mod tests {
             ),
             shard(&[], vec![node("127.0.0.1", 7009, "master", "online")]),
         ]);
-        let map = from_shards(&reply, "127.0.0.1:7003").unwrap();
+        let map = from_shards(&reply, "127.0.0.1:7003", Ports::Plain).unwrap();
         assert_eq!(
             map.masters,
             [
@@ -354,7 +412,7 @@ mod tests {
         fn any_reply_reads_as_a_map_or_an_error(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
             let limits = shardring_resp::ReplyLimits::default();
             if let Ok(Some((value, _))) = shardring_resp::ReplyReader::new(limits).read(&bytes) {
-                for map in [from_shards(&value, "h:1"), from_slots(&value, "h:1")].into_iter().flatten() {
+                for map in [from_shards(&value, "h:1", Ports::Plain), from_slots(&value, "h:1")].into_iter().flatten() {
                     proptest::prop_assert!(map.ranges.iter().all(|&(a, b, m)| a < SLOTS && b < SLOTS && m < map.masters.len()));
                     let _ = map.table();
                 }
@@ -365,7 +423,7 @@ mod tests {
         #[test]
         fn shards_of_any_shape_read_back(ranges in proptest::collection::vec((0i64..16384, 0i64..16384, 1i64..65536), 0..20)) {
             let reply = Value::Array(ranges.iter().map(|&(a, b, port)| shard(&[a.min(b), a.max(b)], vec![node("10.0.0.1", port, "master", "online")])).collect());
-            let map = from_shards(&reply, "h:1").expect("a map");
+            let map = from_shards(&reply, "h:1", Ports::Plain).expect("a map");
             let t = map.table();
             // Each range's first slot is served by a master whose range covers it (ranges may
             // overlap: one of those masters, not necessarily this one).
@@ -394,7 +452,7 @@ mod tests {
             Value::Array(vec![shard(&[0], vec![])]),
             Value::Array(vec![shard(&[0, 20000], vec![])]),
         ] {
-            assert!(from_shards(&bad, "h:1").is_err(), "{bad:?}");
+            assert!(from_shards(&bad, "h:1", Ports::Plain).is_err(), "{bad:?}");
             assert!(from_slots(&bad, "h:1").is_err(), "{bad:?}");
         }
     }

@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use shardring_resp::{ReplyLimits, ReplyReader, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::map::{self, ClusterMap};
+use super::map::{self, ClusterMap, Ports};
 use crate::protocol::redis::Request;
 use crate::sentinel::{Connect, SentinelStream};
 
@@ -26,6 +26,8 @@ const LIMITS: ReplyLimits = ReplyLimits {
 pub(crate) struct NodeAccess {
     /// Opens a connection (TCP, or TLS as the pool's servers).
     pub(crate) connect: Connect,
+    /// The nodes' ports the pool's connections use (TLS ones with `--server-tls`).
+    pub(crate) ports: Ports,
     /// `AUTH [user] password`, when the pool has `redis_auth`.
     pub(crate) auth: Option<(Option<String>, String)>,
     /// The bound on one whole ask: connect, `AUTH`, the map.
@@ -69,11 +71,12 @@ impl NodeAccess {
         }
         let reply = exchange(&mut stream, &mut buf, &["CLUSTER", "SHARDS"]).await?;
         match reply.error() {
-            None => map::from_shards(&reply, addr),
+            None => map::from_shards(&reply, addr, self.ports),
             // Older than Redis 7 (`unknown subcommand`): the slots reply has the same masters.
             Some(e) if e.contains("subcommand") || e.contains("unknown") => {
                 let reply = exchange(&mut stream, &mut buf, &["CLUSTER", "SLOTS"]).await?;
                 match reply.error() {
+                    // Before Redis 7 a node has one port for clients: the one it lists.
                     None => map::from_slots(&reply, addr),
                     Some(e) => Err(e.to_owned()),
                 }

@@ -7,15 +7,20 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Client, RunningProxy};
 use crate::redis_common::{cmd, cmds, read_replies};
+use shardring_proxy::config::ServerTlsConfig;
 use shardring_proxy::config::{ClusterConfig, PoolConfig, ProtocolConfig, RedisConfig};
 use shardring_proxy::protocol::redis::Request;
-use test_support::redis_cluster::RedisCluster;
+use test_support::redis_cluster::{ClusterTls, RedisCluster};
 use test_support::resp_conn::{Reply, RespConn};
 use tokio_util::sync::CancellationToken;
 
 /// A cluster pool over `cluster`'s nodes as seeds, reading its map every `refresh`.
 fn cluster_pool(cluster: &RedisCluster, refresh: Duration) -> PoolConfig {
-    let seeds = cluster.seeds();
+    pool_over(cluster.seeds(), refresh)
+}
+
+/// A cluster pool over `seeds`, reading its map every `refresh`.
+fn pool_over(seeds: Vec<String>, refresh: Duration) -> PoolConfig {
     let lines: Vec<String> = seeds.iter().map(|s| format!("{s}:1")).collect();
     let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
     let mut pool = PoolConfig::new("alpha", "127.0.0.1:0", &refs).expect("pool");
@@ -678,6 +683,65 @@ async fn a_cluster_with_a_password_is_served_with_the_pools_redis_auth() {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     assert!(cmds(&mut c, &refs).await.starts_with("*50\r\n$1\r\nv\r\n"));
     assert_eq!(cluster.password(), Some("s3cret"));
+    stop.cancel();
+    proxy.stop().await;
+}
+
+/// A cluster whose nodes speak TLS (to clients, on the bus, to replicas), the pool's seeds their TLS
+/// addresses and `--server-tls` its connections: the map's masters are the nodes' TLS ports
+/// (`CLUSTER SHARDS` lists `port` and `tls-port`; taking `port` sent TLS handshakes to plain
+/// ports), and every command works over them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_is_served_over_its_nodes_tls_ports() {
+    let pki = crate::tls::Pki::new("cluster");
+    let leaf = pki.leaf("node", &["127.0.0.1"], false);
+    let tls = ClusterTls {
+        cert: leaf.cert.clone(),
+        key: leaf.key.clone(),
+        ca: pki.ca_pem.clone(),
+    };
+    let Some(cluster) = RedisCluster::start_tls(3, 1, &tls) else {
+        return;
+    };
+    let tls_seeds = cluster.tls_seeds();
+    let mut pool = pool_over(tls_seeds.clone(), Duration::from_secs(2));
+    pool.server_tls = Some(ServerTlsConfig {
+        ca: Some(pki.ca_pem.clone()),
+        ..ServerTlsConfig::default()
+    });
+    let (proxy, stop) = start(pool).await;
+    let servers: Vec<String> = proxy.proxy.pools()[0]
+        .config()
+        .servers
+        .iter()
+        .map(|s| format!("{}:{}", s.host, s.port))
+        .collect();
+    assert_eq!(servers.len(), 3, "the masters: {servers:?}");
+    assert!(
+        servers.iter().all(|s| tls_seeds.contains(s)),
+        "the masters' TLS addresses: {servers:?} of {tls_seeds:?}"
+    );
+    let mut c = proxy.client().await;
+    for i in 0..200 {
+        let k = format!("tls:{i}");
+        assert_eq!(cmds(&mut c, &["SET", &k, &k]).await, "+OK\r\n", "{k}");
+    }
+    let mut args: Vec<String> = vec!["MGET".into()];
+    args.extend((0..200).map(|i| format!("tls:{i}")));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let got = cmds(&mut c, &refs).await;
+    assert!(got.starts_with("*200\r\n$5\r\ntls:0\r\n"), "{got}");
+    assert_eq!(cmds(&mut c, &["DBSIZE"]).await, ":200\r\n");
+    // Each key is on its slot's master (asked on its plain port).
+    for i in (0..200).step_by(17) {
+        let k = format!("tls:{i}");
+        let slot = shardring_resp::key_slot(k.as_bytes());
+        let master = cluster.master_of_slot(slot).expect("a master");
+        assert_eq!(
+            call(&master, &["GET", &k]).text().as_deref(),
+            Some(k.as_str())
+        );
+    }
     stop.cancel();
     proxy.stop().await;
 }
