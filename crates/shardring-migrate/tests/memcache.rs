@@ -742,3 +742,41 @@ async fn keys_read_just_before_the_dump_are_all_found() {
         .unwrap();
     assert_eq!(r.copied, 1000, "{r:?}");
 }
+
+/// A server older than memcached 1.6.9 has no hash walk: `lru_crawler metadump hash` reads `hash` as
+/// a slab class list and answers `BADCLASS`. The dump falls back to the LRU walk (`all`) instead of
+/// failing the job.
+#[tokio::test]
+async fn a_server_without_the_hash_walk_is_dumped_by_its_lrus() {
+    use tokio::io::AsyncBufReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let serve = tokio::spawn(async move {
+        let (conn, _) = listener.accept().await.unwrap();
+        let (read, mut write) = conn.into_split();
+        let mut lines = tokio::io::BufReader::new(read).lines();
+        let mut asked = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let reply = match line.as_str() {
+                "lru_crawler metadump hash" => "BADCLASS invalid class id\r\n",
+                "lru_crawler metadump all" => {
+                    "key=move:a exp=-1 la=1 cas=1 fetch=no cls=1 size=60\nkey=stay exp=-1 la=1 cas=2 fetch=no cls=1 size=58\nEND\r\n"
+                }
+                _ => "ERROR\r\n",
+            };
+            asked.push(line);
+            write.write_all(reply.as_bytes()).await.unwrap();
+        }
+        asked
+    });
+    let source = Memcached::start();
+    let mut j = job(&source, &[&source], prefix_route());
+    j.source = Endpoint::new(&addr, "old");
+    let survey = memcache::survey(&j).await.unwrap();
+    assert_eq!((survey.keys, survey.moving[0]), (2, 1), "{survey:?}");
+    drop(j);
+    assert_eq!(
+        serve.await.unwrap(),
+        ["lru_crawler metadump hash", "lru_crawler metadump all"]
+    );
+}
