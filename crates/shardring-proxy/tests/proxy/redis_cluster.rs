@@ -704,7 +704,8 @@ async fn a_tls_cluster_is_served_over_its_nodes_tls_ports() {
         return;
     };
     let tls_seeds = cluster.tls_seeds();
-    let mut pool = pool_over(tls_seeds.clone(), Duration::from_secs(2));
+    // The map read at start and on a redirection only: the handover below meets a stale map.
+    let mut pool = pool_over(tls_seeds.clone(), Duration::from_secs(600));
     pool.server_tls = Some(ServerTlsConfig {
         ca: Some(pki.ca_pem.clone()),
         ..ServerTlsConfig::default()
@@ -742,6 +743,32 @@ async fn a_tls_cluster_is_served_over_its_nodes_tls_ports() {
             Some(k.as_str())
         );
     }
+    // An empty slot handed to another master: the old one answers `MOVED` with the new one's TLS
+    // port (the client's connection is TLS), which the proxy knows and follows at once; a plain
+    // port would be an unknown master (`-TRYAGAIN` to the client).
+    let slot = shardring_resp::key_slot(b"{tlsmv}");
+    let from = cluster.master_of_slot(slot).expect("the slot's master");
+    let to = cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.role == test_support::redis_cluster::Role::Master)
+        .map(|n| n.addr.clone())
+        .find(|a| *a != from)
+        .expect("another master");
+    let to_id = node_id(&to);
+    for node in cluster.nodes() {
+        call(
+            &node.addr,
+            &["CLUSTER", "SETSLOT", &slot.to_string(), "NODE", &to_id],
+        );
+    }
+    let redirections = proxy.proxy.pools()[0].cluster_signal().redirections();
+    assert_eq!(cmds(&mut c, &["SET", "{tlsmv}:x", "v"]).await, "+OK\r\n");
+    assert!(proxy.proxy.pools()[0].cluster_signal().redirections() > redirections);
+    assert_eq!(
+        call(&to, &["GET", "{tlsmv}:x"]).text().as_deref(),
+        Some("v")
+    );
     stop.cancel();
     proxy.stop().await;
 }
