@@ -932,6 +932,28 @@ fn a_proxy_started_between_the_cut_over_writes_serves_the_marked_servers() {
     wait_memberships(stat1, &planned, "a mark from another placement");
 }
 
+/// 1000 keys stored through the proxy at `addr`, at least 20 of them on `servers[3]` (the one the
+/// deletion tests remove).
+fn deletable_keys(addr: &str, servers: &[Memcached]) -> Vec<String> {
+    let mut c = Mc::connect(addr);
+    let keys: Vec<String> = (0..1000).map(|i| format!("del:{i}")).collect();
+    for k in &keys {
+        assert_eq!(
+            c.call(format!("set {k} 0 0 1\r\nv\r\n").as_bytes()),
+            "STORED\r\n"
+        );
+    }
+    let spread: Vec<usize> = servers
+        .iter()
+        .map(|s| {
+            let mut m = Mc::connect(&s.addr);
+            keys.iter().filter(|k| m.mg(k).is_some()).count()
+        })
+        .collect();
+    assert!(spread[3] > 20, "server 3 holds too few: {spread:?}");
+    keys
+}
+
 /// `--delete-moved` whose deletion fails (the removed server paused from the cut-over on: the
 /// deletion times out on it) after the change itself is done and `next` dropped: the run exits
 /// non-zero saying so, the `--to` file keeps a mark of the deletion, and a rerun of the same
@@ -942,22 +964,10 @@ fn a_failed_delete_moved_is_done_by_a_rerun() {
     let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
     let all: Vec<&Memcached> = servers.iter().collect();
     let fleet = Fleet::start(|l| yaml(l, &all), &[]);
-    let mut c = Mc::connect(&fleet.addr(0));
-    let keys: Vec<String> = (0..1000).map(|i| format!("del:{i}")).collect();
-    for k in &keys {
-        assert_eq!(
-            c.call(format!("set {k} 0 0 1\r\nv\r\n").as_bytes()),
-            "STORED\r\n"
-        );
-    }
+    let keys = deletable_keys(&fleet.addr(0), &servers);
     let mut left = Mc::connect(&servers[3].addr);
     let on_left = |m: &mut Mc| keys.iter().filter(|k| m.mg(k).is_some()).count();
     let before = on_left(&mut left);
-    let spread: Vec<usize> = servers
-        .iter()
-        .map(|s| on_left(&mut Mc::connect(&s.addr)))
-        .collect();
-    assert!(before > 20, "server 3 holds {before}: {spread:?}");
     fleet.plan(&yaml(free_port(), &all[..3]));
     let first = crate::cut_off_load::watch_migrate(
         &mut fleet.migrate_command(&["--delete-moved"]),
@@ -991,14 +1001,14 @@ fn a_failed_delete_moved_is_done_by_a_rerun() {
     assert_eq!(
         on_left(&mut left),
         0,
-        "{before} {spread:?} {stderr} {}",
+        "{before} {stderr} {}",
         String::from_utf8_lossy(&second.stdout)
     );
     let next = std::fs::read_to_string(&fleet.next).unwrap();
     assert!(!next.contains("# shardring migrate"), "{next}");
     assert!(
         String::from_utf8_lossy(&second.stdout).contains(&format!("deleted {before} moved keys")),
-        "{before} {spread:?}: {}\n{stderr}",
+        "{before}: {}\n{stderr}",
         String::from_utf8_lossy(&second.stdout)
     );
 
@@ -1037,18 +1047,10 @@ fn with_etcd_a_failed_delete_moved_is_done_by_a_rerun() {
     };
     publish(&all, &[]);
     let fleet = Fleet::start(|l| yaml(l, &all), &["--etcd", &url]);
-    let mut c = Mc::connect(&fleet.addr(0));
-    let keys: Vec<String> = (0..1000).map(|i| format!("del:{i}")).collect();
-    for k in &keys {
-        assert_eq!(
-            c.call(format!("set {k} 0 0 1\r\nv\r\n").as_bytes()),
-            "STORED\r\n"
-        );
-    }
+    let keys = deletable_keys(&fleet.addr(0), &servers);
     let mut left = Mc::connect(&servers[3].addr);
     let on_left = |m: &mut Mc| keys.iter().filter(|k| m.mg(k).is_some()).count();
     let before = on_left(&mut left);
-    assert!(before > 20, "server 3 holds {before}");
     publish(&all[..3], &["--next"]);
     let migrate = || {
         let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"));

@@ -84,6 +84,21 @@ struct Stored {
     rounds: usize,
 }
 
+impl Stored {
+    /// `f` as written to (or found on) its target with CAS `tgt_cas`, to be checked once settled.
+    fn of(f: Fetched, tgt_cas: u64, diverged: bool, rounds: usize) -> Stored {
+        Stored {
+            key: f.key,
+            target: f.target,
+            src_cas: f.cas,
+            tgt_cas,
+            diverged,
+            settles: Instant::now() + SETTLE,
+            rounds,
+        }
+    }
+}
+
 /// What one batch of a target's pipeline does.
 #[derive(Debug)]
 enum Op {
@@ -255,15 +270,7 @@ impl<'j> Copier<'j> {
                 match (reply.status(), reply.flag::<u64>(b'c')) {
                     (b"HD", Some(cas)) => {
                         Progress::add(&self.progress().bytes, f.value.len() as u64);
-                        stored.push(Stored {
-                            key: f.key,
-                            target: f.target,
-                            src_cas: f.cas,
-                            tgt_cas: cas,
-                            diverged: false,
-                            settles: Instant::now() + SETTLE,
-                            rounds: 0,
-                        });
+                        stored.push(Stored::of(f, cas, false, 0));
                     }
                     (b"NS", _) => held.push(Op::Compare(f, 0)),
                     _ => self.failed(self.target_name(f.target), &f.key, &reply),
@@ -278,15 +285,7 @@ impl<'j> Copier<'j> {
                     }
                     // A dual write the source has not applied yet (its CAS changes, and the key
                     // is copied again), or a leftover of an earlier change: checked as diverged.
-                    (b"VA", Some(cas), Some(_)) => stored.push(Stored {
-                        key: f.key,
-                        target: f.target,
-                        src_cas: f.cas,
-                        tgt_cas: cas,
-                        diverged: true,
-                        settles: Instant::now() + SETTLE,
-                        rounds: 0,
-                    }),
+                    (b"VA", Some(cas), Some(_)) => stored.push(Stored::of(f, cas, true, 0)),
                     // Deleted or evicted from the target since the add: added again.
                     (b"EN", _, _) => items.push(f),
                     _ => self.failed(self.target_name(f.target), &f.key, &reply),
@@ -419,15 +418,7 @@ impl<'j> Copier<'j> {
                     (b"HD", Some(cas)) => {
                         Progress::add(&self.progress().recopied, 1);
                         Progress::add(&self.progress().bytes, f.value.len() as u64);
-                        again.push(Stored {
-                            key: f.key,
-                            target: f.target,
-                            src_cas: f.cas,
-                            tgt_cas: cas,
-                            diverged: false,
-                            settles: Instant::now() + SETTLE,
-                            rounds: rounds + 1,
-                        });
+                        again.push(Stored::of(f, cas, false, rounds + 1));
                     }
                     // A dual write replaced our copy since: if the target now holds the source's
                     // value it is as new as the source; compared below.
@@ -446,15 +437,7 @@ impl<'j> Copier<'j> {
                 // Different: a write the source has not seen yet (it will change the source's CAS
                 // and be read next round), or one the target missed (the source stays unchanged
                 // next round, and its value is set over the target's by CAS).
-                (b"VA", Some(cas), Some(_)) => again.push(Stored {
-                    key: f.key,
-                    target: f.target,
-                    src_cas: f.cas,
-                    tgt_cas: cas,
-                    diverged: true,
-                    settles: Instant::now() + SETTLE,
-                    rounds: rounds + 1,
-                }),
+                (b"VA", Some(cas), Some(_)) => again.push(Stored::of(f, cas, true, rounds + 1)),
                 (b"EN", _, _) => Progress::add(&self.progress().gone, 1),
                 _ => self.failed(self.target_name(f.target), &f.key, &reply),
             }
