@@ -252,7 +252,7 @@ impl<'j> Copier<'j> {
     /// rate limit allows the batch. Where the target holds the key (`NS`) its value is read (`mg
     /// <key> v c`): equal to the source's, the key is counted `skipped`; different, it is parked to
     /// be checked as diverged (the source's value set over it once the source stays unchanged); gone
-    /// meanwhile, added again (up to [`ADD_ATTEMPTS`] times). An error (too large, out of memory) is
+    /// meanwhile, added again (up to `ADD_ATTEMPTS` times). An error (too large, out of memory) is
     /// counted `failed`.
     ///
     /// # Errors
