@@ -177,12 +177,16 @@ pub fn from_config(path: &Path, pool: Option<&str>) -> Result<Box<dyn Placement>
 /// Reads and checks a twemproxy configuration file as the proxy runs it (an unreadable file is a
 /// problem like any other).
 pub fn load_config(path: &Path) -> Result<ProxyConfig, ConfigErrors> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    ProxyConfig::from_yaml(&read_config(path)?)
+}
+
+/// The text of the configuration file at `path`, or why it cannot be read (as a config problem).
+pub fn read_config(path: &Path) -> Result<String, ConfigErrors> {
+    std::fs::read_to_string(path).map_err(|e| {
         let mut errors = ConfigErrors::default();
         errors.push("", format!("cannot read {}: {e}", path.display()));
         errors
-    })?;
-    ProxyConfig::from_yaml(&text)
+    })
 }
 
 /// A configuration file's problems, every one on its own line (with its line in the file).

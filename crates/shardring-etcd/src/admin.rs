@@ -345,8 +345,10 @@ pub async fn read_planned(
 
 /// Cuts over to the next membership: in **one** transaction, the servers under `next/` become the
 /// servers under `servers/`, and the old servers become the next (a swap), so that proxies that have
-/// switched dual-write back to the old owners while others still read from them. Returns the
-/// transaction's revision; [`drop_next`] then ends the change.
+/// switched dual-write back to the old owners while others still read from them. An earlier
+/// change's deletion still pending ([`drop_next_pending_deletion`]) is given up in the same
+/// transaction: its keys may be this change's to copy. Returns the transaction's revision;
+/// [`drop_next`] then ends the change.
 ///
 /// The transaction is guarded: it writes only if nothing under `servers/` or `next/` changed since they
 /// were read (no key written after the read's revision, every key read still at its mod revision, so an
@@ -354,7 +356,7 @@ pub async fn read_planned(
 /// revision (e.g. that of the [`Update::Planned`](crate::Update::Planned) a migration copied keys
 /// for), so a change made at any time after it makes the cut-over fail; with `None`, at the current one.
 /// etcd's `--max-txn-ops` (128 by default) caps the compares too: one per key under `servers/` and
-/// `next/`, plus two, so larger pools need the limit raised.
+/// `next/`, plus three, so larger pools need the limit raised.
 ///
 /// # Errors
 /// - [`EtcdError::NoNext`] when there is no server under `next/`;
@@ -411,6 +413,7 @@ pub async fn cut_over(
         read_revision.to_string(),
         None,
     ));
+    ops.push(TxnOp::delete(keys.delete_moved_key(), None));
     let mut compares = unchanged_since(keys.servers_prefix(), read_revision, &current_kvs);
     compares.extend(unchanged_since(
         keys.next_prefix(),
@@ -502,7 +505,7 @@ pub async fn pending_deletion(source: &EtcdSource) -> Result<Option<String>, Etc
         .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
 }
 
-/// Removes the record of a pending deletion (done, or given up for a new change).
+/// Removes the record of a pending deletion (done, or given up: the servers changed since).
 ///
 /// # Errors
 /// [`EtcdError`] when etcd cannot be reached.

@@ -526,7 +526,8 @@ async fn the_roster_outlives_a_lapsed_lease_but_not_a_clean_stop() {
 }
 
 /// A change's end that records a deletion still to do: `next/` and the cut-over mark go, the
-/// record stays (the proxies' watch sees no member under it) until cleared.
+/// record stays (the proxies' watch sees no member under it) until cleared, or until the next
+/// change's cut-over gives it up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_next_can_record_a_pending_deletion_that_outlives_it() {
     if !etcd_available() {
@@ -551,5 +552,15 @@ async fn dropping_next_can_record_a_pending_deletion_that_outlives_it() {
         Some("the record\n")
     );
     admin::clear_pending_deletion(&src).await.unwrap();
+    assert_eq!(admin::pending_deletion(&src).await.unwrap(), None);
+    // A new change's cut-over gives up a deletion still pending, in its own transaction.
+    admin::publish_next(&src, &servers(0..3)).await.unwrap();
+    admin::cut_over(&src, None).await.unwrap();
+    admin::drop_next_pending_deletion(&src, "another record\n")
+        .await
+        .unwrap();
+    admin::publish_next(&src, &servers(0..4)).await.unwrap();
+    assert!(admin::pending_deletion(&src).await.unwrap().is_some());
+    admin::cut_over(&src, None).await.unwrap();
     assert_eq!(admin::pending_deletion(&src).await.unwrap(), None);
 }

@@ -211,9 +211,11 @@ async fn flags_and_ttls_arrive_with_long_ttls_as_unix_times() {
     );
 }
 
-/// A source whose clock runs `behind` seconds behind ours (a server whose once-a-second tick runs
-/// late under load) and holds one key, `move:far`, with 40 days left by its clock.
-async fn lagging_source(behind: i64) -> (String, tokio::task::JoinHandle<()>) {
+/// A scripted server on a free port: it accepts one connection and answers each request line with
+/// `answer(line)`; it returns the lines it was sent, once the connection closes.
+async fn scripted_server(
+    answer: impl Fn(&str) -> String + Send + 'static,
+) -> (String, tokio::task::JoinHandle<Vec<String>>) {
     use tokio::io::AsyncBufReadExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -221,24 +223,35 @@ async fn lagging_source(behind: i64) -> (String, tokio::task::JoinHandle<()>) {
         let (conn, _) = listener.accept().await.unwrap();
         let (read, mut write) = conn.into_split();
         let mut lines = tokio::io::BufReader::new(read).lines();
+        let mut asked = Vec::new();
         while let Ok(Some(line)) = lines.next_line().await {
-            let words: Vec<&str> = line.split(' ').collect();
-            let reply = match words[..] {
-                ["mn"] => "MN\r\n".to_string(),
-                ["stats"] => format!(
-                    "STAT pid 1\r\nSTAT time {}\r\nSTAT version 1.6\r\nEND\r\n",
-                    unix_now() - behind
-                ),
-                ["mg", "move:far", ref flags @ ..] if flags.contains(&"v") => {
-                    format!("VA 5 f3 t{} c7\r\nthree\r\n", 40 * 86400)
-                }
-                ["mg", "move:far", ..] => "HD c7\r\n".to_string(),
-                _ => "CLIENT_ERROR unexpected\r\n".to_string(),
-            };
-            write.write_all(reply.as_bytes()).await.unwrap();
+            write.write_all(answer(&line).as_bytes()).await.unwrap();
+            asked.push(line);
         }
+        asked
     });
     (addr, serve)
+}
+
+/// A source whose clock runs `behind` seconds behind ours (a server whose once-a-second tick runs
+/// late under load) and holds one key, `move:far`, with 40 days left by its clock.
+async fn lagging_source(behind: i64) -> (String, tokio::task::JoinHandle<Vec<String>>) {
+    scripted_server(move |line| {
+        let words: Vec<&str> = line.split(' ').collect();
+        match words[..] {
+            ["mn"] => "MN\r\n".to_string(),
+            ["stats"] => format!(
+                "STAT pid 1\r\nSTAT time {}\r\nSTAT version 1.6\r\nEND\r\n",
+                unix_now() - behind
+            ),
+            ["mg", "move:far", ref flags @ ..] if flags.contains(&"v") => {
+                format!("VA 5 f3 t{} c7\r\nthree\r\n", 40 * 86400)
+            }
+            ["mg", "move:far", ..] => "HD c7\r\n".to_string(),
+            _ => "CLIENT_ERROR unexpected\r\n".to_string(),
+        }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -748,33 +761,26 @@ async fn keys_read_just_before_the_dump_are_all_found() {
 /// failing the job.
 #[tokio::test]
 async fn a_server_without_the_hash_walk_is_dumped_by_its_lrus() {
-    use tokio::io::AsyncBufReadExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let serve = tokio::spawn(async move {
-        let (conn, _) = listener.accept().await.unwrap();
-        let (read, mut write) = conn.into_split();
-        let mut lines = tokio::io::BufReader::new(read).lines();
-        let mut asked = Vec::new();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let reply = match line.as_str() {
-                "lru_crawler metadump hash" => "BADCLASS invalid class id\r\n",
-                "lru_crawler metadump all" => {
-                    "key=move:a exp=-1 la=1 cas=1 fetch=no cls=1 size=60\nkey=stay exp=-1 la=1 cas=2 fetch=no cls=1 size=58\nEND\r\n"
-                }
-                _ => "ERROR\r\n",
-            };
-            asked.push(line);
-            write.write_all(reply.as_bytes()).await.unwrap();
+    let (addr, serve) = scripted_server(|line| {
+        match line {
+            "lru_crawler metadump hash" => "BADCLASS invalid class id\r\n",
+            "lru_crawler metadump all" => {
+                "key=move:a exp=-1 la=1 cas=1 fetch=no cls=1 size=60\nkey=stay exp=-1 la=1 cas=2 fetch=no cls=1 size=58\nEND\r\n"
+            }
+            _ => "ERROR\r\n",
         }
-        asked
-    });
-    let source = Memcached::start();
-    let mut j = job(&source, &[&source], prefix_route());
-    j.source = Endpoint::new(&addr, "old");
-    let survey = memcache::survey(&j).await.unwrap();
+        .to_string()
+    })
+    .await;
+    // The survey reads the source only: the target is never connected to.
+    let job = Job::new(
+        Endpoint::new(&addr, "old"),
+        vec![Endpoint::new("127.0.0.1:1", "target0")],
+        prefix_route(),
+    );
+    let survey = memcache::survey(&job).await.unwrap();
     assert_eq!((survey.keys, survey.moving[0]), (2, 1), "{survey:?}");
-    drop(j);
+    drop(job);
     assert_eq!(
         serve.await.unwrap(),
         ["lru_crawler metadump hash", "lru_crawler metadump all"]

@@ -23,7 +23,7 @@ use shardring_proxy::flags::ProxyFlags;
 use shardring_proxy::{workers, RunOptions};
 
 use crate::cmd::migrate::mark::Mark;
-use crate::compat::{config_problems as config_error, load_config as load};
+use crate::compat::{config_problems as config_error, load_config as load, read_config};
 use crate::daemon::{self, DaemonFlags, PidFile};
 use crate::logging::{self, LogFlags};
 
@@ -191,11 +191,7 @@ fn next_applied(
     config: ProxyConfig,
     path: &Path,
 ) -> Result<(ProxyConfig, Vec<String>), ConfigErrors> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        let mut errors = ConfigErrors::default();
-        errors.push("", format!("cannot read {}: {e}", path.display()));
-        errors
-    })?;
+    let text = read_config(path)?;
     let next = ProxyConfig::from_yaml(&text)?;
     let (config, notes) = Mark::apply(config, &text);
     Ok((config.with_next(&next)?, notes))

@@ -956,27 +956,29 @@ fn deletable_keys(addr: &str, servers: &[Memcached]) -> Vec<String> {
 
 /// `--delete-moved` whose deletion fails (the removed server paused from the cut-over on: the
 /// deletion times out on it) after the change itself is done and `next` dropped: the run exits
-/// non-zero saying so, the `--to` file keeps a mark of the deletion, and a rerun of the same
-/// command (the server back) deletes the moved keys and removes the mark. Before, the rerun found
-/// no change to make and the keys stayed.
-#[test]
-fn a_failed_delete_moved_is_done_by_a_rerun() {
-    let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
-    let all: Vec<&Memcached> = servers.iter().collect();
-    let fleet = Fleet::start(|l| yaml(l, &all), &[]);
-    let keys = deletable_keys(&fleet.addr(0), &servers);
+/// non-zero saying so and leaves a record of the deletion (`recorded` checks it), and a rerun of the
+/// same command (the server back) deletes the moved keys and clears the record. Before, the rerun
+/// found no change to make and the keys stayed. `plan` publishes the change to 3 servers once the
+/// keys are written, `migrate` is the run (`--delete-moved` among its flags), `cut_over_line` what
+/// it prints at its cut-over; returns the third run's output (nothing left to do).
+fn failed_deletion_is_redone(
+    servers: &[Memcached],
+    fleet: &Fleet,
+    plan: impl FnOnce(),
+    migrate: impl Fn() -> StdCommand,
+    cut_over_line: &str,
+    recorded: impl Fn(bool),
+) -> std::process::Output {
+    let keys = deletable_keys(&fleet.addr(0), servers);
     let mut left = Mc::connect(&servers[3].addr);
     let on_left = |m: &mut Mc| keys.iter().filter(|k| m.mg(k).is_some()).count();
     let before = on_left(&mut left);
-    fleet.plan(&yaml(free_port(), &all[..3]));
-    let first = crate::cut_off_load::watch_migrate(
-        &mut fleet.migrate_command(&["--delete-moved"]),
-        |line| {
-            if line.contains("cut over in the files") {
-                servers[3].pause();
-            }
-        },
-    );
+    plan();
+    let first = crate::cut_off_load::watch_migrate(&mut migrate(), |line| {
+        if line.contains(cut_over_line) {
+            servers[3].pause();
+        }
+    });
     servers[3].resume();
     assert!(!first.status.success(), "{}", first.stderr);
     assert!(
@@ -986,44 +988,63 @@ fn a_failed_delete_moved_is_done_by_a_rerun() {
         "{}",
         first.stderr
     );
-    let next = std::fs::read_to_string(&fleet.next).unwrap();
-    assert!(
-        next.starts_with("# shardring migrate deleting moved keys: pool=alpha "),
-        "{next}"
-    );
+    recorded(true);
     assert_eq!(on_left(&mut left), before, "the first run deleted nothing");
     // At once after the server resumes, with every key just read on it (`on_left`): an LRU walk
     // (`metadump all`) listed a part of them here and the rerun left the rest.
-    let second = fleet.migrate(&["--delete-moved"]).output().unwrap();
-    let stderr = String::from_utf8_lossy(&second.stderr);
+    let second = migrate().output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&second.stdout),
+        String::from_utf8_lossy(&second.stderr),
+    );
     assert!(second.status.success(), "{stderr}");
     assert!(stderr.contains("deleting them"), "{stderr}");
-    assert_eq!(
-        on_left(&mut left),
-        0,
-        "{before} {stderr} {}",
-        String::from_utf8_lossy(&second.stdout)
-    );
-    let next = std::fs::read_to_string(&fleet.next).unwrap();
-    assert!(!next.contains("# shardring migrate"), "{next}");
+    assert_eq!(on_left(&mut left), 0, "{before} {stderr} {stdout}");
+    recorded(false);
     assert!(
-        String::from_utf8_lossy(&second.stdout).contains(&format!("deleted {before} moved keys")),
-        "{before}: {}\n{stderr}",
-        String::from_utf8_lossy(&second.stdout)
+        stdout.contains(&format!("deleted {before} moved keys")),
+        "{before}: {stdout}\n{stderr}"
     );
-
     // Nothing more to do: a third run says there is no change.
-    let third = fleet.migrate(&["--delete-moved"]).output().unwrap();
+    let third = migrate().output().unwrap();
     assert!(!third.status.success());
     // Every key still reads through the proxies.
     for p in 0..2 {
         let mut c = Mc::connect(&fleet.addr(p));
         assert!(keys.iter().all(|k| c.mg(k).is_some()), "proxy {p}");
     }
+    third
 }
 
-/// [`a_failed_delete_moved_is_done_by_a_rerun`] with etcd: the record is etcd's `delete-moved`
-/// key, written with the drop of `next/`.
+/// [`failed_deletion_is_redone`] without etcd: the record is a mark line in the `--to` file.
+#[test]
+fn a_failed_delete_moved_is_done_by_a_rerun() {
+    let servers: Vec<Memcached> = (0..4).map(|_| Memcached::start()).collect();
+    let all: Vec<&Memcached> = servers.iter().collect();
+    let fleet = Fleet::start(|l| yaml(l, &all), &[]);
+    let recorded = |pending: bool| {
+        let next = std::fs::read_to_string(&fleet.next).unwrap();
+        if pending {
+            assert!(
+                next.starts_with("# shardring migrate deleting moved keys: pool=alpha "),
+                "{next}"
+            );
+        } else {
+            assert!(!next.contains("# shardring migrate"), "{next}");
+        }
+    };
+    failed_deletion_is_redone(
+        &servers,
+        &fleet,
+        || fleet.plan(&yaml(free_port(), &all[..3])),
+        || fleet.migrate_command(&["--delete-moved"]),
+        "cut over in the files",
+        recorded,
+    );
+}
+
+/// [`failed_deletion_is_redone`] with etcd: the record is etcd's `delete-moved` key, written with
+/// the drop of `next/`.
 #[test]
 fn with_etcd_a_failed_delete_moved_is_done_by_a_rerun() {
     if !test_support::etcd_available() {
@@ -1047,11 +1068,6 @@ fn with_etcd_a_failed_delete_moved_is_done_by_a_rerun() {
     };
     publish(&all, &[]);
     let fleet = Fleet::start(|l| yaml(l, &all), &["--etcd", &url]);
-    let keys = deletable_keys(&fleet.addr(0), &servers);
-    let mut left = Mc::connect(&servers[3].addr);
-    let on_left = |m: &mut Mc| keys.iter().filter(|k| m.mg(k).is_some()).count();
-    let before = on_left(&mut left);
-    publish(&all[..3], &["--next"]);
     let migrate = || {
         let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("shardring"));
         cmd.args([
@@ -1070,33 +1086,14 @@ fn with_etcd_a_failed_delete_moved_is_done_by_a_rerun() {
         .arg(&fleet.files[0]);
         cmd
     };
-    let first = crate::cut_off_load::watch_migrate(&mut migrate(), |line| {
-        if line.contains("cut over in etcd") {
-            servers[3].pause();
-        }
-    });
-    servers[3].resume();
-    assert!(!first.status.success(), "{}", first.stderr);
-    assert!(
-        first
-            .stderr
-            .contains("a rerun of the same command deletes them"),
-        "{}",
-        first.stderr
+    let third = failed_deletion_is_redone(
+        &servers,
+        &fleet,
+        || publish(&all[..3], &["--next"]),
+        migrate,
+        "cut over in etcd",
+        |_| {},
     );
-    assert_eq!(on_left(&mut left), before, "the first run deleted nothing");
-    let second = crate::cut_off_load::watch_migrate(&mut migrate(), |_| {});
-    assert!(second.status.success(), "{}", second.stderr);
-    assert!(second.stderr.contains("deleting them"), "{}", second.stderr);
-    assert_eq!(on_left(&mut left), 0);
-    let third = crate::cut_off_load::watch_migrate(&mut migrate(), |_| {});
-    assert!(
-        third.stderr.contains("has no next membership"),
-        "{}",
-        third.stderr
-    );
-    for p in 0..2 {
-        let mut c = Mc::connect(&fleet.addr(p));
-        assert!(keys.iter().all(|k| c.mg(k).is_some()), "proxy {p}");
-    }
+    let stderr = String::from_utf8_lossy(&third.stderr);
+    assert!(stderr.contains("has no next membership"), "{stderr}");
 }

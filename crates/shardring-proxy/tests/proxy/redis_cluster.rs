@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Client, RunningProxy};
 use crate::redis_common::{cmd, cmds, read_replies};
+use shardring::compat::twemproxy::TwemproxyServer;
 use shardring_proxy::config::ServerTlsConfig;
 use shardring_proxy::config::{ClusterConfig, PoolConfig, ProtocolConfig, RedisConfig};
 use shardring_proxy::protocol::redis::Request;
@@ -630,7 +631,7 @@ async fn a_master_added_and_resharded_onto_under_load_costs_clients_nothing() {
         .config()
         .servers
         .iter()
-        .any(|s| format!("{}:{}", s.host, s.port) == added)
+        .any(|s| s.address() == added)
     {
         assert!(Instant::now() < deadline, "the proxy never saw {added}");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -715,7 +716,7 @@ async fn a_tls_cluster_is_served_over_its_nodes_tls_ports() {
         .config()
         .servers
         .iter()
-        .map(|s| format!("{}:{}", s.host, s.port))
+        .map(TwemproxyServer::address)
         .collect();
     assert_eq!(servers.len(), 3, "the masters: {servers:?}");
     assert!(

@@ -43,16 +43,17 @@ pub(super) async fn change(
             let mut old = now.clone();
             old.servers = mark.servers.clone();
             now.servers = current_servers;
-            let digest = |p: &PoolConfig| p.placement_spec().digest();
-            if digest(&old) == mark.from && digest(&now) == mark.to {
-                eprintln!(
-                    "shardring: pool {}'s change from {} to {} is done but its moved keys were not \
-                     all deleted from their old servers: deleting them",
-                    now.name, mark.from, mark.to
-                );
+            if mark.is_change(&old, &now) {
+                eprintln!("{}", mark.resuming_deletion("in etcd"));
                 return Ok((Change::new(old, now, all_keys)?, Stage::Deleting));
             }
-            give_up_deletion(source, &mark, "the pool's servers changed since").await?;
+            eprintln!(
+                "{}",
+                mark.giving_up_deletion("the pool's servers changed since")
+            );
+            admin::clear_pending_deletion(source)
+                .await
+                .context("removing the pool's pending deletion from etcd")?;
         }
         bail!(
             "pool {} has no next membership under {} (publish one with `shardring members \
@@ -67,13 +68,8 @@ pub(super) async fn change(
         .context("reading the pool's cut-over mark from etcd")?;
     if let (Some(mark), None) = (&deleting, cut_over) {
         eprintln!(
-            "shardring: warning: pool {}'s earlier change (from {} to {}) left moved keys on their \
-             old servers (--delete-moved was not finished); a new change is planned, so that \
-             deletion is given up at its cut-over (a copy onto such a server compares and replaces \
-             what it finds)",
-            now.name,
-            mark.from,
-            mark.to
+            "{}",
+            mark.giving_up_deletion("a new change is planned (its cut-over drops the record)")
         );
     }
     let (from, to) = match cut_over {
@@ -119,30 +115,13 @@ async fn pending_deletion(source: &EtcdSource, now: &PoolConfig) -> Result<Optio
     }
 }
 
-/// Drops the record of a deletion that can no longer be done safely, saying so.
-async fn give_up_deletion(source: &EtcdSource, mark: &Mark, why: &str) -> Result<()> {
-    eprintln!(
-        "shardring: warning: pool {}'s moved keys of the change from {} to {} were not all deleted \
-         from their old servers; {why}, so that deletion is given up (the keys stay there; a copy \
-         onto such a server compares and replaces what it finds)",
-        mark.pool, mark.from, mark.to
-    );
-    admin::clear_pending_deletion(source)
-        .await
-        .context("removing the pool's pending deletion from etcd")?;
-    Ok(())
-}
-
 /// Makes next current and current next, in one transaction (refused if either changed since they
-/// were read); a deletion an earlier change left pending is given up (a new change was planned).
+/// were read), which also gives up a deletion an earlier change left pending.
 pub(super) async fn cut_over(source: &EtcdSource) -> Result<()> {
     let revision = admin::cut_over(source, None)
         .await
         .context("cutting over in etcd")?;
     eprintln!("shardring: cut over in etcd at revision {revision}");
-    admin::clear_pending_deletion(source)
-        .await
-        .context("removing an earlier change's pending deletion from etcd")?;
     Ok(())
 }
 

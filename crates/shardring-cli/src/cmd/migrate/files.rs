@@ -65,29 +65,20 @@ pub(super) fn change(
             // A finished change whose moved keys are still to be deleted: the run, while the
             // files still describe that change's end (nothing planned since).
             let old = with(&now, &m.servers);
-            let ends_there = digest(&old) == m.from
-                && digest(&next) == m.to
+            let ends_there = m.is_change(&old, &next)
                 && configs.iter().all(|path| {
                     super::pool_in(path, Some(&pool)).is_ok_and(|p| digest(&p) == m.to)
                 });
             if ends_there {
-                eprintln!(
-                    "shardring: pool {pool}'s change from {} to {} is done but its moved keys were \
-                     not all deleted from their old servers (marked in {}): deleting them",
-                    m.from,
-                    m.to,
-                    to.display()
-                );
+                eprintln!("{}", m.resuming_deletion(&format!("in {}", to.display())));
                 return Ok((Change::new(old, next, all_keys)?, Stage::Deleting));
             }
             eprintln!(
-                "shardring: warning: pool {pool}'s earlier change (from {} to {}) left moved keys \
-                 on their old servers (--delete-moved was not finished, marked in {}); a new change \
-                 is planned, so that deletion is given up at its cut-over (a copy onto such a \
-                 server compares and replaces what it finds)",
-                m.from,
-                m.to,
-                to.display()
+                "{}",
+                m.giving_up_deletion(&format!(
+                    "a new change is planned in {} (its cut-over drops the record)",
+                    to.display()
+                ))
             );
             None
         }
@@ -163,14 +154,7 @@ pub(super) fn change(
 /// When a file cannot be read, rewritten or replaced.
 pub(super) fn cut_over(configs: &[PathBuf], to: &Path, change: &Change) -> Result<()> {
     let pool = &change.now.name;
-    let digest = |p: &PoolConfig| p.placement_spec().digest();
-    let mark = Mark {
-        step: Step::CutOver,
-        pool: pool.clone(),
-        from: digest(&change.now),
-        to: digest(&change.next),
-        servers: change.next.servers.clone(),
-    };
+    let mark = Mark::cut_over(change);
     let mut writes = vec![(to.to_path_buf(), {
         let text = rewritten(to, pool, &change.now.servers)?;
         mark.put(&text)

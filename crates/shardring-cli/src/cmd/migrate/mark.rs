@@ -21,6 +21,9 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
+use shardring_config::{PoolConfig, ProxyConfig};
+
+use super::plan::Change;
 
 /// What a cut-over mark line starts with.
 const PREFIX: &str = "# shardring migrate cut over: ";
@@ -73,15 +76,80 @@ pub(crate) struct Mark {
 }
 
 impl Mark {
+    /// The record of `change`'s cut-over: the servers it was cut over to.
+    pub(super) fn cut_over(change: &Change) -> Mark {
+        Mark::of(Step::CutOver, change, &change.next.servers)
+    }
+
     /// The record of `change`'s moved keys still to be deleted from their old servers.
-    pub(super) fn deleting(change: &super::plan::Change) -> Mark {
+    pub(super) fn deleting(change: &Change) -> Mark {
+        Mark::of(Step::Deleting, change, &change.now.servers)
+    }
+
+    fn of(step: Step, change: &Change, servers: &[TwemproxyServer]) -> Mark {
         Mark {
-            step: Step::Deleting,
+            step,
             pool: change.now.name.clone(),
             from: change.now.placement_spec().digest(),
             to: change.next.placement_spec().digest(),
-            servers: change.now.servers.clone(),
+            servers: servers.to_vec(),
         }
+    }
+
+    /// `config` with each pool whose `next_text` (the `--next-config` file's text) has a mark, and
+    /// whose own servers are still the ones that mark was cut over from, given the mark's servers:
+    /// the state every proxy is in once its own file is rewritten. With the lines that say so, for
+    /// the log. A pool whose servers are neither (a file edited since) is left as its file says,
+    /// and a mark that does not parse is ignored: `shardring migrate` refuses both.
+    pub fn apply(mut config: ProxyConfig, next_text: &str) -> (ProxyConfig, Vec<String>) {
+        let mut notes = Vec::new();
+        for pool in &mut config.pools {
+            let mark = match Mark::find(next_text, &pool.name) {
+                Ok(Some(mark)) if mark.step == Step::CutOver => mark,
+                Ok(_) => continue,
+                Err(e) => {
+                    notes.push(format!(
+                        "pool {}: the next file's {e:#}: ignored",
+                        pool.name
+                    ));
+                    continue;
+                }
+            };
+            if pool.placement_spec().digest() == mark.from {
+                notes.push(format!(
+                    "pool {}: the next file marks a cut-over from placement {} (this file's) to {}: \
+                     serving the marked servers until this file is rewritten",
+                    pool.name, mark.from, mark.to
+                ));
+                pool.servers = mark.servers;
+            }
+        }
+        (config, notes)
+    }
+
+    /// Whether this record is of the change from `old` to `new` (their placements' digests): a
+    /// deletion it records is still the one to do while the pool's servers are `new`.
+    pub(super) fn is_change(&self, old: &PoolConfig, new: &PoolConfig) -> bool {
+        old.placement_spec().digest() == self.from && new.placement_spec().digest() == self.to
+    }
+
+    /// What a run that does the deletion this records says (`place`: where the record is).
+    pub(super) fn resuming_deletion(&self, place: &str) -> String {
+        format!(
+            "shardring: pool {}'s change from {} to {} is done but its moved keys were not all \
+             deleted from their old servers (recorded {place}): deleting them",
+            self.pool, self.from, self.to
+        )
+    }
+
+    /// What a run that gives up the deletion this records says, and `why`.
+    pub(super) fn giving_up_deletion(&self, why: &str) -> String {
+        format!(
+            "shardring: warning: pool {}'s change from {} to {} left moved keys on their old servers \
+             (--delete-moved was not finished); {why}, so that deletion is given up (the keys stay \
+             there; a copy onto such a server compares and replaces what it finds)",
+            self.pool, self.from, self.to
+        )
     }
 
     /// The comment line, with its newline.
@@ -150,42 +218,6 @@ impl Mark {
         }
         out.push_str(&Mark::without(text, &self.pool));
         out
-    }
-}
-
-impl Mark {
-    /// `config` with each pool whose `next_text` (the `--next-config` file's text) has a mark, and
-    /// whose own servers are still the ones that mark was cut over from, given the mark's servers:
-    /// the state every proxy is in once its own file is rewritten. With the lines that say so, for
-    /// the log. A pool whose servers are neither (a file edited since) is left as its file says,
-    /// and a mark that does not parse is ignored: `shardring migrate` refuses both.
-    pub fn apply(
-        mut config: shardring_config::ProxyConfig,
-        next_text: &str,
-    ) -> (shardring_config::ProxyConfig, Vec<String>) {
-        let mut notes = Vec::new();
-        for pool in &mut config.pools {
-            let mark = match Mark::find(next_text, &pool.name) {
-                Ok(Some(mark)) if mark.step == Step::CutOver => mark,
-                Ok(_) => continue,
-                Err(e) => {
-                    notes.push(format!(
-                        "pool {}: the next file's {e:#}: ignored",
-                        pool.name
-                    ));
-                    continue;
-                }
-            };
-            if pool.placement_spec().digest() == mark.from {
-                notes.push(format!(
-                    "pool {}: the next file marks a cut-over from placement {} (this file's) to {}: \
-                     serving the marked servers until this file is rewritten",
-                    pool.name, mark.from, mark.to
-                ));
-                pool.servers = mark.servers;
-            }
-        }
-        (config, notes)
     }
 }
 
