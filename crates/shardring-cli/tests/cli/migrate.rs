@@ -630,6 +630,17 @@ fn a_dry_run_prints_the_plan_and_changes_nothing() {
     assert!(stderr.contains("--all-keys"), "{stderr}");
 }
 
+/// `shardring members --etcd URL --pool alpha -c FILE publish EXTRA…`, which must succeed.
+fn publish_members(url: &str, file: &Path, extra: &[&str]) {
+    shardring()
+        .args(["members", "--etcd", url, "--pool", "alpha", "-c"])
+        .arg(file)
+        .arg("publish")
+        .args(extra)
+        .assert()
+        .success();
+}
+
 #[test]
 fn with_etcd_the_proxies_register_dual_write_and_cut_over_together() {
     if !test_support::etcd_available() {
@@ -646,15 +657,7 @@ fn with_etcd_the_proxies_register_dual_write_and_cut_over_together() {
         path
     };
     let (now_file, next_file) = (file("now.yml", &now), file("next.yml", &now[..3]));
-    let members = |f: &Path, extra: &[&str]| {
-        shardring()
-            .args(["members", "--etcd", &url, "--pool", "alpha", "-c"])
-            .arg(f)
-            .arg("publish")
-            .args(extra)
-            .assert()
-            .success();
-    };
+    let members = |f: &Path, extra: &[&str]| publish_members(&url, f, extra);
     members(&now_file, &[]);
     let fleet = Fleet::start(|l| yaml(l, &now), &["--etcd", &url]);
     let (far, fill_time) = fill(&fleet.addr(0));
@@ -1058,13 +1061,7 @@ fn with_etcd_a_failed_delete_moved_is_done_by_a_rerun() {
     let publish = |servers: &[&Memcached], extra: &[&str]| {
         let path = dir.path().join("members.yml");
         std::fs::write(&path, yaml(free_port(), servers)).unwrap();
-        shardring()
-            .args(["members", "--etcd", &url, "--pool", "alpha", "-c"])
-            .arg(&path)
-            .arg("publish")
-            .args(extra)
-            .assert()
-            .success();
+        publish_members(&url, &path, extra);
     };
     publish(&all, &[]);
     let fleet = Fleet::start(|l| yaml(l, &all), &["--etcd", &url]);
