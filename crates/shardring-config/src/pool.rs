@@ -361,6 +361,13 @@ impl PoolConfig {
                         .into(),
                 );
             }
+            if self.remedies.split.is_some() {
+                errors.push(
+                    n,
+                    "--hot-key-split and --redis-cluster: a cluster places each key by its slot alone"
+                        .into(),
+                );
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for s in &self.servers {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use shardring::compat::twemproxy::{Distribution, TwemproxyServer};
 
 use super::problem::ConfigErrors;
-use super::{ClusterConfig, Limits, PlacementSpec, RedisLimits};
+use super::{ClusterConfig, Limits, PlacementSpec, RedisLimits, SplitConfig};
 
 /// Which protocol a pool speaks, with that protocol's own settings (twemproxy's `redis: true/false`).
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +56,10 @@ pub struct Remedies {
     /// commands Redis flags `write`); reads go to the first live one and fail over to the next on an
     /// error. By default, this is 1 (no replicas). `shardring proxy --replicas [POOL=]R`.
     pub replicas: usize,
+    /// Hot keys kept on several servers, their reads spread over them, in the phase every proxy
+    /// agrees on ([`SplitConfig`]). By default, none. `shardring proxy --hot-key-split [POOL=]S
+    /// --hot-key-split-keys [POOL=]FILE`, the file read again on every reload.
+    pub split: Option<SplitConfig>,
 }
 
 impl Default for Remedies {
@@ -63,6 +67,7 @@ impl Default for Remedies {
         Remedies {
             hot_keys: None,
             replicas: 1,
+            split: None,
         }
     }
 }
@@ -89,6 +94,22 @@ impl Remedies {
         }
         if let Some(h) = &self.hot_keys {
             h.validate(n, errors);
+        }
+        if let Some(split) = &self.split {
+            split.validate(n, pool.servers.len(), errors);
+            if replicas > 1 {
+                errors.push(
+                    n,
+                    "split keys and replicas together are not supported yet: --hot-key-split or --replicas".into(),
+                );
+            }
+            if pool.distribution == Distribution::Random {
+                errors.push(
+                    n,
+                    "split keys need a reproducible distribution (ketama or modula), not random"
+                        .into(),
+                );
+            }
         }
     }
 }

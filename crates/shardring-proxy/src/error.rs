@@ -159,6 +159,16 @@ pub enum BackendError {
         /// What the node said, and why it was not followed.
         reason: String,
     },
+    /// A split key's write reached its owner, and a copy of the key could not be deleted after it
+    /// (`--hot-key-split`): that copy may still hold the value before the write, so the write is
+    /// not acknowledged.
+    #[error("split key's copy on {addr} not deleted after the write ({reason}); the owner has the write: write again")]
+    SplitCopyKept {
+        /// The copy's server.
+        addr: String,
+        /// What it answered, or why it did not.
+        reason: String,
+    },
     /// The server was removed by a reload while the request waited.
     #[error("server removed")]
     Removed,
@@ -196,6 +206,7 @@ impl BackendError {
                 | BackendError::CircuitOpen { .. }
                 | BackendError::Overloaded { .. }
                 | BackendError::RateLimited { .. }
+                | BackendError::SplitCopyKept { .. }
         )
     }
 

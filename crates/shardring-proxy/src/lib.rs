@@ -92,6 +92,7 @@ mod server;
 mod session;
 pub mod shutdown;
 pub mod signals;
+mod split;
 mod tls;
 mod version;
 pub mod workers;

@@ -5,7 +5,7 @@
 //! protocols' pools it serves and how it sets them ([`ApplyToPools`]): [`HotKeyFlags`] in
 //! `hot_keys/`, [`TlsFlags`] in `tls/`, [`SentinelFlags`] in `sentinel/`, [`ClusterFlags`] in `cluster/`, [`HealthCheckFlags`] in
 //! `backend/`, [`BreakerFlags`] in `backend/breaker/`,
-//! [`RateLimitFlags`] in `rate_limit/`, `MembershipFlags` in `membership/`, [`MetricsFlags`] in `metrics/`, [`WorkerFlags`] in
+//! [`RateLimitFlags`] in `rate_limit/`, [`SplitFlags`] in `split/`, `MembershipFlags` in `membership/`, [`MetricsFlags`] in `metrics/`, [`WorkerFlags`] in
 //! `workers/`; the protocols' own beside their code: [`MemcacheFlags`] in `protocol/memcache/`,
 //! [`RemedyFlags`] (the memcached remedies) in `protocol/memcache/remedies/`, [`RedisFlags`] in
 //! `protocol/redis/`. This folder keeps [`LimitFlags`] (both protocols' request limits) and what
@@ -36,6 +36,7 @@ pub use crate::protocol::memcache::remedies::flags::RemedyFlags;
 pub use crate::protocol::redis::flags::RedisFlags;
 pub use crate::rate_limit::flags::RateLimitFlags;
 pub use crate::sentinel::flags::SentinelFlags;
+pub use crate::split::flags::SplitFlags;
 pub use crate::tls::flags::TlsFlags;
 pub use crate::workers::flags::WorkerFlags;
 
@@ -102,6 +103,9 @@ pub struct ProxyFlags {
     /// `--key-rate-limit`, `--pool-rate-limit`: both protocols' pools.
     #[command(flatten)]
     pub rate_limits: RateLimitFlags,
+    /// `--hot-key-split`, `--hot-key-split-keys`: split keys, memcached pools.
+    #[command(flatten)]
+    pub split: SplitFlags,
     /// `--replicas`, `--gutter`, `--warmup-window`: the memcached remedies.
     #[command(flatten)]
     pub remedies: RemedyFlags,
@@ -121,7 +125,7 @@ pub struct ProxyFlags {
 
 impl ProxyFlags {
     /// The groups that set the pools' settings, in the order they apply.
-    fn pool_groups(&self) -> [&dyn ApplyToPools; 11] {
+    fn pool_groups(&self) -> [&dyn ApplyToPools; 12] {
         [
             &self.limits,
             &self.memcache,
@@ -129,6 +133,7 @@ impl ProxyFlags {
             &self.breakers,
             &self.hot_keys,
             &self.rate_limits,
+            &self.split,
             &self.remedies,
             &self.redis,
             &self.tls,

@@ -133,6 +133,7 @@ fn every_flag_reaches_its_group() {
                 health_check_interval: 250,
             },
             rate_limits: RateLimitFlags::default(),
+            split: SplitFlags::default(),
             breakers: BreakerFlags {
                 circuit_breakers: vec![Some("rd".into())],
                 outlier_slow: vec![(Some("rd".into()), 50)],
@@ -543,5 +544,61 @@ fn sentinel_flags_need_a_redis_pool_whose_servers_are_named_for_their_groups() {
             .unwrap_err()
             .to_string();
         assert!(errors.contains(problem), "{problem}: {errors}");
+    }
+}
+
+#[test]
+fn split_keys_are_read_from_their_file_for_memcached_pools_and_every_problem_is_named() {
+    let dir = test_support::TempDir::new("flags-split");
+    let good = dir.path().join("split");
+    std::fs::write(&good, "# launch\nwrite a\nread b%20c\n").unwrap();
+    let bad = dir.path().join("bad");
+    std::fs::write(&bad, "write a\nsplit b\n").unwrap();
+    let line = |copies: &str, file: &std::path::Path| {
+        parsed(&[
+            "--hot-key-split",
+            copies,
+            "--hot-key-split-keys",
+            file.to_str().unwrap(),
+        ])
+    };
+    // For every pool: the memcached pool splits, the redis pool is told it is left alone.
+    let every = line("2", &good);
+    let config = every
+        .apply(ProxyConfig::from_yaml(TWO_POOLS).unwrap())
+        .unwrap();
+    let split = config.pools[0].remedies.split.as_ref().unwrap();
+    assert_eq!(split.copies, 2);
+    assert_eq!(
+        split.keys.keys().cloned().collect::<Vec<_>>(),
+        [b"a".to_vec(), b"b c".to_vec()]
+    );
+    assert!(config.pools[1].remedies.split.is_none());
+    let unused = every.unused(&config);
+    assert!(
+        unused
+            .iter()
+            .any(|u| u.contains("--hot-key-split applies to memcached pools only")),
+        "{unused:?}"
+    );
+    // A bad line, a missing file, more copies than servers, a redis pool named: each refused.
+    let cases = [
+        (
+            line("2", &bad),
+            "line 2: \"split\" is not a phase (write or read)",
+        ),
+        (line("2", &dir.path().join("none")), "--hot-key-split-keys"),
+        (
+            line("3", &good),
+            "a split key's copies must be between 2 and the number of servers (2), not 3",
+        ),
+        (
+            line("rd=2", &good),
+            "split keys are for memcached pools only",
+        ),
+    ];
+    for (flags, problem) in cases {
+        let errors = overridden(&flags).unwrap_err();
+        assert!(errors.to_string().contains(problem), "{errors}");
     }
 }

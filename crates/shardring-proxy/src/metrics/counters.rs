@@ -205,6 +205,18 @@ pub struct PoolStats {
     pub warmup_copies: Counter,
     /// Warm-up: copies refused because the key was written or deleted on the new server meanwhile.
     pub warmup_copies_refused: Counter,
+    /// Split keys: reads sent to a copy other than the owner.
+    pub split_reads: Counter,
+    /// Split keys: reads a copy did not hold, read from the owner instead.
+    pub split_copy_misses: Counter,
+    /// Split keys: copies filled from the owner.
+    pub split_fills: Counter,
+    /// Split keys: fills refused because a write deleted the copy meanwhile.
+    pub split_fills_refused: Counter,
+    /// Split keys: copies deleted after a write of the key (or before its first spread read).
+    pub split_invalidations: Counter,
+    /// Split keys: copy deletes that failed (the write was answered with an error).
+    pub split_invalidations_failed: Counter,
     /// Requests sent to the gutter pool because their server was ejected.
     pub gutter_requests: Counter,
     /// `get`s answered from the hot-key cache.
@@ -311,6 +323,9 @@ pub struct Placements {
     pub current_text: String,
     /// What `next` is the digest of.
     pub next_text: String,
+    /// The split keys' digest ([`crate::config::SplitConfig::digest`]); empty when the pool splits
+    /// no key: what every proxy of the pool must agree on before a key's next phase.
+    pub split: String,
 }
 
 /// Unix time now, in seconds (for `server_ejected_at`); 0 if the clock is before 1970.

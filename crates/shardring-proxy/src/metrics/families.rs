@@ -16,7 +16,7 @@ pub(super) enum Kind {
 pub(super) type PoolFamily = (&'static str, Kind, &'static str, fn(&PoolStats) -> u64);
 
 /// The pool-level families, one sample per pool, labelled `pool`.
-pub(super) const POOL_FAMILIES: [PoolFamily; 36] = [
+pub(super) const POOL_FAMILIES: [PoolFamily; 42] = [
     (
         "shardring_proxy_pool_client_connections",
         Kind::Gauge,
@@ -172,6 +172,42 @@ pub(super) const POOL_FAMILIES: [PoolFamily; 36] = [
         Kind::Counter,
         "Warm-up: copies refused because newer data (a write or a delete) existed.",
         |p| p.warmup_copies_refused.get(),
+    ),
+    (
+        "shardring_proxy_pool_split_reads",
+        Kind::Counter,
+        "Split keys: reads sent to a copy other than the owner.",
+        |p| p.split_reads.get(),
+    ),
+    (
+        "shardring_proxy_pool_split_copy_misses",
+        Kind::Counter,
+        "Split keys: reads a copy did not hold, read from the owner instead.",
+        |p| p.split_copy_misses.get(),
+    ),
+    (
+        "shardring_proxy_pool_split_fills",
+        Kind::Counter,
+        "Split keys: copies filled from the owner.",
+        |p| p.split_fills.get(),
+    ),
+    (
+        "shardring_proxy_pool_split_fills_refused",
+        Kind::Counter,
+        "Split keys: fills refused because a write deleted the copy meanwhile.",
+        |p| p.split_fills_refused.get(),
+    ),
+    (
+        "shardring_proxy_pool_split_invalidations",
+        Kind::Counter,
+        "Split keys: copies deleted after a write of the key (or before its first spread read).",
+        |p| p.split_invalidations.get(),
+    ),
+    (
+        "shardring_proxy_pool_split_invalidations_failed",
+        Kind::Counter,
+        "Split keys: copy deletes that failed (the write was answered with an error).",
+        |p| p.split_invalidations_failed.get(),
     ),
     (
         "shardring_proxy_pool_gutter_requests",

@@ -85,6 +85,10 @@ pub const POOL_STATS: &[(&str, &str)] = &[
         "digest of the next placement (= membership_current without one)",
     ),
     (
+        "split_digest",
+        "digest of the split keys and their phases (--hot-key-split-keys; empty: none)",
+    ),
+    (
         "membership_current_text",
         "what membership_current is the digest of: a line per server, then the rules",
     ),
@@ -115,6 +119,30 @@ pub const POOL_STATS: &[(&str, &str)] = &[
     (
         "warmup_copies_refused",
         "# copies not made: a newer write or delete won (--warmup-window)",
+    ),
+    (
+        "split_reads",
+        "# split keys' reads sent to a copy (--hot-key-split)",
+    ),
+    (
+        "split_copy_misses",
+        "# split keys' reads a copy missed, read from the owner",
+    ),
+    (
+        "split_fills",
+        "# split keys' copies filled from the owner",
+    ),
+    (
+        "split_fills_refused",
+        "# split-key fills not made: a write won",
+    ),
+    (
+        "split_invalidations",
+        "# split keys' copies deleted after writes",
+    ),
+    (
+        "split_invalidations_failed",
+        "# split keys' copy deletes that failed",
     ),
     (
         "hot_cache_hits",
@@ -289,6 +317,7 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
         );
         pool.insert("membership_current".into(), json!(view.placements.current));
         pool.insert("membership_next".into(), json!(view.placements.next));
+        pool.insert("split_digest".into(), json!(view.placements.split));
         pool.insert(
             "membership_current_text".into(),
             json!(view.placements.current_text),
@@ -305,6 +334,21 @@ pub fn render_twemproxy_json(started: Instant, pools: &[PoolView]) -> String {
         pool.insert(
             "warmup_copies_refused".into(),
             json!(p.warmup_copies_refused.get()),
+        );
+        pool.insert("split_reads".into(), json!(p.split_reads.get()));
+        pool.insert("split_copy_misses".into(), json!(p.split_copy_misses.get()));
+        pool.insert("split_fills".into(), json!(p.split_fills.get()));
+        pool.insert(
+            "split_fills_refused".into(),
+            json!(p.split_fills_refused.get()),
+        );
+        pool.insert(
+            "split_invalidations".into(),
+            json!(p.split_invalidations.get()),
+        );
+        pool.insert(
+            "split_invalidations_failed".into(),
+            json!(p.split_invalidations_failed.get()),
         );
         pool.insert("hot_cache_hits".into(), json!(p.hot_cache_hits.get()));
         pool.insert("hot_cache_fills".into(), json!(p.hot_cache_fills.get()));

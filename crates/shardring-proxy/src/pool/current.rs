@@ -149,6 +149,12 @@ impl<P: Protocol> Pool<P> {
                     next: next.digest(),
                     current_text: current.canonical_text(),
                     next_text: next.canonical_text(),
+                    split: c
+                        .config
+                        .remedies
+                        .split
+                        .as_ref()
+                        .map_or_else(String::new, crate::config::SplitConfig::digest),
                 }
             },
         }

@@ -18,6 +18,7 @@ use crate::metrics::PoolStats;
 use crate::protocol::{PlanContext, PoolState, PreviousRouting};
 use crate::rate_limit::RateLimiter;
 use crate::router::{build_placement, Gutter, Routing};
+use crate::split::{SplitRoute, SplitSet};
 
 /// What a pool adds to placing keys, whatever its protocol: built once per pool version.
 #[derive(Debug, Clone)]
@@ -33,6 +34,8 @@ pub(crate) struct Remedies {
     replicas: usize,
     /// The pool's rate limits, when it has any (this version's: a reload starts them full).
     limits: Option<Arc<RateLimiter>>,
+    /// The pool's split keys, when it has any (this version's).
+    split: Option<Arc<SplitSet>>,
 }
 
 impl Remedies {
@@ -55,7 +58,12 @@ impl Remedies {
             ),
             None => None,
         };
-        let full = if replicas > 1 || gutter_placement.is_some() {
+        let split = config
+            .remedies
+            .split
+            .as_ref()
+            .map(|s| Arc::new(SplitSet::new(s)));
+        let full = if replicas > 1 || gutter_placement.is_some() || split.is_some() {
             let servers = config.servers.len() + gutter.map_or(0, |g| g.servers.len());
             let all = vec![true; servers];
             Some(Arc::new(
@@ -71,6 +79,7 @@ impl Remedies {
             gutter: gutter_placement.map(Arc::new),
             replicas: replicas.max(1),
             limits: RateLimiter::new(&config.name, config.rate_limits).map(Arc::new),
+            split,
         })
     }
 }
@@ -100,6 +109,8 @@ pub(crate) struct Placer<'a> {
     pub(crate) started: std::time::Instant,
     /// The pool's rate limits, when it has any.
     limits: Option<&'a RateLimiter>,
+    /// The pool's split keys, when it has any.
+    split: Option<&'a Arc<SplitSet>>,
 }
 
 impl<'a> Placer<'a> {
@@ -118,6 +129,7 @@ impl<'a> Placer<'a> {
             next: ctx.next,
             started: ctx.started,
             limits: remedies.limits.as_deref(),
+            split: remedies.split.as_ref(),
         }
     }
 
@@ -256,6 +268,16 @@ impl<'a> Placer<'a> {
             ttl_cap: server.and_then(|s| self.gutter_ttl_cap(s)),
             previous: self.moved_from(key, server),
             next: self.next_owner(key, server),
+            split: self.split_route(key, server),
+        }
+    }
+
+    /// Where `key` goes when it is split (`crate::split`); `None` when it is not, or has no server.
+    #[inline]
+    fn split_route(&self, key: &[u8], owner: Option<usize>) -> Option<SplitRoute> {
+        match (self.split, owner, self.full) {
+            (Some(split), Some(owner), Some(full)) => split.route(key, owner, full, self.routing),
+            _ => None,
         }
     }
 
@@ -291,6 +313,8 @@ pub(crate) struct Route {
     /// While the pool has a next membership and the key's owner there is not `server`: that owner,
     /// where its writes go too.
     pub(crate) next: Option<usize>,
+    /// When the key is split: its copies, and where a read of it goes.
+    pub(crate) split: Option<SplitRoute>,
 }
 
 impl Route {

@@ -32,6 +32,7 @@ mod redis_transactions;
 mod replicas;
 mod sentinel;
 mod span;
+mod split;
 mod tls;
 mod twemproxy_config;
 mod warmup;

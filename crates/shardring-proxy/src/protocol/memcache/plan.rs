@@ -9,16 +9,21 @@
 /// leaf `remedies::warmup`.
 pub(super) mod warmup;
 
+/// The split keys' exchanges (a write then its copies' deletes, a read's first cleaning): planner
+/// code; the rules are the leaf `remedies::split`.
+mod split;
+
 use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use self::warmup::{CopyResult, WarmKeyed, WarmMulti, WarmOne};
+use self::warmup::{CopyResult, Tally, WarmKeyed, WarmMulti, WarmOne};
 use super::codec::RequestCodec;
 use super::remedies::gutter;
 use super::remedies::hot_keys::{self, HotFill, HotInvalidate, HotRead};
 use super::remedies::rate_limits;
+use super::remedies::split::{self as split_rules, Use};
 use super::remedies::{dual_writes, replicas};
 use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{is_error_reply, status_code, ResponseKind, ValueBlocks};
@@ -26,6 +31,7 @@ use crate::config::{MemcacheConfig, PoolConfig};
 use crate::error::{BackendError, ProxyError};
 use crate::protocol::replicated::Untried;
 use crate::protocol::route::{Placer, Remedies, Route};
+use crate::split::{SplitRead, SplitRoute};
 
 use crate::metrics::PoolStats;
 use crate::protocol::{
@@ -130,6 +136,11 @@ pub(crate) enum Merge {
     /// One request (sent with a follow-up beside it: a warm-up write's invalidation of the old copy):
     /// its reply through the finish.
     One(Finish),
+    /// A write of a split key: its own exchange, then its copies' deletes (answered through
+    /// [`Protocol::advance`]).
+    SplitWrite(split::SplitWrite),
+    /// A split key's read from its owner with the copies' first cleaning beside it.
+    SplitClean(split::SplitClean),
 }
 
 /// A write sent to several replicas: how their replies become one answer.
@@ -511,7 +522,7 @@ impl Protocol for Memcache {
 
     fn in_order(&self, merge: &Merge) -> bool {
         matches!(merge, Merge::WarmKeyed(w) if w.rounds_follow())
-            || matches!(merge, Merge::DualCas(_))
+            || matches!(merge, Merge::DualCas(_) | Merge::SplitWrite(_))
     }
 }
 
@@ -523,6 +534,7 @@ fn advance(merge: Merge, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
         Merge::WarmOne(warm) => warm.advance(replies),
         Merge::Failover(failover) => failover.advance(replies),
         Merge::DualCas(cas) => cas.advance(replies),
+        Merge::SplitWrite(write) => write.advance(replies),
         merge => done(Memcache::merge(merge, replies)),
     }
 }
@@ -537,7 +549,27 @@ impl Memcache {
         finish: Finish,
         ctx: &Placer<'_>,
     ) -> Step<Memcache> {
-        let route = req.with_routing_key(key, |k| ctx.route(k));
+        let mut route = req.with_routing_key(key, |k| ctx.route(k));
+        let Some(split) = route.split.take() else {
+            return self.forward_routed(req, key, route, finish, ctx);
+        };
+        let step = self.forward_routed(req, key, route, finish, ctx);
+        if split_rules::usage(req) == Use::Write {
+            req.with_routing_key(key, |k| split::write(step, k, split.copies, ctx.stats))
+        } else {
+            step
+        }
+    }
+
+    /// [`Memcache::forward_keyed`] once the key's route is known and split keys are seen to.
+    fn forward_routed(
+        &self,
+        req: &Request,
+        key: &Range<usize>,
+        route: Route,
+        finish: Finish,
+        ctx: &Placer<'_>,
+    ) -> Step<Memcache> {
         let Some(old) = route.previous else {
             return self.forward_keyed_now(req, route, finish, ctx);
         };
@@ -630,12 +662,14 @@ impl Memcache {
             Merge::Replicated(write) => write.merge(replies),
             Merge::Dual(write) => write.merge(replies),
             Merge::One(finish) => Memcache::finish(finish, first_reply(replies)),
+            Merge::SplitClean(clean) => clean.merge(replies),
             // Exchanges of more rounds are not nested in others: answered with what this round
             // found.
             merge @ (Merge::WarmMulti(_)
             | Merge::WarmKeyed(_)
             | Merge::WarmOne(_)
             | Merge::DualCas(_)
+            | Merge::SplitWrite(_)
             | Merge::Failover(_)) => match advance(merge, replies) {
                 Phase::Done { answer, .. } => answer,
                 Phase::Again(_) => Answer::Failed(BackendError::NoServer),
@@ -696,10 +730,17 @@ impl Memcache {
             HotRead::Plain => None,
         };
         // A one-key retrieval (the common case) places its key once, for everything below.
-        let route = match keys.as_slice() {
+        let mut route = match keys.as_slice() {
             [key] => Some(ctx.route(req.bytes(key))),
             _ => None,
         };
+        let split = route
+            .as_mut()
+            .filter(|r| r.previous.is_none())
+            .and_then(|r| r.split.take());
+        if let Some(split) = split {
+            return self.get_split(req, fill, route, split, ctx);
+        }
         if ctx.previous.is_some() {
             if let Some(step) = route.as_ref().and_then(|r| warmup::read(&req, r, ctx)) {
                 return step;
@@ -722,6 +763,52 @@ impl Memcache {
             };
         }
         self.get_now(req, fill, route, ctx)
+    }
+
+    /// A one-key retrieval of a split key (`remedies::split`): a plain `get` spread over the key's
+    /// servers in the `read` phase (a copy's miss filled from the owner, the first such read
+    /// cleaning the copies); `gat`/`gats` as writes (the owner, then the copies deleted); `gets`
+    /// from the owner.
+    fn get_split(
+        &self,
+        req: Request,
+        fill: Option<HotFill>,
+        route: Option<Route>,
+        split: SplitRoute,
+        ctx: &Placer<'_>,
+    ) -> Step<Memcache> {
+        let owner = route.as_ref().and_then(|r| r.server);
+        let key = match &req.command {
+            Command::Get { keys, .. } => keys.first().map(|k| req.frame.slice(k.clone())),
+            _ => None,
+        };
+        let (Some(owner), Some(key)) = (owner, key) else {
+            return self.get_now(req, fill, route, ctx);
+        };
+        match split_rules::usage(&req) {
+            Use::Spread => match split.read() {
+                SplitRead::Copy(copy) => {
+                    ctx.stats.split_reads.inc();
+                    warmup::copying_get(
+                        &key,
+                        copy,
+                        (Placement::Current, owner),
+                        Tally::Split,
+                        ctx.stats,
+                    )
+                }
+                SplitRead::Clean(cleaning) => {
+                    let step = self.get_now(req, fill, route, ctx);
+                    split::clean(step, &key, &split.copies, cleaning, ctx.stats)
+                }
+                SplitRead::Owner => self.get_now(req, fill, route, ctx),
+            },
+            Use::Write => {
+                let step = self.get_now(req, fill, route, ctx);
+                split::write(step, &key, split.copies, ctx.stats)
+            }
+            Use::OwnerRead => self.get_now(req, fill, route, ctx),
+        }
     }
 
     /// [`Memcache::get`] past the hot-key cache and the warm-up.

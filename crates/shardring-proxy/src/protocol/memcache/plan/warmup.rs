@@ -65,6 +65,52 @@ pub(crate) struct WarmGet {
     key: Bytes,
     /// Where fallbacks, recoveries and copies are counted.
     stats: Arc<PoolStats>,
+    /// Which counters: the warm-up's, or the split keys'.
+    tally: Tally,
+}
+
+/// Whose copy a [`WarmOne`] makes, and so which counters count it: the same reserve-then-CAS copy
+/// fills a moved key's new server during a warm-up window and a split key's copy from its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tally {
+    /// A warm-up window's (`warmup_fallbacks`, `warmup_recovered`, `warmup_copies`,
+    /// `warmup_copies_refused`).
+    Warmup,
+    /// A split key's (`split_copy_misses`, `split_fills`, `split_fills_refused`).
+    Split,
+}
+
+impl Tally {
+    /// A read missed where it went first, and falls back.
+    fn fallback(self, stats: &PoolStats) {
+        match self {
+            Tally::Warmup => stats.warmup_fallbacks.inc(),
+            Tally::Split => stats.split_copy_misses.inc(),
+        }
+    }
+
+    /// The fallback found the value.
+    fn recovered(self, stats: &PoolStats) {
+        if self == Tally::Warmup {
+            stats.warmup_recovered.inc();
+        }
+    }
+
+    /// A copy is sent.
+    fn copied(self, stats: &PoolStats) {
+        match self {
+            Tally::Warmup => stats.warmup_copies.inc(),
+            Tally::Split => stats.split_fills.inc(),
+        }
+    }
+
+    /// A copy was refused (written or deleted meanwhile).
+    fn refused(self, stats: &PoolStats) {
+        match self {
+            Tally::Warmup => stats.warmup_copies_refused.inc(),
+            Tally::Split => stats.split_fills_refused.inc(),
+        }
+    }
 }
 
 /// A copy's reply, counted when it was refused.
@@ -72,10 +118,26 @@ pub(crate) struct WarmGet {
 pub(crate) struct CopyResult {
     /// Where refusals are counted.
     stats: Arc<PoolStats>,
+    /// Which counter.
+    tally: Tally,
 }
 
 /// A one-key `get` of a key that moved, while a warm-up window is open: a [`WarmOne`] exchange.
 pub(super) fn read(req: &Request, route: &Route, ctx: &Placer<'_>) -> Option<Step<Memcache>> {
+    let key = one_key_get(req)?;
+    let previous = route.previous?;
+    let server = route.server?;
+    Some(copying_get(
+        key,
+        server,
+        (Placement::Previous, previous),
+        Tally::Warmup,
+        ctx.stats,
+    ))
+}
+
+/// The key of a plain one-key `get` (not `gets`, `gat`, a multi-get or a streamed line's piece).
+pub(super) fn one_key_get(req: &Request) -> Option<&[u8]> {
     let Command::Get {
         kind: GetKind::Get,
         keys,
@@ -88,9 +150,18 @@ pub(super) fn read(req: &Request, route: &Route, ctx: &Placer<'_>) -> Option<Ste
     let [key] = keys.as_slice() else {
         return None;
     };
-    let key = req.bytes(key);
-    let previous = route.previous?;
-    let server = route.server?;
+    Some(req.bytes(key))
+}
+
+/// A `get` of `key` from `server` that, when `server` does not hold it, reads it from `from` and
+/// copies it to `server` (reserve, then CAS): a [`WarmOne`] exchange.
+pub(super) fn copying_get(
+    key: &[u8],
+    server: usize,
+    from: (Placement, usize),
+    tally: Tally,
+    stats: &Arc<PoolStats>,
+) -> Step<Memcache> {
     let line = |flags: &str| {
         let mut b = BytesMut::with_capacity(key.len() + 24);
         b.extend_from_slice(b"mg ");
@@ -105,20 +176,21 @@ pub(super) fn read(req: &Request, route: &Route, ctx: &Placer<'_>) -> Option<Ste
         line(&format!(" v f t c N{RESERVATION_TTL}")),
         ResponseKind::Meta,
     );
-    Some(Step::Exchange(Round::new(
+    Step::Exchange(Round::new(
         vec![first],
         Merge::WarmOne(WarmOne {
             get: WarmGet {
                 key: Bytes::copy_from_slice(key),
-                stats: Arc::clone(ctx.stats),
+                stats: Arc::clone(stats),
+                tally,
             },
             server,
             stage: OneStage::New {
-                previous,
+                from,
                 fallback: line(" v f t"),
             },
         }),
-    )))
+    ))
 }
 
 /// A one-key `get` of a key that moved, as an exchange: its new server's reservation, then its
@@ -139,8 +211,9 @@ pub(crate) struct WarmOne {
 enum OneStage {
     /// Sent to the new server.
     New {
-        /// The key's server on the previous ring (index there).
-        previous: usize,
+        /// Where the key is read after a miss: its server on the previous ring (a warm-up), or its
+        /// owner (a split key's copy).
+        from: (Placement, usize),
         /// What to send there after a miss.
         fallback: Bytes,
     },
@@ -159,9 +232,9 @@ impl WarmOne {
             .map_or(Err(crate::error::BackendError::Removed), |r| r.reply);
         let stage = std::mem::replace(&mut self.stage, OneStage::Previous(Bytes::new()));
         match (stage, reply) {
-            (OneStage::New { previous, fallback }, Ok(bytes)) if self.get.missed(&bytes) => {
+            (OneStage::New { from, fallback }, Ok(bytes)) if self.get.missed(&bytes) => {
                 self.stage = OneStage::Previous(bytes);
-                let read = part(Placement::Previous, previous, fallback, ResponseKind::Meta);
+                let read = part(from.0, from.1, fallback, ResponseKind::Meta);
                 Phase::Again(Round::new(vec![read], Merge::WarmOne(self)))
             }
             (OneStage::New { .. }, reply) => Phase::Done {
@@ -648,7 +721,8 @@ impl WarmGet {
 
     /// Steps 2 and 3: the answer from the previous server's reply, and the copy or the release.
     fn recover(self, current: &Bytes, previous: Reply) -> (Answer, Option<FollowUpLine>) {
-        let (block, follow_up) = recover_key(&self.key, current, &previous, &self.stats);
+        let (block, follow_up) =
+            recover_key(&self.key, current, &previous, &self.stats, self.tally);
         let answer = match block {
             Some(block) => {
                 let mut out = BytesMut::with_capacity(block.len() + 5);
@@ -674,8 +748,9 @@ fn recover_key(
     current: &Bytes,
     previous: &Reply,
     stats: &Arc<PoolStats>,
+    tally: Tally,
 ) -> (Option<Bytes>, Option<FollowUpLine>) {
-    stats.warmup_fallbacks.inc();
+    tally.fallback(stats);
     let reservation = MetaReply::parse(current);
     let won = reservation.as_ref().is_some_and(|m| m.has(b'W'));
     let cas = reservation.as_ref().and_then(|m| m.flag(b'c'));
@@ -686,7 +761,7 @@ fn recover_key(
         .filter(|m| m.status == b"VA");
     let block = old.as_ref().map(|m| value_block(key, m));
     if block.is_some() {
-        stats.warmup_recovered.inc();
+        tally.recovered(stats);
     }
     let follow_up = match (won, cas, &old) {
         (true, Some(cas), Some(m)) => {
@@ -705,12 +780,13 @@ fn recover_key(
             ms.extend_from_slice(b"\r\n");
             ms.extend_from_slice(m.data);
             ms.extend_from_slice(b"\r\n");
-            stats.warmup_copies.inc();
+            tally.copied(stats);
             Some((
                 ms.freeze(),
                 ResponseKind::Line,
                 Finish::Copied(CopyResult {
                     stats: Arc::clone(stats),
+                    tally,
                 }),
             ))
         }
@@ -872,7 +948,8 @@ impl WarmMulti {
             let waiting = std::mem::take(&mut self.waiting);
             for ((i, new, reservation), reply) in waiting.into_iter().zip(replies) {
                 let key = self.request.bytes(&keys[i]);
-                let (block, follow_up) = recover_key(key, &reservation, &reply.reply, &self.stats);
+                let (block, follow_up) =
+                    recover_key(key, &reservation, &reply.reply, &self.stats, Tally::Warmup);
                 self.values[i] = block;
                 if let Some((frame, kind, finish)) = follow_up {
                     follow_ups.push((
@@ -961,7 +1038,7 @@ impl CopyResult {
     /// Counts a refused copy (`EX`: written meanwhile, `NF`: deleted meanwhile).
     pub(super) fn finish(self, reply: &Reply) {
         if !matches!(reply, Ok(b) if b.starts_with(b"HD")) {
-            self.stats.warmup_copies_refused.inc();
+            self.tally.refused(&self.stats);
         }
     }
 }

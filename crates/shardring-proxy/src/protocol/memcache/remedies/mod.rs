@@ -9,12 +9,15 @@
 //! - [`rate_limits`]: which keys of a request count against the rate limits, and the refusal;
 //! - [`replicas`]: which commands are writes, which servers a replicated read or write goes to, when
 //!   a read tries the next replica, which replica's reply the client gets;
+//! - [`split`]: what each command does with a split key (spread, owner, write), and the delete that
+//!   keeps a copy from going stale;
 //! - [`gutter`]: the TTL cap of a write sent to a gutter server;
 //! - [`warmup`]: the warm-up's rules: which way a command of a moved key goes, the copy's meta
 //!   commands, their replies read as a `get` answer.
 //!
 //! The warm-up's exchanges of several rounds (reserve, read the old copy, copy, then the command) are
-//! written inside the planner (`plan/warmup.rs`), which builds their parts and finishes.
+//! written inside the planner (`plan/warmup.rs`), which builds their parts and finishes; so are the
+//! split keys' (`plan/split.rs`: a write then its copies' deletes, a read with its first cleaning).
 
 /// memcached's bound between relative TTLs and absolute Unix times: an exptime above it is a Unix
 /// time. Both the gutter's cap and the warm-up's copy read and write TTLs by this rule.
@@ -26,4 +29,5 @@ pub(super) mod gutter;
 pub(super) mod hot_keys;
 pub(super) mod rate_limits;
 pub(super) mod replicas;
+pub(super) mod split;
 pub(super) mod warmup;

@@ -1,0 +1,220 @@
+//! A pool's split keys (*proxy-only*): hot keys kept on several servers so that their reads spread
+//! over them, each in a phase every proxy of the pool agrees on.
+//!
+//! Consistent hashing puts every request for one key on one server; a key read by everyone (a
+//! celebrity's news) is that server's load alone. A split key is kept as `copies` copies on the key's
+//! owner and the ring's next distinct servers, and its reads are spread over them. Which keys are
+//! split must be the same on every proxy that writes them: a proxy that does not split a key writes
+//! only its owner, and a proxy that reads the key from a copy would then read an old value. So the
+//! set is a file every proxy reads (`shardring proxy --hot-key-split-keys [POOL=]FILE`, read again on
+//! every reload), and each key moves through two phases that the operator (or a tool) changes one at
+//! a time, every proxy serving the first before any serves the second:
+//!
+//! - `write KEY`: the key's writes keep its copies from going stale (the proxy writes the owner, then
+//!   deletes the copies), reads stay on the owner;
+//! - `read KEY`: the same writes, and reads spread over the copies (a copy that does not hold the key
+//!   is filled from the owner, never over a newer write).
+//!
+//! A key is split by listing it `write` on every proxy, then `read`; it is merged back by `write`
+//! again, then by leaving it out. [`SplitConfig::digest`] (in the stats as `split_digest`) tells
+//! whether every proxy serves the same set.
+//!
+//! The file: one key a line, `write KEY` or `read KEY`; blank lines and lines starting with `#` are
+//! skipped; a key's bytes are as written, except `%XX` (two hex digits) for any byte, which a space,
+//! a `%` or a byte that is not printable must be written as.
+
+use std::collections::BTreeMap;
+
+/// Which phase a split key is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SplitPhase {
+    /// Writes keep the copies from going stale; reads stay on the owner.
+    Write,
+    /// Writes as in [`SplitPhase::Write`], and reads spread over the copies.
+    Read,
+}
+
+impl SplitPhase {
+    /// The word the file writes it with.
+    pub fn word(self) -> &'static str {
+        match self {
+            SplitPhase::Write => "write",
+            SplitPhase::Read => "read",
+        }
+    }
+}
+
+/// A pool's split keys: how many servers hold each, and each key's phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitConfig {
+    /// How many servers hold a split key: its owner and the ring's next distinct servers (2 or
+    /// more). `shardring proxy --hot-key-split [POOL=]S`.
+    pub copies: usize,
+    /// Each split key (as clients name it) and its phase.
+    pub keys: BTreeMap<Vec<u8>, SplitPhase>,
+}
+
+impl SplitConfig {
+    /// The split keys of `text` (the file's contents, see the module's documentation), each held
+    /// by `copies` servers.
+    ///
+    /// # Errors
+    /// Every line that is not a phase and a key, and every key listed twice, each with its line
+    /// number.
+    pub fn parse(copies: usize, text: &str) -> Result<SplitConfig, Vec<String>> {
+        let mut keys = BTreeMap::new();
+        let mut problems = Vec::new();
+        for (n, line) in text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            let (phase, key, rest) = (words.next(), words.next(), words.next());
+            let phase = match phase {
+                Some("write") => SplitPhase::Write,
+                Some("read") => SplitPhase::Read,
+                other => {
+                    problems.push(format!(
+                        "line {n}: {:?} is not a phase (write or read)",
+                        other.unwrap_or_default()
+                    ));
+                    continue;
+                }
+            };
+            let (Some(key), None) = (key, rest) else {
+                problems.push(format!(
+                    "line {n}: a line is a phase and one key (`{} KEY`, a space in a key written %20)",
+                    phase.word()
+                ));
+                continue;
+            };
+            match unescape(key) {
+                Ok(bytes) => {
+                    if keys.insert(bytes, phase).is_some() {
+                        problems.push(format!("line {n}: key {key} is listed twice"));
+                    }
+                }
+                Err(e) => problems.push(format!("line {n}: {e}")),
+            }
+        }
+        if problems.is_empty() {
+            Ok(SplitConfig { copies, keys })
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// A digest of the set (copies, each key and its phase): equal on two proxies exactly when
+    /// they split the same keys alike.
+    pub fn digest(&self) -> String {
+        let mut text = format!("copies={}\n", self.copies).into_bytes();
+        for (key, phase) in &self.keys {
+            text.extend_from_slice(phase.word().as_bytes());
+            text.push(b' ');
+            text.extend_from_slice(escape(key).as_bytes());
+            text.push(b'\n');
+        }
+        format!("{:016x}", shardring::hash::xxh3_64(&text))
+    }
+
+    /// Every problem with these settings in pool `n` of `servers` servers.
+    pub(super) fn validate(&self, n: &str, servers: usize, errors: &mut super::ConfigErrors) {
+        if self.copies < 2 || self.copies > servers {
+            errors.push(
+                n,
+                format!(
+                    "a split key's copies must be between 2 and the number of servers ({servers}), not {}",
+                    self.copies
+                ),
+            );
+        }
+    }
+}
+
+/// A key as the file writes it: `%XX` for a space, a `%`, and any byte that is not printable ASCII.
+pub fn escape(key: &[u8]) -> String {
+    let mut out = String::with_capacity(key.len());
+    for &b in key {
+        if b.is_ascii_graphic() && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The bytes of a key the file writes as `text` (`%XX` a byte).
+fn unescape(text: &str) -> Result<Vec<u8>, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            let Some(b) = hex else {
+                return Err(format!(
+                    "{text:?}: % must be followed by two hex digits (a % itself is %25)"
+                ));
+            };
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_lists_each_key_with_its_phase_and_escapes_read_back() {
+        let text = "# launch\n\nwrite news:1\n  read  a%20b%25c%0A \nread caf\u{e9}\n";
+        let split = SplitConfig::parse(3, text).unwrap();
+        assert_eq!(split.copies, 3);
+        assert_eq!(split.keys.get(&b"news:1"[..]), Some(&SplitPhase::Write));
+        assert_eq!(split.keys.get(&b"a b%c\n"[..]), Some(&SplitPhase::Read));
+        assert_eq!(
+            split.keys.get("caf\u{e9}".as_bytes()),
+            Some(&SplitPhase::Read)
+        );
+        for key in split.keys.keys() {
+            assert_eq!(&unescape(&escape(key)).unwrap(), key);
+        }
+    }
+
+    #[test]
+    fn every_bad_line_is_named_and_nothing_is_taken() {
+        let text = "write k\nsplit x\nread\nread a b\nread %zz\nwrite k\n";
+        let problems = SplitConfig::parse(2, text).unwrap_err();
+        assert_eq!(problems.len(), 5, "{problems:?}");
+        for (p, line) in problems.iter().zip([2, 3, 4, 5, 6]) {
+            assert!(p.starts_with(&format!("line {line}: ")), "{p}");
+        }
+    }
+
+    #[test]
+    fn the_digest_follows_the_copies_the_keys_and_their_phases_not_the_files_order() {
+        let a = SplitConfig::parse(2, "write x\nread y\n").unwrap();
+        let b = SplitConfig::parse(2, "# same\nread y\nwrite x\n").unwrap();
+        assert_eq!(a.digest(), b.digest());
+        for other in [
+            "read x\nread y\n",
+            "write x\n",
+            "write x\nread y\nwrite z\n",
+        ] {
+            assert_ne!(a.digest(), SplitConfig::parse(2, other).unwrap().digest());
+        }
+        assert_ne!(
+            a.digest(),
+            SplitConfig::parse(3, "write x\nread y\n").unwrap().digest()
+        );
+    }
+}
