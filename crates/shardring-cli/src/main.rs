@@ -44,6 +44,9 @@ enum Command {
     Members(cmd::members::Args),
     /// Copy a pool's keys to their next owners while the proxies dual-write, then cut over.
     Migrate(cmd::migrate::Args),
+    /// Split a pool's hot keys over several servers (or merge them back), every proxy confirming
+    /// each phase; `auto` follows the proxies' hot-key detection.
+    Split(cmd::split::Args),
     /// Write the man pages and shell completions (for packaging).
     #[command(hide = true)]
     GenerateDocs(cmd::generate_docs::Args),
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => cmd::proxy::run(*args),
         Command::Members(args) => cmd::members::run(args),
         Command::Migrate(args) => cmd::migrate::run(args),
+        Command::Split(args) => cmd::split::run(args),
         Command::GenerateDocs(args) => cmd::generate_docs::run(args, Cli::command()),
     };
     match result {

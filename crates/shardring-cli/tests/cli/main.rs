@@ -22,4 +22,5 @@ mod operator;
 mod proxy;
 mod reload_burst;
 mod simulate;
+mod split;
 mod support;

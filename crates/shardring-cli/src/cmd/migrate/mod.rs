@@ -345,12 +345,12 @@ async fn cut_over(
             let to = args.to.as_deref().context("--to FILE")?;
             // Resumed too: a run stopped between the files' writes left some unwritten.
             files::cut_over(&args.config, to, change)?;
-            reload(args.reload_command.as_deref())?;
+            super::fleet::reload(args.reload_command.as_deref())?;
             proxies
                 .wait_for(pool, &swapped, known, wait, "serve the next membership")
                 .await?;
             files::drop_next(to, change, delete)?;
-            reload(args.reload_command.as_deref())?;
+            super::fleet::reload(args.reload_command.as_deref())?;
         }
     }
     Ok(())
@@ -422,23 +422,6 @@ async fn copy(
         return Ok(false);
     }
     Ok(true)
-}
-
-/// Runs `--reload-command`, or asks for the reload.
-fn reload(command: Option<&str>) -> Result<()> {
-    let Some(command) = command else {
-        eprintln!("shardring: the files are rewritten: reload every proxy now (SIGHUP)");
-        return Ok(());
-    };
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .status()
-        .with_context(|| format!("running {command:?}"))?;
-    if !status.success() {
-        bail!("the reload command {command:?} failed ({status})");
-    }
-    Ok(())
 }
 
 /// Every job's survey, at once.

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use super::serving::Serving;
-use tokio::io::AsyncReadExt;
 
 /// Where the pool's proxies are found.
 #[derive(Debug)]
@@ -24,9 +23,6 @@ pub(super) enum Proxies {
     /// Registered in etcd.
     Etcd(Box<shardring_etcd::EtcdSource>),
 }
-
-/// How long one stats endpoint may take to answer.
-const STATS_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Proxies {
     /// What the pool's participants are called: in etcd any participant (a proxy, or an application
@@ -117,18 +113,7 @@ impl Proxies {
 /// What the proxy whose stats port is `addr` serves for `pool` (twemproxy's stats JSON: sent on
 /// connect, then the connection closes).
 async fn stats(addr: &str, pool: &str) -> Result<Serving> {
-    let read = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
-        let mut text = Vec::new();
-        s.read_to_end(&mut text).await?;
-        Ok::<_, std::io::Error>(text)
-    };
-    let text = tokio::time::timeout(STATS_TIMEOUT, read)
-        .await
-        .context("no answer in time")?
-        .context("cannot read its stats")?;
-    let json: serde_json::Value =
-        serde_json::from_slice(&text).context("its stats are not JSON")?;
+    let json = crate::cmd::fleet::stats_json(addr).await?;
     let field = |name: &str| -> Result<String> {
         json.get(pool)
             .with_context(|| format!("it has no pool {pool}"))?
