@@ -174,7 +174,7 @@ fn keys_are_split_through_both_phases_merged_back_and_followed_from_the_hot_key_
     let out = split(&keys, &[&a, &b, &c], &[&a, &b], &["add", "hot:2"]).code(2);
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(
-        stderr.contains(&format!("1 of 3 proxies do not serve"))
+        stderr.contains("1 of 3 proxies do not serve")
             && stderr.contains(&format!("127.0.0.1:{}", c.stats)),
         "{stderr}"
     );
