@@ -19,9 +19,15 @@
 //! again, then by leaving it out. [`SplitConfig::digest`] (in the stats as `split_digest`) tells
 //! whether every proxy serves the same set.
 //!
-//! The file: one key a line, `write KEY` or `read KEY`; blank lines and lines starting with `#` are
-//! skipped; a key's bytes are as written, except `%XX` (two hex digits) for any byte, which a space,
-//! a `%` or a byte that is not printable must be written as.
+//! The file: one key a line, `write KEY` or `read KEY`, optionally followed by the number of servers
+//! that hold that key (`read news:1 12`; `--hot-key-split`'s number when left out: the hotter a key,
+//! the more copies it wants); blank lines and lines starting with `#` are skipped; a key's bytes are
+//! as written, except `%XX` (two hex digits) for any byte, which a space, a `%` or a byte that is not
+//! printable must be written as.
+//!
+//! A key's number of copies changes through `write` too: a proxy reading more copies than another
+//! deletes after its writes would read stale ones. From `read N` to `read M`: `write max(N, M)` on
+//! every proxy first.
 
 use std::collections::BTreeMap;
 
@@ -44,14 +50,23 @@ impl SplitPhase {
     }
 }
 
-/// A pool's split keys: how many servers hold each, and each key's phase.
+/// One split key's phase and how many servers hold it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitKey {
+    /// Its phase.
+    pub phase: SplitPhase,
+    /// How many servers hold it: its owner and the ring's next distinct servers.
+    pub copies: usize,
+}
+
+/// A pool's split keys: each key's phase and how many servers hold it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SplitConfig {
-    /// How many servers hold a split key: its owner and the ring's next distinct servers (2 or
-    /// more). `shardring proxy --hot-key-split [POOL=]S`.
+    /// How many servers hold a split key the file lists without a number (2 or more).
+    /// `shardring proxy --hot-key-split [POOL=]S`.
     pub copies: usize,
-    /// Each split key (as clients name it) and its phase.
-    pub keys: BTreeMap<Vec<u8>, SplitPhase>,
+    /// Each split key (as clients name it), its phase and copies.
+    pub keys: BTreeMap<Vec<u8>, SplitKey>,
 }
 
 impl SplitConfig {
@@ -69,7 +84,8 @@ impl SplitConfig {
                 continue;
             }
             let mut words = line.split_whitespace();
-            let (phase, key, rest) = (words.next(), words.next(), words.next());
+            let (phase, key, count, rest) =
+                (words.next(), words.next(), words.next(), words.next());
             let phase = match phase {
                 Some("write") => SplitPhase::Write,
                 Some("read") => SplitPhase::Read,
@@ -83,14 +99,25 @@ impl SplitConfig {
             };
             let (Some(key), None) = (key, rest) else {
                 problems.push(format!(
-                    "line {n}: a line is a phase and one key (`{} KEY`, a space in a key written %20)",
+                    "line {n}: a line is a phase, one key and perhaps its copies (`{} KEY [N]`, a space in a key written %20)",
                     phase.word()
                 ));
                 continue;
             };
+            let copies = match count.map(str::parse::<usize>) {
+                None => copies,
+                Some(Ok(c)) if c >= 2 => c,
+                Some(_) => {
+                    problems.push(format!(
+                        "line {n}: {:?} is not a number of copies (2 or more)",
+                        count.unwrap_or_default()
+                    ));
+                    continue;
+                }
+            };
             match unescape(key) {
                 Ok(bytes) => {
-                    if keys.insert(bytes, phase).is_some() {
+                    if keys.insert(bytes, SplitKey { phase, copies }).is_some() {
                         problems.push(format!("line {n}: key {key} is listed twice"));
                     }
                 }
@@ -104,27 +131,35 @@ impl SplitConfig {
         }
     }
 
-    /// A digest of the set (copies, each key and its phase): equal on two proxies exactly when
-    /// they split the same keys alike.
-    pub fn digest(&self) -> String {
-        let mut text = format!("copies={}\n", self.copies).into_bytes();
-        for (key, phase) in &self.keys {
-            text.extend_from_slice(phase.word().as_bytes());
-            text.push(b' ');
-            text.extend_from_slice(escape(key).as_bytes());
-            text.push(b'\n');
+    /// The file's text for these split keys (each with its copies), which reads back as them.
+    pub fn text(&self) -> String {
+        let mut text = String::new();
+        for (key, k) in &self.keys {
+            text.push_str(&format!(
+                "{} {} {}\n",
+                k.phase.word(),
+                escape(key),
+                k.copies
+            ));
         }
-        format!("{:016x}", shardring::hash::xxh3_64(&text))
+        text
+    }
+
+    /// A digest of the set (each key, its phase and copies): equal on two proxies exactly when they
+    /// split the same keys alike.
+    pub fn digest(&self) -> String {
+        format!("{:016x}", shardring::hash::xxh3_64(self.text().as_bytes()))
     }
 
     /// Every problem with these settings in pool `n` of `servers` servers.
     pub(super) fn validate(&self, n: &str, servers: usize, errors: &mut super::ConfigErrors) {
-        if self.copies < 2 || self.copies > servers {
+        let most = self.keys.values().map(|k| k.copies).max().unwrap_or(0);
+        if self.copies < 2 || self.copies.max(most) > servers {
             errors.push(
                 n,
                 format!(
                     "a split key's copies must be between 2 and the number of servers ({servers}), not {}",
-                    self.copies
+                    self.copies.max(most)
                 ),
             );
         }
@@ -176,32 +211,31 @@ mod tests {
 
     #[test]
     fn a_file_lists_each_key_with_its_phase_and_escapes_read_back() {
-        let text = "# launch\n\nwrite news:1\n  read  a%20b%25c%0A \nread caf\u{e9}\n";
+        let text = "# launch\n\nwrite news:1\n  read  a%20b%25c%0A \nread caf\u{e9} 7\n";
         let split = SplitConfig::parse(3, text).unwrap();
         assert_eq!(split.copies, 3);
-        assert_eq!(split.keys.get(&b"news:1"[..]), Some(&SplitPhase::Write));
-        assert_eq!(split.keys.get(&b"a b%c\n"[..]), Some(&SplitPhase::Read));
-        assert_eq!(
-            split.keys.get("caf\u{e9}".as_bytes()),
-            Some(&SplitPhase::Read)
-        );
+        let phase = |k: &[u8]| split.keys.get(k).map(|k| (k.phase, k.copies));
+        assert_eq!(phase(b"news:1"), Some((SplitPhase::Write, 3)));
+        assert_eq!(phase(b"a b%c\n"), Some((SplitPhase::Read, 3)));
+        assert_eq!(phase("caf\u{e9}".as_bytes()), Some((SplitPhase::Read, 7)));
         for key in split.keys.keys() {
             assert_eq!(&unescape(&escape(key)).unwrap(), key);
         }
+        assert_eq!(SplitConfig::parse(3, &split.text()).unwrap(), split);
     }
 
     #[test]
     fn every_bad_line_is_named_and_nothing_is_taken() {
-        let text = "write k\nsplit x\nread\nread a b\nread %zz\nwrite k\n";
+        let text = "write k\nsplit x\nread\nread a 1\nread %zz\nwrite k\nread b 2 3\n";
         let problems = SplitConfig::parse(2, text).unwrap_err();
-        assert_eq!(problems.len(), 5, "{problems:?}");
-        for (p, line) in problems.iter().zip([2, 3, 4, 5, 6]) {
+        assert_eq!(problems.len(), 6, "{problems:?}");
+        for (p, line) in problems.iter().zip([2, 3, 4, 5, 6, 7]) {
             assert!(p.starts_with(&format!("line {line}: ")), "{p}");
         }
     }
 
     #[test]
-    fn the_digest_follows_the_copies_the_keys_and_their_phases_not_the_files_order() {
+    fn the_digest_follows_the_keys_their_phases_and_copies_not_the_files_order() {
         let a = SplitConfig::parse(2, "write x\nread y\n").unwrap();
         let b = SplitConfig::parse(2, "# same\nread y\nwrite x\n").unwrap();
         assert_eq!(a.digest(), b.digest());

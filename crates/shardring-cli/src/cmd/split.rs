@@ -6,9 +6,12 @@
 //!   file rewritten and the proxies reloaded, and only once every proxy's stats say it serves that
 //!   file (`split_digest`) are they listed `read` (reads spread), confirmed the same way.
 //! - `remove KEY…`: `write` again (reads back on the owner), confirmed, then left out, confirmed.
-//! - `auto`: every `--interval`, the keys the proxies' hot-key detection ranks hottest (their
-//!   `/hotkeys`, summed over the proxies) are added, and split keys that fell out of twice that
-//!   ranking are removed; `--once` does one round.
+//! - `auto`: every `--interval`, each key the proxies' hot-key detection tracks (their `/hotkeys`,
+//!   summed over the proxies) is given as many servers as its load wants (`--copy-load`: what one
+//!   copy may take, as a share of a server's mean load, the pool's load read from the proxies'
+//!   stats); keys that cooled are merged back; `--once` does one round.
+//!
+//! A key's number of servers changes the same way: `write` over the larger number first.
 //!
 //! A proxy that does not confirm a phase stops the run before the next one (exit 2), the file left
 //! in the phase every proxy may serve: a key is never listed `read` while a proxy may still not
@@ -20,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use shardring_config::{escape_split_key, SplitConfig, SplitPhase};
+use shardring_config::{escape_split_key, SplitConfig, SplitKey, SplitPhase};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::fleet;
@@ -61,6 +64,9 @@ enum Action {
         /// The keys.
         #[arg(required = true)]
         keys: Vec<String>,
+        /// How many servers hold each (by default --copies).
+        #[arg(long, value_name = "N")]
+        copies_each: Option<usize>,
     },
     /// Merge these keys back onto their owners: `write` on every proxy, then left out.
     Remove {
@@ -68,15 +74,17 @@ enum Action {
         #[arg(required = true)]
         keys: Vec<String>,
     },
-    /// Split the keys the proxies' hot-key detection ranks hottest and merge back those that cooled,
-    /// every --interval.
+    /// Split the keys the proxies' hot-key detection ranks hot, each over as many servers as its
+    /// load wants, and merge back those that cooled, every --interval.
     Auto {
         /// The proxies' --metrics-addr (HOST:PORT, comma-separated), whose /hotkeys rank the keys.
         #[arg(long, value_delimiter = ',', value_name = "HOST:PORT", required = true)]
         hot_keys_from: Vec<String>,
-        /// How many of the hottest keys are split; one stays split while it is among twice as many.
-        #[arg(long, default_value_t = 10, value_name = "N")]
-        top: usize,
+        /// What one copy of a split key may take, as a share of a server's mean load: a key that
+        /// takes more than twice this is split, over as many servers as keep each copy under it
+        /// (all of them at most); it is merged back once it takes less than this.
+        #[arg(long, default_value_t = 0.02, value_name = "SHARE")]
+        copy_load: f64,
         /// Seconds between rounds.
         #[arg(long, default_value_t = 5, value_name = "SECS")]
         interval: u64,
@@ -95,24 +103,50 @@ pub fn run(args: Args) -> Result<()> {
     runtime.block_on(split(args))
 }
 
+/// What the split keys should become: each key named, split over this many servers (`Some`) or not
+/// split (`None`); keys not named stay as they are.
+type Target = BTreeMap<Vec<u8>, Option<usize>>;
+
 async fn split(args: Args) -> Result<()> {
     match &args.action {
-        Action::Add { keys } => add(&args, &as_bytes(keys)).await,
-        Action::Remove { keys } => remove(&args, &as_bytes(keys)).await,
+        Action::Add { keys, copies_each } => {
+            let copies = copies_each.unwrap_or(args.copies);
+            let target = keys
+                .iter()
+                .map(|k| (k.as_bytes().to_vec(), Some(copies)))
+                .collect();
+            transition(&args, &target).await?;
+            for k in keys {
+                println!("split {k} over {copies} servers");
+            }
+            Ok(())
+        }
+        Action::Remove { keys } => {
+            let target = keys.iter().map(|k| (k.as_bytes().to_vec(), None)).collect();
+            transition(&args, &target).await?;
+            for k in keys {
+                println!("merged {k} back onto its owner");
+            }
+            Ok(())
+        }
         Action::Auto {
             hot_keys_from,
-            top,
+            copy_load,
             interval,
             once,
         } => loop {
-            let ranking = ranking(&args.pool, hot_keys_from).await?;
+            let load = Load::measure(&args, hot_keys_from).await?;
             let split = read_file(&args)?;
-            let (adds, removes) = plan_auto(&ranking, &split, *top);
-            if !removes.is_empty() {
-                remove(&args, &removes).await?;
-            }
-            if !adds.is_empty() {
-                add(&args, &adds).await?;
+            let target = plan_auto(&load, &split, *copy_load);
+            if !target.is_empty() {
+                transition(&args, &target).await?;
+                for (k, c) in &target {
+                    let k = escape_split_key(k);
+                    match c {
+                        Some(c) => println!("split {k} over {c} servers"),
+                        None => println!("merged {k} back onto its owner"),
+                    }
+                }
             }
             if *once {
                 return Ok(());
@@ -122,63 +156,52 @@ async fn split(args: Args) -> Result<()> {
     }
 }
 
-fn as_bytes(keys: &[String]) -> Vec<Vec<u8>> {
-    keys.iter().map(|k| k.as_bytes().to_vec()).collect()
-}
-
-/// Splits `keys`: `write`, confirmed, then `read`, confirmed.
-async fn add(args: &Args, keys: &[Vec<u8>]) -> Result<()> {
-    let mut split = read_file(args)?;
-    let new: Vec<&Vec<u8>> = keys
-        .iter()
-        .filter(|k| !split.keys.contains_key(*k))
-        .collect();
-    for k in &new {
-        split.keys.insert((*k).clone(), SplitPhase::Write);
-    }
-    // On a rerun with nothing new the file may still be ahead of a proxy that did not reload: it is
-    // written (unchanged) and the proxies reloaded all the same.
-    let what = format!("{} new split keys as write", new.len());
-    apply(args, &split, &what).await?;
-    let mut moved = 0;
-    for k in keys {
-        if let Some(phase) = split.keys.get_mut(k) {
-            moved += usize::from(*phase == SplitPhase::Write);
-            *phase = SplitPhase::Read;
+/// Takes the split keys to `target` in two phases, each written, reloaded and confirmed by every
+/// proxy: first every key that changes is listed `write` (over the larger of its servers before
+/// and after, so that no proxy reads a copy another proxy does not delete after its writes), then
+/// each as `target` says. A rerun of a run that stopped between them goes on from the first.
+async fn transition(args: &Args, target: &Target) -> Result<()> {
+    let now = read_file(args)?;
+    let mut first = now.clone();
+    let mut last = now.clone();
+    for (key, want) in target {
+        let was = now.keys.get(key).copied();
+        let unchanged = matches!(
+            (was, want),
+            (Some(SplitKey { phase: SplitPhase::Read, copies }), Some(c)) if copies == *c
+        );
+        if unchanged {
+            continue;
+        }
+        let widest = was.map_or(0, |k| k.copies).max(want.unwrap_or(0));
+        if widest >= 2 {
+            first.keys.insert(
+                key.clone(),
+                SplitKey {
+                    phase: SplitPhase::Write,
+                    copies: widest,
+                },
+            );
+        }
+        match want {
+            Some(copies) => {
+                last.keys.insert(
+                    key.clone(),
+                    SplitKey {
+                        phase: SplitPhase::Read,
+                        copies: *copies,
+                    },
+                );
+            }
+            None => {
+                last.keys.remove(key);
+            }
         }
     }
-    if moved > 0 {
-        apply(args, &split, &format!("{moved} split keys as read")).await?;
-    }
-    for k in keys {
-        println!("split {} over {} servers", escape_split_key(k), args.copies);
-    }
-    Ok(())
-}
-
-/// Merges `keys` back: `write`, confirmed, then left out, confirmed.
-async fn remove(args: &Args, keys: &[Vec<u8>]) -> Result<()> {
-    let mut split = read_file(args)?;
-    let mut moved = 0;
-    for k in keys {
-        if let Some(phase) = split.keys.get_mut(k) {
-            moved += usize::from(*phase == SplitPhase::Read);
-            *phase = SplitPhase::Write;
-        }
-    }
-    apply(args, &split, &format!("{moved} split keys back as write")).await?;
-    let before = split.keys.len();
-    split.keys.retain(|k, _| !keys.contains(k));
-    if split.keys.len() < before {
-        apply(
-            args,
-            &split,
-            &format!("{} split keys left out", before - split.keys.len()),
-        )
-        .await?;
-    }
-    for k in keys {
-        println!("merged {} back onto its owner", escape_split_key(k));
+    // Written and confirmed even when unchanged: a rerun's proxies may not have reloaded it.
+    apply(args, &first, "the changing split keys as write").await?;
+    if last != first {
+        apply(args, &last, "the split keys as wanted").await?;
     }
     Ok(())
 }
@@ -205,13 +228,9 @@ async fn apply(args: &Args, split: &SplitConfig, what: &str) -> Result<()> {
 
 /// The file's text for `split`.
 fn file_text(split: &SplitConfig) -> String {
-    let mut text = String::from(
-        "# shardring split: one key a line, `write KEY` (copies kept fresh) or `read KEY` (reads spread)\n",
-    );
-    for (key, phase) in &split.keys {
-        text.push_str(&format!("{} {}\n", phase.word(), escape_split_key(key)));
-    }
-    text
+    "# shardring split: `write KEY N` (copies kept fresh) or `read KEY N` (reads spread), N servers\n"
+        .to_owned()
+        + &split.text()
 }
 
 /// Replaces `path` with `split`'s text, at once (a proxy reloading meanwhile reads the old or the
@@ -264,30 +283,82 @@ async fn confirm(args: &Args, split: &SplitConfig, what: &str) -> Result<()> {
     }
 }
 
-/// The hottest keys of `pool` over the proxies whose metrics addresses are `from`: each key's
-/// counts summed, hottest first.
-async fn ranking(pool: &str, from: &[String]) -> Result<Vec<(Vec<u8>, u64)>> {
-    let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
-    for addr in from {
-        let json = hot_keys(addr)
-            .await
-            .with_context(|| format!("reading {addr}/hotkeys"))?;
-        let pools = json["pools"].as_array().cloned().unwrap_or_default();
-        let Some(p) = pools.iter().find(|p| p["pool"] == pool) else {
-            bail!("{addr}/hotkeys has no pool {pool}");
-        };
-        let Some(keys) = p["keys"].as_array() else {
-            bail!("{addr}: pool {pool} has no hot-key detection (start the proxy with --hot-keys)");
-        };
-        for k in keys {
-            if let (Some(key), Some(count)) = (k["key"].as_str(), k["count"].as_u64()) {
-                *counts.entry(key.as_bytes().to_vec()).or_default() += count;
+/// What the pool's proxies see: its servers, its requests a second, and each hot key's.
+#[derive(Debug, Default)]
+struct Load {
+    /// How many servers the pool has.
+    servers: usize,
+    /// Requests a second over every proxy.
+    rate: f64,
+    /// Each key the proxies' detection tracks, with its requests a second over every proxy.
+    keys: Vec<(Vec<u8>, f64)>,
+}
+
+impl Load {
+    /// Measures it: the pool's requests counted twice a second apart on every proxy's stats port,
+    /// and each proxy's `/hotkeys` (a key's count over the window, which covers between half of
+    /// it and all of it: taken over three quarters of it).
+    async fn measure(args: &Args, from: &[String]) -> Result<Load> {
+        let first = requests(args).await?;
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let second = requests(args).await?;
+        let rate = second.1.saturating_sub(first.1) as f64 / started.elapsed().as_secs_f64();
+        let mut keys: HashMap<Vec<u8>, f64> = HashMap::new();
+        for addr in from {
+            let json = hot_keys(addr)
+                .await
+                .with_context(|| format!("reading {addr}/hotkeys"))?;
+            let pools = json["pools"].as_array().cloned().unwrap_or_default();
+            let Some(p) = pools.iter().find(|p| p["pool"] == args.pool.as_str()) else {
+                bail!("{addr}/hotkeys has no pool {}", args.pool);
+            };
+            let (Some(list), Some(window)) = (p["keys"].as_array(), p["window_ms"].as_u64()) else {
+                bail!(
+                    "{addr}: pool {} has no hot-key detection (start the proxy with --hot-keys)",
+                    args.pool
+                );
+            };
+            let seconds = window as f64 * 0.75 / 1000.0;
+            for k in list {
+                if let (Some(key), Some(count)) = (k["key"].as_str(), k["count"].as_u64()) {
+                    *keys.entry(key.as_bytes().to_vec()).or_default() += count as f64 / seconds;
+                }
             }
         }
+        let mut keys: Vec<(Vec<u8>, f64)> = keys.into_iter().collect();
+        keys.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Ok(Load {
+            servers: first.0,
+            rate,
+            keys,
+        })
     }
-    let mut ranked: Vec<(Vec<u8>, u64)> = counts.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    Ok(ranked)
+}
+
+/// The pool's servers and its requests so far over every proxy (their stats' per-server
+/// `requests`).
+async fn requests(args: &Args) -> Result<(usize, u64)> {
+    let (mut servers, mut total) = (0, 0);
+    for addr in &args.proxies {
+        let json = fleet::stats_json(addr)
+            .await
+            .with_context(|| format!("reading the stats of {addr}"))?;
+        let Some(pool) = json[&args.pool].as_object() else {
+            bail!("{addr} has no pool {}", args.pool);
+        };
+        let per_server: Vec<u64> = pool
+            .values()
+            .filter_map(|v| v.as_object())
+            .filter_map(|s| s.get("requests").and_then(serde_json::Value::as_u64))
+            .collect();
+        servers = servers.max(per_server.len());
+        total += per_server.iter().sum::<u64>();
+    }
+    if servers == 0 {
+        bail!("the proxies' stats list no server of pool {}", args.pool);
+    }
+    Ok((servers, total))
 }
 
 /// `GET /hotkeys` from a metrics listener, as JSON.
@@ -311,53 +382,105 @@ async fn hot_keys(addr: &str) -> Result<serde_json::Value> {
     serde_json::from_slice(body).context("not JSON")
 }
 
-/// What one round of `auto` changes: the top `top` keys of `ranking` not split yet, and the split
-/// keys no longer among the top `2 × top`.
-fn plan_auto(
-    ranking: &[(Vec<u8>, u64)],
-    split: &SplitConfig,
-    top: usize,
-) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-    let adds = ranking
-        .iter()
-        .take(top)
-        .filter(|(k, _)| split.keys.get(k) != Some(&SplitPhase::Read))
-        .map(|(k, _)| k.clone())
-        .collect();
-    let kept: BTreeMap<&[u8], ()> = ranking
-        .iter()
-        .take(top.saturating_mul(2))
-        .map(|(k, _)| (k.as_slice(), ()))
-        .collect();
-    let removes = split
-        .keys
-        .keys()
-        .filter(|k| !kept.contains_key(k.as_slice()))
-        .cloned()
-        .collect();
-    (adds, removes)
+/// What one round of `auto` changes. A key's copies are its load over what one copy may take
+/// (`copy_load` of a server's mean load), rounded up, at least 2 and at most every server: a key
+/// taking more than two copies' worth is split; a split key taking less than one copy's worth (or
+/// no longer ranked) is merged back; a split key's copies change only when they would change by
+/// half or more.
+fn plan_auto(load: &Load, split: &SplitConfig, copy_load: f64) -> Target {
+    let mean = load.rate / load.servers.max(1) as f64;
+    let unit = (mean * copy_load).max(f64::MIN_POSITIVE);
+    let mut target = Target::new();
+    let ranked: HashMap<&[u8], f64> = load.keys.iter().map(|(k, r)| (k.as_slice(), *r)).collect();
+    for (key, rate) in &load.keys {
+        let wanted = ((rate / unit).ceil().min(load.servers as f64) as usize).max(2);
+        if *rate < unit {
+            continue;
+        }
+        match split.keys.get(key) {
+            None if *rate > 2.0 * unit => {
+                target.insert(key.clone(), Some(wanted));
+            }
+            Some(k) if k.phase == SplitPhase::Read => {
+                let (now, want) = (k.copies as f64, wanted as f64);
+                if want > now * 1.5 || want * 1.5 < now {
+                    target.insert(key.clone(), Some(wanted));
+                }
+            }
+            // Listed `write` (a run stopped between phases): on to `read`.
+            Some(_) => {
+                target.insert(key.clone(), Some(wanted));
+            }
+            _ => {}
+        }
+    }
+    for key in split.keys.keys() {
+        let rate = ranked.get(key.as_slice()).copied().unwrap_or(0.0);
+        if rate < unit {
+            target.insert(key.clone(), None);
+        }
+    }
+    target
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn load(keys: &[(&str, f64)]) -> Load {
+        Load {
+            servers: 20,
+            rate: 100_000.0,
+            keys: keys
+                .iter()
+                .map(|(k, r)| (k.as_bytes().to_vec(), *r))
+                .collect(),
+        }
+    }
+
     #[test]
-    fn auto_splits_the_top_keys_and_merges_back_those_out_of_twice_the_top() {
-        let ranking: Vec<(Vec<u8>, u64)> = (0..6)
-            .map(|i| (format!("k{i}").into_bytes(), 100 - i))
-            .collect();
-        let split = SplitConfig::parse(3, "read k1\nwrite k0\nread k3\nread k5\n").unwrap();
-        let (adds, removes) = plan_auto(&ranking, &split, 2);
-        // k0 (in write) and k1 (split) are the top 2: k0 goes on to read; k3 is within the top 4,
-        // k5 is not.
-        assert_eq!(adds, [b"k0".to_vec()]);
-        assert_eq!(removes, [b"k5".to_vec()]);
+    fn auto_gives_each_hot_key_copies_for_its_load_and_merges_back_cooled_ones() {
+        // A server's mean load is 5,000/s; one copy may take 2 % of it, 100/s.
+        let split =
+            SplitConfig::parse(3, "read warm 4\nread cooled 4\nwrite half 3\nread big 20\n")
+                .unwrap();
+        let plan = plan_auto(
+            &load(&[
+                ("top", 15_000.0),
+                ("new", 250.0),
+                ("tepid", 150.0),
+                ("warm", 500.0),
+                ("half", 290.0),
+                ("big", 1_500.0),
+                ("cooled", 50.0),
+            ]),
+            &split,
+            0.02,
+        );
+        let want: Target = [
+            // All 20 servers at most; 250/s wants 3.
+            ("top", Some(20)),
+            ("new", Some(3)),
+            // warm wants 5 (4 now): unchanged; big wants 15 (20 now): unchanged.
+            // half is listed write: on to read.
+            ("half", Some(3)),
+            ("cooled", None),
+        ]
+        .into_iter()
+        .map(|(k, c)| (k.as_bytes().to_vec(), c))
+        .collect();
+        assert_eq!(plan, want);
+        // tepid (1.5 copies' worth) is not split; once split, it stays.
+        let split = SplitConfig::parse(3, "read tepid 3\n").unwrap();
+        assert_eq!(
+            plan_auto(&load(&[("tepid", 150.0)]), &split, 0.02),
+            Target::new()
+        );
     }
 
     #[test]
     fn the_file_written_reads_back_as_the_same_split_keys() {
-        let split = SplitConfig::parse(2, "read a%20b\nwrite c\n").unwrap();
+        let split = SplitConfig::parse(2, "read a%20b\nwrite c 5\n").unwrap();
         let again = SplitConfig::parse(2, &file_text(&split)).unwrap();
         assert_eq!(again, split);
     }

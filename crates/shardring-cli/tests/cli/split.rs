@@ -156,7 +156,7 @@ fn keys_are_split_through_both_phases_merged_back_and_followed_from_the_hot_key_
     split(&keys, &[&a, &b], &[&a, &b], &["add", "hot:1"])
         .success()
         .stdout(predicates::str::contains("split hot:1 over 3 servers"));
-    assert_eq!(lines(&keys), ["read hot:1"]);
+    assert_eq!(lines(&keys), ["read hot:1 3"]);
     for _ in 0..6 {
         for addr in [&addr_a, &addr_b] {
             assert_eq!(get(addr, "hot:1"), "VALUE hot:1 0 3\r\none\r\nEND\r\n");
@@ -178,28 +178,53 @@ fn keys_are_split_through_both_phases_merged_back_and_followed_from_the_hot_key_
             && stderr.contains(&format!("127.0.0.1:{}", c.stats)),
         "{stderr}"
     );
-    assert_eq!(lines(&keys), ["read hot:1", "write hot:2"]);
+    assert_eq!(lines(&keys), ["read hot:1 3", "write hot:2 3"]);
     // Reloaded, a rerun goes on to `read`.
     split(&keys, &[&a, &b, &c], &[&a, &b, &c], &["add", "hot:2"]).success();
-    assert_eq!(lines(&keys), ["read hot:1", "read hot:2"]);
+    assert_eq!(lines(&keys), ["read hot:1 3", "read hot:2 3"]);
 
     split(&keys, &[&a, &b, &c], &[&a, &b, &c], &["remove", "hot:1"])
         .success()
         .stdout(predicates::str::contains("merged hot:1 back"));
-    assert_eq!(lines(&keys), ["read hot:2"]);
+    assert_eq!(lines(&keys), ["read hot:2 3"]);
 
-    // The hot-key ranking: hot:9 read far more than anything else through two proxies.
+    // A key's servers change through `write` over the larger number.
+    split(
+        &keys,
+        &[&a, &b, &c],
+        &[&a, &b, &c],
+        &["add", "hot:2", "--copies-each", "5"],
+    )
+    .success();
+    assert_eq!(lines(&keys), ["read hot:2 5"]);
+
+    // The hot-key ranking under a load: hot:9 takes most reads, 100 other keys the rest.
     set(&addr_a, "hot:9", "nine");
-    for _ in 0..300 {
-        get(&addr_a, "hot:9");
-        get(&addr_b, "hot:9");
+    for i in 0..100 {
+        set(&addr_a, &format!("cold:{i}"), "c");
     }
-    std::thread::sleep(Duration::from_millis(300));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loads: Vec<_> = [addr_a.clone(), addr_b.clone()]
+        .into_iter()
+        .map(|addr| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    get(&addr, "hot:9");
+                    get(&addr, &format!("cold:{}", i % 100));
+                    get(&addr, "hot:9");
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
     let stats: Vec<String> = [&a, &b, &c]
         .iter()
         .map(|p| format!("127.0.0.1:{}", p.stats))
         .collect();
-    let metrics: Vec<String> = [&a, &b]
+    let metrics: Vec<String> = [&a, &b, &c]
         .iter()
         .map(|p| format!("127.0.0.1:{}", p.metrics))
         .collect();
@@ -207,7 +232,7 @@ fn keys_are_split_through_both_phases_merged_back_and_followed_from_the_hot_key_
         .iter()
         .map(|p| p.process.0.id().to_string())
         .collect();
-    shardring()
+    let auto = shardring()
         .arg("split")
         .arg("--keys")
         .arg(&keys)
@@ -220,17 +245,16 @@ fn keys_are_split_through_both_phases_merged_back_and_followed_from_the_hot_key_
             &stats.join(","),
         ])
         .args(["--reload-command", &format!("kill -HUP {}", pids.join(" "))])
-        .args([
-            "auto",
-            "--hot-keys-from",
-            &metrics.join(","),
-            "--top",
-            "1",
-            "--once",
-        ])
+        .args(["auto", "--hot-keys-from", &metrics.join(","), "--once"])
         .timeout(Duration::from_secs(60))
-        .assert()
-        .success();
-    // hot:9 split (hot:2, never read, is out of twice the top and merged back).
-    assert_eq!(lines(&keys), ["read hot:9"]);
+        .assert();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for l in loads {
+        l.join().unwrap();
+    }
+    auto.success()
+        .stdout(predicates::str::contains("split hot:9 over 5 servers"));
+    // hot:9 over every server (it takes two thirds of the reads); the cold keys are not split,
+    // and hot:2, no longer read, is merged back.
+    assert_eq!(lines(&keys), ["read hot:9 5"]);
 }

@@ -14,16 +14,18 @@ use crate::flags::ApplyToPools;
 #[command(next_help_heading = "Split keys")]
 pub struct SplitFlags {
     /// Keep each key that --hot-key-split-keys lists on S servers (its owner and the ring's next
-    /// distinct servers) and spread its reads over them: one hot key then loads S servers, not one.
-    /// Writes go to the owner, then delete the other copies, which the next reads fill from the
-    /// owner (with its flags and TTL, never over a newer write). memcached pools.
+    /// distinct servers; the file may give a key its own number) and spread its reads over them:
+    /// one hot key then loads S servers, not one. Writes go to the owner, then delete the other
+    /// copies, which the next reads fill from the owner (with its flags and TTL, never over a newer
+    /// write). memcached pools.
     #[arg(long, value_name = "[POOL=]S", requires = "hot_key_split_keys",
           value_parser = |t: &str| parse_pool_number(t, "a number of servers", 2, 64))]
     pub hot_key_split: Vec<(Option<String>, u64)>,
-    /// The split keys: a file of lines `write KEY` (writes keep the copies fresh, reads stay on the
-    /// owner) or `read KEY` (reads spread too), `%XX` for a byte a key cannot show. Read again on
-    /// every reload. Every proxy of the pool must list a key `write` before any lists it `read`, and
-    /// `write` again before any leaves it out (the stats' split_digest says what each one serves).
+    /// The split keys: a file of lines `write KEY [N]` (writes keep the copies fresh, reads stay on
+    /// the owner) or `read KEY [N]` (reads spread too), N the key's servers, `%XX` for a byte a key
+    /// cannot show. Read again on every reload. Every proxy of the pool must list a key `write`
+    /// before any lists it `read`, and `write` again before any leaves it out or changes its N
+    /// (`shardring split` does this; the stats' split_digest says what each proxy serves).
     #[arg(long, value_name = "[POOL=]FILE", requires = "hot_key_split", value_parser = parse_pool_path)]
     pub hot_key_split_keys: Vec<(Option<String>, PathBuf)>,
 }

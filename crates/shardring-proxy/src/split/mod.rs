@@ -1,5 +1,6 @@
-//! Split keys (`--hot-key-split [POOL=]S --hot-key-split-keys [POOL=]FILE`): hot keys kept on S
-//! servers, their reads spread over them, so that one key's readers load S servers rather than one.
+//! Split keys (`--hot-key-split [POOL=]S --hot-key-split-keys [POOL=]FILE`): hot keys kept on
+//! several servers (S, or the number the file gives the key), their reads spread over them, so that
+//! one key's readers load those servers rather than one.
 //!
 //! Which keys are split, and in which phase, is the file's ([`crate::config::SplitConfig`]): the
 //! same on every proxy of the pool, changed one phase at a time. This module is the set as one pool
@@ -7,7 +8,7 @@
 //! that into requests (memcached: `protocol/memcache/remedies/split.rs`).
 //!
 //! A split key's servers are its owner (the server nutcracker places it on) and the ring's next
-//! distinct servers, S in all (the copies; an ejected one is left out while it is). The rules, for
+//! distinct servers, as many as the key's copies (an ejected one is left out while it is). The rules, for
 //! every phase:
 //!
 //! - a write goes to the owner; once the owner has answered, the copies are deleted, and only then is
@@ -47,8 +48,6 @@ const CLEANING_HOLD_MS: u64 = 1_000;
 /// One pool version's split keys.
 #[derive(Debug)]
 pub(crate) struct SplitSet {
-    /// How many servers hold a split key.
-    copies: usize,
     /// Each split key's index in `keys`.
     index: HashMap<Bytes, usize>,
     /// Each split key's phase and cleaning.
@@ -64,6 +63,8 @@ pub(crate) struct SplitSet {
 struct KeyState {
     /// Its phase.
     phase: SplitPhase,
+    /// How many servers hold it.
+    copies: usize,
     /// The [`signature`] of the copies this proxy last deleted (0: none yet): reads spread only
     /// while the key's live copies are these.
     cleaned: AtomicU64,
@@ -150,16 +151,16 @@ impl SplitSet {
     pub(crate) fn new(config: &SplitConfig) -> SplitSet {
         let mut index = HashMap::with_capacity(config.keys.len());
         let mut keys = Vec::with_capacity(config.keys.len());
-        for (key, &phase) in &config.keys {
+        for (key, k) in &config.keys {
             index.insert(Bytes::copy_from_slice(key), keys.len());
             keys.push(KeyState {
-                phase,
+                phase: k.phase,
+                copies: k.copies,
                 cleaned: AtomicU64::new(0),
                 claimed_ms: AtomicU64::new(0),
             });
         }
         SplitSet {
-            copies: config.copies,
             index,
             keys,
             turn: AtomicUsize::new(0),
@@ -177,10 +178,11 @@ impl SplitSet {
         live: &Routing,
     ) -> Option<SplitRoute> {
         let &k = self.index.get(key)?;
-        let mut copies = Vec::with_capacity(self.copies);
-        full.replicas_into(key, self.copies, &mut copies);
+        let count = self.keys[k].copies;
+        let mut copies = Vec::with_capacity(count);
+        full.replicas_into(key, count, &mut copies);
         copies.retain(|&s| s != owner && live.is_live(s));
-        copies.truncate(self.copies - 1);
+        copies.truncate(count - 1);
         Some(SplitRoute {
             copies,
             set: Arc::clone(self),
