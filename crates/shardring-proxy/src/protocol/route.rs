@@ -274,11 +274,17 @@ impl<'a> Placer<'a> {
 
     /// Where `key` goes when it is split (`crate::split`); `None` when it is not, or has no server.
     #[inline]
-    fn split_route(&self, key: &[u8], owner: Option<usize>) -> Option<SplitRoute> {
+    pub(crate) fn split_route(&self, key: &[u8], owner: Option<usize>) -> Option<Box<SplitRoute>> {
         match (self.split, owner, self.full) {
             (Some(split), Some(owner), Some(full)) => split.route(key, owner, full, self.routing),
             _ => None,
         }
+    }
+
+    /// Whether the pool has split keys (`crate::split`).
+    #[inline(always)]
+    pub(crate) fn splits(&self) -> bool {
+        self.split.is_some()
     }
 
     /// While a warm-up window is open and `key` (whose server is `now`) moved: its server on the
@@ -313,8 +319,9 @@ pub(crate) struct Route {
     /// While the pool has a next membership and the key's owner there is not `server`: that owner,
     /// where its writes go too.
     pub(crate) next: Option<usize>,
-    /// When the key is split: its copies, and where a read of it goes.
-    pub(crate) split: Option<SplitRoute>,
+    /// When the key is split: its copies, and where a read of it goes (boxed: a route is moved
+    /// about on every request, and few keys are split).
+    pub(crate) split: Option<Box<SplitRoute>>,
 }
 
 impl Route {

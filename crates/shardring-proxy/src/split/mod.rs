@@ -176,18 +176,18 @@ impl SplitSet {
         owner: usize,
         full: &Routing,
         live: &Routing,
-    ) -> Option<SplitRoute> {
+    ) -> Option<Box<SplitRoute>> {
         let &k = self.index.get(key)?;
         let count = self.keys[k].copies;
         let mut copies = Vec::with_capacity(count);
         full.replicas_into(key, count, &mut copies);
         copies.retain(|&s| s != owner && live.is_live(s));
         copies.truncate(count - 1);
-        Some(SplitRoute {
+        Some(Box::new(SplitRoute {
             copies,
             set: Arc::clone(self),
             key: k,
-        })
+        }))
     }
 
     /// Whether this read may start a cleaning of `state` (none started within the hold).

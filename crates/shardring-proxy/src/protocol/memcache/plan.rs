@@ -317,6 +317,22 @@ impl Failover {
     }
 }
 
+/// A one-key command of a split key: `step` as it is, or, when the command changes the key, `step`
+/// then the deletes of the key's copies (`remedies::split`).
+#[cold]
+fn split_write(
+    req: &Request,
+    key: &Range<usize>,
+    step: Step<Memcache>,
+    split: &SplitRoute,
+    ctx: &Placer<'_>,
+) -> Step<Memcache> {
+    if split_rules::usage(req) != Use::Write {
+        return step;
+    }
+    req.with_routing_key(key, |k| split::write(step, k, split.copies.clone(), ctx.stats))
+}
+
 /// `step` with `follow_ups` sent beside its first round, without waiting for them: a forward
 /// becomes a round of its one part ([`Merge::One`]); an answer has no round to go with.
 pub(super) fn with_follow_ups(
@@ -550,14 +566,11 @@ impl Memcache {
         ctx: &Placer<'_>,
     ) -> Step<Memcache> {
         let mut route = req.with_routing_key(key, |k| ctx.route(k));
-        let Some(split) = route.split.take() else {
-            return self.forward_routed(req, key, route, finish, ctx);
-        };
+        let split = route.split.take();
         let step = self.forward_routed(req, key, route, finish, ctx);
-        if split_rules::usage(req) == Use::Write {
-            req.with_routing_key(key, |k| split::write(step, k, split.copies, ctx.stats))
-        } else {
-            step
+        match split {
+            None => step,
+            Some(split) => split_write(req, key, step, &split, ctx),
         }
     }
 
@@ -774,7 +787,7 @@ impl Memcache {
         req: Request,
         fill: Option<HotFill>,
         route: Option<Route>,
-        split: SplitRoute,
+        split: Box<SplitRoute>,
         ctx: &Placer<'_>,
     ) -> Step<Memcache> {
         let owner = route.as_ref().and_then(|r| r.server);
