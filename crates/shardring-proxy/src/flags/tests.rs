@@ -562,9 +562,9 @@ fn split_keys_are_read_from_their_file_for_memcached_pools_and_every_problem_is_
             file.to_str().unwrap(),
         ])
     };
-    // For every pool: the memcached pool splits, the redis pool is told it is left alone.
-    let every = line("2", &good);
-    let config = every
+    // Named: the memcached pool splits, the redis pool (one server) is left alone.
+    let named = line("mc=2", &good);
+    let config = named
         .apply(ProxyConfig::from_yaml(TWO_POOLS).unwrap())
         .unwrap();
     let split = config.pools[0].remedies.split.as_ref().unwrap();
@@ -574,13 +574,6 @@ fn split_keys_are_read_from_their_file_for_memcached_pools_and_every_problem_is_
         [b"a".to_vec(), b"b c".to_vec()]
     );
     assert!(config.pools[1].remedies.split.is_none());
-    let unused = every.unused(&config);
-    assert!(
-        unused
-            .iter()
-            .any(|u| u.contains("--hot-key-split applies to memcached pools only")),
-        "{unused:?}"
-    );
     // A bad line, a missing file, more copies than servers, a redis pool named: each refused.
     let cases = [
         (
@@ -594,7 +587,7 @@ fn split_keys_are_read_from_their_file_for_memcached_pools_and_every_problem_is_
         ),
         (
             line("rd=2", &good),
-            "split keys are for memcached pools only",
+            "rd: a split key's copies must be between 2 and the number of servers (1), not 2",
         ),
     ];
     for (flags, problem) in cases {

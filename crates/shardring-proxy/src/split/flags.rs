@@ -17,7 +17,7 @@ pub struct SplitFlags {
     /// distinct servers; the file may give a key its own number) and spread its reads over them:
     /// one hot key then loads S servers, not one. Writes go to the owner, then delete the other
     /// copies, which the next reads fill from the owner (with its flags and TTL, never over a newer
-    /// write). memcached pools.
+    /// write). memcached and redis pools (a redis key's reads spread for `GET`).
     #[arg(long, value_name = "[POOL=]S", requires = "hot_key_split_keys",
           value_parser = |t: &str| parse_pool_number(t, "a number of servers", 2, 64))]
     pub hot_key_split: Vec<(Option<String>, u64)>,
@@ -31,23 +31,11 @@ pub struct SplitFlags {
 }
 
 impl ApplyToPools for SplitFlags {
-    /// Every memcached pool given both flags (for every pool, or naming it) reads its file; a redis
-    /// pool named is refused (not supported yet), one given the flags for every pool is left alone.
+    /// Every pool given both flags (for every pool, or naming it) reads its file.
     fn apply(&self, pools: &mut [PoolConfig]) -> Result<(), ConfigErrors> {
         let mut errors = ConfigErrors::default();
         for pool in pools.iter_mut() {
             pool.remedies.split = None;
-            if pool.is_redis() {
-                let named = own(&self.hot_key_split, &pool.name).is_some()
-                    || own(&self.hot_key_split_keys, &pool.name).is_some();
-                if named {
-                    errors.push(
-                        &pool.name,
-                        "split keys are for memcached pools only (not yet for redis pools)".into(),
-                    );
-                }
-                continue;
-            }
             let copies = for_pool(&self.hot_key_split, &pool.name);
             let file = for_pool(&self.hot_key_split_keys, &pool.name);
             let (copies, file) = match (copies, file) {
@@ -60,6 +48,8 @@ impl ApplyToPools for SplitFlags {
                     );
                     continue;
                 }
+                // A file given for every pool splits only the pools given a number of servers.
+                (None, Some(_)) if own(&self.hot_key_split_keys, &pool.name).is_none() => continue,
                 (None, Some(_)) => {
                     errors.push(
                         &pool.name,
@@ -103,22 +93,5 @@ impl ApplyToPools for SplitFlags {
             &mut errors,
         );
         errors.into_result()
-    }
-
-    /// The flags given for every pool, once for each redis pool.
-    fn unused(&self, pools: &[PoolConfig]) -> Vec<String> {
-        if !self.hot_key_split.iter().any(|(p, _)| p.is_none()) {
-            return Vec::new();
-        }
-        pools
-            .iter()
-            .filter(|p| p.is_redis())
-            .map(|p| {
-                format!(
-                    "--hot-key-split applies to memcached pools only, not to redis pool {:?}",
-                    p.name
-                )
-            })
-            .collect()
     }
 }

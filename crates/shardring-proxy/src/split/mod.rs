@@ -202,6 +202,28 @@ impl SplitSet {
     }
 }
 
+/// The failure of the first copy whose delete did not answer as `gone` says a delete that went
+/// does, if any: what fails a write of a split key (the copy may still hold the value before it).
+pub(crate) fn kept(
+    replies: &[crate::protocol::PartReply<'_>],
+    gone: impl Fn(&[u8]) -> bool,
+) -> Option<crate::error::BackendError> {
+    replies.iter().find_map(|r| {
+        let reason = match &r.reply {
+            Ok(b) if gone(b) => return None,
+            Ok(b) => format!(
+                "it answered {}",
+                String::from_utf8_lossy(b.trim_ascii_end())
+            ),
+            Err(e) => e.to_string(),
+        };
+        Some(crate::error::BackendError::SplitCopyKept {
+            addr: r.server.to_owned(),
+            reason,
+        })
+    })
+}
+
 /// A nonzero fingerprint of a list of copies (server indexes).
 fn signature(copies: &[usize]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;

@@ -28,6 +28,7 @@ mod redis_common;
 mod redis_hot_keys;
 mod redis_pubsub;
 mod redis_replicas;
+mod redis_split;
 mod redis_transactions;
 mod replicas;
 mod sentinel;

@@ -330,7 +330,9 @@ fn split_write(
     if split_rules::usage(req) != Use::Write {
         return step;
     }
-    req.with_routing_key(key, |k| split::write(step, k, split.copies.clone(), ctx.stats))
+    req.with_routing_key(key, |k| {
+        split::write(step, k, split.copies.clone(), ctx.stats)
+    })
 }
 
 /// `step` with `follow_ups` sent beside its first round, without waiting for them: a forward
@@ -752,7 +754,7 @@ impl Memcache {
             .filter(|r| r.previous.is_none())
             .and_then(|r| r.split.take());
         if let Some(split) = split {
-            return self.get_split(req, fill, route, split, ctx);
+            return self.get_split(req, fill, route, &split, ctx);
         }
         if ctx.previous.is_some() {
             if let Some(step) = route.as_ref().and_then(|r| warmup::read(&req, r, ctx)) {
@@ -787,7 +789,7 @@ impl Memcache {
         req: Request,
         fill: Option<HotFill>,
         route: Option<Route>,
-        split: Box<SplitRoute>,
+        split: &SplitRoute,
         ctx: &Placer<'_>,
     ) -> Step<Memcache> {
         let owner = route.as_ref().and_then(|r| r.server);
@@ -818,7 +820,7 @@ impl Memcache {
             },
             Use::Write => {
                 let step = self.get_now(req, fill, route, ctx);
-                split::write(step, &key, split.copies, ctx.stats)
+                split::write(step, &key, split.copies.clone(), ctx.stats)
             }
             Use::OwnerRead => self.get_now(req, fill, route, ctx),
         }

@@ -50,6 +50,9 @@ pub(super) fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> A
         | RedisMerge::DualSplit(..)
         | RedisMerge::Span(_)
         | RedisMerge::Cluster(_)
+        | RedisMerge::SplitWrite(_)
+        | RedisMerge::SplitGet(_)
+        | RedisMerge::SplitClean(_)
         | RedisMerge::Invalidating(..) => match parts.first() {
             Some(MergePart::Reply(b)) => Bytes::copy_from_slice(b),
             _ => merge::failure("no server available"),

@@ -10,6 +10,7 @@ use super::features::cluster::{One, Redirecting};
 use super::features::hot_keys::{HotFill, HotInvalidate};
 use super::features::replicas::{Replicated, ReplicatedValues};
 use super::features::span::Spanning;
+use super::features::split::{SplitGet, SplitWrite};
 use super::merge::PartialReads;
 use crate::metrics::PoolStats;
 
@@ -69,4 +70,11 @@ pub(crate) enum RedisMerge {
     /// A split write whose round ends with the next owners' parts (`features/dual_writes.rs`): the first
     /// `owners` replies merge as the inner merge, the rest are the next owners'.
     DualSplit(Box<(RedisMerge, usize)>, Arc<PoolStats>),
+    /// A write of split keys, then their copies' deletes (`features/split.rs`).
+    SplitWrite(Box<SplitWrite<Finish, RedisMerge>>),
+    /// A `GET` of a split key from a copy, filled from the owner on a miss (`features/split.rs`).
+    SplitGet(Box<SplitGet>),
+    /// A `GET` of a split key from its owner, beside its copies' first deletes: the first reply
+    /// answers, the rest report the cleaning (`crate::split`).
+    SplitClean(Box<crate::split::Cleaning>),
 }

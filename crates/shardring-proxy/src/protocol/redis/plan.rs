@@ -19,6 +19,7 @@ use super::features::pubsub;
 use super::features::rate_limits;
 use super::features::replicas::{self, Next};
 use super::features::span;
+use super::features::split;
 use super::features::transaction::{self, Outcome};
 use super::finish::{Finish, RedisMerge};
 use super::local::{self, NOAUTH};
@@ -34,6 +35,7 @@ use crate::protocol::{
     Answer, Back, Handed, Leave, Part, PartReply, Phase, Placement, PlanContext, Protocol, Reply,
     Round, Step,
 };
+use crate::split::{SplitRead, SplitRoute};
 
 /// A replicated command's first step: its answer, or its first round with its state as `merge`.
 /// Each frame to its server of the current placement, as a part of an exchange's round.
@@ -280,6 +282,22 @@ impl Protocol for Redis {
                     follow_ups: Vec::new(),
                 }
             }
+            RedisMerge::SplitWrite(write) => return self.advance_split_write(*write, replies),
+            RedisMerge::SplitGet(get) => return split_get(get.advance(replies)),
+            RedisMerge::SplitClean(cleaning) => {
+                let mut replies = replies;
+                let copies = replies.split_off(1.min(replies.len()));
+                cleaning.done(split::kept(&copies).is_none());
+                let answer = match replies.pop().map(|r| r.reply) {
+                    Some(Ok(b)) => Answer::Bytes(b),
+                    Some(Err(e)) => Answer::Failed(e),
+                    None => Answer::Failed(BackendError::NoServer),
+                };
+                return Phase::Done {
+                    answer,
+                    follow_ups: Vec::new(),
+                };
+            }
             merge => merge,
         };
         Phase::Done {
@@ -306,6 +324,12 @@ impl Protocol for Redis {
 
     fn command_index(request: &Request) -> Option<usize> {
         command::index_of_request(request)
+    }
+
+    fn in_order(&self, merge: &RedisMerge) -> bool {
+        // The client's next request (a GET of the key it just wrote, say) waits until the copies
+        // are deleted.
+        matches!(merge, RedisMerge::SplitWrite(_))
     }
 }
 
@@ -412,16 +436,29 @@ impl Redis {
             ))),
             Route::Local(l) => Step::Answer(local::answer(l, &req, client, &self.settings, ctx)),
             Route::Keys(keys) => {
-                if let Some(hot) = ctx.hot {
-                    return self.hot_keys(hot, req, routed.spec, &keys, ctx);
-                }
-                self.keyed(req, routed.spec, &keys, ctx)
+                let req = if ctx.splits() {
+                    match self.keyed_split(req, routed.spec, &keys, ctx) {
+                        Ok(step) => return step,
+                        Err(req) => req,
+                    }
+                } else {
+                    req
+                };
+                self.keyed_any(req, routed.spec, &keys, ctx)
             }
             Route::Split { merge, keys, step } => {
-                if let Some(hot) = ctx.hot {
-                    return self.hot_split(hot, &req, routed.spec, merge, &keys, step, ctx);
+                let plan = |ctx: &Placer<'_>| {
+                    if let Some(hot) = ctx.hot {
+                        return self.hot_split(hot, &req, routed.spec, merge, &keys, step, ctx);
+                    }
+                    self.split_keys(&req, routed.spec, merge, &keys, step, ctx)
+                };
+                if ctx.splits() && replicas::is_write(routed.spec) {
+                    let names = keys.iter().map(|&k| req.arg(k).unwrap_or_default());
+                    let deletes = split_deletes(names, ctx);
+                    return with_copy_deletes(plan(ctx), deletes, ctx);
                 }
-                self.split_keys(&req, routed.spec, merge, &keys, step, ctx)
+                plan(ctx)
             }
             // `transaction::plan` and `pubsub::plan` took these (a blocking command whose keys
             // found no place lands here: any server refuses it alike).
@@ -556,6 +593,127 @@ impl Redis {
             out.push((Request::from_args(&["READONLY"]).frame, Resp::Reply));
         }
         out
+    }
+
+    /// A command of keys, past the split keys: the hot keys' way, or the plain one.
+    #[inline(always)]
+    fn keyed_any(
+        &self,
+        req: Request,
+        spec: &Spec,
+        keys: &KeyArgs,
+        ctx: &Placer<'_>,
+    ) -> Step<Redis> {
+        if let Some(hot) = ctx.hot {
+            return self.hot_keys(hot, req, spec, keys, ctx);
+        }
+        self.keyed(req, spec, keys, ctx)
+    }
+
+    /// A command of keys in a pool with split keys (`features/split.rs`): a write of split keys,
+    /// then their copies' deletes; a `GET` of a split key in the `read` phase from the owner or a
+    /// copy; `Err(req)` when no key of the command is split.
+    #[cold]
+    fn keyed_split(
+        &self,
+        req: Request,
+        spec: &Spec,
+        keys: &KeyArgs,
+        ctx: &Placer<'_>,
+    ) -> Result<Step<Redis>, Request> {
+        let names: Vec<&[u8]> = keys
+            .iter()
+            .map(|k| req.arg(k).unwrap_or_default())
+            .collect();
+        let routes: Vec<(usize, Option<usize>, Box<SplitRoute>)> = names
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| {
+                let owner = ctx.server_for(n);
+                ctx.split_route(n, owner).map(|r| (i, owner, r))
+            })
+            .collect();
+        if routes.is_empty() {
+            return Err(req);
+        }
+        if replicas::is_write(spec) {
+            let deletes = split::copy_deletes(
+                routes
+                    .iter()
+                    .map(|(i, _, r)| (names[*i], r.copies.as_slice())),
+            );
+            let deletes = deletes.into_iter().collect::<Vec<_>>();
+            return Ok(with_copy_deletes(
+                self.keyed_any(req, spec, keys, ctx),
+                deletes,
+                ctx,
+            ));
+        }
+        if let ([(0, Some(owner), route)], "get") = (routes.as_slice(), spec.name) {
+            match route.read() {
+                SplitRead::Copy(copy) => {
+                    let key = Bytes::copy_from_slice(names[0]);
+                    return Ok(split_get_step(split::SplitGet::start(
+                        &req, &key, *owner, copy, ctx.stats,
+                    )));
+                }
+                SplitRead::Clean(cleaning) => {
+                    let deletes = split::copy_deletes([(names[0], route.copies.as_slice())]);
+                    ctx.stats.split_invalidations.add(deletes.len() as u64);
+                    let mut sends = vec![(*owner, req.frame.clone())];
+                    sends.extend(deletes);
+                    return Ok(Step::Exchange(Round::new(
+                        parts(sends),
+                        RedisMerge::SplitClean(Box::new(cleaning)),
+                    )));
+                }
+                SplitRead::Owner => {}
+            }
+        }
+        Ok(self.keyed_any(req, spec, keys, ctx))
+    }
+
+    /// A write of split keys after its own rounds: its next round, or the copies' deletes, or
+    /// (after them) the answer.
+    fn advance_split_write(
+        &self,
+        mut write: split::SplitWrite<Finish, RedisMerge>,
+        replies: Vec<PartReply<'_>>,
+    ) -> Phase<Redis> {
+        let (answer, follow_ups) =
+            match std::mem::replace(&mut write.stage, split::Writing::Deleting(Answer::Nothing)) {
+                split::Writing::Finish(finish) => {
+                    let reply = replies
+                        .into_iter()
+                        .next()
+                        .map_or(Err(BackendError::NoServer), |r| r.reply);
+                    (Self::finish(finish, reply), Vec::new())
+                }
+                split::Writing::Merge(merge) => match self.advance(merge, replies) {
+                    Phase::Again(round) => {
+                        write.stage = split::Writing::Merge(round.exchange);
+                        return Phase::Again(Round {
+                            parts: round.parts,
+                            exchange: RedisMerge::SplitWrite(Box::new(write)),
+                            follow_ups: round.follow_ups,
+                        });
+                    }
+                    Phase::Done { answer, follow_ups } => (answer, follow_ups),
+                },
+                split::Writing::Deleting(answer) => {
+                    write.stage = split::Writing::Deleting(answer);
+                    return Phase::Done {
+                        answer: write.answer(&replies),
+                        follow_ups: Vec::new(),
+                    };
+                }
+            };
+        let deletes = write.deleting(answer);
+        Phase::Again(Round {
+            parts: parts(deletes),
+            exchange: RedisMerge::SplitWrite(Box::new(write)),
+            follow_ups,
+        })
     }
 
     /// A command to the one server of its keys (`-CROSSSLOT` when they are on several). Inlined: the
@@ -890,6 +1048,89 @@ fn reset(client: &mut ClientState) -> Step<Redis> {
         return Step::Answer(answer);
     }
     Step::Leave(Leave::Enter(Mode::Subscribe { sends, answer }))
+}
+
+/// The deletes after a write of `keys` of which some are split: one per copy server.
+fn split_deletes<'k>(
+    keys: impl Iterator<Item = &'k [u8]>,
+    ctx: &Placer<'_>,
+) -> Vec<(usize, Bytes)> {
+    let routes: Vec<(&[u8], Box<SplitRoute>)> = keys
+        .filter_map(|k| ctx.split_route(k, ctx.server_for(k)).map(|r| (k, r)))
+        .collect();
+    split::copy_deletes(routes.iter().map(|(k, r)| (*k, r.copies.as_slice())))
+}
+
+/// `step` (a write), then `deletes` (its split keys' copies), answered once they are; `step` as it
+/// is when there is nothing to delete.
+fn with_copy_deletes(
+    step: Step<Redis>,
+    deletes: Vec<(usize, Bytes)>,
+    ctx: &Placer<'_>,
+) -> Step<Redis> {
+    if deletes.is_empty() {
+        return step;
+    }
+    let write =
+        |stage| RedisMerge::SplitWrite(Box::new(split::SplitWrite::new(stage, deletes, ctx.stats)));
+    match step {
+        Step::Forward {
+            server: Some(server),
+            frame,
+            kind,
+            finish,
+        } => Step::Exchange(Round::new(
+            vec![Part {
+                placement: Placement::Current,
+                server,
+                frame,
+                kind,
+            }],
+            write(split::Writing::Finish(finish)),
+        )),
+        Step::Exchange(round) => Step::Exchange(Round {
+            parts: round.parts,
+            exchange: write(split::Writing::Merge(round.exchange)),
+            follow_ups: round.follow_ups,
+        }),
+        // No server, or answered here: nothing was written.
+        other => other,
+    }
+}
+
+/// A split key's `GET` at its start.
+fn split_get_step(then: split::Then) -> Step<Redis> {
+    match split_get(then) {
+        Phase::Again(round) => Step::Exchange(round),
+        Phase::Done { answer, .. } => Step::Answer(answer),
+    }
+}
+
+/// A split key's `GET` after a round: its next round, or its answer and the copy's fill.
+fn split_get(then: split::Then) -> Phase<Redis> {
+    match then {
+        split::Then::Send(sends, get) => Phase::Again(Round::new(
+            parts(sends),
+            RedisMerge::SplitGet(Box::new(get)),
+        )),
+        split::Then::Answer(answer, fill) => Phase::Done {
+            answer,
+            follow_ups: fill
+                .into_iter()
+                .map(|(server, frame)| {
+                    (
+                        Part {
+                            placement: Placement::Current,
+                            server,
+                            frame,
+                            kind: Resp::Reply,
+                        },
+                        Finish::Plain,
+                    )
+                })
+                .collect(),
+        },
+    }
 }
 
 /// `step` with `invalidate` run again when its reply arrives (a write of hot keys).

@@ -123,20 +123,7 @@ impl SplitWrite {
 
 /// The failure of the first copy whose delete did not answer deleted or not found, if any.
 fn kept(replies: &[PartReply<'_>]) -> Option<BackendError> {
-    replies.iter().find_map(|r| match &r.reply {
-        Ok(b) if gone(b) => None,
-        Ok(b) => Some(BackendError::SplitCopyKept {
-            addr: r.server.to_owned(),
-            reason: format!(
-                "it answered {}",
-                String::from_utf8_lossy(b.trim_ascii_end())
-            ),
-        }),
-        Err(e) => Some(BackendError::SplitCopyKept {
-            addr: r.server.to_owned(),
-            reason: e.to_string(),
-        }),
-    })
+    crate::split::kept(replies, gone)
 }
 
 /// A spread read's first cleaning: the owner's read and the copies' deletes in one round; the read

@@ -289,6 +289,9 @@ fn block(
         if write && moves(req, &keys, Some(server), ctx) {
             return fixed(MOVING);
         }
+        if write && super::split::any_split(req, keys.iter().copied(), ctx) {
+            return fixed(super::split::IN_TRANSACTION);
+        }
         let Some(t) = pin_to(client, server) else {
             return fixed(CROSSSLOT);
         };
@@ -370,6 +373,11 @@ fn queue(
             keys.iter()
                 .map(|&k| Bytes::copy_from_slice(req.arg(k).unwrap_or_default())),
         );
+    }
+    if super::replicas::is_write(routed.spec)
+        && super::split::any_split(req, keys.iter().copied(), ctx)
+    {
+        return refuse(t, Bytes::from_static(super::split::IN_TRANSACTION));
     }
     let keys_of_write = keys.clone();
     match server_of(req, keys.into_iter(), ctx) {

@@ -1,0 +1,385 @@
+//! Split keys on Redis pools (`--hot-key-split`, `crate::split`): the frames and the state of a
+//! split key's reads and writes; the planner turns them into steps.
+//!
+//! - A write of a split key (every command Redis flags `write`, and scripts) goes to the owner as
+//!   usual; once it is answered, each copy server gets `DEL key reservation` ([`copy_deletes`]), and
+//!   only then is the client answered. An integer is a delete that went; anything else fails the
+//!   write with the copy named.
+//! - A `GET` of a key in the `read` phase goes to the owner or a copy in turn ([`SplitGet`]). A copy
+//!   that holds it answers as a server does. A copy that does not is filled from the owner with the
+//!   memcached copy's reserve-then-CAS, made of Redis commands: a reservation beside the key
+//!   (`SET shardring:split-fill:KEY TOKEN NX PX 2000`), then the owner's value and remaining TTL in one
+//!   script (`GET` and `PTTL`), answered to the client, then a script on the copy that sets the key
+//!   (with that TTL) only while the reservation is still the token. A write's `DEL key reservation`
+//!   landing after the reservation removes it, so a fill never puts back a value older than the
+//!   last write, nor brings back a deleted key. The reservation is an ordinary key for two seconds:
+//!   a `SCAN` through the proxy may list it meanwhile.
+//! - Every other command of a split key reads or writes the owner alone: the copies hold strings that
+//!   `GET` filled, and nothing else. Inside a transaction or as a blocking command, a write of a
+//!   split key is refused (`transaction.rs`): it could not delete the copies after it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::error::BackendError;
+use crate::metrics::PoolStats;
+use crate::protocol::redis::request::Request;
+use crate::protocol::route::Placer;
+use crate::protocol::{Answer, PartReply, Reply};
+
+/// What a write of a split key in a transaction or a blocking command is answered (the transaction
+/// is discarded, as for any refused command).
+pub(crate) const IN_TRANSACTION: &[u8] = b"-ERR a key this command writes is split over several servers (--hot-key-split): write it outside MULTI and without blocking\r\n";
+
+/// Whether one of `keys` (argument positions of `req`) is a split key of the pool.
+pub(crate) fn any_split(
+    req: &Request,
+    keys: impl IntoIterator<Item = usize>,
+    ctx: &Placer<'_>,
+) -> bool {
+    ctx.splits()
+        && keys.into_iter().any(|k| {
+            let name = req.arg(k).unwrap_or_default();
+            ctx.split_route(name, ctx.server_for(name)).is_some()
+        })
+}
+
+/// How long a fill's reservation lives, in milliseconds.
+const RESERVATION_MS: &str = "2000";
+
+/// The owner's value and remaining TTL, read at one instant: `{0}` when it has no value, else `{1,
+/// value, pttl}` (integers and a bulk string read alike in RESP2 and RESP3).
+const READ_OWNER: &str =
+    "local v = redis.call('GET', KEYS[1]) if not v then return {0} end return {1, v, redis.call('PTTL', KEYS[1])}";
+
+/// The fill on a copy: the value set (with the TTL when it has one) only while the reservation is
+/// still this fill's token; 1 when set, 0 otherwise.
+const FILL_COPY: &str =
+    "if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end redis.call('DEL', KEYS[2]) \
+     if tonumber(ARGV[3]) > 0 then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) \
+     else redis.call('SET', KEYS[1], ARGV[2]) end return 1";
+
+/// The key that holds a fill's reservation on a copy.
+pub(crate) fn reservation(key: &[u8]) -> Vec<u8> {
+    let mut r = b"shardring:split-fill:".to_vec();
+    r.extend_from_slice(key);
+    r
+}
+
+/// The deletes after a write of the split `keys`, each with its copies: one `DEL` a copy server, of
+/// each key it holds and the key's reservation.
+pub(crate) fn copy_deletes<'k>(
+    keys: impl IntoIterator<Item = (&'k [u8], &'k [usize])>,
+) -> Vec<(usize, Bytes)> {
+    let mut per_server: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+    for (key, copies) in keys {
+        for &c in copies {
+            let at = match per_server.iter().position(|(s, _)| *s == c) {
+                Some(at) => at,
+                None => {
+                    per_server.push((c, vec![b"DEL".to_vec()]));
+                    per_server.len() - 1
+                }
+            };
+            per_server[at].1.push(key.to_vec());
+            per_server[at].1.push(reservation(key));
+        }
+    }
+    per_server
+        .into_iter()
+        .map(|(s, args)| (s, Request::from_args(&args).frame))
+        .collect()
+}
+
+/// The failure of the first copy whose delete did not answer an integer (what `DEL` answers), if
+/// any.
+pub(crate) fn kept(replies: &[PartReply<'_>]) -> Option<BackendError> {
+    crate::split::kept(replies, |b| b.starts_with(b":"))
+}
+
+/// A write of split keys as an exchange: the write's own (a forward's finish `F`, or an exchange's
+/// merge `M`), then the copies' deletes; the planner drives it.
+#[derive(Debug)]
+pub(crate) struct SplitWrite<F, M> {
+    /// Where it is.
+    pub(crate) stage: Writing<F, M>,
+    /// The copies' deletes, sent once the write is answered.
+    deletes: Vec<(usize, Bytes)>,
+    /// Where the deletes are counted.
+    stats: Arc<PoolStats>,
+}
+
+/// Where a [`SplitWrite`] is.
+#[derive(Debug)]
+pub(crate) enum Writing<F, M> {
+    /// A forward's reply, through this finish.
+    Finish(F),
+    /// An exchange's round, through this merge.
+    Merge(M),
+    /// The deletes were sent; the write's answer.
+    Deleting(Answer),
+}
+
+impl<F, M> SplitWrite<F, M> {
+    /// The write at `stage`, then `deletes`.
+    pub(crate) fn new(
+        stage: Writing<F, M>,
+        deletes: Vec<(usize, Bytes)>,
+        stats: &Arc<PoolStats>,
+    ) -> Self {
+        SplitWrite {
+            stage,
+            deletes,
+            stats: Arc::clone(stats),
+        }
+    }
+
+    /// The write is answered with `answer`: the deletes to send now.
+    pub(crate) fn deleting(&mut self, answer: Answer) -> Vec<(usize, Bytes)> {
+        self.stage = Writing::Deleting(answer);
+        self.stats
+            .split_invalidations
+            .add(self.deletes.len() as u64);
+        std::mem::take(&mut self.deletes)
+    }
+
+    /// The deletes' replies: the write's answer, or the failure of a copy not deleted.
+    pub(crate) fn answer(self, replies: &[PartReply<'_>]) -> Answer {
+        let Writing::Deleting(answer) = self.stage else {
+            return Answer::Failed(BackendError::NoServer);
+        };
+        match kept(replies) {
+            None => answer,
+            Some(error) => {
+                self.stats.split_invalidations_failed.inc();
+                Answer::Failed(error)
+            }
+        }
+    }
+}
+
+/// What a split key's `GET` does next.
+#[derive(Debug)]
+pub(crate) enum Then {
+    /// Send these (server, frame) and come back with the state.
+    Send(Vec<(usize, Bytes)>, SplitGet),
+    /// The answer, and a request to send without waiting for it (the fill of a copy).
+    Answer(Answer, Option<(usize, Bytes)>),
+}
+
+/// A `GET` of a split key from a copy, filled from the owner when the copy does not hold it.
+#[derive(Debug)]
+pub(crate) struct SplitGet {
+    /// The key.
+    key: Bytes,
+    /// The client's `GET`, as received.
+    frame: Bytes,
+    /// The key's owner.
+    owner: usize,
+    /// The copy read first.
+    copy: usize,
+    /// Where the exchange is.
+    stage: Stage,
+    /// Where fills are counted.
+    stats: Arc<PoolStats>,
+}
+
+/// Where a [`SplitGet`] is.
+#[derive(Debug)]
+enum Stage {
+    /// The copy's `GET` was sent.
+    Copy,
+    /// The copy missed (its null reply, in the client's RESP version, kept to answer a miss with);
+    /// the reservation was sent with this token.
+    Reserve { null: Bytes, token: String },
+    /// The owner's value was asked for, by script, after the copy reserved the fill for `token`.
+    Owner { null: Bytes, token: String },
+    /// The owner's `GET` as received was sent: its reply is the answer.
+    Plain,
+}
+
+impl SplitGet {
+    /// A `GET` (`req`) of split key `key` from `copy`, `owner` its owner.
+    pub(crate) fn start(
+        req: &Request,
+        key: &[u8],
+        owner: usize,
+        copy: usize,
+        stats: &Arc<PoolStats>,
+    ) -> Then {
+        stats.split_reads.inc();
+        Then::Send(
+            vec![(copy, req.frame.clone())],
+            SplitGet {
+                key: Bytes::copy_from_slice(key),
+                frame: req.frame.clone(),
+                owner,
+                copy,
+                stage: Stage::Copy,
+                stats: Arc::clone(stats),
+            },
+        )
+    }
+
+    /// After a round's one reply.
+    pub(crate) fn advance(mut self, replies: Vec<PartReply<'_>>) -> Then {
+        let reply: Reply = replies
+            .into_iter()
+            .next()
+            .map_or(Err(BackendError::NoServer), |r| r.reply);
+        match std::mem::replace(&mut self.stage, Stage::Plain) {
+            Stage::Copy => match reply {
+                Ok(b) if is_null(&b) => {
+                    self.stats.split_copy_misses.inc();
+                    let token = format!("{:016x}", token());
+                    let reserve = Request::from_args(&[
+                        &b"SET"[..],
+                        &reservation(&self.key),
+                        token.as_bytes(),
+                        b"NX",
+                        b"PX",
+                        RESERVATION_MS.as_bytes(),
+                    ])
+                    .frame;
+                    self.stage = Stage::Reserve { null: b, token };
+                    Then::Send(vec![(self.copy, reserve)], self)
+                }
+                Ok(b) => Then::Answer(Answer::Bytes(b), None),
+                // The copy failed: the owner answers.
+                Err(_) => self.plain(),
+            },
+            Stage::Reserve { null, token } => match reply {
+                Ok(b) if b.starts_with(b"+OK") => {
+                    let read =
+                        Request::from_args(&[&b"EVAL"[..], READ_OWNER.as_bytes(), b"1", &self.key])
+                            .frame;
+                    self.stage = Stage::Owner { null, token };
+                    Then::Send(vec![(self.owner, read)], self)
+                }
+                // Another fill holds the reservation (or the copy failed): read the owner.
+                _ => self.plain(),
+            },
+            Stage::Owner { null, token } => match reply.as_deref().ok().and_then(owner_value) {
+                Some(None) => Then::Answer(Answer::Bytes(null), None),
+                Some(Some((value, ttl))) => {
+                    self.stats.split_fills.inc();
+                    let fill = Request::from_args(&[
+                        &b"EVAL"[..],
+                        FILL_COPY.as_bytes(),
+                        b"2",
+                        &self.key,
+                        &reservation(&self.key),
+                        token.as_bytes(),
+                        value,
+                        ttl.to_string().as_bytes(),
+                    ])
+                    .frame;
+                    let mut bulk = format!("${}\r\n", value.len()).into_bytes();
+                    bulk.extend_from_slice(value);
+                    bulk.extend_from_slice(b"\r\n");
+                    Then::Answer(Answer::Bytes(Bytes::from(bulk)), Some((self.copy, fill)))
+                }
+                // Not a string (the owner's GET answers WRONGTYPE), or the owner failed: its own
+                // GET answers.
+                None => self.plain(),
+            },
+            Stage::Plain => Then::Answer(
+                match reply {
+                    Ok(b) => Answer::Bytes(b),
+                    Err(e) => Answer::Failed(e),
+                },
+                None,
+            ),
+        }
+    }
+
+    /// The owner's `GET`, as received, answers.
+    fn plain(mut self) -> Then {
+        self.stage = Stage::Plain;
+        Then::Send(vec![(self.owner, self.frame.clone())], self)
+    }
+}
+
+/// Whether a `GET` reply is a null (RESP2's `$-1`, RESP3's `_`).
+fn is_null(reply: &[u8]) -> bool {
+    reply == b"$-1\r\n" || reply == b"_\r\n"
+}
+
+/// The owner's value and remaining TTL from [`READ_OWNER`]'s reply: `Some(None)` when it has none,
+/// `None` when the reply is not the script's.
+fn owner_value(reply: &[u8]) -> Option<Option<(&[u8], i64)>> {
+    if reply == b"*1\r\n:0\r\n" {
+        return Some(None);
+    }
+    let rest = reply.strip_prefix(b"*3\r\n:1\r\n$")?;
+    let eol = rest.iter().position(|&b| b == b'\r')?;
+    let len: usize = std::str::from_utf8(&rest[..eol]).ok()?.parse().ok()?;
+    let value = rest.get(eol + 2..eol + 2 + len)?;
+    let tail = rest.get(eol + 2 + len..)?.strip_prefix(b"\r\n:")?;
+    let ttl: i64 = std::str::from_utf8(tail.strip_suffix(b"\r\n")?)
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(Some((value, ttl)))
+}
+
+/// A fill's token: unique enough that two fills never take one for the other.
+fn token() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    shardring::hash::xxh3_64(
+        &[
+            n.to_le_bytes(),
+            nanos.to_le_bytes(),
+            u64::from(std::process::id()).to_le_bytes(),
+        ]
+        .concat(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_owners_script_reply_reads_as_a_value_and_its_ttl_or_none() {
+        assert_eq!(owner_value(b"*1\r\n:0\r\n"), Some(None));
+        assert_eq!(
+            owner_value(b"*3\r\n:1\r\n$4\r\na\r\nb\r\n:-1\r\n"),
+            Some(Some((&b"a\r\nb"[..], -1)))
+        );
+        assert_eq!(
+            owner_value(b"*3\r\n:1\r\n$0\r\n\r\n:1500\r\n"),
+            Some(Some((&b""[..], 1500)))
+        );
+        assert_eq!(owner_value(b"-WRONGTYPE Operation\r\n"), None);
+        assert_eq!(owner_value(b"*3\r\n:1\r\n$9\r\nab\r\n:1\r\n"), None);
+    }
+
+    #[test]
+    fn a_writes_deletes_go_to_each_copy_server_once_with_each_keys_reservation() {
+        let deletes = copy_deletes([(&b"a"[..], &[1usize, 2][..]), (&b"b"[..], &[2usize][..])]);
+        assert_eq!(deletes.len(), 2);
+        assert_eq!(deletes[0].0, 1);
+        assert_eq!(
+            deletes[0].1,
+            Request::from_args(&[&b"DEL"[..], b"a", b"shardring:split-fill:a"]).frame
+        );
+        assert_eq!(
+            deletes[1].1,
+            Request::from_args(&[
+                &b"DEL"[..],
+                b"a",
+                b"shardring:split-fill:a",
+                b"b",
+                b"shardring:split-fill:b"
+            ])
+            .frame
+        );
+    }
+}
