@@ -33,6 +33,9 @@ pub(crate) enum Finish {
     /// A request of a cluster pool: a redirection, or a failure, sends it on as an exchange
     /// (`features/cluster.rs`); a final reply finishes as the inner finish.
     Cluster(Box<One<Finish>>),
+    /// A split key's fill of a copy, sent without waiting (`features/split.rs`): its reply counts a
+    /// fill that a write's delete made fail (`split_fills_refused`).
+    Filled(Arc<PoolStats>),
 }
 
 /// What a fan-out merges.

@@ -30,6 +30,7 @@ use super::settings::Settings;
 use super::Flavor;
 use crate::config::PoolConfig;
 use crate::error::BackendError;
+use crate::metrics::PoolStats;
 use crate::protocol::route::{Placer, Remedies};
 use crate::protocol::{
     Answer, Back, Handed, Leave, Part, PartReply, Phase, Placement, PlanContext, Protocol, Reply,
@@ -226,6 +227,10 @@ impl Protocol for Redis {
                 Answer::Bytes(bytes)
             }
             (Ok(bytes), Finish::Plain | Finish::Values(_)) => Answer::Bytes(bytes),
+            (reply, Finish::Filled(stats)) => {
+                split::count_fill(&stats, &reply);
+                Answer::Nothing
+            }
             (Err(e), Finish::Plain | Finish::Exec(_) | Finish::Fill(_)) => Answer::Failed(e),
             (Ok(bytes), Finish::Exec(replies)) => Answer::Bytes(last_reply(bytes, replies)),
             (Err(e), Finish::Values(n)) => {
@@ -283,7 +288,10 @@ impl Protocol for Redis {
                 }
             }
             RedisMerge::SplitWrite(write) => return self.advance_split_write(*write, replies),
-            RedisMerge::SplitGet(get) => return split_get(get.advance(replies)),
+            RedisMerge::SplitGet(get) => {
+                let stats = get.stats();
+                return split_get(get.advance(replies), &stats);
+            }
             RedisMerge::SplitClean(cleaning) => {
                 let mut replies = replies;
                 let copies = replies.split_off(1.min(replies.len()));
@@ -653,9 +661,10 @@ impl Redis {
             match route.read() {
                 SplitRead::Copy(copy) => {
                     let key = Bytes::copy_from_slice(names[0]);
-                    return Ok(split_get_step(split::SplitGet::start(
-                        &req, &key, *owner, copy, ctx.stats,
-                    )));
+                    return Ok(split_get_step(
+                        split::SplitGet::start(&req, &key, *owner, copy, ctx.stats),
+                        ctx.stats,
+                    ));
                 }
                 SplitRead::Clean(cleaning) => {
                     let deletes = split::copy_deletes([(names[0], route.copies.as_slice())]);
@@ -1099,15 +1108,15 @@ fn with_copy_deletes(
 }
 
 /// A split key's `GET` at its start.
-fn split_get_step(then: split::Then) -> Step<Redis> {
-    match split_get(then) {
+fn split_get_step(then: split::Then, stats: &Arc<PoolStats>) -> Step<Redis> {
+    match split_get(then, stats) {
         Phase::Again(round) => Step::Exchange(round),
         Phase::Done { answer, .. } => Step::Answer(answer),
     }
 }
 
 /// A split key's `GET` after a round: its next round, or its answer and the copy's fill.
-fn split_get(then: split::Then) -> Phase<Redis> {
+fn split_get(then: split::Then, stats: &Arc<PoolStats>) -> Phase<Redis> {
     match then {
         split::Then::Send(sends, get) => Phase::Again(Round::new(
             parts(sends),
@@ -1125,7 +1134,7 @@ fn split_get(then: split::Then) -> Phase<Redis> {
                             frame,
                             kind: Resp::Reply,
                         },
-                        Finish::Plain,
+                        Finish::Filled(Arc::clone(stats)),
                     )
                 })
                 .collect(),

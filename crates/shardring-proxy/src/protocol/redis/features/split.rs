@@ -294,10 +294,22 @@ impl SplitGet {
         }
     }
 
+    /// Where it counts.
+    pub(crate) fn stats(&self) -> Arc<PoolStats> {
+        Arc::clone(&self.stats)
+    }
+
     /// The owner's `GET`, as received, answers.
     fn plain(mut self) -> Then {
         self.stage = Stage::Plain;
         Then::Send(vec![(self.owner, self.frame.clone())], self)
+    }
+}
+
+/// A copy's fill answered: 0 is a fill a write's delete of the reservation made fail.
+pub(crate) fn count_fill(stats: &PoolStats, reply: &Reply) {
+    if matches!(reply, Ok(b) if &b[..] == b":0\r\n") {
+        stats.split_fills_refused.inc();
     }
 }
 
