@@ -43,7 +43,9 @@ pub use self::protocol::{
     Remedies, SentinelConfig,
 };
 pub use self::rate_limits::RateLimits;
-pub use self::split::{escape as escape_split_key, SplitConfig, SplitKey, SplitPhase};
+pub use self::split::{
+    escape as escape_split_key, fill_reservation, SplitConfig, SplitKey, SplitPhase,
+};
 pub use self::tls::{ListenerTls, ServerTlsConfig};
 pub use self::twemproxy_file::read_pools;
 pub use self::twemproxy_keys::parse_listen;

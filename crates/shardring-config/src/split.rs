@@ -166,6 +166,14 @@ impl SplitConfig {
     }
 }
 
+/// The key beside a Redis split key's copy that holds a fill's reservation while the copy is filled
+/// from the owner (a proxy writes it; `shardring split` deletes it with a merged key's copies).
+pub fn fill_reservation(key: &[u8]) -> Vec<u8> {
+    let mut r = b"shardring:split-fill:".to_vec();
+    r.extend_from_slice(key);
+    r
+}
+
 /// A key as the file writes it: `%XX` for a space, a `%`, and any byte that is not printable ASCII.
 pub fn escape(key: &[u8]) -> String {
     let mut out = String::with_capacity(key.len());

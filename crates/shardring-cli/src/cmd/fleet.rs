@@ -1,6 +1,7 @@
-//! Reaching a pool's proxies from the commands that change what they serve (`migrate`, `split`):
-//! each proxy's stats JSON (twemproxy's stats port: sent on connect, then the connection closes),
-//! and the operator's reload command run after a file is rewritten.
+//! Reaching a pool's proxies and servers from the commands that change what they serve (`migrate`,
+//! `split`): each proxy's stats JSON (twemproxy's stats port: sent on connect, then the connection
+//! closes), the operator's reload command run after a file is rewritten, and a server as the proxy
+//! dials it.
 
 use std::time::Duration;
 
@@ -46,4 +47,43 @@ pub fn reload(command: Option<&str>) -> Result<()> {
         bail!("the reload command {command:?} failed ({status})");
     }
     Ok(())
+}
+
+/// How a command reaches `server` of `pool`: its address as the proxy dials it, its name, and the
+/// pool's password and database.
+pub fn endpoint(
+    server: &shardring::compat::twemproxy::TwemproxyServer,
+    pool: &shardring_config::PoolConfig,
+) -> shardring_migrate::Endpoint {
+    let mut e = shardring_migrate::Endpoint::new(server.address(), server.display_name());
+    if let Some(r) = pool.redis() {
+        e.auth = r.auth.clone();
+        e.db = r.db;
+    }
+    e
+}
+
+/// `pool`'s placement, and the pool's server (index in its list) of each of the placement's nodes.
+///
+/// # Errors
+/// When the placement cannot be built (`distribution: random` places no key reproducibly).
+pub fn placed(
+    pool: &shardring_config::PoolConfig,
+) -> Result<(Box<dyn shardring::Placement>, Vec<Option<usize>>)> {
+    let placement = pool.placement().map_err(|e| {
+        anyhow::anyhow!(
+            "pool {}: {e}: this needs a reproducible placement",
+            pool.name
+        )
+    })?;
+    let servers = placement
+        .nodes()
+        .iter()
+        .map(|n| {
+            pool.servers
+                .iter()
+                .position(|s| s.display_name() == n.name())
+        })
+        .collect();
+    Ok((placement, servers))
 }

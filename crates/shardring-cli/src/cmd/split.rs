@@ -51,6 +51,11 @@ pub struct Args {
     /// How long to wait for every proxy at each phase (seconds).
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     confirm_timeout: u64,
+    /// The pool's YAML file, as the proxies read it: with it, a key merged back has its copies
+    /// deleted from their servers once no proxy reads them (without it they stay until evicted,
+    /// expired or overwritten; a later split of the key deletes them before reading them).
+    #[arg(short = 'c', long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     action: Action,
@@ -203,6 +208,57 @@ async fn transition(args: &Args, target: &Target) -> Result<()> {
     if last != first {
         apply(args, &last, "the split keys as wanted").await?;
     }
+    // Merged back, and no proxy reads their copies: they go.
+    let merged: Vec<(&Vec<u8>, usize)> = first
+        .keys
+        .iter()
+        .filter(|(k, _)| !last.keys.contains_key(*k))
+        .map(|(k, s)| (k, s.copies))
+        .collect();
+    if let (Some(path), false) = (&args.config, merged.is_empty()) {
+        delete_copies(path, &args.pool, &merged).await?;
+    }
+    Ok(())
+}
+
+/// Deletes the copies of `merged` keys (each with the servers it had) from their servers, the
+/// owner's value kept; a Redis copy's fill reservation too.
+async fn delete_copies(path: &Path, pool: &str, merged: &[(&Vec<u8>, usize)]) -> Result<()> {
+    let pool = super::migrate::pool_in(path, Some(pool))?;
+    let (placement, server_of) = fleet::placed(&pool)?;
+    let mut per_server: BTreeMap<usize, Vec<Vec<u8>>> = BTreeMap::new();
+    let mut walk = Vec::new();
+    for (key, copies) in merged {
+        placement.replicas_into(key, *copies, &mut walk);
+        for s in walk
+            .iter()
+            .skip(1)
+            .filter_map(|&i| server_of.get(i).copied().flatten())
+        {
+            let keys = per_server.entry(s).or_default();
+            keys.push((*key).clone());
+            if pool.is_redis() {
+                keys.push(shardring_config::fill_reservation(key));
+            }
+        }
+    }
+    let timeout = Duration::from_secs(10);
+    let mut deleted = 0;
+    for (s, keys) in &per_server {
+        let ep = fleet::endpoint(&pool.servers[*s], &pool);
+        let held = if pool.is_redis() {
+            shardring_migrate::redis::delete_keys(&ep, keys, timeout).await
+        } else {
+            shardring_migrate::memcache::delete_keys(&ep, keys, timeout).await
+        }
+        .with_context(|| format!("deleting merged keys' copies on {}", ep.name))?;
+        deleted += held;
+    }
+    eprintln!(
+        "shardring: deleted {deleted} copies of {} merged keys on {} servers",
+        merged.len(),
+        per_server.len()
+    );
     Ok(())
 }
 

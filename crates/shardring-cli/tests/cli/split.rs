@@ -116,6 +116,8 @@ fn split(
         .arg("split")
         .arg("--keys")
         .arg(keys)
+        .arg("-c")
+        .arg(keys.with_file_name("proxy0.yml"))
         .args([
             "--copies",
             COPIES,
@@ -187,6 +189,9 @@ fn keys_are_split_through_both_phases_merged_back_and_followed_from_the_hot_key_
         .success()
         .stdout(predicates::str::contains("merged hot:1 back"));
     assert_eq!(lines(&keys), ["read hot:2 3"]);
+    // Merged back, its copies are deleted (`-c`): the owner alone holds it.
+    assert_eq!(holders(&servers, "hot:1"), 1);
+    assert_eq!(get(&addr_a, "hot:1"), "VALUE hot:1 0 3\r\ntwo\r\nEND\r\n");
 
     // A key's servers change through `write` over the larger number.
     split(

@@ -34,6 +34,38 @@ use metadump::{Dump, Walk};
 /// writing new keys that move faster than a dump reads them) is logged and left to the dual writes.
 pub const MAX_PASSES: usize = 10;
 
+/// Deletes `keys` from the server at `ep` in one pipelined round trip (`md`); how many it held. For
+/// `shardring split`: a merged-back key's copies.
+///
+/// # Errors
+/// When the server cannot be reached, times out, or answers a delete with an error.
+pub async fn delete_keys(
+    ep: &crate::Endpoint,
+    keys: &[Vec<u8>],
+    timeout: std::time::Duration,
+) -> Result<usize, MigrateError> {
+    let mut conn = Conn::connect(ep, timeout).await?;
+    let mut req = Vec::new();
+    for key in keys {
+        copy::meta(&mut req, b"md", key, b"");
+    }
+    let replies = conn.exchange(&mut req, keys.len()).await?;
+    let mut held = 0;
+    for r in &replies {
+        match r.status() {
+            b"HD" => held += 1,
+            b"NF" => {}
+            _ => {
+                return Err(MigrateError::Protocol {
+                    server: conn.name().to_owned(),
+                    reason: format!("md answered {}", r.text()),
+                })
+            }
+        }
+    }
+    Ok(held)
+}
+
 /// Enumerates the source's keys (one dump) and counts, per target, those that move and their bytes
 /// (memcached's item size: header, key and value).
 ///

@@ -212,6 +212,30 @@ async fn scan_moving(
 /// After the cut-over: `SCAN`s the source and `UNLINK`s (one command per batch of `job.batch`) every
 /// key the route says moves.
 ///
+/// Deletes `keys` from the server at `ep` (one `UNLINK`); how many it held. For `shardring split`:
+/// a merged-back key's copies (and their fills' reservations).
+///
+/// # Errors
+/// When the server cannot be reached or times out, refuses the password or database, or refuses the
+/// `UNLINK`.
+pub async fn delete_keys(
+    ep: &crate::Endpoint,
+    keys: &[Vec<u8>],
+    timeout: std::time::Duration,
+) -> Result<usize, MigrateError> {
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    let mut conn = Conn::connect(ep, timeout).await?;
+    let mut args: Vec<&[u8]> = vec![b"UNLINK"];
+    args.extend(keys.iter().map(Vec::as_slice));
+    let r = conn.call(&args).await?;
+    let Some(n) = r.integer() else {
+        return Err(conn.refused(format!("UNLINK answered {r:?}")));
+    };
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
 /// Tallies: `scanned` every key seen, `moving` each moving key once, `copied` the keys deleted
 /// (`UNLINK`'s count), `gone` the moving keys already missing when their `UNLINK` ran.
 ///

@@ -187,7 +187,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// The pool named by `--pool` (or the only one) in `path`.
-fn pool_in(path: &std::path::Path, pool: Option<&str>) -> Result<PoolConfig> {
+pub(super) fn pool_in(path: &std::path::Path, pool: Option<&str>) -> Result<PoolConfig> {
     let config: ProxyConfig = load_config(path).map_err(|e| config_problems(path, &e))?;
     config
         .pool(pool)

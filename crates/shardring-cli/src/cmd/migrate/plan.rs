@@ -6,8 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use shardring::compat::twemproxy::{ketama_ring, Distribution, TwemproxyServer};
-use shardring::Placement;
+use shardring::compat::twemproxy::{ketama_ring, Distribution};
 use shardring_config::PoolConfig;
 use shardring_migrate::{Endpoint, Job, Survey};
 
@@ -117,32 +116,14 @@ impl Change {
     /// # Errors
     /// When a placement cannot be built (`distribution: random` places no key reproducibly).
     pub fn jobs(&self) -> Result<Vec<Job>> {
-        let placed = |pool: &PoolConfig| -> Result<(Box<dyn Placement>, Vec<usize>)> {
-            let placement = pool.placement().map_err(|e| {
-                anyhow::anyhow!(
-                    "pool {}: {e}: a migration needs a reproducible placement",
-                    pool.name
-                )
-            })?;
-            let index = placement
-                .nodes()
-                .iter()
-                .map(|n| {
-                    pool.servers
-                        .iter()
-                        .position(|s| s.display_name() == n.name())
-                        .unwrap_or(usize::MAX)
-                })
-                .collect();
-            Ok((placement, index))
-        };
+        let placed = crate::cmd::fleet::placed;
         let now = Arc::new(placed(&self.now)?);
         let next = Arc::new(placed(&self.next)?);
         let targets: Vec<Endpoint> = self
             .next
             .servers
             .iter()
-            .map(|s| endpoint(s, &self.now))
+            .map(|s| crate::cmd::fleet::endpoint(s, &self.now))
             .collect();
         let loses = self.may_lose_keys();
         let jobs = self
@@ -160,15 +141,15 @@ impl Change {
                     .iter()
                     .position(|n| n.same_address(server));
                 let route = move |key: &[u8]| -> Option<usize> {
-                    let owner = now.0.locate(key).map(|i| now.1[i])?;
+                    let owner = now.0.locate(key).and_then(|i| now.1[i])?;
                     if owner != source {
                         return None;
                     }
-                    let target = next.0.locate(key).map(|i| next.1[i])?;
+                    let target = next.0.locate(key).and_then(|i| next.1[i])?;
                     (Some(target) != stays).then_some(target)
                 };
                 Job::new(
-                    endpoint(server, &self.now),
+                    crate::cmd::fleet::endpoint(server, &self.now),
                     targets.clone(),
                     Arc::new(route),
                 )
@@ -176,17 +157,6 @@ impl Change {
             .collect();
         Ok(jobs)
     }
-}
-
-/// How the copy reaches `server` of `pool`: its address as the proxy dials it, its name, and the
-/// pool's password and database.
-fn endpoint(server: &TwemproxyServer, pool: &PoolConfig) -> Endpoint {
-    let mut e = Endpoint::new(server.address(), server.display_name());
-    if let Some(r) = pool.redis() {
-        e.auth = r.auth.clone();
-        e.db = r.db;
-    }
-    e
 }
 
 /// Bytes in a short human form (`2.6 MB`).

@@ -61,11 +61,7 @@ const FILL_COPY: &str =
      else redis.call('SET', KEYS[1], ARGV[2]) end return 1";
 
 /// The key that holds a fill's reservation on a copy.
-pub(crate) fn reservation(key: &[u8]) -> Vec<u8> {
-    let mut r = b"shardring:split-fill:".to_vec();
-    r.extend_from_slice(key);
-    r
-}
+use crate::config::fill_reservation as reservation;
 
 /// The deletes after a write of the split `keys`, each with its copies: one `DEL` a copy server, of
 /// each key it holds and the key's reservation.
