@@ -63,13 +63,14 @@ pub fn endpoint(
     e
 }
 
-/// `pool`'s placement, and the pool's server (index in its list) of each of the placement's nodes.
+/// A pool's placement, and the pool's server (index in its list) of each of the placement's nodes.
+pub type Placed = (Box<dyn shardring::Placement>, Vec<Option<usize>>);
+
+/// `pool`'s placement, and the pool's server of each of its nodes.
 ///
 /// # Errors
 /// When the placement cannot be built (`distribution: random` places no key reproducibly).
-pub fn placed(
-    pool: &shardring_config::PoolConfig,
-) -> Result<(Box<dyn shardring::Placement>, Vec<Option<usize>>)> {
+pub fn placed(pool: &shardring_config::PoolConfig) -> Result<Placed> {
     let placement = pool.placement().map_err(|e| {
         anyhow::anyhow!(
             "pool {}: {e}: this needs a reproducible placement",
