@@ -225,34 +225,16 @@ fn keys_are_split_through_both_phases_merged_back_and_followed_from_the_hot_key_
         })
         .collect();
     std::thread::sleep(Duration::from_millis(500));
-    let stats: Vec<String> = [&a, &b, &c]
-        .iter()
-        .map(|p| format!("127.0.0.1:{}", p.stats))
-        .collect();
     let metrics: Vec<String> = [&a, &b, &c]
         .iter()
         .map(|p| format!("127.0.0.1:{}", p.metrics))
         .collect();
-    let pids: Vec<String> = [&a, &b, &c]
-        .iter()
-        .map(|p| p.process.0.id().to_string())
-        .collect();
-    let auto = shardring()
-        .arg("split")
-        .arg("--keys")
-        .arg(&keys)
-        .args([
-            "--copies",
-            COPIES,
-            "--pool",
-            "alpha",
-            "--proxies",
-            &stats.join(","),
-        ])
-        .args(["--reload-command", &format!("kill -HUP {}", pids.join(" "))])
-        .args(["auto", "--hot-keys-from", &metrics.join(","), "--once"])
-        .timeout(Duration::from_secs(60))
-        .assert();
+    let auto = split(
+        &keys,
+        &[&a, &b, &c],
+        &[&a, &b, &c],
+        &["auto", "--hot-keys-from", &metrics.join(","), "--once"],
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for l in loads {
         l.join().unwrap();

@@ -269,29 +269,9 @@ impl WarmOne {
 /// A write of a key that moved from `previous` (its server on the previous ring), while a warm-up
 /// window is open: `step`, after a `delete` of the key's copy there.
 pub(super) fn write(key: &[u8], previous: usize, step: Step<Memcache>) -> Step<Memcache> {
-    let mut frame = BytesMut::with_capacity(key.len() + 10);
-    if key.iter().all(|b| b.is_ascii_graphic()) {
-        frame.extend_from_slice(b"delete ");
-        frame.extend_from_slice(key);
-    } else {
-        // A binary key (a meta command's `b` flag): the meta delete takes it in base64.
-        use base64::Engine as _;
-        frame.extend_from_slice(b"md ");
-        frame.extend_from_slice(
-            base64::engine::general_purpose::STANDARD
-                .encode(key)
-                .as_bytes(),
-        );
-        frame.extend_from_slice(b" b");
-    }
-    frame.extend_from_slice(b"\r\n");
+    let frame = crate::protocol::memcache::remedies::split::delete_line(key);
     let delete = (
-        part(
-            Placement::Previous,
-            previous,
-            frame.freeze(),
-            ResponseKind::Line,
-        ),
+        part(Placement::Previous, previous, frame, ResponseKind::Line),
         // Dropped: the invalidation is best effort, the write's own reply counts.
         Finish::NoReply,
     );

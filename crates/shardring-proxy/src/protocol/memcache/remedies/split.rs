@@ -65,7 +65,8 @@ fn touches(req: &Request) -> bool {
         .any(|t| matches!(t.first(), Some(b'T' | b'N')))
 }
 
-/// The delete of `key` (the routing key's bytes) on a copy: `md <key>`, a binary key in base64.
+/// The delete of `key` (the routing key's bytes) on a server other than its owner (a split key's
+/// copy, a moved key's previous server): `md <key>`, a binary key in base64.
 pub(in crate::protocol::memcache) fn delete_line(key: &[u8]) -> Bytes {
     let mut frame = BytesMut::with_capacity(key.len() + 10);
     frame.extend_from_slice(b"md ");
