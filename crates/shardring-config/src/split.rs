@@ -233,6 +233,34 @@ mod tests {
     }
 
     #[test]
+    fn any_keys_written_read_back_the_same() {
+        // Keys of every byte, random (a fixed seed), written as `shardring split` writes the file.
+        let mut seed = 1u64;
+        let mut next = || {
+            seed = shardring::hash::xxh3_64(&seed.to_le_bytes());
+            seed
+        };
+        for _ in 0..500 {
+            let mut split = SplitConfig {
+                copies: 2,
+                keys: BTreeMap::new(),
+            };
+            for _ in 0..(next() % 8) {
+                let key: Vec<u8> = (0..1 + next() % 12).map(|_| next() as u8).collect();
+                let phase = if next() % 2 == 0 {
+                    SplitPhase::Write
+                } else {
+                    SplitPhase::Read
+                };
+                let copies = 2 + (next() % 30) as usize;
+                split.keys.insert(key, SplitKey { phase, copies });
+            }
+            let again = SplitConfig::parse(2, &split.text()).unwrap();
+            assert_eq!(again, split);
+        }
+    }
+
+    #[test]
     fn every_bad_line_is_named_and_nothing_is_taken() {
         let text = "write k\nsplit x\nread\nread a 1\nread %zz\nwrite k\nread b 2 3\n";
         let problems = SplitConfig::parse(2, text).unwrap_err();
