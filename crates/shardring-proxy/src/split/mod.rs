@@ -28,6 +28,12 @@
 //! What keeps reads fresh across proxies is the order of the phases: every proxy serves a key in
 //! `write` (deleting the copies after its writes) before any proxy reads it from a copy, and every
 //! proxy is back in `write` before any forgets the key.
+//!
+//! What it does not cover: proxies that disagree on whether a copy's server is live. One that
+//! ejected the server (`auto_eject_hosts`) no longer deletes the copies there after its writes,
+//! while one that did not may read them once the server answers again. A copy therefore lives at
+//! most [`COPY_LIFETIME`] (its fill's TTL, shorter than the owner's when that is longer), which
+//! bounds how stale such a read can be; then it is filled again.
 
 pub(crate) mod flags;
 
@@ -40,6 +46,9 @@ use bytes::Bytes;
 
 use crate::config::{SplitConfig, SplitPhase};
 use crate::router::Routing;
+
+/// The longest a copy lives: a fill's TTL is the owner's remaining TTL, at most this.
+pub(crate) const COPY_LIFETIME: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long a cleaning that has not reported back holds off another one, in milliseconds (its
 /// client may have gone; the next read then cleans again).

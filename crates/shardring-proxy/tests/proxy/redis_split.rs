@@ -148,6 +148,26 @@ async fn leftovers_are_never_read_and_transactions_and_blocking_writes_of_a_spli
     for _ in 0..2 * COPIES {
         assert_eq!(cmds(&mut c, &["GET", key]).await, bulk("old"));
     }
+    // The owner's value has no TTL; its copies live at most a minute.
+    let mut ttls = Vec::new();
+    for s in &servers {
+        ttls.push(cmds(&mut direct(s).await, &["PTTL", key]).await);
+    }
+    assert_eq!(
+        ttls.iter().filter(|t| *t == ":-1\r\n").count(),
+        1,
+        "{ttls:?}"
+    );
+    assert_eq!(
+        ttls.iter()
+            .filter(|t| {
+                let ms: i64 = t.trim_start_matches(':').trim_end().parse().unwrap();
+                (1..=60_000).contains(&ms)
+            })
+            .count(),
+        COPIES - 1,
+        "{ttls:?}"
+    );
     split(&p, &base, &format!("write {key}\n"));
     split(&p, &base, "");
     assert_eq!(cmds(&mut c, &["SET", key, "new"]).await, "+OK\r\n");

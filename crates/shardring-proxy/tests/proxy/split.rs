@@ -165,6 +165,24 @@ async fn copies_left_from_an_earlier_split_are_deleted_before_a_proxy_reads_them
         n
     };
     assert_eq!(held, COPIES, "the owner and both copies hold the value");
+    // The owner's value has no TTL; its copies live at most a minute.
+    let mut ttls = Vec::new();
+    for s in &servers {
+        let mut d = Client::connect(&s.addr).await;
+        d.send(format!("mg {key} t\r\n").as_bytes()).await;
+        ttls.push(d.read_line().await);
+    }
+    assert_eq!(
+        ttls.iter().filter(|t| *t == "HD t-1\r\n").count(),
+        1,
+        "{ttls:?}"
+    );
+    let capped = ttls.iter().filter(|t| {
+        t.strip_prefix("HD t")
+            .and_then(|n| n.trim_end().parse::<i64>().ok())
+            .is_some_and(|n| (1..=60).contains(&n))
+    });
+    assert_eq!(capped.count(), COPIES - 1, "{ttls:?}");
     // The key is merged back (`write`, then gone); a write then reaches its owner only, and the
     // copies keep the old value.
     split(&p, &servers, &format!("write {key}\n"));

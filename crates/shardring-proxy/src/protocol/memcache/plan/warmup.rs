@@ -104,6 +104,22 @@ impl Tally {
         }
     }
 
+    /// The TTL a copy of an item with `t` seconds left (-1: none) is set with: the same (a warm-up's
+    /// copy), or at most [`crate::split::COPY_LIFETIME`] (a split key's copy).
+    fn ttl(self, t: i64) -> i64 {
+        match self {
+            Tally::Warmup => copy_ttl(t),
+            Tally::Split => {
+                let most = crate::split::COPY_LIFETIME.as_secs() as i64;
+                if t < 0 || t > most {
+                    most
+                } else {
+                    copy_ttl(t)
+                }
+            }
+        }
+    }
+
     /// A copy was refused (written or deleted meanwhile).
     fn refused(self, stats: &PoolStats) {
         match self {
@@ -755,7 +771,7 @@ fn recover_key(
             ms.extend_from_slice(key);
             ms.extend_from_slice(format!(" {} C", m.data.len()).as_bytes());
             ms.extend_from_slice(cas);
-            ms.extend_from_slice(format!(" T{} F", copy_ttl(t)).as_bytes());
+            ms.extend_from_slice(format!(" T{} F", tally.ttl(t)).as_bytes());
             ms.extend_from_slice(m.flag(b'f').unwrap_or(b"0"));
             ms.extend_from_slice(b"\r\n");
             ms.extend_from_slice(m.data);

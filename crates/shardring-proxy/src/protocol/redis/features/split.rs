@@ -10,7 +10,8 @@
 //!   memcached copy's reserve-then-CAS, made of Redis commands: a reservation beside the key
 //!   (`SET shardring:split-fill:KEY TOKEN NX PX 2000`), then the owner's value and remaining TTL in one
 //!   script (`GET` and `PTTL`), answered to the client, then a script on the copy that sets the key
-//!   (with that TTL) only while the reservation is still the token. A write's `DEL key reservation`
+//!   (with that TTL, at most `crate::split::COPY_LIFETIME`) only while the reservation is still the
+//!   token. A write's `DEL key reservation`
 //!   landing after the reservation removes it, so a fill never puts back a value older than the
 //!   last write, nor brings back a deleted key. The reservation is an ordinary key for two seconds:
 //!   a `SCAN` through the proxy may list it meanwhile.
@@ -260,6 +261,8 @@ impl SplitGet {
                 Some(None) => Then::Answer(Answer::Bytes(null), None),
                 Some(Some((value, ttl))) => {
                     self.stats.split_fills.inc();
+                    let most = crate::split::COPY_LIFETIME.as_millis() as i64;
+                    let ttl = if ttl < 0 || ttl > most { most } else { ttl };
                     let fill = Request::from_args(&[
                         &b"EVAL"[..],
                         FILL_COPY.as_bytes(),
