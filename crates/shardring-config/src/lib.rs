@@ -44,7 +44,8 @@ pub use self::protocol::{
 };
 pub use self::rate_limits::RateLimits;
 pub use self::split::{
-    escape as escape_split_key, fill_reservation, SplitConfig, SplitKey, SplitPhase,
+    escape as escape_split_key, fill_reservation, unescape as unescape_split_key, SplitConfig,
+    SplitKey, SplitPhase,
 };
 pub use self::tls::{ListenerTls, ServerTlsConfig};
 pub use self::twemproxy_file::read_pools;

@@ -188,7 +188,10 @@ pub fn escape(key: &[u8]) -> String {
 }
 
 /// The bytes of a key the file writes as `text` (`%XX` a byte).
-fn unescape(text: &str) -> Result<Vec<u8>, String> {
+///
+/// # Errors
+/// A `%` not followed by two hex digits.
+pub fn unescape(text: &str) -> Result<Vec<u8>, String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -64,7 +64,8 @@ pub struct Args {
 /// What `shardring split` does.
 #[derive(Debug, clap::Subcommand)]
 enum Action {
-    /// Split these keys (as clients name them): `write` on every proxy, then `read`.
+    /// Split these keys (as clients name them, `%XX` for a byte an argument cannot carry, as in the
+    /// file): `write` on every proxy, then `read`.
     Add {
         /// The keys.
         #[arg(required = true)]
@@ -73,7 +74,8 @@ enum Action {
         #[arg(long, value_name = "N")]
         copies_each: Option<usize>,
     },
-    /// Merge these keys back onto their owners: `write` on every proxy, then left out.
+    /// Merge these keys back onto their owners (`%XX` as for `add`): `write` on every proxy, then
+    /// left out.
     Remove {
         /// The keys.
         #[arg(required = true)]
@@ -127,7 +129,7 @@ async fn split(args: Args) -> Result<()> {
             Ok(())
         }
         Action::Remove { keys } => {
-            let target = keys.iter().map(|k| (k.as_bytes().to_vec(), None)).collect();
+            let target = named(keys)?.into_iter().map(|k| (k, None)).collect();
             transition(&args, &target).await?;
             for k in keys {
                 println!("merged {k} back onto its owner");
@@ -159,6 +161,13 @@ async fn split(args: Args) -> Result<()> {
             tokio::time::sleep(Duration::from_secs(*interval)).await;
         },
     }
+}
+
+/// The keys named on the command line, `%XX` read as in the file.
+fn named(keys: &[String]) -> Result<Vec<Vec<u8>>> {
+    keys.iter()
+        .map(|k| shardring_config::unescape_split_key(k).map_err(|e| anyhow::anyhow!("key {e}")))
+        .collect()
 }
 
 /// Takes the split keys to `target` in two phases, each written, reloaded and confirmed by every
@@ -377,7 +386,12 @@ impl Load {
             };
             let seconds = window as f64 * 0.75 / 1000.0;
             for k in list {
-                if let (Some(key), Some(count)) = (k["key"].as_str(), k["count"].as_u64()) {
+                // A key that is not UTF-8 shows with U+FFFD there, not as it is: left alone (`add`
+                // it by hand with `%XX`).
+                if let (Some(key), Some(count)) = (
+                    k["key"].as_str().filter(|k| !k.contains('\u{fffd}')),
+                    k["count"].as_u64(),
+                ) {
                     *keys.entry(key.as_bytes().to_vec()).or_default() += count as f64 / seconds;
                 }
             }
@@ -532,6 +546,15 @@ mod tests {
             plan_auto(&load(&[("tepid", 150.0)]), &split, 0.02),
             Target::new()
         );
+    }
+
+    #[test]
+    fn keys_on_the_command_line_take_the_files_escapes() {
+        assert_eq!(
+            named(&["a%20b".to_owned(), "news:1".to_owned()]).unwrap(),
+            [b"a b".to_vec(), b"news:1".to_vec()]
+        );
+        assert!(named(&["50%".to_owned()]).is_err());
     }
 
     #[test]
