@@ -112,8 +112,11 @@ async fn multi_key_commands_split_and_merge_across_servers() {
     let mut del = vec!["DEL"];
     del.extend(keys.iter().map(String::as_str));
     assert_eq!(cmds(&mut c, &del).await, ":48\r\n");
-    // The keys were spread: the MSET, MGET, EXISTS, TOUCH, UNLINK and DEL were split.
-    assert!(proxy.proxy.views()[0].pool.fragments.get() >= 12);
+    // The keys were spread: the MSET, EXISTS and DEL of 50 keys were split over the 3 servers (the
+    // MGET, TOUCH and UNLINK of a few keys may find them on one server: the servers' ports, which
+    // place the keys, change from run to run).
+    let fragments = proxy.proxy.views()[0].pool.fragments.get();
+    assert!(fragments >= 9, "{fragments} fragments");
     // Other multi-key commands: forwarded when one server holds every key (a hash tag), else CROSSSLOT.
     assert_eq!(cmds(&mut c, &["SADD", "{u1}.a", "x", "y"]).await, ":2\r\n");
     assert_eq!(cmds(&mut c, &["SADD", "{u1}.b", "y", "z"]).await, ":2\r\n");
