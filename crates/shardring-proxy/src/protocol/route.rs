@@ -268,7 +268,6 @@ impl<'a> Placer<'a> {
             ttl_cap: server.and_then(|s| self.gutter_ttl_cap(s)),
             previous: self.moved_from(key, server),
             next: self.next_owner(key, server),
-            split: self.split_route(key, server),
         }
     }
 
@@ -319,9 +318,6 @@ pub(crate) struct Route {
     /// While the pool has a next membership and the key's owner there is not `server`: that owner,
     /// where its writes go too.
     pub(crate) next: Option<usize>,
-    /// When the key is split: its copies, and where a read of it goes (boxed: a route is moved
-    /// about on every request, and few keys are split).
-    pub(crate) split: Option<Box<SplitRoute>>,
 }
 
 impl Route {

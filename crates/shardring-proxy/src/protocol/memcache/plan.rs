@@ -567,8 +567,27 @@ impl Memcache {
         finish: Finish,
         ctx: &Placer<'_>,
     ) -> Step<Memcache> {
-        let mut route = req.with_routing_key(key, |k| ctx.route(k));
-        let split = route.split.take();
+        let route = req.with_routing_key(key, |k| ctx.route(k));
+        if ctx.splits() {
+            return self.forward_keyed_split(req, key, route, finish, ctx);
+        }
+        self.forward_routed(req, key, route, finish, ctx)
+    }
+
+    /// [`Memcache::forward_keyed`] in a pool with split keys: the key's own route, then the deletes
+    /// of its copies when it is split and the command changes it. Out of line, so a pool without
+    /// split keys carries none of it.
+    #[cold]
+    #[inline(never)]
+    fn forward_keyed_split(
+        &self,
+        req: &Request,
+        key: &Range<usize>,
+        route: Route,
+        finish: Finish,
+        ctx: &Placer<'_>,
+    ) -> Step<Memcache> {
+        let split = req.with_routing_key(key, |k| ctx.split_route(k, route.server));
         let step = self.forward_routed(req, key, route, finish, ctx);
         match split {
             None => step,
@@ -745,16 +764,20 @@ impl Memcache {
             HotRead::Plain => None,
         };
         // A one-key retrieval (the common case) places its key once, for everything below.
-        let mut route = match keys.as_slice() {
+        let route = match keys.as_slice() {
             [key] => Some(ctx.route(req.bytes(key))),
             _ => None,
         };
-        let split = route
-            .as_mut()
-            .filter(|r| r.previous.is_none())
-            .and_then(|r| r.split.take());
-        if let Some(split) = split {
-            return self.get_split(req, fill, route, &split, ctx);
+        if ctx.splits() {
+            let split = match (keys.as_slice(), &route) {
+                ([key], Some(r)) if r.previous.is_none() => {
+                    ctx.split_route(req.bytes(key), r.server)
+                }
+                _ => None,
+            };
+            if let Some(split) = split {
+                return self.get_split(req, fill, route, &split, ctx);
+            }
         }
         if ctx.previous.is_some() {
             if let Some(step) = route.as_ref().and_then(|r| warmup::read(&req, r, ctx)) {
