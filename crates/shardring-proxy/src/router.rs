@@ -20,6 +20,9 @@ pub(crate) struct Routing {
     servers: Vec<usize>,
     /// For each server of the pool (by index), whether this placement holds it.
     live: Vec<bool>,
+    /// The number a [`Router`] published it under, unique in the process ([`Routing::published`]);
+    /// 0 for a routing no router published (a next membership's, a fenced mask).
+    published: u64,
 }
 
 /// The placement kinds.
@@ -64,6 +67,15 @@ impl Routing {
         matches!(self.how, How::Slots(_))
     }
 
+    /// Which publication of a pool's router this is: two routings a router published are the same
+    /// one exactly when their numbers are equal. Unlike the routing's address, a number is never
+    /// given again, so a routing freed and a new one built at its address are never taken for each
+    /// other (a session compares them to keep its requests in order across a change: `session`).
+    #[inline(always)]
+    pub(crate) fn published(&self) -> u64 {
+        self.published
+    }
+
     /// `now` with every key whose owner differs in `next` (or that `next` does not place) left
     /// without a server: what a fenced proxy serves. Built per request, on that cold path only.
     pub(crate) fn masked(now: Arc<Routing>, next: Arc<Routing>) -> Routing {
@@ -71,6 +83,7 @@ impl Routing {
             servers: now.servers.clone(),
             live: now.live.clone(),
             how: How::Masked(Box::new((now, next))),
+            published: 0,
         }
     }
 
@@ -190,6 +203,7 @@ pub(crate) fn build_routing(
         how: How::Slots(table),
         servers,
         live,
+        published: 0,
     })
 }
 
@@ -215,6 +229,7 @@ pub(crate) fn build_placement(
             how: How::Random,
             servers: picked,
             live: live_flags,
+            published: 0,
         });
     }
     let live_servers: Vec<TwemproxyServer> =
@@ -236,6 +251,7 @@ pub(crate) fn build_placement(
         how: How::Placement(placement),
         servers,
         live: live_flags,
+        published: 0,
     })
 }
 
@@ -282,6 +298,17 @@ impl Gutter {
     }
 }
 
+/// The number the next routing published takes ([`Routing::published`]); 0 is never given.
+static PUBLICATIONS: AtomicU64 = AtomicU64::new(1);
+
+/// `routing`, numbered for publication.
+fn numbered(mut routing: Routing) -> Routing {
+    // Relaxed: only the number's uniqueness matters, which every ordering gives. Readers see it
+    // through the routing's publication (arc-swap's store and load order what the routing holds).
+    routing.published = PUBLICATIONS.fetch_add(1, Ordering::Relaxed);
+    routing
+}
+
 /// A pool's current routing, swapped atomically.
 #[derive(Debug)]
 pub(crate) struct Router {
@@ -293,7 +320,7 @@ impl Router {
     /// A router starting at `routing`.
     pub(crate) fn new(routing: Routing) -> Router {
         Router {
-            current: ArcSwap::from_pointee(routing),
+            current: ArcSwap::from_pointee(numbered(routing)),
         }
     }
 
@@ -304,7 +331,7 @@ impl Router {
 
     /// Publishes a new routing; requests already routed keep their servers.
     pub(crate) fn store(&self, routing: Routing) {
-        self.current.store(std::sync::Arc::new(routing));
+        self.current.store(std::sync::Arc::new(numbered(routing)));
     }
 }
 

@@ -9,6 +9,9 @@
 //!   while the slot migrates); the Redis protocol follows it (`protocol/redis/features/cluster.rs`):
 //!   the client never sees a redirection, and a `MOVED` asks this module for a new map
 //!   (`ClusterSignal::stale`).
+//! - A client's requests stay in its order across a new map: a session sends nothing planned with it
+//!   while requests planned with the old one are in flight, some of them perhaps to be redirected
+//!   (`session`'s `planned_under`).
 //!
 //! Every master's slot map is a placement like any other to the rest of the proxy: multi-key
 //! commands split by it (by slot, which a cluster needs), `SCAN`/`DBSIZE`/`KEYS` span its masters,

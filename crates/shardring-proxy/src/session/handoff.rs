@@ -139,7 +139,8 @@ impl<P: Protocol> Handed<P> for Handoff<'_, '_, P> {
     fn plan(&mut self, request: P::Request) -> Step<P> {
         self.version = self.session.pool.current.load_full();
         let version = Arc::clone(&self.version);
-        self.session.plan(&version, request)
+        let routing = version.router.load();
+        self.session.plan(&version, &routing, request)
     }
 
     fn pin(&mut self, server: Option<usize>) -> Result<(), BackendError> {

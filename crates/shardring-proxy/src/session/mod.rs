@@ -34,6 +34,7 @@ use crate::pool::version::PoolVersion;
 use crate::protocol::{
     Answer, Back, Incoming, Leave, PlanContext, PreviousRouting, Protocol, RequestDecoder, Step,
 };
+use crate::router::Routing;
 
 /// The most requests one client may have in flight; past it the proxy stops reading from that client
 /// until answers go out, which bounds each client's memory.
@@ -74,7 +75,8 @@ pub(crate) fn serve_client<P: Protocol>(
         state: P::ClientState::default(),
         lane: 0,
         held: false,
-        entering: None,
+        planned_under: 0,
+        parked: None,
         // Worker and lane numbers are small (at most the workers and server connections configured).
         worker: u32::try_from(worker).unwrap_or(u32::MAX),
         _admitted: admitted,
@@ -93,10 +95,17 @@ enum Outgoing {
 /// What an answer's latency is tallied under: its command's index and when its request was decoded.
 type Timing = Option<(usize, std::time::Instant)>;
 
-/// A client entering a connection mode ([`Leave::Enter`]), handed to its protocol once the answers
-/// before it are written: the mode, the pool version its request was planned against, and what that
-/// request is tallied under.
-type Entering<P> = Box<(<P as Protocol>::Mode, Arc<PoolVersion<P>>, Timing)>;
+/// What waits for the answers in flight to be in before the session goes on with it.
+enum Parked<P: Protocol> {
+    /// A client entering a connection mode ([`Leave::Enter`]), handed to its protocol once the
+    /// answers before it are written: the mode, the pool version its request was planned against,
+    /// and what that request is tallied under. Nothing more is decoded until the protocol gives the
+    /// client back.
+    Enter(P::Mode, Arc<PoolVersion<P>>, Timing),
+    /// A request decoded while the routing changed under requests in flight
+    /// ([`Session::planned_under`]), with what it is tallied under: planned once they are in.
+    Plan(P::Request, Timing),
+}
 
 /// One client connection's state.
 struct Session<P: Protocol> {
@@ -125,9 +134,15 @@ struct Session<P: Protocol> {
     /// The last request started is an exchange that later requests must not overtake
     /// ([`Protocol::in_order`]): nothing more is sent until the answers in flight are in.
     held: bool,
-    /// The client enters a connection mode once its answers in flight are written; nothing more is
-    /// decoded until the protocol gives it back.
-    entering: Option<Entering<P>>,
+    /// Which routing the requests in flight were planned with ([`Routing::published`]). A request
+    /// whose routing is another waits until they are in: a request planned with a newer map could
+    /// otherwise overtake an earlier one that the old map sent to the wrong server, and that server
+    /// sends on (a cluster's `MOVED`): issue #45, a key left with an older write than the client's
+    /// last. A number, not the routing's address: a freed routing's address may be given again.
+    planned_under: u64,
+    /// What waits for the answers in flight to be in. Boxed: rare, and a session's future stays
+    /// small.
+    parked: Option<Box<Parked<P>>>,
     /// The worker serving this client: its requests take that worker's server connections, on this
     /// thread.
     worker: u32,
@@ -158,6 +173,9 @@ impl<P: Protocol> Session<P> {
 
     async fn run(&mut self, drain: &Drain) -> io::Result<()> {
         let mut closing = false;
+        // The client's input ended (it closed, or shut down its writing): what it sent is still
+        // served, the requests held behind answers in flight too, then the session closes.
+        let mut ended = false;
         // One registration for the connection's life, not one per loop turn: the drain's waiter list is
         // shared by every client, and a poll is one atomic load.
         let stopped = drain.watch();
@@ -165,6 +183,9 @@ impl<P: Protocol> Session<P> {
         loop {
             if !closing {
                 closing = self.take_requests()?;
+                // Once input ended, what is not taken with nothing in flight never will be (a
+                // partial request): nothing holds a request when nothing is in flight.
+                closing |= ended && self.pending.is_empty();
             }
             if closing && self.pending.is_empty() {
                 self.stream.flush().await?;
@@ -172,13 +193,18 @@ impl<P: Protocol> Session<P> {
                 return Ok(());
             }
             if self.pending.is_empty() {
-                if let Some(entering) = self.entering.take() {
-                    if self.hand_over(*entering, stopped.as_mut()).await? == Back::Close {
+                let back = match self.hand_over(stopped.as_mut()) {
+                    Some(mode) => Some(mode.await?),
+                    None => None,
+                };
+                match back {
+                    Some(Back::Close) => {
                         let _ = self.stream.flush().await;
                         let _ = self.stream.shutdown().await;
                         return Ok(());
                     }
-                    continue;
+                    Some(Back::Session) => continue,
+                    None => {}
                 }
             }
             // Nothing partial and nothing in flight: the read buffer goes back to the worker's list,
@@ -194,6 +220,7 @@ impl<P: Protocol> Session<P> {
                 self.go_on_front();
             }
             let can_read = !closing
+                && !ended
                 && self.pending.len() < MAX_PIPELINE
                 && self.rbuf.len() < self.decoder.max_buffer();
             // In a block, so that what the `select!` gave is not kept while the write below waits.
@@ -207,7 +234,7 @@ impl<P: Protocol> Session<P> {
                     }), if !self.pending.is_empty() => answer,
                     read = poll_fn(|cx| poll_read(&mut self.stream, &mut self.rbuf, cx)), if can_read => {
                         if read? == 0 {
-                            closing = true;
+                            ended = true;
                         }
                         None
                     }
@@ -236,9 +263,10 @@ impl<P: Protocol> Session<P> {
 
     /// Decodes, plans and sends the requests buffered, while the pipeline has room and nothing in
     /// flight must come first (a change of connection set, an exchange held in order, a client about
-    /// to enter a connection mode). `Ok(true)` once the client is to be closed.
+    /// to enter a connection mode, a change of routing: [`Session::planned_under`]). `Ok(true)` once
+    /// the client is to be closed.
     fn take_requests(&mut self) -> io::Result<bool> {
-        while self.pending.len() < MAX_PIPELINE && self.entering.is_none() {
+        while self.pending.len() < MAX_PIPELINE {
             // After a change of connection set, nothing is sent until the answers in flight on the
             // old set are in: a request must not overtake an earlier one on another connection.
             if P::lane(&self.state) != self.lane as usize {
@@ -253,64 +281,85 @@ impl<P: Protocol> Session<P> {
                 }
                 self.held = false;
             }
-            // Nothing buffered is always "more bytes needed": skip the decoder's call (twice per
-            // request otherwise, once after the answer and once after the read).
-            if self.rbuf.is_empty() {
-                return Ok(false);
-            }
-            match self.decoder.decode(&mut self.rbuf)? {
-                None => break,
-                Some(Incoming::Request(req)) => {
-                    self.pool.shared.stats.requests.inc();
-                    let timed = P::command_index(&req).map(|i| (i, std::time::Instant::now()));
-                    let version = self.pool.current.load();
-                    match self.plan(&version, req) {
-                        Step::Leave(Leave::Close(answer)) => {
-                            self.push(Pending::Ready(Some(answer)), timed);
+            let (req, timed) = match &self.parked {
+                Some(_) => match self.unpark() {
+                    Some(parked) => parked,
+                    None => return Ok(false),
+                },
+                // Nothing buffered is always "more bytes needed": skip the decoder's call (twice
+                // per request otherwise, once after the answer and once after the read).
+                None if self.rbuf.is_empty() => return Ok(false),
+                None => match self.decoder.decode(&mut self.rbuf)? {
+                    None => break,
+                    Some(Incoming::Request(req)) => {
+                        self.pool.shared.stats.requests.inc();
+                        let timed = P::command_index(&req).map(|i| (i, std::time::Instant::now()));
+                        (req, timed)
+                    }
+                    Some(Incoming::Refused {
+                        reply,
+                        reason,
+                        close,
+                    }) => {
+                        self.pool.shared.stats.client_errors.inc();
+                        self.push(Pending::Ready(Some(Answer::Bytes(reply))), None);
+                        if close {
+                            tracing::info!(
+                                %reason,
+                                "closing a client connection: its input cannot be resynchronised"
+                            );
                             return Ok(true);
                         }
-                        Step::Leave(Leave::Enter(mode)) => {
-                            self.entering = Some(Box::new((mode, Arc::clone(&version), timed)));
-                        }
-                        step => {
-                            if let Step::Exchange(round) = &step {
-                                self.held = version.protocol.in_order(&round.exchange);
-                            }
-                            let p = self.start(&version, step);
-                            self.push(p, timed);
-                        }
+                        continue;
                     }
+                },
+            };
+            // One load of each for the check and the plan: the request is planned with the routing
+            // it was checked against, however the pool changes meanwhile.
+            let version = self.pool.current.load();
+            let routing = version.router.load();
+            if routing.published() != self.planned_under {
+                if !self.pending.is_empty() {
+                    self.hold(req, timed);
+                    return Ok(false);
                 }
-                Some(Incoming::Refused {
-                    reply,
-                    reason,
-                    close,
-                }) => {
-                    self.pool.shared.stats.client_errors.inc();
-                    self.push(Pending::Ready(Some(Answer::Bytes(reply))), None);
-                    if close {
-                        tracing::info!(
-                            %reason,
-                            "closing a client connection: its input cannot be resynchronised"
-                        );
-                        return Ok(true);
+                self.planned_under = routing.published();
+            }
+            match self.plan(&version, &routing, req) {
+                Step::Leave(Leave::Close(answer)) => {
+                    self.push(Pending::Ready(Some(answer)), timed);
+                    return Ok(true);
+                }
+                Step::Leave(Leave::Enter(mode)) => {
+                    let version = Arc::clone(&version);
+                    self.parked = Some(Box::new(Parked::Enter(mode, version, timed)));
+                    return Ok(false);
+                }
+                step => {
+                    if let Step::Exchange(round) = &step {
+                        self.held = version.protocol.in_order(&round.exchange);
                     }
+                    let p = self.start(&version, step);
+                    self.push(p, timed);
                 }
             }
         }
         Ok(false)
     }
 
-    /// Hands the client to its protocol for the connection mode it enters, with nothing in flight;
-    /// done when the protocol gives it back. Boxed, handoff and all: a mode is rare, and its state
-    /// would otherwise make every session's future larger.
+    /// Hands the client to its protocol for the connection mode it enters ([`Parked::Enter`]), with
+    /// nothing in flight; done when the protocol gives it back. `None` when it enters none. Boxed,
+    /// handoff and all: a mode is rare, and its state would otherwise make every session's future
+    /// larger.
     fn hand_over<'s>(
         &'s mut self,
-        (mode, version, timed): (P::Mode, Arc<PoolVersion<P>>, Timing),
         stopped: Pin<&'s mut crate::drain::Watch<'_>>,
-    ) -> Pin<Box<dyn Future<Output = io::Result<Back>> + Send + 's>> {
+    ) -> Option<Pin<Box<dyn Future<Output = io::Result<Back>> + Send + 's>>> {
+        let (mode, version, timed) = self.entering()?;
         let mut handoff = Handoff::new(self, stopped, version, timed);
-        Box::pin(async move { P::serve_mode(mode, &mut handoff).await })
+        Some(Box::pin(
+            async move { P::serve_mode(mode, &mut handoff).await },
+        ))
     }
 
     /// The front answer `first` and the answers ready behind it, to go out in one write: `first`'s
@@ -357,6 +406,37 @@ impl<P: Protocol> Session<P> {
         }
     }
 
+    /// Keeps `req`, decoded while the routing changed under the requests in flight, until they are
+    /// in ([`Session::planned_under`]). Out of line: rare.
+    #[cold]
+    #[inline(never)]
+    fn hold(&mut self, req: P::Request, timed: Timing) {
+        self.parked = Some(Box::new(Parked::Plan(req, timed)));
+    }
+
+    /// The request parked for its routing, taken to be planned (its wait is over: nothing was in
+    /// flight, or the routing is the one they were planned with); `None` when a client entering a
+    /// connection mode is parked, which nothing is decoded behind. Out of line: rare.
+    #[cold]
+    #[inline(never)]
+    fn unpark(&mut self) -> Option<(P::Request, Timing)> {
+        let parked = self.parked.take_if(|p| matches!(**p, Parked::Plan(..)))?;
+        match *parked {
+            Parked::Plan(req, timed) => Some((req, timed)),
+            Parked::Enter(..) => None,
+        }
+    }
+
+    /// The connection mode the client enters, taken once nothing is in flight (a request parked for
+    /// its routing is planned before: [`Session::take_requests`]).
+    fn entering(&mut self) -> Option<(P::Mode, Arc<PoolVersion<P>>, Timing)> {
+        let parked = self.parked.take_if(|p| matches!(**p, Parked::Enter(..)))?;
+        match *parked {
+            Parked::Enter(mode, version, timed) => Some((mode, version, timed)),
+            Parked::Plan(..) => None,
+        }
+    }
+
     /// Queues an answer on its way, with what its latency is tallied under.
     fn push(&mut self, p: Pending<P>, timed: Timing) {
         self.pending.push_back((p, timed));
@@ -371,13 +451,18 @@ impl<P: Protocol> Session<P> {
         }
     }
 
-    /// Asks the protocol what to do with `req`, against the current placement.
-    fn plan(&mut self, version: &PoolVersion<P>, req: P::Request) -> Step<P> {
-        let routing = version.router.load();
+    /// Asks the protocol what to do with `req`, against `routing`, `version`'s routing as loaded
+    /// (once per request: see [`Session::take_requests`]).
+    fn plan(
+        &mut self,
+        version: &PoolVersion<P>,
+        routing: &Arc<Routing>,
+        req: P::Request,
+    ) -> Step<P> {
         let previous = version.previous.load();
         let previous_routing = previous.as_ref().map(|p| p.router.load());
         let mut ctx = PlanContext {
-            routing: &routing,
+            routing,
             previous: previous_routing.as_deref().map(|r| PreviousRouting {
                 routing: r,
                 now: &version.previous_now,
@@ -394,7 +479,7 @@ impl<P: Protocol> Session<P> {
             .as_ref()
             .and_then(|next| Some((next, fence.unconfirmed_for()?)))
         {
-            let masked = crate::router::Routing::masked(Arc::clone(&routing), Arc::clone(next));
+            let masked = Routing::masked(Arc::clone(routing), Arc::clone(next));
             ctx.routing = &masked;
             ctx.next = None;
             tracing::trace!(unconfirmed = ?unconfirmed, "fenced: planning without the keys that move");

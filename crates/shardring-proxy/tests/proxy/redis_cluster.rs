@@ -13,6 +13,7 @@ use shardring_proxy::config::{ClusterConfig, PoolConfig, ProtocolConfig, RedisCo
 use shardring_proxy::protocol::redis::Request;
 use test_support::redis_cluster::{ClusterTls, RedisCluster};
 use test_support::resp_conn::{Reply, RespConn};
+use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 /// A cluster pool over `cluster`'s nodes as seeds, reading its map every `refresh`.
@@ -211,6 +212,131 @@ async fn a_slot_migrated_under_the_proxy_is_followed_by_ask_then_moved_and_no_cl
         proxy.proxy.pools()[0].cluster_signal().redirections(),
         redirections,
         "with the new map, the slot's requests go straight to its master"
+    );
+    stop.cancel();
+    proxy.stop().await;
+}
+
+/// Hands `slot` from master `from` to master `to` as `redis-cli --cluster reshard` does: the slot
+/// marked importing and migrating, `keys` moved by `MIGRATE`, then given to `to` on every node (`to`
+/// first, then `from`, as Redis's documentation orders it), so no node serves it twice.
+fn hand_over(cluster: &RedisCluster, slot: u16, from: &str, to: &str, keys: &[&str]) {
+    let (from_id, to_id) = (node_id(from), node_id(to));
+    let slot_s = slot.to_string();
+    call(to, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id]);
+    call(from, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id]);
+    let (to_host, to_port) = to.rsplit_once(':').expect("host:port");
+    let mut args = vec!["MIGRATE", to_host, to_port, "", "0", "5000", "KEYS"];
+    args.extend_from_slice(keys);
+    let migrated = call(from, &args);
+    assert!(
+        migrated == Reply::Status("OK".into()) || migrated == Reply::Status("NOKEY".into()),
+        "MIGRATE: {migrated:?}"
+    );
+    let mut order: Vec<&str> = vec![to, from];
+    order.extend(
+        cluster
+            .nodes()
+            .iter()
+            .map(|n| n.addr.as_str())
+            .filter(|a| *a != to && *a != from),
+    );
+    for node in order {
+        call(node, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+    }
+}
+
+/// Issue #45: a pipelined client's writes of one key, some planned by a stale map (sent to the slot's
+/// old master, which answers `MOVED`) and the later ones after the map was read again (sent straight
+/// to the new master), must still land in the client's order. Without a barrier the later writes
+/// overtook the redirected earlier ones, and the key ended with an older value than the client's last
+/// write.
+///
+/// The window: a session has at most 256 requests in flight, so of one write of 500 `SET`s the first
+/// 256 go by the stale map, and the rest are decoded as answers go out, one by one, while the
+/// redirected ones are sent on one at a time, in order; once the `MOVED` the first one met has made
+/// the proxy read the map again, the next are decoded against the new one. Each round hands the slot
+/// to the next master, so the proxy's map is stale again. Every other round the client shuts down its
+/// writing right after the pipeline: what the proxy holds back then is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_writes_to_a_slot_that_moved_land_in_the_clients_order() {
+    const ROUNDS: usize = 12;
+    const WRITES: usize = 500;
+    let Some(cluster) = RedisCluster::start(3, 0) else {
+        return;
+    };
+    // The map is read at start and then only when a redirection asks for it.
+    let (proxy, stop) = start(cluster_pool(&cluster, Duration::from_secs(600))).await;
+    let signal = || proxy.proxy.pools()[0].cluster_signal();
+    let key = "{order}:k";
+    let slot = shardring_resp::key_slot(b"{order}");
+    let masters: Vec<String> = cluster.seeds();
+    let mut reader = proxy.client().await;
+    assert_eq!(cmds(&mut reader, &["SET", key, "v0"]).await, "+OK\r\n");
+    let mut wrong = Vec::new();
+    for round in 0..ROUNDS {
+        let from = cluster.master_of_slot(slot).expect("the slot's master");
+        let at = masters.iter().position(|m| *m == from).expect("a master");
+        let to = masters[(at + 1) % masters.len()].clone();
+        hand_over(&cluster, slot, &from, &to, &[key]);
+        let changes_before = signal().changes();
+        let mut pipeline = Vec::new();
+        for i in 1..=WRITES {
+            let value = format!("r{round}:v{i}");
+            pipeline.extend_from_slice(
+                &Request::from_args(&[b"SET", key.as_bytes(), value.as_bytes()]).frame,
+            );
+        }
+        let mut c = proxy.client().await;
+        c.send(&pipeline).await;
+        let half_closed = round % 2 == 1;
+        if half_closed {
+            c.stream.shutdown().await.expect("shut down writing");
+        }
+        for (i, reply) in read_replies(&mut c, WRITES).await.iter().enumerate() {
+            assert_eq!(
+                reply,
+                b"+OK\r\n",
+                "round {round}, write {}: {:?}",
+                i + 1,
+                String::from_utf8_lossy(reply)
+            );
+        }
+        if half_closed {
+            c.expect_closed().await;
+        }
+        let last = format!("r{round}:v{WRITES}");
+        let at_to = call(&to, &["GET", key]).text();
+        let through = cmds(&mut reader, &["GET", key]).await;
+        if at_to.as_deref() != Some(last.as_str()) {
+            wrong.push(format!("round {round}: {to} holds {at_to:?}, not {last}"));
+        } else {
+            assert_eq!(
+                through,
+                format!("${}\r\n{last}\r\n", last.len()),
+                "round {round}"
+            );
+        }
+        // The map read again before the next round moves the slot, and the follower's least gap
+        // between reads passed, so the next round's first `MOVED` has the map read at once.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while signal().changes() == changes_before {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: a MOVED makes the proxy read the map"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    eprintln!(
+        "{} of {ROUNDS} rounds ended with an older write last: {wrong:#?}",
+        wrong.len()
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} of {ROUNDS} rounds: {wrong:#?}",
+        wrong.len()
     );
     stop.cancel();
     proxy.stop().await;
