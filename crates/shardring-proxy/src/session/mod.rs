@@ -282,6 +282,9 @@ impl<P: Protocol> Session<P> {
                 self.held = false;
             }
             let (req, timed) = match &self.parked {
+                // What is parked waits for the answers in flight: nothing to take until they are
+                // in (taken out and parked again on every turn, it would cost a box each time).
+                Some(_) if !self.pending.is_empty() => return Ok(false),
                 Some(_) => match self.unpark() {
                     Some(parked) => parked,
                     None => return Ok(false),
@@ -414,8 +417,8 @@ impl<P: Protocol> Session<P> {
         self.parked = Some(Box::new(Parked::Plan(req, timed)));
     }
 
-    /// The request parked for its routing, taken to be planned (its wait is over: nothing was in
-    /// flight, or the routing is the one they were planned with); `None` when a client entering a
+    /// The request parked for its routing, taken to be planned once nothing is in flight (its
+    /// wait is over); `None` when a client entering a
     /// connection mode is parked, which nothing is decoded behind. Out of line: rare.
     #[cold]
     #[inline(never)]
