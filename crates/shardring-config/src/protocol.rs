@@ -96,13 +96,7 @@ impl Remedies {
             h.validate(n, errors);
         }
         if let Some(split) = &self.split {
-            split.validate(n, pool.servers.len(), errors);
-            if replicas > 1 {
-                errors.push(
-                    n,
-                    "split keys and replicas together are not supported yet: --hot-key-split or --replicas".into(),
-                );
-            }
+            split.validate(n, pool.servers.len(), replicas, errors);
             if pool.distribution == Distribution::Random {
                 errors.push(
                     n,

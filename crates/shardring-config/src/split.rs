@@ -152,14 +152,33 @@ impl SplitConfig {
     }
 
     /// Every problem with these settings in pool `n` of `servers` servers.
-    pub(super) fn validate(&self, n: &str, servers: usize, errors: &mut super::ConfigErrors) {
-        let most = self.keys.values().map(|k| k.copies).max().unwrap_or(0);
-        if self.copies < 2 || self.copies.max(most) > servers {
+    ///
+    /// With `replicas` (more than 1), a key's replica set stands for its owner and its copies follow
+    /// it on the ring: a key split over S is on `replicas + S - 1` servers, which the pool must have.
+    pub(super) fn validate(
+        &self,
+        n: &str,
+        servers: usize,
+        replicas: usize,
+        errors: &mut super::ConfigErrors,
+    ) {
+        let most = self
+            .copies
+            .max(self.keys.values().map(|k| k.copies).max().unwrap_or(0));
+        if self.copies < 2 || most > servers {
             errors.push(
                 n,
                 format!(
-                    "a split key's copies must be between 2 and the number of servers ({servers}), not {}",
-                    self.copies.max(most)
+                    "a split key's copies must be between 2 and the number of servers ({servers}), not {most}"
+                ),
+            );
+        } else if replicas > 1 && replicas + most - 1 > servers {
+            errors.push(
+                n,
+                format!(
+                    "a key split over {most} in a pool of {replicas} replicas is on {} servers \
+                     (its replicas, then the copies after them), and the pool has {servers}",
+                    replicas + most - 1,
                 ),
             );
         }

@@ -51,6 +51,13 @@ pub struct Args {
     /// How long to wait for every proxy at each phase (seconds).
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     confirm_timeout: u64,
+    /// How many servers hold every key of the pool: the proxies' --replicas. A split key's copies
+    /// follow its replica set on the ring (a key split over S is on R + S - 1 servers): `auto`
+    /// gives a key at most the servers after its replicas, and a merged key's copies are deleted
+    /// from there, its replicas left alone.
+    #[arg(long, default_value_t = 1, value_name = "R",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    replicas: u64,
     /// The pool's YAML file, as the proxies read it: with it, a key merged back has its copies
     /// deleted from their servers once no proxy reads them (without it they stay until evicted,
     /// expired or overwritten; a later split of the key deletes them before reading them).
@@ -144,7 +151,7 @@ async fn split(args: Args) -> Result<()> {
         } => loop {
             let load = Load::measure(&args, hot_keys_from).await?;
             let split = read_file(&args)?;
-            let target = plan_auto(&load, &split, *copy_load);
+            let target = plan_auto(&load, &split, *copy_load, replicas(&args));
             if !target.is_empty() {
                 transition(&args, &target).await?;
                 for (k, c) in &target {
@@ -225,23 +232,34 @@ async fn transition(args: &Args, target: &Target) -> Result<()> {
         .map(|(k, s)| (k, s.copies))
         .collect();
     if let (Some(path), false) = (&args.config, merged.is_empty()) {
-        delete_copies(path, &args.pool, &merged).await?;
+        delete_copies(path, &args.pool, replicas(args), &merged).await?;
     }
     Ok(())
 }
 
-/// Deletes the copies of `merged` keys (each with the servers it had) from their servers, the
-/// owner's value kept; a Redis copy's fill reservation too.
-async fn delete_copies(path: &Path, pool: &str, merged: &[(&Vec<u8>, usize)]) -> Result<()> {
+/// `--replicas`, as a count.
+fn replicas(args: &Args) -> usize {
+    usize::try_from(args.replicas).unwrap_or(usize::MAX)
+}
+
+/// Deletes the copies of `merged` keys (each with the servers it had) from their servers (those
+/// after its `replicas` on the ring), the owner's and replicas' values kept; a Redis copy's fill
+/// reservation too.
+async fn delete_copies(
+    path: &Path,
+    pool: &str,
+    replicas: usize,
+    merged: &[(&Vec<u8>, usize)],
+) -> Result<()> {
     let pool = super::migrate::pool_in(path, Some(pool))?;
     let (placement, server_of) = fleet::placed(&pool)?;
     let mut per_server: BTreeMap<usize, Vec<Vec<u8>>> = BTreeMap::new();
     let mut walk = Vec::new();
     for (key, copies) in merged {
-        placement.replicas_into(key, *copies, &mut walk);
+        placement.replicas_into(key, (replicas + copies).saturating_sub(1), &mut walk);
         for s in walk
             .iter()
-            .skip(1)
+            .skip(replicas)
             .filter_map(|&i| server_of.get(i).copied().flatten())
         {
             let keys = per_server.entry(s).or_default();
@@ -453,17 +471,19 @@ async fn hot_keys(addr: &str) -> Result<serde_json::Value> {
 }
 
 /// What one round of `auto` changes. A key's copies are its load over what one copy may take
-/// (`copy_load` of a server's mean load), rounded up, at least 2 and at most every server: a key
-/// taking more than two copies' worth is split; a split key taking less than one copy's worth (or
-/// no longer ranked) is merged back; a split key's copies change only when they would change by
-/// half or more.
-fn plan_auto(load: &Load, split: &SplitConfig, copy_load: f64) -> Target {
+/// (`copy_load` of a server's mean load), rounded up, at least 2 and at most every server (with
+/// `replicas`, every server from the replica set on: the owner and those after its replicas): a
+/// key taking more than two copies' worth is split; a split key taking less than one copy's worth
+/// (or no longer ranked) is merged back; a split key's copies change only when they would change
+/// by half or more.
+fn plan_auto(load: &Load, split: &SplitConfig, copy_load: f64, replicas: usize) -> Target {
     let mean = load.rate / load.servers.max(1) as f64;
     let unit = (mean * copy_load).max(f64::MIN_POSITIVE);
+    let most = (load.servers + 1).saturating_sub(replicas.max(1));
     let mut target = Target::new();
     let ranked: HashMap<&[u8], f64> = load.keys.iter().map(|(k, r)| (k.as_slice(), *r)).collect();
     for (key, rate) in &load.keys {
-        let wanted = ((rate / unit).ceil().min(load.servers as f64) as usize).max(2);
+        let wanted = ((rate / unit).ceil().min(most as f64) as usize).max(2);
         if *rate < unit {
             continue;
         }
@@ -526,6 +546,7 @@ mod tests {
             ]),
             &split,
             0.02,
+            1,
         );
         let want: Target = [
             // All 20 servers at most; 250/s wants 3.
@@ -540,10 +561,13 @@ mod tests {
         .map(|(k, c)| (k.as_bytes().to_vec(), c))
         .collect();
         assert_eq!(plan, want);
+        // With 3 replicas, top has at most the 18 servers from its replica set on.
+        let with_replicas = plan_auto(&load(&[("top", 15_000.0)]), &split, 0.02, 3);
+        assert_eq!(with_replicas[&b"top".to_vec()], Some(18));
         // tepid (1.5 copies' worth) is not split; once split, it stays.
         let split = SplitConfig::parse(3, "read tepid 3\n").unwrap();
         assert_eq!(
-            plan_auto(&load(&[("tepid", 150.0)]), &split, 0.02),
+            plan_auto(&load(&[("tepid", 150.0)]), &split, 0.02, 1),
             Target::new()
         );
     }

@@ -594,4 +594,18 @@ fn split_keys_are_read_from_their_file_for_memcached_pools_and_every_problem_is_
         let errors = overridden(&flags).unwrap_err();
         assert!(errors.to_string().contains(problem), "{errors}");
     }
+    // With replicas, a split key's copies follow its replica set: they must fit the pool.
+    let replicated = parsed(&[
+        "--replicas",
+        "mc=2",
+        "--hot-key-split",
+        "mc=2",
+        "--hot-key-split-keys",
+        good.to_str().unwrap(),
+    ]);
+    let errors = overridden(&replicated).unwrap_err().to_string();
+    assert!(
+        errors.contains("mc: a key split over 2 in a pool of 2 replicas is on 3 servers (its replicas, then the copies after them), and the pool has 2"),
+        "{errors}"
+    );
 }

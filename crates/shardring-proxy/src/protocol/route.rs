@@ -275,7 +275,9 @@ impl<'a> Placer<'a> {
     #[inline]
     pub(crate) fn split_route(&self, key: &[u8], owner: Option<usize>) -> Option<Box<SplitRoute>> {
         match (self.split, owner, self.full) {
-            (Some(split), Some(owner), Some(full)) => split.route(key, owner, full, self.routing),
+            (Some(split), Some(owner), Some(full)) => {
+                split.route(key, owner, full, self.routing, self.replicas)
+            }
             _ => None,
         }
     }

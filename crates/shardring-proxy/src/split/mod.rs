@@ -25,6 +25,12 @@
 //!   not be read now. The reads of that key stay on the owner until the deletes have all answered.
 //!   The same when the key's live copies change (a server ejected or back).
 //!
+//! With replicas (`--replicas R`), the key's replica set stands for its owner: every write goes to
+//! each replica as without a split, then the copies, the ring's next `S - 1` distinct servers after
+//! the replicas, are deleted; reads spread over the owner and the copies, and the other replicas
+//! stay where a read goes when the owner fails. A key split over S in a pool of R replicas is on
+//! `R + S - 1` servers.
+//!
 //! What keeps reads fresh across proxies is the order of the phases: every proxy serves a key in
 //! `write` (deleting the copies after its writes) before any proxy reads it from a copy, and every
 //! proxy is back in `write` before any forgets the key.
@@ -178,19 +184,34 @@ impl SplitSet {
     }
 
     /// Where `key` goes when it is split (`None` otherwise): `owner` is its server now, `full` the
-    /// placement over every server (whose replica walk names the copies), `live` the placement now.
+    /// placement over every server (whose replica walk names the copies), `live` the placement now,
+    /// `replicas` how many servers hold every key of the pool (`--replicas`; 1: none).
+    ///
+    /// With replicas, the key's replica set (the walk's first `replicas` servers, every write sent
+    /// to each) stands for its owner: the copies are the walk's next `copies - 1` servers, so the
+    /// key is on `replicas + copies - 1` servers and its reads spread over the owner and the copies
+    /// (the other replicas stay what they are without a split: where a read goes when the owner
+    /// fails). A replica is never a copy: a copy is deleted after every write and filled from the
+    /// owner, which a replica, written by every write, must not be.
     pub(crate) fn route(
         self: &Arc<SplitSet>,
         key: &[u8],
         owner: usize,
         full: &Routing,
         live: &Routing,
+        replicas: usize,
     ) -> Option<Box<SplitRoute>> {
         let &k = self.index.get(key)?;
         let count = self.keys[k].copies;
-        let mut copies = Vec::with_capacity(count);
-        full.replicas_into(key, count, &mut copies);
-        copies.retain(|&s| s != owner && live.is_live(s));
+        let replicas = replicas.max(1);
+        let mut walk = Vec::with_capacity(replicas + count - 1);
+        full.replicas_into(key, replicas + count - 1, &mut walk);
+        let mut copies: Vec<usize> = walk
+            .iter()
+            .skip(replicas)
+            .copied()
+            .filter(|&s| s != owner && live.is_live(s))
+            .collect();
         copies.truncate(count - 1);
         Some(Box::new(SplitRoute {
             copies,
@@ -266,9 +287,9 @@ mod tests {
         let full = build_placement(config.placement_spec(), &[true; 5]).unwrap();
         let split = set("read hot\nwrite warm\n", 3);
         let owner = full.server_for(b"hot").unwrap();
-        let route = |s: &Arc<SplitSet>| s.route(b"hot", owner, &full, &full).unwrap();
+        let route = |s: &Arc<SplitSet>| s.route(b"hot", owner, &full, &full, 1).unwrap();
         let read = |s: &Arc<SplitSet>| route(s).read();
-        assert!(split.route(b"cold", 0, &full, &full).is_none());
+        assert!(split.route(b"cold", 0, &full, &full, 1).is_none());
         let first = route(&split);
         let mut walk = Vec::new();
         full.replicas_into(b"hot", 3, &mut walk);
@@ -292,9 +313,38 @@ mod tests {
         assert!(seen.values().all(|&n| n == 100), "{seen:?}");
         // A write-phase key reads from its owner, and still names its copies.
         let warm_owner = full.server_for(b"warm").unwrap();
-        let warm = split.route(b"warm", warm_owner, &full, &full).unwrap();
+        let warm = split.route(b"warm", warm_owner, &full, &full, 1).unwrap();
         assert!(matches!(warm.read(), SplitRead::Owner));
         assert_eq!(warm.copies.len(), 2);
+    }
+
+    #[test]
+    fn with_replicas_the_copies_follow_the_replica_set_and_are_never_replicas() {
+        let config = pool(6);
+        let full = build_placement(config.placement_spec(), &[true; 6]).unwrap();
+        let split = set("read hot\n", 3);
+        let owner = full.server_for(b"hot").unwrap();
+        let mut walk = Vec::new();
+        full.replicas_into(b"hot", 4, &mut walk);
+        assert_eq!(walk[0], owner);
+        let route = split.route(b"hot", owner, &full, &full, 2).unwrap();
+        assert_eq!(
+            route.copies,
+            walk[2..],
+            "the replica {} is not a copy",
+            walk[1]
+        );
+        // Three replicas of a key split over 3: five servers hold it, two of them copies.
+        let route = split.route(b"hot", owner, &full, &full, 3).unwrap();
+        full.replicas_into(b"hot", 5, &mut walk);
+        assert_eq!(route.copies, walk[3..]);
+        // A dead replica is not replaced by a copy, nor a dead copy by a replica.
+        let mut live = [true; 6];
+        live[walk[1]] = false;
+        live[walk[3]] = false;
+        let now = build_placement(config.placement_spec(), &live).unwrap();
+        let route = split.route(b"hot", owner, &full, &now, 3).unwrap();
+        assert_eq!(route.copies, [walk[4]]);
     }
 
     #[test]
@@ -303,20 +353,22 @@ mod tests {
         let full = build_placement(config.placement_spec(), &[true; 4]).unwrap();
         let split = set("read hot\n", 3);
         let owner = full.server_for(b"hot").unwrap();
-        let SplitRead::Clean(c) = split.route(b"hot", owner, &full, &full).unwrap().read() else {
+        let SplitRead::Clean(c) = split.route(b"hot", owner, &full, &full, 1).unwrap().read()
+        else {
             panic!("cleans first");
         };
         c.done(false);
-        let SplitRead::Clean(c) = split.route(b"hot", owner, &full, &full).unwrap().read() else {
+        let SplitRead::Clean(c) = split.route(b"hot", owner, &full, &full, 1).unwrap().read()
+        else {
             panic!("cleans again after a failure");
         };
         c.done(true);
-        let copy = split.route(b"hot", owner, &full, &full).unwrap().copies[0];
+        let copy = split.route(b"hot", owner, &full, &full, 1).unwrap().copies[0];
         // A copy's server is ejected: the key's copies are the others, cleaned first.
         let mut live = [true; 4];
         live[copy] = false;
         let now = build_placement(config.placement_spec(), &live).unwrap();
-        let route = split.route(b"hot", owner, &full, &now).unwrap();
+        let route = split.route(b"hot", owner, &full, &now, 1).unwrap();
         assert!(!route.copies.contains(&copy));
         assert_eq!(route.copies.len(), 1);
         assert!(matches!(route.read(), SplitRead::Clean(_)));

@@ -202,3 +202,61 @@ async fn leftovers_are_never_read_and_transactions_and_blocking_writes_of_a_spli
     }
     p.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replicas_a_split_keys_copies_follow_its_replicas_and_never_read_a_value_older_than_the_last_write(
+) {
+    let Some(servers) = redises(6, &[]) else {
+        return;
+    };
+    let key = "hot:replicated";
+    let with = |text: &str| {
+        let mut c = config(&servers, text);
+        c.remedies.replicas = 2;
+        c
+    };
+    let (base_a, base_b) = (
+        with(&format!("write {key}\n")),
+        with(&format!("write {key}\n")),
+    );
+    let a = RunningProxy::start(base_a.clone()).await;
+    let b = RunningProxy::start(base_b.clone()).await;
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    assert_eq!(cmds(&mut ca, &["SET", key, "v0"]).await, "+OK\r\n");
+    assert_eq!(
+        held(&servers, key).await,
+        vec![bulk("v0"); 2],
+        "both replicas"
+    );
+    split(&a, &base_a, &format!("read {key}\n"));
+    split(&b, &base_b, &format!("read {key}\n"));
+    let mut stale = Vec::new();
+    for round in 1..=20 {
+        let value = format!("v{round}");
+        let (writer, command): (&mut Client, &[&str]) = match round % 4 {
+            0 => (&mut ca, &["SET", key, &value]),
+            1 => (&mut cb, &["MSET", key, &value, "other", "o"]),
+            2 => (&mut ca, &["SET", key, &value, "PX", "60000"]),
+            _ => (&mut cb, &["SET", key, &value]),
+        };
+        assert_eq!(cmds(writer, command).await, "+OK\r\n", "{command:?}");
+        for _ in 0..2 * COPIES {
+            for c in [&mut ca, &mut cb] {
+                let got = cmds(c, &["GET", key]).await;
+                if got != bulk(&value) {
+                    stale.push(format!("wrote {value}, read {got:?}"));
+                }
+            }
+        }
+    }
+    assert!(stale.is_empty(), "{} stale reads: {stale:?}", stale.len());
+    // The replicas have every write, the two copies after them were filled: R + S - 1 servers.
+    assert_eq!(held(&servers, key).await, vec![bulk("v20"); 4]);
+    assert_eq!(cmds(&mut cb, &["DEL", key]).await, ":1\r\n");
+    for _ in 0..2 * COPIES {
+        assert_eq!(cmds(&mut ca, &["GET", key]).await, "$-1\r\n");
+    }
+    assert!(held(&servers, key).await.is_empty());
+    a.stop().await;
+    b.stop().await;
+}

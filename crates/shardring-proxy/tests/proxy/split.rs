@@ -294,3 +294,83 @@ async fn a_copy_that_cannot_be_deleted_fails_the_write_and_noreply_stays_silent(
     assert!(p.proxy.views()[0].pool.split_invalidations_failed.get() >= 2);
     p.stop().await;
 }
+
+#[tokio::test]
+async fn with_replicas_a_split_key_is_written_to_its_replicas_and_read_from_the_owner_and_the_copies_after_them(
+) {
+    // Two replicas, a key split over 3: the owner and its replica take every write, the ring's
+    // next two servers after them are the copies; the reads go to the owner and the copies.
+    let servers = memcacheds(6);
+    let key = "hot:replicated";
+    let with = |text: &str| {
+        let mut c = config(&servers, text);
+        c.remedies.replicas = 2;
+        c
+    };
+    let a = RunningProxy::start(with(&format!("write {key}\n"))).await;
+    let b = RunningProxy::start(with(&format!("write {key}\n"))).await;
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    set(&mut ca, key, "v0").await;
+    let mut replicas = Vec::new();
+    for (i, s) in servers.iter().enumerate() {
+        if holds(s, key).await.is_some() {
+            replicas.push(i);
+        }
+    }
+    assert_eq!(replicas.len(), 2, "written to both replicas");
+    for p in [&a, &b] {
+        p.proxy
+            .reload(ProxyConfig {
+                pools: vec![with(&format!("read {key}\n"))],
+            })
+            .expect("reload");
+    }
+    let before = gets_per_server(&servers).await;
+    let mut stale = Vec::new();
+    for round in 1..=30 {
+        let value = format!("v{round}");
+        set(if round % 2 == 0 { &mut ca } else { &mut cb }, key, &value).await;
+        for _ in 0..2 * COPIES {
+            for c in [&mut ca, &mut cb] {
+                let got = get(c, key).await;
+                if got.as_deref() != Some(value.as_str()) {
+                    stale.push(format!("wrote {value}, read {got:?}"));
+                }
+            }
+        }
+    }
+    assert!(stale.is_empty(), "{} stale reads: {stale:?}", stale.len());
+    let after = gets_per_server(&servers).await;
+    let served: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let mut holders = Vec::new();
+    for (i, s) in servers.iter().enumerate() {
+        if let Some(v) = holds(s, key).await {
+            assert_eq!(v, "v30", "server {i} holds an old value");
+            holders.push(i);
+        }
+    }
+    // Both replicas have every write; the two copies were filled from the owner.
+    assert!(replicas.iter().all(|r| holders.contains(r)), "{holders:?}");
+    assert_eq!(holders.len(), 4, "R + S - 1 servers hold it: {holders:?}");
+    let copies: Vec<usize> = holders
+        .iter()
+        .copied()
+        .filter(|h| !replicas.contains(h))
+        .collect();
+    assert!(copies.iter().all(|&c| served[c] > 0), "{served:?}");
+    // Of the replicas, the owner alone is read (the other is where a read goes when it fails).
+    assert_eq!(
+        replicas.iter().filter(|&&r| served[r] > 0).count(),
+        1,
+        "reads per server {served:?}, replicas {replicas:?}"
+    );
+    // Nothing else is read.
+    assert!(
+        (0..servers.len())
+            .filter(|i| !holders.contains(i))
+            .all(|i| served[i] == 0),
+        "{served:?}"
+    );
+    a.stop().await;
+    b.stop().await;
+}

@@ -836,6 +836,12 @@ impl Memcache {
                     )
                 }
                 SplitRead::Clean(cleaning) => {
+                    // The cleaning's read goes to the owner alone, its deletes beside it in one
+                    // round (with replicas, without the failover to the next: once a key).
+                    let mut route = route;
+                    if let Some(r) = route.as_mut() {
+                        r.replicas = None;
+                    }
                     let step = self.get_now(req, fill, route, ctx);
                     split::clean(step, &key, &split.copies, cleaning, ctx.stats)
                 }
