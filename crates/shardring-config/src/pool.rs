@@ -364,7 +364,9 @@ impl PoolConfig {
             if self.remedies.split.is_some() {
                 errors.push(
                     n,
-                    "--hot-key-split and --redis-cluster: a cluster places each key by its slot alone"
+                    "--hot-key-split and --redis-cluster: a cluster node refuses a key of a slot it \
+                     does not serve (MOVED), so no other node can hold a copy; use the hot-key cache \
+                     (--hot-keys) or reads from replicas (--redis-cluster-reads)"
                         .into(),
                 );
             }
