@@ -89,6 +89,9 @@ pub struct Conn {
     timeout: Duration,
     /// The digest script's SHA-1 once loaded on this connection's server (see `verify`).
     pub(super) script_sha: Option<String>,
+    /// Whether the server is a Redis Cluster node (`cluster_enabled:1`): it refuses a command whose
+    /// keys are in two slots (`CROSSSLOT`), so a command of many keys goes as one a slot.
+    cluster: bool,
 }
 
 impl Conn {
@@ -108,6 +111,7 @@ impl Conn {
             name: ep.name.clone(),
             timeout,
             script_sha: None,
+            cluster: false,
         };
         if let Some(password) = &ep.auth {
             let r = conn.call(&["AUTH", password.as_str()]).await?;
@@ -121,7 +125,61 @@ impl Conn {
                 return Err(conn.refused(format!("SELECT {} refused: {e}", ep.db)));
             }
         }
+        // A server that does not say (an ACL without INFO, a server too old to have clusters) is
+        // taken for a standalone one: a command it refuses then fails as before.
+        if let Ok(Value::Bulk(info)) = conn.call(&["INFO", "cluster"]).await {
+            conn.cluster = memchr::memmem::find(&info, b"cluster_enabled:1").is_some();
+        }
         Ok(conn)
+    }
+
+    /// Whether the server is a Redis Cluster node (its keys must be sent one slot a command).
+    pub fn is_cluster_node(&self) -> bool {
+        self.cluster
+    }
+
+    /// The indexes of `keys` in groups that one command may name together: every key in one group
+    /// on a standalone server, one group a hash slot on a cluster node (each group in the order of
+    /// its first key).
+    pub fn slot_groups(&self, keys: &[&[u8]]) -> Vec<Vec<usize>> {
+        if !self.cluster {
+            return vec![(0..keys.len()).collect()];
+        }
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let slot = shardring_resp::key_slot(k);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, g)) => g.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+
+    /// Deletes `keys` (`UNLINK`, one a slot on a cluster node, pipelined); how many the server
+    /// held.
+    ///
+    /// # Errors
+    /// See [`Conn::run`]; a refused `UNLINK`.
+    pub async fn unlink(&mut self, keys: &[&[u8]]) -> Result<u64, MigrateError> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let mut p = Pipeline::new();
+        for group in self.slot_groups(keys) {
+            let mut args: Vec<&[u8]> = Vec::with_capacity(group.len() + 1);
+            args.push(b"UNLINK");
+            args.extend(group.iter().map(|&i| keys[i]));
+            p.cmd(&args);
+        }
+        let mut held = 0;
+        for r in self.run(&p).await? {
+            let Some(n) = r.integer() else {
+                return Err(self.refused(format!("UNLINK answered {r:?}")));
+            };
+            held += u64::try_from(n).unwrap_or(0);
+        }
+        Ok(held)
     }
 
     /// The server's name.

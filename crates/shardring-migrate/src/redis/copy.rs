@@ -329,12 +329,8 @@ impl Engine {
             }
             if !unlink.is_empty() {
                 let target = self.target(t).await?;
-                let mut args: Vec<&[u8]> = vec![b"UNLINK"];
-                args.extend(unlink.iter().map(|&i| keys[i].as_slice()));
-                let r = target.call(&args).await?;
-                if let Some(e) = r.error() {
-                    return Err(target.refused(format!("UNLINK: {e}")));
-                }
+                let which: Vec<&[u8]> = unlink.iter().map(|&i| keys[i].as_slice()).collect();
+                target.unlink(&which).await?;
                 let at = Instant::now();
                 for &i in &unlink {
                     state[i].last_write = Some(at);

@@ -2,6 +2,14 @@
 //! the keys that move in batches per target, and verify each copy against the source by a digest of
 //! its value and expiry, copying again what differs (see [`copy`](mod@copy) for the reasoning).
 //!
+//! A target may be a Redis Cluster's master (a route that names each key's slot's master: the way
+//! from a ketama pool onto a cluster): a connection finds out whether its server is a cluster node
+//! (`INFO cluster`) and sends a command of many keys (the verify's digests, `UNLINK`) as one a slot
+//! there, since a node refuses keys of two slots in one command. A key whose slot the target does not
+//! serve (the map moved under the copy) is refused by it (`MOVED`): the key is counted failed or the
+//! job stops with the node's answer, never taken for copied, and a rerun with the map read again
+//! copies it.
+//!
 //! Files: [`conn`] (a connection and its pipelines), [`scan`] (enumeration), [`verify`] (the digest
 //! script), [`copy`](mod@copy) (the passes of one batch). Replies are read by `shardring-resp`, the
 //! reader the proxy frames its server replies with, into [`Value`]s.
@@ -227,13 +235,9 @@ pub async fn delete_keys(
         return Ok(0);
     }
     let mut conn = Conn::connect(ep, timeout).await?;
-    let mut args: Vec<&[u8]> = vec![b"UNLINK"];
-    args.extend(keys.iter().map(Vec::as_slice));
-    let r = conn.call(&args).await?;
-    let Some(n) = r.integer() else {
-        return Err(conn.refused(format!("UNLINK answered {r:?}")));
-    };
-    Ok(usize::try_from(n).unwrap_or(0))
+    let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let held = conn.unlink(&keys).await?;
+    Ok(usize::try_from(held).unwrap_or(usize::MAX))
 }
 
 /// Tallies: `scanned` every key seen, `moving` each moving key once, `copied` the keys deleted
@@ -263,13 +267,8 @@ pub async fn delete_moved(job: &Job) -> Result<Report, MigrateError> {
         while pending.len() >= batch || (last && !pending.is_empty()) {
             let rest = pending.split_off(pending.len().min(batch));
             let chunk = std::mem::replace(&mut pending, rest);
-            let mut args: Vec<&[u8]> = vec![b"UNLINK"];
-            args.extend(chunk.iter().map(Vec::as_slice));
-            let r = conn.call(&args).await?;
-            let Some(n) = r.integer() else {
-                return Err(conn.refused(format!("UNLINK answered {r:?}")));
-            };
-            let n = u64::try_from(n).unwrap_or(0).min(chunk.len() as u64);
+            let keys: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+            let n = conn.unlink(&keys).await?.min(chunk.len() as u64);
             Progress::add(&p.copied, n);
             Progress::add(&p.gone, chunk.len() as u64 - n);
         }

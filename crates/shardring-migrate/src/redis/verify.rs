@@ -135,34 +135,51 @@ pub async fn digests(conn: &mut Conn, keys: &[&[u8]]) -> Result<Vec<Digest>, Mig
             Some(sha) => sha,
             None => load(conn).await?,
         };
-        let nkeys = keys.len().to_string();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(keys.len() + 4);
-        args.extend([&b"EVALSHA"[..], sha.as_bytes(), nkeys.as_bytes()]);
-        args.extend_from_slice(keys);
+        // One call for the batch; one a slot on a cluster node (its keys must share a slot).
+        let groups = conn.slot_groups(keys);
         let mut p = Pipeline::new();
-        p.cmd(&args);
-        let reply = conn.run(&p).await?.pop().unwrap_or(Value::Null);
-        match reply {
-            Value::Error(e) if e.starts_with("NOSCRIPT") && !reloaded => {
-                conn.script_sha = None;
-                reloaded = true;
-            }
-            Value::Error(e) => return Err(conn.refused(format!("the digest script failed: {e}"))),
-            Value::Array(items) if items.len() == keys.len() * 2 => {
-                return items
-                    .chunks_exact(2)
-                    .map(|c| {
-                        decode(c).ok_or_else(|| conn.refused(format!("digest script reply {c:?}")))
-                    })
-                    .collect()
-            }
-            other => {
-                return Err(conn.refused(format!(
-                    "the digest script answered {other:?} for {} keys",
-                    keys.len()
-                )))
+        for group in &groups {
+            let nkeys = group.len().to_string();
+            let mut args: Vec<&[u8]> = Vec::with_capacity(group.len() + 3);
+            args.extend([&b"EVALSHA"[..], sha.as_bytes(), nkeys.as_bytes()]);
+            args.extend(group.iter().map(|&i| keys[i]));
+            p.cmd(&args);
+        }
+        let replies = conn.run(&p).await?;
+        if !reloaded
+            && replies
+                .iter()
+                .any(|r| matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")))
+        {
+            conn.script_sha = None;
+            reloaded = true;
+            continue;
+        }
+        let mut out: Vec<Option<Digest>> = vec![None; keys.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            match reply {
+                Value::Error(e) => {
+                    return Err(conn.refused(format!("the digest script failed: {e}")))
+                }
+                Value::Array(items) if items.len() == group.len() * 2 => {
+                    for (&i, c) in group.iter().zip(items.chunks_exact(2)) {
+                        let d = decode(c)
+                            .ok_or_else(|| conn.refused(format!("digest script reply {c:?}")))?;
+                        out[i] = Some(d);
+                    }
+                }
+                other => {
+                    return Err(conn.refused(format!(
+                        "the digest script answered {other:?} for {} keys",
+                        group.len()
+                    )))
+                }
             }
         }
+        return out
+            .into_iter()
+            .map(|d| d.ok_or_else(|| conn.refused("the digest script left a key out")))
+            .collect();
     }
 }
 
