@@ -671,7 +671,20 @@ async fn a_server_that_does_not_answer_times_out() {
     assert!(e.to_string().contains("silent"), "{e}");
 }
 
-/// Every key of `sources` to its slot's master in `cluster` (the masters in `targets`' order).
+/// A 3-master cluster, its masters as targets, and the route of every key to its slot's master;
+/// `None` when redis-server is not installed.
+fn cluster_targets() -> Option<(test_support::RedisCluster, Vec<Endpoint>, Route)> {
+    let cluster = test_support::RedisCluster::start(3, 0)?;
+    let targets: Vec<Endpoint> = cluster
+        .nodes()
+        .iter()
+        .map(|n| Endpoint::new(n.addr.clone(), n.addr.clone()))
+        .collect();
+    let route = by_slot(&cluster, &targets);
+    Some((cluster, targets, route))
+}
+
+/// Every key to its slot's master in `cluster` (the masters in `targets`' order).
 fn by_slot(cluster: &test_support::RedisCluster, targets: &[Endpoint]) -> Route {
     let map = cluster.slot_map().expect("the cluster's slot map");
     let index: Vec<Option<usize>> = map
@@ -692,15 +705,9 @@ async fn keys_go_into_a_redis_cluster_each_to_its_slots_master_and_are_verified_
     // from the source run on a cluster node, which refuses a command whose keys are in two slots.
     for transfer in [Transfer::DumpRestore, Transfer::Migrate] {
         let Some((a, b)) = servers(&[]) else { return };
-        let Some(cluster) = test_support::RedisCluster::start(3, 0) else {
+        let Some((_cluster, targets, route)) = cluster_targets() else {
             return;
         };
-        let targets: Vec<Endpoint> = cluster
-            .nodes()
-            .iter()
-            .map(|n| Endpoint::new(n.addr.clone(), n.addr.clone()))
-            .collect();
-        let route = by_slot(&cluster, &targets);
         let (sa, sb) = (ep(&a, None, 0), ep(&b, None, 0));
         let (mut ca, mut cb) = (conn(&sa).await, conn(&sb).await);
         let mut moving = fill_every_type(&mut ca).await;
@@ -795,15 +802,9 @@ async fn a_key_sent_to_a_cluster_master_that_does_not_serve_its_slot_stops_the_j
         let Some(a) = RedisServer::start(&[]) else {
             return;
         };
-        let Some(cluster) = test_support::RedisCluster::start(3, 0) else {
+        let Some((_cluster, targets, right)) = cluster_targets() else {
             return;
         };
-        let targets: Vec<Endpoint> = cluster
-            .nodes()
-            .iter()
-            .map(|n| Endpoint::new(n.addr.clone(), n.addr.clone()))
-            .collect();
-        let right = by_slot(&cluster, &targets);
         let sa = ep(&a, None, 0);
         let mut ca = conn(&sa).await;
         for i in 0..10 {
