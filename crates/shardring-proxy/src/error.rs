@@ -169,6 +169,17 @@ pub enum BackendError {
         /// What it answered, or why it did not.
         reason: String,
     },
+    /// A dual write's next owner (a planned change) refused the write for the state of its server
+    /// (out of memory, read-only, a redirection) while the owner now took it: the write is not
+    /// acknowledged, since once the copy is done nothing would bring it there and the cut-over
+    /// would lose it (`protocol::planned`).
+    #[error("the planned change's next owner {addr} refused the write ({reply}); the owner now has it: write again")]
+    NextRefused {
+        /// The next owner.
+        addr: String,
+        /// What it answered.
+        reply: String,
+    },
     /// The server was removed by a reload while the request waited.
     #[error("server removed")]
     Removed,
@@ -207,6 +218,7 @@ impl BackendError {
                 | BackendError::Overloaded { .. }
                 | BackendError::RateLimited { .. }
                 | BackendError::SplitCopyKept { .. }
+                | BackendError::NextRefused { .. }
         )
     }
 

@@ -156,8 +156,10 @@ impl RedisCluster {
     }
 
     /// Starts one more node and joins it to the cluster as a master without slots (`redis-cli
-    /// --cluster add-node`), returning once every live node knows it; gives its address. Panics with
-    /// the logs when it does not join within 30 s.
+    /// --cluster add-node`), returning once every live node knows it and says the cluster is whole
+    /// (`cluster_state:ok`: until the new node has heard the slot map by gossip it answers
+    /// `CLUSTERDOWN`, which fails a reshard onto it, as seen on a loaded machine); gives its address.
+    /// Panics with the logs when it does not join within 30 s.
     pub fn add_master(&mut self) -> String {
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
         let node = start_node(&self._dir, &extra, self.tls.as_ref())
@@ -191,8 +193,8 @@ impl RedisCluster {
                     .ok()
                     .and_then(|r| r.text())
                     .is_some_and(|info| {
-                        info.lines()
-                            .any(|l| l.trim() == format!("cluster_known_nodes:{count}"))
+                        let said = |line: &str| info.lines().any(|l| l.trim() == line);
+                        said(&format!("cluster_known_nodes:{count}")) && said("cluster_state:ok")
                     })
             });
             if known {

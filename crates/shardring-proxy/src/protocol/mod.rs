@@ -23,6 +23,7 @@
 mod dialect;
 mod handoff;
 pub mod memcache;
+pub(crate) mod planned;
 pub mod redis;
 pub(crate) mod replicated;
 pub(crate) mod route;

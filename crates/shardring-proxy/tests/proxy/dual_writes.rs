@@ -491,3 +491,119 @@ async fn memcached_gat_and_gats_of_moving_keys_touch_their_next_owner() {
     assert!(moving >= 5, "{moving} moving keys");
     proxy.stop().await;
 }
+
+/// A write whose next owner refuses it for the state of its server (memcached: an item over its
+/// size limit, `SERVER_ERROR`; Redis: `-OOM` over its maxmemory) while the owner now stores it is
+/// not acknowledged either, with and without replicas; a Redis pool with replicas writes a moving
+/// key on its owner next too. Writes of keys that stay are served.
+#[tokio::test]
+async fn a_write_its_next_owner_refused_is_not_acknowledged_with_and_without_replicas() {
+    let value = "x".repeat(2000);
+    for replicas in [1, 2] {
+        // The added server takes items of at most 1 kB.
+        let mut servers = memcacheds(3);
+        servers.push(test_support::Memcached::start_with(&[
+            "-I",
+            "1k",
+            "-o",
+            "slab_chunk_max=1024",
+        ]));
+        let mut config = pool_config(&servers[..3]);
+        config.hash = shardring_proxy::config::TwemproxyHash::Md5;
+        config.remedies.replicas = replicas;
+        let mut next = pool_config(&servers);
+        next.hash = config.hash;
+        config.next = Some(NextMembership::of(&next));
+        let added = next.servers[3].display_name();
+        let proxy = RunningProxy::start(config.clone()).await;
+        let mut c = proxy.client().await;
+        let (mut refused, mut stored) = (0, 0);
+        for i in 0..200 {
+            let key = format!("big:{i}");
+            let (_, then) = owners(&config, &next, &key);
+            c.send(format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes())
+                .await;
+            let line = c.read_line().await;
+            if then == added {
+                assert!(
+                    line.starts_with("SERVER_ERROR the planned change's next owner")
+                        && line.contains(&servers[3].addr),
+                    "replicas {replicas}, {key}: {line:?}"
+                );
+                refused += 1;
+            } else {
+                assert_eq!(line, "STORED\r\n", "replicas {replicas}, {key}");
+                stored += 1;
+            }
+        }
+        assert!(
+            refused > 10 && stored > 10,
+            "{refused} refused, {stored} stored"
+        );
+        proxy.stop().await;
+    }
+
+    for replicas in [1, 2] {
+        let Some(rs) = (0..4)
+            .map(|_| RedisServer::start(&[]))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return;
+        };
+        let mut config = redis_pool(&rs[..3], "  hash: md5\n");
+        config.remedies.replicas = replicas;
+        let next = redis_pool(&rs, "  hash: md5\n");
+        config.next = Some(NextMembership::of(&next));
+        let added = next.servers[3].display_name();
+        let proxy = RunningProxy::start(config.clone()).await;
+        let mut c = proxy.client().await;
+        let mut on_added = direct(&rs[3]).await;
+        // Before it is full, a moving key's write reaches the added server (with replicas too).
+        let mut moving = Vec::new();
+        for i in 0..100 {
+            let key = format!("r:{i}");
+            let (_, then) = owners(&config, &next, &key);
+            assert_eq!(cmds(&mut c, &["SET", &key, "v"]).await, "+OK\r\n");
+            if then == added {
+                assert_eq!(
+                    cmds(&mut on_added, &["GET", &key]).await,
+                    "$1\r\nv\r\n",
+                    "replicas {replicas}: {key} on its next owner"
+                );
+                moving.push(key);
+            }
+        }
+        assert!(moving.len() > 5, "{moving:?}");
+        assert_eq!(
+            cmds(
+                &mut on_added,
+                &["CONFIG", "SET", "maxmemory-policy", "noeviction"]
+            )
+            .await,
+            "+OK\r\n"
+        );
+        assert_eq!(
+            cmds(&mut on_added, &["CONFIG", "SET", "maxmemory", "1"]).await,
+            "+OK\r\n"
+        );
+        for i in 0..100 {
+            let key = format!("r:{i}");
+            let (_, then) = owners(&config, &next, &key);
+            let set = cmds(&mut c, &["SET", &key, "w"]).await;
+            let mset = cmds(&mut c, &["MSET", &key, "w", "{x}other", "o"]).await;
+            if then == added {
+                assert!(
+                    set.starts_with("-ERR the planned change's next owner") && set.contains("OOM"),
+                    "replicas {replicas}, {key}: {set:?}"
+                );
+                assert!(
+                    mset.starts_with("-ERR"),
+                    "replicas {replicas}, {key}: {mset:?}"
+                );
+            } else {
+                assert_eq!(set, "+OK\r\n", "replicas {replicas}, {key}");
+            }
+        }
+        proxy.stop().await;
+    }
+}

@@ -29,6 +29,7 @@ use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{is_error_reply, status_code, ResponseKind, ValueBlocks};
 use crate::config::{MemcacheConfig, PoolConfig};
 use crate::error::{BackendError, ProxyError};
+use crate::protocol::planned::not_taken;
 use crate::protocol::replicated::Untried;
 use crate::protocol::route::{Placer, Remedies, Route};
 use crate::split::{SplitRead, SplitRoute};
@@ -150,19 +151,31 @@ pub(crate) struct ReplicatedWrite {
     finish: Finish,
     /// Where disagreements are counted.
     stats: Arc<PoolStats>,
+    /// While a planned change moves the key off its replica list: the part sent to its next owner
+    /// (the last), whose refusal fails the write (`protocol::planned`).
+    next: Option<usize>,
 }
 
 impl ReplicatedWrite {
     /// The first reply that is not a server failure (else the first reply), finished as the client
-    /// asked; replies whose status differs are counted as a disagreement.
+    /// asked; replies whose status differs are counted as a disagreement. Not acknowledged when the
+    /// next owner did not take it.
     fn merge(self, mut replies: Vec<PartReply<'_>>) -> Answer {
         let (chosen, disagree) = replicas::chosen(&replies);
         if disagree {
             self.stats.replica_disagreements.inc();
         }
-        let reply = match chosen {
-            Some(i) => replies.swap_remove(i).reply,
-            None => Err(BackendError::NoServer),
+        // Before the chosen reply is taken out (which moves the last part's into its place).
+        let refused = match (self.next, chosen) {
+            (Some(n), Some(i)) if i != n => replies
+                .get(n)
+                .and_then(|next| not_taken(&replies[i].reply, next, &dual_writes::ERRORS)),
+            _ => None,
+        };
+        let reply = match (refused, chosen) {
+            (Some(e), _) => Err(e),
+            (None, Some(i)) => replies.swap_remove(i).reply,
+            (None, None) => Err(BackendError::NoServer),
         };
         Memcache::finish(self.finish, reply)
     }
@@ -189,12 +202,14 @@ impl DualWrite {
             self.stats.dual_write_disagreements.inc();
         }
         // A write the next owner did not take is not acknowledged: once the copy is done, nothing
-        // would bring it there, and the cut-over would lose it (`dual_writes.rs`).
-        let next_failed = replies.get(1).and_then(|r| r.reply.as_ref().err().cloned());
-        let reply = match (replies.is_empty(), next_failed) {
-            (_, Some(e)) => Err(e),
-            (false, None) => replies.swap_remove(0).reply,
-            (true, None) => Err(BackendError::NoServer),
+        // would bring it there, and the cut-over would lose it (`protocol::planned`).
+        let reply = match replies.as_slice() {
+            [] => Err(BackendError::NoServer),
+            [now, next, ..] => match not_taken(&now.reply, next, &dual_writes::ERRORS) {
+                Some(e) => Err(e),
+                None => replies.swap_remove(0).reply,
+            },
+            [_] => replies.swap_remove(0).reply,
         };
         Memcache::finish(self.finish, reply)
     }
@@ -231,14 +246,17 @@ impl DualCas {
             }
             Some(owner) => {
                 self.stats.dual_writes.inc();
-                let next = first_reply(replies);
-                if !matches!(&next, Ok(b) if &b[..] == b"STORED\r\n") {
+                let stored = matches!(replies.first(), Some(r) if matches!(&r.reply, Ok(b) if &b[..] == b"STORED\r\n"));
+                if !stored {
                     self.stats.dual_write_disagreements.inc();
                 }
                 // Not acknowledged unless the next owner took it (see `DualWrite::merge`).
-                let answer = match next {
-                    Err(e) => Err(e),
-                    Ok(_) => owner,
+                let answer = match replies.first() {
+                    None => Err(BackendError::NoServer),
+                    Some(next) => match not_taken(&owner, next, &dual_writes::ERRORS) {
+                        Some(e) => Err(e),
+                        None => owner,
+                    },
                 };
                 done(Memcache::finish(self.finish, answer))
             }
@@ -628,7 +646,10 @@ impl Memcache {
     ) -> Step<Memcache> {
         let finish = if replicas::is_write(&req.command) {
             if let Some(mut servers) = replicas::write_servers(&mut route) {
-                servers.extend(route.next.filter(|n| !servers.contains(n)));
+                let next = route.next.filter(|n| !servers.contains(n)).map(|n| {
+                    servers.push(n);
+                    servers.len() - 1
+                });
                 let (frame, kind) = (req.to_forward(), req.command.response_kind());
                 let parts = servers
                     .into_iter()
@@ -637,6 +658,7 @@ impl Memcache {
                 let write = ReplicatedWrite {
                     finish,
                     stats: Arc::clone(ctx.stats),
+                    next,
                 };
                 return Step::Exchange(Round::new(parts, Merge::Replicated(write)));
             }

@@ -10,18 +10,21 @@
 //!   next owner has no copy of yet gets the new TTL from the copy, which reads it from the owner
 //!   now). `mg … T` is not dual-written.
 //! - The client gets the owner now's reply, exactly as without a next membership (`noreply` and
-//!   quiet meta commands stay quiet), unless the next owner could not be reached: then the write is
-//!   not acknowledged (its failure is the answer), since once the copy is done nothing would bring
-//!   it there and the cut-over would lose it; `dual_writes` counts the writes, `dual_write_disagreements`
+//!   quiet meta commands stay quiet), unless the next owner did not take the write (it could not be
+//!   reached, or answered `SERVER_ERROR` where the owner now stored it: `crate::protocol::planned`):
+//!   then the write is not acknowledged (that failure is the answer), since once the copy is done
+//!   nothing would bring it there and the cut-over would lose it; `dual_writes` counts the writes, `dual_write_disagreements`
 //!   those whose next owner answered with another status (an `append`, `incr` or `cas` of a key
 //!   it has no copy of yet answers `NOT_STORED`/`NOT_FOUND`: expected before the copy, and why the
 //!   copy checks the key's CAS after writing it).
-//! - With replicas, the next owner is added to the key's replica list when it is not on it.
+//! - With replicas, the next owner is added to the key's replica list when it is not on it, and the
+//!   write is acknowledged only when it took it, as above.
 
 use bytes::{Bytes, BytesMut};
 
 use crate::protocol::memcache::request::{Command, GetKind, Request};
 use crate::protocol::memcache::response::status_code;
+use crate::protocol::planned;
 use crate::protocol::route::Placer;
 use crate::protocol::PartReply;
 
@@ -58,6 +61,15 @@ pub(in crate::protocol::memcache) fn touches(
         })
         .collect()
 }
+
+/// How a dual write's replies read (`crate::protocol::planned`): a `SERVER_ERROR` from the next
+/// owner (out of memory, an item over its size limit) refuses a write the owner now stored.
+pub(in crate::protocol::memcache) const ERRORS: planned::Errors = planned::Errors {
+    is_error: |b| {
+        b.starts_with(b"SERVER_ERROR") || b.starts_with(b"CLIENT_ERROR") || b.starts_with(b"ERROR")
+    },
+    refuses: |b| b.starts_with(b"SERVER_ERROR"),
+};
 
 /// Whether the next owner's reply (the second) has another status than the owner's (the first), or
 /// either failed.

@@ -4,15 +4,20 @@
 //!
 //! - Writes are the commands redis-server flags `write`, and scripts (`writes.rs`).
 //! - A one-server command (one key, or keys sharing a hash tag): both owners in one pipelined round
-//!   trip; the client gets the owner now's reply, or the next owner's failure when it could not be
-//!   reached (a write it did not take would be lost at the cut-over, so it is not acknowledged); `dual_writes` counts it and
+//!   trip; the client gets the owner now's reply, or a failure when the next owner did not take the
+//!   write (it could not be reached, or refused it for its server's state: `-OOM`, `-READONLY`,
+//!   `-MOVED`…, `crate::protocol::planned`): a write it did not take would be lost at the cut-over,
+//!   so it is not acknowledged; `dual_writes` counts it and
 //!   `dual_write_disagreements` a next owner that answered otherwise (an `INCR` of a key it has no
 //!   copy of yet answers 1 where the owner says 6: expected before the copy, which then replaces the
 //!   partial value from the owner now and verifies it).
 //! - A split write (`MSET`, `DEL`, `UNLINK`): each key whose owner changes is also written on its
 //!   next owner, split by server, as further parts of the same round (the client's answer merges
 //!   the owners' parts only): counted in `dual_writes`, and a next owner's part that failed or
-//!   was refused in `dual_write_disagreements`.
+//!   was refused in `dual_write_disagreements`; one that failed or refused the write for its
+//!   server's state fails the command, as above.
+//! - With replicas (`--replicas`), a write goes to every live replica now and to the owner next when
+//!   it is not one of them, with the same rule (`replicas.rs`).
 //! - Not dual-written, so refused with `-TRYAGAIN` while the change is under way when they write a
 //!   key it moves (they would be lost at the cut-over): a command whose keys have different next
 //!   owners (they share a server now but not next: without a hash tag), transactions and blocking
@@ -26,8 +31,37 @@ use std::sync::Arc;
 pub(crate) const APART: &[u8] = b"-TRYAGAIN a planned membership change moves this command's keys apart; retry once it is over, or give them one hash tag\r\n";
 
 use crate::metrics::PoolStats;
+use crate::protocol::planned::{self, not_taken};
 use crate::protocol::route::Placer;
 use crate::protocol::{Answer, PartReply};
+
+/// How a dual write's replies read (`crate::protocol::planned`): an error reply whose code says the
+/// server would take no write like it now (out of memory, a replica, a cluster node that does not
+/// serve the slot or is down, loading, busy, persistence failing, a user without the right) refuses
+/// it; others (`-WRONGTYPE`, `-ERR value is not an integer`) depend on the value the next owner holds
+/// before the copy replaces it.
+pub(crate) const ERRORS: planned::Errors = planned::Errors {
+    is_error: |b| b.starts_with(b"-"),
+    refuses: |b| {
+        const CODES: [&[u8]; 12] = [
+            b"-OOM",
+            b"-READONLY",
+            b"-MOVED",
+            b"-ASK",
+            b"-TRYAGAIN",
+            b"-CLUSTERDOWN",
+            b"-LOADING",
+            b"-MASTERDOWN",
+            b"-BUSY",
+            b"-NOREPLICAS",
+            b"-MISCONF",
+            b"-NOPERM",
+        ];
+        CODES
+            .iter()
+            .any(|c| b.starts_with(c) && matches!(b.get(c.len()), Some(b' ' | b'\r') | None))
+    },
+};
 
 /// The owner next of a one-server command's keys (`now`: their owner now), when it differs from
 /// `now` and is the same for every key; `None` otherwise (no dual write).
@@ -60,8 +94,10 @@ pub(crate) fn answer(stats: &Arc<PoolStats>, mut replies: Vec<PartReply<'_>>) ->
     // A write the next owner did not take is not acknowledged: once the copy is done, nothing
     // would bring it there, and the cut-over would lose it. The client sees the failure and
     // retries, as after any failed write.
-    if let Some(Err(e)) = replies.get(1).map(|r| &r.reply) {
-        return Answer::Failed(e.clone());
+    if let [now, next] = replies.as_slice() {
+        if let Some(e) = not_taken(&now.reply, next, &ERRORS) {
+            return Answer::Failed(e);
+        }
     }
     match replies.swap_remove(0).reply {
         Ok(b) => Answer::Bytes(b),
@@ -70,8 +106,8 @@ pub(crate) fn answer(stats: &Arc<PoolStats>, mut replies: Vec<PartReply<'_>>) ->
 }
 
 /// Counts a split write's next-owner parts: one dual write, and a disagreement when one of them
-/// failed or was refused. The failure of the first part that failed, if one did: the write is then
-/// not acknowledged (see [`answer`]).
+/// failed or was refused. The failure of the first part that failed or refused the write for its
+/// server's state, if one did: the write is then not acknowledged (see [`answer`]).
 pub(crate) fn count_split(
     stats: &PoolStats,
     next: &[PartReply<'_>],
@@ -83,5 +119,7 @@ pub(crate) fn count_split(
     {
         stats.dual_write_disagreements.inc();
     }
-    next.iter().find_map(|r| r.reply.as_ref().err().cloned())
+    // The owners' parts are merged apart: each next part is read against a taken write.
+    let taken: crate::protocol::Reply = Ok(bytes::Bytes::from_static(b"+OK\r\n"));
+    next.iter().find_map(|r| not_taken(&taken, r, &ERRORS))
 }

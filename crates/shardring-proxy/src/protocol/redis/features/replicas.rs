@@ -22,6 +22,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::metrics::PoolStats;
+use crate::protocol::planned::not_taken;
 use crate::protocol::redis::command::{KeyArgs, Spec};
 use crate::protocol::redis::request::Request;
 use crate::protocol::redis::settings::Settings;
@@ -50,6 +51,9 @@ pub(crate) fn is_write(spec: &Spec) -> bool {
 pub(crate) struct Replicated {
     /// A write: every part is a replica's copy of it.
     write: bool,
+    /// A write while a planned change moves its keys off their replica list: the part sent to
+    /// their owner next (the last), whose refusal fails the write (`features/dual_writes.rs`).
+    next: Option<usize>,
     /// A read: the replicas still to try, in order.
     untried: Untried,
     /// The request, for the next replica.
@@ -74,8 +78,26 @@ pub(crate) fn plan(
     }
     let part = |server| (server, req.frame.clone());
     let write = is_write(spec);
+    let mut next = None;
     let (parts, untried) = if write {
-        let parts: Vec<_> = servers.iter().map(|&s| part(s)).collect();
+        let mut parts: Vec<_> = servers.iter().map(|&s| part(s)).collect();
+        // While a planned change is under way, the keys' owner next takes the write too (a dual
+        // write), when it is not one of their replicas now.
+        if ctx.changing() {
+            let names = || keys.iter().map(|k| req.arg(k).unwrap_or_default());
+            let now = servers.first().copied();
+            match super::dual_writes::next_owner(names(), now, ctx) {
+                Some(n) if !servers.contains(&n) => {
+                    parts.push(part(n));
+                    next = Some(parts.len() - 1);
+                }
+                Some(_) => {}
+                None if names().any(|k| ctx.next_owner(k, now).is_some()) => {
+                    return Next::Answer(Answer::fixed(super::dual_writes::APART));
+                }
+                None => {}
+            }
+        }
         (parts, Untried::default())
     } else {
         match Untried::start(servers) {
@@ -90,6 +112,7 @@ pub(crate) fn plan(
         parts,
         Replicated {
             write,
+            next,
             untried,
             frame: req.frame.clone(),
             stats: Arc::clone(ctx.stats),
@@ -120,6 +143,17 @@ pub(crate) fn advance(mut state: Replicated, replies: Vec<PartReply<'_>>) -> Nex
         });
         if disagree {
             state.stats.replica_disagreements.inc();
+        }
+        // Not acknowledged when the owner next did not take it (`features/dual_writes.rs`).
+        if let (Some(n), Some(i)) = (state.next, chosen) {
+            state.stats.dual_writes.inc();
+            if let Some(e) = replies
+                .get(n)
+                .filter(|_| i != n)
+                .and_then(|next| not_taken(&replies[i].reply, next, &super::dual_writes::ERRORS))
+            {
+                return done(Answer::Failed(e));
+            }
         }
         return match chosen.and_then(|i| replies.into_iter().nth(i)) {
             Some(r) => done(answer(r.reply)),
