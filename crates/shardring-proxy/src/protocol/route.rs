@@ -227,6 +227,13 @@ impl<'a> Placer<'a> {
         self.next.is_some()
     }
 
+    /// The next membership's servers (indices in the pool's server list), while the pool has one:
+    /// those it adds hold the copies dual writes made, which a request for every server (a flush)
+    /// must reach too, or they come back at the cut-over.
+    pub(crate) fn next_servers(&self) -> &[usize] {
+        self.next.map_or(&[][..], Routing::servers)
+    }
+
     /// While the pool has a next membership: `key`'s owner there when it is not `now` (its owner
     /// now), where a write of it goes too (a dual write). `None` without a next membership, or
     /// when the owner does not change.

@@ -607,3 +607,44 @@ async fn a_write_its_next_owner_refused_is_not_acknowledged_with_and_without_rep
         proxy.stop().await;
     }
 }
+
+/// A `flush_all` during a planned change reaches the server it adds too: the copies dual writes made
+/// there would otherwise come back at the cut-over, flushed keys read again.
+#[tokio::test]
+async fn memcached_flush_all_during_a_change_empties_the_added_server_too() {
+    let servers = memcacheds(4);
+    let (config, next, names) = one_added(&servers);
+    let proxy = RunningProxy::start(config.clone()).await;
+    let mut c = proxy.client().await;
+    let mut on_added = 0;
+    for i in 0..100 {
+        let key = format!("f:{i}");
+        c.check(
+            format!("set {key} 0 0 1\r\nv\r\n").as_bytes(),
+            b"STORED\r\n",
+        )
+        .await;
+        let (_, then) = owners(&config, &next, &key);
+        on_added += usize::from(then == names[3]);
+    }
+    assert!(on_added > 5, "{on_added}");
+    let mut added = Client::connect(&servers[3].addr).await;
+    added.send(b"stats\r\n").await;
+    let mut items = 0;
+    loop {
+        let line = added.read_line().await;
+        if let Some(n) = line.strip_prefix("STAT curr_items ") {
+            items = n.trim_end().parse::<usize>().unwrap();
+        }
+        if line == "END\r\n" {
+            break;
+        }
+    }
+    assert_eq!(items, on_added, "the dual writes' copies");
+    c.check(b"flush_all\r\n", b"OK\r\n").await;
+    for i in 0..100 {
+        let key = format!("f:{i}");
+        assert_eq!(first_line(&mut added, &key).await, "END\r\n", "{key}");
+    }
+    proxy.stop().await;
+}

@@ -124,7 +124,7 @@ pub(crate) enum Merge {
     /// A command of moved keys during a warm-up window (a one-key command, or `gets`/`gat`/`gats` of
     /// any number of keys): copy first, then apply (answered through [`Protocol::advance`]).
     WarmKeyed(WarmKeyed),
-    /// `flush_all` sent to every live server.
+    /// `flush_all` sent to every live server (and those a planned change adds).
     FlushAll {
         /// The client asked for no reply.
         noreply: bool,
@@ -486,10 +486,17 @@ impl Protocol for Memcache {
                 let noreply = *noreply;
                 hot_keys::flush(ctx);
                 let frame = req.to_forward();
-                let parts = ctx
-                    .live_servers()
-                    .iter()
-                    .map(|&server| Part {
+                // The servers a planned change adds too: the copies dual writes made there would
+                // otherwise come back at the cut-over.
+                let mut servers = ctx.live_servers().to_vec();
+                for &s in ctx.next_servers() {
+                    if !servers.contains(&s) {
+                        servers.push(s);
+                    }
+                }
+                let parts = servers
+                    .into_iter()
+                    .map(|server| Part {
                         placement: Placement::Current,
                         server,
                         frame: frame.clone(),
