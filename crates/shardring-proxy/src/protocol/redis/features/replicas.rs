@@ -13,6 +13,9 @@
 //!   `DEL`, `UNLINK` write each key on all of them, the owners' replies answering.
 //! - What needs one server connection (transactions, `WATCH`, blocking commands, pub/sub) uses the
 //!   keys' first live replica alone: a transaction is not replicated.
+//! - While a planned change moves a key (a next membership), its write goes to its owner next too
+//!   when that is not one of its replicas now, and is acknowledged only when the owner next took it
+//!   (`dual_writes.rs`).
 //!
 //! Replicas are independent servers, not Redis replication: a replica that missed writes (it was
 //! down) keeps what it had until the keys are written again.
