@@ -648,3 +648,51 @@ async fn memcached_flush_all_during_a_change_empties_the_added_server_too() {
     }
     proxy.stop().await;
 }
+
+/// An `EVALSHA` of a script that the server a change adds has not cached is refused there
+/// (`-NOSCRIPT`): the write is not acknowledged. One `EVAL` through the proxy loads it on both
+/// owners, and the `EVALSHA` then goes through.
+#[tokio::test]
+async fn redis_evalsha_of_a_script_the_next_owner_lacks_is_refused_until_an_eval_loads_it() {
+    let Some(rs) = (0..4)
+        .map(|_| RedisServer::start(&[]))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    let mut config = redis_pool(&rs[..3], "  hash: md5\n");
+    let next = redis_pool(&rs, "  hash: md5\n");
+    config.next = Some(NextMembership::of(&next));
+    let added = next.servers[3].display_name();
+    let script = "return redis.call('SET', KEYS[1], ARGV[1])";
+    // Cached on the servers of the pool now, before the change (as a client's earlier EVAL would).
+    let mut sha = String::new();
+    for s in &rs[..3] {
+        let reply = cmds(&mut direct(s).await, &["SCRIPT", "LOAD", script]).await;
+        sha = reply.lines().nth(1).unwrap().to_owned();
+    }
+    let key = (0..200)
+        .map(|i| format!("s:{i}"))
+        .find(|k| owners(&config, &next, k).1 == added)
+        .expect("a key that moves to the added server");
+    let proxy = RunningProxy::start(config.clone()).await;
+    let mut c = proxy.client().await;
+    let refused = cmds(&mut c, &["EVALSHA", &sha, "1", &key, "v1"]).await;
+    assert!(
+        refused.starts_with("-ERR the planned change's next owner") && refused.contains("NOSCRIPT"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        cmds(&mut c, &["EVAL", script, "1", &key, "v2"]).await,
+        "+OK\r\n"
+    );
+    assert_eq!(
+        cmds(&mut c, &["EVALSHA", &sha, "1", &key, "v3"]).await,
+        "+OK\r\n"
+    );
+    assert_eq!(
+        cmds(&mut direct(&rs[3]).await, &["GET", &key]).await,
+        "$2\r\nv3\r\n"
+    );
+    proxy.stop().await;
+}

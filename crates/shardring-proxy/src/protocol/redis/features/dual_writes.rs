@@ -37,13 +37,13 @@ use crate::protocol::{Answer, PartReply};
 
 /// How a dual write's replies read (`crate::protocol::planned`): an error reply whose code says the
 /// server would take no write like it now (out of memory, a replica, a cluster node that does not
-/// serve the slot or is down, loading, busy, persistence failing, a user without the right) refuses
-/// it; others (`-WRONGTYPE`, `-ERR value is not an integer`) depend on the value the next owner holds
-/// before the copy replaces it.
+/// serve the slot or is down, loading, busy, persistence failing, a user without the right, an
+/// `EVALSHA` of a script it has not cached) refuses it; others (`-WRONGTYPE`, `-ERR value is not an
+/// integer`) depend on the value the next owner holds before the copy replaces it.
 pub(crate) const ERRORS: planned::Errors = planned::Errors {
     is_error: |b| b.starts_with(b"-"),
     refuses: |b| {
-        const CODES: [&[u8]; 12] = [
+        const CODES: [&[u8]; 13] = [
             b"-OOM",
             b"-READONLY",
             b"-MOVED",
@@ -56,6 +56,7 @@ pub(crate) const ERRORS: planned::Errors = planned::Errors {
             b"-NOREPLICAS",
             b"-MISCONF",
             b"-NOPERM",
+            b"-NOSCRIPT",
         ];
         CODES
             .iter()
