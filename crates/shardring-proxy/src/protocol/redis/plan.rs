@@ -96,8 +96,9 @@ fn redirecting(step: Step<Redis>, reads: Option<&Redirects>) -> Step<Redis> {
         Step::Forward { server: None, .. } => Step::Answer(Answer::fixed(cluster::SLOT_NOT_SERVED)),
         Step::Exchange(mut round) => {
             let reads = reads.filter(|_| matches!(round.exchange, RedisMerge::Values { .. }));
-            let mut fallbacks = vec![None; round.parts.len()];
+            let mut fallbacks = Vec::new();
             if let Some(r) = reads {
+                fallbacks = vec![None; round.parts.len()];
                 for (part, fallback) in round.parts.iter_mut().zip(&mut fallbacks) {
                     let reader = r.reader(part.server);
                     if reader != part.server {
@@ -115,15 +116,10 @@ fn redirecting(step: Step<Redis>, reads: Option<&Redirects>) -> Step<Redis> {
 /// A cluster pool's round, its redirections followed; `fallbacks` the master of each part sent to
 /// a replica (none for the rounds after the first, and for writes).
 fn redirecting_round(round: Round<Redis>, fallbacks: &[Option<usize>]) -> Round<Redis> {
-    let sent = round
-        .parts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let fallback = fallbacks.get(i).copied().flatten();
-            (p.server, p.frame.clone(), p.kind, fallback)
-        })
-        .collect();
+    let sent = round.parts.iter().enumerate().map(|(i, p)| {
+        let fallback = fallbacks.get(i).copied().flatten();
+        (p.server, p.frame.clone(), p.kind, fallback)
+    });
     let state = Redirecting::many(round.exchange, sent);
     Round {
         parts: round.parts,
@@ -374,11 +370,12 @@ impl Redis {
                 follow_ups: Vec::new(),
             },
             cluster::Next::Merge(merge, replies) => {
-                let (replies, servers): (Vec<Reply>, Vec<String>) = replies.into_iter().unzip();
                 let parts = replies
                     .into_iter()
-                    .zip(&servers)
-                    .map(|(reply, server)| PartReply { reply, server })
+                    .map(|(reply, server)| PartReply {
+                        reply,
+                        server: redirects.addr(server),
+                    })
                     .collect();
                 match self.advance(merge, parts) {
                     Phase::Again(round) => Phase::Again(redirecting_round(round, &[])),

@@ -76,6 +76,11 @@ impl Redirects {
         })
     }
 
+    /// The address of server `server` (an index in the pool), for messages that name it.
+    pub(crate) fn addr(&self, server: usize) -> &str {
+        self.addrs.get(server).map_or("", String::as_str)
+    }
+
     /// Whether reads may go elsewhere than the slot's master (`--redis-cluster-reads`): the
     /// connections then say `READONLY` first.
     pub(crate) fn reads_from_replicas(&self) -> bool {
@@ -135,8 +140,8 @@ pub(crate) struct One<F> {
 pub(crate) struct Many<M> {
     merge: M,
     parts: Vec<Sent>,
-    /// Each part's reply once in, with its server's address.
-    replies: Vec<Option<(Reply, String)>>,
+    /// Each part's reply once in (its server is its part's: where it went last).
+    replies: Vec<Option<Reply>>,
     /// The parts the round in flight carries, in its order.
     waiting: Vec<usize>,
     hops: u8,
@@ -149,8 +154,9 @@ pub(crate) enum Next<F, M> {
     Resend(Vec<(usize, Bytes, Resp)>, Redirecting<F, M>),
     /// Every reply is final: a single server's, through its finish.
     Finish(F, Reply),
-    /// Every reply is final: the parts', in order, to the merge.
-    Merge(M, Vec<(Reply, String)>),
+    /// Every reply is final: the parts', in order, each with its server (an index in the pool:
+    /// [`Redirects::addr`] names it), to the merge.
+    Merge(M, Vec<(Reply, usize)>),
 }
 
 impl Sent {
@@ -300,13 +306,12 @@ impl<F, M> Redirecting<F, M> {
     /// falls back to), whose final replies go to `merge`.
     pub(crate) fn many(
         merge: M,
-        parts: Vec<(usize, Bytes, Resp, Option<usize>)>,
+        parts: impl ExactSizeIterator<Item = (usize, Bytes, Resp, Option<usize>)>,
     ) -> Redirecting<F, M> {
         let count = parts.len();
         Redirecting::Many(Box::new(Many {
             merge,
             parts: parts
-                .into_iter()
                 .map(|(server, frame, kind, fallback)| Sent {
                     fallback,
                     ..Sent::new(server, frame, kind)
@@ -368,7 +373,7 @@ impl<M> Many<M> {
                 Ok(false) => {}
                 Err(e) => reply = Err(e),
             }
-            self.replies[pos] = Some((reply, r.server.to_owned()));
+            self.replies[pos] = Some(reply);
         }
         if !again.is_empty() {
             self.hops += 1;
@@ -379,7 +384,8 @@ impl<M> Many<M> {
         let replies = self
             .replies
             .into_iter()
-            .map(|r| r.unwrap_or((Err(BackendError::NoServer), String::new())))
+            .zip(&self.parts)
+            .map(|(r, part)| (r.unwrap_or(Err(BackendError::NoServer)), part.server))
             .collect();
         Next::Merge(self.merge, replies)
     }
