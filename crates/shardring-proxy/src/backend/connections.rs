@@ -539,7 +539,9 @@ impl<P: Protocol> Connection<P> {
             }
             self.stats.server_connections.inc();
             if let Some(job) = first.take() {
-                self.enqueue(job, Instant::now());
+                // Checked for an ejection as a watching loop checks (without a breaker there is
+                // none to find): once per connection, not worth a branch.
+                self.enqueue::<BreakerWatch>(job, Instant::now());
             }
             // Without a breaker, a loop that never looks at one ([`Watch`]).
             let end = if self.ejections.is_some() {
@@ -854,10 +856,14 @@ impl<P: Protocol> Connection<P> {
         job.reply.send(Err(err.clone()));
     }
 
-    fn enqueue(&mut self, job: Job<P>, now: Instant) {
-        if let Some(ejected) = self.ejected_since(job.admitted) {
-            self.fail_job(job, &ejected);
-            return;
+    /// Buffers `job`'s frame for writing and puts it in flight; with a breaker (`W`), fails it
+    /// instead if the server was ejected since it was admitted.
+    fn enqueue<W: Watch>(&mut self, job: Job<P>, now: Instant) {
+        if W::ON {
+            if let Some(ejected) = self.ejected_since(job.admitted) {
+                self.fail_job(job, &ejected);
+                return;
+            }
         }
         self.stats.requests.inc();
         self.stats.request_bytes.add(job.frame.len() as u64);
@@ -949,7 +955,7 @@ impl<P: Protocol> Connection<P> {
                         }
                         Ok(n) => {
                             self.stats.response_bytes.add(n as u64);
-                            if let Err(err) = self.deliver() {
+                            if let Err(err) = self.deliver::<W>() {
                                 self.stats.server_err.inc();
                                 return End::Failed(err);
                             }
@@ -970,13 +976,13 @@ impl<P: Protocol> Connection<P> {
                     match job {
                         Some(job) => {
                             let now = Instant::now();
-                            self.enqueue(job, now);
+                            self.enqueue::<W>(job, now);
                             // Let the other ready tasks (clients woken in the same poll) queue their
                             // requests first, so one write carries many: an event loop's batching.
                             tokio::task::yield_now().await;
                             while self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER {
                                 match rx.try_recv() {
-                                    Some(job) => self.enqueue(job, now),
+                                    Some(job) => self.enqueue::<W>(job, now),
                                     None => break,
                                 }
                             }
@@ -1052,8 +1058,9 @@ impl<P: Protocol> Connection<P> {
         self.health.record_stall(&self.stats, waited);
     }
 
-    /// Frames every complete reply in the read buffer and hands each to its request.
-    fn deliver(&mut self) -> Result<(), BackendError> {
+    /// Frames every complete reply in the read buffer and hands each to its request; tells the
+    /// breaker, when there is one (`W`), how long each took.
+    fn deliver<W: Watch>(&mut self) -> Result<(), BackendError> {
         let mut now = None;
         while let Some(front) = self.in_flight.front() {
             match self
@@ -1072,7 +1079,9 @@ impl<P: Protocol> Connection<P> {
                     let now = *now.get_or_insert_with(Instant::now);
                     let latency = now.saturating_duration_since(f.queued);
                     self.stats.latency.observe(latency);
-                    if f.stalls == 0 {
+                    if !W::ON {
+                        self.health.record_answer();
+                    } else if f.stalls == 0 {
                         self.health.record_reply(&self.stats, latency);
                     }
                     f.reply.send(Ok(reply));
