@@ -50,8 +50,11 @@ struct Job<P: Protocol> {
     /// Where the reply goes.
     reply: ReplyTo,
     /// The circuit breaker's ejections when it was admitted ([`ServerHealth::admit`]): an ejection
-    /// after that fails it while it waits, as it fails the requests in flight.
-    admitted: u64,
+    /// after that fails it while it waits, as it fails the requests in flight. Their low 32 bits
+    /// ([`Connection::admitted_at`] has the rest): 8 bytes would make a memcached job 72 bytes
+    /// rather than 64, and every request moves its job through the queue, with or without a
+    /// breaker.
+    admitted: u32,
 }
 
 /// How a server's connections behave; from the pool's config.
@@ -328,7 +331,7 @@ impl<P: Protocol> Backend<P> {
         let client_id = to.client_id;
         let i = (client_id % queues.len() as u64) as usize;
         let admitted = match self.health.admit(&self.stats, &self.settings.addr) {
-            Ok(ejections) => ejections,
+            Ok(ejections) => ejections as u32,
             Err(refused) => {
                 reply.send(Err(refused));
                 return;
@@ -382,7 +385,7 @@ impl<P: Protocol> OwnConnection<P> {
     #[inline(never)]
     pub(crate) fn send_to(&self, frame: Bytes, kind: P::ReplyKind, reply: ReplyTo) {
         let admitted = match self.health.admit(&self.stats, &self.addr) {
-            Ok(ejections) => ejections,
+            Ok(ejections) => ejections as u32,
             Err(refused) => {
                 reply.send(Err(refused));
                 return;
@@ -487,7 +490,7 @@ impl<P: Protocol> Connection<P> {
                 }
             }
             try_now = false;
-            let waiting = first.as_ref().map(|job| job.admitted);
+            let waiting = first.as_ref().map(|job| self.admitted_at(job.admitted));
             let stream = match self.watched(waiting, self.connect()).await.and_then(|r| r) {
                 Ok(s) => s,
                 Err(err) => {
@@ -539,9 +542,16 @@ impl<P: Protocol> Connection<P> {
             }
             self.stats.server_connections.inc();
             if let Some(job) = first.take() {
-                self.enqueue(job, Instant::now());
+                // Checked for an ejection as a watching loop checks (without a breaker there is
+                // none to find): once per connection, not worth a branch.
+                self.enqueue::<BreakerWatch>(job, Instant::now());
             }
-            let end = self.serve(stream, &mut rx).await;
+            // Without a breaker, a loop that never looks at one ([`Watch`]).
+            let end = if self.ejections.is_some() {
+                self.serve::<BreakerWatch>(stream, &mut rx).await
+            } else {
+                self.serve::<NoWatch>(stream, &mut rx).await
+            };
             self.stats.server_connections.dec();
             self.rbuf.clear();
             self.wbuf.clear();
@@ -849,11 +859,20 @@ impl<P: Protocol> Connection<P> {
         job.reply.send(Err(err.clone()));
     }
 
-    fn enqueue(&mut self, job: Job<P>, now: Instant) {
-        if let Some(ejected) = self.ejected_since(job.admitted) {
-            self.fail_job(job, &ejected);
-            return;
-        }
+    /// Buffers `job`'s frame for writing and puts it in flight; with a breaker (`W`), fails it
+    /// instead if the server was ejected since it was admitted.
+    fn enqueue<W: Watch>(&mut self, job: Job<P>, now: Instant) {
+        let admitted = if W::ON {
+            let admitted = self.admitted_at(job.admitted);
+            if let Some(ejected) = self.ejected_since(admitted) {
+                self.fail_job(job, &ejected);
+                return;
+            }
+            admitted
+        } else {
+            // No breaker, no ejections: never read.
+            0
+        };
         self.stats.requests.inc();
         self.stats.request_bytes.add(job.frame.len() as u64);
         self.wbuf.extend_from_slice(&job.frame);
@@ -863,8 +882,16 @@ impl<P: Protocol> Connection<P> {
             reply: job.reply,
             queued: now,
             stalls: 0,
-            admitted: job.admitted,
+            admitted,
         });
+    }
+
+    /// The full ejection count a job was admitted at, from its low 32 bits ([`Job::admitted`]):
+    /// the count only grows, and a job waits in its queue for far fewer than 2³² ejections, so it
+    /// is the count now less how far the low bits moved since.
+    fn admitted_at(&self, low: u32) -> u64 {
+        let now = self.health.ejections_now();
+        now.wrapping_sub(u64::from((now as u32).wrapping_sub(low)))
     }
 
     /// The breaker's error for a request admitted at `admitted` ejections, when the server has been
@@ -885,26 +912,28 @@ impl<P: Protocol> Connection<P> {
         }
     }
 
-    async fn serve(&mut self, stream: ServerStream, rx: &mut Receiver<Job<P>>) -> End {
+    /// Serves the clients' requests on `stream` ([`Connection::serve_halves`]), `W` watching for
+    /// the circuit breaker.
+    async fn serve<W: Watch>(&mut self, stream: ServerStream, rx: &mut Receiver<Job<P>>) -> End {
         match stream {
             ServerStream::Tcp(mut s) => {
                 let (rd, wr) = s.split();
-                self.serve_halves(rd, wr, rx).await
+                self.serve_halves::<W>(rd, wr, rx).await
             }
             ServerStream::Unix(mut s) => {
                 let (rd, wr) = s.split();
-                self.serve_halves(rd, wr, rx).await
+                self.serve_halves::<W>(rd, wr, rx).await
             }
             ServerStream::Tls(s) => {
                 let (rd, wr) = tokio::io::split(*s);
-                self.serve_halves(rd, wr, rx).await
+                self.serve_halves::<W>(rd, wr, rx).await
             }
         }
     }
 
     /// Writes queued requests and frames replies until the connection fails or every queue is dropped
-    /// and every reply is in.
-    async fn serve_halves(
+    /// and every reply is in; `W` watches for the circuit breaker, or not at all.
+    async fn serve_halves<W: Watch>(
         &mut self,
         mut rd: impl AsyncRead + Unpin,
         mut wr: impl AsyncWrite + Unpin,
@@ -920,9 +949,9 @@ impl<P: Protocol> Connection<P> {
                 (Some(t), Some(f)) if f.timed => Some(f.queued + t),
                 _ => None,
             };
-            // The circuit breaker's watch over what is in flight, only when there is one: without a
-            // breaker the loop costs what it did before breakers existed.
-            let watching = self.ejections.is_some() && !self.in_flight.is_empty();
+            // The circuit breaker's watch over what is in flight, only when there is one (`W::ON` is
+            // a constant: without a breaker none of this is in the loop).
+            let watching = W::ON && !self.in_flight.is_empty();
             let (oldest, stall) = if watching {
                 (
                     self.in_flight.front().map_or(u64::MAX, |f| f.admitted),
@@ -942,7 +971,7 @@ impl<P: Protocol> Connection<P> {
                         }
                         Ok(n) => {
                             self.stats.response_bytes.add(n as u64);
-                            if let Err(err) = self.deliver() {
+                            if let Err(err) = self.deliver::<W>() {
                                 self.stats.server_err.inc();
                                 return End::Failed(err);
                             }
@@ -963,13 +992,13 @@ impl<P: Protocol> Connection<P> {
                     match job {
                         Some(job) => {
                             let now = Instant::now();
-                            self.enqueue(job, now);
+                            self.enqueue::<W>(job, now);
                             // Let the other ready tasks (clients woken in the same poll) queue their
                             // requests first, so one write carries many: an event loop's batching.
                             tokio::task::yield_now().await;
                             while self.in_flight.len() < MAX_IN_FLIGHT && self.wbuf.len() < MAX_WRITE_BUFFER {
                                 match rx.try_recv() {
-                                    Some(job) => self.enqueue(job, now),
+                                    Some(job) => self.enqueue::<W>(job, now),
                                     None => break,
                                 }
                             }
@@ -984,14 +1013,11 @@ impl<P: Protocol> Connection<P> {
                     self.stats.server_timedout.inc();
                     return End::Failed(BackendError::Timeout { addr });
                 }
-                // `None` without a breaker: a tag, not a future to build and drop on every turn.
-                event = futures_util::future::OptionFuture::from(
-                    watching.then(|| breaker_watch(self.ejections.as_mut(), oldest, stall)),
-                ), if watching => {
+                // Without a breaker (`NoWatch`) a future of no size that is never polled.
+                event = W::watch(self.ejections.as_mut(), oldest, stall), if watching => {
                     match event {
-                        Some(BreakerEvent::Ejected(why)) => return End::Failed(self.ejected_error(&why)),
-                        Some(BreakerEvent::Stall(i)) => self.report_stall(i),
-                        None => {}
+                        BreakerEvent::Ejected(why) => return End::Failed(self.ejected_error(&why)),
+                        BreakerEvent::Stall(i) => self.report_stall(i),
                     }
                 }
             }
@@ -1048,8 +1074,9 @@ impl<P: Protocol> Connection<P> {
         self.health.record_stall(&self.stats, waited);
     }
 
-    /// Frames every complete reply in the read buffer and hands each to its request.
-    fn deliver(&mut self) -> Result<(), BackendError> {
+    /// Frames every complete reply in the read buffer and hands each to its request; tells the
+    /// breaker, when there is one (`W`), how long each took.
+    fn deliver<W: Watch>(&mut self) -> Result<(), BackendError> {
         let mut now = None;
         while let Some(front) = self.in_flight.front() {
             match self
@@ -1068,7 +1095,9 @@ impl<P: Protocol> Connection<P> {
                     let now = *now.get_or_insert_with(Instant::now);
                     let latency = now.saturating_duration_since(f.queued);
                     self.stats.latency.observe(latency);
-                    if f.stalls == 0 {
+                    if !W::ON {
+                        self.health.record_answer();
+                    } else if f.stalls == 0 {
                         self.health.record_reply(&self.stats, latency);
                     }
                     f.reply.send(Ok(reply));
@@ -1103,6 +1132,54 @@ async fn ejected_after(
         }
     }
     std::future::pending().await
+}
+
+/// What a connection's loop watches besides its socket, its queue and its timeout: the circuit
+/// breaker ([`BreakerWatch`]), or nothing ([`NoWatch`]). A type rather than a flag because a
+/// `select!` builds and drops every branch's future on each turn, even a disabled one: with
+/// [`NoWatch`] that future has no size and no drop, and the branch's precondition is a constant, so
+/// a server without a breaker pays for the branch little more than the select's check of it
+/// (`scripts/proxy-instructions`: about 60 instructions less per request than an `OptionFuture`).
+trait Watch {
+    /// Whether there is anything to watch.
+    const ON: bool;
+
+    /// The watch for one turn of the loop ([`breaker_watch`]'s arguments).
+    fn watch(
+        ejections: Option<&mut tokio::sync::watch::Receiver<(u64, Arc<str>)>>,
+        admitted: u64,
+        stall: Option<(usize, Instant)>,
+    ) -> impl std::future::Future<Output = BreakerEvent> + Send;
+}
+
+/// The loop of a server without a circuit breaker: nothing to watch.
+struct NoWatch;
+
+impl Watch for NoWatch {
+    const ON: bool = false;
+
+    fn watch(
+        _: Option<&mut tokio::sync::watch::Receiver<(u64, Arc<str>)>>,
+        _: u64,
+        _: Option<(usize, Instant)>,
+    ) -> impl std::future::Future<Output = BreakerEvent> + Send {
+        std::future::pending()
+    }
+}
+
+/// The loop of a server with a circuit breaker: its ejections and the stalls of what is in flight.
+struct BreakerWatch;
+
+impl Watch for BreakerWatch {
+    const ON: bool = true;
+
+    fn watch(
+        ejections: Option<&mut tokio::sync::watch::Receiver<(u64, Arc<str>)>>,
+        admitted: u64,
+        stall: Option<(usize, Instant)>,
+    ) -> impl std::future::Future<Output = BreakerEvent> + Send {
+        breaker_watch(ejections, admitted, stall)
+    }
 }
 
 /// What the circuit breaker's watch over a connection's requests in flight saw first.

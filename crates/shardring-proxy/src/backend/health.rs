@@ -129,11 +129,20 @@ impl ServerHealth {
     /// A reply arrived `latency` after its request was written.
     #[inline]
     pub(crate) fn record_reply(&self, stats: &ServerStats, latency: Duration) {
-        if self.failures.load(Ordering::Relaxed) != 0 {
-            self.failures.store(0, Ordering::Relaxed);
-        }
+        self.record_answer();
         if let Some(b) = &self.breaker {
             b.reply(stats, &self.pool_stats.name, latency);
+        }
+    }
+
+    /// A reply arrived: the server's failures in a row are over. All a reply changes for a server
+    /// without a circuit breaker, whose connections call this rather than
+    /// [`ServerHealth::record_reply`] (their loop knows there is no breaker, and spares every reply
+    /// the check).
+    #[inline]
+    pub(crate) fn record_answer(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
         }
     }
 
