@@ -267,6 +267,10 @@ impl DualCas {
 /// `finish`, wrapped so that the reply invalidates the hot-key cache again when the key's write
 /// invalidated it now.
 fn invalidating(req: &Request, key: &Range<usize>, finish: Finish, ctx: &Placer<'_>) -> Finish {
+    // Most pools have no hot-key detection: their writes skip the routing key's reading.
+    if ctx.hot.is_none() {
+        return finish;
+    }
     match req.with_routing_key(key, |k| hot_keys::write(k, ctx)) {
         Some(invalidate) => Finish::Invalidate(invalidate, Box::new(finish)),
         None => finish,
@@ -621,6 +625,8 @@ impl Memcache {
     }
 
     /// [`Memcache::forward_keyed`] once the key's route is known and split keys are seen to.
+    /// Inlined: out of line, every keyed request pays a call and a copy of its route.
+    #[inline(always)]
     fn forward_routed(
         &self,
         req: &Request,
