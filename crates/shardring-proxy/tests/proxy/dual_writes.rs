@@ -696,3 +696,49 @@ async fn redis_evalsha_of_a_script_the_next_owner_lacks_is_refused_until_an_eval
     );
     proxy.stop().await;
 }
+
+/// A `cas` of a moving key in a pool with replicas reaches its owner next as the value it stored:
+/// its unique is the owner's, which the owner next does not share, so it goes on as a `set` once
+/// stored (as without replicas).
+#[tokio::test]
+async fn memcached_cas_of_a_moving_key_with_replicas_reaches_its_next_owner() {
+    let servers = memcacheds(4);
+    let (mut config, next, names) = one_added(&servers);
+    config.remedies.replicas = 2;
+    let proxy = RunningProxy::start(config.clone()).await;
+    let mut c = proxy.client().await;
+    let mut added = Client::connect(&servers[3].addr).await;
+    let mut moving = 0;
+    for i in 0..100 {
+        let key = format!("cas:{i}");
+        if owners(&config, &next, &key).1 != names[3] {
+            continue;
+        }
+        moving += 1;
+        c.check(
+            format!("set {key} 0 0 2\r\nv1\r\n").as_bytes(),
+            b"STORED\r\n",
+        )
+        .await;
+        c.send(format!("gets {key}\r\n").as_bytes()).await;
+        let line = c.read_line().await;
+        let unique = line.trim_end().rsplit(' ').next().unwrap().to_owned();
+        c.read_n(4).await;
+        assert_eq!(c.read_line().await, "END\r\n");
+        c.check(
+            format!("cas {key} 0 0 2 {unique}\r\nv2\r\n").as_bytes(),
+            b"STORED\r\n",
+        )
+        .await;
+        added.send(format!("get {key}\r\n").as_bytes()).await;
+        assert_eq!(
+            added.read_line().await,
+            format!("VALUE {key} 0 2\r\n"),
+            "{key}"
+        );
+        assert_eq!(added.read_line().await, "v2\r\n", "{key} on its next owner");
+        assert_eq!(added.read_line().await, "END\r\n");
+    }
+    assert!(moving > 5, "{moving}");
+    proxy.stop().await;
+}

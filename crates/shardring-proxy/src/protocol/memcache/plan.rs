@@ -228,15 +228,28 @@ pub(crate) struct DualCas {
     owner: Option<Reply>,
     /// Where dual writes and their disagreements are counted.
     stats: Arc<PoolStats>,
+    /// The first round went to every live replica (`--replicas`): its reply is the one a replicated
+    /// write answers with.
+    replicated: bool,
 }
 
 impl DualCas {
     /// After the owner's reply: the `set` to the next owner when it stored the value, else the
     /// answer; after the next owner's reply, the owner's answer.
-    fn advance(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+    fn advance(mut self, mut replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
         match self.owner.take() {
             None => {
-                let reply = first_reply(replies);
+                let reply = if self.replicated {
+                    let (chosen, disagree) = replicas::chosen(&replies);
+                    if disagree {
+                        self.stats.replica_disagreements.inc();
+                    }
+                    chosen.map_or(Err(BackendError::NoServer), |i| {
+                        replies.swap_remove(i).reply
+                    })
+                } else {
+                    first_reply(replies)
+                };
                 if !dual_writes::cas_stored(&reply) {
                     return done(Memcache::finish(self.finish, reply));
                 }
@@ -659,11 +672,29 @@ impl Memcache {
     ) -> Step<Memcache> {
         let finish = if replicas::is_write(&req.command) {
             if let Some(mut servers) = replicas::write_servers(&mut route) {
-                let next = route.next.filter(|n| !servers.contains(n)).map(|n| {
+                let (frame, kind) = (req.to_forward(), req.command.response_kind());
+                let moving = route.next.filter(|n| !servers.contains(n));
+                // A `cas` of a moving key: to the replicas, then as a `set` to the owner next once
+                // stored (its unique is the owner's, which the owner next does not share).
+                if let (Some(next), Some(set)) = (moving, dual_writes::cas_as_set(&frame)) {
+                    let parts = servers
+                        .into_iter()
+                        .map(|server| current_part(server, frame.clone(), kind))
+                        .collect();
+                    let cas = DualCas {
+                        next,
+                        set,
+                        finish,
+                        owner: None,
+                        stats: Arc::clone(ctx.stats),
+                        replicated: true,
+                    };
+                    return Step::Exchange(Round::new(parts, Merge::DualCas(cas)));
+                }
+                let next = moving.map(|n| {
                     servers.push(n);
                     servers.len() - 1
                 });
-                let (frame, kind) = (req.to_forward(), req.command.response_kind());
                 let parts = servers
                     .into_iter()
                     .map(|server| current_part(server, frame.clone(), kind))
@@ -684,6 +715,7 @@ impl Memcache {
                         finish,
                         owner: None,
                         stats: Arc::clone(ctx.stats),
+                        replicated: false,
                     };
                     let part = current_part(now, frame, kind);
                     return Step::Exchange(Round::new(vec![part], Merge::DualCas(cas)));

@@ -18,7 +18,8 @@
 //!   it has no copy of yet answers `NOT_STORED`/`NOT_FOUND`: expected before the copy, and why the
 //!   copy checks the key's CAS after writing it).
 //! - With replicas, the next owner is added to the key's replica list when it is not on it, and the
-//!   write is acknowledged only when it took it, as above.
+//!   write is acknowledged only when it took it, as above; a classic `cas` goes to the replicas, then
+//!   on to the next owner as a `set` once stored (see [`cas_as_set`]).
 
 use bytes::{Bytes, BytesMut};
 
