@@ -56,8 +56,8 @@ pub struct Args {
     /// gives a key at most the servers after its replicas, and a merged key's copies are deleted
     /// from there, its replicas left alone.
     #[arg(long, default_value_t = 1, value_name = "R",
-          value_parser = clap::value_parser!(u64).range(1..))]
-    replicas: u64,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    replicas: usize,
     /// The pool's YAML file, as the proxies read it: with it, a key merged back has its copies
     /// deleted from their servers once no proxy reads them (without it they stay until evicted,
     /// expired or overwritten; a later split of the key deletes them before reading them).
@@ -151,7 +151,7 @@ async fn split(args: Args) -> Result<()> {
         } => loop {
             let load = Load::measure(&args, hot_keys_from).await?;
             let split = read_file(&args)?;
-            let target = plan_auto(&load, &split, *copy_load, replicas(&args));
+            let target = plan_auto(&load, &split, *copy_load, args.replicas);
             if !target.is_empty() {
                 transition(&args, &target).await?;
                 for (k, c) in &target {
@@ -232,14 +232,9 @@ async fn transition(args: &Args, target: &Target) -> Result<()> {
         .map(|(k, s)| (k, s.copies))
         .collect();
     if let (Some(path), false) = (&args.config, merged.is_empty()) {
-        delete_copies(path, &args.pool, replicas(args), &merged).await?;
+        delete_copies(path, &args.pool, args.replicas, &merged).await?;
     }
     Ok(())
-}
-
-/// `--replicas`, as a count.
-fn replicas(args: &Args) -> usize {
-    usize::try_from(args.replicas).unwrap_or(usize::MAX)
 }
 
 /// Deletes the copies of `merged` keys (each with the servers it had) from their servers (those

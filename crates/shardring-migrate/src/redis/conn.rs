@@ -133,11 +133,6 @@ impl Conn {
         Ok(conn)
     }
 
-    /// Whether the server is a Redis Cluster node (its keys must be sent one slot a command).
-    pub fn is_cluster_node(&self) -> bool {
-        self.cluster
-    }
-
     /// The indexes of `keys` in groups that one command may name together: every key in one group
     /// on a standalone server, one group a hash slot on a cluster node (each group in the order of
     /// its first key).

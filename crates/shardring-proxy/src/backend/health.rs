@@ -31,6 +31,9 @@ use tokio::sync::Notify;
 use crate::metrics::{unix_time, PoolStats, ServerStats};
 use crate::protocol::Protocol;
 
+/// A server's breaker ejections as its connections watch them: how many so far, and why the last.
+pub(crate) type Ejections = tokio::sync::watch::Receiver<(u64, Arc<str>)>;
+
 /// When to eject a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct EjectPolicy {
@@ -154,7 +157,7 @@ impl ServerHealth {
 
     /// The breaker's ejections, when the server has one: its connections fail what they have in
     /// flight when it is ejected.
-    pub(crate) fn ejections(&self) -> Option<tokio::sync::watch::Receiver<(u64, Arc<str>)>> {
+    pub(crate) fn ejections(&self) -> Option<Ejections> {
         self.breaker.as_ref().map(Breaker::ejections)
     }
 

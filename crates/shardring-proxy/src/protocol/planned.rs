@@ -29,14 +29,38 @@ pub(crate) fn not_taken(
     next: &PartReply<'_>,
     errors: &Errors,
 ) -> Option<BackendError> {
-    match (now, &next.reply) {
-        (_, Err(e)) => Some(e.clone()),
-        (Ok(a), Ok(b)) if (errors.refuses)(b) && !(errors.is_error)(a) => {
-            Some(BackendError::NextRefused {
-                addr: next.server.to_owned(),
-                reply: String::from_utf8_lossy(b.trim_ascii_end()).into_owned(),
-            })
-        }
+    match now {
+        Ok(a) if !(errors.is_error)(a) => next_failure(next, errors),
+        // The owner now's error is the answer; only the next owner's own failure replaces it.
+        _ => next.reply.as_ref().err().cloned(),
+    }
+}
+
+/// Whether the next owner did not take a write the owner now took: its failure, or its refusal
+/// for its server's state, as the failure to answer with. For a write whose owners' parts answer
+/// apart (a split write's next parts).
+pub(crate) fn next_failure(next: &PartReply<'_>, errors: &Errors) -> Option<BackendError> {
+    match &next.reply {
+        Err(e) => Some(e.clone()),
+        Ok(b) if (errors.refuses)(b) => Some(BackendError::NextRefused {
+            addr: next.server.to_owned(),
+            reply: String::from_utf8_lossy(b.trim_ascii_end()).into_owned(),
+        }),
+        Ok(_) => None,
+    }
+}
+
+/// [`not_taken`] for a replicated write whose part `next` (an index among `replies`) went to the
+/// owner next, against the reply `chosen` to answer with; `None` when no part went there, or the
+/// chosen reply is its own.
+pub(crate) fn replicated_not_taken(
+    replies: &[PartReply<'_>],
+    chosen: Option<usize>,
+    next: Option<usize>,
+    errors: &Errors,
+) -> Option<BackendError> {
+    match (chosen, next) {
+        (Some(i), Some(n)) if i != n => not_taken(&replies.get(i)?.reply, replies.get(n)?, errors),
         _ => None,
     }
 }
@@ -83,5 +107,14 @@ mod tests {
         let wrongtype = part(Ok(Bytes::from_static(b"-WRONGTYPE\r\n")));
         assert!(not_taken(&ok, &wrongtype, &ERRORS).is_none());
         assert!(not_taken(&ok, &part(ok.clone()), &ERRORS).is_none());
+        // A replicated write: the part sent to the owner next is the last; the chosen reply the
+        // owner's, or the next owner's own when every replica failed.
+        let replicated = [part(ok.clone()), part(ok.clone()), oom];
+        assert!(replicated_not_taken(&replicated, Some(0), Some(2), &ERRORS).is_some());
+        assert!(replicated_not_taken(&replicated, Some(2), Some(2), &ERRORS).is_none());
+        assert!(replicated_not_taken(&replicated, Some(0), None, &ERRORS).is_none());
+        // A split write's next part, read alone.
+        assert!(next_failure(&replicated[2], &ERRORS).is_some());
+        assert!(next_failure(&replicated[0], &ERRORS).is_none());
     }
 }

@@ -204,14 +204,10 @@ impl SplitSet {
         let &k = self.index.get(key)?;
         let count = self.keys[k].copies;
         let replicas = replicas.max(1);
-        let mut walk = Vec::with_capacity(replicas + count - 1);
-        full.replicas_into(key, replicas + count - 1, &mut walk);
-        let mut copies: Vec<usize> = walk
-            .iter()
-            .skip(replicas)
-            .copied()
-            .filter(|&s| s != owner && live.is_live(s))
-            .collect();
+        let mut copies = Vec::with_capacity(replicas + count - 1);
+        full.replicas_into(key, replicas + count - 1, &mut copies);
+        copies.drain(..replicas.min(copies.len()));
+        copies.retain(|&s| s != owner && live.is_live(s));
         copies.truncate(count - 1);
         Some(Box::new(SplitRoute {
             copies,

@@ -40,6 +40,32 @@ fn one_added(servers: &[test_support::Memcached]) -> (PoolConfig, PoolConfig, Ve
     (config, next, names)
 }
 
+/// Which way a test's planned change goes: one server added or removed.
+#[derive(Clone, Copy)]
+enum Change {
+    /// The pool is the first three servers; next, all four.
+    Added,
+    /// The pool is all four; next, the first three.
+    Removed,
+}
+
+/// Four redis-servers, and a pool of them whose next membership is `change`, md5-hashed (it spreads
+/// these similar keys evenly over so few servers, whatever their ports): the servers, the pool, and
+/// its next membership. `None` when redis-server is not installed.
+fn redis_change(change: Change) -> Option<(Vec<RedisServer>, PoolConfig, PoolConfig)> {
+    let servers = (0..4)
+        .map(|_| RedisServer::start(&[]))
+        .collect::<Option<Vec<_>>>()?;
+    let (now, next) = match change {
+        Change::Added => (&servers[..3], &servers[..]),
+        Change::Removed => (&servers[..], &servers[..3]),
+    };
+    let mut config = redis_pool(now, "  hash: md5\n");
+    let next = redis_pool(next, "  hash: md5\n");
+    config.next = Some(NextMembership::of(&next));
+    Some((servers, config, next))
+}
+
 /// A client straight to each of `servers`.
 async fn direct_clients(servers: &[test_support::Memcached]) -> Vec<Client> {
     let mut clients = Vec::new();
@@ -177,17 +203,9 @@ async fn memcached_without_a_next_membership_or_with_an_equal_one_writes_once() 
 
 #[tokio::test]
 async fn redis_writes_of_moving_keys_reach_both_owners_split_writes_too() {
-    let Some(servers) = (0..4)
-        .map(|_| RedisServer::start(&[]))
-        .collect::<Option<Vec<_>>>()
-    else {
+    let Some((servers, config, next)) = redis_change(Change::Removed) else {
         return;
     };
-    // Now: all four; next: the last one removed.
-    // md5 spreads these similar keys evenly over so few servers, whatever their ports.
-    let mut config = redis_pool(&servers, "  hash: md5\n");
-    let next = redis_pool(&servers[..3], "  hash: md5\n");
-    config.next = Some(NextMembership::of(&next));
     let names: Vec<String> = config.servers.iter().map(|s| s.display_name()).collect();
     let proxy = RunningProxy::start(config.clone()).await;
     let mut c = proxy.client().await;
@@ -294,15 +312,9 @@ async fn a_write_its_next_owner_did_not_take_is_not_acknowledged() {
     proxy.stop().await;
 
     // Redis: the same for a one-key write and a split one.
-    let Some(mut rs) = (0..4)
-        .map(|_| RedisServer::start(&[]))
-        .collect::<Option<Vec<_>>>()
-    else {
+    let Some((mut rs, config, next)) = redis_change(Change::Added) else {
         return;
     };
-    let mut config = redis_pool(&rs[..3], "  hash: md5\n");
-    let next = redis_pool(&rs, "  hash: md5\n");
-    config.next = Some(NextMembership::of(&next));
     let added = next.servers[3].display_name();
     let proxy = RunningProxy::start(config.clone()).await;
     rs[3].kill();
@@ -330,15 +342,9 @@ async fn a_write_its_next_owner_did_not_take_is_not_acknowledged() {
 /// the cut-over), and the same commands on keys that stay are served.
 #[tokio::test]
 async fn a_transaction_or_blocking_pop_of_a_moving_key_is_refused_during_a_change() {
-    let Some(rs) = (0..4)
-        .map(|_| RedisServer::start(&[]))
-        .collect::<Option<Vec<_>>>()
-    else {
+    let Some((_rs, config, next)) = redis_change(Change::Removed) else {
         return;
     };
-    let mut config = redis_pool(&rs, "  hash: md5\n");
-    let next = redis_pool(&rs[..3], "  hash: md5\n");
-    config.next = Some(NextMembership::of(&next));
     let proxy = RunningProxy::start(config.clone()).await;
     let mut c = proxy.client().await;
     let (mut moving, mut staying) = (None, None);
@@ -377,15 +383,9 @@ async fn a_transaction_or_blocking_pop_of_a_moving_key_is_refused_during_a_chang
 /// during the change; keys that stay together are served.
 #[tokio::test]
 async fn a_write_whose_keys_a_change_moves_apart_is_refused_during_it() {
-    let Some(rs) = (0..4)
-        .map(|_| RedisServer::start(&[]))
-        .collect::<Option<Vec<_>>>()
-    else {
+    let Some((_rs, config, next)) = redis_change(Change::Removed) else {
         return;
     };
-    let mut config = redis_pool(&rs, "  hash: md5\n");
-    let next = redis_pool(&rs[..3], "  hash: md5\n");
-    config.next = Some(NextMembership::of(&next));
     let proxy = RunningProxy::start(config.clone()).await;
     let mut c = proxy.client().await;
     // Two keys on one server now, whose owners next differ (one moves, one stays there).
@@ -544,16 +544,10 @@ async fn a_write_its_next_owner_refused_is_not_acknowledged_with_and_without_rep
     }
 
     for replicas in [1, 2] {
-        let Some(rs) = (0..4)
-            .map(|_| RedisServer::start(&[]))
-            .collect::<Option<Vec<_>>>()
-        else {
+        let Some((rs, mut config, next)) = redis_change(Change::Added) else {
             return;
         };
-        let mut config = redis_pool(&rs[..3], "  hash: md5\n");
         config.remedies.replicas = replicas;
-        let next = redis_pool(&rs, "  hash: md5\n");
-        config.next = Some(NextMembership::of(&next));
         let added = next.servers[3].display_name();
         let proxy = RunningProxy::start(config.clone()).await;
         let mut c = proxy.client().await;
@@ -654,15 +648,9 @@ async fn memcached_flush_all_during_a_change_empties_the_added_server_too() {
 /// owners, and the `EVALSHA` then goes through.
 #[tokio::test]
 async fn redis_evalsha_of_a_script_the_next_owner_lacks_is_refused_until_an_eval_loads_it() {
-    let Some(rs) = (0..4)
-        .map(|_| RedisServer::start(&[]))
-        .collect::<Option<Vec<_>>>()
-    else {
+    let Some((rs, config, next)) = redis_change(Change::Added) else {
         return;
     };
-    let mut config = redis_pool(&rs[..3], "  hash: md5\n");
-    let next = redis_pool(&rs, "  hash: md5\n");
-    config.next = Some(NextMembership::of(&next));
     let added = next.servers[3].display_name();
     let script = "return redis.call('SET', KEYS[1], ARGV[1])";
     // Cached on the servers of the pool now, before the change (as a client's earlier EVAL would).

@@ -29,7 +29,7 @@ use super::request::{Command, GetKind, Limits, MetaKind, Request, StatsRequest};
 use super::response::{is_error_reply, status_code, ResponseKind, ValueBlocks};
 use crate::config::{MemcacheConfig, PoolConfig};
 use crate::error::{BackendError, ProxyError};
-use crate::protocol::planned::not_taken;
+use crate::protocol::planned::{not_taken, replicated_not_taken};
 use crate::protocol::replicated::Untried;
 use crate::protocol::route::{Placer, Remedies, Route};
 use crate::split::{SplitRead, SplitRoute};
@@ -160,24 +160,31 @@ impl ReplicatedWrite {
     /// The first reply that is not a server failure (else the first reply), finished as the client
     /// asked; replies whose status differs are counted as a disagreement. Not acknowledged when the
     /// next owner did not take it.
-    fn merge(self, mut replies: Vec<PartReply<'_>>) -> Answer {
-        let (chosen, disagree) = replicas::chosen(&replies);
-        if disagree {
-            self.stats.replica_disagreements.inc();
-        }
+    fn merge(self, replies: Vec<PartReply<'_>>) -> Answer {
+        let chosen = ReplicatedWrite::choose(&replies, &self.stats);
         // Before the chosen reply is taken out (which moves the last part's into its place).
-        let refused = match (self.next, chosen) {
-            (Some(n), Some(i)) if i != n => replies
-                .get(n)
-                .and_then(|next| not_taken(&replies[i].reply, next, &dual_writes::ERRORS)),
-            _ => None,
-        };
-        let reply = match (refused, chosen) {
-            (Some(e), _) => Err(e),
-            (None, Some(i)) => replies.swap_remove(i).reply,
-            (None, None) => Err(BackendError::NoServer),
+        let reply = match replicated_not_taken(&replies, chosen, self.next, &dual_writes::ERRORS) {
+            Some(e) => Err(e),
+            None => ReplicatedWrite::take(replies, chosen),
         };
         Memcache::finish(self.finish, reply)
+    }
+
+    /// Which reply a replicated write answers with ([`replicas::chosen`]); a disagreement of the
+    /// replicas counted.
+    fn choose(replies: &[PartReply<'_>], stats: &PoolStats) -> Option<usize> {
+        let (chosen, disagree) = replicas::chosen(replies);
+        if disagree {
+            stats.replica_disagreements.inc();
+        }
+        chosen
+    }
+
+    /// The chosen reply, out of `replies`.
+    fn take(mut replies: Vec<PartReply<'_>>, chosen: Option<usize>) -> Reply {
+        chosen.map_or(Err(BackendError::NoServer), |i| {
+            replies.swap_remove(i).reply
+        })
     }
 }
 
@@ -236,17 +243,12 @@ pub(crate) struct DualCas {
 impl DualCas {
     /// After the owner's reply: the `set` to the next owner when it stored the value, else the
     /// answer; after the next owner's reply, the owner's answer.
-    fn advance(mut self, mut replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
+    fn advance(mut self, replies: Vec<PartReply<'_>>) -> Phase<Memcache> {
         match self.owner.take() {
             None => {
                 let reply = if self.replicated {
-                    let (chosen, disagree) = replicas::chosen(&replies);
-                    if disagree {
-                        self.stats.replica_disagreements.inc();
-                    }
-                    chosen.map_or(Err(BackendError::NoServer), |i| {
-                        replies.swap_remove(i).reply
-                    })
+                    let chosen = ReplicatedWrite::choose(&replies, &self.stats);
+                    ReplicatedWrite::take(replies, chosen)
                 } else {
                     first_reply(replies)
                 };
@@ -259,17 +261,14 @@ impl DualCas {
             }
             Some(owner) => {
                 self.stats.dual_writes.inc();
-                let stored = matches!(replies.first(), Some(r) if matches!(&r.reply, Ok(b) if &b[..] == b"STORED\r\n"));
-                if !stored {
+                let next = replies.first();
+                if !matches!(next.map(|r| &r.reply), Some(Ok(b)) if &b[..] == b"STORED\r\n") {
                     self.stats.dual_write_disagreements.inc();
                 }
                 // Not acknowledged unless the next owner took it (see `DualWrite::merge`).
-                let answer = match replies.first() {
+                let answer = match next {
                     None => Err(BackendError::NoServer),
-                    Some(next) => match not_taken(&owner, next, &dual_writes::ERRORS) {
-                        Some(e) => Err(e),
-                        None => owner,
-                    },
+                    Some(next) => not_taken(&owner, next, &dual_writes::ERRORS).map_or(owner, Err),
                 };
                 done(Memcache::finish(self.finish, answer))
             }
@@ -674,37 +673,36 @@ impl Memcache {
             if let Some(mut servers) = replicas::write_servers(&mut route) {
                 let (frame, kind) = (req.to_forward(), req.command.response_kind());
                 let moving = route.next.filter(|n| !servers.contains(n));
-                // A `cas` of a moving key: to the replicas, then as a `set` to the owner next once
-                // stored (its unique is the owner's, which the owner next does not share).
-                if let (Some(next), Some(set)) = (moving, dual_writes::cas_as_set(&frame)) {
-                    let parts = servers
-                        .into_iter()
-                        .map(|server| current_part(server, frame.clone(), kind))
-                        .collect();
-                    let cas = DualCas {
+                let stats = Arc::clone(ctx.stats);
+                let merge = match (moving, dual_writes::cas_as_set(&frame)) {
+                    // A `cas` of a moving key: to the replicas, then as a `set` to the owner next
+                    // once stored (its unique is the owner's, which the owner next does not share).
+                    (Some(next), Some(set)) => Merge::DualCas(DualCas {
                         next,
                         set,
                         finish,
                         owner: None,
-                        stats: Arc::clone(ctx.stats),
+                        stats,
                         replicated: true,
-                    };
-                    return Step::Exchange(Round::new(parts, Merge::DualCas(cas)));
-                }
-                let next = moving.map(|n| {
-                    servers.push(n);
-                    servers.len() - 1
-                });
+                    }),
+                    // Any other write: to the owner next beside the replicas, in the same round.
+                    _ => {
+                        let next = moving.map(|n| {
+                            servers.push(n);
+                            servers.len() - 1
+                        });
+                        Merge::Replicated(ReplicatedWrite {
+                            finish,
+                            stats,
+                            next,
+                        })
+                    }
+                };
                 let parts = servers
                     .into_iter()
                     .map(|server| current_part(server, frame.clone(), kind))
                     .collect();
-                let write = ReplicatedWrite {
-                    finish,
-                    stats: Arc::clone(ctx.stats),
-                    next,
-                };
-                return Step::Exchange(Round::new(parts, Merge::Replicated(write)));
+                return Step::Exchange(Round::new(parts, merge));
             }
             if let (Some(now), Some(next)) = (route.server, route.next) {
                 let (frame, kind) = (req.to_forward(), req.command.response_kind());

@@ -31,7 +31,7 @@ use std::sync::Arc;
 pub(crate) const APART: &[u8] = b"-TRYAGAIN a planned membership change moves this command's keys apart; retry once it is over, or give them one hash tag\r\n";
 
 use crate::metrics::PoolStats;
-use crate::protocol::planned::{self, not_taken};
+use crate::protocol::planned::{self, next_failure, not_taken};
 use crate::protocol::route::Placer;
 use crate::protocol::{Answer, PartReply};
 
@@ -120,7 +120,5 @@ pub(crate) fn count_split(
     {
         stats.dual_write_disagreements.inc();
     }
-    // The owners' parts are merged apart: each next part is read against a taken write.
-    let taken: crate::protocol::Reply = Ok(bytes::Bytes::from_static(b"+OK\r\n"));
-    next.iter().find_map(|r| not_taken(&taken, r, &ERRORS))
+    next.iter().find_map(|r| next_failure(r, &ERRORS))
 }

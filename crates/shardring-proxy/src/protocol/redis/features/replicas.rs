@@ -25,7 +25,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::metrics::PoolStats;
-use crate::protocol::planned::not_taken;
+use crate::protocol::planned::replicated_not_taken;
 use crate::protocol::redis::command::{KeyArgs, Spec};
 use crate::protocol::redis::request::Request;
 use crate::protocol::redis::settings::Settings;
@@ -148,15 +148,13 @@ pub(crate) fn advance(mut state: Replicated, replies: Vec<PartReply<'_>>) -> Nex
             state.stats.replica_disagreements.inc();
         }
         // Not acknowledged when the owner next did not take it (`features/dual_writes.rs`).
-        if let (Some(n), Some(i)) = (state.next, chosen) {
+        if state.next.is_some() && chosen.is_some() {
             state.stats.dual_writes.inc();
-            if let Some(e) = replies
-                .get(n)
-                .filter(|_| i != n)
-                .and_then(|next| not_taken(&replies[i].reply, next, &super::dual_writes::ERRORS))
-            {
-                return done(Answer::Failed(e));
-            }
+        }
+        if let Some(e) =
+            replicated_not_taken(&replies, chosen, state.next, &super::dual_writes::ERRORS)
+        {
+            return done(Answer::Failed(e));
         }
         return match chosen.and_then(|i| replies.into_iter().nth(i)) {
             Some(r) => done(answer(r.reply)),
