@@ -190,6 +190,35 @@ impl SlotTable {
         u16::try_from(server).is_ok_and(|s| s != SlotTable::NONE && self.owners.contains(&s))
     }
 
+    /// This table with each server index `i` as `to[i]` (an index `to` lacks, or one past
+    /// `u16::MAX - 1`, serves nothing): a next membership's map over the pool's own server list.
+    pub fn renumbered(&self, to: &[usize]) -> SlotTable {
+        let map = |o: u16| {
+            to.get(usize::from(o))
+                .and_then(|&i| u16::try_from(i).ok())
+                .filter(|&i| i != SlotTable::NONE)
+                .unwrap_or(SlotTable::NONE)
+        };
+        let mut out = SlotTable {
+            owners: self
+                .owners
+                .iter()
+                .map(|&o| if o == SlotTable::NONE { o } else { map(o) })
+                .collect(),
+            replicas: Vec::new(),
+        };
+        for (master, list) in self.replicas.iter().enumerate() {
+            if let Some(&m) = to.get(master) {
+                for &r in list {
+                    if map(r) != SlotTable::NONE {
+                        out.add_replica(m, usize::from(map(r)));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// How many slots some server serves.
     pub fn served(&self) -> usize {
         self.owners
@@ -219,5 +248,14 @@ mod tests {
         assert_eq!(t.owner(SLOTS - 1), Some(1));
         assert_eq!(t.owner(SLOTS), None);
         assert_eq!(t.served(), SLOTS);
+        let r = t.renumbered(&[5, 9]);
+        assert_eq!(r.owner(0), Some(5));
+        assert_eq!(r.owner(10000), Some(9));
+        assert_eq!(
+            r.owner(5461),
+            None,
+            "a server the map does not have serves nothing"
+        );
+        assert!(!r.serves_any(0));
     }
 }

@@ -17,7 +17,9 @@
 mod breakers;
 mod changes;
 mod cluster;
+mod cluster_mark;
 mod limits;
+mod membership;
 mod next;
 mod placement;
 mod pool;
@@ -33,7 +35,9 @@ mod yaml;
 pub use self::breakers::BreakerConfig;
 pub use self::changes::PoolChanges;
 pub use self::cluster::{ClusterConfig, ReadPolicy, SlotTable, SLOTS};
+pub use self::cluster_mark::{marked_pools, with_mark as with_cluster_mark};
 pub use self::limits::{Limits, RedisLimits, MAX_KEY_LEN, VALUE_LEN_CEILING};
+pub use self::membership::Membership;
 pub use self::next::NextMembership;
 pub use self::placement::{placement_differences, PlacementSpec};
 pub use self::pool::{Listen, PoolConfig, DEFAULT_CLIENT_CONNECTIONS};
@@ -67,9 +71,12 @@ impl ProxyConfig {
     /// # Errors
     /// Every problem: the reader's (with their lines) or, when it has none, the proxy's.
     pub fn from_yaml(text: &str) -> Result<ProxyConfig, ConfigErrors> {
-        let proxy = ProxyConfig {
+        let mut proxy = ProxyConfig {
             pools: read_pools(text)?,
         };
+        let mut errors = ConfigErrors::default();
+        cluster_mark::apply(text, &mut proxy.pools, &mut errors);
+        errors.into_result()?;
         proxy.validate()?;
         Ok(proxy)
     }

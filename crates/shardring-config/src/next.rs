@@ -12,6 +12,7 @@ use shardring::compat::twemproxy::{Distribution, TwemproxyServer};
 use shardring::hash::TwemproxyHash;
 
 use super::placement::PlacementSpec;
+use super::{ClusterConfig, Membership};
 
 /// The placement a pool will have next. ([`NextMembership::of`] is beside [`super::PoolConfig`],
 /// which this module does not import: the pool holds its next membership, not the other way.)
@@ -25,6 +26,11 @@ pub struct NextMembership {
     pub hash_tag: Option<[u8; 2]>,
     /// `distribution`.
     pub distribution: Distribution,
+    /// When the next membership is a Redis Cluster (its file marks the pool: `cluster_mark`): its
+    /// seeds, and its slot map once the proxy has read it. `servers` are then the seeds until the
+    /// map is read, and the masters after. Keys go by its slot map; no dual write is made (and the
+    /// next membership is not reported) before the map is read.
+    pub cluster: Option<ClusterConfig>,
 }
 
 impl NextMembership {
@@ -36,5 +42,18 @@ impl NextMembership {
             hash_tag: self.hash_tag,
             distribution: self.distribution,
         }
+    }
+
+    /// What this membership is, as reported and compared.
+    pub fn membership(&self) -> Membership<'_> {
+        match &self.cluster {
+            Some(c) => Membership::Cluster(&c.seeds),
+            None => Membership::Ring(self.placement_spec()),
+        }
+    }
+
+    /// Whether keys can be placed by it: a ring always, a cluster once its slot map is read.
+    pub fn placeable(&self) -> bool {
+        self.cluster.as_ref().is_none_or(|c| c.slots.is_some())
     }
 }

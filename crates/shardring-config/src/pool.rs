@@ -131,6 +131,7 @@ impl NextMembership {
             hash: pool.hash,
             hash_tag: pool.hash_tag,
             distribution: pool.distribution,
+            cluster: pool.cluster().cloned(),
         }
     }
 }
@@ -250,11 +251,22 @@ impl PoolConfig {
         }
     }
 
-    /// The next membership's placement while it places keys differently from the current one
-    /// (dual writes are on); `None` when there is no next membership or it equals the current one.
-    pub fn planned_change(&self) -> Option<PlacementSpec<'_>> {
-        let next = self.next.as_ref()?.placement_spec();
-        (next.digest() != self.placement_spec().digest()).then_some(next)
+    /// The next membership while it differs from the current one and can place keys (dual writes
+    /// are on); `None` when there is no next membership, it equals the current one, or it is a
+    /// cluster whose slot map is not read yet.
+    pub fn planned_change(&self) -> Option<&NextMembership> {
+        let next = self.next.as_ref()?;
+        (next.placeable() && next.membership().digest() != self.membership().digest())
+            .then_some(next)
+    }
+
+    /// What the pool's membership now is, as reported and compared: its ring's placement, or the
+    /// cluster its seeds reach.
+    pub fn membership(&self) -> crate::Membership<'_> {
+        match self.cluster() {
+            Some(c) => crate::Membership::Cluster(&c.seeds),
+            None => crate::Membership::Ring(self.placement_spec()),
+        }
     }
 
     /// Whether the pool speaks the Redis protocol (`redis: true`).
@@ -354,10 +366,13 @@ impl PoolConfig {
                     "--replicas and --redis-cluster: a cluster keeps its own replicas".into(),
                 );
             }
-            if self.next.is_some() {
+            // The same cluster next is no change (a migration onto it, done).
+            if self.next.as_ref().is_some_and(|next| {
+                next.cluster.is_some() && next.membership().digest() != self.membership().digest()
+            }) {
                 errors.push(
                     n,
-                    "a next membership is not supported for a cluster pool yet (reshard the cluster itself)"
+                    "a next membership that is another Redis Cluster, for a cluster pool: reshard the cluster itself"
                         .into(),
                 );
             }
@@ -368,6 +383,16 @@ impl PoolConfig {
                      does not serve (MOVED), so no other node can hold a copy; use the hot-key cache \
                      (--hot-keys) or reads from replicas (--redis-cluster-reads)"
                         .into(),
+                );
+            }
+        }
+        if self.next.as_ref().is_some_and(|n| n.cluster.is_some()) {
+            if let Some(db) = self.redis().map(|r| r.db).filter(|&db| db != 0) {
+                errors.push(
+                    n,
+                    format!(
+                        "redis_db: {db}: the next membership is a Redis Cluster, which has database 0 only"
+                    ),
                 );
             }
         }

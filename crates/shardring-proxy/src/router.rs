@@ -207,6 +207,24 @@ pub(crate) fn build_routing(
     })
 }
 
+impl Routing {
+    /// A next membership's cluster map (`table`, over the pool's `total` servers): every master
+    /// that serves a slot is in it. What dual writes to a cluster go by.
+    pub(crate) fn slots(table: SlotTable, total: usize) -> Routing {
+        let servers: Vec<usize> = (0..total).filter(|&i| table.serves_any(i)).collect();
+        let mut live = vec![false; total];
+        for &s in &servers {
+            live[s] = true;
+        }
+        Routing {
+            how: How::Slots(Arc::new(table)),
+            servers,
+            live,
+            published: 0,
+        }
+    }
+}
+
 /// Builds the placement of `spec` over the servers whose `live` flag is set: nutcracker's own placement
 /// (the library's byte-exact `ketama` and `modula`), so with every server live a key goes where
 /// nutcracker sends it, and with some ejected it goes where nutcracker sends it after ejecting the same

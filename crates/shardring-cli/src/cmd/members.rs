@@ -187,6 +187,15 @@ pub fn run(args: Args) -> Result<()> {
             Action::Publish { dry_run, next } => {
                 let pool_config = pool_config
                     .ok_or_else(|| anyhow!("publish needs --config FILE with the pool"))?;
+                if pool_config.cluster().is_some() {
+                    bail!(
+                        "pool {}: a Redis Cluster pool (`# shardring: redis-cluster`) is not \
+                         published to etcd: its servers are seeds, and the cluster's slot map \
+                         places its keys; move a pool onto a cluster with the files \
+                         (`shardring migrate --to FILE`)",
+                        pool_config.name
+                    );
+                }
                 let members = pool_config
                     .servers
                     .iter()

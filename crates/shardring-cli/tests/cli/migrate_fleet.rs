@@ -16,6 +16,9 @@ pub struct Fleet {
     pub listens: Vec<u16>,
     pub stats: Vec<u16>,
     pub proxies: Vec<Kill>,
+    /// When set, `migrate`'s reload command signals the proxies one at a time this far apart:
+    /// each cut-over and drop then has a window in which they serve different memberships.
+    pub reload_gap: Option<Duration>,
 }
 
 impl Fleet {
@@ -61,6 +64,7 @@ impl Fleet {
             listens,
             stats,
             proxies,
+            reload_gap: None,
         }
     }
 
@@ -74,6 +78,19 @@ impl Fleet {
             .map(|k| k.0.id().to_string())
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    /// The command that makes every proxy reload its files ([`Fleet::reload_gap`]).
+    pub fn reload_command(&self) -> String {
+        match self.reload_gap {
+            None => format!("kill -HUP {}", self.pids()),
+            Some(gap) => self
+                .proxies
+                .iter()
+                .map(|k| format!("kill -HUP {}", k.0.id()))
+                .collect::<Vec<_>>()
+                .join(&format!("; sleep {}; ", gap.as_secs_f64())),
+        }
     }
 
     pub fn stats_list(&self) -> String {
@@ -113,7 +130,7 @@ impl Fleet {
             "--proxies",
             &self.stats_list(),
             "--reload-command",
-            &format!("kill -HUP {}", self.pids()),
+            &self.reload_command(),
             "--confirm-timeout",
             "20",
             // At the CPU priority the tests run at: the default idle class waits for idle CPU,

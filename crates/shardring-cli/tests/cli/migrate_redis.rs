@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::migrate_fleet::{join_loads, Fleet};
 use test_support::free_port;
 use test_support::redis::RedisServer;
+use test_support::redis_cluster::{RedisCluster, Role};
 
 const KEYS: usize = 60_000;
 
@@ -337,15 +338,20 @@ fn update(c: &mut Redis, key: &str, i: usize, gen: u64, model: &mut Value) {
 type Expected = HashMap<usize, Option<Value>>;
 
 /// Reads and updates the keys `i % 2 == part` through `addr` until `stop`; returns what it
-/// expects of the keys it changed, and its misses.
+/// expects of the keys it changed, and its misses and stale reads (a read that did not give the
+/// key's last acknowledged write).
 fn load(
     addr: String,
+    other: String,
     auth: Option<String>,
     keys: Keys,
     part: usize,
     stop: Arc<AtomicBool>,
 ) -> (Expected, Vec<String>) {
     let mut c = Redis::connect(&addr, auth.as_deref());
+    // Reads go through either proxy: across the cut-over, one may serve the new membership while
+    // the other still serves the old, and a write through one must be read through the other.
+    let mut o = Redis::connect(&other, auth.as_deref());
     let mut expected = Expected::new();
     let mut misses = Vec::new();
     let mut x: u64 = 0x2545_f491_4f6c_dd1d ^ (part as u64 + 1);
@@ -364,15 +370,28 @@ fn load(
             continue;
         }
         if x % 100 < 70 {
-            let r = c.pipeline(&[read_cmd(&k, i)]).remove(0);
-            if parse(&r, i).is_none() {
-                misses.push(k);
+            let reader = if x.is_multiple_of(2) { &mut c } else { &mut o };
+            let r = reader.pipeline(&[read_cmd(&k, i)]).remove(0);
+            // This thread alone writes its keys: a read must give its last acknowledged write.
+            let want = expected.get(&i).cloned().unwrap_or_else(|| Some(filled(i)));
+            match parse(&r, i) {
+                None => misses.push(k),
+                got if got != want => misses.push(format!("{k}: stale: {got:?}, wanted {want:?}")),
+                _ => {}
             }
         } else {
             gen += 1;
             let model = expected.entry(i).or_insert_with(|| Some(filled(i)));
             if let Some(m) = model {
                 update(&mut c, &k, i, gen, m);
+                // Read back at once through the other proxy.
+                let r = o.pipeline(&[read_cmd(&k, i)]).remove(0);
+                if parse(&r, i).as_ref() != Some(&*m) {
+                    misses.push(format!(
+                        "{k}: stale through the other proxy: {:?}",
+                        parse(&r, i)
+                    ));
+                }
             }
         }
     }
@@ -441,14 +460,40 @@ fn migrate_under_load(
 ) {
     let now: Vec<&RedisServer> = now.iter().map(|&i| &servers[i]).collect();
     let next: Vec<&RedisServer> = next.iter().map(|&i| &servers[i]).collect();
-    let fleet = Fleet::start(|l| yaml(l, &now, extra), &[]);
+    let left: Vec<&RedisServer> = now
+        .iter()
+        .filter(|s| !next.iter().any(|n| n.addr == s.addr))
+        .copied()
+        .collect();
+    let next_file = yaml(free_port(), &next, extra);
+    let stdout = migrate_to(&now, &next_file, &left, extra, auth, keys, flags);
+    assert!(stdout.contains("cut over: every proxy (2)"), "{stdout}");
+}
+
+/// The migration of a Redis pool on `now` to the pool of file `next` under load, checked: every
+/// key read back through both proxies with its value and TTL, and no request reaching a server
+/// that `left` after the cut-over. Returns `migrate`'s output.
+fn migrate_to(
+    now: &[&RedisServer],
+    next: &str,
+    left: &[&RedisServer],
+    extra: &str,
+    auth: Option<&str>,
+    keys: Keys,
+    flags: &[&str],
+) -> String {
+    let mut fleet = Fleet::start(|l| yaml(l, now, extra), &[]);
+    // A second between the proxies' reloads: reads through the one that did not switch yet must
+    // see the writes through the one that did.
+    fleet.reload_gap = Some(Duration::from_secs(1));
     let filled_at = fill(&fleet.addr(0), auth, keys);
-    fleet.plan(&yaml(free_port(), &next, extra));
+    fleet.plan(next);
     let stop = Arc::new(AtomicBool::new(false));
     let loads: Vec<_> = (0..2)
         .map(|p| {
-            let (addr, stop, auth) = (fleet.addr(p), Arc::clone(&stop), auth.map(str::to_owned));
-            std::thread::spawn(move || load(addr, auth, keys, p, stop))
+            let (addr, other) = (fleet.addr(p), fleet.addr(1 - p));
+            let (stop, auth) = (Arc::clone(&stop), auth.map(str::to_owned));
+            std::thread::spawn(move || load(addr, other, auth, keys, p, stop))
         })
         .collect();
     let out = fleet.migrate(flags).output().unwrap();
@@ -458,13 +503,8 @@ fn migrate_under_load(
         "migrate failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("cut over: every proxy (2)"), "{stdout}");
     // The plan and the copy's figures, for `--nocapture`.
     eprintln!("{stdout}");
-    let left: Vec<&&RedisServer> = now
-        .iter()
-        .filter(|s| !next.iter().any(|n| n.addr == s.addr))
-        .collect();
     let calls = |c: &mut Redis| -> i64 {
         let info = c.call(&["INFO", "stats"]).text();
         info.lines()
@@ -489,6 +529,7 @@ fn migrate_under_load(
     for p in 0..2 {
         check_all(&fleet.addr(p), auth, keys, &expected, filled_at);
     }
+    stdout
 }
 
 #[test]
@@ -526,5 +567,51 @@ fn a_pool_on_database_2_gains_a_server_under_load_by_the_default_dump_and_restor
         None,
         Keys { tagged: false },
         &[],
+    );
+}
+
+#[test]
+fn a_ketama_pool_moves_onto_a_redis_cluster_under_load_and_every_key_reads_back() {
+    let Some(servers) = (0..4)
+        .map(|_| RedisServer::start(&[]))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    let Some(cluster) = RedisCluster::start(3, 0) else {
+        return;
+    };
+    let now: Vec<&RedisServer> = servers.iter().collect();
+    // The next file: the pool's servers are the cluster's seeds (one is enough), marked.
+    let next = format!(
+        "alpha:  # shardring: redis-cluster\n  listen: 127.0.0.1:{}\n  redis: true\n  timeout: 3000\n  servers:\n   - {}:1\n",
+        free_port(),
+        cluster.seeds()[0]
+    );
+    let stdout = migrate_to(
+        &now,
+        &next,
+        &now,
+        "",
+        None,
+        Keys { tagged: false },
+        &["--all-keys", "--rate", "20000"],
+    );
+    assert!(
+        stdout.contains("a Redis Cluster of 3 masters (16384 slots)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("cut over: every proxy (2)"), "{stdout}");
+    // Every key on the cluster's masters, and nothing else: the keys the load deleted are gone.
+    let present = (0..KEYS).filter(|&i| !deleted_by_load(i)).count() as i64;
+    let on_cluster: i64 = cluster
+        .seeds()
+        .iter()
+        .filter(|a| cluster.role(a) == Some(Role::Master))
+        .map(|a| Redis::connect(a, None).call(&["DBSIZE"]).int())
+        .sum();
+    assert!(
+        (present..=KEYS as i64).contains(&on_cluster),
+        "{on_cluster} keys on the cluster, {present} to {KEYS} expected (as many as the load did not delete)"
     );
 }

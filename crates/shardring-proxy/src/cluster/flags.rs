@@ -63,17 +63,17 @@ impl ApplyToPools for ClusterFlags {
                         );
                     }
                 }
-                ProtocolConfig::Redis(r) if on => {
-                    let mut cluster = ClusterConfig::new(seeds);
+                // A pool its file marks (`# shardring: redis-cluster`) is one without the switch.
+                ProtocolConfig::Redis(r) if on || r.cluster.is_some() => {
+                    let cluster = r.cluster.get_or_insert_with(|| ClusterConfig::new(seeds));
                     if let Some(ms) = self.redis_cluster_refresh {
                         cluster.refresh = Duration::from_millis(ms);
                     }
                     if let Some(reads) = self.redis_cluster_reads {
                         cluster.reads = reads;
                     }
-                    r.cluster = Some(cluster);
                 }
-                ProtocolConfig::Redis(r) => r.cluster = None,
+                ProtocolConfig::Redis(_) => {}
             }
         }
         refuse_unknown(

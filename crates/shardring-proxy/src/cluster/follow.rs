@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::map::{ClusterMap, Ports};
 use super::node::NodeAccess;
-use crate::config::{PoolConfig, ProxyConfig, ReadPolicy};
+use crate::config::{ClusterConfig, PoolConfig, ProxyConfig, ReadPolicy};
 use crate::pool::ServedPool;
 
 /// The least time between two reads of a map: a burst of redirections asks once.
@@ -29,34 +29,73 @@ const GRACE: Duration = Duration::from_millis(50);
 /// How many nodes one read asks at once.
 const ASKED_AT_ONCE: usize = 4;
 
-/// Each followed pool's map as last applied, by pool name: what a file reload keeps.
+/// Each followed cluster's map as last applied, by its seeds (sorted): what a file reload
+/// keeps. By seeds, not by pool: a pool whose next membership was a cluster and whose file now
+/// makes that cluster its current one (`shardring migrate`'s cut-over) serves at once by the map
+/// it read as next.
 #[derive(Debug, Default, Clone)]
 pub struct ClusterFollowers {
     maps: Arc<Mutex<HashMap<String, ClusterMap>>>,
 }
 
+/// Which of a pool's memberships a cluster is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// The pool's own servers: a cluster pool.
+    Current,
+    /// Its next membership (`--next-config`), while a planned change moves it onto a cluster.
+    Next,
+}
+
+/// The seeds of the `side` cluster of `pool`, if that membership is a cluster.
+fn seeds(pool: &PoolConfig, side: Side) -> Option<&[String]> {
+    match side {
+        Side::Current => pool.cluster().map(|c| &c.seeds[..]),
+        Side::Next => pool
+            .next
+            .as_ref()
+            .and_then(|n| n.cluster.as_ref())
+            .map(|c| &c.seeds[..]),
+    }
+}
+
+/// The key a cluster's map is kept under: its seeds, sorted.
+fn seeds_key(seeds: &[String]) -> String {
+    let mut sorted: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    sorted.join(",")
+}
+
 impl ClusterFollowers {
-    /// `config` with every followed pool's servers and slots as the cluster last said (a SIGHUP
+    /// `config` with every followed cluster's servers and slots as the cluster last said (a SIGHUP
     /// re-reads the file, whose servers are the seeds).
     pub fn keep_maps(&self, mut config: ProxyConfig) -> ProxyConfig {
         let Ok(maps) = self.maps.lock() else {
             return config;
         };
         for pool in &mut config.pools {
-            if let Some(map) = maps.get(&pool.name) {
-                with_map(pool, map);
+            for side in [Side::Current, Side::Next] {
+                if let Some(map) = seeds(pool, side).and_then(|s| maps.get(&seeds_key(s))) {
+                    let map = map.clone();
+                    with_map(pool, &map, side);
+                }
             }
         }
         config
     }
 }
 
-/// `pool` with `map`'s masters (and their replicas, when reads may go there) as its servers and its
-/// slots as the placement; `false` when it had them already.
-fn with_map(pool: &mut PoolConfig, map: &ClusterMap) -> bool {
+/// `pool` with `map`'s masters (and their replicas, when reads may go there) as the servers of its
+/// `side` membership and its slots as that membership's placement; `false` when it had them already.
+/// A next membership's replicas are never read (a dual write goes to the masters).
+fn with_map(pool: &mut PoolConfig, map: &ClusterMap, side: Side) -> bool {
     // A pool that reads from masters only opens no connection to a replica.
     let masters_only;
-    let map = match pool.cluster().map(|c| c.reads) {
+    let reads = match side {
+        Side::Current => pool.cluster().map(|c| c.reads),
+        Side::Next => None,
+    };
+    let map = match reads {
         Some(ReadPolicy::Master) | None => {
             masters_only = ClusterMap {
                 replicas: Vec::new(),
@@ -68,17 +107,35 @@ fn with_map(pool: &mut PoolConfig, map: &ClusterMap) -> bool {
     };
     let servers: Vec<TwemproxyServer> = map.servers().filter_map(server).collect();
     let table = Arc::new(map.table());
-    let same_slots = pool
-        .cluster()
-        .is_some_and(|c| c.slots.as_deref() == Some(&*table));
-    if pool.servers == servers && same_slots {
-        return false;
-    }
-    let Some(cluster) = pool.redis_mut().and_then(|r| r.cluster.as_mut()) else {
+    let (listed, cluster) = match side {
+        Side::Current => (&pool.servers, pool.redis().and_then(|r| r.cluster.as_ref())),
+        Side::Next => match &pool.next {
+            Some(next) => (&next.servers, next.cluster.as_ref()),
+            None => return false,
+        },
+    };
+    let Some(cluster) = cluster else {
         return false;
     };
-    cluster.slots = Some(table);
-    pool.servers = servers;
+    if *listed == servers && cluster.slots.as_deref() == Some(&*table) {
+        return false;
+    }
+    match side {
+        Side::Current => {
+            pool.servers = servers;
+            if let Some(c) = pool.redis_mut().and_then(|r| r.cluster.as_mut()) {
+                c.slots = Some(table);
+            }
+        }
+        Side::Next => {
+            if let Some(next) = pool.next.as_mut() {
+                next.servers = servers;
+                if let Some(c) = next.cluster.as_mut() {
+                    c.slots = Some(table);
+                }
+            }
+        }
+    }
     true
 }
 
@@ -96,23 +153,24 @@ fn server(addr: &str) -> Option<TwemproxyServer> {
     })
 }
 
-/// Reads `pool`'s map once and applies it; the error when no node gave one.
+/// Reads the map of `pool`'s `side` cluster once and applies it; the error when no node gave one.
 async fn refresh(
     pool: &dyn ServedPool,
+    side: Side,
     access: &NodeAccess,
     followers: &ClusterFollowers,
     turn: &mut usize,
 ) -> Result<(), String> {
     let config = pool.config();
-    let Some(cluster) = config.cluster() else {
+    let Some(seeds) = seeds(&config, side) else {
         return Ok(());
     };
-    let mut candidates: Vec<String> = config
-        .servers
-        .iter()
-        .map(TwemproxyServer::address)
-        .collect();
-    for s in &cluster.seeds {
+    let known = match side {
+        Side::Current => &config.servers[..],
+        Side::Next => config.next.as_ref().map_or(&[][..], |n| &n.servers[..]),
+    };
+    let mut candidates: Vec<String> = known.iter().map(TwemproxyServer::address).collect();
+    for s in seeds {
         if !candidates.contains(s) {
             candidates.push(s.clone());
         }
@@ -152,26 +210,33 @@ async fn refresh(
             }
         }
         if let Some((map, served)) = best {
-            apply(pool, &map, served, followers);
+            apply(pool, side, &map, served, followers);
             return Ok(());
         }
     }
     Err(last_error)
 }
 
-/// Reloads `pool` with `map` (which serves `served` slots) when it differs from what the pool runs.
-fn apply(pool: &dyn ServedPool, map: &ClusterMap, served: usize, followers: &ClusterFollowers) {
+/// Reloads `pool` with `map` (which serves `served` slots) as its `side` cluster's when it differs
+/// from what the pool runs.
+fn apply(
+    pool: &dyn ServedPool,
+    side: Side,
+    map: &ClusterMap,
+    served: usize,
+    followers: &ClusterFollowers,
+) {
     let mut config = pool.config();
-    if let Ok(mut maps) = followers.maps.lock() {
-        maps.insert(config.name.clone(), map.clone());
+    if let (Some(seeds), Ok(mut maps)) = (seeds(&config, side), followers.maps.lock()) {
+        maps.insert(seeds_key(seeds), map.clone());
     }
-    if !with_map(&mut config, map) {
+    if !with_map(&mut config, map, side) {
         return;
     }
     match pool.reload(config.clone()) {
         Ok(()) => {
             pool.cluster_signal().changed();
-            tracing::info!(pool = %config.name, masters = map.masters.len(), served, "cluster slot map applied");
+            tracing::info!(pool = %config.name, next = side == Side::Next, masters = map.masters.len(), served, "cluster slot map applied");
         }
         Err(e) => {
             tracing::error!(pool = %config.name, error = %e, "cannot apply the cluster's slot map")
@@ -179,13 +244,53 @@ fn apply(pool: &dyn ServedPool, map: &ClusterMap, served: usize, followers: &Clu
     }
 }
 
-/// Starts following every cluster pool: reads each map now (before the first client), then spawns
-/// a follower per pool until `stop`.
+/// Reads the map of each of `pool`'s memberships that is a cluster; whether each has one now.
+async fn refresh_all(
+    pool: &dyn ServedPool,
+    access: &NodeAccess,
+    followers: &ClusterFollowers,
+    turn: &mut usize,
+    failing: &mut bool,
+) -> bool {
+    let mut mapped = true;
+    for side in [Side::Current, Side::Next] {
+        if seeds(&pool.config(), side).is_none() {
+            continue;
+        }
+        match refresh(pool, side, access, followers, turn).await {
+            Ok(()) => *failing = false,
+            Err(e) if !*failing => {
+                *failing = true;
+                let name = pool.config().name;
+                match side {
+                    Side::Current => {
+                        tracing::warn!(pool = %name, error = %e, "no cluster node gave its slot map: the last one stays (none yet: every key is refused)")
+                    }
+                    Side::Next => {
+                        tracing::warn!(pool = %name, error = %e, "no node of the next membership's cluster gave its slot map: no dual write is made, and the next membership is not reported, until one does")
+                    }
+                }
+            }
+            Err(_) => {}
+        }
+        let config = pool.config();
+        mapped &= match side {
+            Side::Current => config.cluster().is_some_and(|c| c.slots.is_some()),
+            Side::Next => config.next.as_ref().is_some_and(|n| n.placeable()),
+        };
+    }
+    mapped
+}
+
+/// Starts following every cluster of every redis pool (a cluster pool's, a next membership's):
+/// reads each map now (before the first client), then spawns a follower per pool until `stop`.
+/// A redis pool that is no cluster yet is followed too: a reload may make it one (a next
+/// membership on a cluster, or the cut-over onto it), and its map is then read at once.
 pub async fn start(pools: &[Arc<dyn ServedPool>], stop: CancellationToken) -> ClusterFollowers {
     let followers = ClusterFollowers::default();
     for pool in pools {
         let config = pool.config();
-        let (Some(cluster), Some(redis)) = (config.cluster(), config.redis()) else {
+        let Some(redis) = config.redis() else {
             continue;
         };
         let tls = pool.tls().servers;
@@ -199,29 +304,33 @@ pub async fn start(pools: &[Arc<dyn ServedPool>], stop: CancellationToken) -> Cl
             auth: redis.auth.clone().map(|p| (redis.user.clone(), p)),
             timeout: config.timeout.unwrap_or(Duration::from_secs(1)),
         };
-        let every = cluster.refresh;
         let mut turn = 0;
-        if let Err(e) = refresh(pool.as_ref(), &access, &followers, &mut turn).await {
-            tracing::error!(pool = %config.name, error = %e, "no cluster node gave its slot map yet: every key is refused until one does");
+        let mut failing = false;
+        let mut mapped =
+            refresh_all(pool.as_ref(), &access, &followers, &mut turn, &mut failing).await;
+        if !mapped && config.cluster().is_some() {
+            tracing::error!(pool = %config.name, "no cluster node gave its slot map yet: every key is refused until one does");
         }
         let (pool, followers, stop) = (Arc::clone(pool), followers.clone(), stop.clone());
         tokio::spawn(async move {
             let signal = pool.cluster_signal();
-            let mut failing = false;
             loop {
+                // A membership without its map yet (just made a cluster by a reload, or whose
+                // nodes did not answer) is asked again soon, the others on the schedule.
+                let every = if mapped {
+                    pool.config()
+                        .cluster()
+                        .map_or(ClusterConfig::DEFAULT_REFRESH, |c| c.refresh)
+                } else {
+                    MIN_GAP
+                };
                 tokio::select! {
                     () = stop.cancelled() => return,
                     () = tokio::time::sleep(every) => {}
                     () = signal.wait_stale() => {}
                 }
-                match refresh(pool.as_ref(), &access, &followers, &mut turn).await {
-                    Ok(()) => failing = false,
-                    Err(e) if !failing => {
-                        failing = true;
-                        tracing::warn!(pool = %pool.config().name, error = %e, "no cluster node gave its slot map: the last one stays");
-                    }
-                    Err(_) => {}
-                }
+                mapped =
+                    refresh_all(pool.as_ref(), &access, &followers, &mut turn, &mut failing).await;
                 tokio::time::sleep(MIN_GAP).await;
             }
         });
@@ -232,7 +341,6 @@ pub async fn start(pools: &[Arc<dyn ServedPool>], stop: CancellationToken) -> Cl
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ClusterConfig;
 
     #[test]
     fn a_map_becomes_the_pools_servers_and_slots_and_the_same_map_changes_nothing() {
@@ -248,12 +356,12 @@ mod tests {
             ranges: vec![(0, 100, 0), (101, 16383, 1)],
             replicas: vec![("127.0.0.1:7004".into(), 0)],
         };
-        assert!(with_map(&mut pool, &map));
+        assert!(with_map(&mut pool, &map, Side::Current));
         assert_eq!(pool.servers.len(), 3);
         assert_eq!(pool.servers[2].port, 7004);
         assert_eq!(pool.servers[1].host, "::1");
         assert_eq!(pool.servers[1].port, 7002);
-        assert!(!with_map(&mut pool, &map));
+        assert!(!with_map(&mut pool, &map, Side::Current));
         let slots = pool.cluster().and_then(|c| c.slots.clone()).expect("slots");
         assert_eq!(slots.owner(100), Some(0));
         assert_eq!(slots.owner(101), Some(1));

@@ -21,6 +21,7 @@ pub(crate) mod flags;
 pub mod follow;
 mod map;
 mod node;
+pub mod read;
 
 use std::sync::Arc;
 

@@ -241,6 +241,8 @@ impl Following {
         config.next = match &next {
             Some(n) => Some(NextMembership {
                 servers: twemproxy_servers(n.members()).map_err(|e| e.to_string())?,
+                // etcd's `next/` is a ring over its servers (a cluster next is a file's).
+                cluster: None,
                 ..NextMembership::of(&config)
             }),
             None => None,
@@ -281,9 +283,9 @@ impl Following {
     fn registered(&self) {
         let config = self.pool.config();
         let revision = self.stats.counters.membership_revision.get() as i64;
-        let next = config.planned_change().map(|n| n.digest());
+        let next = config.planned_change().map(|n| n.membership().digest());
         self.serving.send_replace(Registration {
-            current: config.placement_spec().digest(),
+            current: config.membership().digest(),
             next_revision: if next.is_some() { revision } else { 0 },
             next,
             current_revision: revision,
@@ -337,8 +339,8 @@ pub async fn start(
                 reason: e.to_string(),
             })?;
         let (serving, _) = tokio::sync::watch::channel(Registration {
-            current: config.placement_spec().digest(),
-            next: config.planned_change().map(|n| n.digest()),
+            current: config.membership().digest(),
+            next: config.planned_change().map(|n| n.membership().digest()),
             current_revision: 0,
             next_revision: 0,
         });
@@ -425,6 +427,7 @@ pub fn keep_servers(pools: &[Arc<dyn ServedPool>], mut config: ProxyConfig) -> P
             new.servers = current.servers;
             new.next = current.next.map(|n| NextMembership {
                 servers: n.servers,
+                cluster: n.cluster,
                 ..NextMembership::of(new)
             });
         }

@@ -138,12 +138,13 @@ impl<P: Protocol> Pool<P> {
             pool: Arc::clone(&self.shared.stats),
             servers: c.backends.iter().map(|b| Arc::clone(&b.stats)).collect(),
             placements: {
-                let current = c.config.placement_spec();
+                // A next membership is reported once keys can be placed by it (a cluster's once
+                // its map is read): `migrate` copies only once every proxy dual-writes.
+                let current = c.config.membership();
                 let next = c
                     .config
-                    .next
-                    .as_ref()
-                    .map_or(current, NextMembership::placement_spec);
+                    .planned_change()
+                    .map_or(current, NextMembership::membership);
                 Placements {
                     current: current.digest(),
                     next: next.digest(),

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 
 use crate::backend::health::{probe, ProbeFailure};
 use crate::backend::{Backend, BackendSettings, EjectPolicy, ServerHealth};
-use crate::config::{PlacementSpec, PoolConfig, VALUE_LEN_CEILING};
+use crate::config::{NextMembership, PoolConfig, VALUE_LEN_CEILING};
 use crate::descriptors::During;
 use crate::error::ProxyError;
 use crate::hot_keys::HotKeys;
@@ -125,8 +125,8 @@ impl<P: Protocol> PoolVersion<P> {
                 .collect()
         });
         let next = match config.planned_change() {
-            Some(spec) => Some(Arc::new(next_routing(
-                spec,
+            Some(next) => Some(Arc::new(next_routing(
+                next,
                 &config,
                 gutter_servers.len(),
                 backends.len(),
@@ -221,9 +221,10 @@ impl<P: Protocol> PoolVersion<P> {
 }
 
 /// The next membership's placement over the pool's servers: each next server is the pool's server
-/// of the same address, or one of those appended after the gutter's (in the next file's order).
+/// of the same address, or one of those appended after the gutter's (in the next file's order, or
+/// the next cluster's map's).
 fn next_routing(
-    next: PlacementSpec<'_>,
+    next: &NextMembership,
     config: &PoolConfig,
     gutter: usize,
     total: usize,
@@ -242,7 +243,11 @@ fn next_routing(
             },
         )
         .collect();
-    let routing = build_placement(next, &vec![true; next.servers.len()]).map_err(|e| {
+    if let Some(table) = next.cluster.as_ref().and_then(|c| c.slots.as_deref()) {
+        return Ok(Routing::slots(table.renumbered(&to), total));
+    }
+    let spec = next.placement_spec();
+    let routing = build_placement(spec, &vec![true; spec.servers.len()]).map_err(|e| {
         ProxyError::Placement {
             pool: config.name.clone(),
             reason: format!("next membership: {e}"),

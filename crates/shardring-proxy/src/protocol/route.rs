@@ -234,6 +234,12 @@ impl<'a> Placer<'a> {
         self.next.map_or(&[][..], Routing::servers)
     }
 
+    /// Whether the next membership is a Redis Cluster: a dual write of many keys is split by slot,
+    /// and a one-server command's keys must share one.
+    pub(crate) fn next_by_slot(&self) -> bool {
+        self.next.is_some_and(Routing::by_slot)
+    }
+
     /// While the pool has a next membership: `key`'s owner there when it is not `now` (its owner
     /// now), where a write of it goes too (a dual write). `None` without a next membership, or
     /// when the owner does not change.

@@ -730,3 +730,129 @@ async fn memcached_cas_of_a_moving_key_with_replicas_reaches_its_next_owner() {
     assert!(moving > 5, "{moving}");
     proxy.stop().await;
 }
+
+/// A direct call to a cluster node (or any redis server), panicking with what it said when it fails.
+fn call_node(addr: &str, args: &[&str]) -> test_support::resp_conn::Reply {
+    test_support::resp_conn::RespConn::connect(addr)
+        .and_then(|mut c| c.call_str(args))
+        .unwrap_or_else(|e| panic!("{addr} {args:?}: {e}"))
+}
+
+/// What `key` holds on its slot's master, asked directly.
+fn on_cluster(cluster: &test_support::redis_cluster::RedisCluster, key: &str) -> Option<String> {
+    let seed = &cluster.seeds()[0];
+    let slot = match call_node(seed, &["CLUSTER", "KEYSLOT", key]) {
+        test_support::resp_conn::Reply::Integer(n) => n as u16,
+        other => panic!("KEYSLOT {key}: {other:?}"),
+    };
+    let master = cluster.master_of_slot(slot).expect("a master");
+    call_node(&master, &["GET", key]).text()
+}
+
+/// A pool whose next membership is a Redis Cluster (its file marks it so; here, set as the file
+/// would): once the proxy has read the cluster's slot map, a write goes to the key's server now
+/// and to its slot's master, a split write is split by slot there (a node refuses two slots), and
+/// a one-server write whose keys are in two slots is refused (`CROSSSLOT` there would lose it).
+/// Before the map is read, nothing is dual-written and the next membership is not reported.
+#[tokio::test]
+async fn redis_writes_onto_a_next_cluster_go_to_each_keys_slot_master_split_by_slot() {
+    let Some(server) = RedisServer::start(&[]) else {
+        return;
+    };
+    let Some(cluster) = test_support::redis_cluster::RedisCluster::start(3, 0) else {
+        return;
+    };
+    let mut config = redis_pool(std::slice::from_ref(&server), "");
+    let seeds = cluster.seeds();
+    let lines: Vec<String> = seeds.iter().map(|s| format!("{s}:1")).collect();
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let next = PoolConfig::new("alpha", "127.0.0.1:0", &refs).unwrap();
+    config.next = Some(NextMembership {
+        cluster: Some(shardring_proxy::config::ClusterConfig::new(seeds.clone())),
+        ..NextMembership::of(&next)
+    });
+    let proxy = RunningProxy::start(config.clone()).await;
+    let pool = std::sync::Arc::clone(&proxy.proxy.pools()[0]);
+    // No map yet: no next membership reported, nothing dual-written.
+    let view = pool.view().placements;
+    assert_eq!(view.next, view.current, "reported before the map was read");
+    let mut c = proxy.client().await;
+    assert_eq!(cmds(&mut c, &["SET", "early", "1"]).await, "+OK\r\n");
+    assert_eq!(on_cluster(&cluster, "early"), None);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _followers =
+        shardring_proxy::cluster::follow::start(proxy.proxy.pools(), stop.clone()).await;
+    let view = pool.view().placements;
+    assert_ne!(
+        view.next, view.current,
+        "the map is read: the next membership is reported"
+    );
+    assert!(
+        view.next_text.contains("redis-cluster"),
+        "{}",
+        view.next_text
+    );
+    let mut c = proxy.client().await;
+    for i in 0..50 {
+        let key = format!("one:{i}");
+        assert_eq!(
+            cmds(&mut c, &["SET", &key, &format!("v{i}")]).await,
+            "+OK\r\n"
+        );
+        assert_eq!(on_cluster(&cluster, &key), Some(format!("v{i}")), "{key}");
+    }
+    // Twenty keys over many slots in one MSET: each on its slot's master.
+    let mut mset = vec!["MSET".to_owned()];
+    for i in 0..20 {
+        mset.push(format!("many:{i}"));
+        mset.push(format!("m{i}"));
+    }
+    let args: Vec<&str> = mset.iter().map(String::as_str).collect();
+    assert_eq!(cmds(&mut c, &args).await, "+OK\r\n");
+    for i in 0..20 {
+        assert_eq!(
+            on_cluster(&cluster, &format!("many:{i}")),
+            Some(format!("m{i}"))
+        );
+    }
+    let del: Vec<String> = (0..20).map(|i| format!("many:{i}")).collect();
+    let mut args = vec!["DEL"];
+    args.extend(del.iter().map(String::as_str));
+    assert_eq!(cmds(&mut c, &args).await, ":20\r\n");
+    assert_eq!(on_cluster(&cluster, "many:3"), None);
+    // One server now, two slots next (of one master, or of two): refused, nothing applied; one
+    // hash tag: served.
+    let master = |k: &str| {
+        let slot = match call_node(&seeds[0], &["CLUSTER", "KEYSLOT", k]) {
+            test_support::resp_conn::Reply::Integer(n) => n as u16,
+            other => panic!("{other:?}"),
+        };
+        (slot, cluster.master_of_slot(slot))
+    };
+    let (first, _) = master("one:1");
+    let same_master = (2..50)
+        .map(|i| format!("one:{i}"))
+        .find(|k| {
+            let (slot, m) = master(k);
+            slot != first && m == master("one:1").1
+        })
+        .expect("a key of another slot of the same master");
+    for other in ["one:2", same_master.as_str()] {
+        let reply = cmds(&mut c, &["RENAME", "one:1", other]).await;
+        assert!(
+            reply.starts_with("-TRYAGAIN"),
+            "RENAME one:1 {other}: {reply:?}"
+        );
+        assert_eq!(cmds(&mut c, &["EXISTS", "one:1"]).await, ":1\r\n");
+    }
+    assert_eq!(cmds(&mut c, &["SET", "{t}a", "x"]).await, "+OK\r\n");
+    assert_eq!(cmds(&mut c, &["RENAME", "{t}a", "{t}b"]).await, "+OK\r\n");
+    assert_eq!(on_cluster(&cluster, "{t}b"), Some("x".into()));
+    assert_eq!(on_cluster(&cluster, "{t}a"), None);
+    // Reads stay on the server now.
+    let mut d = direct(&server).await;
+    assert_eq!(cmds(&mut d, &["SET", "one:7", "only-now"]).await, "+OK\r\n");
+    assert_eq!(cmds(&mut c, &["GET", "one:7"]).await, "$8\r\nonly-now\r\n");
+    stop.cancel();
+    proxy.stop().await;
+}

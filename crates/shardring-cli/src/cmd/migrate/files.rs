@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
-use shardring_config::{PoolConfig, ProxyConfig};
+use shardring_config::{ClusterConfig, PoolConfig, ProxyConfig};
 
 use super::mark::{Mark, Step};
 use super::plan::Change;
@@ -47,6 +47,10 @@ pub(super) fn change(
         target.hash_tag,
         target.distribution,
     );
+    if let Some(redis) = next.redis_mut() {
+        // The kind too: a `--to` file that marks the pool a Redis Cluster moves it onto one.
+        redis.cluster = target.cluster().cloned();
+    }
     let mark = Mark::find(&text, &pool).with_context(|| {
         format!(
             "{}: its cut-over mark of pool {pool} (left by a migration stopped after its \
@@ -54,17 +58,22 @@ pub(super) fn change(
             to.display()
         )
     })?;
-    let with = |base: &PoolConfig, servers: &[TwemproxyServer]| {
+    // `base` with `servers`, a Redis Cluster's seeds when `cluster`.
+    let with = |base: &PoolConfig, servers: &[TwemproxyServer], cluster: bool| {
         let mut p = base.clone();
         p.servers = servers.to_vec();
+        let seeds = servers.iter().map(TwemproxyServer::address).collect();
+        if let Some(redis) = p.redis_mut() {
+            redis.cluster = cluster.then(|| ClusterConfig::new(seeds));
+        }
         p
     };
-    let digest = |p: &PoolConfig| p.placement_spec().digest();
+    let digest = |p: &PoolConfig| p.membership().digest();
     let mark = match mark {
         Some(m) if m.step == Step::Deleting => {
             // A finished change whose moved keys are still to be deleted: the run, while the
             // files still describe that change's end (nothing planned since).
-            let old = with(&now, &m.servers);
+            let old = with(&now, &m.servers, m.cluster);
             let ends_there = m.is_change(&old, &next)
                 && configs.iter().all(|path| {
                     super::pool_in(path, Some(&pool)).is_ok_and(|p| digest(&p) == m.to)
@@ -89,7 +98,10 @@ pub(super) fn change(
         return Ok((Change::new(now, next, all_keys)?, Stage::Fresh));
     };
     // The change the mark records: from the `--to` file's servers, to the mark's.
-    let (old, new) = (with(&now, &target.servers), with(&next, &mark.servers));
+    let (old, new) = (
+        with(&now, &target.servers, target.cluster().is_some()),
+        with(&next, &mark.servers, mark.cluster),
+    );
     let mut problems = Vec::new();
     if digest(&old) != mark.from {
         problems.push(format!(
@@ -109,7 +121,8 @@ pub(super) fn change(
     for path in configs {
         let p = super::pool_in(path, Some(&pool))?;
         let d = digest(&p);
-        if d != digest(&with(&p, &old.servers)) && d != digest(&with(&p, &new.servers)) {
+        let (was, is) = (old.cluster().is_some(), new.cluster().is_some());
+        if d != digest(&with(&p, &old.servers, was)) && d != digest(&with(&p, &new.servers, is)) {
             problems.push(format!(
                 "{} places the pool as {d}, neither the placement cut over from nor the one cut \
                  over to",
@@ -156,11 +169,11 @@ pub(super) fn cut_over(configs: &[PathBuf], to: &Path, change: &Change) -> Resul
     let pool = &change.now.name;
     let mark = Mark::cut_over(change);
     let mut writes = vec![(to.to_path_buf(), {
-        let text = rewritten(to, pool, &change.now.servers)?;
+        let text = rewritten(to, pool, &change.now)?;
         mark.put(&text)
     })];
     for path in configs {
-        writes.push((path.clone(), rewritten(path, pool, &change.next.servers)?));
+        writes.push((path.clone(), rewritten(path, pool, &change.next)?));
     }
     for (path, text) in &writes {
         if std::fs::read_to_string(path).ok().as_deref() != Some(text.as_str()) {
@@ -187,7 +200,7 @@ pub(super) fn cut_over(configs: &[PathBuf], to: &Path, change: &Change) -> Resul
 /// When the file cannot be read, rewritten or replaced.
 pub(super) fn drop_next(to: &Path, change: &Change, delete: bool) -> Result<()> {
     let pool = &change.now.name;
-    let text = rewritten(to, pool, &change.next.servers)?;
+    let text = rewritten(to, pool, &change.next)?;
     let text = if delete {
         Mark::deleting(change).put(&text)
     } else {
@@ -209,11 +222,36 @@ pub(super) fn deleted(to: &Path, pool: &str) -> Result<()> {
     Ok(())
 }
 
-/// The file at `path` with pool `pool`'s servers replaced by `servers`.
-fn rewritten(path: &Path, pool: &str, servers: &[TwemproxyServer]) -> Result<String> {
+/// The file at `path` with pool `pool`'s servers replaced by `with`'s, and its line marked as a
+/// Redis Cluster's exactly when `with` is one (`# shardring: redis-cluster`): a change onto a
+/// cluster makes the proxies' files say so at the cut-over.
+fn rewritten(path: &Path, pool: &str, with: &PoolConfig) -> Result<String> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    replace_servers(&text, pool, servers).with_context(|| format!("rewriting {}", path.display()))
+    let text = replace_servers(&text, pool, &with.servers)
+        .with_context(|| format!("rewriting {}", path.display()))?;
+    let cluster = with.cluster().is_some();
+    let marked = shardring_config::with_cluster_mark(&text, pool, cluster)
+        .with_context(|| format!("{}: no line starts pool {pool:?}", path.display()))?;
+    let read = ProxyConfig::from_yaml(&marked).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: the rewritten file does not read back: {e}",
+            path.display()
+        )
+    })?;
+    if read
+        .pools
+        .iter()
+        .find(|p| p.name == pool)
+        .map(|p| p.cluster().is_some())
+        != Some(cluster)
+    {
+        bail!(
+            "{}: the rewritten file does not read back as the pool's kind",
+            path.display()
+        );
+    }
+    Ok(marked)
 }
 
 /// `text` with pool `pool`'s `servers:` items replaced by `servers` (same indentation as the old

@@ -21,7 +21,7 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
-use shardring_config::{PoolConfig, ProxyConfig};
+use shardring_config::{ClusterConfig, PoolConfig, ProxyConfig};
 
 use super::plan::Change;
 
@@ -73,26 +73,31 @@ pub(crate) struct Mark {
     /// The servers after the cut-over ([`Step::CutOver`]: the `--to` file's own list is the old one
     /// until `next` is dropped), or before it ([`Step::Deleting`]: the ones to delete from).
     pub servers: Vec<TwemproxyServer>,
+    /// Whether `servers` are a Redis Cluster's seeds (`kind=redis-cluster` in the line): a change
+    /// onto a cluster, whose pool a proxy must then place by the cluster's slot map.
+    pub cluster: bool,
 }
 
 impl Mark {
     /// The record of `change`'s cut-over: the servers it was cut over to.
     pub(super) fn cut_over(change: &Change) -> Mark {
-        Mark::of(Step::CutOver, change, &change.next.servers)
+        Mark::of(Step::CutOver, change, &change.next)
     }
 
     /// The record of `change`'s moved keys still to be deleted from their old servers.
     pub(super) fn deleting(change: &Change) -> Mark {
-        Mark::of(Step::Deleting, change, &change.now.servers)
+        Mark::of(Step::Deleting, change, &change.now)
     }
 
-    fn of(step: Step, change: &Change, servers: &[TwemproxyServer]) -> Mark {
+    /// The mark of `step` of `change`, listing `pool`'s servers.
+    fn of(step: Step, change: &Change, pool: &PoolConfig) -> Mark {
         Mark {
             step,
             pool: change.now.name.clone(),
-            from: change.now.placement_spec().digest(),
-            to: change.next.placement_spec().digest(),
-            servers: servers.to_vec(),
+            from: change.now.membership().digest(),
+            to: change.next.membership().digest(),
+            servers: pool.servers.clone(),
+            cluster: pool.cluster().is_some(),
         }
     }
 
@@ -115,13 +120,17 @@ impl Mark {
                     continue;
                 }
             };
-            if pool.placement_spec().digest() == mark.from {
+            if pool.membership().digest() == mark.from {
                 notes.push(format!(
                     "pool {}: the next file marks a cut-over from placement {} (this file's) to {}: \
                      serving the marked servers until this file is rewritten",
                     pool.name, mark.from, mark.to
                 ));
+                let seeds = mark.servers.iter().map(TwemproxyServer::address).collect();
                 pool.servers = mark.servers;
+                if let Some(redis) = pool.redis_mut() {
+                    redis.cluster = mark.cluster.then(|| ClusterConfig::new(seeds));
+                }
             }
         }
         (config, notes)
@@ -130,7 +139,7 @@ impl Mark {
     /// Whether this record is of the change from `old` to `new` (their placements' digests): a
     /// deletion it records is still the one to do while the pool's servers are `new`.
     pub(super) fn is_change(&self, old: &PoolConfig, new: &PoolConfig) -> bool {
-        old.placement_spec().digest() == self.from && new.placement_spec().digest() == self.to
+        old.membership().digest() == self.from && new.membership().digest() == self.to
     }
 
     /// What a run that does the deletion this records says (`place`: where the record is).
@@ -156,11 +165,16 @@ impl Mark {
     pub fn line(&self) -> String {
         let servers: Vec<String> = self.servers.iter().map(ToString::to_string).collect();
         format!(
-            "{}pool={} from={} to={} servers={}\n",
+            "{}pool={} from={} to={} {}servers={}\n",
             self.step.prefix(),
             self.pool,
             self.from,
             self.to,
+            if self.cluster {
+                "kind=redis-cluster "
+            } else {
+                ""
+            },
             servers.join(",")
         )
     }
@@ -197,6 +211,7 @@ impl Mark {
             from: f.from,
             to: f.to,
             servers: f.servers,
+            cluster: f.cluster,
         }))
     }
 
@@ -227,14 +242,21 @@ struct Fields {
     from: String,
     to: String,
     servers: Vec<TwemproxyServer>,
+    cluster: bool,
 }
 
 impl FromStr for Fields {
     type Err = anyhow::Error;
 
-    /// `pool=P from=D to=D servers=S,S` (the line after its prefix), in that order.
+    /// `pool=P from=D to=D [kind=redis-cluster] servers=S,S` (the line after its prefix), in that
+    /// order.
     fn from_str(rest: &str) -> Result<Fields> {
-        let mut words = rest.trim().splitn(4, ' ');
+        let rest = rest.trim();
+        let (rest, cluster) = match rest.split_once(" kind=redis-cluster ") {
+            Some((head, tail)) => (format!("{head} {tail}"), true),
+            None => (rest.to_owned(), false),
+        };
+        let mut words = rest.splitn(4, ' ');
         let mut field = |name: &str| -> Result<String> {
             words
                 .next()
@@ -259,6 +281,7 @@ impl FromStr for Fields {
             from,
             to,
             servers,
+            cluster,
         })
     }
 }
@@ -277,6 +300,7 @@ mod tests {
                 .iter()
                 .map(|s| s.parse().unwrap())
                 .collect(),
+            cluster: false,
         }
     }
 
@@ -288,6 +312,16 @@ mod tests {
         ));
         assert_eq!(Mark::find(&text, "alpha").unwrap(), Some(mark("alpha")));
         assert_eq!(Mark::find(&text, "beta").unwrap(), None);
+        let cluster = Mark {
+            cluster: true,
+            ..mark("alpha")
+        };
+        let line = cluster.line();
+        assert!(
+            line.contains(" to=bb22 kind=redis-cluster servers=127.0.0.1:11211:1 mc-a,"),
+            "{line}"
+        );
+        assert_eq!(Mark::find(&line, "alpha").unwrap(), Some(cluster));
         assert_eq!(
             Mark::without(&text, "alpha"),
             "alpha:\n  servers:\n   - 127.0.0.1:11213:1\n"
@@ -303,6 +337,35 @@ mod tests {
         assert_eq!(Mark::find(&text, "alpha").unwrap(), Some(again));
         assert_eq!(Mark::find(&text, "beta").unwrap(), Some(mark("beta")));
         assert_eq!(text.matches(PREFIX).count(), 2, "{text}");
+    }
+
+    #[test]
+    fn a_proxy_reading_a_cut_over_onto_a_cluster_serves_the_seeds_as_a_cluster() {
+        let file =
+            "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n";
+        let config = ProxyConfig::from_yaml(file).unwrap();
+        let now = &config.pools[0];
+        let seeds = [TwemproxyServer::from_str("127.0.0.1:7000:1").unwrap()];
+        let mut next = now.clone();
+        next.servers = seeds.to_vec();
+        next.redis_mut().unwrap().cluster = Some(ClusterConfig::new(vec!["127.0.0.1:7000".into()]));
+        let mark = Mark {
+            step: Step::CutOver,
+            pool: "alpha".into(),
+            from: now.membership().digest(),
+            to: next.membership().digest(),
+            servers: seeds.to_vec(),
+            cluster: true,
+        };
+        let (served, notes) = Mark::apply(config.clone(), &mark.put(file));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let pool = &served.pools[0];
+        assert_eq!(pool.servers, seeds);
+        assert_eq!(
+            pool.membership().digest(),
+            mark.to,
+            "served as the cluster it was cut over to"
+        );
     }
 
     #[test]

@@ -199,7 +199,7 @@ pub(super) fn pool_in(path: &std::path::Path, pool: Option<&str>) -> Result<Pool
 fn agree(configs: &[PathBuf], now: &PoolConfig) -> Result<()> {
     for other in &configs[1..] {
         let p = pool_in(other, Some(&now.name))?;
-        if p.placement_spec().digest() != now.placement_spec().digest() {
+        if p.membership().digest() != now.membership().digest() {
             bail!(
                 "{} places pool {} otherwise than {}: the proxies must agree on the pool now",
                 other.display(),
@@ -226,7 +226,7 @@ enum Stage {
 async fn migrate(args: Args) -> Result<()> {
     let now = pool_in(&args.config[0], args.pool.as_deref())?;
     let pool = now.name.clone();
-    let (change, proxies, stage) = match (&args.etcd, &args.to) {
+    let (mut change, proxies, stage) = match (&args.etcd, &args.to) {
         (Some(urls), _) => {
             agree(&args.config, &now)?;
             let source = etcd::source(urls, &args.etcd_prefix, &pool);
@@ -246,6 +246,7 @@ async fn migrate(args: Args) -> Result<()> {
              (their stats ports tell)"
         );
     }
+    change.read_cluster().await?;
     let jobs: Vec<Job> = change
         .jobs()?
         .into_iter()
@@ -256,7 +257,7 @@ async fn migrate(args: Args) -> Result<()> {
         .collect();
     let redis = change.now.is_redis();
     let wait = Duration::from_secs(args.confirm_timeout);
-    let digest = |p: &PoolConfig| p.placement_spec().digest();
+    let digest = |p: &PoolConfig| p.membership().digest();
     let (old, new) = (digest(&change.now), digest(&change.next));
     let known = [(old.as_str(), "old"), (new.as_str(), "new")];
     if args.dry_run && stage != Stage::Fresh {

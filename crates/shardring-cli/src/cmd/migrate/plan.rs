@@ -5,18 +5,26 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use shardring::compat::twemproxy::{ketama_ring, Distribution};
 use shardring_config::PoolConfig;
 use shardring_migrate::{Endpoint, Job, Survey};
+use shardring_proxy::cluster::read::SlotMap;
+
+/// How long one seed node may take to give its cluster's slot map.
+const MAP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A planned change of one pool.
 #[derive(Debug)]
 pub(super) struct Change {
     /// The pool as the proxies serve it now.
     pub now: PoolConfig,
-    /// The pool next (its servers and placement; its other settings are `now`'s).
+    /// The pool next (its servers and placement; its other settings are `now`'s). When it is a
+    /// Redis Cluster (`# shardring: redis-cluster` in the `--to` file), its servers are the seeds.
     pub next: PoolConfig,
+    /// When next is a Redis Cluster: its masters and slots ([`Change::read_cluster`]), which place
+    /// the keys the copy sends.
+    pub cluster: Option<SlotMap>,
 }
 
 impl Change {
@@ -27,6 +35,26 @@ impl Change {
     /// # Errors
     /// What cannot be migrated safely, said plainly.
     pub fn new(now: PoolConfig, next: PoolConfig, all_keys: bool) -> Result<Change> {
+        if now.membership().digest() == next.membership().digest() {
+            bail!(
+                "pool {}: the next membership places every key where it is now: nothing to migrate",
+                now.name
+            );
+        }
+        if now.cluster().is_some() && next.cluster().is_some() {
+            bail!(
+                "pool {}: now and next are both Redis Clusters: reshard the cluster itself \
+                 (redis-cli --cluster reshard); the proxy follows its slot map",
+                now.name
+            );
+        }
+        if now.cluster().is_some() {
+            bail!(
+                "pool {}: a change from a Redis Cluster onto other servers is not supported (only \
+                 onto a cluster, from a ring of redis servers)",
+                now.name
+            );
+        }
         if now.is_redis() != next.is_redis() {
             bail!(
                 "pool {}: the next file speaks the other protocol (redis:)",
@@ -38,6 +66,22 @@ impl Change {
                 bail!(
                     "pool {}: redis_db or redis_auth differ between now and next; both memberships' \
                      servers must take the pool's database and password",
+                    now.name
+                );
+            }
+        }
+        if next.cluster().is_some() {
+            if let Some(db) = now.redis().map(|r| r.db).filter(|&db| db != 0) {
+                bail!(
+                    "pool {}: redis_db: {db}: the next membership is a Redis Cluster, which has \
+                     database 0 only",
+                    now.name
+                );
+            }
+            if !all_keys {
+                bail!(
+                    "pool {}: the next membership is a Redis Cluster, which places every key by its \
+                     slot: nearly every key moves; pass --all-keys to copy them all",
                     now.name
                 );
             }
@@ -55,13 +99,71 @@ impl Change {
                 b.distribution
             );
         }
-        if a.digest() == b.digest() {
+        Ok(Change {
+            now,
+            next,
+            cluster: None,
+        })
+    }
+
+    /// Reads the next cluster's slot map from its seeds, when next is a Redis Cluster (plain TCP,
+    /// with the pool's password). The map read here places the copies; the proxies follow the
+    /// cluster's own, which is the same unless the cluster is resharded during the copy (a key a
+    /// master refuses with `MOVED` is then never taken for copied: a rerun copies it where the
+    /// map then says).
+    ///
+    /// # Errors
+    /// When no seed gives a map.
+    pub async fn read_cluster(&mut self) -> Result<()> {
+        let Some(cluster) = self.next.cluster() else {
+            return Ok(());
+        };
+        let auth = self
+            .now
+            .redis()
+            .and_then(|r| r.auth.clone().map(|p| (r.user.clone(), p)));
+        let map = shardring_proxy::cluster::read::slot_map(&cluster.seeds, auth, MAP_TIMEOUT)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))
+            .with_context(|| {
+                format!(
+                    "pool {}: reading the next membership's Redis Cluster slot map from its seeds ({})",
+                    self.now.name,
+                    cluster.seeds.join(", ")
+                )
+            })?;
+        if map.slots.served() < shardring_config::SLOTS {
             bail!(
-                "pool {}: the next membership places every key where it is now: nothing to migrate",
-                now.name
+                "pool {}: the next membership's Redis Cluster serves {} of {} slots: every slot \
+                 needs a master before keys can be moved onto it",
+                self.now.name,
+                map.slots.served(),
+                shardring_config::SLOTS
             );
         }
-        Ok(Change { now, next })
+        self.cluster = Some(map);
+        Ok(())
+    }
+
+    /// The servers keys move onto: the next membership's, or its cluster's masters.
+    pub fn targets(&self) -> Vec<Endpoint> {
+        match &self.cluster {
+            Some(map) => map
+                .masters
+                .iter()
+                .map(|m| {
+                    let mut e = Endpoint::new(m.clone(), m.clone());
+                    e.auth = self.now.redis().and_then(|r| r.auth.clone());
+                    e
+                })
+                .collect(),
+            None => self
+                .next
+                .servers
+                .iter()
+                .map(|s| crate::cmd::fleet::endpoint(s, &self.now))
+                .collect(),
+        }
     }
 
     /// The protocol's name, for messages.
@@ -83,7 +185,7 @@ impl Change {
     pub fn may_lose_keys(&self) -> Vec<bool> {
         let (a, b) = (self.now.placement_spec(), self.next.placement_spec());
         let all = vec![true; self.now.servers.len()];
-        if !a.same_rules(&b) || a.distribution != Distribution::Ketama {
+        if !a.same_rules(&b) || a.distribution != Distribution::Ketama || self.cluster.is_some() {
             return all;
         }
         let ring = |pool: &PoolConfig| ketama_ring(&pool.servers, pool.hash, pool.hash_tag);
@@ -118,13 +220,35 @@ impl Change {
     pub fn jobs(&self) -> Result<Vec<Job>> {
         let placed = crate::cmd::fleet::placed;
         let now = Arc::new(placed(&self.now)?);
+        let targets = self.targets();
+        if self.next.cluster().is_some() && self.cluster.is_none() {
+            bail!("the next cluster's slot map is not read (Change::read_cluster)");
+        }
+        if let Some(map) = &self.cluster {
+            let slots = Arc::new(map.slots.clone());
+            return Ok(self
+                .now
+                .servers
+                .iter()
+                .enumerate()
+                .map(|(source, server)| {
+                    let (now, slots) = (Arc::clone(&now), Arc::clone(&slots));
+                    let route = move |key: &[u8]| -> Option<usize> {
+                        let owner = now.0.locate(key).and_then(|i| now.1[i])?;
+                        if owner != source {
+                            return None;
+                        }
+                        slots.owner(usize::from(shardring_resp::key_slot(key)))
+                    };
+                    Job::new(
+                        crate::cmd::fleet::endpoint(server, &self.now),
+                        targets.clone(),
+                        Arc::new(route),
+                    )
+                })
+                .collect());
+        }
         let next = Arc::new(placed(&self.next)?);
-        let targets: Vec<Endpoint> = self
-            .next
-            .servers
-            .iter()
-            .map(|s| crate::cmd::fleet::endpoint(s, &self.now))
-            .collect();
         let loses = self.may_lose_keys();
         let jobs = self
             .now
@@ -172,14 +296,21 @@ pub(super) fn bytes(n: u64) -> String {
 /// The plan as printed (`--dry-run`, and before every copy): per server now, its keys, those that
 /// move and where.
 pub(super) fn print(change: &Change, jobs: &[Job], surveys: &[Survey]) -> (u64, u64) {
+    let n = change.now.servers.len();
+    let sizes = match &change.cluster {
+        Some(map) => format!(
+            "{n} servers → a Redis Cluster of {} masters ({} slots)",
+            map.masters.len(),
+            map.slots.served()
+        ),
+        None => format!("{n} → {} servers", change.next.servers.len()),
+    };
     println!(
-        "pool {} ({}): {} → {} servers, placement {} → {}",
+        "pool {} ({}): {sizes}, placement {} → {}",
         change.now.name,
         change.protocol(),
-        change.now.servers.len(),
-        change.next.servers.len(),
-        change.now.placement_spec().digest(),
-        change.next.placement_spec().digest(),
+        change.now.membership().digest(),
+        change.next.membership().digest(),
     );
     let (mut all, mut moving, mut moving_bytes) = (0u64, 0u64, 0u64);
     for server in &change.now.servers {

@@ -21,7 +21,7 @@ pub(super) struct Serving {
 impl Serving {
     /// What `pool` serves as current now and `next` next, with their texts.
     pub fn of(current: &PoolConfig, next: &PoolConfig) -> Serving {
-        let (c, n) = (current.placement_spec(), next.placement_spec());
+        let (c, n) = (current.membership(), next.membership());
         Serving {
             current: c.digest(),
             next: n.digest(),

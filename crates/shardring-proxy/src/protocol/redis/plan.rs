@@ -993,7 +993,8 @@ fn replica_writes(
             .zip(&others)
             .filter_map(|(&k, list)| list.get(layer).map(|&s| (k, s)))
             .unzip();
-        out.extend(parts_to(req, &keys, &servers, step).map(|part| (part, Finish::Plain)));
+        // Replicas: pools that are not clusters (whose groups are servers).
+        out.extend(parts_to(req, &keys, &servers, step, false).map(|part| (part, Finish::Plain)));
     }
     out
 }
@@ -1019,27 +1020,36 @@ fn next_owner_writes(
     if keys.is_empty() {
         return Vec::new();
     }
-    parts_to(req, &keys, &servers, step).collect()
+    // Onto a Redis Cluster: one part a slot (a node refuses keys of two with `-CROSSSLOT`).
+    parts_to(req, &keys, &servers, step, ctx.next_by_slot()).collect()
 }
 
 /// A split write's copies of `keys` (argument indexes), `keys[i]` to `servers[i]`: one part per
-/// server, each a command of the keys it takes.
+/// server (per slot of it when `by_slot`: the servers are a Redis Cluster's), each a command of
+/// the keys it takes.
 fn parts_to<'a>(
     req: &'a Request,
     keys: &[usize],
     servers: &[usize],
     step: usize,
+    by_slot: bool,
 ) -> impl Iterator<Item = Part<Redis>> + 'a {
     let mut next = servers.iter().copied();
-    // Replica and next-owner copies: pools that are not clusters (whose groups are servers).
-    merge::split(req, keys, step, |_| (next.next().unwrap_or(0), 0))
-        .into_iter()
-        .map(|sub| Part {
-            placement: Placement::Current,
-            server: sub.server,
-            frame: sub.frame,
-            kind: Resp::Reply,
-        })
+    merge::split(req, keys, step, |key| {
+        let slot = if by_slot {
+            shardring_resp::key_slot(key)
+        } else {
+            0
+        };
+        (next.next().unwrap_or(0), slot)
+    })
+    .into_iter()
+    .map(|sub| Part {
+        placement: Placement::Current,
+        server: sub.server,
+        frame: sub.frame,
+        kind: Resp::Reply,
+    })
 }
 
 /// `RESET`: the connection as new (RESP2, no name, not authenticated), its transaction, watch and

@@ -20,7 +20,8 @@
 //!   it is not one of them, with the same rule (`replicas.rs`).
 //! - Not dual-written, so refused with `-TRYAGAIN` while the change is under way when they write a
 //!   key it moves (they would be lost at the cut-over): a command whose keys have different next
-//!   owners (they share a server now but not next: without a hash tag), transactions and blocking
+//!   owners (they share a server now but not next: without a hash tag; or, onto a Redis Cluster,
+//!   different slots), transactions and blocking
 //!   commands (they run on the client's own connection to one server: `transaction.rs`). The same
 //!   commands on keys that stay are served.
 
@@ -43,8 +44,9 @@ use crate::protocol::{Answer, PartReply};
 pub(crate) const ERRORS: planned::Errors = planned::Errors {
     is_error: |b| b.starts_with(b"-"),
     refuses: |b| {
-        const CODES: [&[u8]; 13] = [
+        const CODES: [&[u8]; 14] = [
             b"-OOM",
+            b"-CROSSSLOT",
             b"-READONLY",
             b"-MOVED",
             b"-ASK",
@@ -65,15 +67,22 @@ pub(crate) const ERRORS: planned::Errors = planned::Errors {
 };
 
 /// The owner next of a one-server command's keys (`now`: their owner now), when it differs from
-/// `now` and is the same for every key; `None` otherwise (no dual write).
+/// `now` and is the same for every key (and, when the next membership is a Redis Cluster, so is
+/// their slot: a node refuses keys of two slots with `-CROSSSLOT`); `None` otherwise (no dual
+/// write).
 pub(crate) fn next_owner<'k>(
     mut keys: impl Iterator<Item = &'k [u8]>,
     now: Option<usize>,
     ctx: &Placer<'_>,
 ) -> Option<usize> {
-    let first = ctx.next_owner(keys.next()?, now)?;
-    keys.all(|k| ctx.next_owner(k, now) == Some(first))
-        .then_some(first)
+    let key = keys.next()?;
+    let first = ctx.next_owner(key, now)?;
+    let slot = ctx.next_by_slot().then(|| shardring_resp::key_slot(key));
+    keys.all(|k| {
+        ctx.next_owner(k, now) == Some(first)
+            && slot.is_none_or(|s| shardring_resp::key_slot(k) == s)
+    })
+    .then_some(first)
 }
 
 /// A dual write's answer: the owner now's reply (the first part's).
