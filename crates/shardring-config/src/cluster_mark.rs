@@ -126,6 +126,38 @@ mod tests {
     }
 
     #[test]
+    fn a_next_cluster_refuses_now_what_the_cut_over_would_refuse() {
+        let now = |extra: &str| {
+            crate::ProxyConfig::from_yaml(&format!(
+                "cache:\n  listen: 127.0.0.1:22121\n  redis: true\n{extra}  servers:\n   - 127.0.0.1:6379:1\n"
+            ))
+            .unwrap()
+        };
+        let next = crate::ProxyConfig::from_yaml(
+            "cache:  # shardring: redis-cluster\n  listen: 127.0.0.1:1\n  redis: true\n  servers:\n   - 127.0.0.1:7000:1\n",
+        )
+        .unwrap();
+        let planned =
+            |c: crate::ProxyConfig| c.with_next(&next).and_then(|c| c.validate().map(|()| c));
+        let ok = planned(now("  hash_tag: \"{}\"\n")).unwrap();
+        assert!(ok.pools[0].next.as_ref().unwrap().cluster.is_some());
+        for (extra, says) in [
+            ("  hash_tag: \"<>\"\n", "hash_tag"),
+            ("  redis_db: 3\n", "redis_db"),
+        ] {
+            let e = planned(now(extra)).unwrap_err().to_string();
+            assert!(
+                e.contains("the next membership is a Redis Cluster") && e.contains(says),
+                "{e}"
+            );
+        }
+        let mut replicated = now("");
+        replicated.pools[0].remedies.replicas = 2;
+        let e = planned(replicated).unwrap_err().to_string();
+        assert!(e.contains("--replicas"), "{e}");
+    }
+
+    #[test]
     fn marking_and_unmarking_change_only_the_pools_line() {
         let off = with_mark(FILE, "cache", false).unwrap();
         assert!(off.starts_with("# pools\ncache:\n  listen"), "{off}");

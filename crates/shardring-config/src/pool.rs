@@ -227,6 +227,39 @@ impl PoolConfig {
         }
     }
 
+    /// While the next membership is a Redis Cluster and the pool is not one: what a cluster pool
+    /// refuses (a `redis_db`, another `hash_tag`, replicas, split keys, Sentinel) is refused now,
+    /// before any key is copied, not at the cut-over, whose reload would then be refused and leave
+    /// the proxy on the old servers while the others serve the cluster.
+    fn validate_cut_over_onto_a_cluster(&self, errors: &mut ConfigErrors) {
+        let Some(next) = self.next.as_ref().filter(|n| n.cluster.is_some()) else {
+            return;
+        };
+        if self.cluster().is_some() {
+            return;
+        }
+        let mut without = self.clone();
+        without.next = None;
+        let mut after = without.clone();
+        if let Some(r) = after.redis_mut() {
+            r.cluster = next.cluster.clone();
+        }
+        let (mut now, mut then) = (ConfigErrors::default(), ConfigErrors::default());
+        without.validate(&mut now);
+        after.validate(&mut then);
+        for p in then.problems {
+            if !now.problems.contains(&p) {
+                errors.push(
+                    &self.name,
+                    format!(
+                        "the next membership is a Redis Cluster, and as a cluster pool this pool is refused: {}",
+                        p.message
+                    ),
+                );
+            }
+        }
+    }
+
     /// The client connection limit nutcracker 0.5.0 applies: always 0 (none), whatever the file says.
     pub fn nutcracker_client_connections(&self) -> u32 {
         0
@@ -386,16 +419,7 @@ impl PoolConfig {
                 );
             }
         }
-        if self.next.as_ref().is_some_and(|n| n.cluster.is_some()) {
-            if let Some(db) = self.redis().map(|r| r.db).filter(|&db| db != 0) {
-                errors.push(
-                    n,
-                    format!(
-                        "redis_db: {db}: the next membership is a Redis Cluster, which has database 0 only"
-                    ),
-                );
-            }
-        }
+        self.validate_cut_over_onto_a_cluster(errors);
         let mut seen = std::collections::HashSet::new();
         for s in &self.servers {
             if s.weight == 0 {

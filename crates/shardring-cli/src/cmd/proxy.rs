@@ -194,7 +194,10 @@ fn next_applied(
     let text = read_config(path)?;
     let next = ProxyConfig::from_yaml(&text)?;
     let (config, notes) = Mark::apply(config, &text);
-    Ok((config.with_next(&next)?, notes))
+    // Checked with its next membership: a next Redis Cluster refuses what a cluster pool would.
+    let config = config.with_next(&next)?;
+    config.validate()?;
+    Ok((config, notes))
 }
 
 /// The nutcracker release whose command line, configuration, placement and stats this proxy keeps.

@@ -578,7 +578,7 @@ fn a_ketama_pool_moves_onto_a_redis_cluster_under_load_and_every_key_reads_back(
     else {
         return;
     };
-    let Some(cluster) = RedisCluster::start(3, 0) else {
+    let Some(cluster) = RedisCluster::start(3, 1) else {
         return;
     };
     let now: Vec<&RedisServer> = servers.iter().collect();
