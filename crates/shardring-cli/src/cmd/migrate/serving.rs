@@ -71,7 +71,17 @@ impl Serving {
                 "a placement this migration does not know (its servers are not reported here)"
                     .to_owned()
             };
-            out.push(format!("its {what} membership ({have}) is {why}"));
+            let hint = if what == "next"
+                && want_text
+                    .as_deref()
+                    .is_some_and(|t| t.ends_with("redis-cluster\n"))
+            {
+                " (a proxy dual-writes to a Redis Cluster, and says so, only once it has read the \
+                 cluster's slot map from the seeds: can it reach them?)"
+            } else {
+                ""
+            };
+            out.push(format!("its {what} membership ({have}) is {why}{hint}"));
         }
         out.join("; ")
     }
