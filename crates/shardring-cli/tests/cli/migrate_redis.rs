@@ -599,7 +599,12 @@ fn a_ketama_pool_moves_onto_a_redis_cluster_under_load_and_every_key_reads_back(
     );
     // --delete-moved emptied the old servers.
     for s in &servers {
-        assert_eq!(Redis::connect(&s.addr, None).call(&["DBSIZE"]).int(), 0, "{}", s.addr);
+        assert_eq!(
+            Redis::connect(&s.addr, None).call(&["DBSIZE"]).int(),
+            0,
+            "{}",
+            s.addr
+        );
     }
     assert!(
         stdout.contains("a Redis Cluster of 3 masters (16384 slots)"),
