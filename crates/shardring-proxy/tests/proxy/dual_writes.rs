@@ -856,3 +856,104 @@ async fn redis_writes_onto_a_next_cluster_go_to_each_keys_slot_master_split_by_s
     stop.cancel();
     proxy.stop().await;
 }
+
+/// A master of the next cluster killed while the proxy dual-writes onto it: only the writes of its
+/// slots fail (not acknowledged: the cut-over would lose them), and only until its replica is
+/// promoted and the proxy has read the new map; then they are dual-written to the new master, and
+/// every key there and on the server now holds its last acknowledged value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_cluster_master_killed_costs_only_its_slots_writes_until_its_replica_is_promoted() {
+    let Some(server) = RedisServer::start(&[]) else {
+        return;
+    };
+    let Some(mut cluster) = test_support::redis_cluster::RedisCluster::start_with(
+        3,
+        1,
+        &["--cluster-require-full-coverage", "no"],
+    ) else {
+        return;
+    };
+    let mut config = redis_pool(std::slice::from_ref(&server), "");
+    let seeds = cluster.seeds();
+    let lines: Vec<String> = seeds.iter().map(|s| format!("{s}:1")).collect();
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let next = PoolConfig::new("alpha", "127.0.0.1:0", &refs).unwrap();
+    config.next = Some(NextMembership {
+        cluster: Some(shardring_proxy::config::ClusterConfig::new(seeds.clone())),
+        ..NextMembership::of(&next)
+    });
+    let proxy = RunningProxy::start(config).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _followers =
+        shardring_proxy::cluster::follow::start(proxy.proxy.pools(), stop.clone()).await;
+    let mut c = proxy.client().await;
+    let map = cluster.slot_map().expect("a map");
+    let owner = |k: &str| map[usize::from(key_slot(k))].clone();
+    let keys: Vec<String> = (0..200).map(|i| format!("fo:{i}")).collect();
+    let victim = owner(&keys[0]).expect("a master");
+    for k in &keys {
+        assert_eq!(cmds(&mut c, &["SET", k, "0"]).await, "+OK\r\n");
+    }
+    cluster.kill(&victim);
+    let killed = std::time::Instant::now();
+    let mut acked: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    let (mut failed, mut served_after, mut last_failure) = (0u32, 0u32, None);
+    let mut round = 0u64;
+    loop {
+        round += 1;
+        for k in &keys {
+            let reply = cmds(&mut c, &["SET", k, &round.to_string()]).await;
+            if reply == "+OK\r\n" {
+                acked.insert(k, round);
+                if owner(k).as_deref() == Some(victim.as_str()) {
+                    served_after += 1;
+                }
+                continue;
+            }
+            assert_eq!(
+                owner(k).as_deref(),
+                Some(victim.as_str()),
+                "{k} (not the killed master's) failed: {reply:?}"
+            );
+            failed += 1;
+            last_failure = Some(killed.elapsed());
+        }
+        let quiet = last_failure.map_or(killed.elapsed(), |t| killed.elapsed() - t);
+        if served_after > 0 && quiet > std::time::Duration::from_secs(2) {
+            break;
+        }
+        assert!(
+            killed.elapsed() < std::time::Duration::from_secs(30),
+            "the killed master's keys still fail 30 s on ({failed} failures)\n{}",
+            cluster.logs()
+        );
+    }
+    eprintln!(
+        "next cluster failover: the lost master's keys' writes failed for {:?} ({failed} requests), then were dual-written",
+        last_failure.unwrap_or_default()
+    );
+    assert!(failed > 0, "the killed master's writes never failed");
+    // Every key holds its last acknowledged value through the proxy (the server now) and on its
+    // slot's master now (the promoted replica for the victim's).
+    for k in &keys {
+        let want = acked[k.as_str()].to_string();
+        assert_eq!(
+            cmds(&mut c, &["GET", k]).await,
+            format!("${}\r\n{want}\r\n", want.len())
+        );
+        let slot = key_slot(k);
+        let master = cluster.master_of_slot(slot as u16).expect("a master");
+        assert_eq!(
+            call_node(&master, &["GET", k]).text(),
+            Some(want),
+            "{k} on {master}"
+        );
+    }
+    stop.cancel();
+    proxy.stop().await;
+}
+
+/// `key`'s Redis Cluster slot.
+fn key_slot(key: &str) -> usize {
+    usize::from(shardring_resp::key_slot(key.as_bytes()))
+}
