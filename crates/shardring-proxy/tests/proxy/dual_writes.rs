@@ -888,7 +888,7 @@ async fn a_next_cluster_master_killed_costs_only_its_slots_writes_until_its_repl
         shardring_proxy::cluster::follow::start(proxy.proxy.pools(), stop.clone()).await;
     let mut c = proxy.client().await;
     let map = cluster.slot_map().expect("a map");
-    let owner = |k: &str| map[usize::from(key_slot(k))].clone();
+    let owner = |k: &str| map[key_slot(k)].clone();
     let keys: Vec<String> = (0..200).map(|i| format!("fo:{i}")).collect();
     let victim = owner(&keys[0]).expect("a master");
     for k in &keys {
