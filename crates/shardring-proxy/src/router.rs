@@ -105,6 +105,17 @@ impl Routing {
         }
     }
 
+    /// The owners of keys of Redis Cluster slots `slots` (`out[i]` for `slots[i]`); `None` for
+    /// every one when keys are not placed by a slot map.
+    pub(crate) fn servers_for_slots(&self, slots: &[u16], out: &mut [Option<usize>]) {
+        for (slot, o) in slots.iter().zip(out.iter_mut()) {
+            *o = match &self.how {
+                How::Slots(table) => table.owner(usize::from(*slot)).filter(|&s| self.is_live(s)),
+                _ => None,
+            };
+        }
+    }
+
     /// Fills `out` with up to `count` distinct servers for `key`, the first being
     /// [`Routing::server_for`]'s (the library's replica walk: the ring's next distinct nodes). Only
     /// reproducible placements have replicas; `random` gives its one pick.

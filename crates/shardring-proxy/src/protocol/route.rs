@@ -199,6 +199,12 @@ impl<'a> Placer<'a> {
         }
     }
 
+    /// The owners of keys whose Redis Cluster slots are `slots` (`out[i]` for `slots[i]`), in a
+    /// pool placed by a slot map ([`Placer::by_slot`]): a split computes each key's slot once.
+    pub(crate) fn servers_for_slots(&self, slots: &[u16], out: &mut [Option<usize>]) {
+        self.routing.servers_for_slots(slots, out);
+    }
+
     /// Whether keys are placed by a Redis Cluster's slot map: a split is then by slot, not only by
     /// server.
     pub(crate) fn by_slot(&self) -> bool {

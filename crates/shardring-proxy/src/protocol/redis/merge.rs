@@ -13,7 +13,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use shardring_resp::{elements, ReplyLimits};
 
-use super::request::{put_header, put_int, Request};
+use super::request::{header_len, put_header, put_int, Request};
 
 /// The part of a split request one server gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,13 +56,16 @@ pub fn split(
         .into_iter()
         .map(|((server, _), held)| {
             let argc = 1 + held.len() * step;
-            let size = name.len()
-                + 32
+            // The exact size: a frozen buffer that is full becomes `Bytes` without a second
+            // allocation (one with room to spare gets a shared header allocated).
+            let bulk = |len: usize| header_len(len) + len + 2;
+            let size = header_len(argc)
+                + bulk(name.len())
                 + held
                     .iter()
                     .map(|&p| {
                         (0..step)
-                            .map(|j| req.arg(keys[p] + j).map_or(0, <[u8]>::len) + 16)
+                            .map(|j| bulk(req.arg(keys[p] + j).map_or(0, <[u8]>::len)))
                             .sum::<usize>()
                     })
                     .sum::<usize>();

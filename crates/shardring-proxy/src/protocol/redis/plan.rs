@@ -876,7 +876,19 @@ impl Redis {
             .map(|&k| req.arg(k).unwrap_or_default())
             .collect();
         let mut owners = vec![None; keys.len()];
-        ctx.servers_for(&key_bytes, &mut owners);
+        // A cluster's keys: each slot computed once, for its master and for the split by slot.
+        let by_slot = ctx.by_slot();
+        let slots: Vec<u16> = if by_slot {
+            let slots: Vec<u16> = key_bytes
+                .iter()
+                .map(|k| shardring_resp::key_slot(k))
+                .collect();
+            ctx.servers_for_slots(&slots, &mut owners);
+            slots
+        } else {
+            ctx.servers_for(&key_bytes, &mut owners);
+            Vec::new()
+        };
         let unrouted: Vec<usize> = (0..keys.len()).filter(|&p| owners[p].is_none()).collect();
         if !unrouted.is_empty() && merge != Merge::Values {
             return Step::Answer(Answer::Failed(BackendError::NoServer));
@@ -886,19 +898,10 @@ impl Redis {
             .map(|p| keys[p])
             .collect();
         let positions: Vec<usize> = (0..keys.len()).filter(|&p| owners[p].is_some()).collect();
-        let mut next = positions.iter().map(|&p| owners[p].unwrap_or(0));
-        let by_slot = ctx.by_slot();
-        let mut subs = merge::split(req, &routed_keys, step, |key| {
-            let server = next.next().unwrap_or(0);
-            (
-                server,
-                if by_slot {
-                    shardring_resp::key_slot(key)
-                } else {
-                    0
-                },
-            )
-        });
+        let mut next = positions
+            .iter()
+            .map(|&p| (owners[p].unwrap_or(0), slots.get(p).copied().unwrap_or(0)));
+        let mut subs = merge::split(req, &routed_keys, step, |_| next.next().unwrap_or((0, 0)));
         let follow_ups = if write && ctx.replicas() > 1 {
             replica_writes(req, &routed_keys, &positions, &owners, step, ctx)
         } else {
@@ -927,20 +930,23 @@ impl Redis {
             };
         }
         ctx.stats.fragments.add(subs.len() as u64);
-        // `split` numbered keys among the routed ones; map back to the request's positions.
-        let held: Vec<Vec<usize>> = subs
-            .iter()
-            .map(|s| s.keys.iter().map(|&i| positions[i]).collect())
-            .collect();
-        let mut parts: Vec<Part<Redis>> = subs
-            .into_iter()
-            .map(|s| Part {
+        // `split` numbered keys among the routed ones; map back to the request's positions (in
+        // place: each part's list becomes its `held`).
+        let mut held: Vec<Vec<usize>> = Vec::with_capacity(subs.len());
+        let mut parts: Vec<Part<Redis>> = Vec::with_capacity(subs.len() + 1);
+        for s in subs {
+            let mut keys = s.keys;
+            for k in &mut keys {
+                *k = positions[*k];
+            }
+            held.push(keys);
+            parts.push(Part {
                 placement: Placement::Current,
                 server: s.server,
                 frame: s.frame,
                 kind: Resp::Reply,
-            })
-            .collect();
+            });
+        }
         let owners = parts.len();
         let merge = match merge {
             Merge::Values => RedisMerge::Values {

@@ -463,9 +463,33 @@ impl Request {
 
 /// Writes `<kind><n>\r\n`.
 pub(crate) fn put_header(out: &mut BytesMut, kind: u8, n: usize) {
-    out.put_u8(kind);
-    put_int(out, n as i64);
-    out.put_slice(b"\r\n");
+    // One write of the whole line: a split command writes one per argument.
+    let mut buf = [0u8; 24];
+    let mut at = buf.len() - 2;
+    buf[at..].copy_from_slice(b"\r\n");
+    let mut v = n;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    at -= 1;
+    buf[at] = kind;
+    out.put_slice(&buf[at..]);
+}
+
+/// How many bytes [`put_header`] writes for `n`: the kind, the digits, CR LF.
+pub(crate) fn header_len(n: usize) -> usize {
+    let mut digits = 1;
+    let mut v = n / 10;
+    while v > 0 {
+        digits += 1;
+        v /= 10;
+    }
+    digits + 3
 }
 
 /// Writes `n` in decimal.
