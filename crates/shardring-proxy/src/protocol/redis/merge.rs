@@ -36,7 +36,7 @@ pub fn split(
     step: usize,
     mut server_of: impl FnMut(&[u8]) -> (usize, u16),
 ) -> Vec<SubRequest> {
-    let mut groups: Vec<((usize, u16), Vec<usize>)> = Vec::new();
+    let mut groups: Vec<((usize, u16), Vec<usize>)> = Vec::with_capacity(keys.len().min(64));
     for (pos, &arg) in keys.iter().enumerate() {
         let group = server_of(req.arg(arg).unwrap_or_default());
         match groups.iter_mut().find(|(g, _)| *g == group) {

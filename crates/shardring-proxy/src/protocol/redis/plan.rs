@@ -893,11 +893,17 @@ impl Redis {
         if !unrouted.is_empty() && merge != Merge::Values {
             return Step::Answer(Answer::Failed(BackendError::NoServer));
         }
-        let routed_keys: Vec<usize> = (0..keys.len())
-            .filter(|&p| owners[p].is_some())
-            .map(|p| keys[p])
-            .collect();
-        let positions: Vec<usize> = (0..keys.len()).filter(|&p| owners[p].is_some()).collect();
+        // Sized up front (a filtered collect grows as it goes).
+        let (mut routed_keys, mut positions) = (
+            Vec::with_capacity(keys.len()),
+            Vec::with_capacity(keys.len()),
+        );
+        for (p, &k) in keys.iter().enumerate() {
+            if owners[p].is_some() {
+                routed_keys.push(k);
+                positions.push(p);
+            }
+        }
         let mut next = positions
             .iter()
             .map(|&p| (owners[p].unwrap_or(0), slots.get(p).copied().unwrap_or(0)));
