@@ -70,6 +70,11 @@ impl<P: Protocol> PoolVersion<P> {
         let pool = PoolState {
             hot: shared.hot.as_ref(),
             cluster: config.cluster().map(|_| &shared.cluster),
+            next_cluster: config
+                .next
+                .as_ref()
+                .and_then(|n| n.cluster.as_ref())
+                .map(|_| &shared.cluster),
         };
         let mut protocol = P::new(&config, &pool)?;
         let handshakes = protocol.handshakes();

@@ -165,6 +165,9 @@ pub(crate) struct PoolState<'a> {
     pub(crate) hot: Option<&'a Arc<HotKeys>>,
     /// A cluster pool's signal to its slot-map follower (`crate::cluster`); `None` for other pools.
     pub(crate) cluster: Option<&'a Arc<crate::cluster::ClusterSignal>>,
+    /// The same signal while the pool's next membership is a cluster: a dual write its master did
+    /// not take (killed, failed over, resharded) has the follower read that map again at once.
+    pub(crate) next_cluster: Option<&'a Arc<crate::cluster::ClusterSignal>>,
 }
 
 /// What a server said about itself in reply to the protocol's [`Dialect::introductions`], kept with the

@@ -128,6 +128,17 @@ fn redirecting_round(round: Round<Redis>, fallbacks: &[Option<usize>]) -> Round<
     }
 }
 
+impl Redis {
+    /// A dual write failed: when the next membership is a Redis Cluster, its map may have changed
+    /// (a master killed and its replica promoted, a slot moved): its follower reads it again now,
+    /// not at its next turn.
+    fn next_owner_failed(&self) {
+        if let Some(signal) = &self.next_cluster {
+            signal.stale();
+        }
+    }
+}
+
 fn answer(reply: Bytes) -> Step<Redis> {
     Step::Answer(Answer::Bytes(reply))
 }
@@ -142,6 +153,9 @@ pub(crate) struct Redis {
     /// A cluster pool's masters, to follow redirections to (`features/cluster.rs`); `None` for
     /// other pools.
     pub(crate) cluster: Option<Redirects>,
+    /// While the next membership is a Redis Cluster: its follower's signal, given when a dual
+    /// write fails (`features/dual_writes.rs`).
+    pub(crate) next_cluster: Option<Arc<crate::cluster::ClusterSignal>>,
 }
 
 impl Protocol for Redis {
@@ -163,6 +177,7 @@ impl Protocol for Redis {
             settings,
             remedies,
             cluster,
+            next_cluster: pool.next_cluster.cloned(),
         })
     }
 
@@ -270,6 +285,7 @@ impl Protocol for Redis {
                 let mut replies = replies;
                 let next = replies.split_off(owners.min(replies.len()));
                 if let Some(failed) = dual_writes::count_split(&stats, &next) {
+                    self.next_owner_failed();
                     return Phase::Done {
                         answer: Answer::Failed(failed),
                         follow_ups: Vec::new(),
@@ -278,10 +294,14 @@ impl Protocol for Redis {
                 return self.advance(inner, replies);
             }
             RedisMerge::Dual(stats) => {
-                return Phase::Done {
-                    answer: dual_writes::answer(&stats, replies),
-                    follow_ups: Vec::new(),
+                let answer = dual_writes::answer(&stats, replies);
+                if matches!(answer, Answer::Failed(_)) {
+                    self.next_owner_failed();
                 }
+                return Phase::Done {
+                    answer,
+                    follow_ups: Vec::new(),
+                };
             }
             RedisMerge::SplitWrite(write) => return self.advance_split_write(*write, replies),
             RedisMerge::SplitGet(get) => {
