@@ -37,7 +37,7 @@ pub(super) fn merge_replies(merge: RedisMerge, replies: Vec<PartReply<'_>>) -> A
             partial,
         } => {
             let mut with: Vec<(&[usize], MergePart<'_>)> =
-                held.iter().map(Vec::as_slice).zip(parts).collect();
+                held.iter().map(|h| h.as_slice()).zip(parts).collect();
             if !unrouted.is_empty() {
                 with.push((&unrouted, MergePart::Failed("no server available")));
             }

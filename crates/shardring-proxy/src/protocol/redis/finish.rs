@@ -46,7 +46,7 @@ pub(crate) enum RedisMerge {
         /// The request's number of keys.
         key_count: usize,
         /// For each part, the positions of the keys it holds.
-        held: Vec<Vec<usize>>,
+        held: Vec<super::merge::KeyList>,
         /// Keys no live server holds: an error element each.
         unrouted: Vec<usize>,
         /// The reply framer's limits.

@@ -23,8 +23,12 @@ pub struct SubRequest {
     /// The request to send it: the command with the keys (and values) it holds, in request order.
     pub frame: Bytes,
     /// Which of the request's keys it holds: positions in the key list (0 for the first key).
-    pub keys: Vec<usize>,
+    pub keys: KeyList,
 }
+
+/// The positions of a part's keys: a few inline (a split over many servers or slots gives each
+/// part one or two keys, which no allocation should cost).
+pub type KeyList = smallvec::SmallVec<[usize; 4]>;
 
 /// Splits a request whose keys are at argument indexes `keys` (each followed by `step - 1` values) by the
 /// server `server_of` places each key on, and within a server by the group it names (a Redis
@@ -36,12 +40,12 @@ pub fn split(
     step: usize,
     mut server_of: impl FnMut(&[u8]) -> (usize, u16),
 ) -> Vec<SubRequest> {
-    let mut groups: Vec<((usize, u16), Vec<usize>)> = Vec::with_capacity(keys.len().min(64));
+    let mut groups: Vec<((usize, u16), KeyList)> = Vec::with_capacity(keys.len().min(64));
     for (pos, &arg) in keys.iter().enumerate() {
         let group = server_of(req.arg(arg).unwrap_or_default());
         match groups.iter_mut().find(|(g, _)| *g == group) {
             Some((_, held)) => held.push(pos),
-            None => groups.push((group, vec![pos])),
+            None => groups.push((group, smallvec::smallvec![pos])),
         }
     }
     if let [((server, _), held)] = groups.as_mut_slice() {

@@ -958,7 +958,7 @@ impl Redis {
         ctx.stats.fragments.add(subs.len() as u64);
         // `split` numbered keys among the routed ones; map back to the request's positions (in
         // place: each part's list becomes its `held`).
-        let mut held: Vec<Vec<usize>> = Vec::with_capacity(subs.len());
+        let mut held: Vec<merge::KeyList> = Vec::with_capacity(subs.len());
         let mut parts: Vec<Part<Redis>> = Vec::with_capacity(subs.len() + 1);
         for s in subs {
             let mut keys = s.keys;

@@ -639,7 +639,7 @@ fn mget_splits_by_server_and_merges_in_request_order() {
         &subs[0].frame[..],
         b"*3\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nc\r\n"
     );
-    assert_eq!(subs[0].keys, [0, 2]);
+    assert_eq!(subs[0].keys.as_slice(), [0, 2]);
     assert_eq!(
         &subs[1].frame[..],
         b"*3\r\n$4\r\nMGET\r\n$1\r\nb\r\n$1\r\nd\r\n"
