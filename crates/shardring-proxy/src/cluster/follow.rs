@@ -254,7 +254,14 @@ async fn refresh_all(
 ) -> bool {
     let mut mapped = true;
     for side in [Side::Current, Side::Next] {
-        if seeds(&pool.config(), side).is_none() {
+        let config = pool.config();
+        let Some(these) = seeds(&config, side) else {
+            continue;
+        };
+        // A next membership that is the current cluster (a migration onto it, done) is read once.
+        if side == Side::Next
+            && seeds(&config, Side::Current).is_some_and(|c| seeds_key(c) == seeds_key(these))
+        {
             continue;
         }
         match refresh(pool, side, access, followers, turn).await {
