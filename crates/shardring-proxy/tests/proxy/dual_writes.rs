@@ -740,13 +740,28 @@ fn call_node(addr: &str, args: &[&str]) -> test_support::resp_conn::Reply {
 
 /// What `key` holds on its slot's master, asked directly.
 fn on_cluster(cluster: &test_support::redis_cluster::RedisCluster, key: &str) -> Option<String> {
-    let seed = &cluster.seeds()[0];
-    let slot = match call_node(seed, &["CLUSTER", "KEYSLOT", key]) {
-        test_support::resp_conn::Reply::Integer(n) => n as u16,
-        other => panic!("KEYSLOT {key}: {other:?}"),
-    };
-    let master = cluster.master_of_slot(slot).expect("a master");
+    let master = cluster
+        .master_of_slot(key_slot(key) as u16)
+        .expect("a master");
     call_node(&master, &["GET", key]).text()
+}
+
+/// A pool over `server` whose next membership is `cluster` (seeded by all its nodes), as a file
+/// marked `# shardring: redis-cluster` gives it.
+fn onto_cluster(
+    server: &RedisServer,
+    cluster: &test_support::redis_cluster::RedisCluster,
+) -> PoolConfig {
+    let mut config = redis_pool(std::slice::from_ref(server), "");
+    let seeds = cluster.seeds();
+    let lines: Vec<String> = seeds.iter().map(|s| format!("{s}:1")).collect();
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let next = PoolConfig::new("alpha", "127.0.0.1:0", &refs).unwrap();
+    config.next = Some(NextMembership {
+        cluster: Some(shardring_proxy::config::ClusterConfig::new(seeds)),
+        ..NextMembership::of(&next)
+    });
+    config
 }
 
 /// A pool whose next membership is a Redis Cluster (its file marks it so; here, set as the file
@@ -762,15 +777,7 @@ async fn redis_writes_onto_a_next_cluster_go_to_each_keys_slot_master_split_by_s
     let Some(cluster) = test_support::redis_cluster::RedisCluster::start(3, 0) else {
         return;
     };
-    let mut config = redis_pool(std::slice::from_ref(&server), "");
-    let seeds = cluster.seeds();
-    let lines: Vec<String> = seeds.iter().map(|s| format!("{s}:1")).collect();
-    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let next = PoolConfig::new("alpha", "127.0.0.1:0", &refs).unwrap();
-    config.next = Some(NextMembership {
-        cluster: Some(shardring_proxy::config::ClusterConfig::new(seeds.clone())),
-        ..NextMembership::of(&next)
-    });
+    let config = onto_cluster(&server, &cluster);
     let proxy = RunningProxy::start(config.clone()).await;
     let pool = std::sync::Arc::clone(&proxy.proxy.pools()[0]);
     // No map yet: no next membership reported, nothing dual-written.
@@ -823,10 +830,7 @@ async fn redis_writes_onto_a_next_cluster_go_to_each_keys_slot_master_split_by_s
     // One server now, two slots next (of one master, or of two): refused, nothing applied; one
     // hash tag: served.
     let master = |k: &str| {
-        let slot = match call_node(&seeds[0], &["CLUSTER", "KEYSLOT", k]) {
-            test_support::resp_conn::Reply::Integer(n) => n as u16,
-            other => panic!("{other:?}"),
-        };
+        let slot = key_slot(k) as u16;
         (slot, cluster.master_of_slot(slot))
     };
     let (first, _) = master("one:1");
@@ -873,15 +877,7 @@ async fn a_next_cluster_master_killed_costs_only_its_slots_writes_until_its_repl
     ) else {
         return;
     };
-    let mut config = redis_pool(std::slice::from_ref(&server), "");
-    let seeds = cluster.seeds();
-    let lines: Vec<String> = seeds.iter().map(|s| format!("{s}:1")).collect();
-    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let next = PoolConfig::new("alpha", "127.0.0.1:0", &refs).unwrap();
-    config.next = Some(NextMembership {
-        cluster: Some(shardring_proxy::config::ClusterConfig::new(seeds.clone())),
-        ..NextMembership::of(&next)
-    });
+    let config = onto_cluster(&server, &cluster);
     let proxy = RunningProxy::start(config).await;
     let stop = tokio_util::sync::CancellationToken::new();
     let _followers =

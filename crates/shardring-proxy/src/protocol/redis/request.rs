@@ -465,48 +465,38 @@ impl Request {
 pub(crate) fn put_header(out: &mut BytesMut, kind: u8, n: usize) {
     // One write of the whole line: a split command writes one per argument.
     let mut buf = [0u8; 24];
-    let mut at = buf.len() - 2;
-    buf[at..].copy_from_slice(b"\r\n");
-    let mut v = n;
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    at -= 1;
+    let end = buf.len() - 2;
+    buf[end..].copy_from_slice(b"\r\n");
+    let at = decimal_into(&mut buf[..end], n as u64) - 1;
     buf[at] = kind;
     out.put_slice(&buf[at..]);
 }
 
 /// How many bytes [`put_header`] writes for `n`: the kind, the digits, CR LF.
 pub(crate) fn header_len(n: usize) -> usize {
-    let mut digits = 1;
-    let mut v = n / 10;
-    while v > 0 {
-        digits += 1;
-        v /= 10;
-    }
-    digits + 3
+    let mut buf = [0u8; 20];
+    buf.len() - decimal_into(&mut buf, n as u64) + 3
 }
 
 /// Writes `n` in decimal.
 pub(crate) fn put_int(out: &mut BytesMut, n: i64) {
     let mut buf = [0u8; 20];
+    let at = decimal_into(&mut buf, n.unsigned_abs());
+    if n < 0 {
+        out.put_u8(b'-');
+    }
+    out.put_slice(&buf[at..]);
+}
+
+/// Writes `v`'s decimal digits at the end of `buf` (20 bytes hold any `u64`); where they start.
+fn decimal_into(buf: &mut [u8], mut v: u64) -> usize {
     let mut at = buf.len();
-    let mut v = n.unsigned_abs();
     loop {
         at -= 1;
         buf[at] = b'0' + (v % 10) as u8;
         v /= 10;
         if v == 0 {
-            break;
+            return at;
         }
     }
-    if n < 0 {
-        out.put_u8(b'-');
-    }
-    out.put_slice(&buf[at..]);
 }
