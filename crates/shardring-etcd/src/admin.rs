@@ -14,8 +14,9 @@ use shardring::membership::{Member, MembershipSnapshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::EtcdError;
+use crate::kind::{Kind, Kinds};
 pub use crate::layout::Registration;
-use crate::layout::{format_registration, format_value, parse_registration};
+use crate::layout::{format_registration, format_value, parse_registration, MemberSet};
 use crate::source::{EtcdSource, PoolRead};
 
 /// What [`publish`] changed.
@@ -47,6 +48,19 @@ fn failed(source: &EtcdSource, what: String, e: etcd_client::Error) -> EtcdError
 /// [`EtcdError`] when etcd cannot be reached, or [`EtcdError::Refused`] when the pool changed between
 /// the read and the write (run it again).
 pub async fn publish(source: &EtcdSource, members: &[Member]) -> Result<Published, EtcdError> {
+    publish_kind(source, members, Kind::Ring).await
+}
+
+/// [`publish`] of a member set of `kind`: the pool's `kind` key is written in the same
+/// transaction (deleted for a ring), so that no participant reads the servers without it.
+///
+/// # Errors
+/// As [`publish`]; [`EtcdError::Refused`] for [`Kind::Unknown`].
+pub async fn publish_kind(
+    source: &EtcdSource,
+    members: &[Member],
+    kind: Kind,
+) -> Result<Published, EtcdError> {
     let mut client = source.connect().await?;
     let keys = source.keys();
     let prefix = keys.servers_prefix().to_string();
@@ -55,8 +69,17 @@ pub async fn publish(source: &EtcdSource, members: &[Member]) -> Result<Publishe
         .await
         .map_err(|e| failed(source, format!("range {prefix}"), e))?;
     let read_revision = current.header().map_or(0, |h| h.revision());
-    let mut ops = Vec::new();
-    let mut out = Published::default();
+    let kind_key = keys.kind_key(MemberSet::Current);
+    let kind_now = client
+        .get(kind_key, None)
+        .await
+        .map_err(|e| failed(source, format!("get {kind_key}"), e))?;
+    let mut ops = kind_ops(kind_key, kind_now.kvs().first(), kind)?;
+    // A changed kind is a key written (or deleted: counted as written, it says what the servers are).
+    let mut out = Published {
+        written: ops.len(),
+        ..Published::default()
+    };
     for kv in current.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         let keep = keys
@@ -82,11 +105,13 @@ pub async fn publish(source: &EtcdSource, members: &[Member]) -> Result<Publishe
     if ops.is_empty() {
         return Ok(out);
     }
-    // Nothing under the prefix may have changed since the read: no key's mod revision past it.
+    // Nothing under the prefix, nor the kind, may have changed since the read: no key's mod
+    // revision past it.
     let txn = Txn::new()
         .when([
             Compare::mod_revision(prefix.as_str(), CompareOp::Less, read_revision + 1)
                 .with_prefix(),
+            kind_unchanged(kind_key, kind_now.kvs().first(), read_revision),
         ])
         .and_then(ops);
     let response = client
@@ -258,6 +283,38 @@ fn unchanged_since(prefix: &str, revision: i64, kvs: &[&etcd_client::KeyValue]) 
     compares
 }
 
+/// The operations that make the kind key `key` (now `now`) say `kind`: none when it does already,
+/// a delete for a ring (no key means a ring), a put otherwise.
+fn kind_ops(
+    key: &str,
+    now: Option<&etcd_client::KeyValue>,
+    kind: Kind,
+) -> Result<Vec<TxnOp>, EtcdError> {
+    let was = now.map_or(Kind::Ring, |kv| {
+        Kind::parse(kv.key(), kv.value()).unwrap_or(Kind::Unknown)
+    });
+    Ok(match kind {
+        Kind::Unknown => {
+            return Err(EtcdError::Refused(format!(
+                "{key}: a member set's kind is a ring or a Redis Cluster"
+            )))
+        }
+        _ if was == kind && (kind != Kind::Ring || now.is_none()) => Vec::new(),
+        Kind::Ring => vec![TxnOp::delete(key, None)],
+        _ => vec![TxnOp::put(key, kind.as_str(), None)],
+    })
+}
+
+/// That the kind key `key` is as it was read at `revision` (`read`: its key-value then, if it
+/// existed): the same mod revision when it existed (a deleted key's is 0, so a delete counts), none
+/// past `revision` when it did not.
+fn kind_unchanged(key: &str, read: Option<&etcd_client::KeyValue>, revision: i64) -> Compare {
+    match read {
+        Some(kv) => Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision()),
+        None => Compare::mod_revision(key, CompareOp::Less, revision + 1),
+    }
+}
+
 /// How many times [`publish_next`] reads and writes again when another writer got in between.
 const PUBLISH_NEXT_ATTEMPTS: usize = 5;
 
@@ -272,7 +329,21 @@ const PUBLISH_NEXT_ATTEMPTS: usize = 5;
 /// [`EtcdError::Changed`] when other writers kept changing `next/`; [`EtcdError`] when etcd cannot be
 /// reached.
 pub async fn publish_next(source: &EtcdSource, members: &[Member]) -> Result<i64, EtcdError> {
+    publish_next_kind(source, members, Kind::Ring).await
+}
+
+/// [`publish_next`] of a member set of `kind`: the pool's `next-kind` key is written in the same
+/// transaction (deleted for a ring).
+///
+/// # Errors
+/// As [`publish_next`]; [`EtcdError::Refused`] for [`Kind::Unknown`].
+pub async fn publish_next_kind(
+    source: &EtcdSource,
+    members: &[Member],
+    kind: Kind,
+) -> Result<i64, EtcdError> {
     let wanted = by_name(members, "next membership")?;
+    let kind_key = source.keys().kind_key(MemberSet::Next).to_owned();
     let mut client = source.connect().await?;
     let keys = source.keys();
     let prefix = keys.next_prefix().to_string();
@@ -285,7 +356,13 @@ pub async fn publish_next(source: &EtcdSource, members: &[Member]) -> Result<i64
         )
         .await?;
         read_revision = revision_of(read.header());
-        let mut ops = Vec::new();
+        let kind_now = timed(
+            source,
+            format!("get {kind_key}"),
+            client.get(kind_key.as_str(), None),
+        )
+        .await?;
+        let mut ops = kind_ops(&kind_key, kind_now.kvs().first(), kind)?;
         for kv in read.kvs() {
             let key = String::from_utf8_lossy(kv.key());
             if !keys
@@ -310,9 +387,13 @@ pub async fn publish_next(source: &EtcdSource, members: &[Member]) -> Result<i64
             return Ok(read_revision);
         }
         let kvs: Vec<_> = read.kvs().iter().collect();
-        let txn = Txn::new()
-            .when(unchanged_since(&prefix, read_revision, &kvs))
-            .and_then(ops);
+        let mut compares = unchanged_since(&prefix, read_revision, &kvs);
+        compares.push(kind_unchanged(
+            &kind_key,
+            kind_now.kvs().first(),
+            read_revision,
+        ));
+        let txn = Txn::new().when(compares).and_then(ops);
         let response = timed(source, format!("publish to {prefix}"), client.txn(txn)).await?;
         if response.succeeded() {
             return Ok(revision_of(response.header()));
@@ -356,7 +437,7 @@ pub async fn read_planned(
 /// revision (e.g. that of the [`Update::Planned`](crate::Update::Planned) a migration copied keys
 /// for), so a change made at any time after it makes the cut-over fail; with `None`, at the current one.
 /// etcd's `--max-txn-ops` (128 by default) caps the compares too: one per key under `servers/` and
-/// `next/`, plus three, so larger pools need the limit raised.
+/// `next/`, plus five, so larger pools need the limit raised.
 ///
 /// # Errors
 /// - [`EtcdError::NoNext`] when there is no server under `next/`;
@@ -383,8 +464,16 @@ pub async fn cut_over(
     let read_revision = expected_revision.unwrap_or_else(|| revision_of(read.header()));
     let (mut current, mut next) = (Vec::new(), Vec::new());
     let (mut current_kvs, mut next_kvs) = (Vec::new(), Vec::new());
+    let mut kinds = Kinds::default();
+    let (mut kind_kv, mut next_kind_kv) = (None, None);
     for kv in read.kvs() {
-        if kv.key().starts_with(keys.servers_prefix().as_bytes()) {
+        if let Some(set) = keys.kind_of(kv.key()) {
+            let kind = Kind::parse(kv.key(), kv.value()).map_err(EtcdError::Malformed)?;
+            match set {
+                MemberSet::Current => (kinds.current, kind_kv) = (kind, Some(kv)),
+                MemberSet::Next => (kinds.next, next_kind_kv) = (kind, Some(kv)),
+            }
+        } else if kv.key().starts_with(keys.servers_prefix().as_bytes()) {
             current.push(
                 keys.parse(kv.key(), kv.value())
                     .map_err(EtcdError::Malformed)?,
@@ -408,6 +497,16 @@ pub async fn cut_over(
     // transaction that writes one key twice).
     swap_ops(&mut ops, &current, &next, |n| keys.server_key(n));
     swap_ops(&mut ops, &next, &current, |n| keys.next_key(n));
+    // The kinds go with their sets: kind := next-kind, next-kind := kind.
+    for (set, kind) in [
+        (MemberSet::Current, kinds.next),
+        (MemberSet::Next, kinds.current),
+    ] {
+        ops.push(match kind {
+            Kind::Ring => TxnOp::delete(keys.kind_key(set), None),
+            _ => TxnOp::put(keys.kind_key(set), kind.as_str(), None),
+        });
+    }
     ops.push(TxnOp::put(
         keys.cut_over_key(),
         read_revision.to_string(),
@@ -419,6 +518,16 @@ pub async fn cut_over(
         keys.next_prefix(),
         read_revision,
         &next_kvs,
+    ));
+    compares.push(kind_unchanged(
+        keys.kind_key(MemberSet::Current),
+        kind_kv,
+        read_revision,
+    ));
+    compares.push(kind_unchanged(
+        keys.kind_key(MemberSet::Next),
+        next_kind_kv,
+        read_revision,
     ));
     let txn = Txn::new().when(compares).and_then(ops);
     let response = timed(source, format!("cut over {pool}"), client.txn(txn)).await?;
@@ -477,6 +586,7 @@ async fn drop_next_recording(source: &EtcdSource, record: Option<&str>) -> Resul
     let prefix = keys.next_prefix().to_string();
     let mut ops = vec![
         TxnOp::delete(prefix.as_str(), Some(DeleteOptions::new().with_prefix())),
+        TxnOp::delete(keys.kind_key(MemberSet::Next), None),
         TxnOp::delete(keys.cut_over_key(), None),
     ];
     if let Some(record) = record {

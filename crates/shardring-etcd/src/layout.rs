@@ -7,6 +7,8 @@
 //! <prefix><pool>/servers/<name>  =  host:port[:weight]
 //! <prefix><pool>/next/<name>     =  host:port[:weight]
 //! <prefix><pool>/proxies/<id>    =  current=<digest> next=<digest|-> current_revision=<n> next_revision=<n>
+//! <prefix><pool>/kind            =  redis-cluster        (no key: a ring)
+//! <prefix><pool>/next-kind       =  redis-cluster        (no key: a ring)
 //! ```
 //!
 //! - `<prefix>` is `/shardring/` unless told otherwise ([`DEFAULT_PREFIX`]); a prefix given without a
@@ -34,6 +36,16 @@
 //! that proxies not yet switched read from), after which dropping `next/` ends the change. A follower
 //! built [`with_next`](crate::EtcdSourceBuilder::with_next) ranges and watches the whole
 //! `<prefix><pool>/` prefix, so current and next change together, at one revision.
+//!
+//! ## The kind of a member set (`kind`, `next-kind`)
+//! `<prefix><pool>/kind` says what `servers/` is, `<prefix><pool>/next-kind` what `next/` is
+//! ([`Kind`](crate::kind::Kind)): `redis-cluster` when the servers are a Redis Cluster's seed nodes
+//! (its slot map places the keys), `ring` or no key for a ring over the servers (every pool
+//! published before kinds existed). A cut-over swaps them with the member sets, in the same
+//! transaction; dropping `next/` drops `next-kind`. Only a source that follows the next membership
+//! ([`with_next`](crate::EtcdSourceBuilder::with_next)) reads them, and a participant that cannot
+//! place a cluster's keys does not claim to serve one (see [`Participant`](crate::Participant)).
+//! Any other value is a [`MalformedValue`], and the set is then taken for one nobody can place.
 //!
 //! ## Proxy registrations (`proxies/`)
 //! Each proxy of the pool writes `proxies/<id>` under a lease (it vanishes when the proxy stops keeping
@@ -68,7 +80,8 @@ pub const DEFAULT_PREFIX: &str = "/shardring/";
 pub const DEFAULT_WEIGHT: u32 = 1;
 
 /// Where one pool's keys live: `<prefix><pool>/servers/`, `<prefix><pool>/next/`,
-/// `<prefix><pool>/proxies/`, `<prefix><pool>/roster/`, `<prefix><pool>/cut-over`.
+/// `<prefix><pool>/proxies/`, `<prefix><pool>/roster/`, `<prefix><pool>/cut-over`,
+/// `<prefix><pool>/kind`, `<prefix><pool>/next-kind`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolKeys {
     /// `<prefix><pool>/`: every key of the pool starts with it.
@@ -87,6 +100,10 @@ pub struct PoolKeys {
     /// The key that says the moved keys of a finished change are still to be deleted from their
     /// old servers (`shardring migrate --delete-moved` did not finish).
     delete_moved: String,
+    /// The key that says what `servers/` is (a ring, or a Redis Cluster's seeds).
+    kind: String,
+    /// The key that says what `next/` is.
+    next_kind: String,
 }
 
 /// Which of a pool's member sets a key belongs to.
@@ -118,6 +135,8 @@ impl PoolKeys {
             roster: format!("{base}roster/"),
             cut_over: format!("{base}cut-over"),
             delete_moved: format!("{base}delete-moved"),
+            kind: format!("{base}kind"),
+            next_kind: format!("{base}next-kind"),
             pool: base,
         }
     }
@@ -170,6 +189,22 @@ impl PoolKeys {
     /// by a rerun. Its value is the migration's own record of the change (opaque here).
     pub fn delete_moved_key(&self) -> &str {
         &self.delete_moved
+    }
+
+    /// `<prefix><pool>/kind` (for `servers/`) or `<prefix><pool>/next-kind` (for `next/`): what the
+    /// member set is ([`Kind`](crate::kind::Kind)); no key means a ring.
+    pub fn kind_key(&self, set: MemberSet) -> &str {
+        match set {
+            MemberSet::Current => &self.kind,
+            MemberSet::Next => &self.next_kind,
+        }
+    }
+
+    /// Which member set's kind `key` is, `None` for any other key.
+    pub fn kind_of(&self, key: &[u8]) -> Option<MemberSet> {
+        [MemberSet::Current, MemberSet::Next]
+            .into_iter()
+            .find(|set| key == self.kind_key(*set).as_bytes())
     }
 
     /// The roster key of the participant `id`.

@@ -51,6 +51,7 @@
 pub mod admin;
 mod error;
 mod follow;
+pub mod kind;
 pub mod layout;
 pub mod participant;
 pub mod source;
@@ -58,6 +59,7 @@ pub mod take_part;
 
 pub use crate::error::{error_chain, ClientError, EtcdError, MalformedValue};
 pub use crate::follow::{follow, twemproxy_ketama, twemproxy_servers, FollowStats};
+pub use crate::kind::{Kind, Kinds};
 pub use crate::layout::Registration;
 pub use crate::participant::{Fenced, Participant, ParticipantStats, PoolRules, Route, View};
 pub use crate::source::{EtcdSource, EtcdSourceBuilder, PoolRead, Update};

@@ -50,7 +50,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::{admin, take_part, twemproxy_servers, EtcdError, EtcdSource, Fence, Registration};
-use crate::{PoolRead, Update};
+use crate::{Kind, Kinds, PoolRead, Update};
 
 /// The pool's placement rules, as its twemproxy YAML states them (the servers come from etcd):
 /// they must be the proxies' for the digests, and every key's owner, to agree.
@@ -228,7 +228,11 @@ impl Shared {
     fn on_update(&self, update: Update) {
         let result = match update {
             Update::Snapshot(s) => self.apply(s, None),
-            Update::Planned { current, next } => self.apply(current, next),
+            Update::Planned {
+                current,
+                next,
+                kinds,
+            } => ring_sets(current, next, kinds).and_then(|(c, n)| self.apply(c, n)),
             Update::Malformed(bad) => {
                 self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%bad, "skipping a malformed server in etcd");
@@ -247,8 +251,32 @@ impl Shared {
 
     fn apply_read(&self, read: PoolRead) -> bool {
         (!read.snapshot.is_empty() || self.allow_empty)
-            && self.apply(read.snapshot, read.next).is_ok()
+            && ring_sets(read.snapshot, read.next, read.kinds)
+                .and_then(|(c, n)| self.apply(c, n))
+                .is_ok()
     }
+}
+
+/// The member sets a participant places: rings only. A current set that is a Redis Cluster (or of
+/// a kind this version cannot read) is refused, a next one left out, logged: the participant then
+/// does not claim to serve it, and a migration onto it waits for it (or for it to be stopped or
+/// forgotten) instead of copying keys a write through it would not reach.
+fn ring_sets(
+    current: MembershipSnapshot,
+    next: Option<MembershipSnapshot>,
+    kinds: Kinds,
+) -> Result<(MembershipSnapshot, Option<MembershipSnapshot>), String> {
+    if kinds.current != Kind::Ring {
+        return Err(format!(
+            "the pool's servers are a {} (its `kind` key): a participant places rings only",
+            kinds.current
+        ));
+    }
+    if next.is_some() && kinds.next != Kind::Ring {
+        tracing::warn!(kind = %kinds.next, "the pool's next membership is not a ring: this participant cannot place its keys and does not take part in the change (a migration onto it waits for this participant until it is stopped)");
+        return Ok((current, None));
+    }
+    Ok((current, next))
 }
 
 /// A client-side ring taking part in the pool's planned changes (see the [module docs](self)).
@@ -289,6 +317,13 @@ impl Participant {
             )));
         }
         let read = source.read().await?;
+        let (snapshot, next) =
+            ring_sets(read.snapshot, read.next, read.kinds).map_err(EtcdError::Refused)?;
+        let read = PoolRead {
+            snapshot,
+            next,
+            ..read
+        };
         if read.snapshot.is_empty() {
             return Err(EtcdError::Refused(format!(
                 "etcd has no servers under {}",

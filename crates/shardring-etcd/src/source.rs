@@ -32,7 +32,7 @@
 //! # The next membership
 //! A source built [`with_next(true)`](EtcdSourceBuilder::with_next) follows a pool's planned change too
 //! (the [layout](crate::layout#the-next-membership-next)): it ranges and watches the whole pool prefix
-//! `<prefix><pool>/` (one range, one watch), reads `servers/` and `next/` into two member sets, ignores
+//! `<prefix><pool>/` (one range, one watch), reads `servers/` and `next/` into two member sets and their kinds, ignores
 //! every other key (the proxies' registrations), and hands out [`Update::Planned`] with both sets in
 //! place of [`Update::Snapshot`]. Both sets come from the same revision, so a cut-over (one transaction
 //! that swaps them) arrives as one update with both sides swapped, never half of it. The revision,
@@ -50,6 +50,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{EtcdError, MalformedValue};
+use crate::kind::{Kind, Kinds};
 use crate::layout::{MemberSet, PoolKeys, DEFAULT_PREFIX};
 
 /// What the source tells its consumer.
@@ -67,6 +68,8 @@ pub enum Update {
         current: MembershipSnapshot,
         /// The servers under `next/`; `None` when no server there could be read (no change planned).
         next: Option<MembershipSnapshot>,
+        /// What each set is (`kind`, `next-kind`): a ring, or a Redis Cluster's seeds.
+        kinds: Kinds,
     },
     /// A server key could not be read; that server is left out.
     Malformed(MalformedValue),
@@ -190,6 +193,9 @@ pub struct PoolRead {
     /// [`with_next(true)`](EtcdSourceBuilder::with_next) (always `None` otherwise); `None` when no server
     /// under `next/` could be read.
     pub next: Option<MembershipSnapshot>,
+    /// What each set is (`kind`, `next-kind`), read only with the next membership (rings
+    /// otherwise).
+    pub kinds: Kinds,
 }
 
 /// The member set the source keeps between snapshots: every key of the pool, read or not.
@@ -203,6 +209,8 @@ struct State {
     next: BTreeMap<String, Member>,
     /// Whether the next membership is followed (planned updates, the whole pool prefix watched).
     planned: bool,
+    /// With the next membership followed: what each set is.
+    kinds: Kinds,
 }
 
 /// A snapshot of `members` at `revision`.
@@ -215,6 +223,18 @@ fn snapshot_of(revision: i64, members: &BTreeMap<String, Member>) -> MembershipS
     .unwrap_or_else(|_| {
         MembershipSnapshot::new(0, Vec::new()).expect("an empty snapshot has no duplicates")
     })
+}
+
+/// The kind a `kind` key's event leaves (a delete: a ring; a value that does not read:
+/// [`Kind::Unknown`], with why).
+fn read_kind(put: bool, key: &[u8], value: &[u8]) -> (Kind, Option<MalformedValue>) {
+    if !put {
+        return (Kind::Ring, None);
+    }
+    match Kind::parse(key, value) {
+        Ok(kind) => (kind, None),
+        Err(bad) => (Kind::Unknown, Some(bad)),
+    }
 }
 
 /// Which member set of the pool `key` is under (by its bytes, so that a key that is not UTF-8 is
@@ -245,6 +265,7 @@ impl State {
             Update::Planned {
                 current: self.snapshot(),
                 next: self.next_snapshot(),
+                kinds: self.kinds,
             }
         } else {
             Update::Snapshot(self.snapshot())
@@ -253,9 +274,9 @@ impl State {
 
     /// Whether a change of `key` changes what [`update`](State::update) hands out (or reports it
     /// malformed): any key for a source of `servers/` alone (it watches nothing else), only keys
-    /// under `servers/` and `next/` for a planned one.
+    /// under `servers/` and `next/` and the kinds for a planned one.
     fn concerns(&self, keys: &PoolKeys, key: &[u8]) -> bool {
-        !self.planned || set_of(keys, key).is_some()
+        !self.planned || set_of(keys, key).is_some() || keys.kind_of(key).is_some()
     }
 }
 
@@ -273,6 +294,14 @@ impl State {
     ) -> Option<MalformedValue> {
         self.revision = self.revision.max(revision);
         if self.planned {
+            if let Some(set) = keys.kind_of(key) {
+                let (kind, bad) = read_kind(put, key, value);
+                match set {
+                    MemberSet::Current => self.kinds.current = kind,
+                    MemberSet::Next => self.kinds.next = kind,
+                }
+                return bad;
+            }
             // Any other key (a proxy's registration) changes nothing but the revision.
             let set = set_of(keys, key)?;
             let name = std::str::from_utf8(key).ok().and_then(|k| match set {
@@ -431,6 +460,7 @@ impl EtcdSource {
             snapshot: state.snapshot(),
             malformed,
             next: state.next_snapshot(),
+            kinds: state.kinds,
         })
     }
 
@@ -463,7 +493,17 @@ impl EtcdSource {
         let mut members = BTreeMap::new();
         let mut next = BTreeMap::new();
         let mut malformed = Vec::new();
+        let mut kinds = Kinds::default();
         for kv in response.kvs() {
+            if let Some(set) = self.keys.kind_of(kv.key()).filter(|_| planned) {
+                let (kind, bad) = read_kind(true, kv.key(), kv.value());
+                match set {
+                    MemberSet::Current => kinds.current = kind,
+                    MemberSet::Next => kinds.next = kind,
+                }
+                malformed.extend(bad);
+                continue;
+            }
             let (map, parsed) = match (planned, set_of(&self.keys, kv.key())) {
                 (false, _) | (true, Some(MemberSet::Current)) => {
                     (&mut members, self.keys.parse(kv.key(), kv.value()))
@@ -485,6 +525,7 @@ impl EtcdSource {
             members,
             next,
             planned,
+            kinds,
         };
         Ok(malformed)
     }
@@ -1079,6 +1120,10 @@ mod tests {
             2,
         );
         state.apply(&keys, true, keys.next_key("b").as_bytes(), b"10.0.0.2:1", 2);
+        let next_kind = keys.kind_key(MemberSet::Next).to_owned();
+        let kind = keys.kind_key(MemberSet::Current).to_owned();
+        state.apply(&keys, true, next_kind.as_bytes(), b"redis-cluster", 2);
+        assert_eq!(state.kinds.next, Kind::RedisCluster);
         let responses = vec![
             Ok(Response {
                 header: Some(3),
@@ -1092,6 +1137,8 @@ mod tests {
                     ev(true, keys.server_key("b"), "10.0.0.2:1", 4),
                     ev(false, keys.next_key("b"), "", 4),
                     ev(true, keys.next_key("a"), "10.0.0.1:1", 4),
+                    ev(true, kind.clone(), "redis-cluster", 4),
+                    ev(false, next_kind.clone(), "", 4),
                 ],
                 ..Response::default()
             }),
@@ -1104,11 +1151,17 @@ mod tests {
         ];
         let mut got = Vec::new();
         let mut sink = |u| {
-            if let Update::Planned { current, next } = u {
+            if let Update::Planned {
+                current,
+                next,
+                kinds,
+            } = u
+            {
                 got.push((
                     current.revision(),
                     names(&current).join(","),
                     next.map(|n| names(&n).join(",")),
+                    (kinds.current, kinds.next),
                 ));
             }
         };
@@ -1121,8 +1174,13 @@ mod tests {
         assert_eq!(
             got,
             [
-                (4, "b".to_string(), Some("a".to_string())),
-                (5, "b".to_string(), None)
+                (
+                    4,
+                    "b".to_string(),
+                    Some("a".to_string()),
+                    (Kind::RedisCluster, Kind::Ring)
+                ),
+                (5, "b".to_string(), None, (Kind::RedisCluster, Kind::Ring))
             ]
         );
         assert_eq!(state.revision, 5);

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shardring::membership::{Member, MembershipSnapshot};
-use shardring_etcd::{admin, EtcdError, EtcdSource, Registration, Update};
+use shardring_etcd::layout::MemberSet;
+use shardring_etcd::{admin, EtcdError, EtcdSource, Kind, Kinds, Registration, Update};
 use test_support::{etcd_available, Etcd};
 use tokio_util::sync::CancellationToken;
 
@@ -75,7 +76,7 @@ impl Watching {
                 source
                     .watch(
                         |u| match u {
-                            Update::Planned { current, next } => {
+                            Update::Planned { current, next, .. } => {
                                 if let Some(n) = &next {
                                     assert_eq!(n.revision(), current.revision());
                                 }
@@ -563,4 +564,87 @@ async fn dropping_next_can_record_a_pending_deletion_that_outlives_it() {
     assert!(admin::pending_deletion(&src).await.unwrap().is_some());
     admin::cut_over(&src, None).await.unwrap();
     assert_eq!(admin::pending_deletion(&src).await.unwrap(), None);
+}
+
+/// The kinds (`kind`, `next-kind`) are written with their sets, swapped by the cut-over in its
+/// own transaction, dropped with `next/`, and read at the sets' revision; a kind changed after a
+/// cut-over's read makes it fail; a value no version reads is reported and read as unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinds_travel_with_their_member_sets() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = Etcd::start();
+    let src = planned_source(&etcd.url());
+    let ring_to_cluster = Kinds {
+        current: Kind::Ring,
+        next: Kind::RedisCluster,
+    };
+    admin::publish(&src, &servers(0..4)).await.unwrap();
+    let read_at = admin::publish_next_kind(&src, &servers(7..8), Kind::RedisCluster)
+        .await
+        .unwrap();
+    let read = src.read().await.unwrap();
+    assert_eq!(read.kinds, ring_to_cluster);
+    assert_eq!(
+        read.next.as_ref().map(names),
+        Some(names_of(&servers(7..8)))
+    );
+    // Published again as the same kind: nothing to write.
+    assert_eq!(
+        admin::publish_next_kind(&src, &servers(7..8), Kind::RedisCluster)
+            .await
+            .unwrap(),
+        read_at
+    );
+    let client_source = source(&etcd.url());
+    assert_eq!(
+        client_source.read().await.unwrap().kinds,
+        Kinds::default(),
+        "a source of servers/ alone reads no kind"
+    );
+
+    // A kind changed after the cut-over's read makes it fail, nothing written.
+    admin::publish_next(&src, &servers(7..8)).await.unwrap();
+    let err = admin::cut_over(&src, Some(read_at)).await.unwrap_err();
+    assert!(matches!(err, EtcdError::Changed { .. }), "{err}");
+    assert_eq!(src.read().await.unwrap().kinds, Kinds::default());
+    admin::publish_next_kind(&src, &servers(7..8), Kind::RedisCluster)
+        .await
+        .unwrap();
+
+    admin::cut_over(&src, None).await.unwrap();
+    let cut = src.read().await.unwrap();
+    assert_eq!(
+        cut.kinds,
+        Kinds {
+            current: Kind::RedisCluster,
+            next: Kind::Ring,
+        }
+    );
+    assert_eq!(names(&cut.snapshot), names_of(&servers(7..8)));
+    admin::drop_next(&src).await.unwrap();
+    let done = src.read().await.unwrap();
+    assert_eq!(
+        (done.kinds.current, done.kinds.next, done.next.is_none()),
+        (Kind::RedisCluster, Kind::Ring, true)
+    );
+    // A ring published over it takes the kind away.
+    let published = admin::publish(&src, &servers(7..8)).await.unwrap();
+    assert_eq!(published.written, 1, "the kind key, deleted");
+    assert_eq!(src.read().await.unwrap().kinds, Kinds::default());
+
+    // A value no version reads: reported, and read as unknown.
+    let mut client = src.connect().await.unwrap();
+    client
+        .put(src.keys().kind_key(MemberSet::Current), "hash-slots", None)
+        .await
+        .unwrap();
+    let odd = src.read().await.unwrap();
+    assert_eq!(odd.kinds.current, Kind::Unknown);
+    assert_eq!(odd.malformed.len(), 1, "{:?}", odd.malformed);
+    let err = admin::publish_kind(&src, &servers(7..8), Kind::Unknown)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EtcdError::Refused(_)), "{err}");
 }

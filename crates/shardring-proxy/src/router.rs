@@ -64,7 +64,12 @@ impl Routing {
     /// Whether keys are placed by a Redis Cluster's slot map: a multi-key command is then split by
     /// slot, not only by server (a cluster refuses keys of two slots in one command).
     pub(crate) fn by_slot(&self) -> bool {
-        matches!(self.how, How::Slots(_))
+        match &self.how {
+            How::Slots(_) => true,
+            // A fenced cluster pool still splits by slot (what it serves goes to cluster nodes).
+            How::Masked(both) => both.0.by_slot(),
+            How::Placement(_) | How::Random => false,
+        }
     }
 
     /// Which publication of a pool's router this is: two routings a router published are the same
@@ -106,7 +111,8 @@ impl Routing {
     }
 
     /// The owners of keys of Redis Cluster slots `slots` (`out[i]` for `slots[i]`); `None` for
-    /// every one when keys are not placed by a slot map.
+    /// every one when keys are not placed by a slot map, and when fenced (whether a key moves is
+    /// known by the key, not by its slot: each is refused, the fence's cost).
     pub(crate) fn servers_for_slots(&self, slots: &[u16], out: &mut [Option<usize>]) {
         for (slot, o) in slots.iter().zip(out.iter_mut()) {
             *o = match &self.how {

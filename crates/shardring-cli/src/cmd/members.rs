@@ -21,7 +21,7 @@ use shardring::ring::Migration;
 use shardring::Ring;
 use shardring_config::{PoolConfig, ProxyConfig};
 use shardring_etcd::layout::{parse_value, DEFAULT_PREFIX};
-use shardring_etcd::{admin, twemproxy_ketama, EtcdSource, Update};
+use shardring_etcd::{admin, twemproxy_ketama, EtcdSource, Kind, Update};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, clap::Args)]
@@ -187,15 +187,13 @@ pub fn run(args: Args) -> Result<()> {
             Action::Publish { dry_run, next } => {
                 let pool_config = pool_config
                     .ok_or_else(|| anyhow!("publish needs --config FILE with the pool"))?;
-                if pool_config.cluster().is_some() {
-                    bail!(
-                        "pool {}: a Redis Cluster pool (`# shardring: redis-cluster`) is not \
-                         published to etcd: its servers are seeds, and the cluster's slot map \
-                         places its keys; move a pool onto a cluster with the files \
-                         (`shardring migrate --to FILE`)",
-                        pool_config.name
-                    );
-                }
+                // A cluster pool's servers are its seeds, published with its kind (the
+                // layout's `kind`/`next-kind`): its slot map, not a ring, places its keys.
+                let kind = if pool_config.cluster().is_some() {
+                    Kind::RedisCluster
+                } else {
+                    Kind::Ring
+                };
                 let members = pool_config
                     .servers
                     .iter()
@@ -203,22 +201,31 @@ pub fn run(args: Args) -> Result<()> {
                     .collect::<Result<Vec<_>, _>>()?;
                 let current = source.read().await?.snapshot;
                 let planned = MembershipSnapshot::new(0, members.clone())?;
-                print_change(&current, &planned, hashing, ranges)?;
+                if kind.is_cluster() {
+                    eprintln!(
+                        "pool {pool} is a Redis Cluster (`# shardring: redis-cluster`): its {} \
+                         servers are seeds, and the cluster's slot map places every key",
+                        members.len()
+                    );
+                } else {
+                    print_change(&current, &planned, hashing, ranges)?;
+                }
                 if dry_run {
                     eprintln!("(dry run: nothing written)");
                     return Ok(());
                 }
                 if next {
-                    let revision = admin::publish_next(&source, &members).await?;
+                    let revision = admin::publish_next_kind(&source, &members, kind).await?;
                     eprintln!(
-                        "published {} servers to {} at revision {revision}: the proxies dual-write \
+                        "published {} servers{} to {} at revision {revision}: the proxies dual-write \
                          the keys that move until `shardring migrate --etcd` cuts over",
                         members.len(),
+                        if kind.is_cluster() { " (a Redis Cluster's seeds)" } else { "" },
                         source.keys().next_prefix(),
                     );
                     return Ok(());
                 }
-                let done = admin::publish(&source, &members).await?;
+                let done = admin::publish_kind(&source, &members, kind).await?;
                 if done.written + done.deleted == 0 {
                     eprintln!("etcd already has exactly these servers; nothing written");
                     return Ok(());

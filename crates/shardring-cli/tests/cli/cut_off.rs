@@ -28,6 +28,7 @@ use crate::cut_off_load::{
 use crate::support::{shardring, Kill};
 use shardring_etcd::{Participant, PoolRules};
 use test_support::history::History;
+use test_support::redis_cluster::RedisCluster;
 use test_support::{free_port, wait_listening, Etcd, Relay, TempDir};
 
 /// One proxy, following etcd through its own relay.
@@ -76,21 +77,29 @@ struct World {
     /// Client-side rings: participants `proxies.len()..` in the history.
     rings: Vec<Ring>,
     history: Arc<History>,
-    /// The load's keys whose owner differs between the four servers and the three.
+    /// The load's keys whose owner differs between the four servers and the three (every key,
+    /// onto a cluster).
     moved: std::collections::BTreeSet<usize>,
+    /// The Redis Cluster the pool moves onto, when it does (instead of three of its servers).
+    cluster: Option<RedisCluster>,
     runtime: tokio::runtime::Runtime,
 }
 
 impl World {
     fn start(proto: Proto) -> Option<World> {
-        World::start_with(proto, 0)
+        World::start_with(proto, 0, Next::ThreeOfFour)
     }
 
-    /// Two proxies and `rings` client-side rings, every one registered, the keys written.
-    fn start_with(proto: Proto, rings: usize) -> Option<World> {
+    /// Two proxies and `rings` client-side rings, every one registered, the keys written; the
+    /// change planned is `next`.
+    fn start_with(proto: Proto, rings: usize, next: Next) -> Option<World> {
         if !test_support::etcd_available() {
             return None;
         }
+        let cluster = match next {
+            Next::ThreeOfFour => None,
+            Next::Cluster => Some(RedisCluster::start(3, 0)?),
+        };
         let backends = Backends::start(proto)?;
         let servers = backends.addrs();
         let etcd = Etcd::start();
@@ -103,7 +112,16 @@ impl World {
         let now_file = dir.path().join("now.yml");
         std::fs::write(&now_file, yaml(proto, free_port(), &servers)).unwrap();
         let next_file = dir.path().join("next.yml");
-        std::fs::write(&next_file, yaml(proto, free_port(), &servers[..3])).unwrap();
+        let next_yaml = match &cluster {
+            None => yaml(proto, free_port(), &servers[..3]),
+            // The cluster's seeds, its pool line marked (`members publish` writes `next-kind`).
+            Some(c) => yaml(proto, free_port(), &c.seeds()).replacen(
+                "alpha:\n",
+                "alpha:  # shardring: redis-cluster\n",
+                1,
+            ),
+        };
+        std::fs::write(&next_file, next_yaml).unwrap();
         let mut world = World {
             proto,
             etcd,
@@ -116,8 +134,13 @@ impl World {
             history: Arc::new(History::default()),
             moved: Default::default(),
             runtime,
+            cluster,
         };
-        world.moved = moved_keys(&world.now_file, &next_file);
+        world.moved = match world.cluster {
+            None => moved_keys(&world.now_file, &next_file),
+            // Onto a cluster every key moves.
+            Some(_) => (0..KEYS).collect(),
+        };
         world.publish(&[]);
         for p in 0..2 {
             let listen = free_port();
@@ -245,6 +268,45 @@ impl World {
         }
     }
 
+    /// After a change onto the cluster: etcd says the pool is one, and every key of the load is on
+    /// its slot's master with the value every proxy reads.
+    fn check_on_the_cluster(&self) {
+        let cluster = self.cluster.as_ref().expect("a change onto a cluster");
+        let kind = self.runtime.block_on(async {
+            let source = shardring_etcd::EtcdSource::builder(&[self.etcd.url()], "alpha")
+                .with_next(true)
+                .build();
+            source.read().await.expect("etcd reads").kinds
+        });
+        assert_eq!(
+            (kind.current, kind.next),
+            (
+                shardring_etcd::Kind::RedisCluster,
+                shardring_etcd::Kind::Ring
+            ),
+            "etcd's kind keys after the change"
+        );
+        for (p, proxy) in self.proxies.iter().enumerate() {
+            let mut through = Conn::new(proxy.addr(), self.proto);
+            for k in 0..KEYS {
+                let slot = shardring_resp::key_slot(key(k).as_bytes());
+                let master = cluster.master_of_slot(slot).expect("every slot is served");
+                let on_master = Conn::new(master, self.proto).get(&key(k));
+                assert_eq!(
+                    on_master,
+                    through.get(&key(k)),
+                    "{} on its slot's master and through proxy {p}",
+                    key(k)
+                );
+                assert!(
+                    matches!(on_master, Ok(Some(_))),
+                    "{}: {on_master:?}",
+                    key(k)
+                );
+            }
+        }
+    }
+
     /// Every participant, proxies first.
     fn endpoints(&self) -> Vec<Endpoint> {
         let proxies = self.proxies.iter().map(|p| Endpoint::Proxy(p.addr()));
@@ -259,9 +321,13 @@ impl World {
         Load::start(&self.history, &self.endpoints(), self.proto)
     }
 
-    /// [`run_migrate`] on this world.
+    /// [`run_migrate`] on this world (with `--all-keys` onto a cluster: every key moves).
     fn migrate(&self, extra: &[&str], on: impl FnMut(&str)) -> Migrated {
-        run_migrate(&self.etcd.url(), &self.now_file, extra, on)
+        let mut args = extra.to_vec();
+        if self.cluster.is_some() {
+            args.push("--all-keys");
+        }
+        run_migrate(&self.etcd.url(), &self.now_file, &args, on)
     }
 
     /// Ends the load, reads every key through every participant and checks the history
@@ -283,6 +349,15 @@ impl World {
     }
 }
 
+/// The change the scenario plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Three of the four servers.
+    ThreeOfFour,
+    /// A 3-master Redis Cluster (`members publish --next` of a marked pool: `next-kind`).
+    Cluster,
+}
+
 /// Who is cut off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Who {
@@ -299,7 +374,11 @@ fn blackhole_at(proto: Proto, when: &str, name: &str) {
 }
 
 fn cut_off_at(proto: Proto, who: Who, when: &str, name: &str) {
-    let Some(w) = World::start_with(proto, usize::from(who == Who::Ring)) else {
+    cut_off_onto(proto, who, Next::ThreeOfFour, when, name);
+}
+
+fn cut_off_onto(proto: Proto, who: Who, next: Next, when: &str, name: &str) {
+    let Some(mut w) = World::start_with(proto, usize::from(who == Who::Ring), next) else {
         return;
     };
     let (cut_off, relay, index) = match who {
@@ -350,6 +429,14 @@ fn cut_off_at(proto: Proto, who: Who, when: &str, name: &str) {
     // Cut off before it knew of the change, it had nothing to fence.
     let fenced: &[usize] = if when.is_empty() { &[] } else { &[index] };
     w.finish(load, name, fenced);
+    if w.cluster.is_some() {
+        w.check_on_the_cluster();
+        // A proxy started afresh from its file (the old servers, a ring) serves what etcd says:
+        // the cluster, by its map.
+        w.proxies[1].child = None;
+        w.proxies[1].spawn();
+        w.check_on_the_cluster();
+    }
 }
 
 #[test]
@@ -379,6 +466,67 @@ fn redis_cut_off_during_the_copy() {
 #[test]
 fn redis_cut_off_at_the_cut_over() {
     blackhole_at(Proto::Redis, "cut over in etcd", "cut off at the cut-over");
+}
+
+#[test]
+fn redis_cut_off_during_the_copy_onto_a_cluster() {
+    cut_off_onto(
+        Proto::Redis,
+        Who::Proxy,
+        Next::Cluster,
+        "copying",
+        "cut off during the copy onto a cluster",
+    );
+}
+
+#[test]
+fn redis_cut_off_at_the_cut_over_onto_a_cluster() {
+    cut_off_onto(
+        Proto::Redis,
+        Who::Proxy,
+        Next::Cluster,
+        "cut over in etcd",
+        "cut off at the cut-over onto a cluster",
+    );
+}
+
+/// A client-side ring cannot place a cluster's keys: it does not take part in a change onto one
+/// (it reports no next membership), so the migration waits for it, names it, and copies nothing
+/// it could miss; stopped, it leaves the roster, and the change goes through.
+#[test]
+fn redis_client_side_ring_holds_a_change_onto_a_cluster_until_it_stops() {
+    let Some(mut w) = World::start_with(Proto::Redis, 1, Next::Cluster) else {
+        return;
+    };
+    let ring_id = w.rings[0].id.clone();
+    let load = Load::start(
+        &w.history,
+        &w.proxies
+            .iter()
+            .map(|p| Endpoint::Proxy(p.addr()))
+            .collect::<Vec<_>>(),
+        w.proto,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    w.publish(&["--next"]);
+    let first = w.migrate(&["--confirm-timeout", "6"], |_| {});
+    assert!(
+        !first.status.success() && first.stderr.contains(&ring_id),
+        "never 0 while a participant cannot take part, and it is named: {}",
+        first.stderr
+    );
+    assert!(
+        !first.stderr.contains("copying"),
+        "nothing is copied before every participant dual-writes: {}",
+        first.stderr
+    );
+    let ring = w.rings.pop().expect("the ring");
+    let participant = Arc::into_inner(ring.participant).expect("the only reference");
+    w.runtime.block_on(participant.stop());
+    let second = w.migrate(&["--confirm-timeout", "30"], |_| {});
+    assert!(second.status.success(), "{}", second.stderr);
+    std::thread::sleep(Duration::from_millis(500));
+    w.finish(load, "client-side ring onto a cluster", &[]);
 }
 
 /// `--delete-moved` with a participant cut off and taken out of the roster by the operator: the

@@ -226,20 +226,24 @@ fn apply(
     served: usize,
     followers: &ClusterFollowers,
 ) {
-    let mut config = pool.config();
-    if let (Some(seeds), Ok(mut maps)) = (seeds(&config, side), followers.maps.lock()) {
-        maps.insert(seeds_key(seeds), map.clone());
-    }
-    if !with_map(&mut config, map, side) {
-        return;
-    }
-    match pool.reload(config.clone()) {
-        Ok(()) => {
-            pool.cluster_signal().changed();
-            tracing::info!(pool = %config.name, next = side == Side::Next, masters = map.masters.len(), served, "cluster slot map applied");
+    let mut name = String::new();
+    // Read, changed and swapped in with no other reload in between (etcd's membership follower
+    // changes the same config).
+    let applied = pool.update(&mut |mut config| {
+        if let (Some(seeds), Ok(mut maps)) = (seeds(&config, side), followers.maps.lock()) {
+            maps.insert(seeds_key(seeds), map.clone());
         }
+        name.clone_from(&config.name);
+        with_map(&mut config, map, side).then_some(config)
+    });
+    match applied {
+        Ok(true) => {
+            pool.cluster_signal().changed();
+            tracing::info!(pool = %name, next = side == Side::Next, masters = map.masters.len(), served, "cluster slot map applied");
+        }
+        Ok(false) => {}
         Err(e) => {
-            tracing::error!(pool = %config.name, error = %e, "cannot apply the cluster's slot map")
+            tracing::error!(pool = %name, error = %e, "cannot apply the cluster's slot map")
         }
     }
 }

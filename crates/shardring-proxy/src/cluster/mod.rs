@@ -35,6 +35,9 @@ use crate::metrics::PoolStats;
 pub struct ClusterSignal {
     /// Woken when a request found the map out of date.
     stale: Notify,
+    /// How many maps changed the pool so far: what etcd's membership follower watches to report
+    /// a next cluster once its map is read (`crate::membership`).
+    applied: tokio::sync::watch::Sender<u64>,
     /// The pool's tallies.
     stats: Arc<PoolStats>,
 }
@@ -44,6 +47,7 @@ impl ClusterSignal {
     pub(crate) fn new(stats: Arc<PoolStats>) -> ClusterSignal {
         ClusterSignal {
             stale: Notify::new(),
+            applied: tokio::sync::watch::Sender::new(0),
             stats,
         }
     }
@@ -61,6 +65,12 @@ impl ClusterSignal {
     /// Counts a map that changed the pool.
     pub(crate) fn changed(&self) {
         self.stats.cluster_map_changes.inc();
+        self.applied.send_modify(|n| *n += 1);
+    }
+
+    /// Told of every map that changes the pool from now on.
+    pub(crate) fn maps_applied(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 
     /// Redirections followed so far (`MOVED` and `ASK`).

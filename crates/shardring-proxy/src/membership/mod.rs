@@ -21,15 +21,16 @@
 //! `shardring proxy`'s etcd flags are in `flags` ([`crate::flags::MembershipFlags`]).
 
 pub(crate) mod flags;
+mod sets;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shardring::membership::{Member, MembershipSnapshot};
-use shardring_etcd::{take_part, twemproxy_servers, EtcdError, EtcdSource, Registration, Update};
+use shardring_etcd::{take_part, EtcdError, EtcdSource, Kind, Kinds, Registration, Update};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{NextMembership, ProxyConfig};
+use crate::config::{ClusterConfig, NextMembership, ProxyConfig};
 use crate::metrics::PoolStats;
 use crate::pool::ServedPool;
 
@@ -182,15 +183,25 @@ impl MembershipStats {
     }
 }
 
+/// etcd's member sets a pool serves.
+struct InUse {
+    /// `servers/`.
+    current: MembershipSnapshot,
+    /// `next/`, if any.
+    next: Option<MembershipSnapshot>,
+    /// What each is (`kind`, `next-kind`).
+    kinds: Kinds,
+}
+
 /// One pool following etcd.
 struct Following {
     /// The pool whose servers are swapped.
     pool: Arc<dyn ServedPool>,
     /// Its counters.
     stats: Arc<MembershipStats>,
-    /// The servers in use as a snapshot (the file's at revision 0 until etcd is read), and the
-    /// next membership in use (`next/`), if any.
-    current: Mutex<(MembershipSnapshot, Option<MembershipSnapshot>)>,
+    /// What of etcd's is in use: the servers as a snapshot (the file's at revision 0 until etcd
+    /// is read), the next membership (`next/`), if any, and what each is.
+    current: Mutex<InUse>,
     /// Whether empty snapshots apply.
     allow_empty: bool,
     /// What this proxy serves, for its registration under `proxies/` (sent to the task that
@@ -199,33 +210,33 @@ struct Following {
 }
 
 impl Following {
-    /// Swaps in `snapshot`'s servers and `next`'s next membership (in one reload) unless they are
-    /// older, equal, or refused.
+    /// Swaps in `snapshot`'s servers and `next`'s next membership, each of its kind in `kinds`
+    /// (in one reload), unless they are older, equal, or refused.
     fn apply(
         &self,
         snapshot: MembershipSnapshot,
         next: Option<MembershipSnapshot>,
+        kinds: Kinds,
     ) -> Result<(), String> {
-        let Ok(mut guard) = self.current.lock() else {
+        let Ok(mut in_use) = self.current.lock() else {
             return Err("membership state poisoned".into());
         };
-        let (current, current_next) = &mut *guard;
         let name = self.stats.pool();
-        if snapshot.revision() < current.revision() {
+        if snapshot.revision() < in_use.current.revision() {
             return Ok(());
         }
-        let next_same = match (&*current_next, &next) {
+        let next_same = match (&in_use.next, &next) {
             (None, None) => true,
             (Some(a), Some(b)) => a.same_members(b),
             _ => false,
         };
-        if current.same_members(&snapshot) && next_same {
+        if in_use.current.same_members(&snapshot) && next_same && in_use.kinds == kinds {
             self.stats
                 .counters
                 .membership_revision
                 .set(snapshot.revision());
-            *current = snapshot;
-            *current_next = next;
+            in_use.current = snapshot;
+            in_use.next = next;
             self.registered();
             return Ok(());
         }
@@ -234,31 +245,51 @@ impl Following {
             tracing::error!(pool = %name, revision = snapshot.revision(), "etcd has no servers for the pool; refused, the current servers stay (--allow-empty applies it)");
             return Err("empty".into());
         }
-        let servers = twemproxy_servers(snapshot.members()).map_err(|e| e.to_string())?;
-        let before = self.pool.config();
-        let mut config = before.clone();
-        config.servers = servers;
-        config.next = match &next {
-            Some(n) => Some(NextMembership {
-                servers: twemproxy_servers(n.members()).map_err(|e| e.to_string())?,
-                // etcd's `next/` is a ring over its servers (a cluster next is a file's).
-                cluster: None,
-                ..NextMembership::of(&config)
-            }),
-            None => None,
-        };
-        let changes = crate::config::PoolChanges::between(&before, &config);
-        if let Err(e) = self.pool.reload(config) {
+        if next.is_some() && kinds.next == Kind::Unknown {
             self.stats.error();
-            tracing::error!(pool = %name, error = %e, "servers from etcd refused; the current servers stay");
-            return Err(e.to_string());
+            tracing::error!(pool = %name, revision = snapshot.revision(), "etcd's `next-kind` key says a kind this proxy cannot place: no dual write is made to the next membership, and it is not reported (a migration onto it waits)");
         }
-        tracing::info!(pool = %name, revision = snapshot.revision(), servers = snapshot.members().len(), next = next.as_ref().map(|n| n.members().len()), %changes, "servers from etcd swapped in");
+        let mut changes = String::new();
+        // Read, changed and swapped in with no other reload in between (a cluster's slot-map
+        // follower changes the same config).
+        let swapped = self.pool.update(&mut |before| {
+            let config = match sets::with_sets(&before, &snapshot, next.as_ref(), kinds) {
+                Ok(config) => config,
+                Err(e) => {
+                    changes = e;
+                    return None;
+                }
+            };
+            changes = crate::config::PoolChanges::between(&before, &config).to_string();
+            Some(config)
+        });
+        match swapped {
+            Ok(true) => {}
+            Ok(false) => {
+                self.stats.error();
+                tracing::error!(pool = %name, error = %changes, "servers from etcd refused; the current servers stay");
+                return Err(changes);
+            }
+            Err(e) => {
+                self.stats.error();
+                tracing::error!(pool = %name, error = %e, "servers from etcd refused; the current servers stay");
+                return Err(e.to_string());
+            }
+        }
+        let config = self.pool.config();
+        if sets::unmapped_cluster(&config) {
+            // A cluster new to the pool: its slot map is read now, not on the follower's schedule.
+            self.pool.cluster_signal().stale();
+        }
+        tracing::info!(pool = %name, revision = snapshot.revision(), servers = snapshot.members().len(), next = next.as_ref().map(|n| n.members().len()), kind = %kinds.current, next_kind = %kinds.next, %changes, "servers from etcd swapped in");
         let counters = &self.stats.counters;
         counters.membership_revision.set(snapshot.revision());
         counters.membership_updated.set(crate::metrics::unix_time());
-        *current = snapshot;
-        *current_next = next;
+        *in_use = InUse {
+            current: snapshot,
+            next,
+            kinds,
+        };
         self.registered();
         Ok(())
     }
@@ -271,10 +302,10 @@ impl Following {
         source: &EtcdSource,
         renewed: std::time::Instant,
     ) -> Option<std::time::Instant> {
-        let planned = self.current.lock().ok().is_some_and(|c| c.1.is_some());
+        let planned = self.current.lock().ok().is_some_and(|c| c.next.is_some());
         shardring_etcd::take_part::confirmation(source, renewed, planned, |read| {
             (!read.snapshot.is_empty() || self.allow_empty)
-                && self.apply(read.snapshot, read.next).is_ok()
+                && self.apply(read.snapshot, read.next, read.kinds).is_ok()
         })
         .await
     }
@@ -295,10 +326,14 @@ impl Following {
     fn on_update(&self, update: Update) {
         match update {
             Update::Snapshot(s) => {
-                let _ = self.apply(s, None);
+                let _ = self.apply(s, None, Kinds::default());
             }
-            Update::Planned { current, next } => {
-                let _ = self.apply(current, next);
+            Update::Planned {
+                current,
+                next,
+                kinds,
+            } => {
+                let _ = self.apply(current, next, kinds);
             }
             Update::Malformed(bad) => {
                 self.stats.counters.membership_malformed.inc();
@@ -347,7 +382,18 @@ pub async fn start(
         let following = Arc::new(Following {
             pool: Arc::clone(pool),
             stats: Arc::clone(&stats),
-            current: Mutex::new((from_file, None)),
+            current: Mutex::new(InUse {
+                current: from_file,
+                next: None,
+                kinds: Kinds {
+                    current: if config.cluster().is_some() {
+                        Kind::RedisCluster
+                    } else {
+                        Kind::Ring
+                    },
+                    next: Kind::Ring,
+                },
+            }),
             allow_empty: settings.allow_empty,
             serving,
         });
@@ -368,7 +414,7 @@ pub async fn start(
                     tracing::warn!(pool = %name, "etcd has no servers for the pool; starting from the file's servers");
                 } else {
                     following
-                        .apply(read.snapshot, read.next)
+                        .apply(read.snapshot, read.next, read.kinds)
                         .map_err(|reason| MembershipStartError::Refused {
                             pool: name.clone(),
                             reason,
@@ -391,7 +437,7 @@ pub async fn start(
         if registered.is_some() {
             if let Ok(read) = source.read().await {
                 if !read.snapshot.is_empty() || settings.allow_empty {
-                    let _ = following.apply(read.snapshot, read.next);
+                    let _ = following.apply(read.snapshot, read.next, read.kinds);
                 }
             }
         }
@@ -408,6 +454,7 @@ pub async fn start(
             stop.clone(),
             registered,
         ));
+        tokio::spawn(reregister_on_maps(Arc::clone(&following), stop.clone()));
         tokio::spawn(async move {
             source.watch(|u| following.on_update(u), stop).await;
         });
@@ -416,7 +463,8 @@ pub async fn start(
 }
 
 /// `config` (re-read on SIGHUP) with each pool's servers and next membership replaced by the ones
-/// in use, so that a reload changes the file's settings but leaves the servers to etcd.
+/// in use, and whether it is a Redis Cluster, so that a reload changes the file's settings but
+/// leaves the servers to etcd.
 pub fn keep_servers(pools: &[Arc<dyn ServedPool>], mut config: ProxyConfig) -> ProxyConfig {
     for new in &mut config.pools {
         if let Some(current) = pools
@@ -424,7 +472,20 @@ pub fn keep_servers(pools: &[Arc<dyn ServedPool>], mut config: ProxyConfig) -> P
             .map(|p| p.config())
             .find(|c| c.name == new.name)
         {
-            new.servers = current.servers;
+            new.servers = current.servers.clone();
+            // Whether the pool is a cluster is etcd's too (its `kind` key); the file's cluster
+            // settings (how often, where reads go) stay.
+            if let (Some(file), Some(now)) = (new.redis_mut(), current.redis()) {
+                file.cluster = match (file.cluster.take(), &now.cluster) {
+                    (_, None) => None,
+                    (Some(set), Some(now)) => Some(ClusterConfig {
+                        seeds: now.seeds.clone(),
+                        slots: now.slots.clone(),
+                        ..set
+                    }),
+                    (None, Some(now)) => Some(now.clone()),
+                };
+            }
             new.next = current.next.map(|n| NextMembership {
                 servers: n.servers,
                 cluster: n.cluster,
@@ -465,6 +526,25 @@ async fn register(
         registered,
     )
     .await;
+}
+
+/// Hands what the pool serves to its registration again whenever a cluster's slot map changed
+/// the pool, until `stop`: a next membership that is a cluster is served (and reported) only once
+/// its map is read, which no etcd update announces (the next renewal's confirmation, up to 2.5 s
+/// later, would report it too; this reports it at once).
+async fn reregister_on_maps(following: Arc<Following>, stop: CancellationToken) {
+    let mut maps = following.pool.cluster_signal().maps_applied();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            changed = maps.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                following.registered();
+            }
+        }
+    }
 }
 
 /// This proxy's seat in the pool's roster, under the default lease.

@@ -50,6 +50,7 @@ impl<P: Protocol> Pool<P> {
             started: std::time::Instant::now(),
             warm_previous: Mutex::new(std::sync::Weak::new()),
             fence: Arc::default(),
+            reloading: Mutex::new(()),
         };
         let tls = crate::tls::PoolTls::of(&config)?;
         let version = PoolVersion::build(config, None, &shared, tls)?;

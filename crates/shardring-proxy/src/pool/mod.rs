@@ -41,6 +41,17 @@ pub trait ServedPool: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`ProxyError::Placement`]; the old state is kept.
     fn reload_with_tls(&self, config: PoolConfig, tls: PoolTls) -> Result<(), ProxyError>;
+    /// Reads the pool's config, hands it to `change`, and swaps in what it returns (`None`: nothing
+    /// to change), with no other reload in between: what a follower that changes part of the config
+    /// (its servers, its slot map) must use, so that it never undoes another's change. Whether a
+    /// config was swapped in.
+    ///
+    /// # Errors
+    /// As [`ServedPool::reload`]; the old state is kept.
+    fn update(
+        &self,
+        change: &mut dyn FnMut(PoolConfig) -> Option<PoolConfig>,
+    ) -> Result<bool, ProxyError>;
     /// The TLS the pool runs with, as last read from its files.
     fn tls(&self) -> PoolTls;
     /// The tallies for rendering.
@@ -79,11 +90,24 @@ impl<P: Protocol> ServedPool for Pool<P> {
     }
 
     fn reload(&self, config: PoolConfig) -> Result<(), ProxyError> {
+        let _one = self.shared.reloading.lock();
         Pool::reload(self, config, None)
     }
 
     fn reload_with_tls(&self, config: PoolConfig, tls: PoolTls) -> Result<(), ProxyError> {
+        let _one = self.shared.reloading.lock();
         Pool::reload(self, config, Some(tls))
+    }
+
+    fn update(
+        &self,
+        change: &mut dyn FnMut(PoolConfig) -> Option<PoolConfig>,
+    ) -> Result<bool, ProxyError> {
+        let _one = self.shared.reloading.lock();
+        match change(self.config()) {
+            Some(config) => Pool::reload(self, config, None).map(|()| true),
+            None => Ok(false),
+        }
     }
 
     fn tls(&self) -> PoolTls {

@@ -285,6 +285,10 @@ pub(crate) struct PoolShared<P: Protocol> {
     /// What a cluster pool's requests tell its slot-map follower (`crate::cluster`); unused by
     /// other pools.
     pub cluster: Arc<crate::cluster::ClusterSignal>,
+    /// Held over a read-change-reload ([`ServedPool::update`](crate::pool::ServedPool::update)) and
+    /// over every reload, so that two followers (etcd's membership, a cluster's slot map) never
+    /// reload a config read before the other's change and undo it.
+    pub reloading: Mutex<()>,
 }
 
 /// How a version's servers are greeted and ejected: what a running backend must share to be reused.

@@ -3,8 +3,9 @@
 //! `shardring_etcd::layout`).
 
 use anyhow::{bail, Context, Result};
-use shardring_config::PoolConfig;
-use shardring_etcd::{admin, twemproxy_servers, EtcdSource};
+use shardring::compat::twemproxy::TwemproxyServer;
+use shardring_config::{ClusterConfig, PoolConfig};
+use shardring_etcd::{admin, twemproxy_servers, EtcdSource, Kind, Kinds};
 
 use super::mark::{Mark, Step};
 use super::plan::Change;
@@ -33,16 +34,25 @@ pub(super) async fn change(
     mut now: PoolConfig,
     all_keys: bool,
 ) -> Result<(Change, Stage)> {
-    let (current, next) = admin::read_planned(source)
+    let read = source
+        .read()
         .await
         .context("reading the pool's memberships from etcd")?;
+    for bad in &read.malformed {
+        eprintln!("shardring: skipping {bad}");
+    }
+    let (current, next, kinds) = (read.snapshot, read.next, read.kinds);
     let deleting = pending_deletion(source, &now).await?;
     let Some(next) = next else {
         let current_servers = twemproxy_servers(current.members())?;
         if let Some(mark) = deleting {
-            let mut old = now.clone();
-            old.servers = mark.servers.clone();
-            now.servers = current_servers;
+            let old_kind = if mark.cluster {
+                Kind::RedisCluster
+            } else {
+                Kind::Ring
+            };
+            let old = of_kind(&now, mark.servers.clone(), old_kind)?;
+            now = of_kind(&now, current_servers, kinds.current)?;
             if mark.is_change(&old, &now) {
                 eprintln!("{}", mark.resuming_deletion("in etcd"));
                 return Ok((Change::new(old, now, all_keys)?, Stage::Deleting));
@@ -72,7 +82,7 @@ pub(super) async fn change(
             mark.giving_up_deletion("a new change is planned (its cut-over drops the record)")
         );
     }
-    let (from, to) = match cut_over {
+    let (from, to, kinds) = match cut_over {
         Some(revision) => {
             eprintln!(
                 "shardring: pool {} was cut over (the memberships read at revision {revision}) and \
@@ -80,19 +90,57 @@ pub(super) async fn change(
                  membership; then the old one is dropped)",
                 now.name
             );
-            (next, current)
+            (
+                next,
+                current,
+                Kinds {
+                    current: kinds.next,
+                    next: kinds.current,
+                },
+            )
         }
-        None => (current, next),
+        None => (current, next, kinds),
     };
-    now.servers = twemproxy_servers(from.members())?;
-    let mut then = now.clone();
-    then.servers = twemproxy_servers(to.members())?;
+    let then = of_kind(&now, twemproxy_servers(to.members())?, kinds.next)?;
+    now = of_kind(&now, twemproxy_servers(from.members())?, kinds.current)?;
     let stage = if cut_over.is_some() {
         Stage::CutOver
     } else {
         Stage::Fresh
     };
     Ok((Change::new(now, then, all_keys)?, stage))
+}
+
+/// `base` with `servers` as a member set of `kind`: a ring over them, or a Redis Cluster whose
+/// seeds they are (the layout's `kind`/`next-kind`; the file's cluster settings, if any, kept).
+fn of_kind(base: &PoolConfig, servers: Vec<TwemproxyServer>, kind: Kind) -> Result<PoolConfig> {
+    let mut pool = base.clone();
+    let seeds: Vec<String> = servers.iter().map(TwemproxyServer::address).collect();
+    pool.servers = servers;
+    let name = pool.name.clone();
+    match (pool.redis_mut(), kind) {
+        (Some(redis), Kind::Ring) => redis.cluster = None,
+        (Some(redis), Kind::RedisCluster) => {
+            redis.cluster = Some(ClusterConfig {
+                seeds: seeds.clone(),
+                slots: None,
+                ..redis
+                    .cluster
+                    .clone()
+                    .unwrap_or_else(|| ClusterConfig::new(seeds))
+            })
+        }
+        (None, Kind::Ring) => {}
+        (None, Kind::RedisCluster) => bail!(
+            "pool {name}: etcd says a member set of it is a Redis Cluster (its `kind` or \
+             `next-kind` key), and the file makes it a memcached pool"
+        ),
+        (_, other) => bail!(
+            "pool {name}: etcd says a member set of it is {other} (its `kind` or `next-kind` \
+             key), which this version cannot place"
+        ),
+    }
+    Ok(pool)
 }
 
 /// The deletion a finished change of `now`'s pool recorded, if any (a record that does not read

@@ -74,7 +74,10 @@ fn again<S>(next: Next<S>, merge: impl FnOnce(S) -> RedisMerge) -> Phase<Redis> 
 /// keeps its frames, a forward in its finish (a reply that sends it on makes it an exchange then,
 /// [`Protocol::sends_on`]), an exchange in its merge. A read, when `reads` (the pool reads from
 /// replicas), goes to the reader the read policy picks: a forward, or a split `MGET`'s parts.
-fn redirecting(step: Step<Redis>, reads: Option<&Redirects>) -> Step<Redis> {
+///
+/// A key without a server while the proxy is `fenced` is the fence's refusal (which names the
+/// planned change), not a slot the map lacks.
+fn redirecting(step: Step<Redis>, reads: Option<&Redirects>, fenced: bool) -> Step<Redis> {
     match step {
         Step::Forward {
             server: Some(master),
@@ -93,6 +96,9 @@ fn redirecting(step: Step<Redis>, reads: Option<&Redirects>) -> Step<Redis> {
         }
         // No master for the key's slot (no map read yet, or the slot unassigned): Redis Cluster's
         // own word, which cluster clients know to retry.
+        Step::Forward { server: None, .. } if fenced => {
+            Step::Answer(Answer::Failed(crate::error::BackendError::NoServer))
+        }
         Step::Forward { server: None, .. } => Step::Answer(Answer::fixed(cluster::SLOT_NOT_SERVED)),
         Step::Exchange(mut round) => {
             let reads = reads.filter(|_| matches!(round.exchange, RedisMerge::Values { .. }));
@@ -194,6 +200,7 @@ impl Protocol for Redis {
             return redirecting(
                 self.plan_request(req, client, ctx),
                 read.then_some(redirects),
+                ctx.routing.is_masked(),
             );
         }
         self.plan_request(req, client, ctx)
