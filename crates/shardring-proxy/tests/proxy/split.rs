@@ -70,6 +70,15 @@ async fn gets_per_server(servers: &[Memcached]) -> Vec<u64> {
     out
 }
 
+/// How many of `servers` hold `key`, asked directly.
+async fn holders(servers: &[Memcached], key: &str) -> usize {
+    let mut n = 0;
+    for s in servers {
+        n += usize::from(holds(s, key).await.is_some());
+    }
+    n
+}
+
 /// Whether server `s` holds `key`, asked directly.
 async fn holds(s: &Memcached, key: &str) -> Option<String> {
     let mut c = Client::connect(&s.addr).await;
@@ -373,4 +382,46 @@ async fn with_replicas_a_split_key_is_written_to_its_replicas_and_read_from_the_
     );
     a.stop().await;
     b.stop().await;
+}
+
+/// A multi-key `gat`/`gats` changes the TTL of every key it names on its owner: the copies of the
+/// split ones are deleted before it is answered (a copy would outlive the owner's new TTL).
+#[tokio::test]
+async fn a_multi_key_gat_deletes_the_copies_of_the_split_keys_it_names() {
+    let servers = memcacheds(5);
+    let p = RunningProxy::start(config(&servers, "read n\n")).await;
+    let mut c = p.client().await;
+    set(&mut c, "n", "nv").await;
+    set(&mut c, "plain", "pv").await;
+    for kind in ["gat", "gats"] {
+        // Spread reads fill the copies.
+        for _ in 0..4 * COPIES {
+            assert_eq!(get(&mut c, "n").await.as_deref(), Some("nv"));
+        }
+        assert_eq!(
+            holders(&servers, "n").await,
+            COPIES,
+            "the copies are filled"
+        );
+        c.send(format!("{kind} 1 plain n\r\n").as_bytes()).await;
+        let mut lines = Vec::new();
+        loop {
+            let line = c.read_line().await;
+            if line == "END\r\n" {
+                break;
+            }
+            lines.push(line);
+        }
+        assert_eq!(lines.len(), 4, "two values: {lines:?}");
+        assert_eq!(
+            holders(&servers, "n").await,
+            1,
+            "{kind}: only the owner holds n"
+        );
+    }
+    // The owner's TTL is the gat's: gone a second or two later, through every server.
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    assert_eq!(holders(&servers, "n").await, 0);
+    assert_eq!(get(&mut c, "n").await, None);
+    p.stop().await;
 }

@@ -364,9 +364,7 @@ fn split_write(
     if split_rules::usage(req) != Use::Write {
         return step;
     }
-    req.with_routing_key(key, |k| {
-        split::write(step, k, split.copies.clone(), ctx.stats)
-    })
+    req.with_routing_key(key, |k| split::write(step, k, &split.copies, ctx.stats))
 }
 
 /// `step` with `follow_ups` sent beside its first round, without waiting for them: a forward
@@ -843,6 +841,9 @@ impl Memcache {
             if let Some(split) = split {
                 return self.get_split(req, fill, route, &split, ctx);
             }
+            if keys.len() > 1 && split_rules::usage(&req) == Use::Write {
+                return self.gat_split(req, fill, ctx);
+            }
         }
         if ctx.previous.is_some() {
             if let Some(step) = route.as_ref().and_then(|r| warmup::read(&req, r, ctx)) {
@@ -914,10 +915,29 @@ impl Memcache {
             },
             Use::Write => {
                 let step = self.get_now(req, fill, route, ctx);
-                split::write(step, &key, split.copies.clone(), ctx.stats)
+                split::write(step, &key, &split.copies, ctx.stats)
             }
             Use::OwnerRead => self.get_now(req, fill, route, ctx),
         }
+    }
+
+    /// A multi-key `gat`/`gats` in a pool with split keys: as any, then the copies of each split
+    /// key it names deleted (it changed their TTL on their owners only), answered once they are.
+    #[cold]
+    fn gat_split(&self, req: Request, fill: Option<HotFill>, ctx: &Placer<'_>) -> Step<Memcache> {
+        let mut deletes = Vec::new();
+        if let Command::Get { keys, .. } = &req.command {
+            for key in keys {
+                let key = req.bytes(key);
+                let owner = ctx.route(key).server;
+                if let Some(split) = ctx.split_route(key, owner) {
+                    let delete = split_rules::delete_line(key);
+                    deletes.extend(split.copies.iter().map(|&c| (c, delete.clone())));
+                }
+            }
+        }
+        let step = self.get_now(req, fill, None, ctx);
+        split::write_then_delete(step, deletes, ctx.stats)
     }
 
     /// [`Memcache::get`] past the hot-key cache and the warm-up.

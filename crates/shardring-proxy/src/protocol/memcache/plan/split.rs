@@ -23,10 +23,9 @@ use crate::split::Cleaning;
 pub(crate) struct SplitWrite {
     /// Where the exchange is.
     stage: WriteStage,
-    /// The delete sent to each copy.
-    delete: Bytes,
-    /// The copies.
-    copies: Vec<usize>,
+    /// Each copy's server and the delete sent there (a multi-key `gat` may name several split
+    /// keys: each key's copies, each with its key's delete).
+    deletes: Vec<(usize, Bytes)>,
     /// Where the deletes are counted.
     stats: Arc<PoolStats>,
 }
@@ -44,17 +43,27 @@ enum WriteStage {
 pub(super) fn write(
     step: Step<Memcache>,
     key: &[u8],
-    copies: Vec<usize>,
+    copies: &[usize],
     stats: &Arc<PoolStats>,
 ) -> Step<Memcache> {
-    if copies.is_empty() {
+    let delete = delete_line(key);
+    let deletes = copies.iter().map(|&c| (c, delete.clone())).collect();
+    write_then_delete(step, deletes, stats)
+}
+
+/// `step`, a write, then the `deletes` (each copy's server and its key's delete line).
+pub(super) fn write_then_delete(
+    step: Step<Memcache>,
+    deletes: Vec<(usize, Bytes)>,
+    stats: &Arc<PoolStats>,
+) -> Step<Memcache> {
+    if deletes.is_empty() {
         return step;
     }
     let wrap = |inner: Merge| {
         Merge::SplitWrite(SplitWrite {
             stage: WriteStage::Writing(Box::new(inner)),
-            delete: delete_line(key),
-            copies,
+            deletes,
             stats: Arc::clone(stats),
         })
     };
@@ -93,11 +102,13 @@ impl SplitWrite {
                 }
                 Phase::Done { answer, follow_ups } => {
                     let parts = self
-                        .copies
+                        .deletes
                         .iter()
-                        .map(|&c| current_part(c, self.delete.clone(), ResponseKind::Line))
+                        .map(|(c, delete)| current_part(*c, delete.clone(), ResponseKind::Line))
                         .collect();
-                    self.stats.split_invalidations.add(self.copies.len() as u64);
+                    self.stats
+                        .split_invalidations
+                        .add(self.deletes.len() as u64);
                     self.stage = WriteStage::Deleting(answer);
                     Phase::Again(Round {
                         parts,

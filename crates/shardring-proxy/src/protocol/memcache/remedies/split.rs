@@ -5,13 +5,11 @@
 //! - A plain one-key `get` is the read that spreads: in the `read` phase it goes to the owner or a
 //!   copy in turn, a copy that misses filled from the owner (the warm-up's reserve-then-CAS copy).
 //! - A command that changes the key goes to the owner, then the key's copies are deleted: every
-//!   storage command, `delete`, `incr`/`decr`, `touch`, `gat`/`gats` (they change the TTL), `ms`,
-//!   `md`, `ma`, and an `mg` with `T` (touch) or `N` (vivify).
+//!   storage command, `delete`, `incr`/`decr`, `touch`, `gat`/`gats` (they change the TTL; a
+//!   multi-key one deletes the copies of every split key it names), `ms`, `md`, `ma`, and an `mg`
+//!   with `T` (touch) or `N` (vivify).
 //! - Every other read goes to the owner and leaves the copies alone: `gets` and an `mg` (their CAS
 //!   values are the owner's, which a later `cas` is checked against), an `me`, a multi-get.
-//!
-//! Not covered: a multi-key `gat`/`gats` naming a split key touches only the owner's copy (a copy
-//! may then outlive the owner's new TTL until the key's next write).
 
 use bytes::{Bytes, BytesMut};
 
