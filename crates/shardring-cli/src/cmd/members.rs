@@ -251,6 +251,18 @@ pub fn run(args: Args) -> Result<()> {
                     eprintln!("shardring: {bad}");
                 }
                 eprintln!("revision {}", read.snapshot.revision());
+                // What the servers are (the layout's `kind`), read beside them.
+                let planned = EtcdSource::builder(&endpoints, pool.as_str())
+                    .prefix(args.etcd_prefix.as_str())
+                    .with_next(true)
+                    .build();
+                let kinds = planned.read().await?.kinds;
+                if kinds.current != Kind::Ring {
+                    eprintln!(
+                        "kind {}: the servers are a Redis Cluster's seeds; its slot map places the keys",
+                        kinds.current
+                    );
+                }
                 Ok(())
             }
             Action::Add {

@@ -181,6 +181,13 @@ impl World {
         Some(world)
     }
 
+    /// `shardring members --etcd URL --pool alpha`, to add to.
+    fn members(&self) -> assert_cmd::Command {
+        let mut cmd = shardring();
+        cmd.args(["members", "--etcd", &self.etcd.url(), "--pool", "alpha"]);
+        cmd
+    }
+
     /// `shardring members publish` of now.yml (`--next`: of next.yml).
     fn publish(&self, extra: &[&str]) {
         let file = if extra.contains(&"--next") {
@@ -188,15 +195,8 @@ impl World {
         } else {
             self.now_file.clone()
         };
-        shardring()
-            .args([
-                "members",
-                "--etcd",
-                &self.etcd.url(),
-                "--pool",
-                "alpha",
-                "-c",
-            ])
+        self.members()
+            .arg("-c")
             .arg(file)
             .arg("publish")
             .args(extra)
@@ -285,6 +285,12 @@ impl World {
                 shardring_etcd::Kind::Ring
             ),
             "etcd's kind keys after the change"
+        );
+        let listed = self.members().arg("list").output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&listed.stderr).contains("kind redis-cluster"),
+            "members list says what the servers are: {}",
+            String::from_utf8_lossy(&listed.stderr)
         );
         for (p, proxy) in self.proxies.iter().enumerate() {
             let mut through = Conn::new(proxy.addr(), self.proto);
