@@ -10,6 +10,7 @@ use shardring::membership::{Follower, Member};
 use shardring::{Error, Placement, Ring};
 use tokio_util::sync::CancellationToken;
 
+use crate::kind::Kind;
 use crate::source::{EtcdSource, Update};
 
 /// The twemproxy servers `members` stand for, in their (name) order.
@@ -70,6 +71,12 @@ pub async fn follow<P, B>(
     source
         .watch(
             |update| match update {
+                // A planned source's servers that are a Redis Cluster's seeds (its `kind` key) are
+                // no ring: refused, the ring kept (a source of `servers/` alone reads no kind).
+                Update::Planned { kinds, .. } if kinds.current != Kind::Ring => {
+                    stats.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(kind = %kinds.current, "the pool's servers are not a ring (its `kind` key); refused, the current ring stays");
+                }
                 // A planned source's current membership is the ring; its next is the proxy's business
                 // (dual writes), not a follower's.
                 Update::Snapshot(snapshot) | Update::Planned { current: snapshot, .. } => {

@@ -4,6 +4,12 @@
 //! A ring's servers place keys by the pool's hash; a cluster's servers are only where its slot map
 //! is read, and the map places keys. A participant that follows a pool must know which, or it
 //! would place a cluster's keys on a ring of its seeds.
+//!
+//! Only a source built [`with_next`](crate::EtcdSourceBuilder::with_next) reads the kinds (it
+//! ranges and watches the whole pool); [`follow`](crate::follow()) over such a source, and a
+//! [`Participant`](crate::Participant), refuse servers that are a cluster's. A source of
+//! `servers/` alone reads no kind: a ring that follows one must not follow a pool that may become
+//! a cluster.
 
 use crate::error::MalformedValue;
 

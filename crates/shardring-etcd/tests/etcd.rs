@@ -551,3 +551,35 @@ async fn an_unreachable_etcd_at_start_is_a_clear_error() {
         Err(MembershipError::Empty { revision: 1 })
     );
 }
+
+/// A ring that follows a planned source refuses servers etcd says are a Redis Cluster's seeds
+/// (the `kind` key): its ring stays, the refusal counted; a ring published again is followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_following_the_pool_refuses_servers_that_are_a_clusters_seeds() {
+    if !etcd_available() {
+        return;
+    }
+    let etcd = Etcd::start();
+    let src = source(&etcd.url(), Duration::ZERO);
+    seed(&src, 3).await;
+    let planned = EtcdSource::builder(&[etcd.url()], POOL)
+        .debounce(Duration::ZERO)
+        .with_next(true)
+        .build();
+    let f = Following::start(planned, false);
+    f.wait_len(3).await;
+    let seeds: Vec<Member> = (7..9).map(|i| server(i, 1)).collect();
+    admin::publish_kind(&src, &seeds, shardring_etcd::Kind::RedisCluster)
+        .await
+        .unwrap();
+    wait_for(
+        || format!("the cluster refused; the follower has {}", f.describe()),
+        || f.stats.errors.load(Ordering::Relaxed) > 0,
+    )
+    .await;
+    assert_eq!(f.members().len(), 3, "the ring stays: {}", f.describe());
+    // A ring again (the kind key deleted with it): followed.
+    admin::publish(&src, &seeds).await.unwrap();
+    f.wait_len(2).await;
+    f.stop().await;
+}
