@@ -54,6 +54,8 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Action {
     /// Make the pool's servers in etcd exactly those of the YAML pool (--config), in one transaction.
+    /// A pool marked `# shardring: redis-cluster` is published as a Redis Cluster's seeds (the
+    /// pool's `kind` key, `next-kind` with --next).
     Publish {
         /// Print what would change without writing.
         #[arg(long)]
