@@ -331,6 +331,24 @@ impl PoolConfig {
         }
     }
 
+    /// Makes `servers` the pool's servers: a ring over them, or, when `cluster` (a redis pool), a
+    /// Redis Cluster whose seeds they are, its slot map not read yet (the pool's other cluster
+    /// settings kept). A memcached pool is a ring whatever `cluster` says.
+    pub fn set_servers(&mut self, servers: Vec<TwemproxyServer>, cluster: bool) {
+        let seeds: Vec<String> = servers.iter().map(TwemproxyServer::address).collect();
+        self.servers = servers;
+        if let Some(redis) = self.redis_mut() {
+            redis.cluster = cluster.then(|| crate::ClusterConfig {
+                seeds: seeds.clone(),
+                slots: None,
+                ..redis
+                    .cluster
+                    .take()
+                    .unwrap_or_else(|| crate::ClusterConfig::new(seeds))
+            });
+        }
+    }
+
     /// A Redis Cluster pool's settings (`--redis-cluster`); `None` for any other pool.
     pub fn cluster(&self) -> Option<&crate::ClusterConfig> {
         self.redis().and_then(|r| r.cluster.as_ref())

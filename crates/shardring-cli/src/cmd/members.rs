@@ -243,7 +243,12 @@ pub fn run(args: Args) -> Result<()> {
                 Ok(())
             }
             Action::List => {
-                let read = source.read().await?;
+                // One read of the whole pool: its servers and what they are (the layout's `kind`).
+                let planned = EtcdSource::builder(&endpoints, pool.as_str())
+                    .prefix(args.etcd_prefix.as_str())
+                    .with_next(true)
+                    .build();
+                let read = planned.read().await?;
                 require_pool(&source, &read).await?;
                 let mut out = io::stdout().lock();
                 for m in read.snapshot.members() {
@@ -253,16 +258,10 @@ pub fn run(args: Args) -> Result<()> {
                     eprintln!("shardring: {bad}");
                 }
                 eprintln!("revision {}", read.snapshot.revision());
-                // What the servers are (the layout's `kind`), read beside them.
-                let planned = EtcdSource::builder(&endpoints, pool.as_str())
-                    .prefix(args.etcd_prefix.as_str())
-                    .with_next(true)
-                    .build();
-                let kinds = planned.read().await?.kinds;
-                if kinds.current != Kind::Ring {
+                if read.kinds.current != Kind::Ring {
                     eprintln!(
                         "kind {}: the servers are a Redis Cluster's seeds; its slot map places the keys",
-                        kinds.current
+                        read.kinds.current
                     );
                 }
                 Ok(())

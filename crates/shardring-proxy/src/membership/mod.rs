@@ -249,33 +249,25 @@ impl Following {
             self.stats.error();
             tracing::error!(pool = %name, revision = snapshot.revision(), "etcd's `next-kind` key says a kind this proxy cannot place: no dual write is made to the next membership, and it is not reported (a migration onto it waits)");
         }
-        let mut changes = String::new();
         // Read, changed and swapped in with no other reload in between (a cluster's slot-map
-        // follower changes the same config).
+        // follower changes the same config): what changed, or why etcd's sets were refused.
+        let mut outcome = Err(String::new());
         let swapped = self.pool.update(&mut |before| {
-            let config = match sets::with_sets(&before, &snapshot, next.as_ref(), kinds) {
-                Ok(config) => config,
-                Err(e) => {
-                    changes = e;
-                    return None;
-                }
-            };
-            changes = crate::config::PoolChanges::between(&before, &config).to_string();
-            Some(config)
+            let built = sets::with_sets(&before, &snapshot, next.as_ref(), kinds);
+            outcome = built
+                .as_ref()
+                .map(|config| crate::config::PoolChanges::between(&before, config).to_string())
+                .map_err(Clone::clone);
+            built.ok()
         });
-        match swapped {
-            Ok(true) => {}
-            Ok(false) => {
-                self.stats.error();
-                tracing::error!(pool = %name, error = %changes, "servers from etcd refused; the current servers stay");
-                return Err(changes);
-            }
+        let changes = match swapped.map_err(|e| e.to_string()).and(outcome) {
+            Ok(changes) => changes,
             Err(e) => {
                 self.stats.error();
                 tracing::error!(pool = %name, error = %e, "servers from etcd refused; the current servers stay");
-                return Err(e.to_string());
+                return Err(e);
             }
-        }
+        };
         let config = self.pool.config();
         if sets::unmapped_cluster(&config) {
             // A cluster new to the pool: its slot map is read now, not on the follower's schedule.
@@ -454,7 +446,10 @@ pub async fn start(
             stop.clone(),
             registered,
         ));
-        tokio::spawn(reregister_on_maps(Arc::clone(&following), stop.clone()));
+        if following.pool.config().is_redis() {
+            // Only a redis pool has a cluster whose maps change it.
+            tokio::spawn(reregister_on_maps(Arc::clone(&following), stop.clone()));
+        }
         tokio::spawn(async move {
             source.watch(|u| following.on_update(u), stop).await;
         });

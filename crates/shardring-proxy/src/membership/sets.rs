@@ -11,22 +11,17 @@ use shardring::compat::twemproxy::TwemproxyServer;
 use shardring::membership::MembershipSnapshot;
 use shardring_etcd::{twemproxy_servers, Kind, Kinds};
 
-use crate::config::{ClusterConfig, NextMembership, PoolConfig};
+use crate::config::{ClusterConfig, Membership, NextMembership, PoolConfig};
 
 /// The seeds of a cluster set: its servers' addresses.
 fn seeds_of(servers: &[TwemproxyServer]) -> Vec<String> {
     servers.iter().map(TwemproxyServer::address).collect()
 }
 
-/// The same cluster: the same seeds, in any order.
+/// The same cluster: the same membership digest (its seeds, in any order), as proxies report and
+/// `migrate` compares it.
 fn same_seeds(a: &[String], b: &[String]) -> bool {
-    let sorted = |s: &[String]| {
-        let mut v: Vec<String> = s.to_vec();
-        v.sort_unstable();
-        v.dedup();
-        v
-    };
-    sorted(a) == sorted(b)
+    Membership::Cluster(a).digest() == Membership::Cluster(b).digest()
 }
 
 /// `running` with etcd's `current` set (of `kinds.current`) as its servers and `next` (of

@@ -4,7 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
-use shardring_config::{ClusterConfig, PoolConfig};
+use shardring_config::PoolConfig;
 use shardring_etcd::{admin, twemproxy_servers, EtcdSource, Kind, Kinds};
 
 use super::mark::{Mark, Step};
@@ -114,32 +114,22 @@ pub(super) async fn change(
 /// `base` with `servers` as a member set of `kind`: a ring over them, or a Redis Cluster whose
 /// seeds they are (the layout's `kind`/`next-kind`; the file's cluster settings, if any, kept).
 fn of_kind(base: &PoolConfig, servers: Vec<TwemproxyServer>, kind: Kind) -> Result<PoolConfig> {
+    let cluster = match kind {
+        Kind::Ring => false,
+        Kind::RedisCluster if base.is_redis() => true,
+        Kind::RedisCluster => bail!(
+            "pool {}: etcd says a member set of it is a Redis Cluster (its `kind` or \
+             `next-kind` key), and the file makes it a memcached pool",
+            base.name
+        ),
+        other => bail!(
+            "pool {}: etcd says a member set of it is {other} (its `kind` or `next-kind` \
+             key), which this version cannot place",
+            base.name
+        ),
+    };
     let mut pool = base.clone();
-    let seeds: Vec<String> = servers.iter().map(TwemproxyServer::address).collect();
-    pool.servers = servers;
-    let name = pool.name.clone();
-    match (pool.redis_mut(), kind) {
-        (Some(redis), Kind::Ring) => redis.cluster = None,
-        (Some(redis), Kind::RedisCluster) => {
-            redis.cluster = Some(ClusterConfig {
-                seeds: seeds.clone(),
-                slots: None,
-                ..redis
-                    .cluster
-                    .clone()
-                    .unwrap_or_else(|| ClusterConfig::new(seeds))
-            })
-        }
-        (None, Kind::Ring) => {}
-        (None, Kind::RedisCluster) => bail!(
-            "pool {name}: etcd says a member set of it is a Redis Cluster (its `kind` or \
-             `next-kind` key), and the file makes it a memcached pool"
-        ),
-        (_, other) => bail!(
-            "pool {name}: etcd says a member set of it is {other} (its `kind` or `next-kind` \
-             key), which this version cannot place"
-        ),
-    }
+    pool.set_servers(servers, cluster);
     Ok(pool)
 }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
-use shardring_config::{ClusterConfig, PoolConfig, ProxyConfig};
+use shardring_config::{PoolConfig, ProxyConfig};
 
 use super::mark::{Mark, Step};
 use super::plan::Change;
@@ -61,11 +61,7 @@ pub(super) fn change(
     // `base` with `servers`, a Redis Cluster's seeds when `cluster`.
     let with = |base: &PoolConfig, servers: &[TwemproxyServer], cluster: bool| {
         let mut p = base.clone();
-        p.servers = servers.to_vec();
-        let seeds = servers.iter().map(TwemproxyServer::address).collect();
-        if let Some(redis) = p.redis_mut() {
-            redis.cluster = cluster.then(|| ClusterConfig::new(seeds));
-        }
+        p.set_servers(servers.to_vec(), cluster);
         p
     };
     let digest = |p: &PoolConfig| p.membership().digest();

@@ -21,7 +21,7 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use shardring::compat::twemproxy::TwemproxyServer;
-use shardring_config::{ClusterConfig, PoolConfig, ProxyConfig};
+use shardring_config::{PoolConfig, ProxyConfig};
 
 use super::plan::Change;
 
@@ -126,11 +126,7 @@ impl Mark {
                      serving the marked servers until this file is rewritten",
                     pool.name, mark.from, mark.to
                 ));
-                let seeds = mark.servers.iter().map(TwemproxyServer::address).collect();
-                pool.servers = mark.servers;
-                if let Some(redis) = pool.redis_mut() {
-                    redis.cluster = mark.cluster.then(|| ClusterConfig::new(seeds));
-                }
+                pool.set_servers(mark.servers, mark.cluster);
             }
         }
         (config, notes)
@@ -348,7 +344,9 @@ mod tests {
         let seeds = [TwemproxyServer::from_str("127.0.0.1:7000:1").unwrap()];
         let mut next = now.clone();
         next.servers = seeds.to_vec();
-        next.redis_mut().unwrap().cluster = Some(ClusterConfig::new(vec!["127.0.0.1:7000".into()]));
+        next.redis_mut().unwrap().cluster = Some(shardring_config::ClusterConfig::new(vec![
+            "127.0.0.1:7000".into(),
+        ]));
         let mark = Mark {
             step: Step::CutOver,
             pool: "alpha".into(),
