@@ -56,38 +56,77 @@ pub fn split(
         }];
     }
     let name = req.arg(0).unwrap_or_default();
-    groups
-        .into_iter()
-        .map(|((server, _), held)| {
-            let argc = 1 + held.len() * step;
-            // The exact size: a frozen buffer that is full becomes `Bytes` without a second
-            // allocation (one with room to spare gets a shared header allocated).
-            let bulk = |len: usize| header_len(len) + len + 2;
-            let size = header_len(argc)
-                + bulk(name.len())
+    // Each part's exact size, so that the parts are written into one buffer and cut from it: one
+    // allocation for all the frames, and one shared count that every copy of one (kept to resend
+    // it after a redirection) increments, rather than an allocation a frame and another a copy.
+    let sizes: smallvec::SmallVec<[usize; 16]> = groups
+        .iter()
+        .map(|(_, held)| {
+            header_len(1 + held.len() * step)
+                + header_len(name.len())
+                + name.len()
+                + 2
                 + held
                     .iter()
-                    .map(|&p| {
-                        (0..step)
-                            .map(|j| bulk(req.arg(keys[p] + j).map_or(0, <[u8]>::len)))
-                            .sum::<usize>()
-                    })
-                    .sum::<usize>();
-            let mut out = BytesMut::with_capacity(size);
-            put_header(&mut out, b'*', argc);
+                    .map(|&p| key_args_len(req, keys[p], step))
+                    .sum::<usize>()
+        })
+        .collect();
+    let mut out = BytesMut::with_capacity(sizes.iter().sum());
+    groups
+        .into_iter()
+        .zip(sizes)
+        .map(|(((server, _), held), size)| {
+            put_header(&mut out, b'*', 1 + held.len() * step);
             put_bulk(&mut out, name);
             for &p in &held {
-                for j in 0..step {
-                    put_bulk(&mut out, req.arg(keys[p] + j).unwrap_or_default());
-                }
+                put_key_args(&mut out, req, keys[p], step);
             }
+            debug_assert_eq!(out.len(), size);
             SubRequest {
                 server,
-                frame: out.freeze(),
+                frame: out.split().freeze(),
                 keys: held,
             }
         })
         .collect()
+}
+
+/// Arguments `first..first + count` of `req` as its frame holds them: each with its `$<len>`
+/// header and `\r\n`, one after another, since a request's frame is the RESP array of its
+/// arguments in order ([`Request`]). `None` for `first` 0 or arguments it does not have.
+fn as_sent(req: &Request, first: usize, count: usize) -> Option<&[u8]> {
+    let start = req.args.get(first.checked_sub(1)?)?.end + 2;
+    let end = req.args.get((first + count).checked_sub(1)?)?.end + 2;
+    let bytes = req.frame.get(start..end)?;
+    (bytes.first() == Some(&b'$')).then_some(bytes)
+}
+
+/// How many bytes [`put_key_args`] writes.
+fn key_args_len(req: &Request, first: usize, count: usize) -> usize {
+    match as_sent(req, first, count) {
+        Some(bytes) => bytes.len(),
+        None => (first..first + count)
+            .map(|i| {
+                let len = req.arg(i).map_or(0, <[u8]>::len);
+                header_len(len) + len + 2
+            })
+            .sum(),
+    }
+}
+
+/// Writes arguments `first..first + count` of `req` (a key and its values) as bulk strings:
+/// copied as the client sent them, headers and all (a decimal header costs more to encode again
+/// than the few bytes it is); an argument the request lacks is written empty.
+fn put_key_args(out: &mut BytesMut, req: &Request, first: usize, count: usize) {
+    match as_sent(req, first, count) {
+        Some(bytes) => out.put_slice(bytes),
+        None => {
+            for i in first..first + count {
+                put_bulk(out, req.arg(i).unwrap_or_default());
+            }
+        }
+    }
 }
 
 fn put_bulk(out: &mut BytesMut, data: &[u8]) {

@@ -239,6 +239,14 @@ impl RequestScanner {
     /// # Errors
     /// A [`RequestError`] saying what to reply and how much input to drop.
     pub fn scan(&mut self, buf: &[u8]) -> Result<Option<Scanned>, RequestError> {
+        // A request whose bytes are all in, as most are, in one pass with nothing kept between
+        // its arguments; anything else (a part still to come, a number written oddly, a limit)
+        // goes through the states below from the request's start, which answer it exactly.
+        if self.state == State::Start {
+            if let Some(whole) = self.whole_array(buf) {
+                return Ok(Some(whole));
+            }
+        }
         // Each state's step is inlined here (`#[inline(always)]`): the scanner runs once per
         // request, and a call per argument showed as +2 % instructions per Redis request.
         loop {
@@ -258,6 +266,43 @@ impl RequestScanner {
                 return Ok(None);
             }
         }
+    }
+
+    /// The request at the start of `buf` when it is an array of bulk strings whose bytes are all
+    /// in, each length written in at most 9 digits and within every limit: what the states would
+    /// find, in one pass over its headers (`scripts/proxy-instructions`: about 100 instructions an
+    /// argument fewer). `None` for anything else, which the states then read from the start.
+    #[inline(always)]
+    fn whole_array(&self, buf: &[u8]) -> Option<Scanned> {
+        let limits = &self.limits;
+        if buf.first() != Some(&b'*') {
+            return None;
+        }
+        let (count, mut pos) = short_number(buf, 1, limits.max_inline_len)?;
+        if count == 0 || count > limits.max_args {
+            return None;
+        }
+        let mut args = Args::new();
+        args.reserve(count.min(4096));
+        for _ in 0..count {
+            if buf.get(pos) != Some(&b'$') {
+                return None;
+            }
+            let (len, data) = short_number(buf, pos + 1, limits.max_inline_len)?;
+            // No overflow: `len` has at most 9 digits, and `data` is within `buf`. The request's
+            // length is checked as its arguments end: one that is all in passes the limit only if
+            // each argument's end does (the states look ahead, for a request not yet all in).
+            let end = data + len + 2;
+            if len > limits.max_bulk_len
+                || end > limits.max_request_len
+                || buf.get(end - 2..end)? != b"\r\n"
+            {
+                return None;
+            }
+            args.push(data..data + len);
+            pos = end;
+        }
+        Some(Scanned::Array { len: pos, args })
     }
 
     /// A request's first line: `*<count>` starts an array (refused when its count cannot be
@@ -400,6 +445,31 @@ impl RequestScanner {
             None => Err(self.refuse(E::UnbalancedQuotes, len, false)),
         }
     }
+}
+
+/// The number at `buf[at..]` and where the line after it starts, when it is 1 to 9 digits as Redis
+/// writes them (no leading zero but `0` itself; at most `max` of them) followed by `\r\n`; `None`
+/// otherwise, whether it is wrong or only not all in yet.
+#[inline(always)]
+fn short_number(buf: &[u8], at: usize, max: usize) -> Option<(usize, usize)> {
+    let line = buf.get(at..)?;
+    let mut value = 0usize;
+    let mut digits = 0;
+    loop {
+        match *line.get(digits)? {
+            c @ b'0'..=b'9' if digits < 9 => {
+                value = value * 10 + usize::from(c - b'0');
+                digits += 1;
+            }
+            b'\r' => break,
+            _ => return None,
+        }
+    }
+    let leading_zero = line[0] == b'0' && digits > 1;
+    if digits == 0 || digits > max || leading_zero || line.get(digits + 1) != Some(&b'\n') {
+        return None;
+    }
+    Some((value, at + digits + 2))
 }
 
 /// A request: the RESP array to forward, and its arguments' ranges inside it. Two requests are equal when

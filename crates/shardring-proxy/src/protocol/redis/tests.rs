@@ -39,6 +39,99 @@ const VALID: &[&[u8]] = &[
     b"set k \"hello world\"\r\n",
 ];
 
+/// The scanner fed `input` a byte at a time: only its states, never its one-pass reading of a
+/// whole request (which needs the request's bytes all in at the start).
+fn scan_bytewise(limits: Limits, input: &[u8]) -> Result<Option<Scanned>, RequestError> {
+    let mut scanner = RequestScanner::new(limits);
+    for end in 1..input.len() {
+        match scanner.scan(&input[..end]) {
+            Ok(None) => {}
+            done => return done,
+        }
+    }
+    scanner.scan(input)
+}
+
+/// RESP-like pieces: headers with numbers of every form Redis accepts or refuses, CRLF, data.
+fn resp_pieces() -> impl Strategy<Value = Vec<u8>> {
+    let number = prop_oneof![
+        (0u64..20).prop_map(|n| n.to_string()),
+        (0u64..2_000_000_000).prop_map(|n| n.to_string()),
+        Just("-1".to_string()),
+        Just("007".to_string()),
+        Just("".to_string()),
+        Just("1x".to_string()),
+    ];
+    let piece = prop_oneof![
+        number
+            .clone()
+            .prop_map(|n| format!("*{n}\r\n").into_bytes()),
+        number.prop_map(|n| format!("${n}\r\n").into_bytes()),
+        proptest::collection::vec(prop_oneof![Just(b'x'), Just(b'\r'), Just(b'\n')], 0..6),
+        Just(b"\r\n".to_vec()),
+    ];
+    proptest::collection::vec(piece, 0..12).prop_map(|p| p.concat())
+}
+
+/// Arrays of bulk strings as a client writes them, with now and then a number written as Redis
+/// refuses it (a leading zero, one off), and the input cut short or run on.
+fn resp_arrays() -> impl Strategy<Value = Vec<u8>> {
+    let written = |n: usize, how: u8| match how {
+        0 => format!("0{n}"),
+        1 => (n + 1).to_string(),
+        _ => n.to_string(),
+    };
+    (
+        proptest::collection::vec(
+            (proptest::collection::vec(any::<u8>(), 0..12), 0u8..12),
+            1..6,
+        ),
+        0u8..12,
+        0usize..3,
+        any::<bool>(),
+    )
+        .prop_map(move |(args, how, cut, more)| {
+            let mut out = format!("*{}\r\n", written(args.len(), how)).into_bytes();
+            for (data, how) in args {
+                out.extend(format!("${}\r\n", written(data.len(), how)).bytes());
+                out.extend(data);
+                out.extend(b"\r\n");
+            }
+            out.truncate(out.len() - cut.min(out.len()));
+            if more {
+                out.extend(b"*1\r\n$4\r\nPING\r\n");
+            }
+            out
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// A request whose bytes are all in reads as the states read it a byte at a time: the same
+    /// request, the same refusal (kind, bytes dropped, close) or the same wait, whatever the limits.
+    #[test]
+    fn a_whole_request_reads_as_the_states_read_it(
+        input in prop_oneof![
+            resp_pieces(),
+            resp_arrays(),
+            proptest::sample::select(VALID.to_vec()).prop_map(<[u8]>::to_vec),
+        ],
+        max_bulk_len in prop_oneof![0usize..8, Just(512 << 20)],
+        max_args in prop_oneof![0usize..5, Just(1 << 20)],
+        max_request_len in prop_oneof![0usize..64, Just(1 << 30)],
+        max_inline_len in prop_oneof![0usize..4, Just(64 << 10)],
+    ) {
+        let limits = Limits { max_bulk_len, max_args, max_request_len, max_inline_len };
+        // A refusal that closes drops all that was buffered, however much that was.
+        let outcome = |r: Result<Option<Scanned>, RequestError>| {
+            r.map_err(|e| (e.kind, e.close, (!e.close).then_some(e.consumed)))
+        };
+        let whole = RequestScanner::new(limits).scan(&input);
+        prop_assert_eq!(outcome(whole), outcome(scan_bytewise(limits, &input)));
+    }
+}
+
 #[test]
 fn every_valid_request_scans_whole_and_every_prefix_is_incomplete() {
     for input in VALID {
@@ -770,6 +863,52 @@ fn one_server_gets_the_request_as_it_came_and_mset_keeps_values_with_keys() {
         &subs[1].frame[..],
         b"*3\r\n$4\r\nMSET\r\n$1\r\nb\r\n$1\r\n2\r\n"
     );
+}
+
+proptest! {
+    /// Each part of a split request is the command with its keys and values encoded afresh (the
+    /// oracle), whatever the arguments hold (CR, LF, `$`, lengths of every digit count), decoded
+    /// from a client's bytes or made by the proxy, with keys whose values the request lacks too.
+    #[test]
+    fn a_split_part_is_its_arguments_encoded_again(
+        args in proptest::collection::vec(
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..4),
+                proptest::collection::vec(prop_oneof![Just(b'\r'), Just(b'\n'), Just(b'$'), any::<u8>()], 0..120),
+            ],
+            1..12,
+        ),
+        step in 1usize..3,
+        servers in proptest::collection::vec(0usize..3, 12),
+        decoded in any::<bool>(),
+    ) {
+        let mut all = vec![b"MSET".to_vec()];
+        all.extend(args);
+        let made = Request::from_args(&all);
+        let r = if decoded {
+            let mut codec = RequestCodec::default();
+            let mut buf = BytesMut::from(&made.frame[..]);
+            match codec.decode(&mut buf).unwrap() {
+                Some(Decoded::Request(r)) => r,
+                other => panic!("{other:?}"),
+            }
+        } else {
+            made
+        };
+        // Keys every `step` arguments; the last may lack its values.
+        let keys: Vec<usize> = (1..all.len()).step_by(step).collect();
+        let server_of = |k: &[u8]| (servers[k.len() % servers.len()], 0);
+        for sub in merge::split(&r, &keys, step, server_of) {
+            let mut expect = vec![all[0].clone()];
+            for &p in &sub.keys {
+                for j in 0..step {
+                    expect.push(all.get(keys[p] + j).cloned().unwrap_or_default());
+                }
+            }
+            let whole = sub.frame == r.frame;
+            prop_assert!(whole || sub.frame == Request::from_args(&expect).frame, "{:?}", sub);
+        }
+    }
 }
 
 #[test]
