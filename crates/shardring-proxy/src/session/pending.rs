@@ -33,11 +33,33 @@ impl<P: Protocol> Pending<P> {
     /// [`Pending::Slot`]). Polled again after completing, it answers nothing. `None`: a forward
     /// whose reply sent it on ([`Protocol::sends_on`]), now [`Pending::Onward`], which the session
     /// starts again as an exchange ([`Pending::go_on`]) before it polls again.
+    // Inline for a forward's reply, the answer nearly every request is; the other kinds out of
+    // line ([`Pending::poll_other`]).
+    #[inline(always)]
     pub(super) fn poll_answer(
         &mut self,
         replies: &ReplyQueue,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Answer>> {
+        if let Pending::Slot(number, Some(_)) = self {
+            let Poll::Ready(reply) = replies.poll_take(*number, cx) else {
+                return Poll::Pending;
+            };
+            if let Pending::Slot(_, finish) = self {
+                if let Some(finish) = finish.take() {
+                    if P::sends_on(&finish, &reply) {
+                        return Poll::Ready(self.sent_on(finish, reply));
+                    }
+                    return Poll::Ready(Some(P::finish(finish, reply)));
+                }
+            }
+        }
+        self.poll_other(replies, cx)
+    }
+
+    /// [`Pending::poll_answer`] of every kind but a forward's reply still awaited.
+    #[inline(never)]
+    fn poll_other(&mut self, replies: &ReplyQueue, cx: &mut Context<'_>) -> Poll<Option<Answer>> {
         let (reply, finish) = match self {
             Pending::Ready(a) => return Poll::Ready(Some(a.take().unwrap_or(Answer::Nothing))),
             Pending::Joined(f) => return f.as_mut().poll(cx).map(Some),
