@@ -51,7 +51,16 @@ pub fn hash_tag(key: &[u8]) -> &[u8] {
 /// The hash slot Redis Cluster keeps `key` in: [`crc16`] of its [`hash_tag`] mod [`SLOT_COUNT`], as
 /// `CLUSTER KEYSLOT` answers. Always below [`SLOT_COUNT`].
 pub fn key_slot(key: &[u8]) -> u16 {
-    crc16(hash_tag(key)) & (SLOT_COUNT - 1)
+    // Most keys have no `{`: one pass checksums the whole key while looking for one, and a key
+    // that has one goes the hash tag's way (a search, then the checksum).
+    let mut crc = 0u16;
+    for &b in key {
+        if b == b'{' {
+            return crc16(hash_tag(key)) & (SLOT_COUNT - 1);
+        }
+        crc = shardring::hash::crc16_xmodem_step(crc, b);
+    }
+    crc & (SLOT_COUNT - 1)
 }
 
 #[cfg(test)]

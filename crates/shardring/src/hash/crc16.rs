@@ -30,8 +30,14 @@ const fn table() -> [u16; 256] {
 
 /// CRC-16/XMODEM of `bytes` (Redis's `crc16.c`). The checksum of `"123456789"` is `0x31C3`.
 pub fn crc16_xmodem(bytes: &[u8]) -> u16 {
-    bytes.iter().fold(0u16, |crc, &b| {
-        // The index is the register's top byte xor the input byte: always below 256.
-        (crc << 8) ^ TABLE[usize::from((crc >> 8) as u8 ^ b)]
-    })
+    bytes.iter().fold(0u16, |crc, &b| crc16_xmodem_step(crc, b))
+}
+
+/// The CRC-16/XMODEM register `crc` after one more byte: [`crc16_xmodem`] is this folded over the
+/// bytes from 0. For a caller that looks at each byte as it goes (Redis Cluster's key slot, which
+/// hashes the whole key unless it finds a `{`).
+#[inline]
+pub fn crc16_xmodem_step(crc: u16, byte: u8) -> u16 {
+    // The index is the register's top byte xor the input byte: always below 256.
+    (crc << 8) ^ TABLE[usize::from((crc >> 8) as u8 ^ byte)]
 }

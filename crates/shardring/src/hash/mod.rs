@@ -37,7 +37,7 @@ use std::str::FromStr;
 
 pub use self::crc::crc32;
 pub(crate) use self::crc::crc32_throughput;
-pub use self::crc16::crc16_xmodem;
+pub use self::crc16::{crc16_xmodem, crc16_xmodem_step};
 pub use self::fnv::{fnv1_32, fnv1_64, fnv1a_32, fnv1a_64};
 pub use self::java::JavaHash;
 pub use self::md5::{md5_digest, md5_u32};
