@@ -214,11 +214,15 @@ fn retrieval(
         },
         GetKind::Get | GetKind::Gets => None,
     };
-    // At most one key per space: room for all of them at once (a one-key get stays inline).
-    let mut keys = Keys::with_capacity(memchr::memchr_iter(b' ', text).count());
+    // A one-key get stays inline, its line walked once; at the first key past the inline room,
+    // room for all the rest at once (at most one key a space), not a growth every few keys.
+    let mut keys = Keys::new();
     for (at, key) in tokens {
         if key.len() > limits.max_key_len {
             return refuse(E::KeyTooLong);
+        }
+        if keys.len() == keys.inline_size() {
+            keys.reserve(memchr::memchr_iter(b' ', &text[at..]).count() + 1);
         }
         keys.push(at..at + key.len());
     }
