@@ -1,7 +1,8 @@
 //! Split keys on redis pools (`--hot-key-split`) against real redis-server backends, through two
 //! proxies: a split key's `GET`s spread over its copies (filled from the owner with the TTL), a read
 //! after an acknowledged write through either proxy never returns the value before it (`SET`,
-//! `INCR`, `APPEND`, `DEL`, `MSET`, `EXPIRE`), leftovers of an earlier split are never read, a
+//! `INCR`, `APPEND`, `DEL`, `MSET`, `EXPIRE`), other reads (`HGETALL`, `LRANGE`, …) spread too,
+//! over copies of the key's own type, leftovers of an earlier split are never read, a
 //! transaction or a blocking command that writes a split key is refused, a RESP3 client's miss is
 //! RESP3's null.
 
@@ -125,6 +126,123 @@ async fn a_split_keys_gets_spread_and_never_read_a_value_older_than_the_last_wri
         ca.send(req.as_bytes()).await;
         let replies = read_replies(&mut ca, 2).await;
         assert_eq!(replies[1], bulk(&v).into_bytes(), "pipelined read of {v}");
+    }
+    let stats = &a.proxy.views()[0].pool;
+    assert!(stats.split_reads.get() > 0 && stats.split_fills.get() > 0);
+    assert_eq!(stats.split_invalidations_failed.get(), 0);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// How many of `servers` hold `key` (of any type).
+async fn holders(servers: &[RedisServer], key: &str) -> usize {
+    let mut n = 0;
+    for s in servers {
+        if cmds(&mut direct(s).await, &["EXISTS", key]).await == ":1\r\n" {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_keys_other_reads_spread_whatever_its_type_and_never_read_a_value_older_than_the_last_write(
+) {
+    let Some(servers) = redises(5, &[]) else {
+        return;
+    };
+    let (hash, list) = ("hot:hash", "hot:list");
+    let text = format!("write {hash}\nwrite {list}\n");
+    let (base_a, base_b) = (config(&servers, &text), config(&servers, &text));
+    let a = RunningProxy::start(base_a.clone()).await;
+    let b = RunningProxy::start(base_b.clone()).await;
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    assert_eq!(
+        cmds(&mut ca, &["HSET", hash, "f1", "v1", "f2", "v2"]).await,
+        ":2\r\n"
+    );
+    assert_eq!(cmds(&mut ca, &["PEXPIRE", hash, "60000"]).await, ":1\r\n");
+    assert_eq!(
+        cmds(&mut ca, &["RPUSH", list, "a", "b", "c"]).await,
+        ":3\r\n"
+    );
+    split(&a, &base_a, &format!("read {hash}\nread {list}\n"));
+    split(&b, &base_b, &format!("read {hash}\nread {list}\n"));
+    let all = format!(
+        "*4\r\n{}{}{}{}",
+        bulk("f1"),
+        bulk("v1"),
+        bulk("f2"),
+        bulk("v2")
+    );
+    let abc = format!("*3\r\n{}{}{}", bulk("a"), bulk("b"), bulk("c"));
+    // One command a loop: the proxy's turns over the owner and the copies are shared by its split
+    // keys, so a fixed mix of reads per loop could keep meeting the same servers.
+    let reads: [(&[&str], String); 6] = [
+        (&["HGETALL", hash], all),
+        (&["HGET", hash, "f1"], bulk("v1")),
+        // What a copy not filled would also say: the owner's answer.
+        (&["HGET", hash, "none"], "$-1\r\n".to_owned()),
+        (&["HMGET", hash, "none"], "*1\r\n$-1\r\n".to_owned()),
+        (&["LRANGE", list, "0", "-1"], abc),
+        (&["LLEN", list], ":3\r\n".to_owned()),
+    ];
+    for (read, want) in &reads {
+        for _ in 0..3 * COPIES {
+            for c in [&mut ca, &mut cb] {
+                assert_eq!(cmds(c, read).await, *want, "{read:?}");
+            }
+        }
+    }
+    // The reads filled the copies, of the keys' own types, the hash's with its TTL.
+    assert_eq!(holders(&servers, hash).await, COPIES, "the hash's copies");
+    assert_eq!(holders(&servers, list).await, COPIES, "the list's copies");
+    for s in &servers {
+        let t = cmds(&mut direct(s).await, &["PTTL", hash]).await;
+        let ms: i64 = t.trim_start_matches(':').trim_end().parse().unwrap();
+        assert!(ms == -2 || (50_000..=60_000).contains(&ms), "{t}");
+    }
+    // `TTL` reads the owner: a copy's may be shorter, never longer, but the owner's has no cap.
+    assert_eq!(cmds(&mut ca, &["PERSIST", hash]).await, ":1\r\n");
+    for c in [&mut ca, &mut cb] {
+        assert_eq!(cmds(c, &["TTL", hash]).await, ":-1\r\n");
+    }
+    // Writes through one proxy, reads through both: never the value before the write.
+    type Step<'a> = (&'a [&'a str], &'a [&'a str], String);
+    let steps: [Step<'_>; 5] = [
+        (
+            &["HSET", hash, "f1", "w1"],
+            &["HGET", hash, "f1"],
+            bulk("w1"),
+        ),
+        (
+            &["HDEL", hash, "f2"],
+            &["HGETALL", hash],
+            format!("*2\r\n{}{}", bulk("f1"), bulk("w1")),
+        ),
+        (&["DEL", hash], &["HGETALL", hash], "*0\r\n".to_owned()),
+        (
+            &["HSET", hash, "f3", "v3"],
+            &["HGET", hash, "f3"],
+            bulk("v3"),
+        ),
+        (&["LPUSH", list, "z"], &["LINDEX", list, "0"], bulk("z")),
+    ];
+    for (n, (write, read, want)) in steps.iter().enumerate() {
+        let writer = if n % 2 == 0 { &mut ca } else { &mut cb };
+        cmds(writer, write).await;
+        for _ in 0..3 * COPIES {
+            for c in [&mut ca, &mut cb] {
+                assert_eq!(cmds(c, read).await, *want, "after {write:?}");
+            }
+        }
+    }
+    // A RESP3 client's read of a missing hash: RESP3's empty map, from the owner.
+    let mut r3 = Client::connect(&a.addr).await;
+    assert!(cmds(&mut r3, &["HELLO", "3"]).await.starts_with('%'));
+    assert_eq!(cmds(&mut r3, &["DEL", hash]).await, ":1\r\n");
+    for _ in 0..2 * COPIES {
+        assert_eq!(cmds(&mut r3, &["HGETALL", hash]).await, "%0\r\n");
     }
     let stats = &a.proxy.views()[0].pool;
     assert!(stats.split_reads.get() > 0 && stats.split_fills.get() > 0);

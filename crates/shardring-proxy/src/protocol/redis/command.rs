@@ -558,7 +558,7 @@ pub fn index_of_request(req: &Request) -> Option<usize> {
 /// The index in [`TABLE`] of a command name, matched without regard to case.
 ///
 /// Every request looks its command up, so names are compared as integers: each name, lowercased and
-/// packed big-endian into three words with zero padding and its length ([`packed`]), is found by
+/// packed big-endian into three words with zero padding and its length (`packed`), is found by
 /// hashing those words into a table of indexes four times as large as [`TABLE`] (most names on
 /// their first probe), then comparing at most three words and a length, not bytes. The length
 /// goes with the words, so a name with zero bytes at its end (`GET\0`) is not taken for the name

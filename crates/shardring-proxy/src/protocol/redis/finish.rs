@@ -75,7 +75,7 @@ pub(crate) enum RedisMerge {
     DualSplit(Box<(RedisMerge, usize)>, Arc<PoolStats>),
     /// A write of split keys, then their copies' deletes (`features/split.rs`).
     SplitWrite(Box<SplitWrite<Finish, RedisMerge>>),
-    /// A `GET` of a split key from a copy, filled from the owner on a miss (`features/split.rs`).
+    /// A read of a split key from a copy, filled from the owner on a miss (`features/split.rs`).
     SplitGet(Box<SplitGet>),
     /// A `GET` of a split key from its owner, beside its copies' first deletes: the first reply
     /// answers, the rest report the cleaning (`crate::split`).

@@ -647,8 +647,8 @@ impl Redis {
     }
 
     /// A command of keys in a pool with split keys (`features/split.rs`): a write of split keys,
-    /// then their copies' deletes; a `GET` of a split key in the `read` phase from the owner or a
-    /// copy; `Err(req)` when no key of the command is split.
+    /// then their copies' deletes; a read of a split key alone (`GET`, `HGETALL`, …) in the `read`
+    /// phase from the owner or a copy; `Err(req)` when no key of the command is split.
     #[cold]
     fn keyed_split(
         &self,
@@ -685,12 +685,15 @@ impl Redis {
                 ctx,
             ));
         }
-        if let ([(0, Some(owner), route)], "get") = (routes.as_slice(), spec.name) {
+        // A read of the split key alone, `GET` or another the copies can answer.
+        let spread = names.len() == 1 && split::spreads(spec);
+        if let ([(0, Some(owner), route)], true) = (routes.as_slice(), spread) {
             match route.read() {
                 SplitRead::Copy(copy) => {
                     let key = Bytes::copy_from_slice(names[0]);
+                    let get = spec.name == "get";
                     return Ok(split_get_step(
-                        split::SplitGet::start(&req, &key, *owner, copy, ctx.stats),
+                        split::SplitGet::start(&req, &key, *owner, copy, get, ctx.stats),
                         ctx.stats,
                     ));
                 }

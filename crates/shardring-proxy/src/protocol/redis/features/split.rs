@@ -15,9 +15,16 @@
 //!   landing after the reservation removes it, so a fill never puts back a value older than the
 //!   last write, nor brings back a deleted key. The reservation is an ordinary key for two seconds:
 //!   a `SCAN` through the proxy may list it meanwhile.
-//! - Every other command of a split key reads or writes the owner alone: the copies hold strings that
-//!   `GET` filled, and nothing else. Inside a transaction or as a blocking command, a write of a
-//!   split key is refused (`transaction.rs`): it could not delete the copies after it.
+//! - Any other read of a split key alone ([`spreads`]: a command the table does not flag `write`,
+//!   `HGET`, `HGETALL`, `LRANGE`, `SMEMBERS`, `ZSCORE`, …) goes to the owner or a copy in turn too.
+//!   A copy's reply answers only when it shows the copy holds the key ([`found`]: a value, a positive
+//!   count, an aggregate holding one); any other reply (a null, an empty list, a 0, an error) may be
+//!   a copy not filled yet, so the owner answers, and the copy is filled beside it under the same
+//!   reservation, with the owner's `DUMP` and remaining TTL and a `RESTORE` (any type). The TTL
+//!   family and `OBJECT` read the owner alone: a copy's TTL is capped and its metadata its own.
+//! - Every write of a split key goes to the owner, as above. Inside a transaction or as a blocking
+//!   command, a write of a split key is refused (`transaction.rs`): it could not delete the copies
+//!   after it.
 
 use std::sync::Arc;
 
@@ -60,6 +67,56 @@ const FILL_COPY: &str =
     "if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end redis.call('DEL', KEYS[2]) \
      if tonumber(ARGV[3]) > 0 then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) \
      else redis.call('SET', KEYS[1], ARGV[2]) end return 1";
+
+/// The owner's serialized value (`DUMP`, any type) and remaining TTL, read at one instant, in
+/// [`READ_OWNER`]'s shape.
+const DUMP_OWNER: &str =
+    "local v = redis.call('DUMP', KEYS[1]) if not v then return {0} end return {1, v, redis.call('PTTL', KEYS[1])}";
+
+/// [`FILL_COPY`] for a value of any type: `RESTORE` of the owner's `DUMP` with its TTL (always
+/// given: capped at the copy's lifetime), only while the reservation is still this fill's token.
+const RESTORE_COPY: &str =
+    "if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end redis.call('DEL', KEYS[2]) \
+     redis.call('RESTORE', KEYS[1], ARGV[3], ARGV[2], 'REPLACE') return 1";
+
+/// Reads a split key's copy may answer besides `GET`: every command of one key the table does not
+/// flag `write`, but those whose answer a copy would get wrong (its TTL is capped at the copy's
+/// lifetime; its encoding, idle time and memory are its own) and scripts (which may read more than
+/// they say).
+pub(crate) fn spreads(spec: &crate::protocol::redis::command::Spec) -> bool {
+    const OWNER_ONLY: &[&str] = &[
+        "eval_ro",
+        "evalsha_ro",
+        "expiretime",
+        "fcall_ro",
+        "memory",
+        "object",
+        "pexpiretime",
+        "pttl",
+        "ttl",
+    ];
+    !crate::protocol::redis::features::replicas::is_write(spec)
+        && OWNER_ONLY.binary_search(&spec.name).is_err()
+}
+
+/// Whether a copy's reply to a read (not `GET`) shows that the copy holds the key, so that it
+/// answers: a non-empty string, a positive integer, a double, a big number, `true`, or an
+/// aggregate holding such a value (`HMGET` of a missing key is an array of nils). A null, an empty
+/// string or aggregate, 0 or a negative number, `false`, a status or an error may come from a copy
+/// that is not filled yet (or was emptied by a write): the owner answers those.
+pub(crate) fn found(reply: &[u8]) -> bool {
+    match reply.first() {
+        Some(b'$') => !matches!(reply, b"$-1\r\n" | b"$0\r\n\r\n"),
+        Some(b':') => matches!(reply.get(1), Some(b'1'..=b'9')),
+        Some(b',' | b'(') => true,
+        Some(b'#') => reply.starts_with(b"#t"),
+        Some(b'*' | b'~' | b'%') => {
+            shardring_resp::elements(reply, shardring_resp::ReplyLimits::default())
+                .is_some_and(|elements| elements.into_iter().any(|r| found(&reply[r])))
+        }
+        _ => false,
+    }
+}
 
 /// The key that holds a fill's reservation on a copy.
 use crate::config::fill_reservation as reservation;
@@ -176,6 +233,8 @@ pub(crate) struct SplitGet {
     owner: usize,
     /// The copy read first.
     copy: usize,
+    /// A `GET` (its miss answered and its copy filled as a string), or another read ([`spreads`]).
+    get: bool,
     /// Where the exchange is.
     stage: Stage,
     /// Where fills are counted.
@@ -192,17 +251,21 @@ enum Stage {
     Reserve { null: Bytes, token: String },
     /// The owner's value was asked for, by script, after the copy reserved the fill for `token`.
     Owner { null: Bytes, token: String },
+    /// A read other than `GET`: the owner's `DUMP` was asked for, by script, and the client's read
+    /// sent to the owner after it, once the copy reserved the fill for `token`.
+    Dumped { token: String },
     /// The owner's `GET` as received was sent: its reply is the answer.
     Plain,
 }
 
 impl SplitGet {
-    /// A `GET` (`req`) of split key `key` from `copy`, `owner` its owner.
+    /// A read (`req`, a `GET` when `get`) of split key `key` from `copy`, `owner` its owner.
     pub(crate) fn start(
         req: &Request,
         key: &[u8],
         owner: usize,
         copy: usize,
+        get: bool,
         stats: &Arc<PoolStats>,
     ) -> Then {
         stats.split_reads.inc();
@@ -213,39 +276,74 @@ impl SplitGet {
                 frame: req.frame.clone(),
                 owner,
                 copy,
+                get,
                 stage: Stage::Copy,
                 stats: Arc::clone(stats),
             },
         )
     }
 
-    /// After a round's one reply.
+    /// After a round's replies (one, or the owner's two after [`Stage::Dumped`]).
     pub(crate) fn advance(mut self, replies: Vec<PartReply<'_>>) -> Then {
-        let reply: Reply = replies
-            .into_iter()
-            .next()
-            .map_or(Err(BackendError::NoServer), |r| r.reply);
+        let mut replies = replies.into_iter().map(|r| r.reply);
+        let reply: Reply = replies.next().unwrap_or(Err(BackendError::NoServer));
         match std::mem::replace(&mut self.stage, Stage::Plain) {
+            Stage::Copy if !self.get => match reply {
+                Ok(b) if found(&b) => Then::Answer(Answer::Bytes(b), None),
+                Ok(_) => {
+                    self.stats.split_copy_misses.inc();
+                    self.reserve(Bytes::new())
+                }
+                Err(_) => self.plain(),
+            },
             Stage::Copy => match reply {
                 Ok(b) if is_null(&b) => {
                     self.stats.split_copy_misses.inc();
-                    let token = format!("{:016x}", token());
-                    let reserve = Request::from_args(&[
-                        &b"SET"[..],
-                        &reservation(&self.key),
-                        token.as_bytes(),
-                        b"NX",
-                        b"PX",
-                        RESERVATION_MS.as_bytes(),
-                    ])
-                    .frame;
-                    self.stage = Stage::Reserve { null: b, token };
-                    Then::Send(vec![(self.copy, reserve)], self)
+                    self.reserve(b)
                 }
                 Ok(b) => Then::Answer(Answer::Bytes(b), None),
                 // The copy failed: the owner answers.
                 Err(_) => self.plain(),
             },
+            Stage::Reserve { token, .. } if !self.get => match reply {
+                Ok(b) if b.starts_with(b"+OK") => {
+                    let dump =
+                        Request::from_args(&[&b"EVAL"[..], DUMP_OWNER.as_bytes(), b"1", &self.key])
+                            .frame;
+                    self.stage = Stage::Dumped { token };
+                    let read = self.frame.clone();
+                    Then::Send(vec![(self.owner, dump), (self.owner, read)], self)
+                }
+                _ => self.plain(),
+            },
+            Stage::Dumped { token } => {
+                let answer = match replies.next().unwrap_or(Err(BackendError::NoServer)) {
+                    Ok(b) => Answer::Bytes(b),
+                    Err(e) => Answer::Failed(e),
+                };
+                let fill = match reply.as_deref().ok().and_then(owner_value) {
+                    Some(Some((value, ttl))) => {
+                        self.stats.split_fills.inc();
+                        Some((
+                            self.copy,
+                            Request::from_args(&[
+                                &b"EVAL"[..],
+                                RESTORE_COPY.as_bytes(),
+                                b"2",
+                                &self.key,
+                                &reservation(&self.key),
+                                token.as_bytes(),
+                                value,
+                                copy_ttl(ttl).to_string().as_bytes(),
+                            ])
+                            .frame,
+                        ))
+                    }
+                    // The owner holds no value, or its dump failed: nothing to fill.
+                    _ => None,
+                };
+                Then::Answer(answer, fill)
+            }
             Stage::Reserve { null, token } => match reply {
                 Ok(b) if b.starts_with(b"+OK") => {
                     let read =
@@ -261,8 +359,7 @@ impl SplitGet {
                 Some(None) => Then::Answer(Answer::Bytes(null), None),
                 Some(Some((value, ttl))) => {
                     self.stats.split_fills.inc();
-                    let most = crate::split::COPY_LIFETIME.as_millis() as i64;
-                    let ttl = if ttl < 0 || ttl > most { most } else { ttl };
+                    let ttl = copy_ttl(ttl);
                     let fill = Request::from_args(&[
                         &b"EVAL"[..],
                         FILL_COPY.as_bytes(),
@@ -298,10 +395,38 @@ impl SplitGet {
         Arc::clone(&self.stats)
     }
 
-    /// The owner's `GET`, as received, answers.
+    /// The copy missed: reserve its fill (`null` kept to answer a `GET` the owner misses too).
+    fn reserve(mut self, null: Bytes) -> Then {
+        let token = format!("{:016x}", token());
+        let reserve = Request::from_args(&[
+            &b"SET"[..],
+            &reservation(&self.key),
+            token.as_bytes(),
+            b"NX",
+            b"PX",
+            RESERVATION_MS.as_bytes(),
+        ])
+        .frame;
+        self.stage = Stage::Reserve { null, token };
+        Then::Send(vec![(self.copy, reserve)], self)
+    }
+
+    /// The owner's read, as received, answers.
     fn plain(mut self) -> Then {
         self.stage = Stage::Plain;
         Then::Send(vec![(self.owner, self.frame.clone())], self)
+    }
+}
+
+/// A copy's TTL in milliseconds for the owner's `ttl` (`PTTL`: negative when it has none): the
+/// owner's, at most the copy's lifetime, and at least 1 (0 would be none at all, where the owner's
+/// value has less than a millisecond to live).
+fn copy_ttl(ttl: i64) -> i64 {
+    let most = crate::split::COPY_LIFETIME.as_millis() as i64;
+    if ttl < 0 {
+        most
+    } else {
+        ttl.clamp(1, most)
     }
 }
 
@@ -370,6 +495,50 @@ mod tests {
         );
         assert_eq!(owner_value(b"-WRONGTYPE Operation\r\n"), None);
         assert_eq!(owner_value(b"*3\r\n:1\r\n$9\r\nab\r\n:1\r\n"), None);
+    }
+
+    #[test]
+    fn a_copys_reply_answers_only_when_it_shows_the_key_is_there() {
+        for yes in [
+            &b"$1\r\nv\r\n"[..],
+            b":3\r\n",
+            b",1.5\r\n",
+            b"(12345678901234567890\r\n",
+            b"#t\r\n",
+            b"*2\r\n$-1\r\n$1\r\nv\r\n",
+            b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n",
+            b"~2\r\n:0\r\n*1\r\n$1\r\nx\r\n",
+        ] {
+            assert!(found(yes), "{}", String::from_utf8_lossy(yes));
+        }
+        for no in [
+            &b"$-1\r\n"[..],
+            b"_\r\n",
+            b"$0\r\n\r\n",
+            b":0\r\n",
+            b":-2\r\n",
+            b"#f\r\n",
+            b"+none\r\n",
+            b"-WRONGTYPE Operation against a key\r\n",
+            b"*0\r\n",
+            b"*-1\r\n",
+            b"%0\r\n",
+            b"*2\r\n$-1\r\n_\r\n",
+            b"*2\r\n:0\r\n:0\r\n",
+            b"*1\r\n*0\r\n",
+            b"",
+        ] {
+            assert!(!found(no), "{}", String::from_utf8_lossy(no));
+        }
+    }
+
+    #[test]
+    fn a_copys_ttl_is_the_owners_within_its_lifetime_and_never_none() {
+        let most = crate::split::COPY_LIFETIME.as_millis() as i64;
+        assert_eq!(copy_ttl(-1), most);
+        assert_eq!(copy_ttl(0), 1);
+        assert_eq!(copy_ttl(1500), 1500.min(most));
+        assert_eq!(copy_ttl(most * 10), most);
     }
 
     #[test]
