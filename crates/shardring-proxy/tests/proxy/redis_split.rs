@@ -202,6 +202,17 @@ async fn a_split_keys_other_reads_spread_whatever_its_type_and_never_read_a_valu
         let ms: i64 = t.trim_start_matches(':').trim_end().parse().unwrap();
         assert!(ms == -2 || (50_000..=60_000).contains(&ms), "{t}");
     }
+    // A reply that could be a miss (a field the hash lacks) from a copy that holds the key: the
+    // owner answers, and the copy is not filled again (no `DUMP` of the whole key per such read).
+    let fills = a.proxy.views()[0].pool.split_fills.get();
+    for _ in 0..3 * COPIES {
+        assert_eq!(cmds(&mut ca, &["HGET", hash, "none"]).await, "$-1\r\n");
+    }
+    assert_eq!(
+        a.proxy.views()[0].pool.split_fills.get(),
+        fills,
+        "fills of held copies"
+    );
     // `TTL` reads the owner: a copy's may be shorter, never longer, but the owner's has no cap.
     assert_eq!(cmds(&mut ca, &["PERSIST", hash]).await, ":1\r\n");
     for c in [&mut ca, &mut cb] {

@@ -19,8 +19,9 @@
 //!   `HGET`, `HGETALL`, `LRANGE`, `SMEMBERS`, `ZSCORE`, …) goes to the owner or a copy in turn too.
 //!   A copy's reply answers only when it shows the copy holds the key ([`found`]: a value, a positive
 //!   count, an aggregate holding one); any other reply (a null, an empty list, a 0, an error) may be
-//!   a copy not filled yet, so the owner answers, and the copy is filled beside it under the same
-//!   reservation, with the owner's `DUMP` and remaining TTL and a `RESTORE` (any type). The TTL
+//!   a copy not filled yet, so the owner answers, and the copy, if it does not hold the key, is
+//!   filled beside it under the same reservation, with the owner's `DUMP` and remaining TTL and a
+//!   `RESTORE` (any type). The TTL
 //!   family and `OBJECT` read the owner alone: a copy's TTL is capped and its metadata its own.
 //! - Every write of a split key goes to the owner, as above. Inside a transaction or as a blocking
 //!   command, a write of a split key is refused (`transaction.rs`): it could not delete the copies
@@ -72,6 +73,11 @@ const FILL_COPY: &str =
 /// [`READ_OWNER`]'s shape.
 const DUMP_OWNER: &str =
     "local v = redis.call('DUMP', KEYS[1]) if not v then return {0} end return {1, v, redis.call('PTTL', KEYS[1])}";
+
+/// A fill's reservation on a copy that does not hold the key (`+OK`; `0` when it holds it, a null
+/// when another fill holds the reservation), for a read whose reply could not tell.
+const RESERVE_ABSENT: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end \
+     return redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2])";
 
 /// [`FILL_COPY`] for a value of any type: `RESTORE` of the owner's `DUMP` with its TTL (always
 /// given: capped at the copy's lifetime), only while the reservation is still this fill's token.
@@ -398,14 +404,30 @@ impl SplitGet {
     /// The copy missed: reserve its fill (`null` kept to answer a `GET` the owner misses too).
     fn reserve(mut self, null: Bytes) -> Then {
         let token = format!("{:016x}", token());
-        let reserve = Request::from_args(&[
-            &b"SET"[..],
-            &reservation(&self.key),
-            token.as_bytes(),
-            b"NX",
-            b"PX",
-            RESERVATION_MS.as_bytes(),
-        ])
+        let reservation = reservation(&self.key);
+        let reserve = if self.get {
+            Request::from_args(&[
+                &b"SET"[..],
+                &reservation,
+                token.as_bytes(),
+                b"NX",
+                b"PX",
+                RESERVATION_MS.as_bytes(),
+            ])
+        } else {
+            // Another read's answer may look like a miss on a copy that holds the key (a member
+            // not in the set, `TYPE`): the copy is filled (a `DUMP` of the whole key) only when
+            // it does not hold it.
+            Request::from_args(&[
+                &b"EVAL"[..],
+                RESERVE_ABSENT.as_bytes(),
+                b"2",
+                &self.key,
+                &reservation,
+                token.as_bytes(),
+                RESERVATION_MS.as_bytes(),
+            ])
+        }
         .frame;
         self.stage = Stage::Reserve { null, token };
         Then::Send(vec![(self.copy, reserve)], self)
