@@ -41,42 +41,30 @@ impl<P: Protocol> Pending<P> {
         replies: &ReplyQueue,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Answer>> {
-        if let Pending::Slot(number, Some(_)) = self {
+        if let Pending::Slot(number, slot @ Some(_)) = self {
             let Poll::Ready(reply) = replies.poll_take(*number, cx) else {
                 return Poll::Pending;
             };
-            if let Pending::Slot(_, finish) = self {
-                if let Some(finish) = finish.take() {
-                    if P::sends_on(&finish, &reply) {
-                        return Poll::Ready(self.sent_on(finish, reply));
-                    }
-                    return Poll::Ready(Some(P::finish(finish, reply)));
+            if let Some(finish) = slot.take() {
+                if P::sends_on(&finish, &reply) {
+                    return Poll::Ready(self.sent_on(finish, reply));
                 }
+                return Poll::Ready(Some(P::finish(finish, reply)));
             }
         }
-        self.poll_other(replies, cx)
+        self.poll_other(cx)
     }
 
-    /// [`Pending::poll_answer`] of every kind but a forward's reply still awaited.
+    /// [`Pending::poll_answer`] of every kind but a forward whose reply is still to be taken.
     #[inline(never)]
-    fn poll_other(&mut self, replies: &ReplyQueue, cx: &mut Context<'_>) -> Poll<Option<Answer>> {
-        let (reply, finish) = match self {
-            Pending::Ready(a) => return Poll::Ready(Some(a.take().unwrap_or(Answer::Nothing))),
-            Pending::Joined(f) => return f.as_mut().poll(cx).map(Some),
-            Pending::Slot(_, None) => return Poll::Ready(Some(Answer::Nothing)),
-            Pending::Onward(_) => return Poll::Ready(None),
-            Pending::Slot(number, finish) => match replies.poll_take(*number, cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(reply) => (reply, finish),
-            },
-        };
-        let Some(finish) = finish.take() else {
-            return Poll::Ready(Some(Answer::Nothing));
-        };
-        if P::sends_on(&finish, &reply) {
-            return Poll::Ready(self.sent_on(finish, reply));
+    fn poll_other(&mut self, cx: &mut Context<'_>) -> Poll<Option<Answer>> {
+        match self {
+            Pending::Ready(a) => Poll::Ready(Some(a.take().unwrap_or(Answer::Nothing))),
+            Pending::Joined(f) => f.as_mut().poll(cx).map(Some),
+            // A forward whose answer was given: polled again, it answers nothing.
+            Pending::Slot(..) => Poll::Ready(Some(Answer::Nothing)),
+            Pending::Onward(_) => Poll::Ready(None),
         }
-        Poll::Ready(Some(P::finish(finish, reply)))
     }
 
     /// A forward whose reply sent it on: kept as [`Pending::Onward`] for the session to start

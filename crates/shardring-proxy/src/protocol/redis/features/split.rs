@@ -85,22 +85,24 @@ const RESTORE_COPY: &str =
     "if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end redis.call('DEL', KEYS[2]) \
      redis.call('RESTORE', KEYS[1], ARGV[3], ARGV[2], 'REPLACE') return 1";
 
+/// The reads [`spreads`] leaves to the owner, sorted (searched by halves).
+const OWNER_ONLY: &[&str] = &[
+    "eval_ro",
+    "evalsha_ro",
+    "expiretime",
+    "fcall_ro",
+    "memory",
+    "object",
+    "pexpiretime",
+    "pttl",
+    "ttl",
+];
+
 /// Reads a split key's copy may answer besides `GET`: every command of one key the table does not
 /// flag `write`, but those whose answer a copy would get wrong (its TTL is capped at the copy's
 /// lifetime; its encoding, idle time and memory are its own) and scripts (which may read more than
 /// they say).
 pub(crate) fn spreads(spec: &crate::protocol::redis::command::Spec) -> bool {
-    const OWNER_ONLY: &[&str] = &[
-        "eval_ro",
-        "evalsha_ro",
-        "expiretime",
-        "fcall_ro",
-        "memory",
-        "object",
-        "pexpiretime",
-        "pttl",
-        "ttl",
-    ];
     !crate::protocol::redis::features::replicas::is_write(spec)
         && OWNER_ONLY.binary_search(&spec.name).is_err()
 }
@@ -313,9 +315,7 @@ impl SplitGet {
             },
             Stage::Reserve { token, .. } if !self.get => match reply {
                 Ok(b) if b.starts_with(b"+OK") => {
-                    let dump =
-                        Request::from_args(&[&b"EVAL"[..], DUMP_OWNER.as_bytes(), b"1", &self.key])
-                            .frame;
+                    let dump = self.on_key(DUMP_OWNER);
                     self.stage = Stage::Dumped { token };
                     let read = self.frame.clone();
                     Then::Send(vec![(self.owner, dump), (self.owner, read)], self)
@@ -328,23 +328,7 @@ impl SplitGet {
                     Err(e) => Answer::Failed(e),
                 };
                 let fill = match reply.as_deref().ok().and_then(owner_value) {
-                    Some(Some((value, ttl))) => {
-                        self.stats.split_fills.inc();
-                        Some((
-                            self.copy,
-                            Request::from_args(&[
-                                &b"EVAL"[..],
-                                RESTORE_COPY.as_bytes(),
-                                b"2",
-                                &self.key,
-                                &reservation(&self.key),
-                                token.as_bytes(),
-                                value,
-                                copy_ttl(ttl).to_string().as_bytes(),
-                            ])
-                            .frame,
-                        ))
-                    }
+                    Some(Some((value, ttl))) => Some(self.fill(RESTORE_COPY, &token, value, ttl)),
                     // The owner holds no value, or its dump failed: nothing to fill.
                     _ => None,
                 };
@@ -352,9 +336,7 @@ impl SplitGet {
             }
             Stage::Reserve { null, token } => match reply {
                 Ok(b) if b.starts_with(b"+OK") => {
-                    let read =
-                        Request::from_args(&[&b"EVAL"[..], READ_OWNER.as_bytes(), b"1", &self.key])
-                            .frame;
+                    let read = self.on_key(READ_OWNER);
                     self.stage = Stage::Owner { null, token };
                     Then::Send(vec![(self.owner, read)], self)
                 }
@@ -364,23 +346,11 @@ impl SplitGet {
             Stage::Owner { null, token } => match reply.as_deref().ok().and_then(owner_value) {
                 Some(None) => Then::Answer(Answer::Bytes(null), None),
                 Some(Some((value, ttl))) => {
-                    self.stats.split_fills.inc();
-                    let ttl = copy_ttl(ttl);
-                    let fill = Request::from_args(&[
-                        &b"EVAL"[..],
-                        FILL_COPY.as_bytes(),
-                        b"2",
-                        &self.key,
-                        &reservation(&self.key),
-                        token.as_bytes(),
-                        value,
-                        ttl.to_string().as_bytes(),
-                    ])
-                    .frame;
+                    let fill = self.fill(FILL_COPY, &token, value, ttl);
                     let mut bulk = format!("${}\r\n", value.len()).into_bytes();
                     bulk.extend_from_slice(value);
                     bulk.extend_from_slice(b"\r\n");
-                    Then::Answer(Answer::Bytes(Bytes::from(bulk)), Some((self.copy, fill)))
+                    Then::Answer(Answer::Bytes(Bytes::from(bulk)), Some(fill))
                 }
                 // Not a string (the owner's GET answers WRONGTYPE), or the owner failed: its own
                 // GET answers.
@@ -399,6 +369,30 @@ impl SplitGet {
     /// Where it counts.
     pub(crate) fn stats(&self) -> Arc<PoolStats> {
         Arc::clone(&self.stats)
+    }
+
+    /// `script` run on the key (`EVAL script 1 key`): the owner's value read by [`READ_OWNER`] or
+    /// [`DUMP_OWNER`].
+    fn on_key(&self, script: &str) -> Bytes {
+        Request::from_args(&[&b"EVAL"[..], script.as_bytes(), b"1", &self.key]).frame
+    }
+
+    /// The copy's fill with the owner's `value` and `ttl` by `script` ([`FILL_COPY`] for a
+    /// string, [`RESTORE_COPY`] for a dump), under the reservation `token` holds; counted.
+    fn fill(&self, script: &str, token: &str, value: &[u8], ttl: i64) -> (usize, Bytes) {
+        self.stats.split_fills.inc();
+        let frame = Request::from_args(&[
+            &b"EVAL"[..],
+            script.as_bytes(),
+            b"2",
+            &self.key,
+            &reservation(&self.key),
+            token.as_bytes(),
+            value,
+            copy_ttl(ttl).to_string().as_bytes(),
+        ])
+        .frame;
+        (self.copy, frame)
     }
 
     /// The copy missed: reserve its fill (`null` kept to answer a `GET` the owner misses too).
@@ -552,6 +546,11 @@ mod tests {
         ] {
             assert!(!found(no), "{}", String::from_utf8_lossy(no));
         }
+    }
+
+    #[test]
+    fn the_reads_a_copy_never_answers_are_listed_sorted() {
+        assert!(OWNER_ONLY.windows(2).all(|w| w[0] < w[1]), "{OWNER_ONLY:?}");
     }
 
     #[test]
